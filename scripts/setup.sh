@@ -1,0 +1,18 @@
+#!/usr/bin/env bash
+# Creates .venv (if missing) and installs torchdoctor with its test tools and the CPU build of torch.
+# Idempotent: a second run only checks that everything is there.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+PY=${PYTHON:-python3}
+if [ ! -x .venv/bin/python ]; then
+  "$PY" -m venv .venv
+fi
+. .venv/bin/activate
+stamp=.venv/.torchdoctor-installed
+if [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ]; then
+  python -m pip install -q --upgrade pip >/dev/null
+  # torch 2.13.0 is the CPU build on machines without a GPU; any torch >= 2.5 works.
+  python -c "import torch" 2>/dev/null || python -m pip install -q "torch==2.13.0"
+  python -m pip install -q -e ".[dev]"
+  touch "$stamp"
+fi
