@@ -1,0 +1,109 @@
+"""The ``torchdoctor`` command line.
+
+Only click is imported at start-up; each subcommand imports what it needs when it runs, so
+``torchdoctor --help`` stays fast and ``analyze`` never imports torch.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+import click
+
+from torchdoctor import __version__
+from torchdoctor.errors import UserError
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+EXIT_OK, EXIT_INTERNAL, EXIT_USAGE = 0, 1, 2
+
+
+def _guarded(func: F) -> F:
+    """Turn a UserError into one line and exit 2, any other exception into one line and exit 1.
+
+    ``TORCHDOCTOR_DEBUG=1`` re-raises so developers get the traceback.
+    """
+    import functools
+
+    @functools.wraps(func)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return func(*args, **kwargs)
+        except UserError as exc:
+            if os.environ.get("TORCHDOCTOR_DEBUG"):
+                raise
+            click.echo(f"torchdoctor: error: {exc}", err=True)
+            sys.exit(exc.exit_code)
+        except (KeyboardInterrupt, click.exceptions.Exit, click.ClickException, SystemExit):
+            raise
+        except MemoryError:
+            click.echo("torchdoctor: error: out of memory while analysing", err=True)
+            sys.exit(EXIT_INTERNAL)
+        except Exception as exc:  # a bug: one line, not a traceback
+            if os.environ.get("TORCHDOCTOR_DEBUG"):
+                raise
+            click.echo(
+                f"torchdoctor: internal error: {type(exc).__name__}: {exc} "
+                "(set TORCHDOCTOR_DEBUG=1 for the traceback)",
+                err=True,
+            )
+            sys.exit(EXIT_INTERNAL)
+
+    return wrapper  # type: ignore[return-value]
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(__version__, prog_name="torchdoctor")
+def cli() -> None:
+    """Find what makes a PyTorch workload slow on a GPU, and how to fix it.
+
+    \b
+      torchdoctor analyze TRACE      diagnose a torch.profiler trace (file or folder of ranks)
+      torchdoctor demo               profile a small bundled training loop, then analyse it
+    """
+
+
+@cli.command()
+@click.argument("path", type=click.Path(path_type=str))
+@click.option("--json", "as_json", is_flag=True, help="Print the whole report as JSON instead.")
+@click.option("--top", default=10, show_default=True, type=click.IntRange(1, 1000),
+              help="Rows in the kernel and operator tables.")
+@_guarded
+def analyze(path: str, as_json: bool, top: int) -> None:
+    """Diagnose a torch.profiler trace: a .json / .json.gz file, or a folder of per-rank traces."""
+    from torchdoctor.report.build import analyze_path
+    from torchdoctor.report.render import render_json, render_text
+
+    report = analyze_path(path)
+    if as_json:
+        click.echo(render_json(report))
+    else:
+        render_text(report, top=top)
+
+
+@cli.command()
+@click.option("--out", default="demo-output", show_default=True, type=click.Path(path_type=str),
+              help="Folder for the demo's trace.")
+@click.option("--steps", default=6, show_default=True, type=click.IntRange(2, 100),
+              help="Profiled training steps.")
+@_guarded
+def demo(out: str, steps: int) -> None:
+    """Profile a small bundled training loop on the CPU, then analyse its trace."""
+    from torchdoctor.capture.demo import run_demo
+    from torchdoctor.report.build import analyze_path
+    from torchdoctor.report.render import render_text
+
+    trace_path = run_demo(out, steps=steps)
+    click.echo(f"wrote {trace_path}\n$ torchdoctor analyze {trace_path}\n")
+    render_text(analyze_path(trace_path), top=8)
+
+
+def main() -> None:
+    cli(prog_name="torchdoctor")
+
+
+if __name__ == "__main__":
+    main()
