@@ -69,8 +69,13 @@ def cli() -> None:
 @cli.command()
 @click.argument("path", type=click.Path(path_type=str))
 @click.option("--json", "as_json", is_flag=True, help="Print the whole report as JSON instead.")
-@click.option("--top", default=10, show_default=True, type=click.IntRange(1, 1000),
-              help="Rows in the kernel and operator tables.")
+@click.option(
+    "--top",
+    default=10,
+    show_default=True,
+    type=click.IntRange(1, 1000),
+    help="Rows in the kernel and operator tables.",
+)
 @_guarded
 def analyze(path: str, as_json: bool, top: int) -> None:
     """Diagnose a torch.profiler trace: a .json / .json.gz file, or a folder of per-rank traces."""
@@ -85,10 +90,20 @@ def analyze(path: str, as_json: bool, top: int) -> None:
 
 
 @cli.command()
-@click.option("--out", default="demo-output", show_default=True, type=click.Path(path_type=str),
-              help="Folder for the demo's trace.")
-@click.option("--steps", default=6, show_default=True, type=click.IntRange(2, 100),
-              help="Profiled training steps.")
+@click.option(
+    "--out",
+    default="demo-output",
+    show_default=True,
+    type=click.Path(path_type=str),
+    help="Folder for the demo's trace.",
+)
+@click.option(
+    "--steps",
+    default=6,
+    show_default=True,
+    type=click.IntRange(2, 100),
+    help="Profiled training steps.",
+)
 @_guarded
 def demo(out: str, steps: int) -> None:
     """Profile a small bundled training loop on the CPU, then analyse its trace."""

@@ -101,7 +101,9 @@ class RuntimeConfig:
         _check_positive("ddp_bucket_cap_mb", self.ddp_bucket_cap_mb)
         _check_positive("max_recompiles", self.max_recompiles, allow_zero=True)
         if self.prefetch_factor is not None and self.num_workers == 0:
-            raise UserError("prefetch_factor needs num_workers > 0 (DataLoader rejects it otherwise)")
+            raise UserError(
+                "prefetch_factor needs num_workers > 0 (DataLoader rejects it otherwise)"
+            )
         if not isinstance(self.extra, dict):
             raise UserError(f"extra must be a table of settings; got {self.extra!r}")
 
