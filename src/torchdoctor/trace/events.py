@@ -1,0 +1,120 @@
+"""The raw shape of a Kineto (Chrome trace) event, as msgspec structs.
+
+Only the fields an analysis reads are declared; msgspec skips the rest without building objects for
+them, which is most of why loading is fast. Types are loose unions on purpose: a trace with an odd
+value in one event must not fail as a whole (the strict path falls back to a lenient one).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import msgspec
+
+Num = int | float
+Id = int | str
+
+
+class Args(msgspec.Struct, omit_defaults=True, gc=False, frozen=True):
+    """The ``args`` fields torchdoctor reads (Kineto spells some keys with spaces and capitals).
+
+    Missing numbers default to -1 so columns build without a None check per event.
+    """
+
+    correlation: Num | str = -1
+    external_id: Num | str = msgspec.field(default=-1, name="External id")
+    device: Num | str = -1
+    stream: Num | str = -1
+    bytes: Num | str = -1
+    # [memory] instant events (profile_memory=True)
+    total_allocated: Num | str = msgspec.field(default=-1, name="Total Allocated")
+    total_reserved: Num | str = msgspec.field(default=-1, name="Total Reserved")
+    device_id: Num | str = msgspec.field(default=-1, name="Device Id")
+    device_type: Num | str = msgspec.field(default=-1, name="Device Type")
+    alloc_bytes: Num | str = msgspec.field(default=-1, name="Bytes")
+    # record_shapes=True: kept raw, decoded only for the few ops that need a dtype
+    input_type: msgspec.Raw = msgspec.field(default=msgspec.Raw(b""), name="Input type")
+
+
+NO_ARGS = Args()
+
+
+class Event(msgspec.Struct, gc=False):
+    """One trace event. ``ph`` is the Chrome trace phase: X complete, i instant, M metadata."""
+
+    ph: str = ""
+    cat: str | None = None
+    name: Any = ""
+    pid: Id | None = None
+    tid: Id | None = None
+    ts: Num | None = None
+    dur: Num = 0
+    args: Args = NO_ARGS
+
+
+STRICT_EVENTS = msgspec.json.Decoder(list[Event])
+ANY_JSON = msgspec.json.Decoder()
+
+
+def coerce_event(obj: object) -> Event | None:
+    """Turn one untyped JSON value into an Event, or None if it is not an object at all.
+
+    Used only on the slow path, when the typed decoder rejected a chunk.
+    """
+    if not isinstance(obj, dict):
+        return None
+    ev = Event(ph=str(obj.get("ph", "")), cat=_opt_str(obj.get("cat")), name=obj.get("name", ""))
+    ev.pid = _opt_id(obj.get("pid"))
+    ev.tid = _opt_id(obj.get("tid"))
+    ev.ts = _opt_num(obj.get("ts"))
+    ev.dur = _opt_num(obj.get("dur")) or 0.0
+    args = obj.get("args")
+    if isinstance(args, dict):
+        ev.args = _coerce_args(args)
+    return ev
+
+
+def _coerce_args(d: dict[str, Any]) -> Args:
+    kw: dict[str, Any] = {}
+    for attr, key in (
+        ("correlation", "correlation"),
+        ("external_id", "External id"),
+        ("device", "device"),
+        ("stream", "stream"),
+        ("bytes", "bytes"),
+        ("total_allocated", "Total Allocated"),
+        ("total_reserved", "Total Reserved"),
+        ("device_id", "Device Id"),
+        ("device_type", "Device Type"),
+        ("alloc_bytes", "Bytes"),
+    ):
+        v = d.get(key)
+        if isinstance(v, int | float | str) and not isinstance(v, bool):
+            kw[attr] = v
+    it = d.get("Input type")
+    if it is not None:
+        kw["input_type"] = msgspec.Raw(msgspec.json.encode(it))
+    return Args(**kw)
+
+
+def _opt_str(v: object) -> str | None:
+    return v if isinstance(v, str) else None
+
+
+def _opt_id(v: object) -> int | str | None:
+    if isinstance(v, bool):
+        return None
+    return v if isinstance(v, int | str) else None
+
+
+def _opt_num(v: object) -> float | None:
+    if isinstance(v, bool):
+        return None
+    if isinstance(v, int | float):
+        return float(v)
+    if isinstance(v, str):
+        try:
+            return float(v)
+        except ValueError:
+            return None
+    return None
