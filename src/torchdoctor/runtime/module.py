@@ -1,0 +1,72 @@
+"""The module ``Runtime.setup`` returns: the user's model behind DDP and/or torch.compile.
+
+Calls go to the wrapped (DDP / compiled) module; attributes, ``state_dict`` and
+``load_state_dict`` go to the user's own module, so checkpoints carry no ``module.`` or
+``_orig_mod.`` prefixes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from torch import nn
+
+from torchdoctor.runtime.compile_guard import RecompileGuard
+
+
+class RuntimeModule(nn.Module):
+    """Wraps ``original`` (the user's module) and ``forward_module`` (what actually runs)."""
+
+    def __init__(
+        self,
+        original: nn.Module,
+        forward_module: nn.Module,
+        *,
+        guard: RecompileGuard | None = None,
+        eager: nn.Module | None = None,
+        on_first_call: Callable[[], None] | None = None,
+    ) -> None:
+        super().__init__()
+        self._original = original
+        self._forward_module = forward_module
+        # Not registered as submodules: they share parameters with the modules above.
+        self.__dict__["_guard"] = guard
+        self.__dict__["_eager"] = eager if eager is not None else forward_module
+        self.__dict__["_on_first_call"] = on_first_call
+        self.__dict__["use_eager"] = False
+
+    @property
+    def module(self) -> nn.Module:
+        """The user's own module (no DDP, no compile)."""
+        return self._original
+
+    def forward(self, *args: Any, **kwargs: Any) -> Any:
+        hook = self.__dict__["_on_first_call"]
+        if hook is not None:
+            self.__dict__["_on_first_call"] = None
+            hook()
+        if self.__dict__["use_eager"]:
+            # FLOP counting runs the uncompiled module: a dispatch mode sees no ops inside
+            # compiled kernels.
+            return self.__dict__["_eager"](*args, **kwargs)
+        guard = self.__dict__["_guard"]
+        if guard is not None:
+            return guard(self._forward_module, args, kwargs)
+        return self._forward_module(*args, **kwargs)
+
+    def __getattr__(self, name: str) -> Any:
+        try:
+            return super().__getattr__(name)
+        except AttributeError:
+            return getattr(self._original, name)
+
+    def state_dict(self, *args: Any, **kwargs: Any) -> Any:  # type: ignore[override]
+        """The user's module's state dict (no wrapper prefixes)."""
+        return self._original.state_dict(*args, **kwargs)
+
+    def load_state_dict(
+        self, state_dict: Mapping[str, Any], strict: bool = True, assign: bool = False
+    ) -> Any:  # type: ignore[override]
+        """Load into the user's module."""
+        return self._original.load_state_dict(state_dict, strict=strict, assign=assign)

@@ -1,0 +1,133 @@
+"""Choosing the numeric precision for the hardware, and the autocast / GradScaler that go with it."""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from torchdoctor.errors import UserError
+
+_MIXED_DTYPES = {"bf16-mixed": torch.bfloat16, "fp16-mixed": torch.float16}
+
+
+@dataclass(frozen=True)
+class PrecisionPlan:
+    """What the runtime does about precision, and why."""
+
+    requested: str
+    """The configured value (may be "auto")."""
+    precision: str
+    """The resolved value: fp32, tf32, bf16-mixed or fp16-mixed."""
+    reason: str
+    """One sentence: why this precision on this device."""
+    autocast_dtype: torch.dtype | None
+    """dtype for torch.autocast, None when no autocast is applied."""
+    use_scaler: bool
+    """Whether a GradScaler scales the loss (fp16 only: bf16 has fp32's exponent range)."""
+    tf32: bool
+    """Whether fp32 matmuls and convolutions run on TF32 tensor cores."""
+
+    @property
+    def peak_dtype(self) -> str:
+        """The dtype whose peak rate MFU is measured against (a key of the hardware table)."""
+        if self.precision == "bf16-mixed":
+            return "bf16"
+        if self.precision == "fp16-mixed":
+            return "fp16"
+        return "tf32" if self.tf32 else "fp32"
+
+
+def cuda_capability(device: torch.device) -> tuple[int, int]:
+    """Compute capability (major, minor) of a CUDA device."""
+    major, minor = torch.cuda.get_device_capability(device)
+    return int(major), int(minor)
+
+
+def _auto(device: torch.device, capability: tuple[int, int] | None) -> tuple[str, str]:
+    if device.type != "cuda" or capability is None:
+        return "fp32", (
+            f"auto on {device.type}: fp32, since mixed precision on a CPU is often slower "
+            "(no bf16 matrix units on most CPUs); set precision='bf16-mixed' to try it"
+        )
+    cc = f"{capability[0]}.{capability[1]}"
+    if capability >= (8, 0):
+        return "bf16-mixed", (
+            f"auto on a CUDA GPU of compute capability {cc}: bf16-mixed, since bf16 tensor cores "
+            "run at fp16 speed and keep fp32's exponent range, so no GradScaler is needed"
+        )
+    return "fp16-mixed", (
+        f"auto on a CUDA GPU of compute capability {cc}: fp16-mixed with a GradScaler, since "
+        "this GPU has fp16 but no bf16 tensor cores"
+    )
+
+
+def choose_precision(
+    requested: str, device: torch.device, *, allow_tf32: bool = True
+) -> PrecisionPlan:
+    """Resolve ``requested`` for ``device``; queries the CUDA capability when on CUDA."""
+    capability = cuda_capability(device) if device.type == "cuda" else None
+    ampere = capability is not None and capability >= (8, 0)
+    if requested == "tf32" and not allow_tf32:
+        raise UserError("precision='tf32' contradicts allow_tf32=false; choose one")
+    if requested == "auto":
+        precision, reason = _auto(device, capability)
+    else:
+        precision, reason = requested, f"precision={requested!r} as configured"
+    if precision == "tf32" and not ampere:
+        precision = "fp32"
+        reason = "tf32 needs a CUDA GPU of compute capability 8.0 or later; running fp32"
+    # TF32 also speeds up the fp32 matmuls that autocast leaves in fp32.
+    tf32 = ampere and (allow_tf32 or precision == "tf32")
+    return PrecisionPlan(
+        requested=requested,
+        precision=precision,
+        reason=reason,
+        autocast_dtype=_MIXED_DTYPES.get(precision),
+        use_scaler=precision == "fp16-mixed",
+        tf32=tf32,
+    )
+
+
+def apply_tf32(plan: PrecisionPlan, device: torch.device) -> None:
+    """Set the global TF32 switches for CUDA matmuls and cuDNN convolutions."""
+    if device.type != "cuda":
+        return
+    torch.backends.cuda.matmul.allow_tf32 = plan.tf32
+    torch.backends.cudnn.allow_tf32 = plan.tf32
+
+
+def autocast_factory(plan: PrecisionPlan, device: torch.device) -> Callable[[], Any]:
+    """A zero-argument function returning a fresh autocast context (or a no-op one)."""
+    dtype = plan.autocast_dtype
+    if dtype is None:
+        null = contextlib.nullcontext()
+        return lambda: null
+    device_type = device.type
+    return lambda: torch.autocast(device_type=device_type, dtype=dtype)
+
+
+def make_scaler(plan: PrecisionPlan, device: torch.device, user_scaler: Any | None) -> Any | None:
+    """The GradScaler for this plan: the user's, a new one for fp16, or None.
+
+    A scaler with bf16 or fp32 is an error: those have fp32's exponent range, so gradients do not
+    underflow and scaling would only cost time.
+    """
+    if not plan.use_scaler:
+        if user_scaler is not None:
+            chosen = "" if plan.requested == plan.precision else f" (auto chose {plan.precision})"
+            raise UserError(
+                f"a GradScaler was passed with precision {plan.precision}{chosen}: only fp16 needs "
+                "one, because bf16 and fp32 keep fp32's exponent range and gradients do not "
+                "underflow; drop the scaler or use precision='fp16-mixed'"
+            )
+        return None
+    if user_scaler is not None:
+        return user_scaler
+    amp = getattr(torch, "amp", None)
+    if amp is not None and hasattr(amp, "GradScaler"):
+        return amp.GradScaler(device.type)
+    return torch.cuda.amp.GradScaler()  # pragma: no cover - torch < 2.3

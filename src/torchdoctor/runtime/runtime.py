@@ -1,0 +1,371 @@
+"""``Runtime``: the object a user adds to their own training loop.
+
+It owns the decisions (device, precision, compile, DDP, data loading, accumulation) and the
+meter; the mechanics live in the sibling modules, one concept each.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import random
+from collections.abc import Iterable, Iterator
+from pathlib import Path
+from typing import Any, overload
+
+import torch
+from torch import nn
+from torch.optim import Optimizer
+from torch.utils.data import Dataset
+
+from torchdoctor.config import RuntimeConfig
+from torchdoctor.errors import UserError
+from torchdoctor.runtime import distributed, log
+from torchdoctor.runtime.compile_guard import RecompileGuard
+from torchdoctor.runtime.data import DevicePrefetcher, RuntimeLoader, build_dataloader, plan_loader
+from torchdoctor.runtime.flops import FlopProbe
+from torchdoctor.runtime.log import logger
+from torchdoctor.runtime.meter import Meter
+from torchdoctor.runtime.module import RuntimeModule
+from torchdoctor.runtime.optim import apply_optimizer_impl
+from torchdoctor.runtime.precision import (
+    apply_tf32,
+    autocast_factory,
+    choose_precision,
+    make_scaler,
+)
+from torchdoctor.runtime.transfer import batch_counts, map_tensors, tensor_mover
+
+_FLOP_STEP = 1  # count FLOPs in the second step: the first one warms up (and compiles)
+
+
+def _seed_everything(seed: int) -> None:
+    random.seed(seed)
+    torch.manual_seed(seed)
+    try:
+        import numpy as np
+    except ImportError:  # pragma: no cover
+        return
+    np.random.seed(seed)
+
+
+class Runtime:
+    """Applies a :class:`RuntimeConfig` to a training loop; see ``docs/runtime.md``.
+
+    Keyword arguments are ``RuntimeConfig`` fields (``precision="auto"``, ``compile="default"``,
+    ...), applied over ``config``. ``device`` overrides the device choice, ``scaler`` supplies a
+    GradScaler (fp16 only) and ``flops_per_step`` replaces the FLOP count the meter measures.
+    """
+
+    def __init__(
+        self,
+        config: RuntimeConfig | None = None,
+        *,
+        device: str | torch.device | None = None,
+        scaler: Any | None = None,
+        flops_per_step: float | None = None,
+        **settings: Any,
+    ) -> None:
+        base = config or RuntimeConfig()
+        if not isinstance(base, RuntimeConfig):
+            raise UserError(f"config must be a RuntimeConfig; got {type(base).__name__}")
+        self.config = (
+            RuntimeConfig.from_dict({**base.to_dict(), **settings}, source="Runtime")
+            if settings
+            else base
+        )
+        info = distributed.detect()
+        log.configure(info.rank)
+        self.device = distributed.select_device(device, info)
+        self.dist = distributed.init_process_group(info, self.device)
+        log.configure(self.dist.rank)
+        if self.config.seed is not None:
+            _seed_everything(self.config.seed)
+        self.precision = choose_precision(
+            self.config.precision, self.device, allow_tf32=self.config.allow_tf32
+        )
+        apply_tf32(self.precision, self.device)
+        if self.device.type == "cuda":
+            torch.backends.cudnn.benchmark = self.config.cudnn_benchmark
+        self.scaler = make_scaler(self.precision, self.device, scaler)
+        self._autocast = autocast_factory(self.precision, self.device)
+        self.meter = Meter(
+            self.device, peak_dtype=self.precision.peak_dtype, flops_per_step=flops_per_step
+        )
+        self._measure_flops = flops_per_step is None
+        self._probe: FlopProbe | None = None
+        self._modules: list[RuntimeModule] = []
+        self._ddp: list[nn.Module] = []
+        self._accum = self.config.grad_accumulation
+        self._micro = 0
+        self._optimizer_note: str | None = None
+        self._loader_plan: dict[str, Any] | None = None
+        logger.info("precision %s: %s", self.precision.precision, self.precision.reason)
+
+    @classmethod
+    def from_file(cls, path: str | Path, **kwargs: Any) -> Runtime:
+        """A runtime configured by a TOML file; keyword arguments as for ``Runtime(...)``."""
+        return cls(RuntimeConfig.from_file(path), **kwargs)
+
+    # -- where this process is ----------------------------------------------------------------
+    @property
+    def rank(self) -> int:
+        """Global rank (0 in a single process)."""
+        return self.dist.rank
+
+    @property
+    def local_rank(self) -> int:
+        """Rank on this machine."""
+        return self.dist.local_rank
+
+    @property
+    def world_size(self) -> int:
+        """Number of processes."""
+        return self.dist.world_size
+
+    @property
+    def is_global_zero(self) -> bool:
+        """True on the process that should log and save."""
+        return self.dist.rank == 0
+
+    def print(self, *args: Any, **kwargs: Any) -> None:
+        """``print`` on rank 0 only."""
+        if self.is_global_zero:
+            print(*args, **kwargs)
+
+    # -- model and optimizer ------------------------------------------------------------------
+    @overload
+    def setup(self, model: nn.Module) -> RuntimeModule: ...
+    @overload
+    def setup(self, model: nn.Module, optimizer: Optimizer) -> tuple[RuntimeModule, Optimizer]: ...
+
+    def setup(self, model: nn.Module, optimizer: Optimizer | None = None) -> Any:
+        """Move ``model`` to the device (channels_last if asked), wrap it in DDP under torchrun,
+        compile it if asked, and rebuild ``optimizer`` with ``optimizer_impl`` while it is fresh.
+        Returns ``model`` or ``(model, optimizer)``; use the returned objects from then on."""
+        if isinstance(model, RuntimeModule):
+            raise UserError("this model was already set up; pass the original module")
+        model = model.to(self.device)
+        if self.config.channels_last:
+            model = model.to(memory_format=torch.channels_last)  # type: ignore[call-overload]
+        forward: nn.Module = model
+        if self.dist.distributed:
+            forward = distributed.wrap_ddp(
+                model, self.device, bucket_cap_mb=self.config.ddp_bucket_cap_mb
+            )
+            self._ddp.append(forward)
+            self._sync_flag()
+        eager, guard = forward, None
+        if self.config.compile != "off":
+            mode = None if self.config.compile == "default" else self.config.compile
+            forward = torch.compile(forward, mode=mode, dynamic=self.config.dynamic)  # type: ignore[assignment]
+            guard = RecompileGuard(
+                model, max_recompiles=self.config.max_recompiles, on_compile=self.meter.note_compile
+            )
+        wrapped = RuntimeModule(
+            model, forward, guard=guard, eager=eager, on_first_call=self.meter.start
+        )
+        self._modules.append(wrapped)
+        if optimizer is None:
+            return wrapped
+        optimizer, self._optimizer_note = apply_optimizer_impl(
+            optimizer, self.config.optimizer_impl
+        )
+        if self._optimizer_note:
+            logger.info(self._optimizer_note)
+        return wrapped, optimizer
+
+    # -- the loop -----------------------------------------------------------------------------
+    def autocast(self) -> contextlib.AbstractContextManager[Any]:
+        """The forward-pass context for the chosen precision (a no-op for fp32 / tf32)."""
+        return self._autocast()  # type: ignore[no-any-return]
+
+    def backward(self, loss: torch.Tensor, **kwargs: Any) -> None:
+        """``loss.backward()``, divided by the accumulation count and scaled for fp16."""
+        if self._accum > 1:
+            loss = loss / self._accum
+        if self.scaler is not None:
+            loss = self.scaler.scale(loss)
+        loss.backward(**kwargs)
+        self._micro += 1
+        self._sync_flag()
+
+    @property
+    def at_step_boundary(self) -> bool:
+        """True when the next ``step`` really steps (the last micro-batch of an accumulation)."""
+        return self._micro >= self._accum
+
+    def clip_gradients(
+        self, model: nn.Module, optimizer: Optimizer, max_norm: float
+    ) -> torch.Tensor | None:
+        """Clip the total gradient norm to ``max_norm`` (unscaling fp16 gradients first); returns
+        the norm before clipping, or None on an inner accumulation step."""
+        if not self.at_step_boundary:
+            return None
+        if self.scaler is not None:
+            self.scaler.unscale_(optimizer)
+        return torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm)
+
+    def step(self, optimizer: Optimizer) -> bool:
+        """Step ``optimizer`` and zero its gradients, on the last micro-batch only; returns
+        whether it stepped. Skipped fp16 steps (inf/NaN gradients) are counted by the meter."""
+        if self._micro < self._accum and self._micro > 0:
+            return False
+        if self._probe is not None:
+            self._finish_flop_count()
+        if self.scaler is not None:
+            self._scaled_step(optimizer)
+        else:
+            optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+        self._micro = 0
+        self._sync_flag()
+        self.meter.step_end()
+        if self._measure_flops and self.meter.steps == _FLOP_STEP:
+            self._start_flop_count()
+        return True
+
+    def _scaled_step(self, optimizer: Optimizer) -> None:
+        assert self.scaler is not None
+        self.scaler.step(optimizer)
+        found = getattr(self.scaler, "_found_inf_per_device", None)
+        if callable(found):
+            # Summed on the device: reading it now would wait for the GPU every step.
+            flags = list(found(optimizer).values())
+            if flags:
+                self.meter.skipped = self.meter.skipped + sum(flags)
+        self.scaler.update()
+
+    @contextlib.contextmanager
+    def accumulate(self, n: int | None = None) -> Iterator[None]:
+        """Accumulate gradients over ``n`` micro-batches inside this block (default: the
+        configured ``grad_accumulation``). Inner micro-batches skip DDP's all-reduce (no_sync)
+        and ``step``; the loss is divided by ``n`` so the update equals one large batch's."""
+        n = self.config.grad_accumulation if n is None else n
+        if isinstance(n, bool) or not isinstance(n, int) or n < 1:
+            raise UserError(f"accumulate(n) needs a positive integer; got {n!r}")
+        previous, self._accum = self._accum, n
+        self._sync_flag()
+        try:
+            yield
+        finally:
+            self._accum = previous
+            self._sync_flag()
+
+    def _sync_flag(self) -> None:
+        # DDP reads this flag in forward: False means "do not all-reduce in the next backward".
+        sync = self._micro >= self._accum - 1
+        for ddp in self._ddp:
+            ddp.require_backward_grad_sync = sync  # type: ignore[assignment]
+
+    # -- FLOP counting ------------------------------------------------------------------------
+    def _start_flop_count(self) -> None:
+        if not self._modules:
+            return
+        self._probe = FlopProbe()
+        for m in self._modules:
+            m.__dict__["use_eager"] = True
+        self.meter.flag_step("flops")
+        self._probe.start()
+
+    def _finish_flop_count(self) -> None:
+        assert self._probe is not None
+        count = self._probe.stop()
+        self._probe = None
+        self._measure_flops = False
+        for m in self._modules:
+            m.__dict__["use_eager"] = False
+        if count.total:
+            self.meter.flops_per_step = float(count.total)
+        self.meter.flops_note = count.note
+        if count.note:
+            logger.warning(count.note)
+
+    # -- data ---------------------------------------------------------------------------------
+    def loader(
+        self, dataset: Dataset[Any], *, batch_size: int = 1, shuffle: bool = False, **kwargs: Any
+    ) -> RuntimeLoader:
+        """A DataLoader over ``dataset`` with the runtime's defaults (workers per local rank,
+        pinned memory on CUDA, persistent workers, DistributedSampler under DDP) and batches
+        prefetched to the device. Keyword arguments go to ``DataLoader`` and win over defaults."""
+        plan = plan_loader(
+            self.config,
+            self.device,
+            batch_size=batch_size,
+            local_world_size=self.dist.local_world_size,
+            distributed=self.dist.distributed,
+            overrides=kwargs,
+        )
+        if self.config.batch_size and self.config.batch_size != batch_size:
+            logger.info(
+                "batch_size %d from the configuration (the script asked for %d)",
+                self.config.batch_size,
+                batch_size,
+            )
+        loader_kwargs = {
+            k: v
+            for k, v in kwargs.items()
+            if k not in ("num_workers", "pin_memory", "persistent_workers", "prefetch_factor")
+        }
+        dataloader = build_dataloader(
+            dataset,
+            plan,
+            shuffle=shuffle,
+            rank=self.rank,
+            world_size=self.world_size,
+            seed=self.config.seed or 0,
+            overrides=loader_kwargs,
+        )
+        self._loader_plan = dataclasses.asdict(plan)
+        return RuntimeLoader(dataloader, plan, self.prefetcher)
+
+    def prefetcher(self, source: Iterable[Any]) -> DevicePrefetcher:
+        """Wrap any iterable of batches: batches arrive on the device, copied ahead on CUDA."""
+        return DevicePrefetcher(
+            source,
+            self.device,
+            depth=self.config.device_prefetch,
+            channels_last=self.config.channels_last,
+            on_batch=self._count_batch,
+        )
+
+    def _count_batch(self, batch: Any) -> None:
+        samples, tokens = batch_counts(batch)
+        self.meter.count_batch(samples, tokens)
+
+    def to_device(self, batch: Any) -> Any:
+        """``batch`` (tensors in any nesting of tuples, lists, dicts, dataclasses) on the device."""
+        return map_tensors(
+            batch, tensor_mover(self.device, channels_last=self.config.channels_last)
+        )
+
+    # -- configuration ------------------------------------------------------------------------
+    def config_dict(self) -> dict[str, Any]:
+        """The effective configuration: every setting, with what ``auto`` / ``None`` resolved to,
+        plus the device and process layout, for reports and run records."""
+        out = self.config.to_dict()
+        out.update(
+            precision=self.precision.precision,
+            precision_requested=self.precision.requested,
+            precision_reason=self.precision.reason,
+            tf32=self.precision.tf32,
+            grad_scaler=self.scaler is not None,
+            device=str(self.device),
+            rank=self.rank,
+            world_size=self.world_size,
+            backend=self.dist.backend,
+            optimizer_note=self._optimizer_note,
+            loader=self._loader_plan,
+            torch_version=torch.__version__,
+        )
+        return out
+
+    def save(self, path: str | Path) -> Path:
+        """Write the configuration as TOML (what ``auto`` chose goes in a comment); returns the path."""
+        note = f"precision {self.config.precision} resolved to {self.precision.precision} on {self.device}: {self.precision.reason}"
+        return self.config.save(path, comment=f"torchdoctor runtime configuration\n{note}")
+
+    def close(self) -> None:
+        """Destroy the process group if this runtime created it (also runs at exit)."""
+        if distributed.created_here():
+            distributed.teardown()
