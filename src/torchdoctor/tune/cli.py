@@ -1,0 +1,297 @@
+"""``torchdoctor tune WORKLOAD.py``: search configurations, prove them, write the winner."""
+
+from __future__ import annotations
+
+import re
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import click
+
+from torchdoctor.errors import UserError
+from torchdoctor.tune.space import KNOB_NAMES
+
+_UNITS = {"s": 1.0, "m": 60.0, "h": 3600.0}
+_DURATION = re.compile(r"(\d+(?:\.\d+)?)\s*([smh]?)")
+
+
+def parse_duration(text: str) -> float:
+    """Seconds in ``300``, ``90s``, ``5m``, ``1h`` or ``1h30m``; anything else is a UserError."""
+    s = text.strip().lower()
+    parts = list(_DURATION.finditer(s))
+    joined = "".join(m.group(0) for m in parts)
+    if not s or not parts or joined.replace(" ", "") != s.replace(" ", ""):
+        raise UserError(
+            f"bad duration {text!r}: use seconds (300) or a number with a unit (90s, 5m, 1h)"
+        )
+    if len(parts) > 1 and any(not m.group(2) for m in parts):
+        raise UserError(f"bad duration {text!r}: give every part a unit (1h30m)")
+    total = sum(float(m.group(1)) * _UNITS[m.group(2) or "s"] for m in parts)
+    if total <= 0:
+        raise UserError(f"bad duration {text!r}: must be more than 0 seconds")
+    return total
+
+
+def _knobs(text: str | None) -> tuple[str, ...] | None:
+    if not text:
+        return None
+    names = tuple(n.strip() for n in text.split(",") if n.strip())
+    for n in names:
+        if n not in KNOB_NAMES:
+            raise UserError(f"unknown knob {n!r} (choose from {', '.join(KNOB_NAMES)})")
+    return names
+
+
+@click.command("tune", context_settings={"help_option_names": ["-h", "--help"]})
+@click.argument("workload", type=click.Path(path_type=str))
+@click.option(
+    "--budget", default=None, help="Stop starting trials after this much time: 300, 90s, 5m, 1h."
+)
+@click.option(
+    "--max-trials",
+    type=click.IntRange(2, 10_000),
+    default=None,
+    help="At most this many trials (baseline twice included).",
+)
+@click.option(
+    "--knobs",
+    default=None,
+    help=f"Comma-separated knobs to search (default: all that apply): {', '.join(KNOB_NAMES)}.",
+)
+@click.option(
+    "--steps",
+    type=click.IntRange(3, 100_000),
+    default=20,
+    show_default=True,
+    help="Measured optimizer steps per trial.",
+)
+@click.option(
+    "--warmup",
+    type=click.IntRange(1, 10_000),
+    default=3,
+    show_default=True,
+    help="Warm-up steps per trial (compile happens here).",
+)
+@click.option(
+    "--fidelity-steps",
+    type=click.IntRange(1, 100_000),
+    default=20,
+    show_default=True,
+    help="Steps whose loss must match the fp32 reference.",
+)
+@click.option(
+    "--min-gain",
+    type=click.FloatRange(0.0, 0.9),
+    default=0.02,
+    show_default=True,
+    help="Smallest relative speed-up that counts.",
+)
+@click.option(
+    "--trial-timeout",
+    default="5m",
+    show_default=True,
+    help="Kill a trial after this long (a hang).",
+)
+@click.option(
+    "--seed", type=int, default=0, show_default=True, help="Seed for model init and data."
+)
+@click.option("--function", default=None, help="Workload function name, when the file has several.")
+@click.option(
+    "--db",
+    default="torchdoctor-runs/tune.sqlite",
+    show_default=True,
+    type=click.Path(path_type=str),
+    help="SQLite results file.",
+)
+@click.option("--resume", is_flag=True, help="Continue the latest run of this workload in --db.")
+@click.option(
+    "--json",
+    "json_path",
+    default=None,
+    type=click.Path(path_type=str),
+    help="Also write the results as JSON to this file ('-': stdout).",
+)
+@click.option(
+    "--out",
+    default="torchdoctor.toml",
+    show_default=True,
+    type=click.Path(path_type=str),
+    help="Where to write the winning configuration.",
+)
+def tune_command(workload: str, **opts: Any) -> None:
+    """Measure configurations of WORKLOAD.py side by side; keep the fastest faithful one."""
+    from torchdoctor.cli import _guarded
+
+    _guarded(_tune)(workload, **opts)
+
+
+def _settings(workload: str, opts: dict[str, Any]) -> dict[str, Any]:
+    """What identifies a run: resuming with different values would mix incomparable trials."""
+    return {
+        "workload": str(Path(workload).resolve()),
+        "function": opts["function"],
+        "steps": opts["steps"],
+        "warmup": opts["warmup"],
+        "fidelity_steps": opts["fidelity_steps"],
+        "min_gain": opts["min_gain"],
+        "seed": opts["seed"],
+        "knobs": _knobs(opts["knobs"]),
+    }
+
+
+def _open_run(store: Any, settings: dict[str, Any], resume: bool) -> int:
+    if not resume:
+        return int(store.new_run(settings["workload"], settings))
+    latest = store.latest_run(settings["workload"])
+    if latest is None:
+        raise UserError(
+            f"nothing to resume: no earlier run of {settings['workload']} in {store.path}"
+        )
+    run_id, saved = latest
+    saved["knobs"] = tuple(saved["knobs"]) if saved.get("knobs") else None
+    for key, value in settings.items():
+        if saved.get(key) != value:
+            raise UserError(
+                f"cannot resume: --{key.replace('_', '-')} was {saved.get(key)!r}, now {value!r}"
+            )
+    return run_id
+
+
+def _tune(workload: str, **opts: Any) -> None:
+    from rich.console import Console
+
+    from torchdoctor.tune import diagnosis, report, store
+    from torchdoctor.tune.runner import TrialRunner
+    from torchdoctor.tune.search import BaselineFailed, Search, Settings
+    from torchdoctor.tune.workload import check_file
+
+    check_file(workload, opts["function"])
+    budget_s = parse_duration(opts["budget"]) if opts["budget"] else None
+    timeout_s = parse_duration(opts["trial_timeout"])
+    settings = _settings(workload, opts)
+    if opts["fidelity_steps"] > opts["steps"] + opts["warmup"]:
+        raise UserError(
+            "--fidelity-steps must be at most --warmup + --steps (the steps a trial runs)"
+        )
+    console = Console(stderr=opts["json_path"] == "-")
+    db = store.Store(opts["db"])
+    run_id = _open_run(db, settings, opts["resume"])
+    workdir = Path(opts["db"]).parent / f"run-{run_id}"
+    workdir.mkdir(parents=True, exist_ok=True)
+    runner = TrialRunner(
+        workload,
+        function=opts["function"],
+        warmup=opts["warmup"],
+        steps=opts["steps"],
+        seed=opts["seed"],
+        timeout_s=timeout_s,
+        workdir=str(workdir),
+        env=_compile_cache_env(Path(opts["db"]).parent),
+    )
+    live = _Live(console, runner)
+    stored = store.StoredRunner(db, run_id, live)
+    search = Search(
+        stored,
+        Settings(
+            budget_s,
+            opts["max_trials"],
+            opts["min_gain"],
+            opts["fidelity_steps"],
+            settings["knobs"],
+        ),
+        diagnose=lambda result: _diagnose_once(db, run_id, result, diagnosis.diagnose),
+        on_record=live.record,
+    )
+    live.search = search
+    try:
+        summary = search.run()
+    except BaselineFailed as exc:
+        raise UserError(str(exc)) from None
+    finally:
+        db.close()
+    report.render_table(summary, console)
+    _write_outputs(summary, runner, opts, console)
+
+
+def _compile_cache_env(folder: Path) -> dict[str, str]:
+    import os
+
+    # A shared inductor cache: the first compiled trial pays the cold compile, later ones (and a
+    # resumed run) pay what a user's second run pays.
+    if "TORCHINDUCTOR_CACHE_DIR" in os.environ:
+        return {}
+    return {"TORCHINDUCTOR_CACHE_DIR": str((folder / "inductor-cache").resolve())}
+
+
+def _diagnose_once(db: Any, run_id: int, result: Any, diagnose: Any) -> list[str]:
+    saved = db.finding_ids(run_id)
+    if saved is not None:
+        return list(saved)
+    ids = list(diagnose(result))
+    db.save_finding_ids(run_id, ids)
+    return ids
+
+
+def _write_outputs(summary: Any, runner: Any, opts: dict[str, Any], console: Any) -> None:
+    from torchdoctor.tune import measure, report
+    from torchdoctor.tune.space import to_config
+
+    best = summary.best
+    config = to_config(best.trial.assignment, batch_size=runner.batch_size, seed=opts["seed"])
+    config.seed = None  # the tuner's seed made trials comparable; training keeps its own
+    sp = measure.speedup(summary.baseline.stats, best.stats) if best.stats else 1.0
+    note = (
+        f"Written by torchdoctor tune for {Path(runner.workload).name}: "
+        f"{sp:.2f}x the fp32 eager baseline, loss within the fidelity tolerance.\n"
+        f"Load it with torchdoctor.Runtime.from_file(...)."
+    )
+    out = config.save(opts["out"], comment=note)
+    console.print(f"wrote {out}")
+    if opts["json_path"] == "-":
+        click.echo(report.to_json(summary))
+    elif opts["json_path"]:
+        Path(opts["json_path"]).write_text(report.to_json(summary), encoding="utf-8")
+        console.print(f"wrote {opts['json_path']}")
+
+
+class _Live:
+    """Runs trials under a rich status spinner and prints one line as each finishes."""
+
+    def __init__(self, console: Any, runner: Any) -> None:
+        self.console, self.runner = console, runner
+        self.search: Any = None
+        self.started = time.perf_counter()
+        self.best: Any = None
+
+    def __call__(self, trial: Any) -> Any:
+        from torchdoctor.tune.report import describe
+
+        n = len(self.search.records) + 1 if self.search else 1
+        with self.console.status(f"trial {n}: {trial.phase} {describe(trial.assignment)} …"):
+            return self.runner(trial)
+
+    def _total_hint(self) -> int:
+        s = self.search
+        if s is None or s.space is None:
+            return 2
+        singles = sum(len(k.values) - 1 for k in s.space.top_level())
+        hint = 2 + singles + max(0, len(s.space.top_level()) - 1)
+        return min(hint, s.settings.max_trials or hint)
+
+    def record(self, rec: Any) -> None:
+        from torchdoctor.tune.report import progress_line
+
+        if rec.result.probe and self.runner.batch_size is None:
+            self.runner.batch_size = int(rec.result.probe.get("batch_size") or 0) or None
+        if rec.usable and (self.best is None or rec.stats.median_s < self.best.stats.median_s):
+            self.best = rec
+        elapsed = time.perf_counter() - self.started
+        self.console.print(
+            progress_line(rec, max(self._total_hint(), rec.seq + 1), self.best, elapsed)
+        )
+
+
+if __name__ == "__main__":
+    tune_command.main(args=sys.argv[1:], prog_name="torchdoctor tune")

@@ -1,0 +1,92 @@
+"""Step-time statistics: median and spread, "beats by more than the noise", compile break-even.
+
+Follows ``torch.utils.benchmark``: keep the raw times, report median and interquartile range (IQR),
+never the mean (one descheduled step on a shared machine moves a mean, not a median).
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+# A median over n samples has standard error ~ 1.2533 * sigma / sqrt(n) (normal samples), and
+# sigma ~ IQR / 1.349; together ~0.93 * IQR / sqrt(n).
+_SE_PER_IQR = 1.2533 / 1.349
+
+MIN_GAIN = 0.02
+"""Default smallest relative speed-up that counts: below ~2% the same configuration measured in two
+processes on a shared machine differs by as much (the baseline is measured twice to check)."""
+
+
+@dataclass(frozen=True)
+class StepStats:
+    """Steady-state step times of one trial (warm-up excluded)."""
+
+    median_s: float
+    """Median step time in seconds."""
+    iqr_s: float
+    """Interquartile range (75th - 25th percentile) of the step times, in seconds."""
+    n: int
+    """Steps measured."""
+
+    @property
+    def rel_spread(self) -> float:
+        """IQR as a fraction of the median (0.1 = 10%)."""
+        return self.iqr_s / self.median_s if self.median_s > 0 else math.inf
+
+    @property
+    def se_s(self) -> float:
+        """Approximate standard error of the median, in seconds."""
+        return _SE_PER_IQR * self.iqr_s / math.sqrt(max(self.n, 1))
+
+
+def step_stats(step_times_s: Sequence[float]) -> StepStats:
+    """Median and IQR of ``step_times_s`` (seconds); needs at least one time."""
+    if not step_times_s:
+        raise ValueError("no step times")
+    xs = sorted(step_times_s)
+    if len(xs) < 4:
+        return StepStats(statistics.median(xs), xs[-1] - xs[0], len(xs))
+    q1, _, q3 = statistics.quantiles(xs, n=4, method="inclusive")
+    return StepStats(statistics.median(xs), q3 - q1, len(xs))
+
+
+def noise_threshold_s(a: StepStats, b: StepStats, *, min_gain: float = MIN_GAIN) -> float:
+    """The smallest difference of medians, in seconds, that counts as real between ``a`` and ``b``.
+
+    The larger of ``min_gain`` times ``b``'s median and two standard errors of the difference.
+    """
+    return max(min_gain * b.median_s, 2.0 * math.hypot(a.se_s, b.se_s))
+
+
+def beats(a: StepStats, b: StepStats, *, min_gain: float = MIN_GAIN) -> bool:
+    """True when ``a`` is faster than ``b`` by more than the noise (see :func:`noise_threshold_s`)."""
+    return b.median_s - a.median_s > noise_threshold_s(a, b, min_gain=min_gain)
+
+
+def speedup(baseline: StepStats, other: StepStats) -> float:
+    """Baseline median / other median (2.0 = twice as fast as the baseline)."""
+    return baseline.median_s / other.median_s if other.median_s > 0 else math.inf
+
+
+def warmup_overhead_s(warmup_times_s: Sequence[float], steady: StepStats) -> float:
+    """Seconds the warm-up steps took beyond steady-state steps (compile time, for compiled runs)."""
+    return max(0.0, sum(t - steady.median_s for t in warmup_times_s))
+
+
+def break_even_steps(compile_s: float, eager: StepStats, compiled: StepStats) -> float | None:
+    """Steps after which compiling pays off: compile seconds / seconds saved per step.
+
+    None when the compiled step is not faster than the eager one (compiling never pays).
+    """
+    saved = eager.median_s - compiled.median_s
+    if saved <= 0:
+        return None
+    return math.ceil(compile_s / saved)
+
+
+def drift(first: StepStats, again: StepStats) -> float:
+    """Relative change of the same configuration's median between two measurements (0.05 = 5%)."""
+    return abs(again.median_s - first.median_s) / first.median_s if first.median_s > 0 else 0.0

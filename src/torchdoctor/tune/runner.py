@@ -1,0 +1,121 @@
+"""Run one trial in its own process, with a timeout, and turn whatever happens into a result.
+
+A child process per trial isolates what a configuration can do to the process it runs in: an
+out-of-memory, a segfault in a compiled kernel, a deadlocked DataLoader worker, or torch.compile's
+global caches and thread pools leaking into the next trial's timing.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from torchdoctor.tune.space import to_config
+from torchdoctor.tune.trial import Trial, TrialResult
+
+
+@dataclass
+class TrialRunner:
+    """Runs trials of one workload file as ``python -m torchdoctor.tune.worker`` children."""
+
+    workload: str
+    """Path of the workload file."""
+    batch_size: int | None = None
+    """The workload's global batch (learned from the baseline's probe); None until known."""
+    function: str | None = None
+    """Name of the workload function when the file has several."""
+    warmup: int = 3
+    """Warm-up optimizer steps per trial (not timed as steady state; they hold compile time)."""
+    steps: int = 20
+    """Measured optimizer steps per trial."""
+    seed: int = 0
+    """Seed for torch, numpy and random before the model is built."""
+    timeout_s: float = 300.0
+    """A trial still running after this many seconds is killed and recorded as a hang."""
+    workdir: str | None = None
+    """Where traces and scratch files go (a temporary folder when None)."""
+    env: dict[str, str] = field(default_factory=dict)
+    """Extra environment variables for the children."""
+
+    def spec(self, trial: Trial, result_path: Path) -> dict[str, Any]:
+        """The JSON the child reads: workload, configuration, steps, seed, result path."""
+        config = to_config(trial.assignment, batch_size=self.batch_size, seed=self.seed)
+        wd = Path(self.workdir or tempfile.gettempdir())
+        baseline = trial.phase == "baseline"
+        return {
+            "workload": str(Path(self.workload).resolve()),
+            "function": self.function,
+            "config": config.to_dict(),
+            "warmup": self.warmup,
+            "steps": self.steps,
+            "seed": self.seed,
+            "result_path": str(result_path),
+            "probe": baseline,
+            "trace_path": str(wd / "baseline-trace.json") if baseline else None,
+        }
+
+    def __call__(self, trial: Trial) -> TrialResult:
+        """Run ``trial`` to completion, failure or timeout; never raises for a failed trial."""
+        with tempfile.TemporaryDirectory(prefix="td-trial-") as tmp:
+            result_path = Path(tmp) / "result.json"
+            spec_path = Path(tmp) / "spec.json"
+            spec_path.write_text(json.dumps(self.spec(trial, result_path)), encoding="utf-8")
+            start = time.perf_counter()
+            result = self._launch(spec_path, result_path)
+            result.wall_s = time.perf_counter() - start
+        if result.probe and self.batch_size is None:
+            self.batch_size = int(result.probe.get("batch_size") or 0) or None
+        return result
+
+    def _launch(self, spec_path: Path, result_path: Path) -> TrialResult:
+        cmd = [sys.executable, "-m", "torchdoctor.tune.worker", str(spec_path)]
+        env = {**os.environ, **self.env}
+        # Own session: on timeout the whole group goes (DataLoader workers, compile workers).
+        proc = subprocess.Popen(
+            cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True
+        )
+        try:
+            _, err = proc.communicate(timeout=self.timeout_s)
+        except subprocess.TimeoutExpired:
+            _kill_group(proc)
+            return TrialResult(
+                status="timeout", reason=f"no result after {self.timeout_s:.0f} s (hang?)"
+            )
+        finally:
+            if proc.poll() is None:
+                _kill_group(proc)
+        _kill_group(proc)  # workers the trial leaked must not steal CPU from the next trial
+        return _read_result(proc.returncode, result_path, err.decode("utf-8", "replace"))
+
+
+def _kill_group(proc: subprocess.Popen[bytes]) -> None:
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(proc.pid, signal.SIGKILL)
+    # A process the kernel cannot reap within 10 s is left behind rather than hanging the search.
+    with contextlib.suppress(subprocess.TimeoutExpired):
+        proc.wait(timeout=10)
+
+
+def _read_result(returncode: int, path: Path, stderr: str) -> TrialResult:
+    if returncode < 0:
+        name = signal.Signals(-returncode).name
+        hint = " (the kernel's out-of-memory killer sends SIGKILL)" if name == "SIGKILL" else ""
+        return TrialResult(status="crash", reason=f"killed by {name}{hint}")
+    if path.exists():
+        try:
+            return TrialResult.from_dict(json.loads(path.read_text(encoding="utf-8")))
+        except (ValueError, OSError) as exc:
+            return TrialResult(status="error", reason=f"unreadable result: {exc}")
+    tail = " | ".join(line for line in stderr.strip().splitlines()[-3:])
+    return TrialResult(
+        status="error", reason=f"exit status {returncode} without a result: {tail[:400]}"
+    )

@@ -1,0 +1,217 @@
+"""The trial's child process: build the workload, apply the configuration, train, report.
+
+Run as ``python -m torchdoctor.tune.worker SPEC.json``. The spec names the workload file, the
+configuration, the step counts and where to write the result (JSON, written atomically). Every
+failure the process survives is reported with its reason; a crash by signal or a hang is seen by
+the parent (``runner.py``).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import random
+import resource
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from torchdoctor.config import RuntimeConfig
+from torchdoctor.errors import UserError
+from torchdoctor.tune.trial import TrialResult
+from torchdoctor.tune.workload import Workload, find_function, load_module
+
+
+def _seed(seed: int) -> None:
+    import numpy as np
+    import torch
+
+    random.seed(seed)
+    np.random.seed(seed)
+    torch.manual_seed(seed)
+
+
+def _has_4d(batch: Any) -> bool:
+    import torch
+
+    if isinstance(batch, torch.Tensor):
+        return batch.dim() == 4
+    if isinstance(batch, dict):
+        return any(_has_4d(v) for v in batch.values())
+    if isinstance(batch, tuple | list):
+        return any(_has_4d(v) for v in batch)
+    return False
+
+
+def _probe(wl: Workload, device: Any) -> dict[str, Any]:
+    """What the device and the workload support (see ``space.Probe``)."""
+    import shutil
+
+    import torch
+
+    from torchdoctor.tune.adapter import supported_impls
+
+    first = next(
+        iter(torch.utils.data.DataLoader(wl.dataset, batch_size=2, collate_fn=wl.collate_fn))
+    )
+    cuda = device.type == "cuda"
+    return {
+        "device": device.type,
+        "cuda_capability": list(torch.cuda.get_device_capability(device)) if cuda else None,
+        "bf16": torch.cuda.is_bf16_supported() if cuda else True,
+        "compiler": bool(shutil.which(os.environ.get("CXX", "g++")) or shutil.which("c++")) or cuda,
+        "cpu_count": len(os.sched_getaffinity(0))
+        if hasattr(os, "sched_getaffinity")
+        else os.cpu_count() or 1,
+        "image_batches": _has_4d(first),
+        "optimizer_impls": list(supported_impls(wl.optimizer, device)),
+        "world_size": int(os.environ.get("WORLD_SIZE", "1")),
+        "batch_size": wl.batch_size,
+    }
+
+
+class _Loop:
+    """The training loop a trial times: one optimizer step per call, gradient accumulation inside."""
+
+    def __init__(self, spec: dict[str, Any], config: RuntimeConfig, wl: Workload) -> None:
+        from torchdoctor.tune.adapter import cycle, make_backend, rebuild_optimizer
+
+        self.config, self.wl = config, wl
+        self.accum = config.grad_accumulation
+        if wl.batch_size % self.accum:
+            raise UserError(
+                f"batch size {wl.batch_size} is not divisible by accumulation {self.accum}"
+            )
+        self.backend = make_backend(config)
+        optimizer = rebuild_optimizer(wl.optimizer, config.optimizer_impl)
+        self.model, self.optimizer = self.backend.setup(wl.model, optimizer)
+        loader = self.backend.loader(
+            wl.dataset, batch_size=wl.batch_size // self.accum, collate_fn=wl.collate_fn
+        )
+        self.batches = cycle(loader)
+        self.wait_s = 0.0
+
+    def step(self) -> float:
+        """One optimizer step; returns the mean loss over its micro-batches."""
+        total = 0.0
+        for _ in range(self.accum):
+            t0 = time.perf_counter()
+            batch = self.backend.to_device(next(self.batches))
+            self.wait_s += time.perf_counter() - t0
+            with self.backend.autocast():
+                loss = self.wl.loss(self.model, batch)
+            self.backend.backward(loss / self.accum)
+            total += float(loss.detach().float().item())  # the value the fidelity gate compares
+        self.backend.step(self.optimizer)
+        self.optimizer.zero_grad(set_to_none=True)
+        self.backend.sync()
+        return total / self.accum
+
+
+def _train(loop: _Loop, spec: dict[str, Any], out: TrialResult) -> None:
+    warmup, steps = int(spec["warmup"]), int(spec["steps"])
+    for i in range(warmup + steps):
+        if i == warmup:
+            loop.wait_s = 0.0
+        t0 = time.perf_counter()
+        loss = loop.step()
+        dt = time.perf_counter() - t0
+        out.losses.append(loss)
+        (out.warmup_times_s if i < warmup else out.step_times_s).append(dt)
+        if not math.isfinite(loss):
+            out.status, out.reason = "nonfinite", f"loss is {loss} at step {i}"
+            return
+    if out.step_times_s:
+        out.data_wait_share = min(1.0, loop.wait_s / sum(out.step_times_s))
+
+
+def _profile(loop: _Loop, path: str, steps: int = 3) -> str:
+    """Profile a few extra steps (after the measured ones) into a Chrome trace for the diagnosis."""
+    import torch
+    from torch.profiler import ProfilerActivity, profile, schedule
+
+    acts = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if torch.cuda.is_available() else [])
+    with profile(
+        activities=acts,
+        schedule=schedule(wait=0, warmup=1, active=steps),
+        on_trace_ready=lambda p: p.export_chrome_trace(path),
+    ) as prof:
+        for _ in range(steps + 1):
+            loop.step()
+            prof.step()
+    return path
+
+
+def _peak_bytes(device: Any) -> int:
+    import torch
+
+    if device.type == "cuda":
+        return int(torch.cuda.max_memory_allocated(device))
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # Linux reports KiB
+
+
+def run_trial(spec: dict[str, Any]) -> TrialResult:
+    """Build the workload of ``spec``, train warm-up + measured steps, and report what happened."""
+    config = RuntimeConfig.from_dict(spec["config"])
+    _seed(int(spec["seed"]))
+    fn = find_function(load_module(spec["workload"]), spec["workload"], spec.get("function"))
+    wl = Workload.coerce(fn(config))
+    out = TrialResult(status="ok", samples_per_step=wl.batch_size)
+    from torchdoctor.tune.adapter import pick_device
+
+    device = pick_device()
+    if spec.get("probe"):
+        out.probe = _probe(wl, device)
+    _seed(int(spec["seed"]))  # the probe must not shift the random stream the loop sees
+    try:
+        loop = _Loop(spec, config, wl)
+        if out.probe is not None:
+            out.probe["backend"] = loop.backend.name
+        _train(loop, spec, out)
+        if out.status == "ok" and spec.get("trace_path"):
+            out.trace_path = _profile(loop, spec["trace_path"])
+    except Exception as exc:
+        failed = classify(exc)
+        failed.probe, failed.samples_per_step = out.probe, out.samples_per_step
+        return failed
+    out.peak_bytes = _peak_bytes(device)
+    return out
+
+
+def classify(exc: BaseException) -> TrialResult:
+    """Map an exception raised by a trial to a status and a one-line reason."""
+    text = f"{type(exc).__name__}: {exc}".splitlines()[0][:500]
+    module = type(exc).__module__
+    lowered = str(exc).lower()
+    if (
+        isinstance(exc, MemoryError)
+        or type(exc).__name__ == "OutOfMemoryError"
+        or (
+            isinstance(exc, RuntimeError)
+            and ("out of memory" in lowered or "can't allocate memory" in lowered)
+        )
+    ):
+        return TrialResult(status="oom", reason=text)
+    if module.startswith(("torch._dynamo", "torch._inductor")):
+        return TrialResult(status="compile-error", reason=text)
+    return TrialResult(status="error", reason=text)
+
+
+def main(argv: list[str]) -> int:
+    """Entry point: read the spec, run the trial, write the result; exit 0 unless the spec is bad."""
+    spec = json.loads(Path(argv[0]).read_text(encoding="utf-8"))
+    try:
+        result = run_trial(spec)
+    except Exception as exc:
+        result = classify(exc)
+    target = Path(spec["result_path"])
+    tmp = target.with_suffix(".tmp")
+    tmp.write_text(json.dumps(result.to_dict()), encoding="utf-8")
+    os.replace(tmp, target)  # the parent never reads a half-written result
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
