@@ -63,7 +63,10 @@ def find_steps(table: TraceTable) -> Steps:
     numbers = [numbers[i] for i in order]
     ends = np.empty_like(starts)
     ends[:-1] = starts[1:]
-    ends[-1] = max(cpu_ends[-1], _device_end_after(table, starts[-1], cpu_ends[-1]))
+    # A step range can outlive the recorded events (the profiler closes it late): stop the last
+    # step where the trace's own activity ends, but never before the work it launched.
+    last_cpu = min(float(cpu_ends[-1]), _activity_end(table, rows))
+    ends[-1] = max(last_cpu, _device_end_after(table, starts[-1], cpu_ends[-1]))
     note = {
         "profiler-step": f"{len(numbers)} steps from ProfilerStep markers",
         "optimizer-step": f"{len(numbers)} steps from optimizer.step() calls (no ProfilerStep "
@@ -120,16 +123,24 @@ def _outermost(table: TraceTable, rows: np.ndarray) -> np.ndarray:
 
 
 def _device_end_after(table: TraceTable, start: float, cpu_end: float) -> float:
-    """End of the device work launched between ``start`` and ``cpu_end`` (by correlation)."""
+    """End of the device work launched between ``start`` and ``cpu_end`` (-inf if none)."""
+    launch_kinds = np.array((Kind.RUNTIME, Kind.DRIVER), dtype=np.uint8)
     launches = np.flatnonzero(
-        (table.kind == Kind.RUNTIME) & (table.ts >= start) & (table.ts <= cpu_end)
+        np.isin(table.kind, launch_kinds) & (table.ts >= start) & (table.ts <= cpu_end)
     )
-    if not len(launches):
-        return cpu_end
     corr = table.corr[launches]
     gpu = np.isin(table.kind, np.array(GPU_ACTIVITY_KINDS, dtype=np.uint8))
     rows = np.flatnonzero(gpu & np.isin(table.corr, corr[corr >= 0]))
-    return float((table.ts[rows] + table.dur[rows]).max()) if len(rows) else cpu_end
+    return float((table.ts[rows] + table.dur[rows]).max()) if len(rows) else -np.inf
+
+
+def _activity_end(table: TraceTable, markers: np.ndarray) -> float:
+    """End of the last event that is not a step marker or the profiler's own span."""
+    body = table.kind != Kind.TRACE
+    body[markers] = False
+    if not body.any():
+        return float("inf")
+    return float((table.ts[body] + table.dur[body]).max())
 
 
 def _whole_trace(table: TraceTable) -> Steps:

@@ -1,0 +1,220 @@
+"""Step time breakdown: where each step's wall time went, on the GPU and (when idle) why.
+
+Definitions (also in docs/analyses.md):
+
+* Busy time is the union of device activity in the step window, attributed exclusively in the
+  order compute > communication > memcpy (by direction) > memset: a copy hidden under a kernel
+  costs nothing, so it is not counted twice.
+* Idle time is the rest of the window. Each idle gap is split by cause, in this order:
+  data loading (the CPU was inside a DataLoader ``__next__`` during the gap), synchronisation
+  (the CPU was blocked in a synchronising call when the GPU ran dry, so nothing was queued),
+  host overhead (the work that ended the gap was launched only after the gap began: Python,
+  dispatcher and launch cost), and short gaps (the next work was already queued: the device's own
+  kernel-to-kernel latency).
+* The parts add up to the step time exactly.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from typing import Any
+
+import numpy as np
+
+from torchdoctor.analysis import intervals as iv
+from torchdoctor.analysis.gpu_activity import GpuActivity
+from torchdoctor.trace.kinds import Kind
+from torchdoctor.trace.steps import Steps
+from torchdoctor.trace.table import TraceTable
+
+BUSY_PARTS = (
+    "compute",
+    "communication",
+    "memcpy_h2d",
+    "memcpy_d2h",
+    "memcpy_d2d",
+    "memcpy_other",
+    "memset",
+)
+IDLE_PARTS = ("data_loading", "synchronization", "host_overhead", "short_gaps")
+CPU_PARTS = ("cpu_operators", "data_loading", "other")
+_NOT_WORK = ("ProfilerStep#", "enumerate(DataLoader)#")
+_DIR_PART = {"HtoD": "memcpy_h2d", "DtoH": "memcpy_d2h", "DtoD": "memcpy_d2d"}
+
+
+@dataclass(frozen=True)
+class StepBreakdown:
+    """One step (or the sum over steps). All times in milliseconds."""
+
+    step: int | None
+    """ProfilerStep number, or None for the total over all steps."""
+    step_ms: float
+    busy_ms: dict[str, float]
+    """Device busy time by part (BUSY_PARTS), exclusive; empty for CPU-only traces."""
+    idle_ms: dict[str, float]
+    """Device idle time by cause (IDLE_PARTS); for CPU-only traces, CPU_PARTS instead."""
+    pageable_h2d_ms: float
+    """Host-to-device copy time from pageable memory (a subset of the copies, not exclusive)."""
+    pageable_d2h_ms: float
+    """Device-to-host copy time into pageable memory."""
+
+    @property
+    def gpu_busy_ms(self) -> float:
+        return sum(self.busy_ms.values())
+
+    @property
+    def gpu_idle_ms(self) -> float:
+        return sum(self.idle_ms.values()) if self.busy_ms else 0.0
+
+    def share(self, ms: float) -> float:
+        """``ms`` as a fraction of this step's time (0 for an empty step)."""
+        return ms / self.step_ms if self.step_ms > 0 else 0.0
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def step_breakdowns(table: TraceTable, steps: Steps, act: GpuActivity) -> list[StepBreakdown]:
+    """A breakdown for each step window, in step order."""
+    out = []
+    for n, lo, hi in zip(steps.numbers, steps.starts_us, steps.ends_us, strict=True):
+        if len(act.rows):
+            out.append(_gpu_step(n, float(lo), float(hi), act))
+        else:
+            out.append(_cpu_step(n, float(lo), float(hi), table, act))
+    return out
+
+
+def total_breakdown(per_step: list[StepBreakdown]) -> StepBreakdown:
+    """The sum over steps (step=None)."""
+
+    def add(key: str) -> dict[str, float]:
+        acc: dict[str, float] = {}
+        for s in per_step:
+            for k, v in getattr(s, key).items():
+                acc[k] = acc.get(k, 0.0) + v
+        return acc
+
+    return StepBreakdown(
+        step=None,
+        step_ms=sum(s.step_ms for s in per_step),
+        busy_ms=add("busy_ms"),
+        idle_ms=add("idle_ms"),
+        pageable_h2d_ms=sum(s.pageable_h2d_ms for s in per_step),
+        pageable_d2h_ms=sum(s.pageable_d2h_ms for s in per_step),
+    )
+
+
+def _gpu_step(n: int, lo: float, hi: float, act: GpuActivity) -> StepBreakdown:
+    claimed: iv.Intervals = iv.EMPTY
+    busy: dict[str, float] = {}
+    for part, mask in _busy_masks(act):
+        own = iv.clip(iv.union(act.start_us[mask], act.end_us[mask]), lo, hi)
+        mine = iv.subtract(own, claimed)
+        busy[part] = iv.total(mine) / 1000.0
+        claimed = iv.union(
+            np.concatenate([claimed[0], mine[0]]), np.concatenate([claimed[1], mine[1]])
+        )
+    idle = _idle_causes(iv.gaps(claimed, lo, hi), act)
+    pageable = act.pageable & (act.memcpy_dir == "HtoD")
+    pageable_d2h = act.pageable & (act.memcpy_dir == "DtoH")
+    return StepBreakdown(
+        step=n,
+        step_ms=(hi - lo) / 1000.0,
+        busy_ms=busy,
+        idle_ms=idle,
+        pageable_h2d_ms=_clipped_sum(act, pageable, lo, hi),
+        pageable_d2h_ms=_clipped_sum(act, pageable_d2h, lo, hi),
+    )
+
+
+def _busy_masks(act: GpuActivity) -> list[tuple[str, np.ndarray]]:
+    masks = [("compute", act.cls == 0), ("communication", act.cls == 1)]
+    is_copy = act.cls == 2
+    for d, part in _DIR_PART.items():
+        masks.append((part, is_copy & (act.memcpy_dir == d)))
+    known = np.isin(act.memcpy_dir, list(_DIR_PART))
+    masks.append(("memcpy_other", is_copy & ~known))
+    masks.append(("memset", act.cls == 3))
+    return masks
+
+
+def _clipped_sum(act: GpuActivity, mask: np.ndarray, lo: float, hi: float) -> float:
+    s = np.clip(act.start_us[mask], lo, hi)
+    e = np.clip(act.end_us[mask], lo, hi)
+    return float(np.sum(e - s)) / 1000.0
+
+
+def _idle_causes(gaps: iv.Intervals, act: GpuActivity) -> dict[str, float]:
+    """Split idle gaps by cause (see the module docstring); milliseconds."""
+    g0, g1 = gaps
+    if not len(g0):
+        return dict.fromkeys(IDLE_PARTS, 0.0)
+    length = g1 - g0
+    data = np.minimum(_overlap_per_gap(gaps, act.dataloader), length)
+    rest = length - data
+    launch = _next_launch(g1, act)
+    # Part of the gap before the work that ended it was even launched: the CPU was late. With
+    # no launch on record (the window ends idle), the device simply had nothing from the host.
+    late = np.clip(np.nan_to_num(launch - g0, nan=np.inf), 0.0, None)
+    late = np.minimum(late, rest)
+    blocked = iv.covered(act.sync_calls, g0) | _sync_ended_inside(act.sync_calls, g0, g1)
+    sync = np.where(blocked, late, 0.0)
+    host = np.where(blocked, 0.0, late)
+    short = rest - late
+    ms = {"data_loading": data, "synchronization": sync, "host_overhead": host, "short_gaps": short}
+    return {k: float(v.sum()) / 1000.0 for k, v in ms.items()}
+
+
+def _overlap_per_gap(gaps: iv.Intervals, ranges: iv.Intervals) -> np.ndarray:
+    """For each gap, the length covered by the disjoint set ``ranges``."""
+    g0, g1 = gaps
+    if not len(ranges[0]):
+        return np.zeros(len(g0))
+    # Cumulative covered length up to t, evaluated at both gap ends.
+    s, e = ranges
+    cum = np.concatenate([[0.0], np.cumsum(e - s)])
+
+    def covered_until(t: np.ndarray) -> np.ndarray:
+        k = np.searchsorted(s, t, side="right")
+        partial = np.where(
+            k > 0, np.clip(t - s[np.maximum(k - 1, 0)], 0.0, (e - s)[np.maximum(k - 1, 0)]), 0.0
+        )
+        return cum[np.maximum(k - 1, 0)] * (k > 0) + partial
+
+    return covered_until(g1) - covered_until(g0)
+
+
+def _next_launch(gap_end: np.ndarray, act: GpuActivity) -> np.ndarray:
+    """Launch time of the activity that starts when each gap ends (NaN if none or unknown)."""
+    k = np.searchsorted(act.start_us, gap_end, side="left")
+    ok = k < len(act.start_us)
+    out = np.full(len(gap_end), np.nan)
+    out[ok] = act.launch_us[k[ok]]
+    return out
+
+
+def _sync_ended_inside(calls: iv.Intervals, g0: np.ndarray, g1: np.ndarray) -> np.ndarray:
+    if not len(calls[0]):
+        return np.zeros(len(g0), dtype=bool)
+    k = np.searchsorted(calls[1], g0, side="right")
+    ok = k < len(calls[1])
+    out = np.zeros(len(g0), dtype=bool)
+    out[ok] = calls[1][k[ok]] < g1[ok]
+    return out
+
+
+def _cpu_step(n: int, lo: float, hi: float, table: TraceTable, act: GpuActivity) -> StepBreakdown:
+    """CPU-only trace: operator time, time inside DataLoader, and everything else."""
+    rows = table.rows_named(lambda n: not n.startswith(_NOT_WORK), Kind.CPU_OP)
+    ops = iv.clip(iv.union(table.ts[rows], table.ts[rows] + table.dur[rows]), lo, hi)
+    data = iv.clip(act.dataloader, lo, hi)
+    data_ms = iv.total(data) / 1000.0
+    op_ms = iv.total(iv.subtract(ops, data)) / 1000.0
+    step_ms = (hi - lo) / 1000.0
+    idle = {
+        "cpu_operators": op_ms,
+        "data_loading": data_ms,
+        "other": max(step_ms - op_ms - data_ms, 0.0),
+    }
+    return StepBreakdown(n, step_ms, {}, idle, 0.0, 0.0)

@@ -1,0 +1,95 @@
+"""Communication: collective kernel time, how much of it hides under compute, and what is exposed.
+
+Exposed communication is collective time during which no compute kernel runs: the step waits for
+it. It equals the breakdown's exclusive ``communication`` part by construction.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import asdict, dataclass
+from typing import Any
+
+import numpy as np
+
+from torchdoctor.analysis import intervals as iv
+from torchdoctor.analysis.gpu_activity import GpuActivity
+from torchdoctor.trace.steps import Steps
+from torchdoctor.trace.table import TraceTable
+
+
+@dataclass(frozen=True)
+class CommStats:
+    """Collective communication over the analysed steps (milliseconds, summed over steps)."""
+
+    comm_ms: float
+    """Time at least one communication kernel ran (union over streams)."""
+    overlapped_ms: float
+    """Part of comm_ms during which a compute kernel also ran."""
+    exposed_ms: float
+    """comm_ms - overlapped_ms: communication the step waited for."""
+    exposed_ms_per_step: list[float]
+    kernels: int
+    """Number of communication kernels."""
+    collectives: dict[str, int]
+    """Count per collective kind (AllReduce, AllGather, ReduceScatter, ...)."""
+    world_size: int | None
+    backend: str | None
+
+    @property
+    def overlap_share(self) -> float:
+        """Fraction of communication hidden under compute (0 when there is none)."""
+        return self.overlapped_ms / self.comm_ms if self.comm_ms > 0 else 0.0
+
+    def to_dict(self) -> dict[str, Any]:
+        d = asdict(self)
+        d["overlap_share"] = self.overlap_share
+        return d
+
+
+def analyze_communication(table: TraceTable, steps: Steps, act: GpuActivity) -> CommStats:
+    """Communication time, overlap with compute and exposed time, per step and summed."""
+    comm_all = act.busy("communication")
+    compute_all = act.busy("compute")
+    comm_ms = overlap_ms = 0.0
+    exposed: list[float] = []
+    for lo, hi in zip(steps.starts_us, steps.ends_us, strict=True):
+        comm = iv.clip(comm_all, float(lo), float(hi))
+        both = iv.intersect(comm, iv.clip(compute_all, float(lo), float(hi)))
+        c, o = iv.total(comm) / 1000.0, iv.total(both) / 1000.0
+        comm_ms += c
+        overlap_ms += o
+        exposed.append(c - o)
+    rows = act.rows[act.cls == 1]
+    counts: Counter[str] = Counter()
+    codes, per_code = np.unique(table.name[rows], return_counts=True)
+    for code, n in zip(codes, per_code, strict=True):
+        counts[_collective(table.names[int(code)])] += int(n)
+    return CommStats(
+        comm_ms=comm_ms,
+        overlapped_ms=overlap_ms,
+        exposed_ms=comm_ms - overlap_ms,
+        exposed_ms_per_step=exposed,
+        kernels=len(rows),
+        collectives=dict(counts),
+        world_size=table.meta.world_size,
+        backend=table.meta.backend,
+    )
+
+
+def _collective(name: str) -> str:
+    low = name.lower().replace("_", "")
+    for key, label in (
+        ("allreduce", "AllReduce"),
+        ("allgather", "AllGather"),
+        ("reducescatter", "ReduceScatter"),
+        ("alltoall", "AllToAll"),
+        ("broadcast", "Broadcast"),
+        ("sendrecv", "SendRecv"),
+        ("send", "Send"),
+        ("recv", "Recv"),
+        ("reduce", "Reduce"),
+    ):
+        if key in low:
+            return label
+    return "other"
