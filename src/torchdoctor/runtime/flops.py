@@ -41,8 +41,8 @@ class FlopCount:
             return None
         return (
             f"FlopCounterMode counted no FLOPs for fused attention ({', '.join(self.uncounted_ops)});"
-            f" {self.estimated_attention / 1e9:.3g} GFLOP estimated from the attention shapes"
-            " were added"
+            f" {self.estimated_attention / 1e9:.4g} GFLOP estimated from the attention shapes"
+            " were added (pass flops_per_step= to use your own count)"
         )
 
 

@@ -114,18 +114,23 @@ class Meter:
     """Collects step boundaries and batch sizes; ``summary()`` turns them into numbers."""
 
     def __init__(
-        self, device: torch.device, *, peak_dtype: str = "fp32", flops_per_step: float | None = None
+        self,
+        device: torch.device,
+        *,
+        peak_dtype: str = "fp32",
+        flops_per_step: float | None = None,
+        use_events: bool | None = None,
     ) -> None:
+        """``use_events``: time with CUDA events (default: on CUDA devices)."""
         self.device = device
         self.peak_dtype = peak_dtype
         self.flops_per_step = flops_per_step
         self.flops_note: str | None = None
         self.tokens_per_sample: int | None = None
         """Set this when batches do not carry (batch, sequence) token ids."""
-        self._events = device.type == "cuda"
-        self._marks: list[
-            Any
-        ] = []  # boundaries not yet turned into durations: CUDA events or host times
+        self._events = device.type == "cuda" if use_events is None else use_events
+        # Boundaries not yet turned into durations: CUDA events or host times.
+        self._marks: list[Any] = []
         self._done: list[float] = []  # durations of the steps already resolved, in seconds
         self._flags: list[str] = []  # per step (between marks i and i+1): "", "compile", "flops"
         self._samples: list[int] = []

@@ -54,7 +54,9 @@ class Runtime:
 
     Keyword arguments are ``RuntimeConfig`` fields (``precision="auto"``, ``compile="default"``,
     ...), applied over ``config``. ``device`` overrides the device choice, ``scaler`` supplies a
-    GradScaler (fp16 only) and ``flops_per_step`` replaces the FLOP count the meter measures.
+    GradScaler (fp16 only), ``flops_per_step`` replaces the FLOP count the meter measures and
+    ``compile_backend`` is torch.compile's backend ("aot_eager" compiles in a fraction of the time,
+    for debugging).
     """
 
     def __init__(
@@ -64,6 +66,7 @@ class Runtime:
         device: str | torch.device | None = None,
         scaler: Any | None = None,
         flops_per_step: float | None = None,
+        compile_backend: str = "inductor",
         **settings: Any,
     ) -> None:
         base = config or RuntimeConfig()
@@ -97,6 +100,7 @@ class Runtime:
         self._modules: list[RuntimeModule] = []
         self._ddp: list[nn.Module] = []
         self._accum = self.config.grad_accumulation
+        self._compile_backend = compile_backend
         self._micro = 0
         self._optimizer_note: str | None = None
         self._loader_plan: dict[str, Any] | None = None
@@ -157,8 +161,12 @@ class Runtime:
             self._sync_flag()
         eager, guard = forward, None
         if self.config.compile != "off":
-            mode = None if self.config.compile == "default" else self.config.compile
-            forward = torch.compile(forward, mode=mode, dynamic=self.config.dynamic)  # type: ignore[assignment]
+            # mode is an inductor setting; other backends reject it.
+            inductor = self._compile_backend == "inductor"
+            mode = None if self.config.compile == "default" or not inductor else self.config.compile
+            forward = torch.compile(
+                forward, mode=mode, dynamic=self.config.dynamic, backend=self._compile_backend
+            )  # type: ignore[assignment]
             guard = RecompileGuard(
                 model, max_recompiles=self.config.max_recompiles, on_compile=self.meter.note_compile
             )
