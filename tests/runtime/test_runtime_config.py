@@ -12,7 +12,7 @@ from torchdoctor.errors import UserError
 
 
 def test_unknown_precision() -> None:
-    with pytest.raises(UserError, match="precision must be one of .*'fp8'"):
+    with pytest.raises(UserError, match=r"precision must be one of .*'fp8'"):
         td.Runtime(precision="fp8")
 
 
@@ -22,7 +22,7 @@ def test_compile_mode_typo_suggests_the_mode() -> None:
 
 
 def test_unknown_setting_is_named() -> None:
-    with pytest.raises(UserError, match="unknown setting 'precison'.*did you mean 'precision'"):
+    with pytest.raises(UserError, match=r"unknown setting 'precison'.*did you mean 'precision'"):
         td.Runtime(precison="fp32")
 
 
