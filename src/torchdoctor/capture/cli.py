@@ -1,0 +1,128 @@
+"""``torchdoctor check SCRIPT [ARGS...]``: run an unmodified training script and diagnose it.
+
+Register in the main CLI with ``cli.add_command(check_command)``; also runnable directly as
+``python -m torchdoctor.capture.cli SCRIPT [ARGS...]``.
+"""
+
+from __future__ import annotations
+
+import sys
+
+import click
+
+from torchdoctor.errors import UserError
+
+EXIT_NO_STEPS = 2
+
+
+@click.command(
+    "check",
+    context_settings={
+        "ignore_unknown_options": True,
+        "allow_interspersed_args": False,
+        "help_option_names": ["-h", "--help"],
+    },
+)
+@click.argument("script", type=click.Path(path_type=str, dir_okay=False))
+@click.argument("script_args", nargs=-1, type=click.UNPROCESSED)
+@click.option(
+    "--warmup",
+    default=5,
+    show_default=True,
+    type=click.IntRange(0),
+    help="Steps run before profiling (absorb compilation).",
+)
+@click.option(
+    "--steps", default=5, show_default=True, type=click.IntRange(1), help="Steps to profile."
+)
+@click.option(
+    "--full", is_flag=True, help="Let the script run to its end after the profiled steps."
+)
+@click.option(
+    "--shapes/--no-shapes", default=False, show_default=True, help="Record operator input shapes."
+)
+@click.option(
+    "--stack/--no-stack", default=False, show_default=True, help="Record Python stacks (slower)."
+)
+@click.option(
+    "--memory/--no-memory",
+    default=False,
+    show_default=True,
+    help="Record allocations (and CUDA allocator history for OOM snapshots).",
+)
+@click.option(
+    "--out",
+    "out_dir",
+    default="torchdoctor-runs",
+    show_default=True,
+    type=click.Path(path_type=str, file_okay=False),
+    help="Parent folder of run folders.",
+)
+@click.option(
+    "--top",
+    default=10,
+    show_default=True,
+    type=click.IntRange(1, 1000),
+    help="Findings and table rows to show.",
+)
+@click.option("--json", "as_json", is_flag=True, help="Print the report as JSON instead of text.")
+@click.option(
+    "--rank-timeout",
+    default=120.0,
+    show_default=True,
+    type=click.FloatRange(0),
+    help="Seconds rank 0 waits for other ranks' results.",
+)
+def check_command(
+    script: str,
+    script_args: tuple[str, ...],
+    warmup: int,
+    steps: int,
+    full: bool,
+    shapes: bool,
+    stack: bool,
+    memory: bool,
+    out_dir: str,
+    top: int,
+    as_json: bool,
+    rank_timeout: float,
+) -> None:
+    """Run SCRIPT (with its own arguments) as __main__, profile a window of its steps, and
+    report what slows it down, including what no trace shows.
+
+    \b
+      torchdoctor check train.py --lr 3e-4
+      torchrun --nproc_per_node=2 -m torchdoctor check train.py
+
+    Exits with the script's own exit status.
+    """
+    from torchdoctor.capture.options import CheckOptions
+    from torchdoctor.capture.publish import publish
+    from torchdoctor.capture.runfolder import RankInfo
+    from torchdoctor.capture.runner import check_script
+
+    try:
+        options = CheckOptions(
+            warmup_steps=warmup,
+            profile_steps=steps,
+            full=full,
+            record_shapes=shapes,
+            with_stack=stack,
+            profile_memory=memory,
+            out_dir=out_dir,
+            rank_timeout_s=rank_timeout,
+        )
+        code, folder, record = check_script(script, list(script_args), options)
+        rank = RankInfo.from_env()
+        if rank.rank == 0:
+            publish(folder, record, rank, options, top=top, as_json=as_json)
+    except UserError as exc:
+        click.echo(f"torchdoctor: error: {exc}", err=True)
+        sys.exit(exc.exit_code)
+    if code == 0 and not (record.get("steps") or {}).get("count"):
+        code = EXIT_NO_STEPS
+    sys.exit(code)
+
+
+if __name__ == "__main__":
+    check_command(prog_name="torchdoctor check")

@@ -1,0 +1,155 @@
+"""torch.compile activity: compiles, recompiles with their failing guard, graph breaks with the
+user's source line, and whether the recompile limit was hit.
+
+Nothing here runs per step: dynamo's own compilation metrics are read at the end, and two of its
+loggers (graph breaks, the recompile-limit warning) feed a handler that fires only while
+compiling. Works whether or not the script ever imports ``torch._dynamo``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import re
+import time
+from typing import Any
+
+# Dynamo's logger names (stable since torch 2.1). Graph breaks are a debug-level "artifact"
+# logger that torch leaves silent unless TORCH_LOGS asks for it.
+_GRAPH_BREAK_LOGGER = "torch._dynamo.symbolic_convert.__graph_breaks"
+_LIMIT_LOGGER = "torch._dynamo.convert_frame"
+_GB_RE = re.compile(
+    r"in user code at (?P<site>\S+:\d+)\s*\nGraph Break Reason: (?P<reason>.*)", re.S
+)
+_LIMIT_RE = re.compile(r"hit config\.(?:recompile|cache_size)_limit \((?P<limit>\d+)\)")
+_FUNC_RE = re.compile(r"function: '(?P<name>[^']*)' \((?P<site>[^)]*)\)")
+_REASON_RE = re.compile(r"last reason: (?P<reason>.*)")
+
+
+def short_reason(text: str) -> str:
+    """First meaningful line of a dynamo message (what broke, without the hints)."""
+    lines = [ln.strip() for ln in text.strip().splitlines() if ln.strip()]
+    for i, line in enumerate(lines):
+        if line.startswith("Explanation:"):
+            return line.removeprefix("Explanation:").strip()
+        if i > 0 and not line.startswith(("Encountered graph break", "Hint:")):
+            return line
+    return lines[0] if lines else ""
+
+
+class _Handler(logging.Handler):
+    def __init__(self, watch: CompileWatch) -> None:
+        super().__init__(logging.DEBUG)
+        self.watch = watch
+
+    def emit(self, record: logging.LogRecord) -> None:
+        # Never let our parsing break a compile.
+        with contextlib.suppress(Exception):
+            self.watch.on_log(record.name, record.getMessage())
+
+
+class CompileWatch:
+    """Collects torch.compile events during the run and summarises them at the end."""
+
+    def __init__(self) -> None:
+        self.graph_breaks: dict[tuple[str, str], int] = {}
+        """(user "file:line", reason) -> times dynamo reported it (first compile and repeats)."""
+        self.limit_hits: list[dict[str, Any]] = []
+        self.started_at_unix_s = time.time()
+        self._handler = _Handler(self)
+        self._saved: list[tuple[logging.Logger, int, bool]] = []
+
+    def install(self) -> None:
+        """Attach the handler to dynamo's loggers (created now if torch has not yet)."""
+        gb = logging.getLogger(_GRAPH_BREAK_LOGGER)
+        self._saved.append((gb, gb.level, gb.propagate))
+        if not gb.isEnabledFor(logging.DEBUG):
+            # Enable the records for our handler only; the user's terminal stays as it was.
+            gb.setLevel(logging.DEBUG)
+            gb.propagate = False
+        gb.addHandler(self._handler)
+        limit = logging.getLogger(_LIMIT_LOGGER)
+        self._saved.append((limit, limit.level, limit.propagate))
+        limit.addHandler(self._handler)
+
+    def uninstall(self) -> None:
+        """Detach the handler and restore the loggers' levels (idempotent)."""
+        while self._saved:
+            logger, level, propagate = self._saved.pop()
+            logger.removeHandler(self._handler)
+            logger.setLevel(level)
+            logger.propagate = propagate
+
+    def on_log(self, name: str, message: str) -> None:
+        """Parse one dynamo log message."""
+        if name == _GRAPH_BREAK_LOGGER:
+            m = _GB_RE.search(message)
+            if m:
+                key = (m.group("site"), short_reason(m.group("reason")))
+                self.graph_breaks[key] = self.graph_breaks.get(key, 0) + 1
+            return
+        m = _LIMIT_RE.search(message)
+        if m:
+            func, reason = _FUNC_RE.search(message), _REASON_RE.search(message)
+            self.limit_hits.append(
+                {
+                    "limit": int(m.group("limit")),
+                    "function": func.group("name") if func else "",
+                    "site": func.group("site") if func else "",
+                    "last_reason": reason.group("reason").strip() if reason else "",
+                }
+            )
+
+    def snapshot(self, window_start_unix_s: float | None) -> dict[str, Any]:
+        """Compiles, recompiles and graph breaks; ``in_window`` counts those after the warm-up."""
+        import sys
+
+        if "torch._dynamo" not in sys.modules:  # the script never compiled anything
+            return _summary([], self, window_start_unix_s)
+        from torch._dynamo.utils import get_compilation_metrics
+
+        metrics = [_metric_record(m) for m in get_compilation_metrics()]
+        metrics = [m for m in metrics if m["start_unix_s"] >= self.started_at_unix_s - 1.0]
+        return _summary(metrics, self, window_start_unix_s)
+
+
+def _metric_record(m: Any) -> dict[str, Any]:
+    compile_id = str(getattr(m, "compile_id", "") or "")
+    attempt = compile_id.split("/")[-1] if "/" in compile_id else "0"
+    duration = getattr(m, "entire_frame_compile_time_s", None)
+    if duration is None and getattr(m, "duration_us", None) is not None:
+        duration = m.duration_us / 1e6
+    return {
+        "compile_id": compile_id,
+        "recompile": attempt not in ("0", ""),
+        "function": getattr(m, "co_name", "") or "",
+        "site": f"{getattr(m, 'co_filename', '')}:{getattr(m, 'co_firstlineno', '')}",
+        "seconds": float(duration or 0.0),
+        "start_unix_s": float(getattr(m, "start_time", 0.0) or 0.0),
+        "reason": getattr(m, "recompile_reason", None) or "",
+        "fail_reason": getattr(m, "fail_reason", None) or "",
+    }
+
+
+def _summary(
+    metrics: list[dict[str, Any]], watch: CompileWatch, window_start: float | None
+) -> dict[str, Any]:
+    recompiles = [m for m in metrics if m["recompile"]]
+    late = [m for m in recompiles if window_start is not None and m["start_unix_s"] >= window_start]
+    return {
+        "compiles": len(metrics),
+        "compile_s": sum(m["seconds"] for m in metrics),
+        "recompiles": len(recompiles),
+        "recompile_s": sum(m["seconds"] for m in recompiles),
+        "recompiles_in_window": len(late),
+        "recompile_s_in_window": sum(m["seconds"] for m in late),
+        "recompile_events": [
+            {k: m[k] for k in ("compile_id", "function", "site", "reason", "seconds")}
+            for m in recompiles[:50]
+        ],
+        "graph_breaks": [
+            {"site": site, "reason": reason, "count": n}
+            for (site, reason), n in sorted(watch.graph_breaks.items(), key=lambda kv: -kv[1])
+        ],
+        "recompile_limit_hits": watch.limit_hits,
+    }

@@ -1,0 +1,159 @@
+"""Configuration the trace cannot show: autocast, GradScaler, TF32, cuDNN, DataParallel vs DDP,
+and which optimizer implementation runs.
+
+Everything here is caught at construction or context entry (once per object or per ``with``),
+never per operator, so it costs nothing measurable per step.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections import Counter
+from typing import Any
+
+from torchdoctor.capture.patches import Patcher
+
+_MAX_OBJECTS = 16
+
+
+def _dtype_name(dtype: Any) -> str:
+    return str(dtype).replace("torch.", "")
+
+
+def optimizer_record(optimizer: Any) -> dict[str, Any]:
+    """Class, implementation (fused / foreach / for-loop), and parameter count and bytes."""
+    defaults = getattr(optimizer, "defaults", {}) or {}
+    params = [p for group in optimizer.param_groups for p in group["params"]]
+    devices = sorted({p.device.type for p in params})
+    dtypes = sorted({_dtype_name(p.dtype) for p in params})
+    fused, foreach = defaults.get("fused"), defaults.get("foreach")
+    if fused:
+        impl = "fused"
+    elif foreach:
+        impl = "foreach"
+    elif foreach is None and "foreach" in defaults:
+        # torch picks foreach by itself when every parameter is on CUDA (None means "auto").
+        impl = "foreach (auto)" if devices == ["cuda"] else "for-loop"
+    else:
+        impl = "for-loop" if "foreach" in defaults else "default"
+    return {
+        "class": type(optimizer).__name__,
+        "impl": impl,
+        "fused": fused,
+        "foreach": foreach,
+        "param_tensors": len(params),
+        "param_count": sum(p.numel() for p in params),
+        "param_bytes": sum(p.numel() * p.element_size() for p in params),
+        "param_devices": devices,
+        "param_dtypes": dtypes,
+    }
+
+
+def backend_flags() -> dict[str, Any]:
+    """TF32, matmul precision and cuDNN flags as they are now."""
+    import torch
+
+    flags: dict[str, Any] = {
+        "cuda_matmul_allow_tf32": bool(torch.backends.cuda.matmul.allow_tf32),
+        "cudnn_allow_tf32": bool(torch.backends.cudnn.allow_tf32),
+        "float32_matmul_precision": torch.get_float32_matmul_precision(),
+        "cudnn_benchmark": bool(torch.backends.cudnn.benchmark),
+        "cudnn_enabled": bool(torch.backends.cudnn.enabled),
+    }
+    # The tf32 verdict: either switch (old flag or matmul precision) turns TF32 on for matmuls.
+    flags["tf32_matmul"] = flags["cuda_matmul_allow_tf32"] or flags["float32_matmul_precision"] in (
+        "high",
+        "medium",
+    )
+    return flags
+
+
+class ConfigProbe:
+    """Records autocast, GradScaler, DataParallel / DDP and optimizer construction."""
+
+    def __init__(self) -> None:
+        self.autocast: Counter[tuple[str, str, bool]] = Counter()
+        self.grad_scalers: list[dict[str, Any]] = []
+        self.data_parallel: list[dict[str, Any]] = []
+        self.ddp: list[dict[str, Any]] = []
+        self.optimizers: dict[int, dict[str, Any]] = {}
+        self.flags_at_window: dict[str, Any] | None = None
+        self._patcher = Patcher()
+
+    def install(self) -> None:
+        """Wrap ``autocast.__enter__``, ``GradScaler.__init__``, ``DataParallel.__init__``,
+        ``DistributedDataParallel.__init__`` and ``Optimizer.__init__``."""
+        import torch
+        from torch.amp.autocast_mode import autocast
+        from torch.amp.grad_scaler import GradScaler
+
+        probe = self
+        orig_enter = autocast.__enter__
+
+        def __enter__(ctx: Any) -> Any:
+            key = (str(ctx.device), _dtype_name(ctx.fast_dtype), bool(ctx._enabled))
+            probe.autocast[key] += 1
+            return orig_enter(ctx)
+
+        self._patcher.patch(autocast, "__enter__", __enter__)
+        self._wrap_init(GradScaler, self._on_scaler)
+        self._wrap_init(torch.nn.DataParallel, self._on_dp)
+        self._wrap_init(torch.nn.parallel.DistributedDataParallel, self._on_ddp)
+        self._wrap_init(torch.optim.Optimizer, self._on_optimizer)
+
+    def _wrap_init(self, cls: type, record: Any) -> None:
+        orig = cls.__init__  # type: ignore[misc]
+
+        def __init__(obj: Any, *args: Any, **kwargs: Any) -> None:
+            orig(obj, *args, **kwargs)
+            # A half-built subclass: the record is optional, the object is not.
+            with contextlib.suppress(Exception):
+                record(obj)
+
+        self._patcher.patch(cls, "__init__", __init__)
+
+    def _on_scaler(self, scaler: Any) -> None:
+        if len(self.grad_scalers) < _MAX_OBJECTS:
+            device = getattr(scaler, "_device", "cuda")
+            self.grad_scalers.append({"device": str(device), "enabled": bool(scaler._enabled)})
+
+    def _on_dp(self, module: Any) -> None:
+        if len(self.data_parallel) < _MAX_OBJECTS:
+            self.data_parallel.append({"device_ids": list(module.device_ids or [])})
+
+    def _on_ddp(self, module: Any) -> None:
+        if len(self.ddp) < _MAX_OBJECTS:
+            self.ddp.append(
+                {
+                    "bucket_cap_mb": getattr(module, "bucket_bytes_cap", 0) / 2**20,
+                    "find_unused_parameters": bool(module.find_unused_parameters),
+                    "static_graph": bool(getattr(module, "static_graph", False)),
+                    "gradient_as_bucket_view": bool(module.gradient_as_bucket_view),
+                }
+            )
+
+    def _on_optimizer(self, optimizer: Any) -> None:
+        if len(self.optimizers) < _MAX_OBJECTS:
+            self.optimizers[id(optimizer)] = optimizer_record(optimizer)
+
+    def note_window(self) -> None:
+        """Read the backend flags while the profiled steps run (the script may set them late)."""
+        self.flags_at_window = backend_flags()
+
+    def uninstall(self) -> None:
+        """Undo every patch (idempotent)."""
+        self._patcher.restore()
+
+    def snapshot(self) -> dict[str, Any]:
+        """Everything recorded, as plain data for ``run.json``."""
+        return {
+            "autocast": [
+                {"device": d, "dtype": t, "enabled": e, "entries": n}
+                for (d, t, e), n in self.autocast.most_common()
+            ],
+            "grad_scalers": self.grad_scalers,
+            "data_parallel": self.data_parallel,
+            "ddp": self.ddp,
+            "optimizers": list(self.optimizers.values()),
+            "backend_flags": self.flags_at_window or backend_flags(),
+        }

@@ -1,0 +1,99 @@
+"""Step signals: a global optimizer step hook and DataLoader iteration hooks.
+
+Both run on every step, so they only time and count; DataLoader settings are read once per
+loader when it starts an epoch.
+"""
+
+from __future__ import annotations
+
+import os
+from time import perf_counter
+from typing import Any
+
+from torchdoctor.capture.clock import StepClock
+from torchdoctor.capture.patches import Patcher
+
+_MAX_LOADERS = 16
+
+
+def loader_settings(loader: Any) -> dict[str, Any]:
+    """The DataLoader settings that decide input throughput, as plain data."""
+    try:
+        dataset_len: int | None = len(loader.dataset)
+    except Exception:  # iterable datasets have no length
+        dataset_len = None
+    context = loader.multiprocessing_context
+    return {
+        "num_workers": int(loader.num_workers),
+        "pin_memory": bool(loader.pin_memory),
+        "persistent_workers": bool(loader.persistent_workers),
+        "prefetch_factor": loader.prefetch_factor,
+        "batch_size": loader.batch_size,
+        "drop_last": bool(loader.drop_last),
+        "dataset": type(loader.dataset).__name__,
+        "dataset_len": dataset_len,
+        "multiprocessing_context": None if context is None else str(context.get_start_method()),
+        "cpu_count": os.cpu_count(),
+    }
+
+
+class StepHooks:
+    """Feeds optimizer steps and DataLoader batches to a ``StepClock``."""
+
+    def __init__(self, clock: StepClock) -> None:
+        self.clock = clock
+        self.loaders: dict[int, dict[str, Any]] = {}
+        self.batches = 0
+        self.optimizer_steps = 0
+        self._patcher = Patcher()
+        self._handle: Any = None
+
+    def install(self) -> None:
+        """Register the optimizer hook and wrap ``DataLoader.__iter__`` / ``__next__``."""
+        from torch.optim.optimizer import register_optimizer_step_post_hook
+        from torch.utils.data import DataLoader
+        from torch.utils.data.dataloader import _BaseDataLoaderIter
+
+        self._handle = register_optimizer_step_post_hook(self._on_optimizer_step)
+        orig_next = _BaseDataLoaderIter.__next__
+        orig_iter = DataLoader.__iter__
+        hooks = self
+
+        def __next__(it: Any) -> Any:
+            t0 = perf_counter()
+            batch = orig_next(it)  # StopIteration ends the epoch without a tick
+            hooks.batches += 1
+            hooks.clock.add_wait(perf_counter() - t0)
+            hooks.clock.tick("dataloader")
+            return batch
+
+        def __iter__(loader: Any) -> Any:
+            key = id(loader)
+            if key not in hooks.loaders and len(hooks.loaders) < _MAX_LOADERS:
+                try:
+                    hooks.loaders[key] = loader_settings(loader)
+                except Exception as exc:  # an unusual loader subclass: note it, keep going
+                    hooks.loaders[key] = {"error": f"{type(exc).__name__}: {exc}"}
+            return orig_iter(loader)
+
+        self._patcher.patch(_BaseDataLoaderIter, "__next__", __next__)
+        self._patcher.patch(DataLoader, "__iter__", __iter__)
+
+    def _on_optimizer_step(self, optimizer: Any, args: Any, kwargs: Any) -> None:
+        self.optimizer_steps += 1
+        self.clock.tick("optimizer")
+
+    def uninstall(self) -> None:
+        """Remove the hooks (idempotent)."""
+        if self._handle is not None:
+            self._handle.remove()
+            self._handle = None
+        self._patcher.restore()
+
+    def snapshot(self) -> dict[str, Any]:
+        """DataLoader settings seen (one entry per loader) and raw signal counts."""
+        return {
+            "dataloaders": list(self.loaders.values()),
+            "batches": self.batches,
+            "optimizer_steps": self.optimizer_steps,
+        }

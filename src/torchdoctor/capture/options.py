@@ -1,0 +1,52 @@
+"""What ``torchdoctor check`` watches and for how long: one validated dataclass."""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from typing import Any
+
+from torchdoctor.errors import UserError
+
+
+@dataclass(frozen=True)
+class CheckOptions:
+    """The effective ``check`` configuration, recorded in every ``run.json``."""
+
+    warmup_steps: int = 5
+    """Steps run before profiling starts; they absorb torch.compile and allocator warm-up."""
+    profile_steps: int = 5
+    """Steps recorded by the profiler after the warm-up."""
+    full: bool = False
+    """Let the script run to its end instead of stopping it after the profiled steps."""
+    record_shapes: bool = False
+    """Record operator input shapes (adds profiler overhead on small ops)."""
+    with_stack: bool = False
+    """Record Python stacks for operators (the largest profiler overhead)."""
+    profile_memory: bool = False
+    """Record allocations in the trace and, on CUDA, the allocator history for OOM snapshots."""
+    out_dir: str = "torchdoctor-runs"
+    """Parent folder of run folders."""
+    rank_timeout_s: float = 120.0
+    """How long rank 0 waits for the other ranks' results before summarising without them."""
+    nvml_interval_s: float = 0.1
+    """Sampling period of the NVML thread (GPU utilisation and memory)."""
+
+    def __post_init__(self) -> None:
+        if self.warmup_steps < 0:
+            raise UserError(f"--warmup must be >= 0; got {self.warmup_steps}")
+        if self.profile_steps < 1:
+            raise UserError(f"--steps must be >= 1; got {self.profile_steps}")
+        if self.rank_timeout_s < 0:
+            raise UserError(f"rank timeout must be >= 0; got {self.rank_timeout_s}")
+        if self.nvml_interval_s <= 0:
+            raise UserError(f"NVML interval must be > 0; got {self.nvml_interval_s}")
+
+    @property
+    def last_profiled_step(self) -> int:
+        """Number (1-based) of the last profiled step."""
+        return self.warmup_steps + self.profile_steps
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain data for ``run.json``."""
+        return dataclasses.asdict(self)

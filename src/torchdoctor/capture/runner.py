@@ -1,0 +1,159 @@
+"""Run a script in-process as ``__main__`` under watch, then write its run folder.
+
+The script gets its own ``sys.argv`` and ``sys.path[0]``, exactly as ``python SCRIPT ARGS``
+would give it. Whatever way it ends (returning, ``sys.exit``, an exception, Ctrl-C, or our own
+stop after the profiled steps) a record is written, the script's own traceback is shown, and
+its exit status is returned.
+"""
+
+from __future__ import annotations
+
+import os
+import runpy
+import sys
+import traceback
+from dataclasses import dataclass
+from pathlib import Path
+from types import TracebackType
+from typing import Any
+
+from torchdoctor.capture.clock import StopScript
+from torchdoctor.capture.options import CheckOptions
+from torchdoctor.capture.runfolder import (
+    RankInfo,
+    create_run_folder,
+    rank_result_path,
+    trace_path,
+    write_json,
+)
+from torchdoctor.errors import UserError
+
+EXIT_INTERRUPTED = 130  # what a shell reports for a process ended by SIGINT
+
+
+@dataclass
+class Outcome:
+    """How the script ended."""
+
+    status: str
+    """completed | stopped (by check, after the profiled steps) | exited | error | interrupted"""
+    code: int
+    """The exit status the script would have had on its own."""
+    exception: BaseException | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        exc = self.exception
+        return {
+            "status": self.status,
+            "code": self.code,
+            "exception": None if exc is None else f"{type(exc).__name__}: {exc}"[:2000],
+        }
+
+
+def _exit_code(exc: SystemExit) -> int:
+    code = exc.code
+    if code is None:
+        return 0
+    if isinstance(code, int):
+        return code
+    print(code, file=sys.stderr)  # sys.exit("message") prints the message and exits 1
+    return 1
+
+
+def _script_frames(tb: TracebackType | None) -> TracebackType | None:
+    # Drop runpy's and our own frames so the user sees the traceback python would show.
+    ours = (runpy.__file__, __file__)
+    while tb is not None and tb.tb_frame.f_code.co_filename in ours:
+        tb = tb.tb_next
+    return tb
+
+
+def show_traceback(exc: BaseException) -> None:
+    """Print the script's traceback to standard error, without torchdoctor's frames."""
+    tb = _script_frames(exc.__traceback__)
+    traceback.print_exception(type(exc), exc, tb, file=sys.stderr)
+
+
+def run_script(script: str, args: list[str]) -> Outcome:
+    """Execute ``script`` as ``__main__`` with ``args``; never raises for the script's sake."""
+    saved_argv, saved_path0 = sys.argv[:], sys.path[:]
+    sys.argv = [script, *args]
+    sys.path.insert(0, os.path.dirname(os.path.abspath(script)))
+    try:
+        runpy.run_path(script, run_name="__main__")
+        return Outcome("completed", 0)
+    except StopScript:
+        return Outcome("stopped", 0)
+    except SystemExit as exc:
+        code = _exit_code(exc)
+        return Outcome("completed" if code == 0 else "exited", code, exc if code else None)
+    except KeyboardInterrupt as exc:
+        show_traceback(exc)
+        return Outcome("interrupted", EXIT_INTERRUPTED, exc)
+    except BaseException as exc:
+        show_traceback(exc)
+        return Outcome("error", 1, exc)
+    finally:
+        sys.argv, sys.path[:] = saved_argv, saved_path0
+
+
+def check_script(
+    script: str, args: list[str], options: CheckOptions
+) -> tuple[int, Path, dict[str, Any]]:
+    """Run ``script`` under watch and write this rank's results.
+
+    Returns the script's exit status, the run folder and this rank's record (``run.json``).
+    """
+    if not os.path.isfile(script):
+        raise UserError(f"{script}: no such script")
+    rank = RankInfo.from_env()
+    folder = create_run_folder(options.out_dir, script, rank)
+    from torchdoctor.capture.session import Session
+
+    session = Session(options, folder, rank)
+    session.install()
+    try:
+        outcome = run_script(script, args)
+    finally:
+        session.uninstall()
+    record = finish_record(session, outcome, script, args)
+    write_json(rank_result_path(folder, rank), record)
+    _close_process_group()
+    return outcome.code, folder, record
+
+
+def finish_record(session: Any, outcome: Outcome, script: str, args: list[str]) -> dict[str, Any]:
+    """Export the trace, collect OOM evidence, and attach run-level findings to the record."""
+    from torchdoctor.capture import gpu_probe
+    from torchdoctor.rules.run_rules import run_findings
+
+    exported = session.profiler.export(trace_path(session.folder, session.rank))
+    record: dict[str, Any] = session.record(outcome.to_dict(), script, args)
+    record["trace"] = None if exported is None else str(exported.relative_to(session.folder))
+    exc = outcome.exception
+    if exc is not None and gpu_probe.is_oom(exc):
+        record["oom"] = _oom(exc, session.folder)
+    outcome.exception = None  # drop the traceback: it keeps DataLoader workers alive
+    record["findings"] = [f.to_dict() for f in run_findings(record)]
+    return record
+
+
+def _oom(exc: BaseException, folder: Path) -> dict[str, Any]:
+    import torch
+
+    from torchdoctor.capture import gpu_probe
+
+    if not torch.cuda.is_available():
+        return {"message": str(exc).splitlines()[0][:500], **gpu_probe.parse_oom_message(str(exc))}
+    return gpu_probe.oom_record(torch.cuda, exc, folder)
+
+
+def _close_process_group() -> None:
+    # A script stopped after its profiled steps never reaches its own destroy_process_group().
+    try:
+        import torch.distributed as dist
+
+        if dist.is_available() and dist.is_initialized():
+            dist.destroy_process_group()
+    except Exception:
+        pass

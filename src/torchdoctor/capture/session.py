@@ -1,0 +1,176 @@
+"""One watched run: installs every hook, drives the profiled window, and assembles the record
+that becomes ``run.json``."""
+
+from __future__ import annotations
+
+import platform
+import sys
+import time
+from pathlib import Path
+from statistics import median
+from typing import Any
+
+from torchdoctor import __version__
+from torchdoctor.capture import gpu_probe, markers
+from torchdoctor.capture.clock import StepClock
+from torchdoctor.capture.compile_watch import CompileWatch
+from torchdoctor.capture.config_probe import ConfigProbe
+from torchdoctor.capture.hooks import StepHooks
+from torchdoctor.capture.options import CheckOptions
+from torchdoctor.capture.profiling import WindowProfiler
+from torchdoctor.capture.runfolder import RUN_SCHEMA, RUN_SCHEMA_VERSION, RankInfo
+from torchdoctor.capture.syncs import SyncRecorder
+
+
+def _cuda_in_use() -> bool:
+    # Only a script that already touched CUDA gets CUDA probes; we never initialise it ourselves.
+    import torch
+
+    return bool(torch.cuda.is_available() and torch.cuda.is_initialized())
+
+
+class Session:
+    """Hooks, clock and probes for one run of a script (one rank)."""
+
+    def __init__(self, options: CheckOptions, folder: Path, rank: RankInfo) -> None:
+        self.options = options
+        self.folder = folder
+        self.rank = rank
+        self.clock = StepClock(options, self)
+        self.hooks = StepHooks(self.clock)
+        self.config = ConfigProbe()
+        self.syncs = SyncRecorder()
+        self.compile = CompileWatch()
+        self.profiler = WindowProfiler(options)
+        self.measure_start_unix_s: float | None = None
+        self.gpu: dict[str, Any] = {}
+        self._nvml: gpu_probe.NvmlSampler | None = None
+        self.started_unix_s = time.time()
+
+    # -- lifetime -----------------------------------------------------------------------------
+    def install(self) -> None:
+        """Install every hook and start the clock."""
+        import torch
+
+        self.compile.install()
+        self.config.install()
+        self.syncs.install()
+        self.hooks.install()
+        markers.set_clock(self.clock)
+        if self.options.profile_memory and torch.cuda.is_available():
+            # Allocation stacks make an OOM snapshot say which line allocated what.
+            torch.cuda.memory._record_memory_history(max_entries=200_000)
+        self.clock.begin()
+
+    def uninstall(self) -> None:
+        """Remove every hook (idempotent); the profiler stops if the window is still open."""
+        markers.set_clock(None)
+        self.hooks.uninstall()
+        self.syncs.uninstall()
+        self.config.uninstall()
+        self.compile.uninstall()
+        self.profiler.stop()
+        self._stop_gpu_sampling()
+
+    # -- WindowListener -----------------------------------------------------------------------
+    def window_start(self, profiler_warmup_steps: int) -> None:
+        self.profiler.start(profiler_warmup_steps)
+        self.config.note_window()
+        if _cuda_in_use():
+            import torch
+
+            self.syncs.start_sync_debug()
+            pynvml = gpu_probe.try_import_pynvml()
+            if pynvml is not None:
+                index = torch.cuda.current_device()
+                self._nvml = gpu_probe.NvmlSampler(pynvml, index, self.options.nvml_interval_s)
+                self._nvml.start()
+
+    def window_step(self) -> None:
+        self.profiler.step()
+
+    def window_end(self) -> None:
+        self.profiler.stop()
+        self._stop_gpu_sampling()
+
+    def window_abort(self) -> None:
+        self.profiler.abort()
+        self._stop_gpu_sampling()
+
+    def set_measuring(self, on: bool) -> None:
+        self.syncs.measuring = on
+        if on:
+            self.measure_start_unix_s = time.time()
+
+    def _stop_gpu_sampling(self) -> None:
+        self.syncs.stop_sync_debug()
+        if self._nvml is not None:
+            self.gpu["nvml"] = self._nvml.stop()
+            self._nvml = None
+        if _cuda_in_use() and "memory" not in self.gpu:
+            import torch
+
+            self.gpu["memory"] = gpu_probe.memory_record(torch.cuda)
+            self.gpu["device"] = gpu_probe.device_record(torch.cuda)
+
+    # -- the record ---------------------------------------------------------------------------
+    def steps_record(self) -> dict[str, Any]:
+        """Per-step wall and data-wait times (ms) and the statistics rules use."""
+        clock, opts = self.clock, self.options
+        step_ms = [s * 1e3 for s in clock.step_s]
+        wait_ms = [s * 1e3 for s in clock.data_wait_s]
+        measured = step_ms[opts.warmup_steps :]
+        measured_wait = wait_ms[opts.warmup_steps :]
+        return {
+            "source": clock.source,
+            "count": len(step_ms),
+            "warmup_steps": min(opts.warmup_steps, len(step_ms)),
+            "window": list(clock.window_steps) if clock.window_steps else None,
+            "profiled_steps": self.profiler.active_steps,
+            "step_ms": step_ms,
+            "data_wait_ms": wait_ms,
+            "measured_steps": len(measured),
+            "median_step_ms": median(measured) if measured else None,
+            "mean_step_ms": sum(measured) / len(measured) if measured else None,
+            "mean_data_wait_ms": sum(measured_wait) / len(measured) if measured else None,
+            "signal_switches": clock.switches,
+            "clock_errors": clock.errors,
+        }
+
+    def record(self, outcome: dict[str, Any], script: str, argv: list[str]) -> dict[str, Any]:
+        """Everything collected, as the versioned ``run.json`` document (without findings)."""
+        import torch
+
+        return {
+            "schema": RUN_SCHEMA,
+            "schema_version": RUN_SCHEMA_VERSION,
+            "torchdoctor_version": __version__,
+            "torch_version": torch.__version__,
+            "python_version": platform.python_version(),
+            "platform": platform.platform(),
+            "script": script,
+            "argv": argv,
+            "started_unix_s": self.started_unix_s,
+            "wall_s": time.time() - self.started_unix_s,
+            "options": self.options.to_dict(),
+            "rank": {
+                "rank": self.rank.rank,
+                "local_rank": self.rank.local_rank,
+                "world_size": self.rank.world_size,
+            },
+            "exit": outcome,
+            "steps": self.steps_record(),
+            "ops": self._op_summary(),
+            "compile": self.compile.snapshot(self.measure_start_unix_s),
+            "config": {**self.config.snapshot(), **self.hooks.snapshot()},
+            "syncs": self.syncs.snapshot(),
+            "gpu": self.gpu or None,
+            "cuda_available": bool(torch.cuda.is_available()),
+            "python": sys.version.split()[0],
+        }
+
+    def _op_summary(self) -> dict[str, Any] | None:
+        try:
+            return self.profiler.op_summary()
+        except Exception as exc:  # the summary is a bonus; the trace is still written
+            return {"error": f"{type(exc).__name__}: {exc}"}

@@ -1,0 +1,197 @@
+"""Rank 0's summary: merge the trace analyser's findings with the run-level ones, write
+``report.txt`` / ``report.json`` and the combined ``run.json``, and print the report."""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import io
+from pathlib import Path
+from statistics import median
+from typing import Any
+
+from torchdoctor.rules.finding import Finding, rank_findings
+
+REPORT_SCHEMA = "torchdoctor.check-report"
+REPORT_SCHEMA_VERSION = 1
+
+# A trace finding and a run-level finding that describe one problem: keep one (the run-level
+# one names the setting or line to change), with the larger saving and both sets of evidence.
+SAME_PROBLEM = {
+    "data-loading-bound": "dataloader-config",
+    "sync-stalls": "host-syncs-in-step",
+    "fp32-gemm-no-tensor-cores": "fp32-on-bf16-gpu",
+}
+
+
+def finding_from_dict(d: dict[str, Any]) -> Finding:
+    """Rebuild a ``Finding`` from its ``to_dict`` form (as stored in run.json)."""
+    names = {f.name for f in dataclasses.fields(Finding)}
+    return Finding(**{k: v for k, v in d.items() if k in names})
+
+
+def merge_findings(trace: list[Finding], run: list[Finding]) -> list[Finding]:
+    """Union of both lists, one finding per problem, ranked by estimated saving."""
+    by_id: dict[str, Finding] = {}
+    for f in [*run, *trace]:
+        key = next((r for t, r in SAME_PROBLEM.items() if f.id == t), f.id)
+        kept = by_id.get(key)
+        by_id[key] = f if kept is None else _combine(kept, f)
+    return rank_findings(list(by_id.values()))
+
+
+def _combine(kept: Finding, other: Finding) -> Finding:
+    best = max((kept, other), key=lambda f: f.saving_ms_per_step)
+    evidence = {**kept.evidence, f"{other.id}_evidence": other.evidence}
+    where = list(dict.fromkeys([*kept.where, *other.where]))
+    return dataclasses.replace(
+        kept,
+        saving_ms_per_step=best.saving_ms_per_step,
+        share_of_step=best.share_of_step,
+        severity=min(kept.severity, other.severity, key=["critical", "warning", "info"].index),
+        evidence=evidence,
+        where=where,
+    )
+
+
+def analyze_trace(path: Path) -> tuple[Any, str | None]:
+    """Run the trace analyser on a trace file or folder of per-rank traces.
+
+    Returns ``(report, None)``, or ``(None, why)`` when the analyser is unavailable or fails;
+    the run-level findings are reported either way.
+    """
+    try:
+        from torchdoctor.report.build import analyze_path
+    except ImportError:
+        return None, "trace analyser not available in this installation"
+    try:
+        return analyze_path(str(path)), None
+    except Exception as exc:
+        return None, f"trace analysis failed: {type(exc).__name__}: {exc}"
+
+
+def rank_table(records: dict[int, dict[str, Any]]) -> list[dict[str, Any]]:
+    """Per-rank step count, median step (ms), mean data wait (ms) and exit status."""
+    rows = []
+    for r, rec in sorted(records.items()):
+        steps = rec.get("steps") or {}
+        rows.append(
+            {
+                "rank": r,
+                "steps": steps.get("count", 0),
+                "median_step_ms": steps.get("median_step_ms"),
+                "mean_data_wait_ms": steps.get("mean_data_wait_ms"),
+                "exit": (rec.get("exit") or {}).get("status"),
+            }
+        )
+    return rows
+
+
+def build_report(
+    records: dict[int, dict[str, Any]], trace: Path | None, world_size: int
+) -> tuple[dict[str, Any], Any, list[Finding]]:
+    """The check report document, the analyser's report (or ``None``) and merged findings."""
+    primary = records.get(0) or next(iter(records.values()))
+    run_level = [finding_from_dict(d) for d in primary.get("findings", [])]
+    analysis, why = (None, "no trace was recorded") if trace is None else analyze_trace(trace)
+    trace_findings = list(getattr(analysis, "findings", []) or [])
+    merged = merge_findings(trace_findings, run_level)
+    doc = {
+        "schema": REPORT_SCHEMA,
+        "schema_version": REPORT_SCHEMA_VERSION,
+        "script": primary.get("script"),
+        "world_size": world_size,
+        "ranks_reported": sorted(records),
+        "ranks": rank_table(records),
+        "trace": None if trace is None else str(trace),
+        "analysis": analysis.to_dict() if analysis is not None else None,
+        "analysis_unavailable": why,
+        "findings": [f.to_dict() for f in merged],
+    }
+    return doc, analysis, merged
+
+
+def _fmt(value: float | None, spec: str = ".1f") -> str:
+    return "-" if value is None else format(value, spec)
+
+
+def summary_text(
+    doc: dict[str, Any], primary: dict[str, Any], top: int, with_findings: bool = True
+) -> str:
+    """The run-level part of the report as plain text (steps, ranks, compile, findings)."""
+    out = io.StringIO()
+    steps, c = primary.get("steps") or {}, primary.get("compile") or {}
+    ex = primary.get("exit") or {}
+    w = out.write
+    w(f"torchdoctor check: {doc['script']}  (exit: {ex.get('status')}, code {ex.get('code')})\n")
+    w(
+        f"steps: {steps.get('count', 0)} by {steps.get('source') or 'no signal'}; "
+        f"warm-up {steps.get('warmup_steps', 0)}, profiled {steps.get('profiled_steps', 0)}; "
+        f"median step {_fmt(steps.get('median_step_ms'))} ms, "
+        f"data wait {_fmt(steps.get('mean_data_wait_ms'))} ms\n"
+    )
+    if doc["world_size"] > 1:
+        w(f"ranks ({len(doc['ranks_reported'])}/{doc['world_size']} reported):\n")
+        for row in doc["ranks"]:
+            w(
+                f"  rank {row['rank']}: {row['steps']} steps, median step "
+                f"{_fmt(row['median_step_ms'])} ms, data wait {_fmt(row['mean_data_wait_ms'])} ms"
+                f", {row['exit']}\n"
+            )
+        meds = [r["median_step_ms"] for r in doc["ranks"] if r["median_step_ms"]]
+        if len(meds) > 1:
+            w(
+                f"  slowest/fastest rank: {max(meds) / min(meds):.2f}x (median {median(meds):.1f} ms)\n"
+            )
+    if c.get("compiles"):
+        w(
+            f"torch.compile: {c['compiles']} compiles ({c['compile_s']:.2f} s), "
+            f"{c['recompiles']} recompiles, {len(c.get('graph_breaks') or [])} graph break sites\n"
+        )
+    if doc.get("analysis_unavailable"):
+        w(f"trace analysis: {doc['analysis_unavailable']}\n")
+    if with_findings:
+        w(_findings_text(doc["findings"][:top]))
+    return out.getvalue()
+
+
+def _findings_text(findings: list[dict[str, Any]]) -> str:
+    if not findings:
+        return "findings: none\n"
+    lines = ["findings (by estimated saving per step):"]
+    for i, f in enumerate(findings, 1):
+        lines.append(
+            f"{i}. [{f['severity']}] {f['id']}: {f['title']}  "
+            f"(saves ~{f['saving_ms_per_step']:.2f} ms/step, {f['share_of_step']:.0%})"
+        )
+        for site in f.get("where", [])[:3]:
+            lines.append(f"     at {site}")
+        lines.extend(
+            f"     fix: {ln}" if j == 0 else f"          {ln}"
+            for j, ln in enumerate(f["fix"].splitlines())
+        )
+    return "\n".join(lines) + "\n"
+
+
+def render_analysis(analysis: Any, merged: list[Finding], top: int) -> tuple[str, bool]:
+    """The analyser's text report and whether it shows the merged findings ('' if none)."""
+    if analysis is None:
+        return "", False
+    try:
+        from torchdoctor.report.render import render_text
+    except ImportError:
+        return "", False
+    replaced = False
+    if dataclasses.is_dataclass(analysis) and hasattr(analysis, "findings"):
+        try:
+            analysis = dataclasses.replace(analysis, findings=merged)  # type: ignore[type-var]
+            replaced = True
+        except Exception:  # a report type we cannot rebuild: print our list separately
+            pass
+    buf = io.StringIO()
+    try:
+        with contextlib.redirect_stdout(buf):
+            render_text(analysis, top=top)
+    except Exception as exc:
+        return f"(trace report could not be rendered: {type(exc).__name__}: {exc})\n", False
+    return buf.getvalue(), replaced

@@ -1,0 +1,229 @@
+"""Host synchronisations and no-op asynchronous copies, with the user's call sites.
+
+``Tensor.item`` / ``tolist`` / ``cpu`` / ``to`` / ``cuda`` are wrapped. The wrappers step aside
+while torch.compile traces (so they add no graph breaks), ignore calls made by torch itself, and
+only record while ``measuring`` is on (the steps after the warm-up). On CUDA the profiled window
+also turns on ``torch.cuda.set_sync_debug_mode("warn")`` and collects the warnings' locations.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import warnings
+from collections.abc import Callable
+from time import perf_counter
+from typing import Any
+
+from torchdoctor.capture.patches import Patcher
+
+_SYNC_WARNING = "called a synchronizing CUDA operation"
+
+
+def _torch_dir() -> str:
+    import torch
+
+    return os.path.dirname(torch.__file__) + os.sep
+
+
+def target_device_type(args: tuple[Any, ...], kwargs: dict[str, Any]) -> str | None:
+    """Device type a ``Tensor.to`` call moves to (``None`` when it only changes dtype)."""
+    import torch
+
+    dev = kwargs.get("device", args[0] if args else None)
+    if isinstance(dev, torch.Tensor):
+        return dev.device.type
+    if isinstance(dev, torch.device):
+        return dev.type
+    if isinstance(dev, str):
+        return dev.split(":")[0]
+    if isinstance(dev, int) and not isinstance(dev, bool):
+        return "cuda"  # an ordinal means an accelerator index
+    return None
+
+
+class SyncRecorder:
+    """Counts host syncs (``item``/``tolist``/``cpu``/``to(cpu)`` of device tensors) and
+    ``non_blocking`` copies from unpinned memory, keyed by the user's ``file:line``."""
+
+    def __init__(self) -> None:
+        self.measuring = False
+        self.calls: dict[tuple[str, str, str], list[float]] = {}
+        """(kind, device type, "file:line") -> [calls, seconds inside the call]."""
+        self.unpinned: dict[str, list[float]] = {}
+        """"file:line" -> [non_blocking copies from pageable memory, bytes copied]."""
+        self.sync_debug: dict[str, int] = {}
+        """"file:line" -> synchronising operations reported by the CUDA sync debug mode."""
+        self._patcher = Patcher()
+        self._torch_dir = ""
+        self._saved_filters: list[Any] | None = None
+        self._saved_showwarning: Callable[..., Any] | None = None
+
+    # -- recording ------------------------------------------------------------------------
+    def _site(self) -> str | None:
+        # Three frames up (_site, _record, wrapper) is the caller. Calls from torch itself
+        # (GradScaler, inductor) are not the user's to fix.
+        frame = sys._getframe(3)
+        filename = frame.f_code.co_filename
+        if filename.startswith(self._torch_dir):
+            return None
+        return f"{filename}:{frame.f_lineno}"
+
+    def _record(self, kind: str, device: str, seconds: float) -> None:
+        site = self._site()
+        if site is None:
+            return
+        entry = self.calls.setdefault((kind, device, site), [0, 0.0])
+        entry[0] += 1
+        entry[1] += seconds
+
+    def _record_unpinned(self, nbytes: int) -> None:
+        site = self._site()
+        if site is not None:
+            entry = self.unpinned.setdefault(site, [0, 0])
+            entry[0] += 1
+            entry[1] += nbytes
+
+    # -- installation ---------------------------------------------------------------------
+    def install(self) -> None:
+        """Wrap the tensor methods that synchronise or copy."""
+        import torch
+
+        self._torch_dir = _torch_dir()
+        base = torch._C.TensorBase
+        for name in ("item", "tolist"):
+            self._patcher.patch(torch.Tensor, name, self._wrap_scalar(name, getattr(base, name)))
+        self._patcher.patch(torch.Tensor, "cpu", self._wrap_cpu(base.cpu))
+        self._patcher.patch(torch.Tensor, "to", self._wrap_to(base.to))
+        self._patcher.patch(torch.Tensor, "cuda", self._wrap_cuda(base.cuda))
+
+    def _wrap_scalar(self, name: str, orig: Callable[..., Any]) -> Callable[..., Any]:
+        import torch
+
+        is_compiling = torch.compiler.is_compiling
+        rec = self
+
+        # Scalars read from any device are recorded: on an accelerator each one waits for all
+        # queued work, and the same script runs on one.
+        def wrapper(t: Any) -> Any:
+            if is_compiling() or not rec.measuring:
+                return orig(t)
+            t0 = perf_counter()
+            out = orig(t)
+            rec._record(name, t.device.type, perf_counter() - t0)
+            return out
+
+        wrapper.__name__ = name
+        return wrapper
+
+    def _wrap_cpu(self, orig: Callable[..., Any]) -> Callable[..., Any]:
+        import torch
+
+        is_compiling = torch.compiler.is_compiling
+        rec = self
+
+        def cpu(t: Any, *args: Any, **kwargs: Any) -> Any:
+            if is_compiling() or not rec.measuring or t.device.type == "cpu":
+                return orig(t, *args, **kwargs)
+            t0 = perf_counter()
+            out = orig(t, *args, **kwargs)
+            rec._record("cpu", t.device.type, perf_counter() - t0)
+            return out
+
+        return cpu
+
+    def _wrap_to(self, orig: Callable[..., Any]) -> Callable[..., Any]:
+        import torch
+
+        is_compiling = torch.compiler.is_compiling
+        rec = self
+
+        def to(t: Any, *args: Any, **kwargs: Any) -> Any:
+            if is_compiling() or not rec.measuring:
+                return orig(t, *args, **kwargs)
+            target = target_device_type(args, kwargs)
+            non_blocking = bool(kwargs.get("non_blocking")) or any(a is True for a in args)
+            src = t.device.type
+            if non_blocking and src == "cpu" and target not in (None, "cpu"):
+                if not t.is_pinned():
+                    rec._record_unpinned(t.numel() * t.element_size())
+            elif target == "cpu" and src != "cpu" and not non_blocking:
+                t0 = perf_counter()
+                out = orig(t, *args, **kwargs)
+                rec._record("to(cpu)", src, perf_counter() - t0)
+                return out
+            return orig(t, *args, **kwargs)
+
+        return to
+
+    def _wrap_cuda(self, orig: Callable[..., Any]) -> Callable[..., Any]:
+        import torch
+
+        is_compiling = torch.compiler.is_compiling
+        rec = self
+
+        def cuda(t: Any, *args: Any, **kwargs: Any) -> Any:
+            if is_compiling() or not rec.measuring:
+                return orig(t, *args, **kwargs)
+            non_blocking = bool(kwargs.get("non_blocking")) or any(a is True for a in args)
+            if non_blocking and t.device.type == "cpu" and not t.is_pinned():
+                rec._record_unpinned(t.numel() * t.element_size())
+            return orig(t, *args, **kwargs)
+
+        return cuda
+
+    # -- CUDA sync debug mode (profiled window only) ---------------------------------------
+    def start_sync_debug(self) -> None:
+        """Turn on ``set_sync_debug_mode("warn")`` and collect where it fires."""
+        import torch
+
+        self._saved_filters = list(warnings.filters)
+        self._saved_showwarning = warnings.showwarning
+        # "always": the default filter shows a warning once per location; we count every one.
+        warnings.filterwarnings("always", message=f".*{_SYNC_WARNING}")
+        previous = warnings.showwarning
+
+        def showwarning(message: Any, category: Any, filename: str, lineno: int, *a: Any) -> None:
+            if _SYNC_WARNING in str(message):
+                site = f"{filename}:{lineno}"
+                self.sync_debug[site] = self.sync_debug.get(site, 0) + 1
+            else:
+                previous(message, category, filename, lineno, *a)
+
+        warnings.showwarning = showwarning  # type: ignore[assignment]
+        torch.cuda.set_sync_debug_mode("warn")
+
+    def stop_sync_debug(self) -> None:
+        """Restore the sync debug mode and the warning filters."""
+        if self._saved_filters is None:
+            return
+        import torch
+
+        torch.cuda.set_sync_debug_mode(0)
+        warnings.filters[:] = self._saved_filters  # type: ignore[index]
+        if self._saved_showwarning is not None:
+            warnings.showwarning = self._saved_showwarning
+        self._saved_filters = None
+
+    def uninstall(self) -> None:
+        """Undo the patches and the sync debug mode (idempotent)."""
+        self.stop_sync_debug()
+        self._patcher.restore()
+
+    def snapshot(self) -> dict[str, Any]:
+        """Recorded call sites, most frequent first."""
+        calls = sorted(self.calls.items(), key=lambda kv: -kv[1][0])
+        return {
+            "host_syncs": [
+                {"kind": k, "device": d, "site": s, "calls": int(n), "seconds": sec}
+                for (k, d, s), (n, sec) in calls
+            ],
+            "unpinned_non_blocking": [
+                {"site": s, "copies": int(n), "bytes": int(b)}
+                for s, (n, b) in sorted(self.unpinned.items(), key=lambda kv: -kv[1][0])
+            ],
+            "sync_debug": [
+                {"site": s, "count": n}
+                for s, n in sorted(self.sync_debug.items(), key=lambda kv: -kv[1])
+            ],
+        }
