@@ -145,7 +145,7 @@ def _stream_prev_end(table: TraceTable, rows: np.ndarray) -> np.ndarray:
     if not len(rows):
         return np.zeros(0)
     key = table.device[allg].astype(np.int64) * (1 << 32) + table.stream[allg].astype(np.int64)
-    groups, g = np.unique(key, return_inverse=True)
+    g = np.unique(key, return_inverse=True)[1]
     order = np.lexsort((allg, table.ts[allg], g))  # by stream, then start
     g_sorted, rows_sorted = g[order], allg[order]
     end = table.ts[rows_sorted] + table.dur[rows_sorted]
