@@ -55,14 +55,54 @@ def _guarded(func: F) -> F:
     return wrapper  # type: ignore[return-value]
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+class LazyGroup(click.Group):
+    """A group whose heavier subcommands are imported only when they run (or show their help)."""
+
+    lazy: dict[str, tuple[str, str]] = {
+        "check": (
+            "torchdoctor.capture.cli:check_command",
+            "Run an unmodified training script, watch real steps, report what is slow.",
+        ),
+        "tune": (
+            "torchdoctor.tune.cli:tune_command",
+            "Measure configurations of a workload and keep the fastest faithful one.",
+        ),
+    }
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return sorted([*super().list_commands(ctx), *self.lazy])
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        if cmd_name in self.lazy:
+            import importlib
+
+            module, attr = self.lazy[cmd_name][0].split(":")
+            cmd: click.Command = getattr(importlib.import_module(module), attr)
+            cmd.name = cmd_name
+            return cmd
+        return super().get_command(ctx, cmd_name)
+
+    def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        rows = [
+            (name, self.lazy[name][1])
+            if name in self.lazy
+            else (name, self.commands[name].get_short_help_str(80))
+            for name in self.list_commands(ctx)
+        ]
+        with formatter.section("Commands"):
+            formatter.write_dl(rows)
+
+
+@click.group(cls=LazyGroup, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(__version__, prog_name="torchdoctor")
 def cli() -> None:
     """Find what makes a PyTorch workload slow on a GPU, and how to fix it.
 
     \b
-      torchdoctor analyze TRACE      diagnose a torch.profiler trace (file or folder of ranks)
-      torchdoctor demo               profile a small bundled training loop, then analyse it
+      torchdoctor analyze TRACE        diagnose a torch.profiler trace (file or folder of ranks)
+      torchdoctor check train.py ARGS  run a script unchanged, watch it, report what is slow
+      torchdoctor tune workload.py     measure configurations, keep the fastest faithful one
+      torchdoctor demo                 profile a small bundled training loop, then analyse it
     """
 
 

@@ -1,0 +1,156 @@
+"""Draw a report: a terminal report (rich) or JSON. Nothing here computes anything."""
+
+from __future__ import annotations
+
+import json
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from rich.console import Console
+
+    from torchdoctor.report.build import Report
+
+_SEVERITY_STYLE = {"critical": "bold red", "warning": "yellow", "info": "cyan"}
+_PART_LABEL = {
+    "compute": "GPU compute",
+    "communication": "GPU communication (exposed)",
+    "memcpy_h2d": "GPU memcpy host→device",
+    "memcpy_d2h": "GPU memcpy device→host",
+    "memcpy_d2d": "GPU memcpy device→device",
+    "memcpy_other": "GPU memcpy other",
+    "memset": "GPU memset",
+    "data_loading": "idle: waiting on data loading",
+    "synchronization": "idle: waiting on synchronisation",
+    "host_overhead": "idle: waiting on host (launch late)",
+    "short_gaps": "idle: short kernel-to-kernel gaps",
+    "cpu_operators": "CPU operators",
+    "other": "CPU other (Python, glue)",
+}
+
+
+def render_json(report: Report) -> str:
+    """The report as indented JSON text."""
+    return json.dumps(report.to_dict(), indent=2, default=_jsonable)
+
+
+def _jsonable(obj: Any) -> Any:
+    import numpy as np
+
+    if isinstance(obj, np.integer):
+        return int(obj)
+    if isinstance(obj, np.floating):
+        return float(obj)
+    if isinstance(obj, np.ndarray):
+        return obj.tolist()
+    return str(obj)
+
+
+def render_text(report: Report, top: int = 10, console: Console | None = None) -> None:
+    """Print the terminal report: verdict, breakdown, findings with fixes, kernels, operators."""
+    from rich.console import Console
+
+    con = console or Console(highlight=False)
+    _header(con, report)
+    _breakdown(con, report)
+    _findings(con, report)
+    _ranks(con, report)
+    from torchdoctor.report.tables import kernel_table, operator_table
+
+    for table in (kernel_table(report.analysis, top), operator_table(report.analysis, top)):
+        if table is not None:
+            con.print(table)
+    if report.notes:
+        con.print("[dim]Notes: " + "; ".join(n for n in report.notes if n) + "[/dim]")
+
+
+def _header(con: Console, report: Report) -> None:
+    a = report.analysis
+    meta = a.table.meta
+    device = meta.devices[0].get("name", "GPU") if meta.devices else "no GPU in trace"
+    where = f"rank {meta.rank}" + (f"/{meta.world_size}" if meta.world_size else "")
+    parts = [
+        p
+        for p in (meta.path.rsplit("/", 1)[-1], device, where if meta.rank is not None else "")
+        if p
+    ]
+    con.print(f"[bold]torchdoctor[/bold] · {' · '.join(parts)}")
+    con.print(f"[bold]Verdict:[/bold] {report.verdict}\n")
+
+
+def _breakdown(con: Console, report: Report) -> None:
+    from rich.table import Table
+
+    a = report.analysis
+    t = a.total
+    title = f"Step breakdown (ms per step, mean of {a.n_steps} step{'s' * (a.n_steps != 1)})"
+    table = Table(title=title, title_justify="left", show_edge=False)
+    table.add_column("part")
+    table.add_column("ms/step", justify="right")
+    table.add_column("share", justify="right")
+    for key, ms in [*t.busy_ms.items(), *t.idle_ms.items()]:
+        if ms <= 0:
+            continue
+        per = a.per_step_ms(ms)
+        table.add_row(_PART_LABEL.get(key, key), f"{per:.2f}", f"{t.share(ms):.1%}")
+    table.add_row("[bold]step[/bold]", f"[bold]{a.mean_step_ms:.2f}[/bold]", "100%")
+    con.print(table)
+    if t.pageable_h2d_ms > 0:
+        con.print(
+            f"  of which pageable host→device copies: "
+            f"{a.per_step_ms(t.pageable_h2d_ms):.2f} ms/step"
+        )
+    con.print()
+
+
+def _findings(con: Console, report: Report) -> None:
+    if not report.findings:
+        con.print("[green]No findings: nothing here holds the workload back.[/green]\n")
+        return
+    con.print("[bold]Findings[/bold] (ranked by estimated saving)")
+    for i, f in enumerate(report.findings, 1):
+        style = _SEVERITY_STYLE[f.severity]
+        con.print(f" {i}. [{style}]{f.severity}[/{style}] {f.title}")
+        if f.saving_ms_per_step > 0:
+            con.print(
+                f"    saves up to {f.saving_ms_per_step:.2f} ms per step ({f.share_of_step:.0%})"
+            )
+        ev = ", ".join(f"{k}={_short(v)}" for k, v in f.evidence.items())
+        con.print(f"    [dim]evidence: {ev}[/dim]", soft_wrap=True)
+        if f.where:
+            con.print(f"    [dim]where: {', '.join(f.where[:5])}[/dim]")
+        con.print("    fix:")
+        for line in f.fix.splitlines():
+            con.print(f"      [green]{line}[/green]", soft_wrap=True)
+        if f.doc_url:
+            con.print(f"    [dim]docs: {f.doc_url}[/dim]")
+    con.print()
+
+
+def _short(v: Any) -> str:
+    if isinstance(v, dict):
+        items = list(v.items())[:4]
+        more = ", …" if len(v) > 4 else ""
+        return "{" + ", ".join(f"{k}: {_short(x)}" for k, x in items) + more + "}"
+    if isinstance(v, float):
+        return f"{v:.4g}"
+    return str(v)
+
+
+def _ranks(con: Console, report: Report) -> None:
+    if not report.ranks:
+        return
+    from rich.table import Table
+
+    table = Table(title="Ranks", title_justify="left", show_edge=False)
+    for col in ("rank", "steps", "ms/step", "GPU busy", "exposed comm ms/step"):
+        table.add_column(col, justify="right")
+    for r in report.ranks:
+        table.add_row(
+            str(r.rank),
+            str(r.steps),
+            f"{r.mean_step_ms:.2f}",
+            f"{r.gpu_busy_share:.0%}",
+            f"{r.exposed_comm_ms:.2f}",
+        )
+    con.print(table)
+    con.print()

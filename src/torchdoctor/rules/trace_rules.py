@@ -1,0 +1,393 @@
+"""Rules that read one trace's analysis and return findings with evidence, saving and fix."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+from torchdoctor.analysis.bundle import TraceAnalysis
+from torchdoctor.analysis.gpu_activity import SYNC_CALLS
+from torchdoctor.rules import fixes
+from torchdoctor.rules import thresholds as th
+from torchdoctor.rules.finding import Finding, FindingId, Severity, rank_findings
+from torchdoctor.trace.kinds import Kind
+
+Rule = Callable[[TraceAnalysis], "Finding | None"]
+
+
+def _severity(share: float, warn: float, critical: float) -> Severity:
+    return "critical" if share >= critical else "warning" if share >= warn else "info"
+
+
+def _finding(
+    a: TraceAnalysis,
+    fid: FindingId,
+    title: str,
+    saving_ms: float,
+    severity: Severity,
+    evidence: dict[str, Any],
+    **kw: Any,
+) -> Finding:
+    """Build a finding, clamping the saving to the step (a fix cannot save more than all)."""
+    step = a.mean_step_ms
+    saving = float(min(max(saving_ms, 0.0), step))
+    share = saving / step if step > 0 else 0.0
+    fix, url, why = fixes.FIXES[fid]
+    evidence = {"mean_step_ms": round(step, 3), **evidence}
+    return Finding(
+        fid,
+        title,
+        severity,
+        round(saving, 3),
+        round(share, 4),
+        evidence,
+        kw.pop("fix", fix),
+        kw.pop("explanation", why),
+        url,
+        **kw,
+    )
+
+
+def data_loading(a: TraceAnalysis) -> Finding | None:
+    """The GPU (or CPU loop) waits while the DataLoader produces the next batch."""
+    ms = a.per_step_ms(a.total.idle_ms.get("data_loading", 0.0))
+    share = ms / a.mean_step_ms if a.mean_step_ms else 0.0
+    if share < th.DATA_WARN:
+        return None
+    where = "GPU idle" if a.has_gpu else "the loop"
+    return _finding(
+        a,
+        "data-loading-bound",
+        f"Data loading: {where} waits {ms:.1f} ms per step ({share:.0%}) for the next batch",
+        ms,
+        _severity(share, th.DATA_WARN, th.DATA_CRITICAL),
+        {"data_wait_ms_per_step": round(ms, 3), "share_of_step": round(share, 4)},
+    )
+
+
+def host_bound(a: TraceAnalysis) -> Finding | None:
+    """The GPU idles because the CPU launches work too late (Python/dispatcher/launch cost)."""
+    if not a.has_gpu:
+        return None
+    ms = a.per_step_ms(a.total.idle_ms.get("host_overhead", 0.0))
+    share = ms / a.mean_step_ms if a.mean_step_ms else 0.0
+    if share < th.HOST_WARN:
+        return None
+    launch = a.launch
+    evidence: dict[str, Any] = {
+        "host_late_idle_ms_per_step": round(ms, 3),
+        "share_of_step": round(share, 4),
+        "gpu_busy_share": round(a.total.share(a.total.gpu_busy_ms), 4),
+    }
+    evidence.update(_launch_evidence(launch))
+    return _finding(
+        a,
+        "host-bound",
+        f"Host bound: the GPU waits {ms:.1f} ms per step ({share:.0%}) for the CPU to launch work",
+        ms,
+        _severity(share, th.HOST_WARN, th.HOST_CRITICAL),
+        evidence,
+    )
+
+
+def _launch_evidence(launch: Any) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    keys = (
+        "kernels_per_step",
+        "median_kernel_us",
+        "median_launch_cost_us",
+        "share_shorter_than_launch",
+        "graph_launch_count",
+    )
+    for key in keys:
+        value = getattr(launch, key, None)
+        if value is not None:
+            out[key] = round(value, 4) if isinstance(value, float) else value
+    return out
+
+
+def sync_stalls(a: TraceAnalysis) -> Finding | None:
+    """The CPU blocks on the device (synchronize, .item(), blocking copies) and drains the queue."""
+    if not a.has_gpu:
+        return None
+    ms = a.per_step_ms(a.total.idle_ms.get("synchronization", 0.0))
+    share = ms / a.mean_step_ms if a.mean_step_ms else 0.0
+    if share < th.SYNC_WARN or ms < th.SYNC_MIN_MS:
+        return None
+    calls = _count_names(a, lambda n: n in SYNC_CALLS, Kind.RUNTIME, Kind.DRIVER)
+    items = _count_names(a, lambda n: n in ("aten::item", "aten::_local_scalar_dense"), Kind.CPU_OP)
+    evidence = {
+        "sync_idle_ms_per_step": round(ms, 3),
+        "share_of_step": round(share, 4),
+        "sync_calls": calls,
+        "item_calls": items.get("aten::item", 0),
+    }
+    return _finding(
+        a,
+        "sync-stalls",
+        f"Synchronisation stalls: {ms:.1f} ms per step ({share:.0%}) of GPU idle after the CPU "
+        "blocked on the device",
+        ms,
+        _severity(share, th.SYNC_WARN, th.SYNC_CRITICAL),
+        evidence,
+        where=sorted(calls, key=calls.__getitem__, reverse=True),
+    )
+
+
+def _count_names(a: TraceAnalysis, predicate: Any, *kinds: Kind) -> dict[str, int]:
+    t = a.table
+    lo, hi = a.steps.window
+    rows = t.rows_named(predicate, *kinds)
+    rows = rows[(t.ts[rows] >= lo) & (t.ts[rows] < hi)]
+    codes, counts = np.unique(t.name[rows], return_counts=True)
+    return {t.names[int(c)]: int(n) for c, n in zip(codes, counts, strict=True)}
+
+
+def pageable_copies(a: TraceAnalysis) -> Finding | None:
+    """Host-to-device copies from pageable memory: slower, and they block the CPU."""
+    act, t = a.activity, a.table
+    mask = act.pageable & (act.memcpy_dir == "HtoD")
+    if not mask.any():
+        return None
+    rows = act.rows[mask]
+    nbytes = float(np.clip(t.nbytes[rows], 0, None).sum()) / max(a.n_steps, 1)
+    ms = a.per_step_ms(a.total.pageable_h2d_ms)
+    if nbytes < th.PAGEABLE_MIN_BYTES:
+        return None
+    dur_s = float(t.dur[rows].sum()) / 1e6
+    gbps = float(np.clip(t.nbytes[rows], 0, None).sum()) / dur_s / 1e9 if dur_s > 0 else 0.0
+    evidence = {
+        "pageable_h2d_copies_per_step": round(len(rows) / max(a.n_steps, 1), 2),
+        "pageable_h2d_mb_per_step": round(nbytes / 2**20, 2),
+        "pageable_h2d_ms_per_step": round(ms, 3),
+        "achieved_gb_per_s": round(gbps, 2),
+    }
+    saving = ms * (1 - 1 / th.PINNED_SPEEDUP)
+    share = ms / a.mean_step_ms if a.mean_step_ms else 0.0
+    return _finding(
+        a,
+        "pageable-h2d-copies",
+        f"Pageable host-to-device copies: {nbytes / 2**20:.1f} MB per step at {gbps:.1f} GB/s "
+        "(pin the memory)",
+        saving,
+        _severity(share, 0.02, 0.10),
+        evidence,
+    )
+
+
+def synchronous_copies(a: TraceAnalysis) -> Finding | None:
+    """Copies issued through blocking calls (cudaMemcpy, hipMemcpy*) or into pageable memory."""
+    calls = _count_names(
+        a,
+        lambda n: n in ("cudaMemcpy", "hipMemcpy", "hipMemcpyWithStream", "cudaMemcpy2D"),
+        Kind.RUNTIME,
+    )
+    act = a.activity
+    d2h = act.pageable & (act.memcpy_dir == "DtoH")
+    n_d2h = int(d2h.sum())
+    n_calls = sum(calls.values())
+    if not n_calls and not n_d2h:
+        return None
+    copies_ms = float((act.end_us[d2h] - act.start_us[d2h]).sum()) / 1000.0
+    per_step = (n_calls + n_d2h) / max(a.n_steps, 1)
+    evidence = {
+        "blocking_copy_calls": calls,
+        "d2h_to_pageable_copies": n_d2h,
+        "copies_per_step": round(per_step, 2),
+        "d2h_pageable_ms_per_step": round(a.per_step_ms(copies_ms), 3),
+    }
+    return _finding(
+        a,
+        "synchronous-copies",
+        f"Synchronous copies: {per_step:.1f} per step block the CPU until the device catches up",
+        a.per_step_ms(copies_ms),
+        "info" if per_step < 1 else "warning",
+        evidence,
+    )
+
+
+def exposed_communication(a: TraceAnalysis) -> Finding | None:
+    """Collectives the step waits for instead of overlapping them with backward compute."""
+    c = a.comm
+    if c.comm_ms <= 0:
+        return None
+    ms = a.per_step_ms(c.exposed_ms)
+    share = ms / a.mean_step_ms if a.mean_step_ms else 0.0
+    if share < th.EXPOSED_COMM_WARN:
+        return None
+    evidence = {
+        "comm_ms_per_step": round(a.per_step_ms(c.comm_ms), 3),
+        "exposed_comm_ms_per_step": round(ms, 3),
+        "overlap_share": round(c.overlap_share, 4),
+        "collectives": c.collectives,
+        "world_size": c.world_size,
+    }
+    return _finding(
+        a,
+        "exposed-communication",
+        f"Exposed communication: {ms:.1f} ms per step ({share:.0%}) of collectives not overlapped "
+        f"with compute ({c.overlap_share:.0%} hidden)",
+        ms,
+        _severity(share, th.EXPOSED_COMM_WARN, th.EXPOSED_COMM_CRITICAL),
+        evidence,
+    )
+
+
+def low_utilization(a: TraceAnalysis) -> Finding | None:
+    """GPU busy for too little of the step; the saving is the idle no other rule explains."""
+    if not a.has_gpu or a.total.step_ms <= 0:
+        return None
+    busy = a.total.share(a.total.gpu_busy_ms)
+    if busy >= th.LOW_UTIL_BUSY:
+        return None
+    gaps_ms = a.per_step_ms(a.total.idle_ms.get("short_gaps", 0.0))
+    evidence = {
+        "gpu_busy_share": round(busy, 4),
+        "gpu_idle_ms_per_step": round(a.per_step_ms(a.total.gpu_idle_ms), 3),
+        "idle_by_cause_ms_per_step": {
+            k: round(a.per_step_ms(v), 3) for k, v in a.total.idle_ms.items()
+        },
+    }
+    return _finding(
+        a,
+        "low-gpu-utilization",
+        f"Low GPU utilisation: busy {busy:.0%} of the step",
+        gaps_ms,
+        "warning",
+        evidence,
+    )
+
+
+def data_parallel(a: TraceAnalysis) -> Finding | None:
+    """nn.DataParallel: one process drives several GPUs, scattering and gathering every step."""
+    devices = np.unique(a.table.device[a.activity.rows]) if a.has_gpu else np.zeros(0)
+    dp_ops = _count_names(
+        a, _is_data_parallel_op, Kind.CPU_OP, Kind.PYTHON_FUNCTION, Kind.USER_ANNOTATION
+    )
+    if len(devices) < 2 and not dp_ops:
+        return None
+    evidence = {"devices_in_one_process": [int(d) for d in devices], "data_parallel_ops": dp_ops}
+    return _finding(
+        a,
+        "data-parallel",
+        f"nn.DataParallel: one process drives {len(devices)} GPUs; use DistributedDataParallel",
+        0.0,
+        "warning",
+        evidence,
+    )
+
+
+def _is_data_parallel_op(name: str) -> bool:
+    return any(
+        k in name
+        for k in (
+            "torch/nn/parallel/data_parallel.py",
+            "DataParallel",
+            "ReduceAddCoalesced",
+            "BroadcastBackward",
+        )
+    )
+
+
+def fp32_gemms(a: TraceAnalysis) -> Finding | None:
+    """fp32 GEMM/convolution kernels on the SIMT cores of a GPU that has tensor cores."""
+    k = a.kernels
+    if k is None or not k.gpu.has_tensor_cores or k.gpu_time_ms <= 0 or k.matmul_ms <= 0:
+        return None
+    fp32_share = k.fp32_off_tensor_core_ms / k.matmul_ms
+    matmul_share = k.matmul_ms / k.gpu_time_ms
+    if fp32_share < th.FP32_GEMM_SHARE or matmul_share < th.MATMUL_MIN_SHARE:
+        return None
+    fp32_ms = a.per_step_ms(k.fp32_off_tensor_core_ms)
+    saving = fp32_ms * (1 - 1 / th.TENSOR_CORE_SPEEDUP)
+    cc = k.gpu.compute_capability
+    bf16 = cc is not None and cc >= (8, 0)
+    fix = fixes.FIXES["fp32-gemm-no-tensor-cores"][0]
+    if not bf16:  # Volta/Turing: fp16 with loss scaling; no bf16, no TF32
+        fix = (
+            'scaler = torch.amp.GradScaler("cuda")\n'
+            'with torch.autocast(device_type="cuda", dtype=torch.float16):\n'
+            "    loss = model(x)\n"
+            "scaler.scale(loss).backward(); scaler.step(optimizer); scaler.update()"
+        )
+    evidence = {
+        "gpu": k.gpu.name,
+        "compute_capability": list(cc) if cc else None,
+        "matmul_share_of_gpu_time": round(matmul_share, 4),
+        "fp32_simt_share_of_matmul": round(fp32_share, 4),
+        "fp32_simt_matmul_ms_per_step": round(fp32_ms, 3),
+        "matmul_ms_by_dtype": {d: round(v, 3) for d, v in k.matmul_ms_by_dtype.items()},
+    }
+    precision = "bf16 autocast or TF32" if bf16 else "fp16 autocast with GradScaler"
+    return _finding(
+        a,
+        "fp32-gemm-no-tensor-cores",
+        f"fp32 GEMMs off the tensor cores: {fp32_share:.0%} of matmul time on a {k.gpu.name} "
+        f"(use {precision})",
+        saving,
+        _severity(saving / a.mean_step_ms if a.mean_step_ms else 0, 0.05, 0.2),
+        evidence,
+        fix=fix,
+    )
+
+
+def memory_pressure(a: TraceAnalysis) -> Finding | None:
+    """Peak reserved memory near the device's capacity, or a fragmented caching allocator."""
+    m = a.memory
+    if m is None or not getattr(m, "devices", None):
+        return None
+    for d in m.devices:
+        total = d.total_bytes
+        reserved, allocated = d.peak_reserved_bytes, d.reserved_minus_allocated_at_peak_bytes
+        near_full = bool(total) and reserved / total >= th.MEMORY_PRESSURE
+        fragmented = (
+            reserved > 0
+            and allocated / reserved >= th.FRAGMENTATION
+            and allocated >= th.FRAGMENTATION_MIN_BYTES
+        )
+        if not (near_full or fragmented):
+            continue
+        gib = 2**30
+        evidence = {
+            "device": d.device,
+            "peak_allocated_gib": round(d.peak_allocated_bytes / gib, 2),
+            "peak_reserved_gib": round(reserved / gib, 2),
+            "device_total_gib": round(total / gib, 2) if total else None,
+            "reserved_unallocated_at_peak_gib": round(allocated / gib, 2),
+        }
+        what = (
+            f"peak reserved {reserved / gib:.1f} of {total / gib:.1f} GiB"
+            if near_full
+            else f"{allocated / gib:.1f} GiB reserved but unallocated at the peak"
+        )
+        return _finding(
+            a,
+            "memory-pressure",
+            f"Memory pressure on GPU {d.device}: {what}",
+            0.0,
+            "warning",
+            evidence,
+        )
+    return None
+
+
+TRACE_RULES: tuple[Rule, ...] = (
+    data_loading,
+    host_bound,
+    sync_stalls,
+    pageable_copies,
+    synchronous_copies,
+    exposed_communication,
+    low_utilization,
+    data_parallel,
+    fp32_gemms,
+    memory_pressure,
+)
+
+
+def evaluate(a: TraceAnalysis, rules: tuple[Rule, ...] = TRACE_RULES) -> list[Finding]:
+    """Run the rules and rank what fired by estimated saving."""
+    found = [f for f in (rule(a) for rule in rules) if f is not None]
+    return rank_findings(found)
