@@ -9,7 +9,7 @@ from __future__ import annotations
 import os
 import sys
 from collections.abc import Callable
-from typing import Any, TypeVar
+from typing import Any, ClassVar, TypeVar
 
 import click
 
@@ -58,7 +58,7 @@ def _guarded(func: F) -> F:
 class LazyGroup(click.Group):
     """A group whose heavier subcommands are imported only when they run (or show their help)."""
 
-    lazy: dict[str, tuple[str, str]] = {
+    lazy: ClassVar[dict[str, tuple[str, str]]] = {
         "check": (
             "torchdoctor.capture.cli:check_command",
             "Run an unmodified training script, watch real steps, report what is slow.",

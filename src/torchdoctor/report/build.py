@@ -8,7 +8,6 @@ from typing import Any
 
 import numpy as np
 
-from torchdoctor import __version__
 from torchdoctor.analysis.bundle import TraceAnalysis, analyze_table
 from torchdoctor.errors import TraceError
 from torchdoctor.rules.finding import Finding, rank_findings
