@@ -1,0 +1,207 @@
+"""Operator table, like ``torch.profiler``'s ``key_averages()``: CPU and device time per operator.
+
+Operators are the ``cpu_op`` events. On each thread they nest (``aten::linear`` calls
+``aten::addmm``); an operator's *self* CPU time is its duration minus its direct children's.
+Device time (kernels, memcpys, memsets) is charged to the operator that launched it: the launch
+call (joined to the device activity by correlation id) lies inside the innermost operator on the
+same thread, which gets it as *self* device time; that operator and all its ancestors get it as
+*total* device time.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from typing import Any
+
+import numpy as np
+
+from torchdoctor.analysis._join import gpu_rows, in_window, launch_of
+from torchdoctor.trace.kinds import Kind
+from torchdoctor.trace.steps import Steps
+from torchdoctor.trace.table import TraceTable
+
+_EPS_US = 1e-6  # float slack when comparing nested boundaries (timestamps are rounded to 1 ns)
+_MAX_PASSES = 10_000  # the pointer walks converge in O(log n + depth) passes; this only guards
+
+
+@dataclass(frozen=True)
+class OperatorRow:
+    """One operator name, summed over its calls that started in the window."""
+
+    name: str
+    calls: int
+    total_cpu_ms: float
+    self_cpu_ms: float
+    """Duration minus the durations of the operators it called directly."""
+    total_device_ms: float
+    """Device time launched by the operator or anything it called."""
+    self_device_ms: float
+    """Device time launched directly by the operator (it is the innermost operator)."""
+    mean_cpu_us: float
+
+
+@dataclass(frozen=True)
+class OperatorStats:
+    """The operator table over the analysed window."""
+
+    steps: int
+    call_count: int
+    name_count: int
+    device_ms: float
+    """Summed duration of the device activities that started in the window."""
+    attributed_device_ms: float
+    """The part of device_ms launched from inside an operator."""
+    top_by_self_device: tuple[OperatorRow, ...]
+    top_by_self_cpu: tuple[OperatorRow, ...]
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain JSON-able data."""
+        d = asdict(self)
+        d["top_by_self_device"] = [asdict(r) for r in self.top_by_self_device]
+        d["top_by_self_cpu"] = [asdict(r) for r in self.top_by_self_cpu]
+        return d
+
+
+@dataclass(frozen=True)
+class _Ops:
+    """CPU operators sorted by (thread, start, longest first), with their nesting."""
+
+    rows: np.ndarray
+    ts: np.ndarray
+    end: np.ndarray
+    thread: np.ndarray
+    parent: np.ndarray
+    """Position (in this order) of the innermost enclosing operator, -1 for a root."""
+
+
+def analyze_operators(table: TraceTable, steps: Steps, top_n: int = 20) -> OperatorStats:
+    """Calls, total/self CPU ms and total/self device ms per operator name; the top ``top_n``
+    names by self device time and by self CPU time."""
+    ops = _nest(table)
+    self_dev, total_dev, attributed = _device_time(table, steps, ops)
+    dur = ops.end - ops.ts
+    child_dur = np.bincount(ops.parent[ops.parent >= 0], dur[ops.parent >= 0], len(dur))
+    self_cpu = np.maximum(dur - child_dur, 0.0)
+    lo, hi = steps.window
+    win = (ops.ts >= lo) & (ops.ts < hi) if hi > lo else ops.ts == lo
+    codes, inv = np.unique(table.name[ops.rows[win]], return_inverse=True)
+    n = len(codes)
+    sums = [np.bincount(inv, x[win], n) / 1e3 for x in (dur, self_cpu, total_dev, self_dev)]
+    calls = np.bincount(inv, minlength=n)
+    table_rows = [
+        OperatorRow(
+            name=table.names[codes[i]],
+            calls=int(calls[i]),
+            total_cpu_ms=float(sums[0][i]),
+            self_cpu_ms=float(sums[1][i]),
+            total_device_ms=float(sums[2][i]),
+            self_device_ms=float(sums[3][i]),
+            mean_cpu_us=float(sums[0][i] * 1e3 / calls[i]),
+        )
+        for i in range(n)
+    ]
+    gpu = in_window(table, steps, gpu_rows(table))
+    return OperatorStats(
+        steps=len(steps),
+        call_count=int(win.sum()),
+        name_count=n,
+        device_ms=float(table.dur[gpu].sum()) / 1e3,
+        attributed_device_ms=attributed,
+        top_by_self_device=_top(table_rows, "self_device_ms", top_n),
+        top_by_self_cpu=_top(table_rows, "self_cpu_ms", top_n),
+    )
+
+
+def _top(rows: list[OperatorRow], key: str, n: int) -> tuple[OperatorRow, ...]:
+    ranked = sorted(rows, key=lambda r: (-getattr(r, key), r.name))
+    return tuple(r for r in ranked[: max(n, 0)] if getattr(r, key) > 0)
+
+
+def _thread_key(table: TraceTable, rows: np.ndarray) -> np.ndarray:
+    return table.pid[rows].astype(np.int64) * (1 << 31) + table.tid[rows].astype(np.int64)
+
+
+def _nest(table: TraceTable) -> _Ops:
+    """Sort the operators and find each one's parent with a vectorised pointer walk.
+
+    In (thread, start, longest-first) order the parent of an operator is the nearest earlier
+    operator on its thread that contains it. Each pass replaces a candidate that does not contain
+    the operator by that candidate's own candidate; every skipped operator ended before the
+    operator started, so the walk is exact for properly nested ranges and takes about
+    log2(n) + depth passes.
+    """
+    rows = np.flatnonzero(table.kind == Kind.CPU_OP)
+    thread = _thread_key(table, rows)
+    order = np.lexsort((-table.dur[rows], table.ts[rows], thread))
+    rows, thread = rows[order], thread[order]
+    ts, end = table.ts[rows], table.ts[rows] + table.dur[rows]
+    cand = np.arange(len(rows)) - 1
+    if len(rows):
+        cand[np.flatnonzero(np.diff(thread)) + 1] = -1
+        cand[0] = -1
+    for _ in range(_MAX_PASSES):
+        c = np.maximum(cand, 0)
+        miss = (cand >= 0) & ((ts[c] > ts + _EPS_US) | (end[c] < end - _EPS_US))
+        if not miss.any():
+            break
+        cand[miss] = cand[cand[miss]]
+    return _Ops(rows, ts, end, thread, cand)
+
+
+def _innermost(table: TraceTable, ops: _Ops, rows: np.ndarray) -> np.ndarray:
+    """Position of the innermost operator on the same thread enclosing each row's start."""
+    if not len(ops.rows) or not len(rows):
+        return np.full(len(rows), -1, dtype=np.int64)
+    span = float(max(ops.end.max(), table.ts[rows].max()) - min(ops.ts.min(), 0.0)) + 1.0
+    threads, rank_ops = np.unique(ops.thread, return_inverse=True)
+    key_ops = rank_ops * span + ops.ts  # non-decreasing: ops are sorted by thread, then start
+    t = table.ts[rows]
+    th = _thread_key(table, rows)
+    rank = np.clip(np.searchsorted(threads, th), 0, len(threads) - 1)
+    pos = np.searchsorted(key_ops, rank * span + t + _EPS_US, side="right") - 1
+    pos = np.where((threads[rank] == th) & (pos >= 0), pos, -1)
+    pos = np.where((pos >= 0) & (ops.thread[np.maximum(pos, 0)] == th), pos, -1)
+    for _ in range(_MAX_PASSES):
+        p = np.maximum(pos, 0)
+        miss = (pos >= 0) & (ops.end[p] < t - _EPS_US)
+        if not miss.any():
+            break
+        pos[miss] = ops.parent[pos[miss]]
+    return pos
+
+
+def _device_time(
+    table: TraceTable, steps: Steps, ops: _Ops
+) -> tuple[np.ndarray, np.ndarray, float]:
+    """Self and total device µs per operator, and the attributed device ms in the window."""
+    gpu = gpu_rows(table)
+    launch = launch_of(table, gpu)
+    owner = np.full(len(gpu), -1, dtype=np.int64)
+    has = launch >= 0
+    owner[has] = _innermost(table, ops, launch[has])
+    n = len(ops.rows)
+    self_dev = np.bincount(owner[owner >= 0], table.dur[gpu][owner >= 0], n)
+    total_dev = self_dev.copy()
+    depth = _depth(ops.parent)
+    by_depth = np.argsort(-depth, kind="stable")
+    levels = np.split(by_depth, np.flatnonzero(np.diff(depth[by_depth])) + 1)
+    for level in levels:  # deepest first: each level adds its totals to its parents
+        level = level[ops.parent[level] >= 0]
+        np.add.at(total_dev, ops.parent[level], total_dev[level])
+    lo, hi = steps.window
+    gts = table.ts[gpu]
+    in_win = (gts >= lo) & (gts < hi) if hi > lo else gts == lo
+    attributed = float(table.dur[gpu][in_win & (owner >= 0)].sum()) / 1e3
+    return self_dev, total_dev, attributed
+
+
+def _depth(parent: np.ndarray) -> np.ndarray:
+    """Nesting depth (0 for roots), one vectorised pass per level."""
+    depth = np.zeros(len(parent), dtype=np.int64)
+    has = parent >= 0
+    for _ in range(_MAX_PASSES):
+        new = np.where(has, depth[np.maximum(parent, 0)] + 1, 0)
+        if np.array_equal(new, depth):
+            break
+        depth = new
+    return depth
