@@ -56,6 +56,42 @@ STRICT_EVENTS = msgspec.json.Decoder(list[Event])
 ANY_JSON = msgspec.json.Decoder()
 
 
+class BadChunk(msgspec.Struct, frozen=True):
+    """Why a chunk of the events array did not decode.
+
+    ``truncated`` is msgspec's "input data was truncated": the chunk ended inside a string or a
+    nested value, which is what a cut at a false event boundary looks like (joining the chunk with
+    the next one fixes it). Any other syntax error is a real defect of the file.
+    """
+
+    truncated: bool
+    message: str
+
+
+def decode_events(data: bytes | bytearray | memoryview) -> tuple[list[Event], int] | BadChunk:
+    """Decode a JSON array of events: the events and how many items were skipped as malformed.
+
+    Typed (fast) decode first; if some event has an odd field type, an untyped decode and a
+    per-event coercion (slow, rare). A syntax error comes back as ``BadChunk``, never raised.
+    """
+    try:
+        return STRICT_EVENTS.decode(data), 0
+    except msgspec.ValidationError:
+        pass  # valid JSON with an odd field somewhere: take the slow, lenient path
+    except msgspec.DecodeError as exc:
+        msg = str(exc)
+        return BadChunk("truncated" in msg, msg)
+    try:  # the typed decode stops at the first odd field, before it has seen all the syntax
+        items = ANY_JSON.decode(data)
+    except msgspec.DecodeError as exc:
+        msg = str(exc)
+        return BadChunk("truncated" in msg, msg)
+    if not isinstance(items, list):  # pragma: no cover - the typed decode saw an array
+        return [], 1
+    out = [ev for ev in map(coerce_event, items) if ev is not None]
+    return out, len(items) - len(out)
+
+
 def coerce_event(obj: object) -> Event | None:
     """Turn one untyped JSON value into an Event, or None if it is not an object at all.
 

@@ -2,176 +2,105 @@
 
 from __future__ import annotations
 
-import contextlib
-import operator
 import re
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from torchdoctor.errors import TraceError
-from torchdoctor.trace.events import Event
-from torchdoctor.trace.kinds import CATEGORY_KIND, Kind
-from torchdoctor.trace.reader import ReadStats, iter_event_chunks
+from torchdoctor.trace.columns import INT_COLS, ChunkColumns, Interned, chunk_columns
+from torchdoctor.trace.events import BadChunk
+from torchdoctor.trace.kinds import CATEGORY_KIND
+from torchdoctor.trace.parallel import ordered_map
+from torchdoctor.trace.reader import ReadStats, iter_json_chunks, join_chunks
 from torchdoctor.trace.table import MemoryEvents, TraceMeta, TraceTable
 
 TRACE_SUFFIXES = (".json", ".json.gz", ".pt.trace.json", ".pt.trace.json.gz")
 _RANK_IN_NAME = re.compile(r"rank[-_]?(\d+)", re.IGNORECASE)
-# Operators whose input dtype decides whether GEMM/conv kernels can use tensor cores.
-_DTYPE_OPS = frozenset(
-    {
-        *("aten::mm", "aten::addmm", "aten::bmm", "aten::baddbmm", "aten::matmul"),
-        *("aten::linear", "aten::conv1d", "aten::conv2d", "aten::conv3d", "aten::convolution"),
-        *("aten::_convolution", "aten::cudnn_convolution", "aten::_scaled_mm", "aten::addmm_"),
-        *("aten::mm_", "aten::scaled_dot_product_attention"),
-    }
-)
-_INT_COLS = ("corr", "ext_id", "device", "stream", "nbytes")
-_EVENT_FIELDS = operator.attrgetter("ts", "dur", "cat", "name", "pid", "tid", "args")
-_ARG_FIELDS = operator.attrgetter("correlation", "external_id", "device", "stream", "bytes")
-_MEM_FIELDS = operator.attrgetter(
-    "total_allocated", "total_reserved", "device_id", "device_type", "alloc_bytes"
-)
+_BYTE_POS = re.compile(r"\s*\(byte \d+\)")
 
 
-class _Interner:
-    """Maps strings (or ids) to dense int32 codes."""
-
-    def __init__(self) -> None:
-        self.codes: dict[Any, int] = {}
-
-    def encode(self, values: list[Any]) -> np.ndarray:
-        codes = self.codes
-        for v in dict.fromkeys(values):  # new values get codes in order of first appearance
-            if v not in codes:
-                codes[v] = len(codes)
-        return np.array([codes[v] for v in values], dtype=np.int32)
-
-    def values(self) -> list[Any]:
-        return list(self.codes)
-
-
-def _int_column(values: list[Any]) -> np.ndarray:
-    """int64 array with -1 for missing; tolerates numeric strings and floats (slow path)."""
-    try:
-        return np.array(values, dtype=np.int64)
-    except (TypeError, ValueError, OverflowError):
-        out = np.full(len(values), -1, dtype=np.int64)
-        for i, v in enumerate(values):
-            with contextlib.suppress(TypeError, ValueError, OverflowError):
-                out[i] = int(float(v))
-        return out
-
-
-def _stream_of(tid: Any) -> int:
-    """The 2021 format names GPU threads ``"stream 7"``; current traces use the number."""
-    if isinstance(tid, int):
-        return tid
-    if isinstance(tid, str):
-        digits = "".join(ch for ch in tid if ch.isdigit())
-        return int(digits) if digits else -1
-    return -1
+def _remap(table: dict[Any, int], part: Interned) -> np.ndarray:
+    """The chunk's codes translated into ``table``'s codes (new values appended in order)."""
+    lut = np.fromiter(
+        (table.setdefault(v, len(table)) for v in part.values), np.int32, count=len(part.values)
+    )
+    return lut[part.codes]
 
 
 class _Builder:
-    """Accumulates columns chunk by chunk, so only one chunk of Event objects is alive at once."""
+    """Joins the chunks' columns in file order, re-interning their strings into shared tables."""
 
     def __init__(self) -> None:
-        self.names, self.pids, self.tids = _Interner(), _Interner(), _Interner()
-        self.cats = _Interner()
+        self.names: dict[Any, int] = {}
+        self.pids: dict[Any, int] = {}
+        self.tids: dict[Any, int] = {}
+        self.cats: dict[Any, int] = {}
         self.cols: dict[str, list[np.ndarray]] = {}
         self.mem: list[np.ndarray] = []
         self.input_types: dict[int, bytes] = {}
         self.malformed = 0
         self.negative_durations = 0
 
-    def add(self, events: list[Event]) -> None:
-        xs = [e for e in events if e.ph == "X"]
-        if len(xs) and any(e.ts is None for e in xs):
-            self.malformed += sum(1 for e in xs if e.ts is None)
-            xs = [e for e in xs if e.ts is not None]
-        mem = [e for e in events if e.ph == "i" and e.name == "[memory]" and e.ts is not None]
-        if mem:
-            self._add_memory(mem)
-        if xs:
-            self._add_complete(xs)
-
-    def _add_memory(self, events: list[Event]) -> None:
-        """Memory events as a (n, 6) float64 block: ts, allocated, reserved, device, type, bytes."""
-        block = np.empty((len(events), 6), dtype=np.float64)
-        block[:, 0] = [e.ts for e in events]
-        cols = zip(*map(_MEM_FIELDS, (e.args for e in events)), strict=True)
-        for j, vals in enumerate(cols, 1):
-            block[:, j] = _int_column(list(vals))
-        self.mem.append(block)
-
-    def _add_complete(self, xs: list[Event]) -> None:
-        ts, dur, cats, names, pids, tids, args = (
-            list(c) for c in zip(*map(_EVENT_FIELDS, xs), strict=True)
-        )
-        cat_codes = self.cats.encode(cats)
-        lut = np.array([CATEGORY_KIND.get(c, Kind.OTHER) for c in self.cats.values()], np.uint8)
-        kind = lut[cat_codes]
-        durs = np.array(dur, dtype=np.float64)
-        neg = durs < 0
-        if neg.any():
-            self.negative_durations += int(neg.sum())
-            durs[neg] = 0.0
-        self._push("ts", np.array(ts, dtype=np.float64))
-        self._push("dur", durs)
-        self._push("kind", kind)
-        name_codes = self._encode_names(names)
-        self._push("name", name_codes)
-        self._push("pid", self.pids.encode(pids))
-        self._push("tid", self.tids.encode(tids))
-        self._add_args(xs, args, kind, name_codes)
-
-    def _encode_names(self, names: list[Any]) -> np.ndarray:
-        try:
-            return self.names.encode(names)
-        except TypeError:  # an unhashable name (a list, an object): keep its text
-            return self.names.encode([n if isinstance(n, str) else str(n) for n in names])
-
-    def _add_args(
-        self, xs: list[Event], args: list[Any], kind: np.ndarray, name_codes: np.ndarray
-    ) -> None:
-        columns = zip(*map(_ARG_FIELDS, args), strict=True)
-        arrays = dict(zip(_INT_COLS, (_int_column(list(c)) for c in columns), strict=True))
-        gpu = np.isin(kind, (Kind.KERNEL, Kind.MEMCPY, Kind.MEMSET, Kind.GPU_SYNC))
-        for i in np.flatnonzero(gpu & (arrays["stream"] < 0)):
-            arrays["stream"][i] = _stream_of(xs[i].tid)
-        for i in np.flatnonzero(gpu & (arrays["device"] < 0)):
-            pid = xs[i].pid
-            arrays["device"][i] = pid if isinstance(pid, int) and 0 <= pid < 64 else 0
-        for k in _INT_COLS:
-            self._push(k, arrays[k])
-        dtype_codes = [c for n, c in self.names.codes.items() if n in _DTYPE_OPS]
-        rows = np.flatnonzero((kind == Kind.CPU_OP) & np.isin(name_codes, dtype_codes))
-        for i in rows.tolist():
-            raw = args[i].input_type
-            if len(raw):
-                self.input_types[int(arrays["ext_id"][i])] = bytes(raw)
-
-    def _push(self, key: str, arr: np.ndarray) -> None:
-        self.cols.setdefault(key, []).append(arr)
+    def add(self, c: ChunkColumns) -> None:
+        for key, arr in (("ts", c.ts), ("dur", c.dur), ("kind", c.kind), *c.ints.items()):
+            self.cols.setdefault(key, []).append(arr)
+        for key, table, part in (
+            ("name", self.names, c.name),
+            ("pid", self.pids, c.pid),
+            ("tid", self.tids, c.tid),
+        ):
+            self.cols.setdefault(key, []).append(_remap(table, part))
+        for cat in c.cats:
+            self.cats.setdefault(cat, len(self.cats))
+        if len(c.memory):
+            self.mem.append(c.memory)
+        self.input_types.update(c.input_types)
+        self.malformed += c.malformed
+        self.negative_durations += c.negative_durations
 
     def column(self, key: str, dtype: Any) -> np.ndarray:
         parts = self.cols.get(key)
         return np.concatenate(parts) if parts else np.zeros(0, dtype=dtype)
 
 
-def load_trace(path: str | Path) -> TraceTable:
+def load_trace(path: str | Path, parallel: bool = True) -> TraceTable:
     """Read one trace file (.json or .json.gz, gzip detected by content) into a TraceTable.
 
-    Raises TraceError with a one-line message for anything that is not a readable trace.
+    With ``parallel`` (the default), a forked worker decodes part of the chunks on machines with
+    two or more CPUs; the table is the same either way. Raises TraceError with a one-line message
+    for anything that is not a readable trace.
     """
     p = Path(path)
     stats = ReadStats()
     builder = _Builder()
-    for chunk in iter_event_chunks(p, stats):
-        builder.add(chunk)
+    for columns in _chunk_columns(p, stats, parallel):
+        builder.add(columns)
     return _finish(p, builder, stats)
+
+
+def _chunk_columns(p: Path, stats: ReadStats, parallel: bool) -> Iterator[ChunkColumns]:
+    """Columns of each chunk in file order, re-joining chunks that were cut at a false boundary.
+
+    Each chunk starts at a true event boundary (induction: the first does, and a chunk that
+    decodes ends at one), so a syntax error other than truncation is a defect of the file.
+    """
+    carry: bytes | None = None
+    for chunk, result in ordered_map(chunk_columns, iter_json_chunks(p, stats), parallel):
+        if carry is not None:  # the previous chunk ended inside an event: decode both as one
+            chunk = join_chunks(carry, chunk)
+            result, carry = chunk_columns(chunk), None
+        if isinstance(result, BadChunk):
+            if not result.truncated:
+                reason = _BYTE_POS.sub("", result.message)
+                raise TraceError(f"{p}: invalid JSON in traceEvents: {reason}")
+            carry = chunk
+            continue
+        yield result
+    if carry is not None:
+        raise TraceError(f"{p}: truncated or invalid JSON in traceEvents")
 
 
 def _finish(p: Path, b: _Builder, stats: ReadStats) -> TraceTable:
@@ -179,7 +108,7 @@ def _finish(p: Path, b: _Builder, stats: ReadStats) -> TraceTable:
     order = np.argsort(ts, kind="stable")
     base = float(ts[order[0]]) if len(ts) else 0.0
     sort = {k: b.column(k, np.int64)[order] for k in ("dur", "kind", "name", "pid", "tid")}
-    ints = {k: b.column(k, np.int64)[order] for k in _INT_COLS}
+    ints = {k: b.column(k, np.int64)[order] for k in INT_COLS}
     mem = _memory(b.mem, base)
     notes = _notes(b, stats)
     meta = _meta(p, stats)
@@ -190,11 +119,11 @@ def _finish(p: Path, b: _Builder, stats: ReadStats) -> TraceTable:
         dur=sort["dur"].astype(np.float64),
         kind=sort["kind"].astype(np.uint8),
         name=sort["name"].astype(np.int32),
-        names=b.names.values(),
+        names=list(b.names),
         pid=sort["pid"].astype(np.int32),
-        pids=b.pids.values(),
+        pids=list(b.pids),
         tid=sort["tid"].astype(np.int32),
-        tids=b.tids.values(),
+        tids=list(b.tids),
         corr=ints["corr"],
         ext_id=ints["ext_id"],
         device=ints["device"].astype(np.int16),
@@ -227,7 +156,7 @@ def _notes(b: _Builder, stats: ReadStats) -> list[str]:
         notes.append(f"skipped {stats.malformed_events + b.malformed} malformed events")
     if b.negative_durations:
         notes.append(f"clamped {b.negative_durations} negative durations to 0")
-    unknown = sorted(str(c) for c in b.cats.values() if c and c not in CATEGORY_KIND)
+    unknown = sorted(str(c) for c in b.cats if c and c not in CATEGORY_KIND)
     if unknown:
         shown = ", ".join(unknown[:5])
         notes.append(f"events of unknown categories kept as 'other': {shown}")

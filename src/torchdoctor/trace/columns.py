@@ -1,0 +1,195 @@
+"""Turn one chunk of decoded events into numpy columns, with strings interned chunk-locally.
+
+A chunk's columns are self-contained (codes index the chunk's own string lists), so a chunk can
+be built in another process and sent back; ``load`` re-interns the lists into the trace's tables.
+The work per event is a handful of C-level ``map(attrgetter)`` passes, not Python loops.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from dataclasses import dataclass, field
+from operator import attrgetter
+from typing import Any
+
+import numpy as np
+
+from torchdoctor.trace.events import BadChunk, Event, decode_events
+from torchdoctor.trace.kinds import CATEGORY_KIND, Kind
+
+# Operators whose input dtype decides whether GEMM/conv kernels can use tensor cores.
+DTYPE_OPS = frozenset(
+    {
+        *("aten::mm", "aten::addmm", "aten::bmm", "aten::baddbmm", "aten::matmul"),
+        *("aten::linear", "aten::conv1d", "aten::conv2d", "aten::conv3d", "aten::convolution"),
+        *("aten::_convolution", "aten::cudnn_convolution", "aten::_scaled_mm", "aten::addmm_"),
+        *("aten::mm_", "aten::scaled_dot_product_attention"),
+    }
+)
+INT_COLS = ("corr", "ext_id", "device", "stream", "nbytes")
+_ARG_ATTRS = ("correlation", "external_id", "device", "stream", "bytes")
+_MEM_ATTRS = ("total_allocated", "total_reserved", "device_id", "device_type", "alloc_bytes")
+_GPU_KINDS = np.array((Kind.KERNEL, Kind.MEMCPY, Kind.MEMSET, Kind.GPU_SYNC), dtype=np.uint8)
+_get = {a: attrgetter(a) for a in ("ph", "ts", "dur", "cat", "name", "pid", "tid", "args")}
+
+
+@dataclass
+class Interned:
+    """Codes (int32, one per row) into ``values`` (distinct values in order of first appearance)."""
+
+    codes: np.ndarray
+    values: list[Any]
+
+
+@dataclass
+class ChunkColumns:
+    """The complete (``ph: X``) and ``[memory]`` events of one chunk, in file order."""
+
+    ts: np.ndarray
+    """Start, microseconds as written in the file (float64)."""
+    dur: np.ndarray
+    """Duration, microseconds, negative values clamped to 0 (float64)."""
+    kind: np.ndarray
+    """``Kind`` (uint8)."""
+    name: Interned
+    pid: Interned
+    tid: Interned
+    cats: list[Any]
+    """Distinct categories of the complete events (for the unknown-category note)."""
+    ints: dict[str, np.ndarray]
+    """``INT_COLS``: correlation, External id, device, stream, bytes (int64, -1 if absent)."""
+    memory: np.ndarray
+    """(n, 6) float64: ts, allocated, reserved, device id, device type, bytes."""
+    input_types: dict[int, bytes] = field(default_factory=dict)
+    malformed: int = 0
+    negative_durations: int = 0
+
+
+def chunk_columns(data: bytes) -> ChunkColumns | BadChunk:
+    """Decode one JSON array of events into columns, or say why it is not valid JSON."""
+    decoded = decode_events(data)
+    if isinstance(decoded, BadChunk):
+        return decoded
+    events, malformed = decoded
+    return build_columns(events, malformed)
+
+
+def build_columns(events: list[Event], malformed: int = 0) -> ChunkColumns:
+    """Columns of the complete and memory events in ``events`` (others are ignored)."""
+    xs = [e for e in events if e.ph == "X"]
+    ts = _float_column(xs, "ts")
+    if np.isnan(ts).any():  # ts was null or absent: such an event cannot be placed in time
+        keep = [e for e in xs if e.ts is not None]
+        malformed += len(xs) - len(keep)
+        xs = keep
+        ts = _float_column(xs, "ts")
+    mem = [e for e in events if e.ph == "i" and e.name == "[memory]" and e.ts is not None]
+    dur = _float_column(xs, "dur")
+    neg = dur < 0
+    negative = int(neg.sum())
+    if negative:
+        dur[neg] = 0.0
+    cats = intern(list(map(_get["cat"], xs)))
+    lut = np.array([CATEGORY_KIND.get(c, Kind.OTHER) for c in cats.values], dtype=np.uint8)
+    kind = lut[cats.codes] if len(xs) else np.zeros(0, dtype=np.uint8)
+    names = _intern_names(list(map(_get["name"], xs)))
+    args = list(map(_get["args"], xs))
+    ints = {k: int_column(args, a) for k, a in zip(INT_COLS, _ARG_ATTRS, strict=True)}
+    _fill_gpu_location(xs, kind, ints)
+    return ChunkColumns(
+        ts=ts,
+        dur=dur,
+        kind=kind,
+        name=names,
+        pid=intern(list(map(_get["pid"], xs))),
+        tid=intern(list(map(_get["tid"], xs))),
+        cats=cats.values,
+        ints=ints,
+        memory=_memory_block(mem),
+        input_types=_input_types(args, kind, names, ints["ext_id"]),
+        malformed=malformed,
+        negative_durations=negative,
+    )
+
+
+def intern(values: list[Any]) -> Interned:
+    """Dense codes for ``values`` in order of first appearance (values must be hashable)."""
+    table = {v: i for i, v in enumerate(dict.fromkeys(values))}
+    codes = np.fromiter(map(table.__getitem__, values), dtype=np.int32, count=len(values))
+    return Interned(codes, list(table))
+
+
+def _intern_names(names: list[Any]) -> Interned:
+    try:
+        return intern(names)
+    except TypeError:  # an unhashable name (a list, an object): keep its text
+        return intern([n if isinstance(n, str) else str(n) for n in names])
+
+
+def _float_column(events: list[Event], attr: str) -> np.ndarray:
+    """float64 column of a numeric attribute; None becomes NaN."""
+    return np.fromiter(map(_get[attr], events), dtype=np.float64, count=len(events))
+
+
+def int_column(objs: list[Any], attr: str) -> np.ndarray:
+    """int64 column of ``attr`` with -1 for missing; tolerates numeric strings and floats."""
+    get = attrgetter(attr)
+    try:
+        return np.fromiter(map(get, objs), dtype=np.int64, count=len(objs))
+    except (TypeError, ValueError, OverflowError):
+        values = list(map(get, objs))
+        try:
+            return np.array(values, dtype=np.int64)
+        except (TypeError, ValueError, OverflowError):
+            out = np.full(len(values), -1, dtype=np.int64)
+            for i, v in enumerate(values):
+                with contextlib.suppress(TypeError, ValueError, OverflowError):
+                    out[i] = int(float(v))
+            return out
+
+
+def _fill_gpu_location(xs: list[Event], kind: np.ndarray, ints: dict[str, np.ndarray]) -> None:
+    """Device activities without stream/device args (the 2021 format) take them from tid/pid."""
+    gpu = np.isin(kind, _GPU_KINDS)
+    stream, device = ints["stream"], ints["device"]
+    for i in np.flatnonzero(gpu & (stream < 0)).tolist():
+        stream[i] = _stream_of(xs[i].tid)
+    for i in np.flatnonzero(gpu & (device < 0)).tolist():
+        pid = xs[i].pid
+        device[i] = pid if isinstance(pid, int) and 0 <= pid < 64 else 0
+
+
+def _stream_of(tid: Any) -> int:
+    """The 2021 format names GPU threads ``"stream 7"``; current traces use the number."""
+    if isinstance(tid, int):
+        return tid
+    if isinstance(tid, str):
+        digits = "".join(ch for ch in tid if ch.isdigit())
+        return int(digits) if digits else -1
+    return -1
+
+
+def _memory_block(events: list[Event]) -> np.ndarray:
+    """Memory events as a (n, 6) float64 block: ts, allocated, reserved, device, type, bytes."""
+    block = np.empty((len(events), 6), dtype=np.float64)
+    block[:, 0] = _float_column(events, "ts")
+    args = list(map(_get["args"], events))
+    for j, attr in enumerate(_MEM_ATTRS, 1):
+        block[:, j] = int_column(args, attr)
+    return block
+
+
+def _input_types(
+    args: list[Any], kind: np.ndarray, names: Interned, ext_id: np.ndarray
+) -> dict[int, bytes]:
+    """Raw ``Input type`` JSON of the GEMM/conv operators, keyed by External id."""
+    codes = [i for i, n in enumerate(names.values) if n in DTYPE_OPS]
+    if not codes:
+        return {}
+    rows = np.flatnonzero((kind == Kind.CPU_OP) & np.isin(names.codes, codes))
+    out: dict[int, bytes] = {}
+    for i in rows.tolist():
+        raw = args[i].input_type
+        if len(raw):
+            out[int(ext_id[i])] = bytes(raw)
+    return out

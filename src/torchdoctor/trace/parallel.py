@@ -1,0 +1,201 @@
+"""Map a function over a stream of byte chunks with the help of one forked worker process.
+
+Decoding JSON holds the GIL, so threads cannot share it; a forked child can, and it inherits the
+imported modules for free. The main process keeps producing chunks (reading, inflating, cutting)
+and computes some itself; it hands a chunk to the worker while the worker has fewer than
+``_IN_FLIGHT`` unfinished. Results come back in input order. If the worker fails in any way, the
+main process computes the worker's chunks itself, so the result never depends on the worker.
+Only on platforms with ``os.fork`` and two or more CPUs; elsewhere everything runs in-process.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import itertools
+import os
+import pickle
+import queue
+import select
+import signal
+import struct
+import threading
+import warnings
+from collections import deque
+from collections.abc import Callable, Iterable, Iterator
+from typing import Any
+
+_IN_FLIGHT = 2
+_HEADER = struct.Struct("<Q")
+_PENDING = object()
+_FAILED = object()
+ENV_PARALLEL = "TORCHDOCTOR_PARALLEL_LOAD"
+"""Set to 0 to load traces in one process (the default uses a worker where it can)."""
+
+
+def parallel_available() -> bool:
+    """Whether a forked worker can help: fork exists, 2+ CPUs, and not switched off."""
+    if os.environ.get(ENV_PARALLEL, "1") == "0" or not hasattr(os, "fork"):
+        return False
+    try:
+        cpus = len(os.sched_getaffinity(0))
+    except AttributeError:  # pragma: no cover - macOS has no sched_getaffinity
+        cpus = os.cpu_count() or 1
+    return cpus >= 2
+
+
+def ordered_map(
+    fn: Callable[[bytes], Any], chunks: Iterable[bytes], parallel: bool = True
+) -> Iterator[tuple[bytes, Any]]:
+    """Yield ``(chunk, fn(chunk))`` in input order; a worker is forked at the second chunk."""
+    it = iter(chunks)
+    head = list(itertools.islice(it, 2))
+    if len(head) < 2 or not (parallel and parallel_available()):
+        yield from ((c, fn(c)) for c in itertools.chain(head, it))
+        return
+    with _Worker(fn) as worker:
+        yield from _run(fn, worker, itertools.chain(head, it))
+
+
+def _run(
+    fn: Callable[[bytes], Any], worker: _Worker, chunks: Iterator[bytes]
+) -> Iterator[tuple[bytes, Any]]:
+    pending: deque[list[Any]] = deque()  # [chunk, result or _PENDING], oldest first
+    for chunk in chunks:
+        if worker.alive and worker.in_flight < _IN_FLIGHT:
+            worker.submit(chunk)
+            pending.append([chunk, _PENDING])
+        else:
+            pending.append([chunk, fn(chunk)])
+        worker.collect(pending, block=False)
+        while pending and pending[0][1] is not _PENDING:
+            yield _settle(fn, pending.popleft())
+    while pending:
+        worker.collect(pending, block=True)
+        yield _settle(fn, pending.popleft())
+
+
+def _settle(fn: Callable[[bytes], Any], entry: list[Any]) -> tuple[bytes, Any]:
+    """The entry's result, computed here if the worker could not deliver it."""
+    chunk, result = entry
+    return chunk, fn(chunk) if result is _FAILED else result
+
+
+class _Worker:
+    """A forked child computing ``fn`` on chunks sent through a pipe, in order."""
+
+    def __init__(self, fn: Callable[[bytes], Any]) -> None:
+        self.fn = fn
+        self.alive = False
+        self.in_flight = 0
+        self.pid = -1
+
+    def __enter__(self) -> _Worker:
+        to_child, self._to_child_w = os.pipe()
+        self._from_child_r, from_child = os.pipe()
+        with warnings.catch_warnings():
+            # Python 3.12+ warns about fork in a process with threads; the child below only
+            # decodes bytes and exits, it takes no lock another thread could hold.
+            warnings.simplefilter("ignore", DeprecationWarning)
+            self.pid = os.fork()
+        if self.pid == 0:  # pragma: no cover - runs in the child, which exits via os._exit
+            os.close(self._to_child_w)
+            os.close(self._from_child_r)
+            _child_loop(self.fn, to_child, from_child)
+        os.close(to_child)
+        os.close(from_child)
+        self.alive = True
+        # Writes go through a thread so a busy child never blocks the main thread.
+        self._outbox: queue.Queue[bytes | None] = queue.Queue()
+        self._sender = threading.Thread(target=self._send_loop, daemon=True)
+        self._sender.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if exc[0] is not None:  # stopped early (bad input, interrupt): the child's work is moot
+            _kill(self.pid)
+        self._outbox.put(None)
+        self._sender.join()
+        os.close(self._from_child_r)
+        os.waitpid(self.pid, 0)
+
+    def submit(self, chunk: bytes) -> None:
+        self.in_flight += 1
+        self._outbox.put(chunk)
+
+    def _send_loop(self) -> None:
+        fd = self._to_child_w
+        try:
+            while (chunk := self._outbox.get()) is not None:
+                _write_all(fd, _HEADER.pack(len(chunk)))
+                _write_all(fd, chunk)
+        except OSError:
+            pass  # the child died; collect() notices the closed result pipe
+        finally:
+            os.close(fd)
+
+    def collect(self, pending: deque[list[Any]], block: bool) -> None:
+        """Fill in the oldest pending results the child has sent (waiting if ``block``)."""
+        for entry in pending:
+            if entry[1] is not _PENDING:
+                continue
+            if not self.alive:
+                entry[1] = _FAILED
+                continue
+            if not block and not select.select([self._from_child_r], [], [], 0)[0]:
+                return
+            entry[1] = self._receive()
+            block = False
+
+    def _receive(self) -> Any:
+        try:
+            size = _HEADER.unpack(_read_exact(self._from_child_r, _HEADER.size))[0]
+            ok, value = pickle.loads(_read_exact(self._from_child_r, size))
+        except (OSError, EOFError, pickle.UnpicklingError):
+            ok, value = False, None
+        self.in_flight -= 1
+        if not ok:
+            self.alive = False
+            return _FAILED
+        return value
+
+
+def _child_loop(fn: Callable[[bytes], Any], rfd: int, wfd: int) -> None:  # pragma: no cover
+    status = 0
+    try:
+        while True:
+            head = _read_exact(rfd, _HEADER.size)
+            chunk = _read_exact(rfd, _HEADER.unpack(head)[0])
+            try:
+                msg = pickle.dumps((True, fn(chunk)), protocol=pickle.HIGHEST_PROTOCOL)
+            except Exception:  # the parent recomputes this chunk and sees the error itself
+                msg = pickle.dumps((False, None))
+            _write_all(wfd, _HEADER.pack(len(msg)))
+            _write_all(wfd, msg)
+    except EOFError:
+        pass  # the parent closed the pipe: no more chunks
+    except BaseException:
+        status = 1
+    finally:
+        os._exit(status)
+
+
+def _read_exact(fd: int, n: int) -> bytes:
+    parts, left = [], n
+    while left:
+        part = os.read(fd, min(left, 1 << 22))
+        if not part:
+            raise EOFError
+        parts.append(part)
+        left -= len(part)
+    return b"".join(parts)
+
+
+def _write_all(fd: int, data: bytes) -> None:
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view) :]
+
+
+def _kill(pid: int) -> None:
+    with contextlib.suppress(ProcessLookupError):
+        os.kill(pid, signal.SIGKILL)
