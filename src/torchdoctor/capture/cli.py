@@ -6,6 +6,7 @@ Register in the main CLI with ``cli.add_command(check_command)``; also runnable 
 
 from __future__ import annotations
 
+import os
 import sys
 
 import click
@@ -99,7 +100,7 @@ def check_command(
     from torchdoctor.capture.options import CheckOptions
     from torchdoctor.capture.publish import publish
     from torchdoctor.capture.runfolder import RankInfo
-    from torchdoctor.capture.runner import check_script
+    from torchdoctor.capture.runner import check_script, internal_error
 
     try:
         options = CheckOptions(
@@ -115,7 +116,12 @@ def check_command(
         code, folder, record = check_script(script, list(script_args), options)
         rank = RankInfo.from_env()
         if rank.rank == 0:
-            publish(folder, record, rank, options, top=top, as_json=as_json)
+            try:
+                publish(folder, record, rank, options, top=top, as_json=as_json)
+            except Exception as exc:
+                if os.environ.get("TORCHDOCTOR_DEBUG"):
+                    raise
+                internal_error("while writing the report", exc)
     except UserError as exc:
         click.echo(f"torchdoctor: error: {exc}", err=True)
         sys.exit(exc.exit_code)

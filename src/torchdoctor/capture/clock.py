@@ -111,9 +111,13 @@ class StepClock:
             if self.window_opened and not self.window_closed:
                 self._call("window_abort")
             self._call("set_measuring", False)
+        first = self.source is None
+        step_start = self._step_start
         self.source, self._prio = source, prio
         self._reset()
         self.begin()
+        if first:  # the first step started when the script did, not at its first signal
+            self._step_start = step_start
 
     def _advance(self, n: int) -> None:
         opts = self.options

@@ -123,7 +123,7 @@ def _metric_record(m: Any) -> dict[str, Any]:
         "compile_id": compile_id,
         "recompile": attempt not in ("0", ""),
         "function": getattr(m, "co_name", "") or "",
-        "site": f"{getattr(m, 'co_filename', '')}:{getattr(m, 'co_firstlineno', '')}",
+        "site": f"{getattr(m, 'co_filename', None) or '?'}:{getattr(m, 'co_firstlineno', None) or 0}",
         "seconds": float(duration or 0.0),
         "start_unix_s": float(getattr(m, "start_time", 0.0) or 0.0),
         "reason": getattr(m, "recompile_reason", None) or "",

@@ -40,6 +40,7 @@ class WindowProfiler:
         self.stopped = False
         self.steps_recorded = 0
         self.with_cuda = False
+        self._warmup = 0
 
     def start(self, profiler_warmup_steps: int) -> None:
         """Start profiling; the first ``profiler_warmup_steps`` steps are discarded."""
@@ -103,10 +104,18 @@ class WindowProfiler:
 
 
 def _is_top_level(event: Any) -> bool:
+    """An aten op called from Python, not from another op and not by the DataLoader (batch
+    assembly is input time, reported as data wait)."""
+    if not event.name.startswith("aten::"):
+        return False
     parent = event.cpu_parent
-    return event.name.startswith("aten::") and (
-        parent is None or not parent.name.startswith("aten::")
-    )
+    if parent is not None and parent.name.startswith("aten::"):
+        return False
+    while parent is not None:
+        if parent.name.startswith("enumerate(DataLoader)"):
+            return False
+        parent = parent.cpu_parent
+    return True
 
 
 def summarise_ops(events: Any, steps: int) -> dict[str, Any]:

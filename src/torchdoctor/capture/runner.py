@@ -68,6 +68,15 @@ def _script_frames(tb: TracebackType | None) -> TracebackType | None:
     return tb
 
 
+def internal_error(when: str, exc: BaseException) -> None:
+    """Report a torchdoctor bug in one line on standard error."""
+    print(
+        f"torchdoctor: internal error {when}: {type(exc).__name__}: {exc} "
+        "(set TORCHDOCTOR_DEBUG=1 for the traceback)",
+        file=sys.stderr,
+    )
+
+
 def show_traceback(exc: BaseException) -> None:
     """Print the script's traceback to standard error, without torchdoctor's frames."""
     tb = _script_frames(exc.__traceback__)
@@ -116,7 +125,14 @@ def check_script(
         outcome = run_script(script, args)
     finally:
         session.uninstall()
-    record = finish_record(session, outcome, script, args)
+    try:
+        record = finish_record(session, outcome, script, args)
+    except Exception as exc:
+        # Our bug must not replace the script's exit status; say so in one line.
+        if os.environ.get("TORCHDOCTOR_DEBUG"):
+            raise
+        internal_error("while collecting the results", exc)
+        record = {"exit": outcome.to_dict(), "steps": {}, "findings": [], "error": repr(exc)}
     write_json(rank_result_path(folder, rank), record)
     _close_process_group()
     return outcome.code, folder, record

@@ -173,6 +173,21 @@ def _findings_text(findings: list[dict[str, Any]]) -> str:
     return "\n".join(lines) + "\n"
 
 
+def _with_findings(analysis: Any, merged: list[Finding]) -> tuple[Any, bool]:
+    """The analyser's report with the merged findings (and a verdict that sees them)."""
+    if not (dataclasses.is_dataclass(analysis) and hasattr(analysis, "findings")):
+        return analysis, False
+    changes: dict[str, Any] = {"findings": merged}
+    with contextlib.suppress(Exception):
+        from torchdoctor.report.build import verdict
+
+        changes["verdict"] = verdict(analysis.analysis, merged)
+    try:
+        return dataclasses.replace(analysis, **changes), True  # type: ignore[type-var]
+    except Exception:  # a report type we cannot rebuild: our list is printed separately
+        return analysis, False
+
+
 def render_analysis(analysis: Any, merged: list[Finding], top: int) -> tuple[str, bool]:
     """The analyser's text report and whether it shows the merged findings ('' if none)."""
     if analysis is None:
@@ -181,17 +196,12 @@ def render_analysis(analysis: Any, merged: list[Finding], top: int) -> tuple[str
         from torchdoctor.report.render import render_text
     except ImportError:
         return "", False
-    replaced = False
-    if dataclasses.is_dataclass(analysis) and hasattr(analysis, "findings"):
-        try:
-            analysis = dataclasses.replace(analysis, findings=merged)  # type: ignore[type-var]
-            replaced = True
-        except Exception:  # a report type we cannot rebuild: print our list separately
-            pass
+    analysis, replaced = _with_findings(analysis, merged)
     buf = io.StringIO()
     try:
-        with contextlib.redirect_stdout(buf):
-            render_text(analysis, top=top)
+        from rich.console import Console
+
+        render_text(analysis, top=top, console=Console(file=buf, width=110, soft_wrap=True))
     except Exception as exc:
         return f"(trace report could not be rendered: {type(exc).__name__}: {exc})\n", False
     return buf.getvalue(), replaced

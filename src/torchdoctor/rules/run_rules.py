@@ -99,7 +99,11 @@ def recompiles(run: dict[str, Any]) -> list[Finding]:
         saving = c.get("recompile_s", 0.0) * 1e3 / max(1, (run.get("steps") or {}).get("count", 1))
     events = c.get("recompile_events") or []
     reasons = list(dict.fromkeys(e["reason"] for e in events if e.get("reason")))
-    sites = list(dict.fromkeys(f"{e['site']} ({e['function']})" for e in events))
+    sites = list(
+        dict.fromkeys(
+            f"{e['site']} ({e['function']})" for e in events if not e["site"].startswith("?")
+        )
+    )
     shape = any("size mismatch" in r or "stride mismatch" in r for r in reasons)
     fix = (
         "torch._dynamo.mark_dynamic(x, 0)  # before the first call, for each varying dimension\n"
@@ -488,7 +492,12 @@ def tiny_ops(run: dict[str, Any]) -> list[Finding]:
     if ops.get("gemm_share_basis") != "cpu" or not step:
         return []
     n, tiny = float(ops.get("top_level_ops_per_step") or 0), float(ops["tiny_op_time_ms_per_step"])
-    python_ms = max(0.0, step - float(ops["op_time_ms_per_step"]))
+    # Python time between ops: the step minus op time, batch waits and compile pauses.
+    steps, c = run.get("steps") or {}, run.get("compile") or {}
+    paused_ms = float(steps.get("mean_data_wait_ms") or 0.0) + float(
+        c.get("recompile_s_in_window") or 0.0
+    ) * 1e3 / max(1, _measured(run))
+    python_ms = max(0.0, step - float(ops["op_time_ms_per_step"]) - paused_ms)
     if n < TINY_OPS_PER_STEP or ops["median_op_us"] >= ops["tiny_op_threshold_us"]:
         return []
     optim = [
