@@ -1,13 +1,14 @@
 """Launch overhead: how many kernels, how short, and whether the GPU waited for the CPU to launch.
 
 A kernel (or memcpy, memset) is joined to the runtime or driver call that launched it by
-correlation id. For each one launched on its own (not from a CUDA graph), its stream was either
+correlation id (kernels run from a CUDA graph share the graph launch's). When the launch call
+started, the activity's stream was either
 
-- still busy with earlier work when the launch call started (*queued*: the CPU was ahead, the
-  launch delay is queueing behind that work), or
+- still busy with earlier work (*queued*: the CPU was ahead, and the launch delay is queueing
+  behind that work), or
 - already idle (*host-late*: the GPU stream waited for the CPU to issue the launch).
 
-The stream idle time before host-late kernels, minus the time any other stream kept the GPU busy,
+The stream idle time before host-late activities, minus the time any other stream kept the GPU busy,
 is the GPU time lost to late launches (``host_late_idle_ms``): the key number for a
 host/launch-bound finding.
 """
@@ -52,8 +53,8 @@ class LaunchStats:
     median_launch_delay_us: float | None
     """Median of kernel start minus launch-call start, kernels launched on their own."""
     queued_count: int
-    """Kernels, memcpys and memsets launched on their own whose stream was still busy with
-    earlier work when the launch call started."""
+    """Kernels, memcpys and memsets (graph kernels included) whose stream was still busy with
+    earlier work when their launch call started."""
     host_late_count: int
     """Those whose stream was idle when the launch call started."""
     queueing_delay_ms: float
@@ -96,8 +97,8 @@ def analyze_launch(table: TraceTable, steps: Steps) -> LaunchStats:
     l_ts = np.where(launch >= 0, table.ts[launch], np.nan)
     l_dur = np.where(launch >= 0, table.dur[launch], np.nan)
     prev_end = _stream_prev_end(table, acts)
-    queued = solo & (prev_end > l_ts)
-    host_late = solo & ~queued
+    queued = (launch >= 0) & (prev_end > l_ts)
+    host_late = (launch >= 0) & ~queued
     each_idle, gpu_idle = _host_late_idle(table, steps, acts[host_late], prev_end[host_late])
     ks = solo & is_kernel
     per_step = np.bincount(step_index(steps, ts[is_kernel]) + 1, minlength=len(steps) + 1)[1:]
