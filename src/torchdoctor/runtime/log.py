@@ -30,4 +30,5 @@ def configure(rank: int) -> None:
         handler = logging.StreamHandler(sys.stderr)
         handler.setFormatter(logging.Formatter("torchdoctor: %(message)s"))
         logger.addHandler(handler)
-        logger.setLevel(logging.INFO)
+        if logger.level == logging.NOTSET:  # keep a level the application chose
+            logger.setLevel(logging.INFO)
