@@ -142,7 +142,9 @@ class LocalBackend:
         return contextlib.nullcontext()
 
     def backward(self, loss: torch.Tensor) -> None:
-        """Backward, through the GradScaler for fp16."""
+        """Backward of one micro-batch's loss, divided by the accumulation count (scaled for fp16)."""
+        if self.config.grad_accumulation > 1:
+            loss = loss / self.config.grad_accumulation
         (self.scaler.scale(loss) if self.scaler is not None else loss).backward()
 
     def step(self, optimizer: Any) -> None:
@@ -168,7 +170,9 @@ class RuntimeBackend(LocalBackend):
         from torchdoctor.runtime import Runtime
 
         super().__init__(config)
-        self.rt: Any = Runtime(config=config)
+        # A placeholder FLOP count: measuring it would run one warm-up step eagerly under
+        # FlopCounterMode, and the tuner compares step times, not MFU.
+        self.rt: Any = Runtime(config=config, flops_per_step=1.0)
 
     def setup(self, model: torch.nn.Module, optimizer: Any) -> tuple[Any, Any]:
         return tuple(self.rt.setup(model, optimizer))  # type: ignore[return-value]

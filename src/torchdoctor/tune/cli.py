@@ -235,13 +235,13 @@ def _diagnose_once(db: Any, run_id: int, result: Any, diagnose: Any) -> list[str
 
 
 def _write_outputs(summary: Any, runner: Any, opts: dict[str, Any], console: Any) -> None:
-    from torchdoctor.tune import measure, report
+    from torchdoctor.tune import report
     from torchdoctor.tune.space import to_config
 
     best = summary.best
     config = to_config(best.trial.assignment, batch_size=runner.batch_size, seed=opts["seed"])
     config.seed = None  # the tuner's seed made trials comparable; training keeps its own
-    sp = measure.speedup(summary.baseline.stats, best.stats) if best.stats else 1.0
+    sp = report.confirmed_speedup(summary)
     note = (
         f"Written by torchdoctor tune for {Path(runner.workload).name}: "
         f"{sp:.2f}x the fp32 eager baseline, loss within the fidelity tolerance.\n"

@@ -76,7 +76,7 @@ def warmup_overhead_s(warmup_times_s: Sequence[float], steady: StepStats) -> flo
     return max(0.0, sum(t - steady.median_s for t in warmup_times_s))
 
 
-def break_even_steps(compile_s: float, eager: StepStats, compiled: StepStats) -> float | None:
+def break_even_steps(compile_s: float, eager: StepStats, compiled: StepStats) -> int | None:
     """Steps after which compiling pays off: compile seconds / seconds saved per step.
 
     None when the compiled step is not faster than the eager one (compiling never pays).
@@ -84,7 +84,7 @@ def break_even_steps(compile_s: float, eager: StepStats, compiled: StepStats) ->
     saved = eager.median_s - compiled.median_s
     if saved <= 0:
         return None
-    return math.ceil(compile_s / saved)
+    return math.ceil(round(compile_s / saved, 6))  # round first: 12 / 0.01 is 1200.0000000002
 
 
 def drift(first: StepStats, again: StepStats) -> float:

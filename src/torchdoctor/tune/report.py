@@ -10,7 +10,7 @@ import math
 from typing import Any
 
 from torchdoctor.tune import measure
-from torchdoctor.tune.search import Record, Summary
+from torchdoctor.tune.search import Record, Summary, least_disturbed
 from torchdoctor.tune.space import BASELINE
 
 
@@ -96,6 +96,10 @@ def to_json(summary: Summary) -> str:
         "baseline": row(summary, summary.baseline),
         "baseline_again": row(summary, summary.baseline_again) if summary.baseline_again else None,
         "drift": summary.drift,
+        "confirmed": summary.confirmed,
+        "confirmed_speedup": confirmed_speedup(summary),
+        "candidate": row(summary, summary.candidate) if summary.candidate else None,
+        "best_again": row(summary, summary.best_again) if summary.best_again else None,
         "stopped_by": summary.stopped_by,
         "trials": len(summary.records),
         "grid_size": summary.grid_size,
@@ -175,26 +179,43 @@ def render_table(summary: Summary, console: Any) -> None:
     console.print(headline(summary))
 
 
+def confirmed_speedup(summary: Summary) -> float:
+    """Baseline / best step time, each the least disturbed of its measurements (1.0: baseline)."""
+    base = least_disturbed(summary.baseline, summary.baseline_again)
+    best = least_disturbed(summary.best, summary.best_again if summary.confirmed else None)
+    if summary.best is summary.baseline or base is None or best is None:
+        return 1.0
+    return measure.speedup(base, best)
+
+
 def headline(summary: Summary) -> str:
     """One paragraph: winner, speedup, trials used versus the grid, drift, why it stopped."""
-    best, base = summary.best, summary.baseline
-    sp = measure.speedup(base.stats, best.stats) if base.stats and best.stats else 1.0
+    best, cand = summary.best, summary.candidate
     n, g = len(summary.records), summary.grid_size
     lines = [
-        f"best: {describe(best.trial.assignment)} — {sp:.2f}x the baseline",
+        f"best: {describe(best.trial.assignment)} — {confirmed_speedup(summary):.2f}x the baseline"
+    ]
+    if not summary.confirmed and cand is not None:
+        lines.append(
+            f"the search's pick ({describe(cand.trial.assignment)}) did not beat the baseline "
+            "again when both were re-measured: keeping the baseline"
+        )
+    lines.append(
         f"trials: {n} (the full grid has {g} configurations: {n / g:.0%} of it)"
         if g
-        else f"trials: {n}",
+        else f"trials: {n}"
+    )
+    lines.append(
         f"knob order: {', '.join(summary.order) or '(none applies)'}"
         + (
             f" (from findings: {', '.join(summary.finding_ids)})"
             if summary.finding_ids
             else " (default order)"
-        ),
-    ]
+        )
+    )
     d = summary.drift
     if d is not None:
-        noisy = base.stats is not None and d > measure.MIN_GAIN
+        noisy = d > measure.MIN_GAIN
         lines.append(
             f"baseline drift over the search: {d:.1%}"
             + (

@@ -12,7 +12,9 @@ results (the plan depends only on results, so replaying the same results asks fo
    if the combination beats the current best by more than the noise.
 4. refine: around the combined best, the knobs that became applicable (worker settings once there
    are workers) and the other values of the knobs that changed.
-5. final: the baseline again, to measure drift over the search.
+5. final: the baseline again (to measure drift over the search) and the best again. Background
+   load only ever adds time, so each of the two is judged by the lower of its two medians, and the
+   best is kept only if that still beats the baseline by more than the noise.
 
 An out-of-memory trial is retried with half the micro-batch and twice the gradient accumulation
 (the global batch stays), up to 8 micro-batches.
@@ -87,10 +89,16 @@ class Summary:
     order: list[str]
     finding_ids: list[str]
     baseline_again: Record | None = None
+    best_again: Record | None = None
+    confirmed: bool = True
+    """The best still beat the baseline when both were measured again (always True for the
+    baseline itself)."""
     stopped_by: str = "done"
     """done, budget or max-trials."""
     grid_size: int = 0
     winners: dict[str, Record] = field(default_factory=dict)
+    candidate: Record | None = None
+    """The search's pick before the final re-measurement (``best`` when confirmed)."""
 
     @property
     def drift(self) -> float | None:
@@ -99,6 +107,15 @@ class Summary:
         if a is None or a.stats is None or self.baseline.stats is None:
             return None
         return measure.drift(self.baseline.stats, a.stats)
+
+
+def least_disturbed(*records: Record | None) -> measure.StepStats | None:
+    """Of several measurements of one configuration, the stats with the lowest median.
+
+    Load from other processes only ever adds time, so the fastest repeat is the least disturbed.
+    """
+    stats = [r.stats for r in records if r is not None and r.usable and r.stats is not None]
+    return min(stats, key=lambda st: st.median_s) if stats else None
 
 
 class _Stop(Exception):
@@ -131,8 +148,8 @@ class Search:
     # -- measuring -----------------------------------------------------------------------------
     def _room(self) -> str | None:
         s = self.settings
-        # One trial stays reserved for the final baseline.
-        if s.max_trials is not None and len(self.records) >= s.max_trials - 1:
+        # Two trials stay reserved for the final phase (the baseline and the best again).
+        if s.max_trials is not None and len(self.records) >= s.max_trials - 2:
             return "max-trials"
         if s.budget_s is not None and self.spent_s >= s.budget_s:
             return "budget"
@@ -273,18 +290,31 @@ class Search:
             stopped_by = stop.why
             best = self._best_so_far(base)
         again = self.measure(base.trial.assignment, "final", repeat=1, reserved=True)
+        best_again, confirmed = None, True
+        if best is not base:
+            best_again = self.measure(best.trial.assignment, "final", repeat=1, reserved=True)
+            confirmed = self._confirmed(base, again, best, best_again)
         return Summary(
-            self.records,
-            base,
-            best,
-            self.space,
-            order,
-            finding_ids,
-            again,
-            stopped_by,
-            len(self.space.grid()),
-            winners,
+            records=self.records,
+            baseline=base,
+            best=best if confirmed else base,
+            candidate=best,
+            space=self.space,
+            order=order,
+            finding_ids=finding_ids,
+            baseline_again=again,
+            best_again=best_again,
+            confirmed=confirmed,
+            stopped_by=stopped_by,
+            grid_size=len(self.space.grid()),
+            winners=winners,
         )
+
+    def _confirmed(self, base: Record, base2: Record, best: Record, best2: Record) -> bool:
+        a = least_disturbed(best, best2)
+        b = least_disturbed(base, base2)
+        ok = a is not None and b is not None
+        return ok and measure.beats(a, b, min_gain=self.settings.min_gain)  # type: ignore[arg-type]
 
     def _best_so_far(self, base: Record) -> Record:
         best = base

@@ -102,7 +102,7 @@ class _Loop:
             self.wait_s += time.perf_counter() - t0
             with self.backend.autocast():
                 loss = self.wl.loss(self.model, batch)
-            self.backend.backward(loss / self.accum)
+            self.backend.backward(loss)  # the backend divides by the accumulation count
             total += float(loss.detach().float().item())  # the value the fidelity gate compares
         self.backend.step(self.optimizer)
         self.optimizer.zero_grad(set_to_none=True)

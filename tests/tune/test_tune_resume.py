@@ -1,0 +1,89 @@
+"""kill -9 the tuner in the middle of a search, resume it, and lose or repeat no finished trial."""
+
+from __future__ import annotations
+
+import collections
+import json
+import os
+import signal
+import sqlite3
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+TINY = str(Path(__file__).parent / "workloads" / "tiny.py")
+
+
+def rows(db: Path) -> list[tuple[int, str, str]]:
+    if not db.exists():
+        return []
+    with sqlite3.connect(db) as con:
+        try:
+            return list(con.execute("SELECT seq, key, assignment FROM trials ORDER BY seq"))
+        except sqlite3.OperationalError:  # the schema is not written yet
+            return []
+
+
+def cmd(tmp_path: Path, *extra: str) -> list[str]:
+    return [
+        sys.executable,
+        "-m",
+        "torchdoctor.tune.cli",
+        TINY,
+        "--knobs",
+        "num_workers,optimizer_impl",
+        "--steps",
+        "4",
+        "--warmup",
+        "2",
+        "--fidelity-steps",
+        "6",
+        "--max-trials",
+        "8",
+        "--db",
+        str(tmp_path / "t.sqlite"),
+        "--out",
+        str(tmp_path / "best.toml"),
+        "--json",
+        str(tmp_path / "r.json"),
+        *extra,
+    ]
+
+
+def test_kill_9_then_resume(tmp_path: Path) -> None:
+    db, log = tmp_path / "t.sqlite", tmp_path / "runs.log"
+    env = {**os.environ, "TD_TUNE_TEST_LOG": str(log), "COLUMNS": "200"}
+    proc = subprocess.Popen(
+        cmd(tmp_path), env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+    )
+    deadline = time.monotonic() + 120
+    while len(rows(db)) < 3 and proc.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.2)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    before = rows(db)
+    assert len(before) >= 3, "the search did not get far enough to be killed mid-way"
+    time.sleep(5)  # the trial in flight (its own session) finishes or dies on its own
+
+    done = subprocess.run(
+        cmd(tmp_path, "--resume"), env=env, capture_output=True, text=True, timeout=240
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    after = rows(db)
+    assert [r[0] for r in after] == list(range(len(after)))  # no gap, no duplicate sequence number
+    assert after[: len(before)] == before  # nothing finished was lost or rewritten
+    assert len(before) < len(after) <= 8 and len({r[1] for r in after}) == len(after)
+    assert done.stdout.count("(resumed)") == len(before)
+    assert done.stdout.count("trial ") - len(before) == len(after) - len(before)
+
+    # Each finished trial trained exactly once; at most one (in flight at the kill) ran twice.
+    ran = collections.Counter(log.read_text().splitlines())
+    stored = collections.Counter(
+        "{num_workers} {optimizer_impl} {grad_accumulation}".format(**json.loads(r[2]))
+        for r in after
+    )
+    extra = ran - stored
+    assert not (stored - ran) and sum(extra.values()) <= 1, (ran, stored)
+    exported = json.loads((tmp_path / "r.json").read_text())
+    assert (tmp_path / "best.toml").exists() and exported["trials"] == len(after)

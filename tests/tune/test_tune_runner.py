@@ -1,0 +1,83 @@
+"""Real trial processes on a tiny workload: a result, and each failure recorded with its reason."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from torchdoctor.tune.runner import TrialRunner
+from torchdoctor.tune.space import BASELINE, assignment_key
+from torchdoctor.tune.trial import Trial, TrialResult
+from torchdoctor.tune.worker import classify
+
+TINY = str(Path(__file__).parent / "workloads" / "tiny.py")
+
+
+def run(
+    mode: str = "",
+    *,
+    phase: str = "single",
+    timeout_s: float = 60.0,
+    workdir: str | None = None,
+    **knobs: object,
+) -> TrialResult:
+    a = {**BASELINE, **knobs}
+    runner = TrialRunner(
+        TINY,
+        warmup=2,
+        steps=5,
+        timeout_s=timeout_s,
+        batch_size=16,
+        workdir=workdir,
+        env={"TD_TUNE_TEST_MODE": mode, "TORCHDOCTOR_TUNE_BACKEND": "local"},
+    )
+    return runner(Trial(assignment_key(a), phase, a))  # type: ignore[arg-type]
+
+
+def test_ok_trial_reports_times_losses_and_probe(tmp_path: Path) -> None:
+    r = run(phase="baseline", workdir=str(tmp_path))
+    assert r.status == "ok", r.reason
+    assert len(r.step_times_s) == 5 and len(r.warmup_times_s) == 2 and len(r.losses) == 7
+    assert all(0 < x < 100 for x in r.losses) and len(set(r.losses)) == 7
+    assert r.probe is not None and r.probe["batch_size"] == 16 and r.probe["device"] == "cpu"
+    assert "fused" in r.probe["optimizer_impls"] or "foreach" in r.probe["optimizer_impls"]
+    assert r.peak_bytes and r.peak_bytes > 0 and r.wall_s > 0
+    assert (
+        r.trace_path == str(tmp_path / "baseline-trace.json")
+        and Path(r.trace_path).stat().st_size > 1000
+    )
+
+
+def test_accumulation_keeps_the_trajectory() -> None:
+    whole, halves = run(), run(grad_accumulation=2)
+    assert whole.status == halves.status == "ok"
+    assert halves.losses == pytest.approx(whole.losses, rel=1e-5)
+
+
+@pytest.mark.parametrize(
+    ("mode", "status", "reason"),
+    [
+        ("oom", "oom", "can't allocate memory"),
+        ("nan", "nonfinite", "loss is nan at step 0"),
+        ("crash", "crash", "SIGSEGV"),
+        ("error", "error", "ValueError: the workload broke"),
+    ],
+)
+def test_failures_are_classified(mode: str, status: str, reason: str) -> None:
+    r = run(mode)
+    assert r.status == status and reason in r.reason
+
+
+def test_hang_is_killed_at_the_timeout() -> None:
+    r = run("hang", timeout_s=6.0)
+    assert r.status == "timeout" and "6 s" in r.reason
+    assert r.wall_s < 30
+
+
+def test_compile_errors_are_told_apart() -> None:
+    import torch._dynamo.exc
+
+    assert classify(torch._dynamo.exc.TorchDynamoException("boom")).status == "compile-error"
+    assert classify(torch.OutOfMemoryError("CUDA out of memory")).status == "oom"
+    assert classify(KeyError("x")).status == "error"

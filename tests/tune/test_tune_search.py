@@ -1,0 +1,167 @@
+"""The search, driven by a fake trial runner: which trials it asks for, in which order."""
+
+from __future__ import annotations
+
+import pytest
+from tune_fakes import FakeWorld, describe_calls
+
+from torchdoctor.tune.search import BaselineFailed, Search, Settings
+
+# A machine where data workers, the fused optimizer and compile pay, and bf16 is slower.
+FACTORS = {
+    ("num_workers", 2): 0.7,
+    ("num_workers", 4): 0.6,
+    ("optimizer_impl", "foreach"): 0.9,
+    ("optimizer_impl", "fused"): 0.8,
+    ("compile", "default"): 0.9,
+    ("precision", "bf16-mixed"): 1.3,
+    ("persistent_workers", True): 0.95,
+}
+
+
+def run(world: FakeWorld, **kw: object) -> tuple[Search, object]:
+    search = Search(world, Settings(**kw))  # type: ignore[arg-type]
+    return search, search.run()
+
+
+def test_sequence_default_order() -> None:
+    world = FakeWorld(FACTORS)
+    _, summary = run(world)
+    assert describe_calls(world.calls) == [
+        "baseline: baseline",
+        "single: num_workers=2",
+        "single: num_workers=4",
+        "single: optimizer_impl=foreach",
+        "single: optimizer_impl=fused",
+        "single: compile=default",
+        "single: precision=bf16-mixed",
+        "combine: optimizer_impl=fused, num_workers=4",
+        "combine: compile=default, optimizer_impl=fused, num_workers=4",
+        "refine: compile=default, optimizer_impl=fused, num_workers=4, persistent_workers=True",
+        "refine: compile=default, optimizer_impl=fused, num_workers=4, persistent_workers=True, prefetch_factor=4",
+        "refine: compile=default, optimizer_impl=fused, num_workers=2, persistent_workers=True",
+        "refine: compile=default, optimizer_impl=foreach, num_workers=4, persistent_workers=True",
+        "final: baseline",
+        "final: compile=default, optimizer_impl=fused, num_workers=4, persistent_workers=True",
+    ]
+    best = summary.best.trial.assignment  # type: ignore[attr-defined]
+    assert (best["num_workers"], best["optimizer_impl"], best["compile"]) == (4, "fused", "default")
+    assert best["precision"] == "fp32"  # bf16 is slower here: never picked
+    assert summary.confirmed and summary.grid_size == 3 * 2 * 2 * (1 + 2 * 2 * 2)  # type: ignore[attr-defined]
+    assert [t.repeat for t in world.calls[-2:]] == [1, 1]
+
+
+def test_diagnosis_reorders_the_knobs() -> None:
+    world = FakeWorld(FACTORS)
+    Search(world, Settings(), diagnose=lambda result: ["host-bound"]).run()
+    assert describe_calls(world.calls)[1:5] == [
+        "single: compile=default",
+        "single: optimizer_impl=foreach",
+        "single: optimizer_impl=fused",
+        "single: num_workers=2",
+    ]
+
+
+def test_noise_sized_gain_is_not_a_win() -> None:
+    # 1% faster is inside the 2% noise floor: the baseline stays the best.
+    world = FakeWorld({("optimizer_impl", "fused"): 0.99})
+    _, summary = run(world, knobs=("optimizer_impl",))
+    assert summary.best.trial.phase == "baseline"  # type: ignore[attr-defined]
+    assert describe_calls(world.calls) == [
+        "baseline: baseline",
+        "single: optimizer_impl=foreach",
+        "single: optimizer_impl=fused",
+        "final: baseline",
+    ]
+
+
+def test_failures_are_recorded_and_survived() -> None:
+    world = FakeWorld(
+        FACTORS,
+        failures=[
+            ({"optimizer_impl": "fused", "grad_accumulation": 1}, "oom"),
+            ({"compile": "default"}, "crash"),
+            ({"num_workers": 2}, "timeout"),
+        ],
+        loss_scale={("optimizer_impl", "foreach"): float("nan")},
+    )
+    search, summary = run(world, knobs=("num_workers", "optimizer_impl", "compile"))
+    by_phase = [(r.trial.phase, r.result.status) for r in search.records]
+    assert by_phase[:7] == [
+        ("baseline", "ok"),
+        ("single", "timeout"),
+        ("single", "ok"),
+        ("single", "ok"),  # foreach ran, but its loss is NaN: the gate rejects it
+        ("single", "oom"),
+        ("retry", "ok"),  # fused again with half the micro-batch, twice the accumulation
+        ("single", "crash"),
+    ]
+    foreach = search.records[3]
+    assert (
+        foreach.verdict is not None and not foreach.verdict.ok and "nan" in foreach.verdict.reason
+    )
+    retry = search.records[5].trial.assignment
+    assert (retry["optimizer_impl"], retry["grad_accumulation"]) == ("fused", 2)
+    best = summary.best.trial.assignment  # type: ignore[attr-defined]
+    assert (best["num_workers"], best["optimizer_impl"], best["grad_accumulation"]) == (
+        4,
+        "fused",
+        2,
+    )
+
+
+def test_oom_gives_up_when_the_batch_cannot_shrink() -> None:
+    world = FakeWorld({}, failures=[({"optimizer_impl": "fused"}, "oom")])
+    search, _ = run(world, knobs=("optimizer_impl",))
+    accums = [
+        r.trial.assignment["grad_accumulation"] for r in search.records if r.result.status == "oom"
+    ]
+    assert accums == [1, 2, 4, 8]  # 64 samples: micro-batches 64, 32, 16, 8, then it stops
+
+
+def test_budget_stops_and_still_remeasures() -> None:
+    world = FakeWorld(FACTORS)  # every fake trial takes 2 s
+    _, summary = run(world, budget_s=10.0)
+    assert summary.stopped_by == "budget"  # type: ignore[attr-defined]
+    assert describe_calls(world.calls) == [
+        "baseline: baseline",
+        "single: num_workers=2",
+        "single: num_workers=4",
+        "single: optimizer_impl=foreach",
+        "single: optimizer_impl=fused",
+        "final: baseline",
+        "final: num_workers=4",
+    ]
+
+
+def test_max_trials_counts_the_final_pair() -> None:
+    world = FakeWorld(FACTORS)
+    _, summary = run(world, max_trials=4)
+    assert len(world.calls) == 4 and summary.stopped_by == "max-trials"  # type: ignore[attr-defined]
+
+
+def test_pick_that_does_not_reproduce_is_dropped() -> None:
+    # The first baseline ran while something else loaded the machine (+30%), so 2 workers (really
+    # 10% slower) looked faster; measured again, the pick loses: keep the baseline.
+    world = FakeWorld({("num_workers", 2): 1.1, ("num_workers", 4): 1.2}, disturb={0: 1.3})
+    _, summary = run(world, knobs=("num_workers",))
+    assert not summary.confirmed  # type: ignore[attr-defined]
+    assert summary.best.trial.phase == "baseline"  # type: ignore[attr-defined]
+    assert summary.candidate.trial.assignment["num_workers"] == 2  # type: ignore[attr-defined]
+
+
+def test_diverging_candidate_is_rejected_even_when_fastest() -> None:
+    world = FakeWorld(
+        {("precision", "bf16-mixed"): 0.5}, loss_scale={("precision", "bf16-mixed"): 1.01}
+    )
+    search, summary = run(world, knobs=("precision",))
+    bf16 = search.records[1]
+    assert bf16.verdict is not None and not bf16.verdict.ok
+    assert bf16.verdict.worst_step == 19 and bf16.verdict.max_rel_dev == pytest.approx(1.01**19 - 1)
+    assert summary.best.trial.phase == "baseline"  # type: ignore[attr-defined]
+
+
+def test_failed_baseline_raises() -> None:
+    world = FakeWorld({}, failures=[({"compile": "off"}, "crash")])
+    with pytest.raises(BaselineFailed, match="crash"):
+        run(world)
