@@ -12,7 +12,9 @@ def main() -> None:
     p.add_argument("--steps", type=int, default=100)
     args = p.parse_args()
     device = "cuda" if torch.cuda.is_available() else "cpu"
-    model = nn.Sequential(nn.Linear(512, 1024), nn.ReLU(), nn.Linear(1024, 512), nn.ReLU(), nn.Linear(512, 10)).to(device)
+    model = nn.Sequential(
+        nn.Linear(512, 1024), nn.ReLU(), nn.Linear(1024, 512), nn.ReLU(), nn.Linear(512, 10)
+    ).to(device)
     opt = torch.optim.AdamW(model.parameters(), lr=1e-3, fused=True)
     x = torch.randn(128, 512, device=device)
     y = torch.randint(0, 10, (128,), device=device)

@@ -14,7 +14,7 @@ class ManySmallLayers(nn.Module):
         self.shifts = nn.ParameterList(nn.Parameter(torch.zeros(dim)) for _ in range(depth))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        for scale, shift in zip(self.scales, self.shifts):
+        for scale, shift in zip(self.scales, self.shifts, strict=True):
             x = torch.tanh(x * scale + shift)
         return x
 

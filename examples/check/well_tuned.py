@@ -18,7 +18,9 @@ def main() -> None:
     amp = cuda and torch.cuda.get_device_capability()[0] >= 8
     torch.backends.cuda.matmul.allow_tf32 = True
     torch.backends.cudnn.allow_tf32 = True
-    model = nn.Sequential(nn.Linear(512, 1024), nn.ReLU(), nn.Linear(1024, 512), nn.ReLU(), nn.Linear(512, 10)).to(device)
+    model = nn.Sequential(
+        nn.Linear(512, 1024), nn.ReLU(), nn.Linear(1024, 512), nn.ReLU(), nn.Linear(512, 10)
+    ).to(device)
     opt = torch.optim.AdamW(model.parameters(), lr=1e-3, fused=True)
     data = TensorDataset(torch.randn(4096, 512), torch.randint(0, 10, (4096,)))
     loader = DataLoader(data, batch_size=128, shuffle=True, pin_memory=cuda, drop_last=True)

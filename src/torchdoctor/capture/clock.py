@@ -104,20 +104,20 @@ class StepClock:
         return len(self.step_s)
 
     def _switch(self, source: str, prio: int) -> None:
+        if self.source is None:  # the first signal: the first step started with the script
+            self.source, self._prio = source, prio
+            return
         # A stronger signal appeared: what was counted so far measured something else (batches,
         # not optimizer steps), so start counting again.
-        if self.source is not None:
-            self.switches.append(f"{self.source}->{source} after {len(self.step_s)} steps")
-            if self.window_opened and not self.window_closed:
-                self._call("window_abort")
-            self._call("set_measuring", False)
-        first = self.source is None
-        step_start = self._step_start
+        self.switches.append(f"{self.source}->{source} after {len(self.step_s)} steps")
+        if self.window_opened and not self.window_closed:
+            self._call("window_abort")
+        self._call("set_measuring", False)
         self.source, self._prio = source, prio
+        step_start = self._step_start
         self._reset()
         self.begin()
-        if first:  # the first step started when the script did, not at its first signal
-            self._step_start = step_start
+        self._step_start = step_start  # this step began at the last weaker signal
 
     def _advance(self, n: int) -> None:
         opts = self.options

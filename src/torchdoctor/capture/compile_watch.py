@@ -29,9 +29,10 @@ _REASON_RE = re.compile(r"last reason: (?P<reason>.*)")
 def short_reason(text: str) -> str:
     """First meaningful line of a dynamo message (what broke, without the hints)."""
     lines = [ln.strip() for ln in text.strip().splitlines() if ln.strip()]
-    for i, line in enumerate(lines):
+    for line in lines:
         if line.startswith("Explanation:"):
             return line.removeprefix("Explanation:").strip()
+    for i, line in enumerate(lines):
         if i > 0 and not line.startswith(("Encountered graph break", "Hint:")):
             return line
     return lines[0] if lines else ""

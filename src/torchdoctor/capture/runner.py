@@ -62,7 +62,7 @@ def _exit_code(exc: SystemExit) -> int:
 
 def _script_frames(tb: TracebackType | None) -> TracebackType | None:
     # Drop runpy's and our own frames so the user sees the traceback python would show.
-    ours = (runpy.__file__, __file__)
+    ours = (runpy.__file__, "<frozen runpy>", __file__)
     while tb is not None and tb.tb_frame.f_code.co_filename in ours:
         tb = tb.tb_next
     return tb

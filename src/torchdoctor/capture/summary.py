@@ -181,7 +181,7 @@ def _with_findings(analysis: Any, merged: list[Finding]) -> tuple[Any, bool]:
     with contextlib.suppress(Exception):
         from torchdoctor.report.build import verdict
 
-        changes["verdict"] = verdict(analysis.analysis, merged)
+        changes["verdict"] = verdict(getattr(analysis, "analysis"), merged)  # noqa: B009
     try:
         return dataclasses.replace(analysis, **changes), True  # type: ignore[type-var]
     except Exception:  # a report type we cannot rebuild: our list is printed separately

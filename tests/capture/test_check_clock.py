@@ -1,0 +1,126 @@
+"""The step clock: which signal counts, when the window opens and closes, what a step costs."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from torchdoctor.capture.clock import StepClock, StopScript
+from torchdoctor.capture.options import CheckOptions
+from torchdoctor.errors import UserError
+
+
+class Recorder:
+    def __init__(self, fail_on: str | None = None) -> None:
+        self.events: list[tuple[str, object]] = []
+        self.fail_on = fail_on
+        self.tick = 0
+
+    def _log(self, name: str, arg: object = None) -> None:
+        self.events.append((name, arg))
+        if name == self.fail_on:
+            raise RuntimeError("boom")
+
+    def window_start(self, warmup: int) -> None:
+        self._log("start", warmup)
+
+    def window_step(self) -> None:
+        self._log("step")
+
+    def window_end(self) -> None:
+        self._log("end")
+
+    def window_abort(self) -> None:
+        self._log("abort")
+
+    def set_measuring(self, on: bool) -> None:
+        self._log("measuring", on)
+
+
+def _drive(clock: StepClock, rec: Recorder, source: str, n: int) -> list[list[tuple[str, object]]]:
+    """Tick n times; the events each tick produced."""
+    per_tick = []
+    for _ in range(n):
+        before = len(rec.events)
+        try:
+            clock.tick(source)
+        except StopScript:
+            per_tick.append([*rec.events[before:], ("STOP", None)])
+            break
+        per_tick.append(rec.events[before:])
+    return per_tick
+
+
+def test_default_schedule_trajectory() -> None:
+    rec = Recorder()
+    clock = StepClock(CheckOptions(warmup_steps=3, profile_steps=2), rec)
+    clock.begin()
+    ticks = _drive(clock, rec, "optimizer", 10)
+    assert ticks == [
+        [],
+        [("start", 1)],  # the profiler's own warm-up step is step 3
+        [("measuring", True), ("step", None)],
+        [("step", None)],
+        [("step", None), ("end", None), ("STOP", None)],
+    ]
+    assert clock.steps == 5 and clock.window_steps == (4, 5)
+
+
+def test_full_keeps_running_and_goes_quiet() -> None:
+    rec = Recorder()
+    clock = StepClock(CheckOptions(warmup_steps=2, profile_steps=1, full=True), rec)
+    clock.begin()
+    ticks = _drive(clock, rec, "optimizer", 8)
+    assert len(ticks) == 8 and all(t == [] for t in ticks[3:])
+    assert [e[0] for e in rec.events] == ["start", "measuring", "step", "step", "end"]
+
+
+def test_zero_warmup_opens_at_begin() -> None:
+    rec = Recorder()
+    clock = StepClock(CheckOptions(warmup_steps=0, profile_steps=2), rec)
+    clock.begin()
+    assert rec.events == [("start", 0), ("measuring", True)]
+    ticks = _drive(clock, rec, "marker", 5)
+    assert ticks == [[("step", None)], [("step", None), ("end", None), ("STOP", None)]]
+
+
+def test_stronger_signal_restarts_counting() -> None:
+    rec = Recorder()
+    clock = StepClock(CheckOptions(warmup_steps=2, profile_steps=3), rec)
+    clock.begin()
+    _drive(clock, rec, "dataloader", 2)  # window opened on batches
+    assert clock.source == "dataloader" and ("start", 1) in rec.events
+    clock.tick("optimizer")
+    assert clock.source == "optimizer" and clock.steps == 1
+    assert ("abort", None) in rec.events and clock.switches
+    before = clock.steps
+    clock.tick("dataloader")  # weaker signal: ignored from now on
+    assert clock.steps == before
+
+
+def test_step_times_and_data_wait() -> None:
+    clock = StepClock(CheckOptions(warmup_steps=50, profile_steps=1), Recorder())
+    clock.begin()
+    time.sleep(0.02)  # the first step starts with the script, not at its first signal
+    clock.add_wait(0.005)
+    clock.tick("optimizer")
+    clock.tick("optimizer")
+    assert clock.step_s[0] >= 0.02 > clock.step_s[1]
+    assert list(clock.data_wait_s) == [0.005, 0.0]
+
+
+def test_listener_failure_never_reaches_the_script() -> None:
+    rec = Recorder(fail_on="start")
+    clock = StepClock(CheckOptions(warmup_steps=2, profile_steps=1, full=True), rec)
+    clock.begin()
+    _drive(clock, rec, "optimizer", 4)
+    assert clock.errors and "boom" in clock.errors[0]
+
+
+@pytest.mark.parametrize(
+    "kwargs", [{"warmup_steps": -1}, {"profile_steps": 0}, {"rank_timeout_s": -1.0}]
+)
+def test_options_validate(kwargs: dict[str, object]) -> None:
+    with pytest.raises(UserError):
+        CheckOptions(**kwargs)  # type: ignore[arg-type]
