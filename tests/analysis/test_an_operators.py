@@ -1,0 +1,128 @@
+"""Operator table: nesting, self times and device attribution, by hand and against raw JSON."""
+
+from __future__ import annotations
+
+import json
+from collections import defaultdict
+from typing import Any
+
+import pytest
+
+from tests.analysis.rawjson import GPU_CATS, LAUNCH_CATS, corr, events
+from tests.analysis.synth import EVERYTHING, kernel, launch, make_table, op, steps_of
+from torchdoctor.analysis.operators import analyze_operators
+from torchdoctor.trace.steps import find_steps
+
+
+def _nested() -> Any:
+    return make_table(
+        [
+            op("aten::linear", 0, 100),
+            op("aten::addmm", 10, 20),
+            op("aten::mm", 12, 8),
+            op("aten::empty", 15, 0),  # zero-length child of aten::mm
+            op("aten::addmm", 40, 50),
+            op("aten::t", 40, 5),  # same start as its parent
+            op("aten::copy_", 5, 45, tid=2),  # another thread: not a child of aten::linear
+            launch(16, 1, corr=1),  # inside aten::mm
+            launch(35, 1, corr=2),  # inside aten::linear, between its children
+            launch(20, 1, corr=3, tid=2),  # inside aten::copy_
+            launch(200, 1, corr=4),  # outside every operator
+            kernel("k1", 101, 7, corr=1),
+            kernel("k2", 110, 3, corr=2),
+            kernel("k3", 120, 11, corr=3),
+            kernel("k4", 210, 2, corr=4),
+        ]
+    )
+
+
+def test_hand_built_nesting() -> None:
+    s = analyze_operators(_nested(), steps_of((0, 300)), top_n=10)
+    rows = {r.name: r for r in s.top_by_self_cpu}
+    expected = {
+        "aten::linear": (1, 0.100, 0.030, 0.010, 0.003),
+        "aten::addmm": (2, 0.070, 0.057, 0.007, 0.0),
+        "aten::copy_": (1, 0.045, 0.045, 0.011, 0.011),
+        "aten::mm": (1, 0.008, 0.008, 0.007, 0.007),
+        "aten::t": (1, 0.005, 0.005, 0.0, 0.0),
+    }
+    assert set(rows) == set(expected)
+    for name, want in expected.items():
+        r = rows[name]
+        got = (r.calls, r.total_cpu_ms, r.self_cpu_ms, r.total_device_ms, r.self_device_ms)
+        assert got == pytest.approx(want), name
+    assert [r.name for r in s.top_by_self_device] == ["aten::copy_", "aten::mm", "aten::linear"]
+    assert (s.call_count, s.name_count) == (7, 6)
+    assert (s.device_ms, s.attributed_device_ms) == pytest.approx((0.023, 0.021))
+    assert rows["aten::addmm"].mean_cpu_us == pytest.approx(35.0)
+    json.dumps(s.to_dict())
+
+
+def test_window_keeps_operators_starting_inside() -> None:
+    s = analyze_operators(_nested(), steps_of((10, 30)), top_n=10)
+    assert {r.name for r in s.top_by_self_cpu} == {"aten::addmm", "aten::mm"}
+    assert s.call_count == 3  # aten::addmm, aten::mm, aten::empty
+
+
+def test_no_operators() -> None:
+    s = analyze_operators(make_table([kernel("k", 1, 1)]), steps_of((0, 10)))
+    assert (s.call_count, s.top_by_self_cpu, s.top_by_self_device) == (0, (), ())
+    assert (s.device_ms, s.attributed_device_ms) == (0.001, 0.0)
+
+
+def _brute(trace: dict[str, Any]) -> tuple[dict[str, float], dict[str, float], dict[str, float]]:
+    """Self CPU, self device and total device µs per name by O(n^2) containment search."""
+    ops = events(trace, {"cpu_op"})
+    key = [(o["pid"], o["tid"]) for o in ops]
+
+    def innermost(pid_tid: Any, t0: float, t1: float, skip: int = -1) -> int:
+        best, best_dur = -1, float("inf")
+        for j, o in enumerate(ops):
+            inside = o["ts"] <= t0 and t1 <= o["ts"] + o["dur"]
+            if j != skip and key[j] == pid_tid and inside and o["dur"] < best_dur:
+                best, best_dur = j, o["dur"]
+        return best
+
+    parent = [innermost(key[i], o["ts"], o["ts"] + o["dur"], i) for i, o in enumerate(ops)]
+    self_cpu: dict[str, float] = defaultdict(float)
+    for i, o in enumerate(ops):
+        self_cpu[o["name"]] += o["dur"]
+        if parent[i] >= 0:
+            self_cpu[ops[parent[i]]["name"]] -= o["dur"]
+    calls = {corr(c): c for c in events(trace, LAUNCH_CATS) if c["cat"] != "cuda_driver"}
+    for c in events(trace, {"cuda_driver"}):
+        calls.setdefault(corr(c), c)
+    self_dev: dict[str, float] = defaultdict(float)
+    total_dev: dict[str, float] = defaultdict(float)
+    for g in events(trace, GPU_CATS):
+        c = calls.get(corr(g))
+        j = innermost((c["pid"], c["tid"]), c["ts"], c["ts"]) if c else -1
+        if j >= 0:
+            self_dev[ops[j]["name"]] += g["dur"]
+        while j >= 0:
+            total_dev[ops[j]["name"]] += g["dur"]
+            j = parent[j]
+    return self_cpu, self_dev, total_dev
+
+
+@pytest.mark.parametrize("stem", ["h100_bert_small_infer", "mi250_toy_train_rocm"])
+def test_operator_table_matches_raw_json(stem: str, corpus: Any, raw: Any) -> None:
+    s = analyze_operators(corpus(stem), EVERYTHING, top_n=1000)
+    self_cpu, self_dev, total_dev = _brute(raw(stem))
+    got_cpu = {r.name: r.self_cpu_ms for r in s.top_by_self_cpu}
+    assert got_cpu == pytest.approx({n: v / 1e3 for n, v in self_cpu.items() if v > 0})
+    got_dev = {r.name: r.self_device_ms for r in s.top_by_self_device}
+    assert got_dev == pytest.approx({n: v / 1e3 for n, v in self_dev.items() if v > 0})
+    for r in s.top_by_self_cpu:
+        assert r.total_device_ms == pytest.approx(total_dev.get(r.name, 0.0) / 1e3)
+
+
+def test_convnet_device_time_sits_in_convolution_ops(corpus: Any) -> None:
+    table = corpus("v100_resnet50_train_workers0")
+    s = analyze_operators(table, find_steps(table), top_n=3)
+    assert [r.name for r in s.top_by_self_device] == [
+        "aten::cudnn_convolution_backward_weight",
+        "aten::cudnn_convolution_backward_input",
+        "aten::cudnn_convolution",
+    ]
+    assert s.attributed_device_ms == pytest.approx(s.device_ms)
