@@ -29,8 +29,8 @@ BatchHook = Callable[[Any], None]
 class LoaderPlan:
     """The DataLoader settings the runtime chose (after user overrides)."""
 
-    batch_size: int
-    """Samples per batch on this process."""
+    batch_size: int | None
+    """Samples per batch on this process (None: the dataset yields whole batches)."""
     num_workers: int
     """Worker processes."""
     pin_memory: bool
@@ -60,7 +60,7 @@ def plan_loader(
     config: RuntimeConfig,
     device: torch.device,
     *,
-    batch_size: int,
+    batch_size: int | None,
     local_world_size: int,
     distributed: bool,
     overrides: dict[str, Any],

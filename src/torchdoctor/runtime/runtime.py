@@ -291,7 +291,12 @@ class Runtime:
 
     # -- data ---------------------------------------------------------------------------------
     def loader(
-        self, dataset: Dataset[Any], *, batch_size: int = 1, shuffle: bool = False, **kwargs: Any
+        self,
+        dataset: Dataset[Any],
+        *,
+        batch_size: int | None = 1,
+        shuffle: bool = False,
+        **kwargs: Any,
     ) -> RuntimeLoader:
         """A DataLoader over ``dataset`` with the runtime's defaults (workers per local rank,
         pinned memory on CUDA, persistent workers, DistributedSampler under DDP) and batches
