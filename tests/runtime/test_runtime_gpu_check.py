@@ -28,8 +28,10 @@ def test_overlap_from_trace() -> None:
         {"ph": "X", "cat": "gpu_memcpy", "ts": 0, "dur": 100, "args": {"stream": 20}},
         {"ph": "X", "cat": "gpu_memcpy", "ts": 300, "dur": 100, "args": {"stream": 20}},
         {"ph": "X", "cat": "kernel", "ts": 50, "dur": 30, "args": {"stream": 7}},
-        {"ph": "X", "cat": "kernel", "ts": 70, "dur": 60, "args": {"stream": 7}},  # overlaps the one above
-        {"ph": "X", "cat": "kernel", "ts": 310, "dur": 10, "args": {"stream": 20}},  # same stream: no overlap
+        # overlaps the kernel above:
+        {"ph": "X", "cat": "kernel", "ts": 70, "dur": 60, "args": {"stream": 7}},
+        # on the copy's own stream: not overlap
+        {"ph": "X", "cat": "kernel", "ts": 310, "dur": 10, "args": {"stream": 20}},
     ]
     out = gc.overlap_from_trace({"traceEvents": ev})
     assert out["copy_us"] == 200 and out["copy_overlapped_with_kernels_us"] == 50
@@ -40,11 +42,15 @@ def test_overlap_from_trace() -> None:
 @pytest.mark.skipif(torch.cuda.is_available(), reason="checks the no-CUDA path")
 def test_skips_without_cuda(tmp_path: Path) -> None:
     assert _load().main([str(tmp_path)]) == 0
-    assert json.loads((tmp_path / "gpu_check_runtime.json").read_text())["skipped"] == "no CUDA device"
+    assert (
+        json.loads((tmp_path / "gpu_check_runtime.json").read_text())["skipped"] == "no CUDA device"
+    )
 
 
 def test_gpt_mfu_path_on_cpu() -> None:
-    out = _load().check_mfu(6, "off", vocab=64, dim=32, layers=2, heads=4, seq=16, batch=4, workers=0)
+    out = _load().check_mfu(
+        6, "off", vocab=64, dim=32, layers=2, heads=4, seq=16, batch=4, workers=0
+    )
     s = out["summary"]
     assert out["precision"] == "fp32" and s["steps"] == 4 and s["mfu"] is None
     assert s["tokens_per_s"] == pytest.approx(16 * s["samples_per_s"])
