@@ -37,8 +37,9 @@ class DeviceMemory:
     trace_peak_allocated_bytes: int
     trace_peak_reserved_bytes: int | None
     reserved_minus_allocated_at_peak_bytes: int | None
-    """Reserved minus allocated at the window's reserved peak: cached but unused memory
-    (fragmentation headroom)."""
+    """Reserved minus allocated at the window's reserved peak (at its fullest moment, when the
+    reserved level stays at its peak over several events): memory the caching allocator holds
+    but tensors do not use (fragmentation headroom)."""
     total_memory_bytes: int | None
     """The device's totalGlobalMem from deviceProperties."""
     peak_allocated_share: float | None
@@ -114,9 +115,9 @@ def _device(
     peak_alloc = int(alloc[sel].max())
     peak_res = int(reserved[sel].max()) if reserved is not None else None
     headroom = None
-    if reserved is not None:
-        at = np.flatnonzero(sel)[int(np.argmax(reserved[sel]))]
-        headroom = int(reserved[at] - alloc[at])
+    if reserved is not None and peak_res is not None:
+        at_peak = sel & (reserved == peak_res)
+        headroom = peak_res - int(alloc[at_peak].max())
     total = _total_memory(table, device_id)
     return DeviceMemory(
         device_id=device_id,
