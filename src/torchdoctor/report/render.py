@@ -49,18 +49,32 @@ def render_text(report: Report, top: int = 10, console: Console | None = None) -
     """Print the terminal report: verdict, breakdown, findings with fixes, kernels, operators."""
     from rich.console import Console
 
-    con = console or Console(highlight=False)
+    con = console or Console(highlight=False, width=_width())
     _header(con, report)
     _breakdown(con, report)
     _findings(con, report)
     _ranks(con, report)
-    from torchdoctor.report.tables import kernel_table, operator_table
+    from torchdoctor.report.tables import kernel_table, operator_tables
 
-    for table in (kernel_table(report.analysis, top), operator_table(report.analysis, top)):
+    kernels = kernel_table(report.analysis, top)
+    for table in [kernels, *operator_tables(report.analysis, top)]:
         if table is not None:
             con.print(table)
+            con.print()
     if report.notes:
-        con.print("[dim]Notes: " + "; ".join(n for n in report.notes if n) + "[/dim]")
+        from rich.markup import escape
+
+        con.print("[dim]Notes: " + escape("; ".join(n for n in report.notes if n)) + "[/dim]")
+
+
+def _width() -> int | None:
+    """Terminal width, but at least 100 columns when output is not a terminal (files, CI logs)."""
+    import shutil
+    import sys
+
+    if sys.stdout.isatty():
+        return None
+    return max(100, shutil.get_terminal_size((100, 24)).columns)
 
 
 def _header(con: Console, report: Report) -> None:
@@ -73,8 +87,10 @@ def _header(con: Console, report: Report) -> None:
         for p in (meta.path.rsplit("/", 1)[-1], device, where if meta.rank is not None else "")
         if p
     ]
-    con.print(f"[bold]torchdoctor[/bold] · {' · '.join(parts)}")
-    con.print(f"[bold]Verdict:[/bold] {report.verdict}\n")
+    from rich.markup import escape
+
+    con.print(f"[bold]torchdoctor[/bold] · {escape(' · '.join(parts))}")
+    con.print(f"[bold]Verdict:[/bold] {escape(report.verdict)}\n")
 
 
 def _breakdown(con: Console, report: Report) -> None:
@@ -103,24 +119,26 @@ def _breakdown(con: Console, report: Report) -> None:
 
 
 def _findings(con: Console, report: Report) -> None:
+    from rich.markup import escape as esc
+
     if not report.findings:
         con.print("[green]No findings: nothing here holds the workload back.[/green]\n")
         return
     con.print("[bold]Findings[/bold] (ranked by estimated saving)")
     for i, f in enumerate(report.findings, 1):
         style = _SEVERITY_STYLE[f.severity]
-        con.print(f" {i}. [{style}]{f.severity}[/{style}] {f.title}")
+        con.print(f" {i}. [{style}]{f.severity}[/{style}] {esc(f.title)}")
         if f.saving_ms_per_step > 0:
             con.print(
                 f"    saves up to {f.saving_ms_per_step:.2f} ms per step ({f.share_of_step:.0%})"
             )
         ev = ", ".join(f"{k}={_short(v)}" for k, v in f.evidence.items())
-        con.print(f"    [dim]evidence: {ev}[/dim]", soft_wrap=True)
+        con.print(f"    [dim]evidence: {esc(ev)}[/dim]", soft_wrap=True)
         if f.where:
-            con.print(f"    [dim]where: {', '.join(f.where[:5])}[/dim]")
+            con.print(f"    [dim]where: {esc(', '.join(f.where[:5]))}[/dim]")
         con.print("    fix:")
         for line in f.fix.splitlines():
-            con.print(f"      [green]{line}[/green]", soft_wrap=True)
+            con.print(f"      [green]{esc(line)}[/green]", soft_wrap=True)
         if f.doc_url:
             con.print(f"    [dim]docs: {f.doc_url}[/dim]")
     con.print()

@@ -9,11 +9,25 @@ from rich.table import Table
 if TYPE_CHECKING:
     from torchdoctor.analysis.bundle import TraceAnalysis
 
-_NAME_WIDTH = 70
+_NAME_WIDTH = 60
 
 
-def _short(name: str) -> str:
-    return name if len(name) <= _NAME_WIDTH else name[: _NAME_WIDTH - 1] + "…"
+def _short(name: str, kernel: bool = True) -> str:
+    """A readable name; for kernels, drop ``void``, namespaces and template arguments."""
+    from rich.markup import escape
+
+    n = name.removeprefix("void ") if kernel else name
+    if not kernel:
+        pass
+    elif "<" in n:
+        n = n[: n.index("<")] + "<…>"
+    if kernel and "(" in n:
+        n = n[: n.index("(")]
+    if kernel and "::" in n:
+        head = n.split("<", 1)[0]
+        n = head.rsplit("::", 1)[-1] + n[len(head) :]
+    n = n if len(n) <= _NAME_WIDTH else n[: _NAME_WIDTH - 1] + "…"
+    return escape(n)
 
 
 def kernel_table(a: TraceAnalysis, top: int) -> Table | None:
@@ -26,8 +40,8 @@ def kernel_table(a: TraceAnalysis, top: int) -> Table | None:
         title_justify="left",
         show_edge=False,
     )
+    t.add_column("kernel", no_wrap=True, overflow="ellipsis", max_width=_NAME_WIDTH)
     for col, just in (
-        ("kernel", "left"),
         ("category", "left"),
         ("count", "right"),
         ("total ms", "right"),
@@ -53,38 +67,34 @@ def kernel_table(a: TraceAnalysis, top: int) -> Table | None:
         t.caption = (
             f"GEMM/conv {k.matmul_ms:.1f} ms, on tensor cores "
             f"{k.tensor_core_share:.0%}; by dtype: "
-            + ", ".join(f"{d} {v:.1f} ms" for d, v in k.matmul_ms_by_dtype.items() if v)
+            + ", ".join(f"{d} {v:.1f} ms" for d, v in k.matmul_ms_by_dtype.items() if v >= 0.05)
         )
         t.caption_justify = "left"
     return t
 
 
-def operator_table(a: TraceAnalysis, top: int) -> Table | None:
-    """key_averages-style: top operators by self device time (or self CPU time without a GPU)."""
+def operator_tables(a: TraceAnalysis, top: int) -> list[Table]:
+    """key_averages-style tables: top operators by self device time (GPU traces) and self CPU."""
     ops = a.operators
-    rows: Any = getattr(ops, "top_by_self_device", None) if a.has_gpu else None
-    key = "self device"
-    if not rows:
-        rows, key = getattr(ops, "top_by_self_cpu", None), "self CPU"
-    if not rows:
-        return None
+    out = []
+    if a.has_gpu and ops.top_by_self_device:
+        out.append(_op_table(ops.top_by_self_device, "self device", top, device=True))
+    if ops.top_by_self_cpu:
+        out.append(_op_table(ops.top_by_self_cpu, "self CPU", top, device=a.has_gpu))
+    return out
+
+
+def _op_table(rows: Any, key: str, top: int, device: bool) -> Table:
     t = Table(title=f"Top operators by {key} time", title_justify="left", show_edge=False)
-    for col, just in (
-        ("operator", "left"),
-        ("calls", "right"),
-        ("self CPU ms", "right"),
-        ("CPU total ms", "right"),
-        ("self device ms", "right"),
-        ("device total ms", "right"),
-    ):
-        t.add_column(col, justify=just)  # type: ignore[arg-type]
+    t.add_column("operator", no_wrap=True, overflow="ellipsis", max_width=_NAME_WIDTH)
+    cols = ["calls", "self CPU ms", "CPU total ms"]
+    if device:
+        cols += ["self device ms", "device total ms"]
+    for col in cols:
+        t.add_column(col, justify="right")
     for r in rows[:top]:
-        t.add_row(
-            _short(r.name),
-            str(r.calls),
-            f"{r.self_cpu_ms:.2f}",
-            f"{r.cpu_total_ms:.2f}",
-            f"{r.self_device_ms:.2f}",
-            f"{r.device_total_ms:.2f}",
-        )
+        cells = [str(r.calls), f"{r.self_cpu_ms:.2f}", f"{r.total_cpu_ms:.2f}"]
+        if device:
+            cells += [f"{r.self_device_ms:.2f}", f"{r.total_device_ms:.2f}"]
+        t.add_row(_short(r.name, kernel=False), *cells)
     return t

@@ -338,34 +338,34 @@ def memory_pressure(a: TraceAnalysis) -> Finding | None:
     m = a.memory
     if m is None or not getattr(m, "devices", None):
         return None
+    gib = 2**30
     for d in m.devices:
-        total = d.total_bytes
-        reserved, allocated = d.peak_reserved_bytes, d.reserved_minus_allocated_at_peak_bytes
-        near_full = bool(total) and reserved / total >= th.MEMORY_PRESSURE
+        total, reserved = d.total_memory_bytes or 0, d.peak_reserved_bytes or 0
+        free_pool = d.reserved_minus_allocated_at_peak_bytes or 0
+        near_full = total > 0 and reserved / total >= th.MEMORY_PRESSURE
         fragmented = (
             reserved > 0
-            and allocated / reserved >= th.FRAGMENTATION
-            and allocated >= th.FRAGMENTATION_MIN_BYTES
+            and free_pool / reserved >= th.FRAGMENTATION
+            and free_pool >= th.FRAGMENTATION_MIN_BYTES
         )
         if not (near_full or fragmented):
             continue
-        gib = 2**30
         evidence = {
-            "device": d.device,
+            "device": d.device_id,
             "peak_allocated_gib": round(d.peak_allocated_bytes / gib, 2),
             "peak_reserved_gib": round(reserved / gib, 2),
             "device_total_gib": round(total / gib, 2) if total else None,
-            "reserved_unallocated_at_peak_gib": round(allocated / gib, 2),
+            "reserved_unallocated_at_peak_gib": round(free_pool / gib, 2),
         }
         what = (
             f"peak reserved {reserved / gib:.1f} of {total / gib:.1f} GiB"
             if near_full
-            else f"{allocated / gib:.1f} GiB reserved but unallocated at the peak"
+            else f"{free_pool / gib:.1f} GiB reserved but unallocated at the peak"
         )
         return _finding(
             a,
             "memory-pressure",
-            f"Memory pressure on GPU {d.device}: {what}",
+            f"Memory pressure on GPU {d.device_id}: {what}",
             0.0,
             "warning",
             evidence,

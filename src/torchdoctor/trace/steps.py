@@ -67,11 +67,12 @@ def find_steps(table: TraceTable) -> Steps:
     # step where the trace's own activity ends, but never before the work it launched.
     last_cpu = min(float(cpu_ends[-1]), _activity_end(table, rows))
     ends[-1] = max(last_cpu, _device_end_after(table, starts[-1], cpu_ends[-1]))
+    n = f"{len(numbers)} step{'s' if len(numbers) != 1 else ''}"
     note = {
-        "profiler-step": f"{len(numbers)} steps from ProfilerStep markers",
-        "optimizer-step": f"{len(numbers)} steps from optimizer.step() calls (no ProfilerStep "
-        "markers: call prof.step() each iteration for exact steps)",
-        "dataloader": f"{len(numbers)} steps from DataLoader batches (no ProfilerStep markers)",
+        "profiler-step": f"{n} from ProfilerStep markers",
+        "optimizer-step": f"{n} from optimizer.step() calls (no ProfilerStep markers: call "
+        "prof.step() each iteration for exact steps)",
+        "dataloader": f"{n} from DataLoader batches (no ProfilerStep markers)",
     }[source]
     return Steps(source, numbers, starts, ends, note)
 
