@@ -7,6 +7,8 @@ from collections import defaultdict
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from tests.analysis.rawjson import GPU_CATS, LAUNCH_CATS, corr, events
 from tests.analysis.synth import EVERYTHING, kernel, launch, make_table, op, steps_of
@@ -126,3 +128,56 @@ def test_convnet_device_time_sits_in_convolution_ops(corpus: Any) -> None:
         "aten::cudnn_convolution",
     ]
     assert s.attributed_device_ms == pytest.approx(s.device_ms)
+
+
+def _tree(draw: Any, lo: int, hi: int, depth: int, out: list[tuple[int, int]]) -> None:
+    """Draw disjoint children inside [lo, hi], recursively: a properly nested set of ranges."""
+    t = lo
+    while depth < 6 and t < hi and draw(st.booleans()):
+        start = draw(st.integers(t, hi))
+        end = draw(st.integers(start, hi))
+        out.append((start, end))
+        _tree(draw, start, end, depth + 1, out)
+        t = end if end > start else end + 1
+
+
+@st.composite
+def _nested_ops(draw: Any) -> list[tuple[int, int, int]]:
+    ops: list[tuple[int, int, int]] = []
+    for tid in (1, 2):
+        ranges: list[tuple[int, int]] = []
+        _tree(draw, 0, 1000, 0, ranges)
+        ops += [(tid, s, e) for s, e in ranges]
+    return ops
+
+
+@settings(max_examples=60, deadline=None)
+@given(_nested_ops())
+def test_self_cpu_matches_brute_force_on_random_nesting(ops: list[tuple[int, int, int]]) -> None:
+    events = [op(f"op{i}", s, e - s, tid=tid) for i, (tid, s, e) in enumerate(ops)]
+    s = analyze_operators(make_table(events), EVERYTHING, top_n=10_000)
+    got = {r.name: r.self_cpu_ms * 1e3 for r in s.top_by_self_cpu}
+    expected = {}
+    for i, (tid, s0, e0) in enumerate(ops):
+        # direct children: contained ranges with no other range of the thread between; of two
+        # equal ranges the earlier one is the parent (the loader keeps file order at equal starts)
+        inside = [
+            j
+            for j, (t2, s2, e2) in enumerate(ops)
+            if t2 == tid and s0 <= s2 and e2 <= e0 and (s2, -e2, j) > (s0, -e0, i)
+        ]
+        direct = [
+            j
+            for j in inside
+            if not any(
+                k != j
+                and ops[k][1] <= ops[j][1]
+                and ops[j][2] <= ops[k][2]
+                and (ops[j][1], -ops[j][2], j) > (ops[k][1], -ops[k][2], k)
+                for k in inside
+            )
+        ]
+        self_us = (e0 - s0) - sum(ops[j][2] - ops[j][1] for j in direct)
+        if self_us > 0:
+            expected[f"op{i}"] = self_us
+    assert got == pytest.approx(expected)
