@@ -123,3 +123,23 @@ def test_fused_attention_detected_and_estimated() -> None:
     assert fused.counted < math.counted  # FlopCounterMode alone undercounts the fused kernel
     assert fused.total == pytest.approx(math.total, rel=0.03)  # the estimate closes the gap
     assert not math.uncounted_ops and math.note is None
+
+
+def test_flop_window_never_stays_open() -> None:
+    # After the first step the count is armed; an evaluation forward must not open it, and
+    # nothing may stay on the dispatch-mode stack between steps.
+    rt = td.Runtime(device="cpu")
+    model = tiny_mlp()
+    model, opt = rt.setup(model, torch.optim.SGD(model.parameters(), lr=0.1))
+    data = batches(3)
+    rt.backward(F.cross_entropy(model(data[1]["x"]), data[1]["y"]))
+    rt.step(opt)
+    with torch.no_grad():
+        model(data[0]["x"])
+    assert torch._C._len_torch_dispatch_stack() == 0 and rt.meter.flops_per_step is None
+    loss = F.cross_entropy(model(data[2]["x"]), data[2]["y"])
+    assert torch._C._len_torch_dispatch_stack() == 2  # FlopCounterMode + the attention watcher
+    rt.backward(loss)
+    assert torch._C._len_torch_dispatch_stack() == 0 and rt.meter.flops_per_step
+    rt.step(opt)
+    assert rt.meter.summary().steps == 0  # warm-up and the counted step are not steady state

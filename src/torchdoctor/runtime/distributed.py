@@ -79,12 +79,12 @@ def init_process_group(info: DistInfo, device: torch.device) -> DistInfo:
     backend. A group the application already created is used as is, and left for it to close."""
     if not info.distributed:
         return info
-    if dist.is_initialized():
-        return DistInfo(**{**info.__dict__, "backend": str(dist.get_backend())})
-    backend = "nccl" if device.type == "cuda" else "gloo"
     if device.type == "cuda":
         # Bind before creating the group so NCCL's communicators land on this rank's GPU.
         torch.cuda.set_device(device)
+    if dist.is_initialized():
+        return DistInfo(**{**info.__dict__, "backend": str(dist.get_backend())})
+    backend = "nccl" if device.type == "cuda" else "gloo"
     dist.init_process_group(backend=backend)
     _CREATED.append(True)
     atexit.register(teardown)

@@ -33,8 +33,12 @@ class RuntimeModule(nn.Module):
         # Not registered as submodules: they share parameters with the modules above.
         self.__dict__["_guard"] = guard
         self.__dict__["_eager"] = eager if eager is not None else forward_module
-        self.__dict__["_on_first_call"] = on_first_call
+        self.__dict__["_before_call"] = on_first_call
         self.__dict__["use_eager"] = False
+
+    def set_before_call(self, hook: Callable[[], None] | None) -> None:
+        """Run ``hook`` once, at the start of the next call (the runtime arms its FLOP count so)."""
+        self.__dict__["_before_call"] = hook
 
     @property
     def module(self) -> nn.Module:
@@ -42,9 +46,9 @@ class RuntimeModule(nn.Module):
         return self._original
 
     def forward(self, *args: Any, **kwargs: Any) -> Any:
-        hook = self.__dict__["_on_first_call"]
+        hook = self.__dict__["_before_call"]
         if hook is not None:
-            self.__dict__["_on_first_call"] = None
+            self.__dict__["_before_call"] = None
             hook()
         if self.__dict__["use_eager"]:
             # FLOP counting runs the uncompiled module: a dispatch mode sees no ops inside

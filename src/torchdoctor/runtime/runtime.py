@@ -197,6 +197,8 @@ class Runtime:
         loss.backward(**kwargs)
         self._micro += 1
         self._sync_flag()
+        if self._probe is not None and self._micro >= self._accum:
+            self._finish_flop_count()
 
     @property
     def at_step_boundary(self) -> bool:
@@ -230,18 +232,20 @@ class Runtime:
         self._sync_flag()
         self.meter.step_end()
         if self._measure_flops and self.meter.steps == _FLOP_STEP:
-            self._start_flop_count()
+            self._arm_flop_count()
         return True
 
     def _scaled_step(self, optimizer: Optimizer) -> None:
         assert self.scaler is not None
         self.scaler.step(optimizer)
-        found = getattr(self.scaler, "_found_inf_per_device", None)
-        if callable(found):
-            # Summed on the device: reading it now would wait for the GPU every step.
-            flags = list(found(optimizer).values())
-            if flags:
-                self.meter.skipped = self.meter.skipped + sum(flags)
+        try:
+            # A private GradScaler helper (stable since torch 1.6); summed on the device, since
+            # reading it now would wait for the GPU every step.
+            flags = list(self.scaler._found_inf_per_device(optimizer).values())
+        except (AttributeError, AssertionError, KeyError):
+            flags = []
+        if flags:
+            self.meter.skipped = self.meter.skipped + sum(flags)
         self.scaler.update()
 
     @contextlib.contextmanager
@@ -267,13 +271,23 @@ class Runtime:
             ddp.require_backward_grad_sync = sync  # type: ignore[assignment]
 
     # -- FLOP counting ------------------------------------------------------------------------
-    def _start_flop_count(self) -> None:
-        if not self._modules:
-            return
-        self._probe = FlopProbe()
+    def _arm_flop_count(self) -> None:
+        # Count from the next training forward to the backward that ends the step, so the
+        # window never stays open over evaluation or the end of training.
         for m in self._modules:
+            m.set_before_call(self._start_flop_count)
+
+    def _start_flop_count(self) -> None:
+        if self._probe is not None:
+            return
+        if not torch.is_grad_enabled():  # an evaluation forward: wait for a training one
+            self._arm_flop_count()
+            return
+        for m in self._modules:
+            m.set_before_call(None)
             m.__dict__["use_eager"] = True
         self.meter.flag_step("flops")
+        self._probe = FlopProbe()
         self._probe.start()
 
     def _finish_flop_count(self) -> None:
