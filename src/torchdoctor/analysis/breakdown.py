@@ -37,7 +37,7 @@ BUSY_PARTS = (
     "memset",
 )
 IDLE_PARTS = ("data_loading", "synchronization", "host_overhead", "short_gaps")
-CPU_PARTS = ("cpu_operators", "data_loading", "other")
+CPU_PARTS = ("cpu_operators", "communication", "data_loading", "other")
 _NOT_WORK = ("ProfilerStep#", "enumerate(DataLoader)#")
 _DIR_PART = {"HtoD": "memcpy_h2d", "DtoH": "memcpy_d2h", "DtoD": "memcpy_d2d"}
 
@@ -205,16 +205,20 @@ def _sync_ended_inside(calls: iv.Intervals, g0: np.ndarray, g1: np.ndarray) -> n
 
 
 def _cpu_step(n: int, lo: float, hi: float, table: TraceTable, act: GpuActivity) -> StepBreakdown:
-    """CPU-only trace: operator time, time inside DataLoader, and everything else."""
+    """CPU-only trace: time inside DataLoader, in CPU collectives (gloo), in other operators,
+    and everything else (Python and glue), exclusive in that order."""
     rows = table.rows_named(lambda n: not n.startswith(_NOT_WORK), Kind.CPU_OP)
     ops = iv.clip(iv.union(table.ts[rows], table.ts[rows] + table.dur[rows]), lo, hi)
     data = iv.clip(act.dataloader, lo, hi)
-    data_ms = iv.total(data) / 1000.0
-    op_ms = iv.total(iv.subtract(ops, data)) / 1000.0
+    comm = iv.subtract(iv.clip(act.cpu_collectives, lo, hi), data)
+    taken = iv.union(np.concatenate([data[0], comm[0]]), np.concatenate([data[1], comm[1]]))
+    op_ms = iv.total(iv.subtract(ops, taken)) / 1000.0
+    data_ms, comm_ms = iv.total(data) / 1000.0, iv.total(comm) / 1000.0
     step_ms = (hi - lo) / 1000.0
     idle = {
         "cpu_operators": op_ms,
+        "communication": comm_ms,
         "data_loading": data_ms,
-        "other": max(step_ms - op_ms - data_ms, 0.0),
+        "other": max(step_ms - op_ms - data_ms - comm_ms, 0.0),
     }
     return StepBreakdown(n, step_ms, {}, idle, 0.0, 0.0)

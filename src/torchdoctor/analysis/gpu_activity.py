@@ -29,6 +29,7 @@ SYNC_CALLS = frozenset(
 )
 """Runtime calls that block the CPU until the device (or a stream) has caught up."""
 DATALOADER_PREFIX = "enumerate(DataLoader)#"
+_CPU_COLLECTIVE = re.compile(r"^(gloo|nccl|mpi|ucc):|^c10d::[a-z_]*(all|reduce|broadcast|barrier)")
 DEVICE_CLASSES = ("compute", "communication", "memcpy", "memset")
 
 
@@ -52,6 +53,8 @@ class GpuActivity:
     """Union of CPU ranges spent inside DataLoader ``__next__``."""
     sync_calls: iv.Intervals
     """Union of CPU ranges spent in blocking synchronisation calls."""
+    cpu_collectives: iv.Intervals
+    """Union of CPU ranges of collectives (``gloo:all_reduce``, ``c10d::allreduce_``...)."""
 
     def busy(self, *classes: str) -> iv.Intervals:
         """Union of the intervals of the given classes (all classes when none given)."""
@@ -95,6 +98,7 @@ def gpu_activity(table: TraceTable) -> GpuActivity:
         launch_us=_launch_times(table, rows),
         dataloader=_cpu_ranges(table, lambda n: n.startswith(DATALOADER_PREFIX)),
         sync_calls=_cpu_ranges(table, lambda n: n in SYNC_CALLS, Kind.RUNTIME, Kind.DRIVER),
+        cpu_collectives=_cpu_ranges(table, lambda n: bool(_CPU_COLLECTIVE.match(n))),
     )
 
 

@@ -11,6 +11,7 @@ if TYPE_CHECKING:
     from torchdoctor.report.build import Report
 
 _SEVERITY_STYLE = {"critical": "bold red", "warning": "yellow", "info": "cyan"}
+_CPU_LABELS = ("communication", "data_loading")
 _PART_LABEL = {
     "compute": "GPU compute",
     "communication": "GPU communication (exposed)",
@@ -20,10 +21,12 @@ _PART_LABEL = {
     "memcpy_other": "GPU memcpy other",
     "memset": "GPU memset",
     "data_loading": "idle: waiting on data loading",
+    "data_loading_cpu": "waiting on data loading",
     "synchronization": "idle: waiting on synchronisation",
     "host_overhead": "idle: waiting on host (launch late)",
     "short_gaps": "idle: short kernel-to-kernel gaps",
     "cpu_operators": "CPU operators",
+    "communication_cpu": "CPU collectives (gloo)",
     "other": "CPU other (Python, glue)",
 }
 
@@ -107,7 +110,8 @@ def _breakdown(con: Console, report: Report) -> None:
         if ms <= 0:
             continue
         per = a.per_step_ms(ms)
-        table.add_row(_PART_LABEL.get(key, key), f"{per:.2f}", f"{t.share(ms):.1%}")
+        label_key = f"{key}_cpu" if not a.has_gpu and key in _CPU_LABELS else key
+        table.add_row(_PART_LABEL.get(label_key, key), f"{per:.2f}", f"{t.share(ms):.1%}")
     table.add_row("[bold]step[/bold]", f"[bold]{a.mean_step_ms:.2f}[/bold]", "100%")
     con.print(table)
     if t.pageable_h2d_ms > 0:

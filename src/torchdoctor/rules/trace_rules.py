@@ -211,6 +211,8 @@ def synchronous_copies(a: TraceAnalysis) -> Finding | None:
 def exposed_communication(a: TraceAnalysis) -> Finding | None:
     """Collectives the step waits for instead of overlapping them with backward compute."""
     c = a.comm
+    if not a.has_gpu:
+        return _cpu_communication(a)
     if c.comm_ms <= 0:
         return None
     ms = a.per_step_ms(c.exposed_ms)
@@ -232,6 +234,34 @@ def exposed_communication(a: TraceAnalysis) -> Finding | None:
         ms,
         _severity(share, th.EXPOSED_COMM_WARN, th.EXPOSED_COMM_CRITICAL),
         evidence,
+    )
+
+
+def _cpu_communication(a: TraceAnalysis) -> Finding | None:
+    """CPU collectives (gloo) block the training thread: all of their time is exposed."""
+    ms = a.per_step_ms(a.total.idle_ms.get("communication", 0.0))
+    share = ms / a.mean_step_ms if a.mean_step_ms else 0.0
+    if share < th.EXPOSED_COMM_WARN:
+        return None
+    evidence = {
+        "cpu_collective_ms_per_step": round(ms, 3),
+        "share_of_step": round(share, 4),
+        "backend": a.table.meta.backend,
+        "world_size": a.table.meta.world_size,
+    }
+    return _finding(
+        a,
+        "exposed-communication",
+        f"Exposed communication: the loop waits {ms:.1f} ms per step ({share:.0%}) in CPU "
+        "collectives",
+        ms,
+        _severity(share, th.EXPOSED_COMM_WARN, th.EXPOSED_COMM_CRITICAL),
+        evidence,
+        fix="# the wait includes the slowest rank's lateness: analyse all ranks' traces together\n"
+        "torchdoctor analyze TRACE_FOLDER/\n"
+        "model = DDP(model, bucket_cap_mb=25, gradient_as_bucket_view=True)  # overlap backward",
+        explanation="CPU collectives run on the training thread and wait for every rank, so "
+        "this time is transfer plus waiting for the slowest rank.",
     )
 
 
