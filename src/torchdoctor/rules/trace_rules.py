@@ -56,11 +56,11 @@ def data_loading(a: TraceAnalysis) -> Finding | None:
     share = ms / a.mean_step_ms if a.mean_step_ms else 0.0
     if share < th.DATA_WARN:
         return None
-    where = "GPU idle" if a.has_gpu else "the loop"
+    who = "the GPU idles" if a.has_gpu else "the loop waits"
     return _finding(
         a,
         "data-loading-bound",
-        f"Data loading: {where} waits {ms:.1f} ms per step ({share:.0%}) for the next batch",
+        f"Data loading: {who} {ms:.1f} ms per step ({share:.0%}) waiting for the next batch",
         ms,
         _severity(share, th.DATA_WARN, th.DATA_CRITICAL),
         {"data_wait_ms_per_step": round(ms, 3), "share_of_step": round(share, 4)},
@@ -348,7 +348,9 @@ def fp32_gemms(a: TraceAnalysis) -> Finding | None:
         "matmul_share_of_gpu_time": round(matmul_share, 4),
         "fp32_simt_share_of_matmul": round(fp32_share, 4),
         "fp32_simt_matmul_ms_per_step": round(fp32_ms, 3),
-        "matmul_ms_by_dtype": {d: round(v, 3) for d, v in k.matmul_ms_by_dtype.items()},
+        "matmul_ms_per_step_by_dtype": {
+            d: round(a.per_step_ms(v), 3) for d, v in k.matmul_ms_by_dtype.items() if v
+        },
     }
     precision = "bf16 autocast or TF32" if bf16 else "fp16 autocast with GradScaler"
     return _finding(
