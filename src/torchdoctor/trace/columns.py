@@ -65,7 +65,7 @@ class ChunkColumns:
     negative_durations: int = 0
 
 
-def chunk_columns(data: bytes) -> ChunkColumns | BadChunk:
+def chunk_columns(data: bytes | bytearray) -> ChunkColumns | BadChunk:
     """Decode one JSON array of events into columns, or say why it is not valid JSON."""
     decoded = decode_events(data)
     if isinstance(decoded, BadChunk):
@@ -144,7 +144,8 @@ def int_column(objs: list[Any], attr: str) -> np.ndarray:
             out = np.full(len(values), -1, dtype=np.int64)
             for i, v in enumerate(values):
                 with contextlib.suppress(TypeError, ValueError, OverflowError):
-                    out[i] = int(float(v))
+                    # ints as they are (float() would round ids above 2**53)
+                    out[i] = v if isinstance(v, int) else int(float(v))
             return out
 
 

@@ -7,6 +7,7 @@ value in one event must not fail as a whole (the strict path falls back to a len
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 import msgspec
@@ -61,11 +62,23 @@ class BadChunk(msgspec.Struct, frozen=True):
 
     ``truncated`` is msgspec's "input data was truncated": the chunk ended inside a string or a
     nested value, which is what a cut at a false event boundary looks like (joining the chunk with
-    the next one fixes it). Any other syntax error is a real defect of the file.
+    the next one fixes it). ``trailing_at`` is where msgspec saw "trailing characters": the
+    array closed early, at the events array's true end. Any other syntax error is a defect of
+    the file.
     """
 
     truncated: bool
     message: str
+    trailing_at: int = -1
+
+
+_TRAILING = re.compile(r"trailing characters \(byte (\d+)\)")
+
+
+def _bad_chunk(exc: msgspec.DecodeError) -> BadChunk:
+    msg = str(exc)
+    m = _TRAILING.search(msg)
+    return BadChunk("truncated" in msg, msg, int(m.group(1)) if m else -1)
 
 
 def decode_events(data: bytes | bytearray | memoryview) -> tuple[list[Event], int] | BadChunk:
@@ -79,13 +92,11 @@ def decode_events(data: bytes | bytearray | memoryview) -> tuple[list[Event], in
     except msgspec.ValidationError:
         pass  # valid JSON with an odd field somewhere: take the slow, lenient path
     except msgspec.DecodeError as exc:
-        msg = str(exc)
-        return BadChunk("truncated" in msg, msg)
+        return _bad_chunk(exc)
     try:  # the typed decode stops at the first odd field, before it has seen all the syntax
         items = ANY_JSON.decode(data)
     except msgspec.DecodeError as exc:
-        msg = str(exc)
-        return BadChunk("truncated" in msg, msg)
+        return _bad_chunk(exc)
     if not isinstance(items, list):  # pragma: no cover - the typed decode saw an array
         return [], 1
     out = [ev for ev in map(coerce_event, items) if ev is not None]

@@ -14,7 +14,7 @@ from torchdoctor.trace.columns import INT_COLS, ChunkColumns, Interned, chunk_co
 from torchdoctor.trace.events import BadChunk
 from torchdoctor.trace.kinds import CATEGORY_KIND
 from torchdoctor.trace.parallel import ordered_map
-from torchdoctor.trace.reader import ReadStats, iter_json_chunks, join_chunks
+from torchdoctor.trace.reader import ReadStats, footer_keys, iter_json_chunks, join_chunks
 from torchdoctor.trace.table import MemoryEvents, TraceMeta, TraceTable
 
 TRACE_SUFFIXES = (".json", ".json.gz", ".pt.trace.json", ".pt.trace.json.gz")
@@ -85,22 +85,54 @@ def _chunk_columns(p: Path, stats: ReadStats, parallel: bool) -> Iterator[ChunkC
     """Columns of each chunk in file order, re-joining chunks that were cut at a false boundary.
 
     Each chunk starts at a true event boundary (induction: the first does, and a chunk that
-    decodes ends at one), so a syntax error other than truncation is a defect of the file.
+    decodes ends at one). So a chunk that fails as truncated was cut inside an event; one with
+    trailing characters holds the array's true end; any other syntax error is in the file.
     """
-    carry: bytes | None = None
-    for chunk, result in ordered_map(chunk_columns, iter_json_chunks(p, stats), parallel):
-        if carry is not None:  # the previous chunk ended inside an event: decode both as one
-            chunk = join_chunks(carry, chunk)
-            result, carry = chunk_columns(chunk), None
-        if isinstance(result, BadChunk):
-            if not result.truncated:
-                reason = _BYTE_POS.sub("", result.message)
-                raise TraceError(f"{p}: invalid JSON in traceEvents: {reason}")
+    carry: bytearray | None = None  # a chunk that ended inside an event, waiting for the next
+    results = ordered_map(chunk_columns, iter_json_chunks(p, stats), parallel)
+    for raw, result in results:
+        chunk = raw
+        if carry is not None:
+            chunk, carry = join_chunks(carry, raw), None
+            result = chunk_columns(chunk)
+        if isinstance(result, ChunkColumns):
+            yield result
+        elif result.trailing_at >= 0:
+            end = chunk.rfind(b"]", 0, result.trailing_at) + 1  # the array's true end
+            yield _decoded(p, chunk[:end])
+            rest = bytes(chunk[end:-1]) + _text_after(raw, results, stats)
+            stats.tail_keys = footer_keys(rest, stats.is_array)
+            break
+        elif result.truncated:
             carry = chunk
-            continue
-        yield result
-    if carry is not None:
+        else:
+            raise TraceError(f"{p}: invalid JSON in traceEvents: {_reason(result)}")
+    if carry is not None or stats.tail_keys is None:
         raise TraceError(f"{p}: truncated or invalid JSON in traceEvents")
+    stats.top_level.update(stats.tail_keys)
+
+
+def _decoded(p: Path, data: bytes | bytearray) -> ChunkColumns:
+    result = chunk_columns(data)
+    if isinstance(result, BadChunk):  # pragma: no cover - msgspec parsed this prefix already
+        raise TraceError(f"{p}: invalid JSON in traceEvents: {_reason(result)}")
+    return result
+
+
+def _text_after(raw: bytearray, rest: Iterator[tuple[bytearray, Any]], stats: ReadStats) -> bytes:
+    """The file's text after chunk ``raw``'s events (the chunks left, then the tail)."""
+    parts = []
+    while raw is not stats.tail_chunk:
+        parts.append(b",")
+        raw = next(rest)[0]
+        parts.append(bytes(raw[1:-1]))
+    parts.append(stats.tail_rest)
+    return b"".join(parts)
+
+
+def _reason(bad: BadChunk) -> str:
+    """msgspec's message without its byte offset (which counts from the chunk, not the file)."""
+    return _BYTE_POS.sub("", bad.message)
 
 
 def _finish(p: Path, b: _Builder, stats: ReadStats) -> TraceTable:

@@ -44,8 +44,8 @@ def parallel_available() -> bool:
 
 
 def ordered_map(
-    fn: Callable[[bytes], Any], chunks: Iterable[bytes], parallel: bool = True
-) -> Iterator[tuple[bytes, Any]]:
+    fn: Callable[[bytearray], Any], chunks: Iterable[bytearray], parallel: bool = True
+) -> Iterator[tuple[bytearray, Any]]:
     """Yield ``(chunk, fn(chunk))`` in input order; a worker is forked at the second chunk."""
     it = iter(chunks)
     head = list(itertools.islice(it, 2))
@@ -57,8 +57,8 @@ def ordered_map(
 
 
 def _run(
-    fn: Callable[[bytes], Any], worker: _Worker, chunks: Iterator[bytes]
-) -> Iterator[tuple[bytes, Any]]:
+    fn: Callable[[bytearray], Any], worker: _Worker, chunks: Iterator[bytearray]
+) -> Iterator[tuple[bytearray, Any]]:
     pending: deque[list[Any]] = deque()  # [chunk, result or _PENDING], oldest first
     for chunk in chunks:
         if worker.alive and worker.in_flight < _IN_FLIGHT:
@@ -74,7 +74,7 @@ def _run(
         yield _settle(fn, pending.popleft())
 
 
-def _settle(fn: Callable[[bytes], Any], entry: list[Any]) -> tuple[bytes, Any]:
+def _settle(fn: Callable[[bytearray], Any], entry: list[Any]) -> tuple[bytearray, Any]:
     """The entry's result, computed here if the worker could not deliver it."""
     chunk, result = entry
     return chunk, fn(chunk) if result is _FAILED else result
@@ -83,7 +83,7 @@ def _settle(fn: Callable[[bytes], Any], entry: list[Any]) -> tuple[bytes, Any]:
 class _Worker:
     """A forked child computing ``fn`` on chunks sent through a pipe, in order."""
 
-    def __init__(self, fn: Callable[[bytes], Any]) -> None:
+    def __init__(self, fn: Callable[[bytearray], Any]) -> None:
         self.fn = fn
         self.alive = False
         self.in_flight = 0
@@ -105,7 +105,7 @@ class _Worker:
         os.close(from_child)
         self.alive = True
         # Writes go through a thread so a busy child never blocks the main thread.
-        self._outbox: queue.Queue[bytes | None] = queue.Queue()
+        self._outbox: queue.Queue[bytearray | None] = queue.Queue()
         self._sender = threading.Thread(target=self._send_loop, daemon=True)
         self._sender.start()
         return self
@@ -118,7 +118,7 @@ class _Worker:
         os.close(self._from_child_r)
         os.waitpid(self.pid, 0)
 
-    def submit(self, chunk: bytes) -> None:
+    def submit(self, chunk: bytearray) -> None:
         self.in_flight += 1
         self._outbox.put(chunk)
 
@@ -159,7 +159,7 @@ class _Worker:
         return value
 
 
-def _child_loop(fn: Callable[[bytes], Any], rfd: int, wfd: int) -> None:  # pragma: no cover
+def _child_loop(fn: Callable[[bytearray], Any], rfd: int, wfd: int) -> None:  # pragma: no cover
     status = 0
     try:
         while True:
@@ -179,18 +179,19 @@ def _child_loop(fn: Callable[[bytes], Any], rfd: int, wfd: int) -> None:  # prag
         os._exit(status)
 
 
-def _read_exact(fd: int, n: int) -> bytes:
-    parts, left = [], n
-    while left:
-        part = os.read(fd, min(left, 1 << 22))
-        if not part:
+def _read_exact(fd: int, n: int) -> bytearray:
+    """Exactly ``n`` bytes from a pipe, read in place (no joining of parts)."""
+    buf = bytearray(n)
+    view, pos = memoryview(buf), 0
+    while pos < n:
+        got = os.readv(fd, [view[pos:]])
+        if not got:
             raise EOFError
-        parts.append(part)
-        left -= len(part)
-    return b"".join(parts)
+        pos += got
+    return buf
 
 
-def _write_all(fd: int, data: bytes) -> None:
+def _write_all(fd: int, data: bytes | bytearray) -> None:
     view = memoryview(data)
     while view:
         view = view[os.write(fd, view) :]

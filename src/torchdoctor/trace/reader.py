@@ -27,9 +27,13 @@ from torchdoctor.trace.events import ANY_JSON
 CHUNK_BYTES = 4 << 20
 """Decompressed bytes per read and (about) per chunk: small enough for two processes to share the
 work of a 50 MB trace evenly, big enough that per-chunk overhead stays under 1%."""
-_BOUNDARY = re.compile(rb"\}\s*,\s*\{")
+_BOUNDARY = re.compile(rb"\}\s*(,)\s*\{")
 _WS = b" \t\r\n"
 _KEY = b'"traceEvents"'
+_FOOTER_START = re.compile(rb"\s*(?:,|\}|$)")
+_MAX_FOOTER = 1 << 20
+_MAX_TRIES = 256
+_OPEN = re.compile(rb"\s*(:?)\s*(\[?)")
 
 _gzip_impl: ModuleType = gzip
 _GZIP_ERRORS: tuple[type[BaseException], ...] = (EOFError, gzip.BadGzipFile, zlib.error, ValueError)
@@ -52,6 +56,14 @@ class ReadStats:
     """Array items that were not event objects or had unusable field types (skipped)."""
     bytes_read: int = 0
     """Decompressed JSON bytes read."""
+    tail_chunk: bytearray | None = None
+    """The last chunk (set when the end of the file is reached)."""
+    tail_rest: bytes = b""
+    """The file's text after the last chunk's events: "]" and the keys after the array."""
+    tail_keys: dict[str, Any] | None = None
+    """Top-level keys after the events array, if ``tail_rest`` parses as such."""
+    is_array: bool = False
+    """The file is a bare array of events (no top-level object)."""
 
 
 def open_trace(path: Path) -> IO[bytes]:
@@ -71,7 +83,7 @@ def open_trace(path: Path) -> IO[bytes]:
     return fh
 
 
-def iter_json_chunks(path: Path, stats: ReadStats) -> Iterator[bytes]:
+def iter_json_chunks(path: Path, stats: ReadStats) -> Iterator[bytearray]:
     """Yield the events array as a sequence of JSON arrays (``[{..}, {..}]``), in file order.
 
     Concatenating the chunks' contents gives the array back. Top-level keys before and after the
@@ -80,16 +92,13 @@ def iter_json_chunks(path: Path, stats: ReadStats) -> Iterator[bytes]:
     with open_trace(path) as fh:
         read = _make_reader(fh, path, stats)
         buf, is_array = _seek_events(read, path, stats)
+        stats.is_array = is_array
         yield from _split_array(read, buf, is_array, path, stats)
 
 
-def join_chunks(first: bytes, second: bytes) -> bytes:
-    """One JSON array holding the items of two chunks (undoes a cut at a false boundary)."""
-    if first.strip(b"[] \t\r\n") == b"":
-        return second
-    if second.strip(b"[] \t\r\n") == b"":
-        return first
-    return first[: first.rindex(b"]")] + b"," + second[second.index(b"[") + 1 :]
+def join_chunks(first: bytearray, second: bytearray) -> bytearray:
+    """The two chunks' text joined back into one array (undoes a cut at a false boundary)."""
+    return first[:-1] + b"," + second[1:]
 
 
 def _make_reader(fh: IO[bytes], path: Path, stats: ReadStats) -> Callable[[], bytes]:
@@ -135,16 +144,18 @@ def _seek_events(read: Callable[[], bytes], path: Path, stats: ReadStats) -> tup
         if head is None:  # the key text appeared inside a value: keep looking
             start = idx + 1
             continue
-        rest = buf[idx + len(_KEY) :].lstrip(_WS)
-        while len(rest) < 2:
+        after = idx + len(_KEY)
+        m = _OPEN.match(buf, after)
+        while m is None or m.end() == len(buf):  # only blanks so far: the "[" may come next
             more = read()
             if not more:
                 raise TraceError(f"{path}: truncated JSON after traceEvents")
-            rest = (rest + more).lstrip(_WS)
-        if rest[:1] != b":" or rest[1:].lstrip(_WS)[:1] != b"[":
+            buf += more
+            m = _OPEN.match(buf, after)
+        if not (m.group(1) and m.group(2)):
             raise TraceError(f"{path}: traceEvents is not an array")
         stats.top_level.update(head)
-        return rest[1:].lstrip(_WS)[1:], False
+        return buf[m.end() :], False
 
 
 def _no_events(buf: bytes, path: Path) -> None:
@@ -169,7 +180,7 @@ def _parse_object_part(body: bytes) -> dict[str, Any] | None:
 
 def _split_array(
     read: Callable[[], bytes], first: bytes, is_array: bool, path: Path, stats: ReadStats
-) -> Iterator[bytes]:
+) -> Iterator[bytearray]:
     """Cut the events array after the last event boundary of each buffer-full."""
     # A bytearray deletes from the front in O(1), so the rest of a buffer is never copied.
     buf = bytearray(first)
@@ -185,12 +196,16 @@ def _split_array(
             chunk += memoryview(buf)[:end]
             chunk += b"]"
             del buf[:next_start]
-            yield bytes(chunk)
-    yield _tail_chunk(bytes(buf), is_array, path, stats)
+            yield chunk
+    yield _tail_chunk(bytes(buf), is_array, stats)
 
 
 def _last_boundary(buf: bytes | bytearray) -> tuple[int, int] | None:
-    """(end of the last complete-looking event, start of the next one), or None if none yet."""
+    """(position of the comma after the last complete-looking event, the byte after it).
+
+    Cutting at the comma keeps every other byte in one chunk or the other, so joining two
+    chunks with a comma gives back the original text, even if the cut was inside a string.
+    """
     pos = len(buf)
     while True:
         pos = buf.rfind(b"}", 0, pos)
@@ -198,46 +213,48 @@ def _last_boundary(buf: bytes | bytearray) -> tuple[int, int] | None:
             return None  # one event bigger than the buffer so far: read more
         m = _BOUNDARY.match(buf, pos)
         if m is not None:
-            return pos + 1, m.end() - 1
+            return m.start(1), m.start(1) + 1
 
 
-def _tail_chunk(buf: bytes, is_array: bool, path: Path, stats: ReadStats) -> bytes:
-    """The last events as a JSON array; the top-level keys after the array go to ``stats``."""
-    stripped = buf.rstrip(_WS)
-    if is_array and not stripped.endswith(b"]"):
+def _tail_chunk(buf: bytes, is_array: bool, stats: ReadStats) -> bytearray:
+    """The last events as a JSON array; what follows them goes to ``stats``.
+
+    The array ends at the last "]" after which the rest parses as the top-level object's last
+    keys. If a "]" inside one of those keys passes for it, the chunk's decode reports trailing
+    characters and the consumer finds the true end there (see ``footer_after``).
+    """
+    data = buf.rstrip(_WS)
+    keys: dict[str, Any] | None
+    if is_array and not data.endswith(b"]"):
         # The Chrome trace format allows a bare array to lose its closing bracket.
-        return b"[" + stripped.rstrip(b",") + b"]"
-    first: tuple[int, dict[str, Any]] | None = None
-    pos = len(stripped)
-    while (pos := stripped.rfind(b"]", 0, pos)) >= 0:
-        tail = _footer_keys(stripped[pos + 1 :].strip(_WS), is_array)
-        if tail is None:
-            continue
-        first = first or (pos, tail)
-        # A "]" inside a footer value can pass for the array's end: accept a candidate only if
-        # the array would end with a whole event (or be empty).
-        if _ends_with_event(stripped, pos):
-            first = (pos, tail)
-            break
-    if first is None:
-        raise TraceError(f"{path}: truncated or invalid JSON in traceEvents")
-    pos, tail = first
-    stats.top_level.update(tail)
-    return b"[" + stripped[:pos] + b"]"
+        end, keys = len(data.rstrip(b",")), {}
+    else:
+        end, keys = _array_end(data, is_array)
+    chunk = bytearray(b"[")
+    chunk += data[:end]
+    chunk += b"]"
+    stats.tail_chunk, stats.tail_rest, stats.tail_keys = chunk, data[end:], keys
+    return chunk
 
 
-def _ends_with_event(data: bytes, end: int) -> bool:
-    body = data[:end].rstrip(_WS)
-    if not body:
-        return True
-    cut = _last_boundary(body)
-    try:
-        return isinstance(ANY_JSON.decode(body[cut[1] if cut else 0 :]), dict)
-    except msgspec.DecodeError:
-        return False
+def _array_end(data: bytes, is_array: bool) -> tuple[int, dict[str, Any] | None]:
+    """(index of the "]" that ends the events array, keys after it), or (len, None)."""
+    if data.endswith(b"]" if is_array else b"}"):
+        # Footers are a few small keys; bounding the search keeps a file truncated right after
+        # an event (where every "]" looks like a candidate) from costing quadratic time.
+        floor, tries, pos = max(0, len(data) - _MAX_FOOTER), 0, len(data)
+        while tries < _MAX_TRIES and (pos := data.rfind(b"]", floor, pos)) >= 0:
+            if _FOOTER_START.match(data, pos + 1):
+                tries += 1
+                keys = footer_keys(data[pos + 1 :], is_array)
+                if keys is not None:
+                    return pos, keys
+    return len(data), None  # cut off mid-way: the chunk will not decode
 
 
-def _footer_keys(footer: bytes, is_array: bool) -> dict[str, Any] | None:
+def footer_keys(text: bytes, is_array: bool) -> dict[str, Any] | None:
+    """The top-level keys in the text after the events array's "]", or None if it is not that."""
+    footer = text.strip(_WS)
     if is_array:
         return {} if not footer else None
     if not footer.endswith(b"}"):
