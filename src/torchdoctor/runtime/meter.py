@@ -131,6 +131,7 @@ class Meter:
         self._events = device.type == "cuda" if use_events is None else use_events
         # Boundaries not yet turned into durations: CUDA events or host times.
         self._marks: list[Any] = []
+        self._started = False
         self._done: list[float] = []  # durations of the steps already resolved, in seconds
         self._flags: list[str] = []  # per step (between marks i and i+1): "", "compile", "flops"
         self._samples: list[int] = []
@@ -145,11 +146,12 @@ class Meter:
     @property
     def started(self) -> bool:
         """Whether the first boundary was marked."""
-        return bool(self._marks) or bool(self._done)
+        return self._started
 
     def start(self) -> None:
         """Mark the beginning of the first step."""
-        if not self.started:
+        if not self._started:
+            self._started = True
             self._marks.append(self._now())
 
     def count_batch(self, samples: int, tokens: int | None) -> None:
@@ -171,8 +173,8 @@ class Meter:
 
     def step_end(self) -> None:
         """Mark the end of an optimizer step."""
-        if not self.started:
-            self._marks.append(self._now())
+        if not self._started:
+            self.start()
         self._marks.append(self._now())
         if len(self._marks) > _RESOLVE_EVERY:
             self._resolve(len(self._marks) // 2)
@@ -188,12 +190,14 @@ class Meter:
         return len(self._flags)
 
     def _now(self) -> Any:
+        if self.device.type == "cpu" and not self._events:
+            return time.perf_counter()  # the CPU ran the step synchronously: nothing to wait for
         if self._events:
             event = torch.cuda.Event(enable_timing=True)
             event.record()
             return event
         sync = getattr(getattr(torch, self.device.type, None), "synchronize", None)
-        if self.device.type != "cpu" and callable(sync):
+        if callable(sync):
             sync()  # the host clock means nothing while the device is still running
         return time.perf_counter()
 

@@ -33,6 +33,8 @@ class RuntimeModule(nn.Module):
         # Not registered as submodules: they share parameters with the modules above.
         self.__dict__["_guard"] = guard
         self.__dict__["_eager"] = eager if eager is not None else forward_module
+        # A plain attribute as well: nn.Module's __getattr__ lookup costs a Python call per step.
+        self.__dict__["_run"] = forward_module
         self.__dict__["_before_call"] = on_first_call
         self.__dict__["use_eager"] = False
 
@@ -56,8 +58,8 @@ class RuntimeModule(nn.Module):
             return self.__dict__["_eager"](*args, **kwargs)
         guard = self.__dict__["_guard"]
         if guard is not None:
-            return guard(self._forward_module, args, kwargs)
-        return self._forward_module(*args, **kwargs)
+            return guard(self.__dict__["_run"], args, kwargs)
+        return self.__dict__["_run"](*args, **kwargs)
 
     def __getattr__(self, name: str) -> Any:
         try:

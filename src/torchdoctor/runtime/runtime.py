@@ -266,6 +266,8 @@ class Runtime:
 
     def _sync_flag(self) -> None:
         # DDP reads this flag in forward: False means "do not all-reduce in the next backward".
+        if not self._ddp:
+            return
         sync = self._micro >= self._accum - 1
         for ddp in self._ddp:
             ddp.require_backward_grad_sync = sync  # type: ignore[assignment]

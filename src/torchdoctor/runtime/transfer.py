@@ -74,12 +74,26 @@ def tensor_mover(device: torch.device, *, channels_last: bool = False) -> Tensor
     return move
 
 
+def _first_tensor(obj: Any) -> torch.Tensor | None:
+    # The common batch shapes without a generator: this runs once per batch.
+    if isinstance(obj, torch.Tensor):
+        return obj if obj.dim() > 0 else None
+    if isinstance(obj, list | tuple):
+        for v in obj:
+            t = _first_tensor(v)
+            if t is not None:
+                return t
+        return None
+    if isinstance(obj, Mapping) or (dataclasses.is_dataclass(obj) and not isinstance(obj, type)):
+        return next((t for t in iter_tensors(obj) if t.dim() > 0), None)
+    return None
+
+
 def batch_counts(batch: Any) -> tuple[int, int | None]:
     """(samples, tokens) in a batch: the first tensor's leading dimension, and, when that tensor
     holds integer ids of shape (batch, sequence), its element count as tokens."""
-    for t in iter_tensors(batch):
-        if t.dim() == 0:
-            continue
-        tokens = t.numel() if t.dim() == 2 and not t.is_floating_point() else None
-        return int(t.shape[0]), tokens
-    return 0, None
+    t = _first_tensor(batch)
+    if t is None:
+        return 0, None
+    tokens = t.numel() if t.dim() == 2 and not t.is_floating_point() else None
+    return int(t.shape[0]), tokens
