@@ -9,18 +9,30 @@ import pytest
 from torchdoctor.tune import fidelity, measure
 
 
-def test_median_and_iqr() -> None:
-    st = measure.step_stats([0.010, 0.011, 0.012, 0.013, 0.100])
+def test_median_and_spread_over_blocks() -> None:
+    # The third block was disturbed by another process: the median over blocks ignores it.
+    st = measure.step_stats([0.010, 0.012, 0.011, 0.013, 0.100, 0.102])
     assert st.median_s == pytest.approx(0.012)
-    assert st.iqr_s == pytest.approx(0.013 - 0.011)
-    assert st.n == 5
+    assert st.iqr_s == pytest.approx(0.101 - 0.011)
+    assert st.n == 3
+    many = measure.step_stats([0.01 * (1 + i % 5) for i in range(50)], blocks=10)
+    assert (
+        many.n == 10 and many.median_s == pytest.approx(0.03) and many.iqr_s == pytest.approx(0.0)
+    )
+
+
+def test_bursty_data_loading_is_timed_by_throughput() -> None:
+    # Four workers deliver four batches at once: three steps find data, one waits 29 ms.
+    times = [0.001, 0.001, 0.001, 0.029] * 5
+    assert sorted(times)[len(times) // 2] == 0.001  # what a per-step median would say
+    assert measure.step_stats(times).median_s == pytest.approx(0.008)
 
 
 def test_beats_needs_more_than_the_noise() -> None:
     base = measure.step_stats([0.100] * 20)
     assert measure.beats(measure.step_stats([0.097] * 20), base)  # 3% > 2% floor
     assert not measure.beats(measure.step_stats([0.099] * 20), base)  # 1%: noise
-    noisy = measure.step_stats([0.080, 0.120] * 3)  # 90 ms median but a 40 ms IQR on 6 steps
+    noisy = measure.step_stats([0.08, 0.08, 0.09, 0.09, 0.13, 0.13])  # 90 ms, spread 50 ms
     assert not measure.beats(noisy, base)
 
 

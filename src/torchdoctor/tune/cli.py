@@ -62,8 +62,8 @@ def _knobs(text: str | None) -> tuple[str, ...] | None:
 )
 @click.option(
     "--steps",
-    type=click.IntRange(3, 100_000),
-    default=20,
+    type=click.IntRange(6, 100_000),
+    default=30,
     show_default=True,
     help="Measured optimizer steps per trial.",
 )

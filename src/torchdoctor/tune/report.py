@@ -54,7 +54,8 @@ def row(summary: Summary, rec: Record) -> dict[str, Any]:
         out.update(
             median_step_s=rec.stats.median_s,
             iqr_step_s=rec.stats.iqr_s,
-            steps=rec.stats.n,
+            steps=len(rec.result.step_times_s),
+            blocks=rec.stats.n,
             speedup=measure.speedup(base, rec.stats) if base else None,
             samples_per_s=rec.result.samples_per_step / rec.stats.median_s
             if rec.stats.median_s

@@ -35,7 +35,7 @@ class TrialRunner:
     """Name of the workload function when the file has several."""
     warmup: int = 3
     """Warm-up optimizer steps per trial (not timed as steady state; they hold compile time)."""
-    steps: int = 20
+    steps: int = 30
     """Measured optimizer steps per trial."""
     seed: int = 0
     """Seed for torch, numpy and random before the model is built."""

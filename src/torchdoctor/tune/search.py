@@ -227,15 +227,16 @@ class Search:
         for name in order:
             knob = self.space.knob(name)
             assert knob is not None
-            best: Record | None = None
+            beat = []
             for value in knob.values[1:]:
                 rec = self.measure(
                     self._normalize({**base.trial.assignment, name: value}), "single"
                 )
-                if self._better(rec, best or base):
-                    best = rec
-            if best is not None:
-                winners[name] = best
+                if self._better(rec, base):
+                    beat.append(rec)
+            # Among the values that beat the baseline, the lowest median is the best estimate.
+            if beat:
+                winners[name] = min(beat, key=lambda r: r.stats.median_s if r.stats else 0.0)
 
     def _combine(self, base: Record, winners: dict[str, Record]) -> Record:
         ranked = sorted(
