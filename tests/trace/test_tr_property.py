@@ -42,7 +42,7 @@ def args(draw: st.DrawFn) -> dict[str, Any]:
 @st.composite
 def event(draw: st.DrawFn) -> Any:
     """A plausible Kineto event, sometimes with fields missing or of the wrong type."""
-    ph = draw(st.sampled_from(["X", "X", "X", "i", "f", "M"]))
+    ph = draw(st.sampled_from(["X", "X", "X", "i", "f", "s", "M", "zz", 5]))
     ev: dict[str, Any] = {"ph": ph, "cat": draw(st.one_of(CATS, st.integers(0, 3)))}
     ev["name"] = "[memory]" if ph == "i" else draw(st.one_of(TEXT, st.integers(0, 5), st.none()))
     for key, value in (

@@ -8,13 +8,14 @@ The work per event is a handful of C-level ``map(attrgetter)`` passes, not Pytho
 from __future__ import annotations
 
 import contextlib
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from operator import attrgetter
 from typing import Any
 
 import numpy as np
 
-from torchdoctor.trace.events import BadChunk, Event, decode_events
+from torchdoctor.trace.events import BadChunk, Event, Instant, decode_events
 from torchdoctor.trace.kinds import CATEGORY_KIND, Kind
 
 # Operators whose input dtype decides whether GEMM/conv kernels can use tensor cores.
@@ -30,7 +31,7 @@ INT_COLS = ("corr", "ext_id", "device", "stream", "nbytes")
 _ARG_ATTRS = ("correlation", "external_id", "device", "stream", "bytes")
 _MEM_ATTRS = ("total_allocated", "total_reserved", "device_id", "device_type", "alloc_bytes")
 _GPU_KINDS = np.array((Kind.KERNEL, Kind.MEMCPY, Kind.MEMSET, Kind.GPU_SYNC), dtype=np.uint8)
-_get = {a: attrgetter(a) for a in ("ph", "ts", "dur", "cat", "name", "pid", "tid", "args")}
+_get = {a: attrgetter(a) for a in ("ts", "dur", "cat", "name", "pid", "tid", "args")}
 
 
 @dataclass
@@ -74,16 +75,16 @@ def chunk_columns(data: bytes | bytearray) -> ChunkColumns | BadChunk:
     return build_columns(events, malformed)
 
 
-def build_columns(events: list[Event], malformed: int = 0) -> ChunkColumns:
+def build_columns(events: list[Any], malformed: int = 0) -> ChunkColumns:
     """Columns of the complete and memory events in ``events`` (others are ignored)."""
-    xs = [e for e in events if e.ph == "X"]
+    xs = [e for e in events if type(e) is Event]
     ts = _float_column(xs, "ts")
     if np.isnan(ts).any():  # ts was null or absent: such an event cannot be placed in time
         keep = [e for e in xs if e.ts is not None]
         malformed += len(xs) - len(keep)
         xs = keep
         ts = _float_column(xs, "ts")
-    mem = [e for e in events if e.ph == "i" and e.name == "[memory]" and e.ts is not None]
+    mem = [e for e in events if type(e) is Instant and e.name == "[memory]" and e.ts is not None]
     dur = _float_column(xs, "dur")
     neg = dur < 0
     negative = int(neg.sum())
@@ -126,7 +127,7 @@ def _intern_names(names: list[Any]) -> Interned:
         return intern([n if isinstance(n, str) else str(n) for n in names])
 
 
-def _float_column(events: list[Event], attr: str) -> np.ndarray:
+def _float_column(events: Sequence[Event], attr: str) -> np.ndarray:
     """float64 column of a numeric attribute; None becomes NaN."""
     return np.fromiter(map(_get[attr], events), dtype=np.float64, count=len(events))
 
@@ -170,7 +171,7 @@ def _stream_of(tid: Any) -> int:
     return -1
 
 
-def _memory_block(events: list[Event]) -> np.ndarray:
+def _memory_block(events: Sequence[Event]) -> np.ndarray:
     """Memory events as a (n, 6) float64 block: ts, allocated, reserved, device, type, bytes."""
     block = np.empty((len(events), 6), dtype=np.float64)
     block[:, 0] = _float_column(events, "ts")

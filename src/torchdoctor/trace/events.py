@@ -8,7 +8,7 @@ value in one event must not fail as a whole (the strict path falls back to a len
 from __future__ import annotations
 
 import re
-from typing import Any
+from typing import Any, Union
 
 import msgspec
 
@@ -40,10 +40,9 @@ class Args(msgspec.Struct, omit_defaults=True, gc=False, frozen=True):
 NO_ARGS = Args()
 
 
-class Event(msgspec.Struct, gc=False):
-    """One trace event. ``ph`` is the Chrome trace phase: X complete, i instant, M metadata."""
+class Event(msgspec.Struct, gc=False, tag_field="ph", tag="X"):
+    """A complete event (Chrome trace phase ``ph: "X"``): a span on a thread or a GPU stream."""
 
-    ph: str = ""
     cat: str | None = None
     name: Any = ""
     pid: Id | None = None
@@ -53,7 +52,20 @@ class Event(msgspec.Struct, gc=False):
     args: Args = NO_ARGS
 
 
-STRICT_EVENTS = msgspec.json.Decoder(list[Event])
+class Instant(Event, tag="i"):
+    """An instant event (``ph: "i"``); ``[memory]`` events from profile_memory are these."""
+
+
+# Every other phase of the Chrome trace format decodes to an empty struct: msgspec then skips its
+# fields without building them (Kineto's flow arrows alone are a third of a trace's events). A
+# phase not listed here sends its chunk down the lenient path, which is slower but reads it.
+_OTHER_PHASES = "BEIbnesStTpFfPNODMVvRcC()"
+_SKIPPED = tuple(
+    msgspec.defstruct(f"Phase{ord(ph)}", [], tag_field="ph", tag=ph, gc=False)
+    for ph in _OTHER_PHASES
+)
+_ANY_PHASE: Any = Union[(Event, Instant, *_SKIPPED)]
+STRICT_EVENTS = msgspec.json.Decoder(list[_ANY_PHASE])
 ANY_JSON = msgspec.json.Decoder()
 
 
@@ -81,8 +93,11 @@ def _bad_chunk(exc: msgspec.DecodeError) -> BadChunk:
     return BadChunk("truncated" in msg, msg, int(m.group(1)) if m else -1)
 
 
-def decode_events(data: bytes | bytearray | memoryview) -> tuple[list[Event], int] | BadChunk:
+def decode_events(data: bytes | bytearray | memoryview) -> tuple[list[Any], int] | BadChunk:
     """Decode a JSON array of events: the events and how many items were skipped as malformed.
+
+    Complete events come back as ``Event``, instants as ``Instant``, other phases as empty
+    structs of other types.
 
     Typed (fast) decode first; if some event has an odd field type, an untyped decode and a
     per-event coercion (slow, rare). A syntax error comes back as ``BadChunk``, never raised.
@@ -100,17 +115,25 @@ def decode_events(data: bytes | bytearray | memoryview) -> tuple[list[Event], in
     if not isinstance(items, list):  # pragma: no cover - the typed decode saw an array
         return [], 1
     out = [ev for ev in map(coerce_event, items) if ev is not None]
-    return out, len(items) - len(out)
+    return [ev for ev in out if ev is not _OTHER], len(items) - len(out)
+
+
+_OTHER = Event()  # what coerce_event returns for a valid event of another phase
 
 
 def coerce_event(obj: object) -> Event | None:
-    """Turn one untyped JSON value into an Event, or None if it is not an object at all.
+    """Turn one untyped JSON value into an Event or Instant, or None if it is not an object.
 
-    Used only on the slow path, when the typed decoder rejected a chunk.
+    Events of other phases come back as the ``_OTHER`` placeholder. Used only on the slow
+    path, when the typed decoder rejected a chunk.
     """
     if not isinstance(obj, dict):
         return None
-    ev = Event(ph=str(obj.get("ph", "")), cat=_opt_str(obj.get("cat")), name=obj.get("name", ""))
+    ph = obj.get("ph")
+    cls = _PHASE_TYPES.get(ph) if isinstance(ph, str) else None
+    if cls is None:
+        return _OTHER
+    ev = cls(cat=_opt_str(obj.get("cat")), name=obj.get("name", ""))
     ev.pid = _opt_id(obj.get("pid"))
     ev.tid = _opt_id(obj.get("tid"))
     ev.ts = _opt_num(obj.get("ts"))
@@ -119,6 +142,9 @@ def coerce_event(obj: object) -> Event | None:
     if isinstance(args, dict):
         ev.args = _coerce_args(args)
     return ev
+
+
+_PHASE_TYPES: dict[str, type[Event]] = {"X": Event, "i": Instant}
 
 
 def _coerce_args(d: dict[str, Any]) -> Args:

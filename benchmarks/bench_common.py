@@ -1,0 +1,189 @@
+"""What the analyse-speed benchmarks share: running a command as a child process and measuring it,
+finding (or installing) Holistic Trace Analysis, and printing tables.
+
+Every measurement is a whole process (interpreter start, imports, work, exit), timed by the parent
+with a monotonic clock; its peak resident memory comes from ``os.wait4`` for that child alone.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parents[1]
+TRACES = Path(os.environ.get("TORCHDOCTOR_TRACES", REPO.parent / "shared" / "traces"))
+HTA_VENV = REPO / "benchmarks" / ".hta-venv"
+RESULT_TAG = "BENCH_RESULT "
+
+# HTA in its own process: load the one-trace folder, then the temporal breakdown (the pair the
+# issue compares against). Percentages come back on the last line, after HTA's own logging.
+HTA_SCRIPT = """
+import json, sys
+from hta.trace_analysis import TraceAnalysis
+analyzer = TraceAnalysis(trace_dir=sys.argv[1])
+df = analyzer.get_temporal_breakdown(visualize=False)
+row = df.iloc[0]
+print("BENCH_RESULT " + json.dumps({
+    "idle_pct": float(row["idle_time_pctg"]),
+    "compute_pct": float(row["compute_time_pctg"]),
+    "non_compute_pct": float(row["non_compute_time_pctg"]),
+}))
+"""
+
+# The loader alone (load + step detection), for the "without full analysis" column.
+LOAD_SCRIPT = """
+import sys
+from torchdoctor.trace.load import load_trace
+from torchdoctor.trace.steps import find_steps
+table = load_trace(sys.argv[1])
+print("BENCH_RESULT", len(table), len(find_steps(table)))
+"""
+
+
+@dataclass
+class Run:
+    """One child process: wall seconds, peak RSS in MiB, exit status, what it printed."""
+
+    wall_s: float
+    peak_mib: float
+    status: int
+    stdout: str
+    stderr: str
+
+
+def run_child(cmd: list[str], timeout_s: float, env: dict[str, str] | None = None) -> Run:
+    """Run ``cmd`` to completion (killed after ``timeout_s``); measure wall time and peak RSS."""
+    with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
+        start = time.perf_counter()
+        proc = subprocess.Popen(cmd, stdout=out, stderr=err, env=env)
+        status, usage = _wait(proc, timeout_s)
+        wall = time.perf_counter() - start
+        out.seek(0)
+        err.seek(0)
+        return Run(wall, usage / 1024, status, out.read().decode(), err.read().decode())
+
+
+def _wait(proc: subprocess.Popen[bytes], timeout_s: float) -> tuple[int, int]:
+    """(exit status, peak RSS in KiB) of the child; -9 when it ran past ``timeout_s``."""
+    # A blocking wait4 returns the moment the child exits (no polling delay in the timing);
+    # a timer kills it if it runs past the limit.
+    timer = threading.Timer(timeout_s, proc.kill)
+    timer.start()
+    try:
+        _, status, usage = os.wait4(proc.pid, 0)
+    finally:
+        timer.cancel()
+    proc.returncode = os.waitstatus_to_exitcode(status)
+    return proc.returncode, usage.ru_maxrss
+
+
+def result_line(text: str) -> Any:
+    """The JSON after the last ``BENCH_RESULT`` tag in a child's output, or None."""
+    for line in reversed(text.splitlines()):
+        if line.startswith(RESULT_TAG):
+            try:
+                return json.loads(line[len(RESULT_TAG) :])
+            except json.JSONDecodeError:
+                return line[len(RESULT_TAG) :]
+    return None
+
+
+def hta_python(explicit: str | None) -> str | None:
+    """An interpreter that can import HTA: the argument, $HTA_PYTHON, this one, or a new venv."""
+    for candidate in (explicit, os.environ.get("HTA_PYTHON")):
+        if candidate:
+            return candidate
+    if _can_import_hta(sys.executable):
+        return sys.executable
+    python = HTA_VENV / "bin" / "python"
+    if python.exists() and _can_import_hta(str(python)):
+        return str(python)
+    print(f"installing holistictraceanalysis into {HTA_VENV} (once; about 30 s) ...", flush=True)
+    try:
+        subprocess.run([sys.executable, "-m", "venv", str(HTA_VENV)], check=True)
+        pip = [str(python), "-m", "pip", "install", "-q", "holistictraceanalysis"]
+        subprocess.run(pip, check=True)
+    except (subprocess.CalledProcessError, OSError) as exc:
+        print(f"could not install HTA ({exc}); measuring torchdoctor alone", flush=True)
+        return None
+    return str(python)
+
+
+def _can_import_hta(python: str) -> bool:
+    probe = subprocess.run([python, "-c", "import hta.trace_analysis"], capture_output=True)
+    return probe.returncode == 0
+
+
+def torchdoctor_cmd() -> list[str]:
+    """The installed console script, run exactly as a user would."""
+    script = Path(sys.executable).with_name("torchdoctor")
+    return [str(script)] if script.exists() else [sys.executable, "-m", "torchdoctor"]
+
+
+@dataclass
+class Series:
+    """Repeated runs of one tool on one trace."""
+
+    runs: list[Run] = field(default_factory=list)
+
+    @property
+    def ok(self) -> list[Run]:
+        return [r for r in self.runs if r.status == 0]
+
+    def median_wall(self) -> float | None:
+        ok = self.ok
+        return statistics.median(r.wall_s for r in ok) if ok else None
+
+    def spread(self) -> str:
+        """Min-max of the wall times, to show how noisy the machine was."""
+        ok = self.ok
+        return f"{min(r.wall_s for r in ok):.2f}-{max(r.wall_s for r in ok):.2f}" if ok else "-"
+
+    def median_peak(self) -> float | None:
+        ok = self.ok
+        return statistics.median(r.peak_mib for r in ok) if ok else None
+
+    def failure(self) -> str:
+        """Why the runs failed (timeout or the error's last line)."""
+        bad = [r for r in self.runs if r.status != 0]
+        if not bad:
+            return ""
+        if bad[0].status == -9:
+            return "timed out"
+        lines = bad[0].stderr.strip().splitlines()
+        return lines[-1][:60] if lines else f"exit {bad[0].status}"
+
+
+def fmt(v: float | None, spec: str = ".2f") -> str:
+    return "-" if v is None else format(v, spec)
+
+
+def ratio(a: float | None, b: float | None) -> str:
+    return "-" if a is None or b is None or b == 0 else f"{a / b:.1f}x"
+
+
+def print_table(header: list[str], rows: list[list[str]]) -> None:
+    widths = [max(len(str(c)) for c in col) for col in zip(header, *rows, strict=True)]
+    for line in (header, ["-" * w for w in widths], *rows):
+        print("  ".join(str(c).rjust(w) for c, w in zip(line, widths, strict=True)))
+
+
+def environment() -> str:
+    """One line saying what was measured with: CPUs, Python, numpy and msgspec versions."""
+    import msgspec
+    import numpy
+
+    cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    return (
+        f"{cpus} CPUs, Python {sys.version.split()[0]}, numpy {numpy.__version__}, "
+        f"msgspec {msgspec.__version__}, load average {os.getloadavg()[0]:.1f}"
+    )
