@@ -62,10 +62,13 @@ def test_recompiles_after_warmup_cost_their_compile_time() -> None:
     assert f.severity == "critical" and "mark_dynamic" in f.fix and f.where == ["m.py:3 (forward)"]
 
 
-def test_warmup_only_recompiles_are_amortised_and_capped() -> None:
+def test_warmup_only_recompiles_are_a_one_time_cost() -> None:
     rec = record(compile={"recompiles": 1, "recompile_s": 100.0, "recompile_events": []})
     (f,) = run_findings(rec)
-    assert f.saving_ms_per_step == 20.0 and f.share_of_step == 1.0
+    assert f.saving_ms_per_step == 0.0 and f.severity == "info"
+    # a run that ended by itself: amortised over its 15 steps, capped by the 20 ms step
+    (done,) = run_findings({**rec, "exit": {"status": "completed", "code": 0}})
+    assert done.saving_ms_per_step == 20.0 and done.share_of_step == 1.0
 
 
 def test_graph_breaks_point_at_the_user_line() -> None:

@@ -57,11 +57,19 @@ class CompileWatch:
         """(user "file:line", reason) -> times dynamo reported it (first compile and repeats)."""
         self.limit_hits: list[dict[str, Any]] = []
         self.started_at_unix_s = time.time()
+        self._earlier: set[int] = set()
         self._handler = _Handler(self)
         self._saved: list[tuple[logging.Logger, int, bool]] = []
 
     def install(self) -> None:
         """Attach the handler to dynamo's loggers (created now if torch has not yet)."""
+        import sys
+
+        self.started_at_unix_s = time.time()
+        if "torch._dynamo" in sys.modules:  # compiles from before this run are not ours
+            from torch._dynamo.utils import get_compilation_metrics
+
+            self._earlier = {id(m) for m in get_compilation_metrics()}
         gb = logging.getLogger(_GRAPH_BREAK_LOGGER)
         self._saved.append((gb, gb.level, gb.propagate))
         if not gb.isEnabledFor(logging.DEBUG):
@@ -109,8 +117,9 @@ class CompileWatch:
             return _summary([], self, window_start_unix_s)
         from torch._dynamo.utils import get_compilation_metrics
 
-        metrics = [_metric_record(m) for m in get_compilation_metrics()]
-        metrics = [m for m in metrics if m["start_unix_s"] >= self.started_at_unix_s - 1.0]
+        ours = [m for m in get_compilation_metrics() if id(m) not in self._earlier]
+        metrics = [_metric_record(m) for m in ours]
+        metrics = [m for m in metrics if m["start_unix_s"] >= self.started_at_unix_s]
         return _summary(metrics, self, window_start_unix_s)
 
 

@@ -30,8 +30,22 @@ def finding_from_dict(d: dict[str, Any]) -> Finding:
     return Finding(**{k: v for k, v in d.items() if k in names})
 
 
-def merge_findings(trace: list[Finding], run: list[Finding]) -> list[Finding]:
+def contradicted(f: Finding, record: dict[str, Any]) -> bool:
+    """True when what the run watched directly disproves a finding guessed from the trace.
+
+    ``check`` sees every ``nn.DataParallel`` construction, so a trace-based DataParallel
+    finding (from op names) is dropped when none was built.
+    """
+    config = record.get("config") or {}
+    return f.id == "data-parallel" and "data_parallel" in config and not config["data_parallel"]
+
+
+def merge_findings(
+    trace: list[Finding], run: list[Finding], record: dict[str, Any] | None = None
+) -> list[Finding]:
     """Union of both lists, one finding per problem, ranked by estimated saving."""
+    if record is not None:
+        trace = [f for f in trace if not contradicted(f, record)]
     by_id: dict[str, Finding] = {}
     for f in [*run, *trace]:
         key = next((r for t, r in SAME_PROBLEM.items() if f.id == t), f.id)
@@ -95,7 +109,7 @@ def build_report(
     run_level = [finding_from_dict(d) for d in primary.get("findings", [])]
     analysis, why = (None, "no trace was recorded") if trace is None else analyze_trace(trace)
     trace_findings = list(getattr(analysis, "findings", []) or [])
-    merged = merge_findings(trace_findings, run_level)
+    merged = merge_findings(trace_findings, run_level, primary)
     doc = {
         "schema": REPORT_SCHEMA,
         "schema_version": REPORT_SCHEMA_VERSION,

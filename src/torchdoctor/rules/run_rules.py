@@ -93,10 +93,13 @@ def recompiles(run: dict[str, Any]) -> list[Finding]:
     if n == 0:
         return []
     late, measured = int(c.get("recompiles_in_window") or 0), _measured(run)
+    count = int((run.get("steps") or {}).get("count") or 0)
     if late and measured:
         saving = c["recompile_s_in_window"] * 1e3 / measured
-    else:  # all in the warm-up: amortised over the steps seen
-        saving = c.get("recompile_s", 0.0) * 1e3 / max(1, (run.get("steps") or {}).get("count", 1))
+    elif (run.get("exit") or {}).get("status") == "completed" and count:
+        saving = c.get("recompile_s", 0.0) * 1e3 / count  # the whole run: amortise exactly
+    else:  # only during warm-up in a run we stopped: a one-time cost, not a per-step one
+        saving = 0.0
     events = c.get("recompile_events") or []
     reasons = list(dict.fromkeys(e["reason"] for e in events if e.get("reason")))
     sites = list(

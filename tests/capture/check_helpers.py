@@ -1,0 +1,69 @@
+"""Shared helpers for the ``check`` end-to-end tests."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from click.testing import CliRunner
+
+REPO = Path(__file__).resolve().parents[2]
+EXAMPLES = REPO / "examples" / "check"
+# Small windows keep each run to a few seconds on a 2-core CPU.
+FAST = ["--warmup", "3", "--steps", "3"]
+
+
+@dataclass
+class CheckRun:
+    code: int
+    stdout: str
+    stderr: str
+    folder: Path | None
+
+    @property
+    def report(self) -> dict[str, Any]:
+        assert self.folder is not None, self.stderr
+        return json.loads((self.folder / "report.json").read_text())
+
+    @property
+    def run(self) -> dict[str, Any]:
+        assert self.folder is not None, self.stderr
+        return json.loads((self.folder / "run.json").read_text())
+
+    @property
+    def top(self) -> dict[str, Any]:
+        findings = self.report["findings"]
+        assert findings, self.stdout
+        return findings[0]
+
+
+def _folder(out: Path) -> Path | None:
+    folders = [p for p in out.iterdir() if p.is_dir()]
+    return folders[0] if len(folders) == 1 else None
+
+
+def check_inprocess(out: Path, script: Path | str, *args: str, opts: list[str] = FAST) -> CheckRun:
+    """Run ``torchdoctor check`` in this process (no interpreter or torch start-up)."""
+    from torchdoctor.capture.cli import check_command
+
+    result = CliRunner().invoke(
+        check_command, [*opts, "--out", str(out), str(script), *args], catch_exceptions=False
+    )
+    return CheckRun(result.exit_code, result.stdout, result.stderr, _folder(out))
+
+
+def check_subprocess(
+    out: Path, script: Path | str, *args: str, opts: list[str] = FAST, timeout: float = 120
+) -> CheckRun:
+    """Run ``python -m torchdoctor check`` as a user would."""
+    cmd = [sys.executable, "-m", "torchdoctor", "check", *opts, "--out", str(out), str(script)]
+    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    proc = subprocess.run(
+        [*cmd, *args], capture_output=True, text=True, timeout=timeout, env=env, cwd=REPO
+    )
+    return CheckRun(proc.returncode, proc.stdout, proc.stderr, _folder(out))

@@ -1,0 +1,68 @@
+"""Each planted-problem example: ``check`` names the planted problem first; the well-tuned
+script gets no warning-level finding."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from tests.capture.check_helpers import EXAMPLES, check_inprocess
+
+
+def site(name: str, text: str) -> str:
+    """``path:line`` of the first line of an example containing ``text``."""
+    path = EXAMPLES / name
+    lines = path.read_text().splitlines()
+    return f"{path}:{next(i for i, ln in enumerate(lines, 1) if text in ln)}"
+
+
+def test_slow_dataloader(tmp_path: Path) -> None:
+    r = check_inprocess(tmp_path, EXAMPLES / "slow_dataloader.py")
+    assert r.code == 0, r.stderr
+    assert r.top["id"] == "dataloader-config" and r.top["severity"] in ("warning", "critical")
+    assert r.top["evidence"]["dataloader"]["num_workers"] == 0
+    assert r.run["steps"]["mean_data_wait_ms"] > 10  # 16 items x 1.5 ms per batch
+
+
+def test_item_per_step(tmp_path: Path) -> None:
+    r = check_inprocess(tmp_path, EXAMPLES / "item_per_step.py")
+    assert r.code == 0, r.stderr
+    assert r.top["id"] == "host-syncs-in-step"
+    assert r.top["where"] == [site("item_per_step.py", "loss.item()")]
+    assert r.top["evidence"]["syncs_per_step"] == 1.0
+
+
+def test_tiny_ops(tmp_path: Path) -> None:
+    r = check_inprocess(tmp_path, EXAMPLES / "tiny_ops.py")
+    assert r.code == 0, r.stderr
+    assert r.top["id"] == "host-bound" and r.top["severity"] in ("warning", "critical")
+    assert r.top["evidence"]["top_level_ops_per_step"] > 500
+    assert "fused=True" in r.top["fix"]  # the per-parameter Adam loop is named
+
+
+@pytest.mark.slow
+def test_recompiling_shapes(tmp_path: Path) -> None:
+    r = check_inprocess(tmp_path, EXAMPLES / "recompiling_shapes.py", "--backend", "eager")
+    assert r.code == 0, r.stderr
+    assert r.top["id"] == "recompiles", r.stdout
+    assert r.top["evidence"]["recompiles_after_warmup"] >= 1
+    assert "size mismatch" in r.top["evidence"]["reasons"][0]
+    forward = site("recompiling_shapes.py", "def forward")
+    assert any(w.startswith(forward) for w in r.top["where"])
+
+
+@pytest.mark.slow
+def test_graph_breaks(tmp_path: Path) -> None:
+    r = check_inprocess(tmp_path, EXAMPLES / "graph_breaks.py", "--backend", "eager")
+    assert r.code == 0, r.stderr
+    assert r.top["id"] == "graph-breaks", r.stdout
+    assert r.top["where"] == [site("graph_breaks.py", "if h.mean() > 0.1")]
+
+
+def test_well_tuned(tmp_path: Path) -> None:
+    r = check_inprocess(tmp_path, EXAMPLES / "well_tuned.py")
+    assert r.code == 0, r.stderr
+    loud = [f for f in r.report["findings"] if f["severity"] != "info"]
+    assert loud == [], r.stdout
+    assert r.run["steps"]["source"] == "optimizer" and r.run["steps"]["count"] == 6
