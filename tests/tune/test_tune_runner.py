@@ -81,3 +81,15 @@ def test_compile_errors_are_told_apart() -> None:
     assert classify(torch._dynamo.exc.TorchDynamoException("boom")).status == "compile-error"
     assert classify(torch.OutOfMemoryError("CUDA out of memory")).status == "oom"
     assert classify(KeyError("x")).status == "error"
+
+
+@pytest.mark.slow
+def test_distributed_trial_under_torchrun(tmp_path: Path) -> None:
+    a = {**BASELINE, "ddp_bucket_cap_mb": 5.0}
+    runner = TrialRunner(
+        TINY, warmup=2, steps=6, timeout_s=180, batch_size=16, workdir=str(tmp_path), nproc=2
+    )
+    r = runner(Trial(assignment_key(a), "baseline", a))
+    assert r.status == "ok", r.reason
+    assert r.probe is not None and r.probe["world_size"] == 2 and r.probe["backend"] == "runtime"
+    assert len(r.step_times_s) == 6 and len(r.losses) == 8

@@ -95,6 +95,13 @@ def _knobs(text: str | None) -> tuple[str, ...] | None:
     help="Kill a trial after this long (a hang).",
 )
 @click.option(
+    "--nproc",
+    type=click.IntRange(1, 64),
+    default=1,
+    show_default=True,
+    help="Processes per trial; above 1 trials run under torchrun with DDP (bucket size searched).",
+)
+@click.option(
     "--seed", type=int, default=0, show_default=True, help="Seed for model init and data."
 )
 @click.option("--function", default=None, help="Workload function name, when the file has several.")
@@ -137,6 +144,7 @@ def _settings(workload: str, opts: dict[str, Any]) -> dict[str, Any]:
         "fidelity_steps": opts["fidelity_steps"],
         "min_gain": opts["min_gain"],
         "seed": opts["seed"],
+        "nproc": opts["nproc"],
         "knobs": _knobs(opts["knobs"]),
     }
 
@@ -189,6 +197,7 @@ def _tune(workload: str, **opts: Any) -> None:
         timeout_s=timeout_s,
         workdir=str(workdir),
         env=_compile_cache_env(Path(opts["db"]).parent),
+        nproc=opts["nproc"],
     )
     live = _Live(console, runner)
     stored = store.StoredRunner(db, run_id, live)

@@ -45,6 +45,8 @@ class TrialRunner:
     """Where traces and scratch files go (a temporary folder when None)."""
     env: dict[str, str] = field(default_factory=dict)
     """Extra environment variables for the children."""
+    nproc: int = 1
+    """Processes per trial: above 1 each trial runs under ``torch.distributed.run`` (DDP)."""
 
     def spec(self, trial: Trial, result_path: Path) -> dict[str, Any]:
         """The JSON the child reads: workload, configuration, steps, seed, result path."""
@@ -78,6 +80,15 @@ class TrialRunner:
 
     def _launch(self, spec_path: Path, result_path: Path) -> TrialResult:
         cmd = [sys.executable, "-m", "torchdoctor.tune.worker", str(spec_path)]
+        if self.nproc > 1:
+            # --standalone: a local rendezvous on a free port, so trials never collide on one.
+            launcher = [
+                "-m",
+                "torch.distributed.run",
+                "--standalone",
+                f"--nproc_per_node={self.nproc}",
+            ]
+            cmd = [sys.executable, *launcher, "-m", "torchdoctor.tune.worker", str(spec_path)]
         env = {**os.environ, **self.env}
         # Own session: on timeout the whole group goes (DataLoader workers, compile workers).
         proc = subprocess.Popen(

@@ -85,6 +85,10 @@ class _Loop:
                 f"batch size {wl.batch_size} is not divisible by accumulation {self.accum}"
             )
         self.backend = make_backend(config)
+        if int(os.environ.get("WORLD_SIZE", "1")) > 1 and self.backend.name != "runtime":
+            raise UserError(
+                "distributed trials need torchdoctor.Runtime (it wraps the model in DDP)"
+            )
         optimizer = rebuild_optimizer(wl.optimizer, config.optimizer_impl)
         self.model, self.optimizer = self.backend.setup(wl.model, optimizer)
         loader = self.backend.loader(
@@ -206,6 +210,8 @@ def main(argv: list[str]) -> int:
         result = run_trial(spec)
     except Exception as exc:
         result = classify(exc)
+    if int(os.environ.get("RANK", "0")) != 0:
+        return 0  # under torchrun, rank 0 reports (its step times include waiting for the others)
     target = Path(spec["result_path"])
     tmp = target.with_suffix(".tmp")
     tmp.write_text(json.dumps(result.to_dict()), encoding="utf-8")
