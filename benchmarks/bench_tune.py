@@ -50,7 +50,7 @@ def log(msg: str) -> None:
 def timed(result: TrialResult) -> float | None:
     """Median-over-blocks step time (s) of an ok trial, else None."""
     return (
-        measure.step_stats(result.step_times_s).median_s
+        measure.step_stats(result.step_times_s, period=result.steps_per_epoch).median_s
         if result.status == "ok" and result.step_times_s
         else None
     )

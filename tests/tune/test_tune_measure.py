@@ -36,6 +36,15 @@ def test_beats_needs_more_than_the_noise() -> None:
     assert not measure.beats(noisy, base)
 
 
+def test_blocks_hold_whole_epochs() -> None:
+    # Workers restart every 8 steps (not persistent): that step costs 40 ms more.
+    times = [0.045 if i % 8 == 0 else 0.005 for i in range(24)]
+    unaligned = measure.step_stats(times)  # 5 blocks of ~5 steps: some hold a restart, some not
+    aligned = measure.step_stats(times, period=8)
+    assert unaligned.iqr_s > 0.005
+    assert aligned.n == 3 and aligned.iqr_s == 0.0 and aligned.median_s == pytest.approx(0.010)
+
+
 def test_break_even_steps() -> None:
     eager, compiled = measure.step_stats([0.030] * 5), measure.step_stats([0.020] * 5)
     assert measure.break_even_steps(12.0, eager, compiled) == 1200

@@ -42,7 +42,12 @@ def test_ok_trial_reports_times_losses_and_probe(tmp_path: Path) -> None:
     assert all(0 < x < 100 for x in r.losses) and len(set(r.losses)) == 7
     assert r.probe is not None and r.probe["batch_size"] == 16 and r.probe["device"] == "cpu"
     assert "fused" in r.probe["optimizer_impls"] or "foreach" in r.probe["optimizer_impls"]
-    assert r.peak_bytes and r.peak_bytes > 0 and r.wall_s > 0
+    assert r.peak_bytes and r.peak_bytes > 0 and r.wall_s > 0 and r.steps_per_epoch == 16
+    # The analyser reads the baseline's trace: whatever it finds is a known finding id.
+    from torchdoctor.rules.finding import FINDING_IDS
+    from torchdoctor.tune.diagnosis import diagnose
+
+    assert set(diagnose(r)) <= set(FINDING_IDS)
     assert (
         r.trace_path == str(tmp_path / "baseline-trace.json")
         and Path(r.trace_path).stat().st_size > 1000

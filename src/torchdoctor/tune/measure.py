@@ -49,26 +49,40 @@ def default_blocks(steps: int) -> int:
     return 5 if steps >= 20 else 3
 
 
-def block_means(step_times_s: Sequence[float], blocks: int | None = None) -> list[float]:
-    """Mean step time (seconds) of each of ``blocks`` consecutive, near-equal runs of steps."""
+def block_means(
+    step_times_s: Sequence[float], blocks: int | None = None, *, period: int | None = None
+) -> list[float]:
+    """Mean step time (seconds) of consecutive runs of steps.
+
+    Without ``period``: ``blocks`` near-equal runs. With ``period`` (steps per epoch, when an
+    epoch is at most half the window): runs of a whole number of periods, so every block holds the
+    same number of epoch starts (worker start-up when workers are not persistent).
+    """
     n = len(step_times_s)
+    if period and 0 < period <= n // 2:
+        length = period * math.ceil(n / (blocks or default_blocks(n)) / period)
+        edges = list(range(0, n - length + 1, length))
+        return [statistics.fmean(step_times_s[a : a + length]) for a in edges]
     k = max(1, min(blocks or default_blocks(n), n // 2))
-    edges = [round(i * n / k) for i in range(k + 1)]
-    return [statistics.fmean(step_times_s[a:b]) for a, b in itertools.pairwise(edges)]
+    cuts = [round(i * n / k) for i in range(k + 1)]
+    return [statistics.fmean(step_times_s[a:b]) for a, b in itertools.pairwise(cuts)]
 
 
-def step_stats(step_times_s: Sequence[float], blocks: int | None = None) -> StepStats:
+def step_stats(
+    step_times_s: Sequence[float], blocks: int | None = None, *, period: int | None = None
+) -> StepStats:
     """Median and IQR, over consecutive blocks of steps, of the mean step time (seconds).
 
     Why blocks and not single steps: with DataLoader workers, batches arrive in bursts (each worker
     finishes a batch at about the same time), so most steps find data waiting and one step in
     ``num_workers`` waits for all of them; the median single step then shows the compute alone
-    (1.4 ms where throughput says 8 ms). A block's mean covers whole bursts, and the median over
+    (1.4 ms where throughput says 8 ms). Likewise one step per epoch pays the workers' start-up. A
+    block's mean covers whole bursts (and, with ``period``, whole epochs), and the median over
     blocks still discards a block that another process disturbed.
     """
     if not step_times_s:
         raise ValueError("no step times")
-    xs = sorted(block_means(step_times_s, blocks))
+    xs = sorted(block_means(step_times_s, blocks, period=period))
     if len(xs) < 4:
         return StepStats(statistics.median(xs), xs[-1] - xs[0], len(xs))
     q1, _, q3 = statistics.quantiles(xs, n=4, method="inclusive")

@@ -160,7 +160,7 @@ class Search:
     ) -> tuple[measure.StepStats | None, fidelity.Verdict | None]:
         if result.status != "ok" or not result.step_times_s:
             return None, None
-        stats = measure.step_stats(result.step_times_s)
+        stats = measure.step_stats(result.step_times_s, period=result.steps_per_epoch)
         verdict = fidelity.check(
             self._reference or result.losses,
             result.losses,

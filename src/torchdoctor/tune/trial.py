@@ -46,6 +46,8 @@ class TrialResult:
     """Peak device memory (CUDA) or peak resident set size of the trial process (CPU), in bytes."""
     samples_per_step: int = 0
     """Samples in one optimizer step (the global batch)."""
+    steps_per_epoch: int | None = None
+    """Optimizer steps in one pass over the dataset (None for an iterable dataset)."""
     data_wait_share: float | None = None
     """Fraction (0..1) of steady-state step time spent waiting for the next batch."""
     probe: dict[str, Any] | None = None

@@ -96,6 +96,10 @@ class _Loop:
         )
         self.batches = cycle(loader)
         self.wait_s = 0.0
+        try:
+            self.steps_per_epoch: int | None = max(1, len(loader) // self.accum)  # type: ignore[arg-type]
+        except TypeError:  # an iterable dataset has no length
+            self.steps_per_epoch = None
 
     def step(self) -> float:
         """One optimizer step; returns the mean loss over its micro-batches."""
@@ -116,6 +120,10 @@ class _Loop:
 
 def _train(loop: _Loop, spec: dict[str, Any], out: TrialResult) -> None:
     warmup, steps = int(spec["warmup"]), int(spec["steps"])
+    spe = out.steps_per_epoch = loop.steps_per_epoch
+    if spe and spe <= steps // 2:
+        # Whole epochs: every block of the step statistics then holds the same epoch starts.
+        steps = -(-steps // spe) * spe
     for i in range(warmup + steps):
         if i == warmup:
             loop.wait_s = 0.0
