@@ -238,6 +238,14 @@ class Meter:
             return None, f"no peak FLOP/s known for {name!r}, so no MFU"
         return spec.peak(self.peak_dtype), None
 
+    def _rates(self, steps: list[int], seconds: float) -> tuple[float | None, float | None]:
+        """(samples/s, tokens/s) over ``steps``; None where nothing was counted."""
+        samples = sum(self._samples[i] for i in steps)
+        tokens = sum(self._tokens[i] for i in steps)
+        return (
+            (samples / seconds or None, tokens / seconds or None) if seconds > 0 else (None, None)
+        )
+
     def summary(self) -> MeterSummary:
         """Steady-state statistics so far (synchronises with the device once)."""
         durations = self._durations_s()
@@ -255,9 +263,7 @@ class Meter:
                 notes.append(
                     f"step times vary (IQR {100 * iqr / med:.0f}% of the median): a busy machine or an uneven workload"
                 )
-            total = sum(times)
-            samples_s = sum(self._samples[i] for i in steady) / total or None
-            tokens_s = sum(self._tokens[i] for i in steady) / total or None
+            samples_s, tokens_s = self._rates(steady, sum(times))
             if self.flops_per_step:
                 achieved = self.flops_per_step / med
                 mfu = achieved / peak if peak else None

@@ -49,6 +49,16 @@ def _seed_everything(seed: int) -> None:
     np.random.seed(seed)
 
 
+def _merge(config: RuntimeConfig | None, settings: dict[str, Any]) -> RuntimeConfig:
+    """``config`` with keyword settings applied over it, validated (unknown keys named)."""
+    base = config or RuntimeConfig()
+    if not isinstance(base, RuntimeConfig):
+        raise UserError(f"config must be a RuntimeConfig; got {type(base).__name__}")
+    if not settings:
+        return base
+    return RuntimeConfig.from_dict({**base.to_dict(), **settings}, source="Runtime")
+
+
 class Runtime:
     """Applies a :class:`RuntimeConfig` to a training loop; see ``docs/runtime.md``.
 
@@ -69,14 +79,7 @@ class Runtime:
         compile_backend: str = "inductor",
         **settings: Any,
     ) -> None:
-        base = config or RuntimeConfig()
-        if not isinstance(base, RuntimeConfig):
-            raise UserError(f"config must be a RuntimeConfig; got {type(base).__name__}")
-        self.config = (
-            RuntimeConfig.from_dict({**base.to_dict(), **settings}, source="Runtime")
-            if settings
-            else base
-        )
+        self.config = _merge(config, settings)
         info = distributed.detect()
         log.configure(info.rank)
         self.device = distributed.select_device(device, info)
