@@ -34,7 +34,7 @@ def cmd(tmp_path: Path, *extra: str) -> list[str]:
         "--knobs",
         "num_workers,optimizer_impl",
         "--steps",
-        "4",
+        "6",
         "--warmup",
         "2",
         "--fidelity-steps",
@@ -54,16 +54,16 @@ def cmd(tmp_path: Path, *extra: str) -> list[str]:
 def test_kill_9_then_resume(tmp_path: Path) -> None:
     db, log = tmp_path / "t.sqlite", tmp_path / "runs.log"
     env = {**os.environ, "TD_TUNE_TEST_LOG": str(log), "COLUMNS": "200"}
-    proc = subprocess.Popen(
-        cmd(tmp_path), env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
-    )
+    err = (tmp_path / "first.err").open("w")
+    proc = subprocess.Popen(cmd(tmp_path), env=env, stdout=subprocess.DEVNULL, stderr=err)
     deadline = time.monotonic() + 120
     while len(rows(db)) < 3 and proc.poll() is None and time.monotonic() < deadline:
         time.sleep(0.2)
     proc.send_signal(signal.SIGKILL)
     proc.wait()
     before = rows(db)
-    assert len(before) >= 3, "the search did not get far enough to be killed mid-way"
+    err.close()
+    assert len(before) >= 3, (tmp_path / "first.err").read_text()[-2000:]
     time.sleep(5)  # the trial in flight (its own session) finishes or dies on its own
 
     done = subprocess.run(
