@@ -15,6 +15,7 @@ import sys
 import tempfile
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -60,11 +61,14 @@ class Run:
     stderr: str
 
 
-def run_child(cmd: list[str], timeout_s: float, env: dict[str, str] | None = None) -> Run:
-    """Run ``cmd`` to completion (killed after ``timeout_s``); measure wall time and peak RSS."""
+def run_child(cmd: list[str], timeout_s: float, preexec: Callable[[], None] | None = None) -> Run:
+    """Run ``cmd`` to completion (killed after ``timeout_s``); measure wall time and peak RSS.
+
+    ``preexec`` runs in the child before ``cmd`` (to set resource limits).
+    """
     with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
         start = time.perf_counter()
-        proc = subprocess.Popen(cmd, stdout=out, stderr=err, env=env)
+        proc = subprocess.Popen(cmd, stdout=out, stderr=err, preexec_fn=preexec)
         status, usage = _wait(proc, timeout_s)
         wall = time.perf_counter() - start
         out.seek(0)
@@ -179,11 +183,13 @@ def print_table(header: list[str], rows: list[list[str]]) -> None:
 
 def environment() -> str:
     """One line saying what was measured with: CPUs, Python, numpy and msgspec versions."""
-    import msgspec
-    import numpy
-
+    # Asked of a child, so this process stays small: a child's peak RSS counts the parent's
+    # pages it was forked with, before it exec'd.
+    probe = "import msgspec, numpy; print(numpy.__version__, msgspec.__version__)"
+    versions = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True)
+    numpy_v, msgspec_v = [*versions.stdout.split(), "?", "?"][:2]
     cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
     return (
-        f"{cpus} CPUs, Python {sys.version.split()[0]}, numpy {numpy.__version__}, "
-        f"msgspec {msgspec.__version__}, load average {os.getloadavg()[0]:.1f}"
+        f"{cpus} CPUs, Python {sys.version.split()[0]}, numpy {numpy_v}, msgspec {msgspec_v}, "
+        f"load average {os.getloadavg()[0]:.1f}"
     )

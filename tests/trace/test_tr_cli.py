@@ -1,0 +1,75 @@
+"""``torchdoctor analyze`` on bad and odd traces: one line and exit 2, or a report that parses."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from tests.conftest import TRACES
+from tests.trace.test_tr_bad_inputs import BAD_FILES, event
+from torchdoctor.cli import cli
+
+
+# The CLI reads a folder as one trace per rank, so an empty folder has its own message.
+CLI_WORDS = {"directory": "no .json or .json.gz trace files"}
+
+
+@pytest.mark.parametrize("case", list(BAD_FILES))
+def test_bad_file_exits_2_with_one_line(case: str, tmp_path: Path) -> None:
+    make, words = BAD_FILES[case]
+    words = CLI_WORDS.get(case, words)
+    path = make(tmp_path)
+    result = CliRunner().invoke(cli, ["analyze", str(path)])
+    assert result.exit_code == 2
+    lines = result.stderr.splitlines()
+    assert len(lines) == 1 and words in lines[0], result.stderr
+    assert lines[0].startswith("torchdoctor: error: ")
+    assert "Traceback" not in result.output
+
+
+def test_odd_events_still_give_a_json_report_with_notes(tmp_path: Path) -> None:
+    events = [
+        event(ts=0, dur=-3),
+        event(ts=5, cat="brand_new_cat"),
+        {"ph": "X", "name": "no time"},
+        event(ts=9, name="y" * (1 << 20)),
+    ]
+    path = tmp_path / "odd.json"
+    path.write_text(json.dumps({"traceEvents": events}))
+    result = CliRunner().invoke(cli, ["analyze", "--json", str(path)])
+    assert result.exit_code == 0, result.stderr
+    report = json.loads(result.stdout)
+    notes = " ".join(map(str, report["notes"]))
+    for words in ("negative durations", "brand_new_cat", "malformed"):
+        assert words in notes
+
+
+def test_real_process_bad_input_has_no_traceback(tmp_path: Path) -> None:
+    bad = tmp_path / "t.json.gz"
+    bad.write_bytes(b"\x1f\x8b\x08\x00" + b"\x00" * 20)
+    proc = subprocess.run(
+        [sys.executable, "-m", "torchdoctor", "analyze", str(bad)], capture_output=True, text=True
+    )
+    assert proc.returncode == 2
+    assert len(proc.stderr.splitlines()) == 1 and "gzip" in proc.stderr
+    assert proc.stdout == ""
+
+
+def test_real_process_json_report_parses() -> None:
+    trace = TRACES / "a100_event_sync_micro.json.gz"
+    if not trace.is_file():
+        pytest.skip(f"corpus trace {trace} not found (set TORCHDOCTOR_TRACES)")
+    proc = subprocess.run(
+        [sys.executable, "-m", "torchdoctor", "analyze", "--json", str(trace)],
+        capture_output=True,
+        text=True,
+    )
+    assert proc.returncode == 0, proc.stderr
+    report = json.loads(proc.stdout)
+    assert report["source"]["events"] > 0
+    assert report["hta_compatible"]["idle_pct"] == pytest.approx(78.71, abs=1.0)
