@@ -14,7 +14,6 @@ from tests.conftest import TRACES
 from tests.trace.test_tr_bad_inputs import BAD_FILES, event
 from torchdoctor.cli import cli
 
-
 # The CLI reads a folder as one trace per rank, so an empty folder has its own message.
 CLI_WORDS = {"directory": "no .json or .json.gz trace files"}
 
