@@ -44,6 +44,7 @@ WORKLOADS = [
 
 
 def log(msg: str) -> None:
+    """Progress to stderr (stdout holds the results)."""
     print(msg, file=sys.stderr, flush=True)
 
 
@@ -96,7 +97,22 @@ def head_to_head(
     return {name: statistics.median(ts) if ts else float("nan") for name, ts in times.items()}
 
 
+def run_tuner(runner: TrialRunner, args: argparse.Namespace, knobs: Any) -> tuple[Any, float]:
+    """The tuner's search (no budget: it stops on its own); returns (summary, wall seconds)."""
+    start = time.perf_counter()
+    summary = Search(
+        runner,
+        Settings(fidelity_steps=args.fidelity_steps, knobs=knobs),
+        on_record=lambda r: log(
+            f"  tune {r.seq + 1} [{r.trial.phase}] {describe(r.trial.assignment)}: "
+            f"{r.result.status} {r.stats.median_s if r.stats else ''}"
+        ),
+    ).run()
+    return summary, time.perf_counter() - start
+
+
 def bench(workload: str, args: argparse.Namespace) -> dict[str, Any]:
+    """Tuner, grid and head-to-head on one workload; times in seconds."""
     knobs = None if args.knobs == ("all",) else (args.knobs or KNOBS.get(Path(workload).name))
     # A shared inductor cache: compile trials after the first pay what a user's second run pays.
     cache = {"TORCHINDUCTOR_CACHE_DIR": str(Path(args.workdir) / "inductor-cache")}
@@ -108,48 +124,45 @@ def bench(workload: str, args: argparse.Namespace) -> dict[str, Any]:
         workdir=args.workdir,
         env=cache,
     )
-    start = time.perf_counter()
-    summary = Search(
-        runner,
-        Settings(fidelity_steps=args.fidelity_steps, knobs=knobs),
-        on_record=lambda r: log(
-            f"  tune {r.seq + 1} [{r.trial.phase}] {describe(r.trial.assignment)}: "
-            f"{r.result.status} {r.stats.median_s if r.stats else ''}"
-        ),
-    ).run()
-    tune_s = time.perf_counter() - start
+    summary, tune_s = run_tuner(runner, args, knobs)
     grid = summary.space.grid()
     start = time.perf_counter()
     rows = run_grid(runner, grid, args.fidelity_steps)
     grid_s = time.perf_counter() - start
-    usable = [r for r in rows if r["faithful"] and r["step_s"] is not None]
-    grid_best = min(usable, key=lambda r: r["step_s"])
-    tuned = summary.best.trial.assignment
-    h2h = head_to_head(
-        runner, {"tuned": tuned, "grid": grid_best["assignment"], "baseline": grid[0]}, args.repeats
+    grid_best = min(
+        (r for r in rows if r["faithful"] and r["step_s"] is not None), key=lambda r: r["step_s"]
     )
+    tuned = summary.best.trial.assignment
+    same = tuned == grid_best["assignment"]
+    picks = {"tuned": tuned, "baseline": grid[0]} | (
+        {} if same else {"grid": grid_best["assignment"]}
+    )
+    h2h = head_to_head(runner, picks, args.repeats)
+    h2h.setdefault("grid", h2h["tuned"])  # the same configuration: one set of measurements
     return {
         "workload": Path(workload).name,
         "knobs": [k.name for k in summary.space.knobs],
         "tuned": describe(tuned),
-        "tuned_step_s": summary.best.stats.median_s if summary.best.stats else None,
         "grid_best": grid_best["config"],
+        "same_pick": same,
         "grid_best_step_s": grid_best["step_s"],
         "tuner_trials": len(summary.records),
         "grid_trials": len(grid),
         "tune_wall_s": tune_s,
         "grid_wall_s": grid_s,
+        "baseline_drift": summary.drift,
         "head_to_head_s": h2h,
         "tuned_over_grid": h2h["tuned"] / h2h["grid"],
-        "grid_over_baseline": h2h["baseline"] / h2h["grid"],
+        "baseline_over_tuned": h2h["baseline"] / h2h["tuned"],
         "rejected_in_grid": [
             r["config"] for r in rows if r["status"] == "ok" and not r["faithful"]
         ],
-        "bf16_in_pick": "bf16" in describe(tuned),
+        "failed_in_grid": [f"{r['config']}: {r['status']}" for r in rows if r["status"] != "ok"],
     }
 
 
 def main() -> None:
+    """Run every workload, print one line each and the headline; write the JSON."""
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--workloads", nargs="+", default=WORKLOADS)
     p.add_argument("--steps", type=int, default=20)

@@ -171,38 +171,16 @@ def _tune(workload: str, **opts: Any) -> None:
     from rich.console import Console
 
     from torchdoctor.tune import diagnosis, report, store
-    from torchdoctor.tune.runner import TrialRunner
     from torchdoctor.tune.search import BaselineFailed, Search, Settings
-    from torchdoctor.tune.workload import check_file
 
-    check_file(workload, opts["function"])
-    budget_s = parse_duration(opts["budget"]) if opts["budget"] else None
-    timeout_s = parse_duration(opts["trial_timeout"])
-    settings = _settings(workload, opts)
-    if opts["fidelity_steps"] > opts["steps"] + opts["warmup"]:
-        raise UserError(
-            "--fidelity-steps must be at most --warmup + --steps (the steps a trial runs)"
-        )
+    settings, budget_s = _checked(workload, opts)
     console = Console(stderr=opts["json_path"] == "-")
     db = store.Store(opts["db"])
     run_id = _open_run(db, settings, opts["resume"])
-    workdir = Path(opts["db"]).parent / f"run-{run_id}"
-    workdir.mkdir(parents=True, exist_ok=True)
-    runner = TrialRunner(
-        workload,
-        function=opts["function"],
-        warmup=opts["warmup"],
-        steps=opts["steps"],
-        seed=opts["seed"],
-        timeout_s=timeout_s,
-        workdir=str(workdir),
-        env=_compile_cache_env(Path(opts["db"]).parent),
-        nproc=opts["nproc"],
-    )
+    runner = _runner(workload, opts, run_id)
     live = _Live(console, runner)
-    stored = store.StoredRunner(db, run_id, live)
     search = Search(
-        stored,
+        store.StoredRunner(db, run_id, live),
         Settings(
             budget_s,
             opts["max_trials"],
@@ -222,6 +200,38 @@ def _tune(workload: str, **opts: Any) -> None:
         db.close()
     report.render_table(summary, console)
     _write_outputs(summary, runner, opts, console)
+
+
+def _checked(workload: str, opts: dict[str, Any]) -> tuple[dict[str, Any], float | None]:
+    """Validate everything before the first trial: (run settings, budget in seconds or None)."""
+    from torchdoctor.tune.workload import check_file
+
+    check_file(workload, opts["function"])
+    budget_s = parse_duration(opts["budget"]) if opts["budget"] else None
+    parse_duration(opts["trial_timeout"])
+    if opts["fidelity_steps"] > opts["steps"] + opts["warmup"]:
+        raise UserError(
+            "--fidelity-steps must be at most --warmup + --steps (the steps a trial runs)"
+        )
+    return _settings(workload, opts), budget_s
+
+
+def _runner(workload: str, opts: dict[str, Any], run_id: int) -> Any:
+    from torchdoctor.tune.runner import TrialRunner
+
+    workdir = Path(opts["db"]).parent / f"run-{run_id}"
+    workdir.mkdir(parents=True, exist_ok=True)
+    return TrialRunner(
+        workload,
+        function=opts["function"],
+        warmup=opts["warmup"],
+        steps=opts["steps"],
+        seed=opts["seed"],
+        timeout_s=parse_duration(opts["trial_timeout"]),
+        workdir=str(workdir),
+        env=_compile_cache_env(Path(opts["db"]).parent),
+        nproc=opts["nproc"],
+    )
 
 
 def _compile_cache_env(folder: Path) -> dict[str, str]:
@@ -290,6 +300,7 @@ class _Live:
         return min(hint, s.settings.max_trials or hint)
 
     def record(self, rec: Any) -> None:
+        """Print the progress line of a finished (or replayed) trial; learn the global batch."""
         from torchdoctor.tune.report import progress_line
 
         if rec.result.probe and self.runner.batch_size is None:

@@ -33,9 +33,31 @@ def _eager_twin(summary: Summary, rec: Record) -> Record | None:
     return None
 
 
+def _timing(summary: Summary, rec: Record) -> dict[str, Any]:
+    """Step time (s), spread, speed-up, samples/s, warm-up and compile time (s), break-even."""
+    assert rec.stats is not None
+    base = summary.baseline.stats
+    warm_s = measure.warmup_overhead_s(rec.result.warmup_times_s, rec.stats)
+    compiled = rec.trial.assignment.get("compile", "off") != "off"
+    eager = (_eager_twin(summary, rec) if compiled else None) or summary.baseline
+    median = rec.stats.median_s
+    return {
+        "median_step_s": median,
+        "iqr_step_s": rec.stats.iqr_s,
+        "steps": len(rec.result.step_times_s),
+        "blocks": rec.stats.n,
+        "speedup": measure.speedup(base, rec.stats) if base else None,
+        "samples_per_s": rec.result.samples_per_step / median if median else None,
+        "warmup_overhead_s": warm_s,
+        "compile_s": warm_s if compiled else None,
+        "break_even_steps": measure.break_even_steps(warm_s, eager.stats or rec.stats, rec.stats)
+        if compiled
+        else None,
+    }
+
+
 def row(summary: Summary, rec: Record) -> dict[str, Any]:
     """One trial as plain data: configuration, timing (s), speedup, memory (bytes), verdict."""
-    base = summary.baseline.stats
     out: dict[str, Any] = {
         "seq": rec.seq,
         "phase": rec.trial.phase,
@@ -48,26 +70,7 @@ def row(summary: Summary, rec: Record) -> dict[str, Any]:
         "data_wait_share": rec.result.data_wait_share,
     }
     if rec.stats is not None:
-        warm_s = measure.warmup_overhead_s(rec.result.warmup_times_s, rec.stats)
-        compiled = rec.trial.assignment.get("compile", "off") != "off"
-        twin = _eager_twin(summary, rec) if compiled else None
-        out.update(
-            median_step_s=rec.stats.median_s,
-            iqr_step_s=rec.stats.iqr_s,
-            steps=len(rec.result.step_times_s),
-            blocks=rec.stats.n,
-            speedup=measure.speedup(base, rec.stats) if base else None,
-            samples_per_s=rec.result.samples_per_step / rec.stats.median_s
-            if rec.stats.median_s
-            else None,
-            warmup_overhead_s=warm_s,
-            compile_s=warm_s if compiled else None,
-            break_even_steps=measure.break_even_steps(
-                warm_s, (twin or summary.baseline).stats or rec.stats, rec.stats
-            )
-            if compiled
-            else None,
-        )
+        out.update(_timing(summary, rec))
     if rec.verdict is not None:
         v = rec.verdict
         out["fidelity"] = {
