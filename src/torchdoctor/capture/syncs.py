@@ -61,24 +61,21 @@ class SyncRecorder:
 
     # -- recording ------------------------------------------------------------------------
     def _site(self) -> str | None:
-        # Three frames up (_site, _record, wrapper) is the caller. Calls from torch itself
-        # (GradScaler, inductor) are not the user's to fix.
-        frame = sys._getframe(3)
+        # Two frames up (_site, wrapper) is the caller. Calls from torch itself (Adam's step
+        # counters, GradScaler, inductor) are not the user's to fix, and are skipped before any
+        # timing so they stay cheap.
+        frame = sys._getframe(2)
         filename = frame.f_code.co_filename
         if filename.startswith(self._torch_dir):
             return None
         return f"{filename}:{frame.f_lineno}"
 
-    def _record(self, kind: str, device: str, seconds: float) -> None:
-        site = self._site()
-        if site is None:
-            return
+    def _record(self, kind: str, device: str, site: str, seconds: float) -> None:
         entry = self.calls.setdefault((kind, device, site), [0, 0.0])
         entry[0] += 1
         entry[1] += seconds
 
-    def _record_unpinned(self, nbytes: int) -> None:
-        site = self._site()
+    def _record_unpinned(self, site: str | None, nbytes: int) -> None:
         if site is not None:
             entry = self.unpinned.setdefault(site, [0, 0])
             entry[0] += 1
@@ -108,9 +105,12 @@ class SyncRecorder:
         def wrapper(t: Any) -> Any:
             if is_compiling() or not rec.measuring:
                 return orig(t)
+            site = rec._site()
+            if site is None:
+                return orig(t)
             t0 = perf_counter()
             out = orig(t)
-            rec._record(name, t.device.type, perf_counter() - t0)
+            rec._record(name, t.device.type, site, perf_counter() - t0)
             return out
 
         wrapper.__name__ = name
@@ -123,11 +123,14 @@ class SyncRecorder:
         rec = self
 
         def cpu(t: Any, *args: Any, **kwargs: Any) -> Any:
-            if is_compiling() or not rec.measuring or t.device.type == "cpu":
+            if is_compiling() or not rec.measuring or t.is_cpu:
+                return orig(t, *args, **kwargs)
+            site = rec._site()
+            if site is None:
                 return orig(t, *args, **kwargs)
             t0 = perf_counter()
             out = orig(t, *args, **kwargs)
-            rec._record("cpu", t.device.type, perf_counter() - t0)
+            rec._record("cpu", t.device.type, site, perf_counter() - t0)
             return out
 
         return cpu
@@ -141,18 +144,22 @@ class SyncRecorder:
         def to(t: Any, *args: Any, **kwargs: Any) -> Any:
             if is_compiling() or not rec.measuring:
                 return orig(t, *args, **kwargs)
-            target = target_device_type(args, kwargs)
             non_blocking = bool(kwargs.get("non_blocking")) or any(a is True for a in args)
-            src = t.device.type
-            if non_blocking and src == "cpu" and target not in (None, "cpu"):
-                if not t.is_pinned():
-                    rec._record_unpinned(t.numel() * t.element_size())
-            elif target == "cpu" and src != "cpu" and not non_blocking:
-                t0 = perf_counter()
-                out = orig(t, *args, **kwargs)
-                rec._record("to(cpu)", src, perf_counter() - t0)
-                return out
-            return orig(t, *args, **kwargs)
+            if t.is_cpu:  # the common case: only a non_blocking copy to a device matters
+                if (
+                    non_blocking
+                    and target_device_type(args, kwargs) not in (None, "cpu")
+                    and not t.is_pinned()
+                ):
+                    rec._record_unpinned(rec._site(), t.numel() * t.element_size())
+                return orig(t, *args, **kwargs)
+            site = None if non_blocking else rec._site()
+            if site is None or target_device_type(args, kwargs) != "cpu":
+                return orig(t, *args, **kwargs)
+            t0 = perf_counter()
+            out = orig(t, *args, **kwargs)
+            rec._record("to(cpu)", t.device.type, site, perf_counter() - t0)
+            return out
 
         return to
 
@@ -166,8 +173,8 @@ class SyncRecorder:
             if is_compiling() or not rec.measuring:
                 return orig(t, *args, **kwargs)
             non_blocking = bool(kwargs.get("non_blocking")) or any(a is True for a in args)
-            if non_blocking and t.device.type == "cpu" and not t.is_pinned():
-                rec._record_unpinned(t.numel() * t.element_size())
+            if non_blocking and t.is_cpu and not t.is_pinned():
+                rec._record_unpinned(rec._site(), t.numel() * t.element_size())
             return orig(t, *args, **kwargs)
 
         return cuda
