@@ -9,6 +9,7 @@ import torch
 from torch import nn
 
 import torchdoctor as td
+from torchdoctor.tune import Workload
 
 WIDTH, BATCH = 512, 64
 
@@ -21,7 +22,7 @@ def build(config):
     model = nn.Sequential(*layers, nn.Linear(WIDTH, 10))
     x = torch.randn(BATCH * 8, WIDTH)
     y = torch.randint(0, 10, (BATCH * 8,))
-    return td.tune.Workload(
+    return Workload(
         model=model,
         # Plain SGD: the optimizer's implementation barely matters, so precision is the big knob.
         optimizer=torch.optim.SGD(model.parameters(), lr=0.01),

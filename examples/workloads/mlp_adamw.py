@@ -9,6 +9,7 @@ import torch
 from torch import nn
 
 import torchdoctor as td
+from torchdoctor.tune import Workload
 
 WIDTH, DEPTH, BATCH = 256, 8, 64
 
@@ -29,7 +30,7 @@ def build(config):
     model = nn.Sequential(*(Block(WIDTH) for _ in range(DEPTH)), nn.Linear(WIDTH, 1))
     x = torch.randn(BATCH * 16, WIDTH)
     y = x[:, :1].sin() + 0.1 * torch.randn(BATCH * 16, 1)
-    return td.tune.Workload(
+    return Workload(
         model=model,
         optimizer=torch.optim.AdamW(model.parameters(), lr=1e-3, weight_decay=0.01),
         dataset=torch.utils.data.TensorDataset(x, y),

@@ -11,6 +11,7 @@ import torch
 from torch import nn
 
 import torchdoctor as td
+from torchdoctor.tune import Workload
 
 SAMPLES, FEATURES, BATCH = 256, 128, 32
 
@@ -37,7 +38,7 @@ class SlowDataset(torch.utils.data.Dataset):
 @td.workload
 def build(config):
     model = nn.Sequential(nn.Linear(FEATURES, 256), nn.ReLU(), nn.Linear(256, 2))
-    return td.tune.Workload(
+    return Workload(
         model=model,
         optimizer=torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9),
         dataset=SlowDataset(),

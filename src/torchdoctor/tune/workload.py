@@ -6,12 +6,13 @@ it: the tuner applies the configuration) and returns a :class:`Workload` (or a d
 keys)::
 
     import torch, torchdoctor as td
+    from torchdoctor.tune import Workload
 
     @td.workload
     def build(config):
         model = torch.nn.Sequential(torch.nn.Linear(64, 64), torch.nn.ReLU(), torch.nn.Linear(64, 1))
         data = torch.utils.data.TensorDataset(torch.randn(4096, 64), torch.randn(4096, 1))
-        return td.tune.Workload(
+        return Workload(
             model=model,
             optimizer=torch.optim.AdamW(model.parameters(), lr=1e-3),
             dataset=data,
@@ -97,7 +98,12 @@ def load_module(path: str | Path) -> Any:
     p = Path(path)
     if not p.is_file():
         raise UserError(f"{p}: no such workload file")
-    name = f"_torchdoctor_workload_{abs(hash(str(p.resolve())))}"
+    # Importable by its own name from its folder: DataLoader workers started with spawn or
+    # forkserver unpickle the dataset by importing the module that defines its class.
+    name = p.stem if p.stem.isidentifier() and p.stem not in sys.modules else f"_workload_{p.stem}"
+    folder = str(p.resolve().parent)
+    if folder not in sys.path:
+        sys.path.insert(0, folder)
     spec = importlib.util.spec_from_file_location(name, p)
     if spec is None or spec.loader is None:
         raise UserError(f"{p}: cannot be imported as a Python file")

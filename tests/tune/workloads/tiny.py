@@ -13,6 +13,7 @@ import torch
 from torch import nn
 
 import torchdoctor as td
+from torchdoctor.tune import Workload
 
 
 def _matches(config) -> bool:
@@ -53,7 +54,7 @@ def build(config):
         out = nn.functional.mse_loss(model(batch[0]), batch[1])
         return out * float("nan") if nan else out
 
-    return td.tune.Workload(
+    return Workload(
         model=model,
         optimizer=torch.optim.SGD(model.parameters(), lr=0.01),
         dataset=torch.utils.data.TensorDataset(x, y),
