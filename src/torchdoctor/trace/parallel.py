@@ -13,19 +13,12 @@ from __future__ import annotations
 import contextlib
 import itertools
 import os
-import pickle
-import queue
-import select
-import signal
-import struct
-import threading
-import warnings
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
 _IN_FLIGHT = 2
-_HEADER = struct.Struct("<Q")
+_HEADER_BYTES = 8  # each message is preceded by its length, little-endian
 _PENDING = object()
 _FAILED = object()
 ENV_PARALLEL = "TORCHDOCTOR_PARALLEL_LOAD"
@@ -92,6 +85,12 @@ class _Worker:
     def __enter__(self) -> _Worker:
         to_child, self._to_child_w = os.pipe()
         self._from_child_r, from_child = os.pipe()
+        # Imported here, not at the top: most traces fit one chunk and never need a worker,
+        # and ``torchdoctor analyze`` should not pay for these imports then.
+        import queue
+        import threading
+        import warnings
+
         with warnings.catch_warnings():
             # Python 3.12+ warns about fork in a process with threads; the child below only
             # decodes bytes and exits, it takes no lock another thread could hold.
@@ -126,7 +125,7 @@ class _Worker:
         fd = self._to_child_w
         try:
             while (chunk := self._outbox.get()) is not None:
-                _write_all(fd, _HEADER.pack(len(chunk)))
+                _write_all(fd, len(chunk).to_bytes(_HEADER_BYTES, "little"))
                 _write_all(fd, chunk)
         except OSError:
             pass  # the child died; collect() notices the closed result pipe
@@ -141,14 +140,16 @@ class _Worker:
             if not self.alive:
                 entry[1] = _FAILED
                 continue
-            if not block and not select.select([self._from_child_r], [], [], 0)[0]:
+            if not block and not _readable(self._from_child_r):
                 return
             entry[1] = self._receive()
             block = False
 
     def _receive(self) -> Any:
+        import pickle
+
         try:
-            size = _HEADER.unpack(_read_exact(self._from_child_r, _HEADER.size))[0]
+            size = int.from_bytes(_read_exact(self._from_child_r, _HEADER_BYTES), "little")
             ok, value = pickle.loads(_read_exact(self._from_child_r, size))
         except (OSError, EOFError, pickle.UnpicklingError):
             ok, value = False, None
@@ -160,16 +161,18 @@ class _Worker:
 
 
 def _child_loop(fn: Callable[[bytearray], Any], rfd: int, wfd: int) -> None:  # pragma: no cover
+    import pickle
+
     status = 0
     try:
         while True:
-            head = _read_exact(rfd, _HEADER.size)
-            chunk = _read_exact(rfd, _HEADER.unpack(head)[0])
+            size = int.from_bytes(_read_exact(rfd, _HEADER_BYTES), "little")
+            chunk = _read_exact(rfd, size)
             try:
                 msg = pickle.dumps((True, fn(chunk)), protocol=pickle.HIGHEST_PROTOCOL)
             except Exception:  # the parent recomputes this chunk and sees the error itself
                 msg = pickle.dumps((False, None))
-            _write_all(wfd, _HEADER.pack(len(msg)))
+            _write_all(wfd, len(msg).to_bytes(_HEADER_BYTES, "little"))
             _write_all(wfd, msg)
     except EOFError:
         pass  # the parent closed the pipe: no more chunks
@@ -197,6 +200,14 @@ def _write_all(fd: int, data: bytes | bytearray) -> None:
         view = view[os.write(fd, view) :]
 
 
+def _readable(fd: int) -> bool:
+    import select
+
+    return bool(select.select([fd], [], [], 0)[0])
+
+
 def _kill(pid: int) -> None:
+    import signal
+
     with contextlib.suppress(ProcessLookupError):
         os.kill(pid, signal.SIGKILL)
