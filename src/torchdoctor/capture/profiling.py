@@ -3,6 +3,7 @@ operator summary read from it in-process (how many operators, how small, how muc
 
 from __future__ import annotations
 
+import warnings
 from pathlib import Path
 from statistics import median
 from typing import Any
@@ -51,18 +52,22 @@ class WindowProfiler:
         self.with_cuda = torch.cuda.is_available()
         if self.with_cuda:
             activities.append(ProfilerActivity.CUDA)
+        with warnings.catch_warnings():
+            # With fewer than two warm-up steps the profiler gets none of its own, by request.
+            warnings.filterwarnings("ignore", message=".*won't be using warmup")
+            self.prof = self._profile(profile, schedule, activities, profiler_warmup_steps)
+        self._warmup = profiler_warmup_steps
+        self.prof.start()
+
+    def _profile(self, profile: Any, schedule: Any, activities: list[Any], warmup: int) -> Any:
         opts = self.options
-        self.prof = profile(
+        return profile(
             activities=activities,
-            schedule=schedule(
-                wait=0, warmup=profiler_warmup_steps, active=opts.profile_steps, repeat=1
-            ),
+            schedule=schedule(wait=0, warmup=warmup, active=opts.profile_steps, repeat=1),
             record_shapes=opts.record_shapes,
             with_stack=opts.with_stack,
             profile_memory=opts.profile_memory,
         )
-        self._warmup = profiler_warmup_steps
-        self.prof.start()
 
     def step(self) -> None:
         """Close one step (a ``ProfilerStep#N`` range in the trace)."""
