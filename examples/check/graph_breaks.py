@@ -28,13 +28,18 @@ def main() -> None:
     p.add_argument("--backend", default="inductor")
     args = p.parse_args()
     device = "cuda" if torch.cuda.is_available() else "cpu"
+    # bf16 autocast and TF32 where tensor cores run them (sm80+), so that the planted problem
+    # is the only one on a GPU too.
+    amp = device == "cuda" and torch.cuda.get_device_capability()[0] >= 8
+    torch.backends.cuda.matmul.allow_tf32 = True
     model = GatedMLP().to(device)
     compiled = torch.compile(model, backend=args.backend)
     opt = torch.optim.AdamW(model.parameters(), lr=1e-3, foreach=True)
     x = torch.randn(64, 256, device=device)
     y = torch.randint(0, 10, (64,), device=device)
     for _ in range(args.steps):
-        loss = nn.functional.cross_entropy(compiled(x), y)
+        with torch.autocast(device, dtype=torch.bfloat16, enabled=amp):
+            loss = nn.functional.cross_entropy(compiled(x), y)
         opt.zero_grad(set_to_none=True)
         loss.backward()
         opt.step()

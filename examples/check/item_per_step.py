@@ -12,6 +12,10 @@ def main() -> None:
     p.add_argument("--steps", type=int, default=100)
     args = p.parse_args()
     device = "cuda" if torch.cuda.is_available() else "cpu"
+    # bf16 autocast and TF32 where tensor cores run them (sm80+), so that the planted problem
+    # is the only one on a GPU too.
+    amp = device == "cuda" and torch.cuda.get_device_capability()[0] >= 8
+    torch.backends.cuda.matmul.allow_tf32 = True
     model = nn.Sequential(
         nn.Linear(512, 1024), nn.ReLU(), nn.Linear(1024, 512), nn.ReLU(), nn.Linear(512, 10)
     ).to(device)
@@ -20,7 +24,8 @@ def main() -> None:
     y = torch.randint(0, 10, (128,), device=device)
     running = 0.0
     for _ in range(args.steps):
-        loss = nn.functional.cross_entropy(model(x), y)
+        with torch.autocast(device, dtype=torch.bfloat16, enabled=amp):
+            loss = nn.functional.cross_entropy(model(x), y)
         opt.zero_grad(set_to_none=True)
         loss.backward()
         opt.step()

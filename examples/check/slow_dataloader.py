@@ -27,6 +27,10 @@ def main() -> None:
     p.add_argument("--batch-size", type=int, default=16)
     args = p.parse_args()
     device = "cuda" if torch.cuda.is_available() else "cpu"
+    # bf16 autocast and TF32 where tensor cores run them (sm80+), so that the planted problem
+    # is the only one on a GPU too.
+    amp = device == "cuda" and torch.cuda.get_device_capability()[0] >= 8
+    torch.backends.cuda.matmul.allow_tf32 = True
     model = nn.Sequential(nn.Linear(256, 512), nn.ReLU(), nn.Linear(512, 10)).to(device)
     opt = torch.optim.AdamW(model.parameters(), lr=1e-3, foreach=True)
     loader = DataLoader(DecodedImages(), batch_size=args.batch_size, shuffle=True, num_workers=0)
@@ -34,7 +38,8 @@ def main() -> None:
     while step < args.steps:
         for x, y in loader:
             x, y = x.to(device), y.to(device)
-            loss = nn.functional.cross_entropy(model(x), y)
+            with torch.autocast(device, dtype=torch.bfloat16, enabled=amp):
+                loss = nn.functional.cross_entropy(model(x), y)
             opt.zero_grad(set_to_none=True)
             loss.backward()
             opt.step()

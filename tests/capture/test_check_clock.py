@@ -124,3 +124,29 @@ def test_listener_failure_never_reaches_the_script() -> None:
 def test_options_validate(kwargs: dict[str, object]) -> None:
     with pytest.raises(UserError):
         CheckOptions(**kwargs)  # type: ignore[arg-type]
+
+
+def test_only_the_first_optimizer_counts(tmp_path: object) -> None:
+    import torch
+
+    from torchdoctor.capture.hooks import StepHooks
+
+    clock = StepClock(CheckOptions(warmup_steps=100, profile_steps=1), Recorder())
+    hooks = StepHooks(clock)
+    hooks.install()
+    try:
+        gen, disc = torch.nn.Linear(2, 2), torch.nn.Linear(2, 2)
+        opt_g = torch.optim.SGD(gen.parameters(), lr=0.1)
+        opt_d = torch.optim.SGD(disc.parameters(), lr=0.1)
+        for _ in range(3):  # a GAN iteration steps both
+            opt_d.step()
+            opt_g.step()
+        assert clock.steps == 3 and hooks.optimizer_steps == 6
+        del opt_d  # the counted optimizer is gone: the next one takes over
+        import gc
+
+        gc.collect()
+        opt_g.step()
+        assert clock.steps == 4
+    finally:
+        hooks.uninstall()

@@ -7,6 +7,7 @@ loader when it starts an epoch.
 from __future__ import annotations
 
 import os
+import weakref
 from time import perf_counter
 from typing import Any
 
@@ -47,13 +48,17 @@ class StepHooks:
         self.optimizer_steps = 0
         self._patcher = Patcher()
         self._handle: Any = None
+        self._primary: weakref.ref[Any] | None = None
+        self._is_compiling: Any = lambda: False
 
     def install(self) -> None:
         """Register the optimizer hook and wrap ``DataLoader.__iter__`` / ``__next__``."""
+        import torch
         from torch.optim.optimizer import register_optimizer_step_post_hook
         from torch.utils.data import DataLoader
         from torch.utils.data.dataloader import _BaseDataLoaderIter
 
+        self._is_compiling = torch.compiler.is_compiling
         self._handle = register_optimizer_step_post_hook(self._on_optimizer_step)
         orig_next = _BaseDataLoaderIter.__next__
         orig_iter = DataLoader.__iter__
@@ -80,7 +85,16 @@ class StepHooks:
         self._patcher.patch(DataLoader, "__iter__", __iter__)
 
     def _on_optimizer_step(self, optimizer: Any, args: Any, kwargs: Any) -> None:
+        if self._is_compiling():  # inside a compiled optimizer step: tracing, not stepping
+            return
         self.optimizer_steps += 1
+        # With several optimizers (a GAN's generator and discriminator) one iteration steps
+        # each; only the first one's steps are counted, until it is garbage-collected.
+        primary = self._primary() if self._primary is not None else None
+        if primary is None:
+            self._primary = weakref.ref(optimizer)
+        elif primary is not optimizer:
+            return
         self.clock.tick("optimizer")
 
     def uninstall(self) -> None:
