@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import sys
+from typing import Any
 
 import click
 
@@ -98,9 +99,6 @@ def check_command(
     Exits with the script's own exit status.
     """
     from torchdoctor.capture.options import CheckOptions
-    from torchdoctor.capture.publish import publish
-    from torchdoctor.capture.runfolder import RankInfo
-    from torchdoctor.capture.runner import check_script, internal_error
 
     try:
         options = CheckOptions(
@@ -113,21 +111,31 @@ def check_command(
             out_dir=out_dir,
             rank_timeout_s=rank_timeout,
         )
-        code, folder, record = check_script(script, list(script_args), options)
-        rank = RankInfo.from_env()
-        if rank.rank == 0:
-            try:
-                publish(folder, record, rank, options, top=top, as_json=as_json)
-            except Exception as exc:
-                if os.environ.get("TORCHDOCTOR_DEBUG"):
-                    raise
-                internal_error("while writing the report", exc)
+        code = run_check(script, list(script_args), options, top, as_json)
     except UserError as exc:
         click.echo(f"torchdoctor: error: {exc}", err=True)
         sys.exit(exc.exit_code)
-    if code == 0 and not (record.get("steps") or {}).get("count"):
-        code = EXIT_NO_STEPS
     sys.exit(code)
+
+
+def run_check(script: str, args: list[str], options: Any, top: int, as_json: bool) -> int:
+    """Watch the script, publish the report on rank 0; returns the exit status to use."""
+    from torchdoctor.capture.publish import publish
+    from torchdoctor.capture.runfolder import RankInfo
+    from torchdoctor.capture.runner import check_script, internal_error
+
+    code, folder, record = check_script(script, args, options)
+    rank = RankInfo.from_env()
+    if rank.rank == 0:
+        try:
+            publish(folder, record, rank, options, top=top, as_json=as_json)
+        except Exception as exc:
+            if os.environ.get("TORCHDOCTOR_DEBUG"):
+                raise
+            internal_error("while writing the report", exc)
+    if code == 0 and not (record.get("steps") or {}).get("count"):
+        return EXIT_NO_STEPS
+    return code
 
 
 if __name__ == "__main__":

@@ -87,42 +87,45 @@ def _measured(run: dict[str, Any]) -> int:
 
 
 # -- torch.compile ------------------------------------------------------------------------------
+def _recompile_saving_ms(run: dict[str, Any], c: dict[str, Any]) -> float:
+    late, measured = int(c.get("recompiles_in_window") or 0), _measured(run)
+    count = int((run.get("steps") or {}).get("count") or 0)
+    if late and measured:
+        return float(c["recompile_s_in_window"]) * 1e3 / measured
+    if (run.get("exit") or {}).get("status") == "completed" and count:
+        return float(c.get("recompile_s") or 0.0) * 1e3 / count  # the whole run: exact
+    return 0.0  # only during warm-up in a run we stopped: a one-time cost, not a per-step one
+
+
+def _recompile_fix(reasons: list[str]) -> str:
+    if any("size mismatch" in r or "stride mismatch" in r for r in reasons):
+        return (
+            "torch._dynamo.mark_dynamic(x, 0)  # before the first call, each varying dimension\n"
+            "# or: model = torch.compile(model, dynamic=True)\n"
+            "# or pad/bucket inputs to a few fixed sizes"
+        )
+    return (
+        "Keep the guarded values constant across steps (see the reasons), or move them out "
+        "of the compiled function"
+    )
+
+
 def recompiles(run: dict[str, Any]) -> list[Finding]:
     c = run.get("compile") or {}
     n = int(c.get("recompiles") or 0)
     if n == 0:
         return []
-    late, measured = int(c.get("recompiles_in_window") or 0), _measured(run)
-    count = int((run.get("steps") or {}).get("count") or 0)
-    if late and measured:
-        saving = c["recompile_s_in_window"] * 1e3 / measured
-    elif (run.get("exit") or {}).get("status") == "completed" and count:
-        saving = c.get("recompile_s", 0.0) * 1e3 / count  # the whole run: amortise exactly
-    else:  # only during warm-up in a run we stopped: a one-time cost, not a per-step one
-        saving = 0.0
+    late = int(c.get("recompiles_in_window") or 0)
     events = c.get("recompile_events") or []
     reasons = list(dict.fromkeys(e["reason"] for e in events if e.get("reason")))
-    sites = list(
-        dict.fromkeys(
-            f"{e['site']} ({e['function']})" for e in events if not e["site"].startswith("?")
-        )
-    )
-    shape = any("size mismatch" in r or "stride mismatch" in r for r in reasons)
-    fix = (
-        "torch._dynamo.mark_dynamic(x, 0)  # before the first call, for each varying dimension\n"
-        "# or: model = torch.compile(model, dynamic=True)\n"
-        "# or pad/bucket inputs to a few fixed sizes"
-        if shape
-        else "Keep the guarded values constant across steps (see the reasons), or move them out "
-        "of the compiled function"
-    )
+    sites = [f"{e['site']} ({e['function']})" for e in events if not e["site"].startswith("?")]
     first = reasons[0] if reasons else "see evidence"
     return [
         make(
             run,
             "recompiles",
             f"{n} recompiles ({c.get('recompile_s', 0.0):.2f} s), {late} after warm-up: {first}",
-            saving,
+            _recompile_saving_ms(run, c),
             {
                 "recompiles": n,
                 "recompile_s": c.get("recompile_s"),
@@ -130,10 +133,10 @@ def recompiles(run: dict[str, Any]) -> list[Finding]:
                 "recompile_s_after_warmup": c.get("recompile_s_in_window"),
                 "reasons": reasons[:8],
             },
-            fix,
+            _recompile_fix(reasons),
             "Each recompile stops the step to trace and compile again; a guard on a size that "
             "changes every step means the compiled code is rarely reused.",
-            sites[:8],
+            list(dict.fromkeys(sites))[:8],
             floor="warning" if late else "info",
         )
     ]
