@@ -158,3 +158,19 @@ def test_nvml_failure_is_recorded_not_raised() -> None:
     sampler.start()
     out = sampler.stop()
     assert out["samples"] == 0 and "NVML" in out["error"]
+
+
+def test_nvml_handle_by_pci_bus_id() -> None:
+    nvml = FakeNvml()
+    seen: list[str] = []
+    nvml.nvmlDeviceGetHandleByPciBusId_v2 = lambda bus: seen.append(bus) or "gpu-by-bus"  # type: ignore[attr-defined]
+    props = SimpleNamespace(total_memory=GIB, pci_domain_id=0, pci_bus_id=0x3B, pci_device_id=0)
+    cuda = SimpleNamespace(get_device_properties=lambda device: props)
+    bus = gpu_probe.pci_bus_id(cuda, 0)
+    assert bus == "00000000:3B:00.0"
+    sampler = gpu_probe.NvmlSampler(nvml, index=5, interval_s=0.01, pci_bus_id=bus)
+    sampler.start()
+    sampler.stop()
+    assert seen == ["00000000:3B:00.0"]
+    old = SimpleNamespace(get_device_properties=lambda device: SimpleNamespace(total_memory=GIB))
+    assert gpu_probe.pci_bus_id(old, 0) is None

@@ -8,11 +8,14 @@ from __future__ import annotations
 
 import os
 import sys
-from typing import Any
+from typing import TYPE_CHECKING
 
 import click
 
 from torchdoctor.errors import UserError
+
+if TYPE_CHECKING:
+    from torchdoctor.capture.options import CheckOptions
 
 EXIT_NO_STEPS = 2
 
@@ -118,7 +121,7 @@ def check_command(
     sys.exit(code)
 
 
-def run_check(script: str, args: list[str], options: Any, top: int, as_json: bool) -> int:
+def run_check(script: str, args: list[str], options: CheckOptions, top: int, as_json: bool) -> int:
     """Watch the script, publish the report on rank 0; returns the exit status to use."""
     from torchdoctor.capture.publish import publish
     from torchdoctor.capture.runfolder import RankInfo

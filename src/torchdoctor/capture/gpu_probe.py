@@ -53,9 +53,14 @@ def device_record(cuda: Any, device: int = 0) -> dict[str, Any]:
 class NvmlSampler:
     """Samples GPU utilisation and memory through NVML in a daemon thread."""
 
-    def __init__(self, pynvml: Any, index: int = 0, interval_s: float = 0.1) -> None:
+    def __init__(
+        self, pynvml: Any, index: int = 0, interval_s: float = 0.1, pci_bus_id: str | None = None
+    ) -> None:
         self.pynvml = pynvml
         self.index = index
+        self.pci_bus_id = pci_bus_id
+        """NVML numbers all GPUs while CUDA numbers the visible ones: the PCI bus id (when
+        known) names the same device to both."""
         self.interval_s = interval_s
         self.util_pct: list[int] = []
         self.mem_used_bytes: list[int] = []
@@ -67,7 +72,10 @@ class NvmlSampler:
         """Initialise NVML and start sampling; an NVML failure is recorded, not raised."""
         try:
             self.pynvml.nvmlInit()
-            handle = self.pynvml.nvmlDeviceGetHandleByIndex(self.index)
+            if self.pci_bus_id:
+                handle = self.pynvml.nvmlDeviceGetHandleByPciBusId_v2(self.pci_bus_id)
+            else:
+                handle = self.pynvml.nvmlDeviceGetHandleByIndex(self.index)
         except Exception as exc:
             self.error = f"{type(exc).__name__}: {exc}"
             return
@@ -100,6 +108,15 @@ class NvmlSampler:
             "mem_used_peak_bytes": max(self.mem_used_bytes) if self.mem_used_bytes else None,
             "error": self.error,
         }
+
+
+def pci_bus_id(cuda: Any, device: int) -> str | None:
+    """NVML's bus id string ("00000000:3B:00.0") for a CUDA device, if torch reports it."""
+    props = cuda.get_device_properties(device)
+    try:
+        return f"{props.pci_domain_id:08X}:{props.pci_bus_id:02X}:{props.pci_device_id:02X}.0"
+    except (AttributeError, TypeError, ValueError):  # older torch: no PCI fields
+        return None
 
 
 def try_import_pynvml() -> Any:

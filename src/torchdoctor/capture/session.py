@@ -57,6 +57,13 @@ class Session:
         self.syncs.install()
         self.hooks.install()
         markers.set_clock(self.clock)
+        if self.rank.rank == 0:
+            opts = self.options
+            print(
+                f"torchdoctor: watching; profiling steps {opts.warmup_steps + 1}-"
+                f"{opts.last_profiled_step} after {opts.warmup_steps} warm-up steps",
+                file=sys.stderr,
+            )
         if self.options.profile_memory and torch.cuda.is_available():
             # Allocation stacks make an OOM snapshot say which line allocated what.
             torch.cuda.memory._record_memory_history(max_entries=200_000)
@@ -83,7 +90,12 @@ class Session:
             pynvml = gpu_probe.try_import_pynvml()
             if pynvml is not None:
                 index = torch.cuda.current_device()
-                self._nvml = gpu_probe.NvmlSampler(pynvml, index, self.options.nvml_interval_s)
+                self._nvml = gpu_probe.NvmlSampler(
+                    pynvml,
+                    index,
+                    self.options.nvml_interval_s,
+                    gpu_probe.pci_bus_id(torch.cuda, index),
+                )
                 self._nvml.start()
 
     def window_step(self) -> None:
@@ -92,6 +104,10 @@ class Session:
     def window_end(self) -> None:
         self.profiler.stop()
         self._stop_gpu_sampling()
+        if self.rank.rank == 0:
+            first, last = self.clock.window_steps or (0, 0)
+            then = "continuing (--full)" if self.options.full else "stopping the script"
+            print(f"torchdoctor: steps {first}-{last} profiled; {then}", file=sys.stderr)
 
     def window_abort(self) -> None:
         self.profiler.abort()
