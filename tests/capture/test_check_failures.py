@@ -177,3 +177,20 @@ def test_ctrl_c_still_reports(tmp_path: Path) -> None:
     assert "KeyboardInterrupt" in stderr and str(prog) in stderr
     (folder,) = out.iterdir()
     assert (folder / "report.json").exists() and "interrupted" in stdout
+
+
+def test_profiler_options_reach_the_trace_and_json_output(tmp_path: Path) -> None:
+    import gzip
+    import json
+
+    prog = write(tmp_path, "for i in range(20): train_step()\n")
+    opts = ["--warmup", "2", "--steps", "2", "--shapes", "--stack", "--memory", "--json"]
+    r = check_inprocess(tmp_path / "runs", prog, opts=opts)
+    assert r.code == 0
+    assert json.loads(r.stdout)["findings"] == r.report["findings"]  # --json: the report only
+    trace = json.loads(gzip.decompress((r.folder / "trace.json.gz").read_bytes()))  # type: ignore[operator]
+    events = trace["traceEvents"]
+    assert any(e.get("name") == "[memory]" for e in events)  # --memory
+    assert any("Input Dims" in e.get("args", {}) for e in events)  # --shapes
+    assert any(e.get("cat") == "python_function" for e in events)  # --stack
+    assert r.run["options"]["record_shapes"] and r.run["options"]["profile_memory"]

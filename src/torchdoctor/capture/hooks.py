@@ -35,6 +35,10 @@ def loader_settings(loader: Any) -> dict[str, Any]:
         "dataset_len": dataset_len,
         "multiprocessing_context": None if context is None else str(context.get_start_method()),
         "cpu_count": os.cpu_count(),
+        # torchrun's processes on one node share its CPUs between their workers.
+        "cpus_per_rank": max(
+            1, (os.cpu_count() or 1) // int(os.environ.get("LOCAL_WORLD_SIZE", 1))
+        ),
     }
 
 

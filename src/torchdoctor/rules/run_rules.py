@@ -225,7 +225,7 @@ def dataloader_config(run: dict[str, Any]) -> list[Finding]:
     if not loaders or not step:
         return []
     dl = loaders[0]
-    cpus = int(dl.get("cpu_count") or 2)
+    cpus = int(dl.get("cpus_per_rank") or dl.get("cpu_count") or 2)
     workers = max(2, min(8, cpus))
     cuda = bool(run.get("gpu"))
     if wait / step < DATA_WAIT_SHARE:
