@@ -58,14 +58,20 @@ def fake_gpu(monkeypatch: pytest.MonkeyPatch) -> dict[str, list[Any]]:
             return {"gemm_share": 0.7, "gemm_share_basis": "device"}
 
     monkeypatch.setattr("torchdoctor.capture.session.WindowProfiler", FakeProfiler)
+    calls["history"] = []
+    monkeypatch.setattr(
+        torch.cuda.memory,
+        "_record_memory_history",
+        lambda enabled="all", **kw: calls["history"].append(enabled),
+    )
     return calls
 
 
 def test_window_runs_every_cuda_probe(fake_gpu: dict[str, list[Any]], tmp_path: Path) -> None:
-    session = Session(
-        CheckOptions(warmup_steps=2, profile_steps=2, full=True), tmp_path, RankInfo()
-    )
+    opts = CheckOptions(warmup_steps=2, profile_steps=2, full=True, profile_memory=True)
+    session = Session(opts, tmp_path, RankInfo())
     session.install()
+    assert fake_gpu["history"] == ["all"]  # --memory: allocation stacks for an OOM snapshot
     try:
         model = torch.nn.Linear(4, 4)
         opt = torch.optim.SGD(model.parameters(), lr=0.1)
@@ -77,6 +83,8 @@ def test_window_runs_every_cuda_probe(fake_gpu: dict[str, list[Any]], tmp_path: 
     assert fake_gpu["sync_debug"] == ["warn", 0]  # on for the window only
     assert fake_gpu["profiler"][0] == "start" and "stop" in fake_gpu["profiler"]
     rec = session.record({"status": "completed", "code": 0, "exception": None}, "t.py", [])
+    session.stop_memory_history()
+    assert fake_gpu["history"] == ["all", None]
     gpu = rec["gpu"]
     assert gpu["device"]["name"] == "NVIDIA H100" and gpu["memory"]["alloc_retries"] == 2
     assert gpu["nvml"]["error"] is None and gpu["nvml"]["samples"] >= 1

@@ -149,6 +149,7 @@ def finish_record(session: Any, outcome: Outcome, script: str, args: list[str]) 
     exc = outcome.exception
     if exc is not None and gpu_probe.is_oom(exc):
         record["oom"] = _oom(exc, session.folder)
+    session.stop_memory_history()
     outcome.exception = None  # drop the traceback: it keeps DataLoader workers alive
     record["findings"] = [f.to_dict() for f in run_findings(record)]
     return record

@@ -46,6 +46,7 @@ class Session:
         self.gpu: dict[str, Any] = {}
         self._nvml: gpu_probe.NvmlSampler | None = None
         self.started_unix_s = time.time()
+        self.memory_history = False
 
     # -- lifetime -----------------------------------------------------------------------------
     def install(self) -> None:
@@ -67,7 +68,16 @@ class Session:
         if self.options.profile_memory and torch.cuda.is_available():
             # Allocation stacks make an OOM snapshot say which line allocated what.
             torch.cuda.memory._record_memory_history(max_entries=200_000)
+            self.memory_history = True
         self.clock.begin()
+
+    def stop_memory_history(self) -> None:
+        """Stop recording allocation stacks (after any OOM snapshot has been taken)."""
+        if self.memory_history:
+            import torch
+
+            torch.cuda.memory._record_memory_history(enabled=None)
+            self.memory_history = False
 
     def uninstall(self) -> None:
         """Remove every hook (idempotent); the profiler stops if the window is still open."""
@@ -182,7 +192,6 @@ class Session:
             "syncs": self.syncs.snapshot(),
             "gpu": self.gpu or None,
             "cuda_available": bool(torch.cuda.is_available()),
-            "python": sys.version.split()[0],
         }
 
     def _op_summary(self) -> dict[str, Any] | None:
