@@ -197,6 +197,56 @@ def measure(w: Workload, rounds: int, seed: int) -> dict[str, Result]:
     return out
 
 
+def per_call_costs(repeat: int = 15, number: int = 2000) -> dict[str, float]:
+    """Microseconds per call of each piece the runtime adds to a step (median of ``repeat``)."""
+    import timeit
+
+    rt = td.Runtime(precision="fp32", device="cpu")
+    model = tiny()
+    wrapped = rt.setup(tiny())
+    x = torch.randn(2, 4)
+    batch = (x, torch.zeros(2, dtype=torch.long))
+
+    def autocast() -> None:
+        with rt.autocast():
+            pass
+
+    def median_us(fn: Callable[[], object]) -> float:
+        return statistics.median(timeit.repeat(fn, number=number, repeat=repeat)) / number * 1e6
+
+    class NoOp:
+        """Stands in for a loss and an optimizer, so only the runtime's own work is timed."""
+
+        def backward(self) -> None:
+            pass
+
+        def step(self) -> None:
+            pass
+
+        def zero_grad(self, set_to_none: bool = True) -> None:
+            pass
+
+    noop = NoOp()
+
+    def bare() -> None:
+        noop.backward()
+        noop.step()
+        noop.zero_grad()
+
+    def through_rt() -> None:
+        rt.backward(noop)  # type: ignore[arg-type]
+        rt.step(noop)  # type: ignore[arg-type]
+
+    plain, through = median_us(lambda: model(x)), median_us(lambda: wrapped(x))
+    return {
+        "model call (wrapper minus plain module)": through - plain,
+        "rt.autocast() enter+exit (fp32)": median_us(autocast),
+        "batch count (prefetcher hook)": median_us(lambda: rt._count_batch(batch)),
+        "rt.backward + rt.step bookkeeping, meter included": median_us(through_rt)
+        - median_us(bare),
+    }
+
+
 def _pct(ratio: float | None) -> str:
     return "n/a" if ratio is None else f"{100 * (ratio - 1):+.2f}%"
 
@@ -255,6 +305,9 @@ def main() -> None:
     if not all("Fabric" in r for r in results.values()):
         print("Lightning Fabric skipped: `lightning` is not installed (pip install lightning)")
     print(render(results, args.markdown))
+    costs = per_call_costs()
+    print("per-call costs (µs): " + "; ".join(f"{k} {v:.2f}" for k, v in costs.items()))
+    print(f"sum of the runtime's per-step pieces: {sum(costs.values()):.1f} µs")
     print(headline(results))
 
 
