@@ -199,3 +199,22 @@ def test_side_stream_prefetch_equals_synchronous_copy() -> None:
     for host, dev in zip(source, got, strict=True):
         assert all(t.is_cuda for t in iter_tensors(dev))
         _same(map_tensors(dev, lambda t: t.cpu()), host)
+
+
+def test_user_batch_sampler_and_sampler_are_respected() -> None:
+    from torch.utils.data import BatchSampler, SequentialSampler
+
+    rt = td.Runtime(device="cpu", num_workers=0)
+    data = list(range(10))
+    sampler = BatchSampler(SequentialSampler(data), batch_size=3, drop_last=False)
+    assert [b.tolist() for b in rt.loader(data, batch_sampler=sampler)] == [
+        [0, 1, 2],
+        [3, 4, 5],
+        [6, 7, 8],
+        [9],
+    ]
+    reverse = list(range(9, -1, -1))
+    assert [b.tolist() for b in rt.loader(data, batch_size=5, sampler=reverse)] == [
+        reverse[:5],
+        reverse[5:],
+    ]

@@ -96,11 +96,12 @@ def build_dataloader(
     """A DataLoader built from ``plan``; keywords in ``overrides`` pass straight through."""
     kwargs: dict[str, Any] = dict(overrides)
     kwargs.update(
-        batch_size=plan.batch_size,
         num_workers=plan.num_workers,
         pin_memory=plan.pin_memory,
         persistent_workers=plan.persistent_workers,
     )
+    if "batch_sampler" not in kwargs:  # DataLoader rejects batch_size next to a batch_sampler
+        kwargs["batch_size"] = plan.batch_size
     if plan.prefetch_factor is not None:
         kwargs["prefetch_factor"] = plan.prefetch_factor
     iterable = isinstance(dataset, IterableDataset)
