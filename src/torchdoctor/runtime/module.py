@@ -36,11 +36,25 @@ class RuntimeModule(nn.Module):
         # A plain attribute as well: nn.Module's __getattr__ lookup costs a Python call per step.
         self.__dict__["_run"] = forward_module
         self.__dict__["_before_call"] = on_first_call
-        self.__dict__["use_eager"] = False
+        self.__dict__["_use_eager"] = False
+        self._refresh()
+
+    def _refresh(self) -> None:
+        # The module to call directly when nothing else is pending: one check per call.
+        d = self.__dict__
+        plain = d["_before_call"] is None and not d["_use_eager"] and d["_guard"] is None
+        d["_fast"] = d["_run"] if plain else None
 
     def set_before_call(self, hook: Callable[[], None] | None) -> None:
         """Run ``hook`` once, at the start of the next call (the runtime arms its FLOP count so)."""
         self.__dict__["_before_call"] = hook
+        self._refresh()
+
+    def set_eager(self, eager: bool) -> None:
+        """Route calls to the uncompiled module (FLOP counting: a dispatch mode sees no ops
+        inside compiled kernels)."""
+        self.__dict__["_use_eager"] = eager
+        self._refresh()
 
     @property
     def module(self) -> nn.Module:
@@ -48,18 +62,20 @@ class RuntimeModule(nn.Module):
         return self._original
 
     def forward(self, *args: Any, **kwargs: Any) -> Any:
-        hook = self.__dict__["_before_call"]
+        d = self.__dict__
+        fast = d["_fast"]
+        if fast is not None:
+            return fast(*args, **kwargs)
+        hook = d["_before_call"]
         if hook is not None:
-            self.__dict__["_before_call"] = None
+            self.set_before_call(None)
             hook()
-        if self.__dict__["use_eager"]:
-            # FLOP counting runs the uncompiled module: a dispatch mode sees no ops inside
-            # compiled kernels.
-            return self.__dict__["_eager"](*args, **kwargs)
-        guard = self.__dict__["_guard"]
+        if d["_use_eager"]:
+            return d["_eager"](*args, **kwargs)
+        guard = d["_guard"]
         if guard is not None:
-            return guard(self.__dict__["_run"], args, kwargs)
-        return self.__dict__["_run"](*args, **kwargs)
+            return guard(d["_run"], args, kwargs)
+        return d["_run"](*args, **kwargs)
 
     def __getattr__(self, name: str) -> Any:
         try:

@@ -290,7 +290,7 @@ class Runtime:
             return
         for m in self._modules:
             m.set_before_call(None)
-            m.__dict__["use_eager"] = True
+            m.set_eager(True)
         self.meter.flag_step("flops")
         self._probe = FlopProbe()
         self._probe.start()
@@ -301,7 +301,7 @@ class Runtime:
         self._probe = None
         self._measure_flops = False
         for m in self._modules:
-            m.__dict__["use_eager"] = False
+            m.set_eager(False)
         if count.total:
             self.meter.flops_per_step = float(count.total)
         self.meter.flops_note = count.note
