@@ -5,6 +5,8 @@ from __future__ import annotations
 import time
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from torchdoctor.capture.clock import StepClock, StopScript
 from torchdoctor.capture.options import CheckOptions
@@ -150,3 +152,42 @@ def test_only_the_first_optimizer_counts(tmp_path: object) -> None:
         assert clock.steps == 4
     finally:
         hooks.uninstall()
+
+
+@given(
+    warmup=st.integers(0, 6),
+    profile=st.integers(1, 4),
+    full=st.booleans(),
+    sources=st.lists(st.sampled_from(["dataloader", "optimizer", "marker"]), max_size=40),
+)
+@settings(max_examples=200, deadline=None)
+def test_schedule_invariants(warmup: int, profile: int, full: bool, sources: list[str]) -> None:
+    rec = Recorder()
+    clock = StepClock(CheckOptions(warmup_steps=warmup, profile_steps=profile, full=full), rec)
+    clock.begin()
+    stopped = False
+    for source in sources:
+        try:
+            clock.tick(source)
+        except StopScript:
+            stopped = True
+            break
+    names = [e[0] for e in rec.events]
+    # a window goes idle -> open -> (closed) -> idle; steps are recorded only while open
+    state = "idle"
+    moves = {
+        ("idle", "start"): "open",
+        ("open", "end"): "closed",
+        ("open", "abort"): "idle",
+        ("closed", "abort"): "idle",
+        ("open", "step"): "open",
+    }
+    for name in names:
+        if name != "measuring":
+            state = moves[(state, name)]  # KeyError: an illegal transition
+    assert names.count("end") <= 1 + names.count("abort")
+    if stopped:
+        assert not full and clock.steps == warmup + profile and names[-1] == "end"
+    last = names[len(names) - 1 - names[::-1].index("start") :] if "start" in names else []
+    if "end" in last:  # a finished window saw its warm-up step (if any) and every profiled one
+        assert last.count("step") == profile + (1 if warmup >= 2 else 0)

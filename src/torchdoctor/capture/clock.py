@@ -110,7 +110,7 @@ class StepClock:
         # A stronger signal appeared: what was counted so far measured something else (batches,
         # not optimizer steps), so start counting again.
         self.switches.append(f"{self.source}->{source} after {len(self.step_s)} steps")
-        if self.window_opened and not self.window_closed:
+        if self.window_opened:  # even a finished window counted the wrong steps: discard it
             self._call("window_abort")
         self._call("set_measuring", False)
         self.source, self._prio = source, prio

@@ -57,6 +57,7 @@ class WindowProfiler:
             warnings.filterwarnings("ignore", message=".*won't be using warmup")
             self.prof = self._profile(profile, schedule, activities, profiler_warmup_steps)
         self._warmup = profiler_warmup_steps
+        self.stopped, self.steps_recorded = False, 0
         self.prof.start()
 
     def _profile(self, profile: Any, schedule: Any, activities: list[Any], warmup: int) -> Any:
