@@ -31,15 +31,20 @@ class StopScript(BaseException):
 class WindowListener(Protocol):
     """What the clock drives: the profiler and the per-step recorders."""
 
-    def window_start(self, profiler_warmup_steps: int) -> None: ...
+    def window_start(self, profiler_warmup_steps: int) -> None:
+        """Start profiling; the profiler's own warm-up lasts that many steps."""
 
-    def window_step(self) -> None: ...
+    def window_step(self) -> None:
+        """One step ended inside the window."""
 
-    def window_end(self) -> None: ...
+    def window_end(self) -> None:
+        """The last profiled step ended."""
 
-    def window_abort(self) -> None: ...
+    def window_abort(self) -> None:
+        """Discard the window (the step signal changed)."""
 
-    def set_measuring(self, on: bool) -> None: ...
+    def set_measuring(self, on: bool) -> None:
+        """Steps after the warm-up begin (on) or counting restarts (off)."""
 
 
 class StepClock:

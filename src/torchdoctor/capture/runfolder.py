@@ -45,6 +45,7 @@ class RankInfo:
 
     @property
     def distributed(self) -> bool:
+        """True under torchrun with more than one process."""
         return self.world_size > 1
 
 

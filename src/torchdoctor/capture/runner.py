@@ -42,6 +42,7 @@ class Outcome:
     exception: BaseException | None = None
 
     def to_dict(self) -> dict[str, Any]:
+        """Plain data for ``run.json``: status, exit code and the exception as one line."""
         exc = self.exception
         return {
             "status": self.status,

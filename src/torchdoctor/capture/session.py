@@ -91,6 +91,7 @@ class Session:
 
     # -- WindowListener -----------------------------------------------------------------------
     def window_start(self, profiler_warmup_steps: int) -> None:
+        """Start the profiler, read the backend flags, and on CUDA the sync debug mode and NVML."""
         self.profiler.start(profiler_warmup_steps)
         self.config.note_window()
         if _cuda_in_use():
@@ -109,9 +110,11 @@ class Session:
                 self._nvml.start()
 
     def window_step(self) -> None:
+        """Mark a step boundary in the trace."""
         self.profiler.step()
 
     def window_end(self) -> None:
+        """Stop the profiler and the GPU probes; say what happens next."""
         self.profiler.stop()
         self._stop_gpu_sampling()
         if self.rank.rank == 0:
@@ -120,10 +123,12 @@ class Session:
             print(f"torchdoctor: steps {first}-{last} profiled; {then}", file=sys.stderr)
 
     def window_abort(self) -> None:
+        """Discard the profiler's recording and stop the GPU probes."""
         self.profiler.abort()
         self._stop_gpu_sampling()
 
     def set_measuring(self, on: bool) -> None:
+        """Record host syncs and copies only during the measured steps."""
         self.syncs.measuring = on
         if on:
             self.measure_start_unix_s = time.time()

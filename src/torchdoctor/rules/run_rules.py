@@ -111,6 +111,7 @@ def _recompile_fix(reasons: list[str]) -> str:
 
 
 def recompiles(run: dict[str, Any]) -> list[Finding]:
+    """Recompiles; saving (ms/step): recompile time in the measured steps per measured step."""
     c = run.get("compile") or {}
     n = int(c.get("recompiles") or 0)
     if n == 0:
@@ -143,6 +144,7 @@ def recompiles(run: dict[str, Any]) -> list[Finding]:
 
 
 def recompile_limit(run: dict[str, Any]) -> list[Finding]:
+    """The recompile limit was hit (the function now runs eager); saving unknown (0 ms)."""
     hits = (run.get("compile") or {}).get("recompile_limit_hits") or []
     if not hits:
         return []
@@ -165,6 +167,7 @@ def recompile_limit(run: dict[str, Any]) -> list[Finding]:
 
 
 def graph_breaks(run: dict[str, Any]) -> list[Finding]:
+    """Graph breaks with user lines; saving (ms/step): GRAPH_BREAK_SHARE of the step each."""
     breaks = (run.get("compile") or {}).get("graph_breaks") or []
     if not breaks:
         return []
@@ -191,6 +194,7 @@ def graph_breaks(run: dict[str, Any]) -> list[Finding]:
 
 
 def compile_not_repaid(run: dict[str, Any]) -> list[Finding]:
+    """Compile time above the whole run's step time; saving (ms/step): compile per step - step."""
     c, steps = run.get("compile") or {}, run.get("steps") or {}
     compile_ms = float(c.get("compile_s") or 0.0) * 1e3
     ran_to_end = (run.get("exit") or {}).get("status") == "completed"
@@ -219,6 +223,7 @@ def compile_not_repaid(run: dict[str, Any]) -> list[Finding]:
 
 # -- input pipeline and copies ------------------------------------------------------------------
 def dataloader_config(run: dict[str, Any]) -> list[Finding]:
+    """DataLoader settings when batches keep the step waiting; saving (ms/step): the data wait."""
     cfg, steps = run.get("config") or {}, run.get("steps") or {}
     loaders = [d for d in cfg.get("dataloaders") or [] if "num_workers" in d]
     step, wait = _step_ms(run), float(steps.get("mean_data_wait_ms") or 0.0)
@@ -271,6 +276,7 @@ def _pin_memory_only(run: dict[str, Any], dl: dict[str, Any]) -> Finding:
 
 
 def unpinned_non_blocking(run: dict[str, Any]) -> list[Finding]:
+    """non_blocking copies from pageable memory; saving (ms/step): bytes at PAGEABLE_GBPS."""
     rows = (run.get("syncs") or {}).get("unpinned_non_blocking") or []
     if not rows:
         return []
@@ -295,6 +301,7 @@ def unpinned_non_blocking(run: dict[str, Any]) -> list[Finding]:
 
 
 def host_syncs(run: dict[str, Any]) -> list[Finding]:
+    """Per-step host syncs at user lines; saving (ms/step): time blocked inside them."""
     s = run.get("syncs") or {}
     rows, debug = s.get("host_syncs") or [], s.get("sync_debug") or []
     measured = _measured(run)
@@ -338,6 +345,7 @@ def _autocast_dtypes(run: dict[str, Any]) -> set[str]:
 
 
 def amp_rules(run: dict[str, Any]) -> list[Finding]:
+    """fp16 autocast without GradScaler, GradScaler with bf16 (correctness: 0 ms saving)."""
     cfg = run.get("config") or {}
     dtypes = _autocast_dtypes(run)
     scaler = any(s.get("enabled") for s in cfg.get("grad_scalers") or [])
@@ -375,6 +383,7 @@ def amp_rules(run: dict[str, Any]) -> list[Finding]:
 
 
 def precision_rules(run: dict[str, Any]) -> list[Finding]:
+    """fp32 GEMMs on an sm80+ GPU, TF32 off; saving (ms/step): half the GEMM time."""
     dev = (run.get("gpu") or {}).get("device") or {}
     ops = run.get("ops") or {}
     gemm = float(ops.get("gemm_share") or 0.0) if ops.get("gemm_share_basis") == "device" else 0.0
@@ -413,6 +422,7 @@ def precision_rules(run: dict[str, Any]) -> list[Finding]:
 
 # -- parallelism, memory, overhead --------------------------------------------------------------
 def data_parallel(run: dict[str, Any]) -> list[Finding]:
+    """nn.DataParallel in use; saving (ms/step): DATA_PARALLEL_SHARE of the step."""
     dp = (run.get("config") or {}).get("data_parallel") or []
     if not dp:
         return []
@@ -433,6 +443,7 @@ def data_parallel(run: dict[str, Any]) -> list[Finding]:
 
 
 def memory_rules(run: dict[str, Any]) -> list[Finding]:
+    """Allocator fragmentation (retries, reserved far above allocated); saving not measured."""
     mem = (run.get("gpu") or {}).get("memory") or {}
     if not mem.get("peak_reserved_bytes"):
         return []
@@ -458,6 +469,7 @@ def memory_rules(run: dict[str, Any]) -> list[Finding]:
 
 
 def out_of_memory(run: dict[str, Any]) -> list[Finding]:
+    """Out-of-memory: what filled the memory (model state vs activations vs unused cache)."""
     oom = run.get("oom")
     if not oom:
         return []
@@ -494,6 +506,7 @@ def out_of_memory(run: dict[str, Any]) -> list[Finding]:
 
 
 def tiny_ops(run: dict[str, Any]) -> list[Finding]:
+    """CPU steps made of hundreds of tiny ops; saving (ms/step): TINY_OP_SAVING of their overhead."""
     ops, step = run.get("ops") or {}, _step_ms(run)
     if ops.get("gemm_share_basis") != "cpu" or not step:
         return []
