@@ -17,7 +17,7 @@ from torchdoctor.trace.load import find_rank_files, load_trace
 
 LABELS = {
     "data-loading-bound": "data loading",
-    "host-bound": "launch overhead (host bound)",
+    "host-bound": "host overhead (the GPU waits for launches)",
     "sync-stalls": "synchronisation stalls",
     "pageable-h2d-copies": "pageable host-to-device copies",
     "synchronous-copies": "synchronous copies",
