@@ -17,7 +17,7 @@ from torchdoctor.trace.load import find_rank_files, load_trace
 
 LABELS = {
     "data-loading-bound": "data loading",
-    "host-bound": "host overhead (the GPU waits for launches)",
+    "host-bound": "launch overhead",
     "sync-stalls": "synchronisation stalls",
     "pageable-h2d-copies": "pageable host-to-device copies",
     "synchronous-copies": "synchronous copies",
@@ -26,7 +26,7 @@ LABELS = {
     "low-gpu-utilization": "low GPU utilisation",
     "straggler-rank": "a straggler rank",
     "recompiles": "recompiles",
-    "recompile-limit-hit": "the recompile limit (fell back to eager)",
+    "recompile-limit-hit": "the recompile limit",
     "graph-breaks": "graph breaks",
     "compile-not-repaid": "compile time not repaid",
     "dataloader-config": "data loading (DataLoader settings)",
