@@ -194,3 +194,14 @@ def test_profiler_options_reach_the_trace_and_json_output(tmp_path: Path) -> Non
     assert any("Input Dims" in e.get("args", {}) for e in events)  # --shapes
     assert any(e.get("cat") == "python_function" for e in events)  # --stack
     assert r.run["options"]["record_shapes"] and r.run["options"]["profile_memory"]
+
+
+def test_script_with_its_own_profiler_still_gets_a_report(tmp_path: Path) -> None:
+    prog = write(
+        tmp_path,
+        "with torch.profiler.profile():\n    for i in range(20): train_step()\n",
+    )
+    r = check_inprocess(tmp_path / "runs", prog)
+    assert r.code == 0 and r.run["steps"]["count"] == 6
+    # one profiling session per process: ours wins, or says why it could not run
+    assert r.run["trace"] or "profiling problem" in r.stdout

@@ -162,6 +162,8 @@ def summary_text(
             f"torch.compile: {c['compiles']} compiles ({c['compile_s']:.2f} s), "
             f"{c['recompiles']} recompiles, {len(c.get('graph_breaks') or [])} graph break sites\n"
         )
+    for err in steps.get("clock_errors") or []:  # e.g. the script runs its own profiler
+        w(f"profiling problem: {err}\n")
     if doc.get("analysis_unavailable"):
         w(f"trace analysis: {doc['analysis_unavailable']}\n")
     if with_findings:
