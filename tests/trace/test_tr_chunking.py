@@ -41,6 +41,7 @@ def test_cuts_inside_strings_and_nested_objects(
     chunk: int, workers: bool, indent: int | None, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setattr(reader, "CHUNK_BYTES", chunk)
+    monkeypatch.setenv(parallel.ENV_PARALLEL, "1")  # a worker even on a busy machine
     doc = {"schemaVersion": 1, "traceEvents": EVENTS, "traceName": "a]b", "x": [{"y": "]"}]}
     path = _write(tmp_path / "t.json.gz", json.dumps(doc, indent=indent), gz=True)
     table = load_trace(path, parallel=workers)
@@ -101,7 +102,7 @@ PARENT = os.getpid()
 
 
 def test_worker_death_falls_back_to_the_main_process(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(parallel, "parallel_available", lambda: True)
+    monkeypatch.setenv(parallel.ENV_PARALLEL, "1")
     chunks = [bytearray(b"[%d]" % i) for i in range(10)]
     out = list(parallel.ordered_map(_double, chunks))
     assert [bytes(c) for c, _ in out] == [bytes(c) for c in chunks]
@@ -109,7 +110,7 @@ def test_worker_death_falls_back_to_the_main_process(monkeypatch: pytest.MonkeyP
 
 
 def test_stopping_early_reaps_the_worker(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(parallel, "parallel_available", lambda: True)
+    monkeypatch.setenv(parallel.ENV_PARALLEL, "1")
     gen = parallel.ordered_map(_double, (bytearray(b"[%d]" % i) for i in range(100)))
     assert next(gen)[1] == 0
     gen.close()  # a TraceError in the consumer closes the generator the same way

@@ -11,7 +11,7 @@ import pytest
 
 from tests.conftest import TRACES
 from tests.trace.tr_reference import assert_matches, kind_counts, memory_count, read_events
-from torchdoctor.trace import reader
+from torchdoctor.trace import parallel, reader
 from torchdoctor.trace.kinds import Kind
 from torchdoctor.trace.load import load_trace
 
@@ -70,6 +70,7 @@ def test_plain_json_and_gzip_and_worker_give_the_same_table(
     with gzip.open(src) as fin, plain.open("wb") as fout:
         shutil.copyfileobj(fin, fout)
     monkeypatch.setattr(reader, "CHUNK_BYTES", 1 << 20)  # many chunks: both processes get work
+    monkeypatch.setenv(parallel.ENV_PARALLEL, "1")  # a worker even on a busy machine
     serial = load_trace(src, parallel=False)
     for other in (load_trace(src, parallel=True), load_trace(plain, parallel=True)):
         for field in ("ts", "dur", "kind", "name", "pid", "tid", "corr", "ext_id", "stream"):

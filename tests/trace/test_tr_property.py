@@ -18,6 +18,7 @@ from tests.trace.tr_reference import assert_matches, memory_count
 from torchdoctor.errors import TraceError
 from torchdoctor.trace import reader
 from torchdoctor.trace.load import load_trace
+from torchdoctor.trace.parallel import ENV_PARALLEL
 
 # Text that looks like JSON structure to a byte search, plus ordinary text.
 TRICKY = st.sampled_from(['},{"ph": "X"}', "}, {", "]", "[", '\\"', "traceEvents", "[memory]", ""])
@@ -76,6 +77,8 @@ def trace_text(draw: st.DrawFn, events: list[Any]) -> str:
 def _load(data: bytes, gz: bool, chunk: int, parallel: bool) -> Any:
     old = reader.CHUNK_BYTES
     reader.CHUNK_BYTES = chunk
+    # parallel=True must really fork a worker, even on a busy machine
+    os.environ[ENV_PARALLEL] = "1" if parallel else "0"
     fd, name = tempfile.mkstemp(suffix=".json.gz" if gz else ".json")
     try:
         with os.fdopen(fd, "wb") as fh:
@@ -83,6 +86,7 @@ def _load(data: bytes, gz: bool, chunk: int, parallel: bool) -> Any:
         return load_trace(Path(name), parallel=parallel)
     finally:
         reader.CHUNK_BYTES = old
+        os.environ.pop(ENV_PARALLEL, None)
         os.unlink(name)
 
 

@@ -22,18 +22,30 @@ _HEADER_BYTES = 8  # each message is preceded by its length, little-endian
 _PENDING = object()
 _FAILED = object()
 ENV_PARALLEL = "TORCHDOCTOR_PARALLEL_LOAD"
-"""Set to 0 to load traces in one process (the default uses a worker where it can)."""
+"""0: load traces in one process; 1: always use a worker (where fork exists); unset: decide."""
 
 
 def parallel_available() -> bool:
-    """Whether a forked worker can help: fork exists, 2+ CPUs, and not switched off."""
-    if os.environ.get(ENV_PARALLEL, "1") == "0" or not hasattr(os, "fork"):
+    """Whether a forked worker can help: fork exists, not switched off, and a CPU is idle.
+
+    A worker adds about 15% CPU (sending chunks, pickling columns back), which pays off only
+    when it runs on a core of its own; on a machine whose run queue already fills every core
+    (1-minute load average) it would only slow the load down.
+    """
+    choice = os.environ.get(ENV_PARALLEL, "")
+    if choice == "0" or not hasattr(os, "fork"):
         return False
+    if choice == "1":
+        return True
     try:
         cpus = len(os.sched_getaffinity(0))
     except AttributeError:  # pragma: no cover - macOS has no sched_getaffinity
         cpus = os.cpu_count() or 1
-    return cpus >= 2
+    try:
+        busy = os.getloadavg()[0]
+    except OSError:  # pragma: no cover - no load average on this platform
+        busy = 0.0
+    return cpus >= 2 and busy < cpus - 0.5
 
 
 def ordered_map(
