@@ -129,7 +129,17 @@ def _pcts(d: dict[str, Any]) -> str:
 
 
 def _report(traces: list[Path], series: dict[tuple[Path, str], Series]) -> None:
-    header = ["trace", "td s", "(range)", "load s", "HTA s", "(range)", "speedup"]
+    header = [
+        "trace",
+        "td s",
+        "(range)",
+        "load s",
+        "HTA s",
+        "(range)",
+        "speedup",
+        "td cpu",
+        "HTA cpu",
+    ]
     header += ["td MiB", "HTA MiB", "mem", "HTA idle/comp/non-comp %", "td idle/comp/non-comp %"]
     rows = []
     for trace in traces:
@@ -146,6 +156,8 @@ def _report(traces: list[Path], series: dict[tuple[Path, str], Series]) -> None:
                 fmt(hta_wall) if hta is None or hta.ok else hta.failure()[:30],
                 hta.spread() if hta else "-",
                 ratio(hta_wall, td.median_wall()),
+                fmt(td.median_cpu()),
+                fmt(hta.median_cpu() if hta else None),
                 fmt(td.median_peak(), ".0f"),
                 fmt(hta_peak, ".0f"),
                 ratio(hta_peak, td.median_peak()),
@@ -168,7 +180,8 @@ def _headline(traces: list[Path], series: dict[tuple[Path, str], Series]) -> Non
     print(
         f"headline {HEADLINE}: torchdoctor analyze {fmt(td.median_wall())} s "
         f"(load only {fmt(load.median_wall())} s) vs HTA {fmt(hta.median_wall())} s = "
-        f"{ratio(hta.median_wall(), td.median_wall())} faster; peak "
+        f"{ratio(hta.median_wall(), td.median_wall())} faster (CPU {fmt(td.median_cpu())} vs "
+        f"{fmt(hta.median_cpu())} s = {ratio(hta.median_cpu(), td.median_cpu())}); peak "
         f"{fmt(td.median_peak(), '.0f')} vs {fmt(hta.median_peak(), '.0f')} MiB = "
         f"{ratio(hta.median_peak(), td.median_peak())} less memory"
     )

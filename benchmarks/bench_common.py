@@ -52,9 +52,11 @@ print("BENCH_RESULT", len(table), len(find_steps(table)))
 
 @dataclass
 class Run:
-    """One child process: wall seconds, peak RSS in MiB, exit status, what it printed."""
+    """One child process: wall seconds, CPU seconds (user + system, its children included),
+    peak RSS in MiB, exit status, what it printed."""
 
     wall_s: float
+    cpu_s: float
     peak_mib: float
     status: int
     stdout: str
@@ -73,11 +75,13 @@ def run_child(cmd: list[str], timeout_s: float, preexec: Callable[[], None] | No
         wall = time.perf_counter() - start
         out.seek(0)
         err.seek(0)
-        return Run(wall, usage / 1024, status, out.read().decode(), err.read().decode())
+        cpu = usage.ru_utime + usage.ru_stime
+        peak = usage.ru_maxrss / 1024
+        return Run(wall, cpu, peak, status, out.read().decode(), err.read().decode())
 
 
-def _wait(proc: subprocess.Popen[bytes], timeout_s: float) -> tuple[int, int]:
-    """(exit status, peak RSS in KiB) of the child; -9 when it ran past ``timeout_s``."""
+def _wait(proc: subprocess.Popen[bytes], timeout_s: float) -> tuple[int, Any]:
+    """(exit status, resource usage) of the child; status -9 when it ran past ``timeout_s``."""
     # A blocking wait4 returns the moment the child exits (no polling delay in the timing);
     # a timer kills it if it runs past the limit.
     timer = threading.Timer(timeout_s, proc.kill)
@@ -87,7 +91,7 @@ def _wait(proc: subprocess.Popen[bytes], timeout_s: float) -> tuple[int, int]:
     finally:
         timer.cancel()
     proc.returncode = os.waitstatus_to_exitcode(status)
-    return proc.returncode, usage.ru_maxrss
+    return proc.returncode, usage
 
 
 def result_line(text: str) -> Any:
@@ -151,6 +155,10 @@ class Series:
         """Min-max of the wall times, to show how noisy the machine was."""
         ok = self.ok
         return f"{min(r.wall_s for r in ok):.2f}-{max(r.wall_s for r in ok):.2f}" if ok else "-"
+
+    def median_cpu(self) -> float | None:
+        ok = self.ok
+        return statistics.median(r.cpu_s for r in ok) if ok else None
 
     def median_peak(self) -> float | None:
         ok = self.ok

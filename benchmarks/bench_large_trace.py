@@ -185,10 +185,16 @@ def _outcome(run: Run, limit_note: str) -> str:
 
 def _report(runs: dict[str, Run], size_gb: float) -> None:
     rows = [
-        [name, fmt(r.wall_s, ".1f"), fmt(r.peak_mib, ".0f"), _outcome(r, "time limit")]
+        [
+            name,
+            fmt(r.wall_s, ".1f"),
+            fmt(r.cpu_s, ".1f"),
+            fmt(r.peak_mib, ".0f"),
+            _outcome(r, "limit"),
+        ]
         for name, r in runs.items()
     ]
-    print_table(["tool", "wall s", "peak MiB", "outcome"], rows)
+    print_table(["tool", "wall s", "cpu s", "peak MiB", "outcome"], rows)
     td = runs["torchdoctor analyze"]
     hta = runs.get("HTA")
     line = (
