@@ -159,7 +159,8 @@ def test_ctrl_c_still_reports(tmp_path: Path) -> None:
         "    if i == 1: print('ready', flush=True)\n",
     )
     out = tmp_path / "runs"
-    cmd = [sys.executable, "-m", "torchdoctor", "check", "--warmup", "50", "--out", str(out)]
+    # a warm-up longer than the loop: only the signal can end this run
+    cmd = [sys.executable, "-m", "torchdoctor", "check", "--warmup", "5000", "--out", str(out)]
     proc = subprocess.Popen(
         [*cmd, str(prog)],
         cwd=REPO,
@@ -172,7 +173,10 @@ def test_ctrl_c_still_reports(tmp_path: Path) -> None:
     assert proc.stdout.readline().strip() == "ready"
     time.sleep(0.3)
     proc.send_signal(signal.SIGINT)
-    stdout, stderr = proc.communicate(timeout=60)
+    try:
+        stdout, stderr = proc.communicate(timeout=150)
+    finally:
+        proc.kill()
     assert proc.returncode == 130
     assert "KeyboardInterrupt" in stderr and str(prog) in stderr
     (folder,) = out.iterdir()
