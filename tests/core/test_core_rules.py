@@ -97,3 +97,35 @@ def test_a_healthy_synthetic_trace_has_no_warnings(tmp_path: Path) -> None:
     report = analyze_path(write_trace(tmp_path / "ok.json", ev))
     assert [f for f in report.findings if f.severity != "info"] == []
     assert "No bottleneck" in report.verdict
+
+
+def _ops_trace(tmp_path: Path, names: list[str]) -> Path:
+    ev: list[dict[str, object]] = [
+        {
+            "ph": "X",
+            "cat": "user_annotation",
+            "name": "ProfilerStep#1",
+            "pid": 100,
+            "tid": 100,
+            "ts": 0,
+            "dur": 1000,
+        },
+        *launched("volta_h884gemm_128x128", 1, 10, 900, corr=1),
+    ]
+    for i, n in enumerate(names):
+        ev.append(
+            {"ph": "X", "cat": "cpu_op", "name": n, "pid": 100, "tid": 100, "ts": 2 + i, "dur": 1}
+        )
+    return write_trace(tmp_path / "ops.json", ev)
+
+
+def test_data_parallel_found_from_its_ops(tmp_path: Path) -> None:
+    report = analyze_path(_ops_trace(tmp_path, ["DataParallel.forward", "ReduceAddCoalesced"]))
+    f = next(f for f in report.findings if f.id == "data-parallel")
+    assert f.evidence["data_parallel_ops"] == {"DataParallel.forward": 1, "ReduceAddCoalesced": 1}
+
+
+def test_ddp_is_not_mistaken_for_data_parallel(tmp_path: Path) -> None:
+    names = ["DistributedDataParallel.forward", "nn.Module: DistributedDataParallel"]
+    report = analyze_path(_ops_trace(tmp_path, names))
+    assert "data-parallel" not in [f.id for f in report.findings]

@@ -310,14 +310,13 @@ def data_parallel(a: TraceAnalysis) -> Finding | None:
 
 
 def _is_data_parallel_op(name: str) -> bool:
-    return any(
-        k in name
-        for k in (
-            "torch/nn/parallel/data_parallel.py",
-            "DataParallel",
-            "ReduceAddCoalesced",
-            "BroadcastBackward",
-        )
+    """Names only nn.DataParallel produces (DistributedDataParallel's contain "Distributed")."""
+    if "Distributed" in name:
+        return False
+    return (
+        name in ("DataParallel.forward", "nn.Module: DataParallel")
+        or "nn/parallel/data_parallel.py" in name
+        or any(k in name for k in ("ReduceAddCoalesced", "BroadcastBackward", "Gather.apply"))
     )
 
 
