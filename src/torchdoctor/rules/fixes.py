@@ -84,3 +84,24 @@ FIXES: dict[str, tuple[str, str, str]] = {
         "Collectives wait for the slowest rank, so every rank runs at its speed.",
     ),
 }
+
+
+RUN_DOCS: dict[str, str] = {
+    "recompiles": f"{DOCS}/torch.compiler_troubleshooting.html",
+    "recompile-limit-hit": f"{DOCS}/torch.compiler_troubleshooting.html",
+    "graph-breaks": f"{DOCS}/torch.compiler_troubleshooting.html",
+    "compile-not-repaid": f"{DOCS}/generated/torch.compile.html",
+    "dataloader-config": f"{DOCS}/data.html#multi-process-data-loading",
+    "data-loading-bound": f"{DOCS}/data.html#multi-process-data-loading",
+    "unpinned-non-blocking": f"{DOCS}/notes/cuda.html#use-pinned-memory-buffers",
+    "fp16-without-grad-scaler": f"{DOCS}/notes/amp_examples.html",
+    "grad-scaler-with-bf16": f"{DOCS}/notes/amp_examples.html",
+    "fp32-on-bf16-gpu": f"{DOCS}/amp.html",
+    "tf32-off": f"{DOCS}/notes/cuda.html#tensorfloat-32-tf32-on-ampere-and-later-devices",
+    "host-syncs-in-step": f"{DOCS}/generated/torch.cuda.set_sync_debug_mode.html",
+    "memory-fragmentation": f"{DOCS}/notes/cuda.html#optimizing-memory-usage-with-pytorch-cuda-alloc-conf",
+    "out-of-memory": f"{DOCS}/torch_cuda_memory.html",
+    "host-bound": f"{DOCS}/generated/torch.compile.html",
+    "data-parallel": f"{DOCS}/notes/ddp.html",
+}
+"""Documentation for run-level findings (torchdoctor check), by finding id."""

@@ -11,8 +11,8 @@ from collections.abc import Callable
 from typing import Any
 
 from torchdoctor.rules.finding import Finding, FindingId, Severity, rank_findings
+from torchdoctor.rules.fixes import DOCS, RUN_DOCS
 
-DOCS = "https://github.com/torchdoctor/torchdoctor/blob/main/docs/check.md"
 CRITICAL_SHARE = 0.25
 """A finding costing a quarter of the step or more is critical."""
 WARNING_SHARE = 0.05
@@ -77,7 +77,7 @@ def make(
         evidence={"mean_step_ms": step, **evidence},
         fix=fix,
         explanation=explanation,
-        doc_url=f"{DOCS}#{fid}",
+        doc_url=RUN_DOCS.get(fid, f"{DOCS}/index.html"),
         where=where or [],
     )
 
