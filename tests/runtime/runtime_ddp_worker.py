@@ -45,7 +45,13 @@ class Counter(logging.Handler):
 
 
 def train(accumulation: int, steps: int) -> tuple[list[list[float]], int, td.Runtime]:
-    rt = td.Runtime(precision="fp32", device="cpu", num_workers=0, grad_accumulation=accumulation)
+    rt = td.Runtime(
+        precision="fp32",
+        device="cpu",
+        num_workers=0,
+        grad_accumulation=accumulation,
+        ddp_bucket_cap_mb=1.0 + accumulation,
+    )
     net = model()
     net, opt = rt.setup(net, torch.optim.SGD(net.parameters(), lr=0.5))
     calls = [0]
@@ -58,6 +64,7 @@ def train(accumulation: int, steps: int) -> tuple[list[list[float]], int, td.Run
         return allreduce_hook(None, bucket)
 
     net._forward_module.register_comm_hook(None, counting_allreduce)
+    RESULT[f"bucket_bytes_cap_{accumulation}"] = net._forward_module.bucket_bytes_cap
     loader = rt.loader(dataset(), batch_size=4, shuffle=False)
     for i, (x, y) in enumerate(loader):
         if i == steps * accumulation:

@@ -61,6 +61,11 @@ def test_process_group_and_rank_zero_logging(ranks: list[dict[str, object]]) -> 
     assert {r["backend"] for r in ranks} == {"gloo"} and all(r["created_here"] for r in ranks)
     assert ranks[0]["log_records"] > 0 and ranks[1]["log_records"] == 0  # type: ignore[operator]
     assert all(r["group_destroyed_at_exit"] for r in ranks)
+    # ddp_bucket_cap_mb reaches DDP (set to 1 + accumulation in the two runs).
+    assert (ranks[0]["bucket_bytes_cap_1"], ranks[0]["bucket_bytes_cap_2"]) == (
+        2 * 2**20,
+        3 * 2**20,
+    )
 
 
 @pytest.mark.slow
