@@ -55,7 +55,8 @@ def _spec(name: str, cc: tuple[int, int], **tflops: float) -> GpuSpec:
 
 # Sources: NVIDIA datasheets (V100 r5, T4, A10, A40, A100 r4, L4, L40S, H100 / H200 / GH200
 # Tensor Core, HGX B200). Sparse figures are halved. AWS publishes no A10G datasheet; the A10
-# figures are the closest published ones and are used for it.
+# figures are the closest published ones and are used for it. The HGX B200 datasheet gives no
+# plain fp32 rate; 80 TFLOP/s is the commonly quoted figure and is the least certain entry here.
 _VOLTA_SXM = _spec("V100 SXM2", (7, 0), fp32=15.7, fp16=125)
 _HOPPER_SXM = dict(fp32=66.9, tf32=494.7, bf16=989.4, fp16=989.4, fp8=1978.9)
 # The H100 NVL / H200 NVL datasheets give per-GPU sparse rates of 835 (tf32), 1671 (bf16),
