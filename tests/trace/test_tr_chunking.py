@@ -111,8 +111,17 @@ def test_worker_death_falls_back_to_the_main_process(monkeypatch: pytest.MonkeyP
 
 def test_stopping_early_reaps_the_worker(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv(parallel.ENV_PARALLEL, "1")
+    workers: list[Any] = []
+    enter = parallel._Worker.__enter__
+
+    def record(self: Any) -> Any:
+        workers.append(enter(self))
+        return workers[-1]
+
+    monkeypatch.setattr(parallel._Worker, "__enter__", record)
     gen = parallel.ordered_map(_double, (bytearray(b"[%d]" % i) for i in range(100)))
     assert next(gen)[1] == 0
     gen.close()  # a TraceError in the consumer closes the generator the same way
+    assert len(workers) == 1
     with pytest.raises(ChildProcessError):
-        os.waitpid(-1, os.WNOHANG)  # no child left behind, not even a zombie
+        os.waitpid(workers[0].pid, os.WNOHANG)  # already reaped: not even a zombie is left

@@ -128,8 +128,7 @@ def expected_rows(events: list[Any]) -> tuple[list[dict[str, Any]], int, int]:
             if row["device"] < 0:
                 pid = row["pid"]
                 row["device"] = pid if isinstance(pid, int) and 0 <= pid < 64 else 0
-        # The table stores streams as int32 and devices as int16 (CUDA's "all streams"
-        # 4294967295 reads back as -1).
+        # int32 streams, int16 devices in the table (CUDA's 4294967295 reads back as -1)
         if not -(2**31) <= row["stream"] < 2**31 or not -(2**15) <= row["device"] < 2**15:
             row["stream"], row["device"] = wrap(row["stream"], 32), wrap(row["device"], 16)
         rows.append(row)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import re
 from collections.abc import Iterator
 from pathlib import Path
@@ -114,24 +115,25 @@ def _chunk_columns(p: Path, stats: ReadStats, parallel: bool) -> Iterator[ChunkC
     trailing characters holds the array's true end; any other syntax error is in the file.
     """
     carry: bytearray | None = None  # a chunk that ended inside an event, waiting for the next
-    results = ordered_map(chunk_columns, iter_json_chunks(p, stats), parallel)
-    for raw, result in results:
-        chunk = raw
-        if carry is not None:
-            chunk, carry = join_chunks(carry, raw), None
-            result = chunk_columns(chunk)
-        if isinstance(result, ChunkColumns):
-            yield result
-        elif result.trailing_at >= 0:
-            end = chunk.rfind(b"]", 0, result.trailing_at) + 1  # the array's true end
-            yield _decoded(p, chunk[:end])
-            rest = bytes(chunk[end:-1]) + _text_after(raw, results, stats)
-            stats.tail_keys = footer_keys(rest, stats.is_array)
-            break
-        elif result.truncated:
-            carry = chunk
-        else:
-            raise TraceError(f"{p}: invalid JSON in traceEvents: {_reason(result)}")
+    # closing(): on an error the worker is stopped now, not when the traceback is collected
+    with contextlib.closing(ordered_map(chunk_columns, iter_json_chunks(p, stats), parallel)) as rs:
+        for raw, result in rs:
+            chunk = raw
+            if carry is not None:
+                chunk, carry = join_chunks(carry, raw), None
+                result = chunk_columns(chunk)
+            if isinstance(result, ChunkColumns):
+                yield result
+            elif result.trailing_at >= 0:
+                end = chunk.rfind(b"]", 0, result.trailing_at) + 1  # the array's true end
+                yield _decoded(p, chunk[:end])
+                rest = bytes(chunk[end:-1]) + _text_after(raw, rs, stats)
+                stats.tail_keys = footer_keys(rest, stats.is_array)
+                break
+            elif result.truncated:
+                carry = chunk
+            else:
+                raise TraceError(f"{p}: invalid JSON in traceEvents: {_reason(result)}")
     if carry is not None or stats.tail_keys is None:
         raise TraceError(f"{p}: truncated or invalid JSON in traceEvents")
     stats.top_level.update(stats.tail_keys)

@@ -14,7 +14,7 @@ import contextlib
 import itertools
 import os
 from collections import deque
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Generator, Iterable, Iterator
 from typing import Any
 
 _IN_FLIGHT = 2
@@ -50,7 +50,7 @@ def parallel_available() -> bool:
 
 def ordered_map(
     fn: Callable[[bytearray], Any], chunks: Iterable[bytearray], parallel: bool = True
-) -> Iterator[tuple[bytearray, Any]]:
+) -> Generator[tuple[bytearray, Any], None, None]:
     """Yield ``(chunk, fn(chunk))`` in input order; a worker is forked at the second chunk."""
     it = iter(chunks)
     head = list(itertools.islice(it, 2))

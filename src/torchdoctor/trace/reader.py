@@ -117,15 +117,7 @@ def _make_reader(fh: IO[bytes], path: Path, stats: ReadStats) -> Callable[[], by
 
 def _seek_events(read: Callable[[], bytes], path: Path, stats: ReadStats) -> tuple[bytes, bool]:
     """Consume the file up to the first byte inside the events array; return (rest, bare_array)."""
-    buf = read()
-    if buf.startswith(b"\xef\xbb\xbf"):
-        buf = buf[3:]
-    buf = buf.lstrip(_WS)
-    while not buf:
-        more = read()
-        if not more:
-            raise TraceError(f"{path}: empty file")
-        buf = more.lstrip(_WS)
+    buf = _first_bytes(read, path)
     if buf[:1] == b"[":
         return buf[1:], True
     if buf[:1] != b"{":
@@ -156,6 +148,20 @@ def _seek_events(read: Callable[[], bytes], path: Path, stats: ReadStats) -> tup
             raise TraceError(f"{path}: traceEvents is not an array")
         stats.top_level.update(head)
         return buf[m.end() :], False
+
+
+def _first_bytes(read: Callable[[], bytes], path: Path) -> bytes:
+    """The first read with a byte-order mark and leading blanks removed (never empty)."""
+    buf = read()
+    if buf.startswith(b"\xef\xbb\xbf"):
+        buf = buf[3:]
+    buf = buf.lstrip(_WS)
+    while not buf:
+        more = read()
+        if not more:
+            raise TraceError(f"{path}: empty file")
+        buf = more.lstrip(_WS)
+    return buf
 
 
 def _no_events(buf: bytes, path: Path) -> None:
