@@ -12,6 +12,7 @@ import pytest
 
 from tests.trace.tr_reference import assert_matches
 from torchdoctor.trace import parallel, reader
+from torchdoctor.trace.events import Event, Instant
 from torchdoctor.trace.load import load_trace
 
 
@@ -125,3 +126,16 @@ def test_stopping_early_reaps_the_worker(monkeypatch: pytest.MonkeyPatch) -> Non
     assert len(workers) == 1
     with pytest.raises(ChildProcessError):
         os.waitpid(workers[0].pid, os.WNOHANG)  # already reaped: not even a zombie is left
+
+
+def test_event_chunks_api_yields_every_event_once(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(reader, "CHUNK_BYTES", 50)
+    doc = {"traceEvents": [*EVENTS, {"ph": "i", "name": "[memory]", "ts": 3}, 5], "traceName": "t"}
+    path = _write(tmp_path / "t.json", json.dumps(doc))
+    stats = reader.ReadStats()
+    events = [e for chunk in reader.iter_event_chunks(path, stats) for e in chunk]
+    assert [e.name for e in events if type(e) is Event] == [e["name"] for e in EVENTS]
+    assert [e.ts for e in events if type(e) is Instant] == [3]
+    assert stats.malformed_events == 1 and stats.top_level["traceName"] == "t"

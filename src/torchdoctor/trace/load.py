@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import re
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -108,7 +108,17 @@ def load_trace(path: str | Path, parallel: bool = True) -> TraceTable:
 
 
 def _chunk_columns(p: Path, stats: ReadStats, parallel: bool) -> Iterator[ChunkColumns]:
-    """Columns of each chunk in file order, re-joining chunks that were cut at a false boundary.
+    """Columns of each chunk in file order (see ``decoded_chunks``)."""
+    return decoded_chunks(p, stats, chunk_columns, parallel)
+
+
+def decoded_chunks(
+    p: Path, stats: ReadStats, decode: Callable[[bytearray], Any], parallel: bool
+) -> Iterator[Any]:
+    """``decode`` of each chunk in file order, re-joining chunks cut at a false boundary.
+
+    ``decode`` returns a ``BadChunk`` for a chunk that is not valid JSON, anything else on
+    success.
 
     Each chunk starts at a true event boundary (induction: the first does, and a chunk that
     decodes ends at one). So a chunk that fails as truncated was cut inside an event; one with
@@ -116,17 +126,17 @@ def _chunk_columns(p: Path, stats: ReadStats, parallel: bool) -> Iterator[ChunkC
     """
     carry: bytearray | None = None  # a chunk that ended inside an event, waiting for the next
     # closing(): on an error the worker is stopped now, not when the traceback is collected
-    with contextlib.closing(ordered_map(chunk_columns, iter_json_chunks(p, stats), parallel)) as rs:
+    with contextlib.closing(ordered_map(decode, iter_json_chunks(p, stats), parallel)) as rs:
         for raw, result in rs:
             chunk = raw
             if carry is not None:
                 chunk, carry = join_chunks(carry, raw), None
-                result = chunk_columns(chunk)
-            if isinstance(result, ChunkColumns):
+                result = decode(chunk)
+            if not isinstance(result, BadChunk):
                 yield result
             elif result.trailing_at >= 0:
                 end = chunk.rfind(b"]", 0, result.trailing_at) + 1  # the array's true end
-                yield _decoded(p, chunk[:end])
+                yield _decoded(p, chunk[:end], decode)
                 rest = bytes(chunk[end:-1]) + _text_after(raw, rs, stats)
                 stats.tail_keys = footer_keys(rest, stats.is_array)
                 break
@@ -139,8 +149,8 @@ def _chunk_columns(p: Path, stats: ReadStats, parallel: bool) -> Iterator[ChunkC
     stats.top_level.update(stats.tail_keys)
 
 
-def _decoded(p: Path, data: bytes | bytearray) -> ChunkColumns:
-    result = chunk_columns(data)
+def _decoded(p: Path, data: bytearray, decode: Callable[[bytearray], Any]) -> Any:
+    result = decode(data)
     if isinstance(result, BadChunk):  # pragma: no cover - msgspec parsed this prefix already
         raise TraceError(f"{p}: invalid JSON in traceEvents: {_reason(result)}")
     return result
