@@ -74,27 +74,21 @@ def gpu_activity(table: TraceTable) -> GpuActivity:
     cls[(kind == Kind.KERNEL) & np.isin(table.name[rows], comm_codes)] = 1
     cls[kind == Kind.MEMCPY] = 2
     cls[kind == Kind.MEMSET] = 3
-    names = np.array(table.names, dtype=object)
-    memcpy_names = names[table.name[rows]]
-    dirs = (
-        np.array(
-            [
-                _direction(n) if k == Kind.MEMCPY else ""
-                for n, k in zip(memcpy_names, kind, strict=True)
-            ],
-            dtype=object,
-        )
-        if len(rows)
-        else np.zeros(0, dtype=object)
-    )
-    pageable = np.array(["Pageable" in n for n in memcpy_names], dtype=bool)
+    # Direction and pageability are properties of a copy's name: decide once per unique name.
+    codes, inverse = np.unique(table.name[rows], return_inverse=True)
+    unique_names = [table.names[int(c)] for c in codes]
+    dir_of = np.array([_direction(n) for n in unique_names] or [""], dtype=object)
+    pageable_of = np.array(["Pageable" in n for n in unique_names] or [False], dtype=bool)
+    is_copy = kind == Kind.MEMCPY
+    dirs = np.where(is_copy, dir_of[inverse] if len(rows) else dir_of[:0], "")
+    pageable = pageable_of[inverse] if len(rows) else np.zeros(0, dtype=bool)
     return GpuActivity(
         rows=rows,
         start_us=table.ts[rows],
         end_us=table.ts[rows] + table.dur[rows],
         cls=cls,
         memcpy_dir=dirs,
-        pageable=pageable & (kind == Kind.MEMCPY),
+        pageable=pageable & is_copy,
         launch_us=_launch_times(table, rows),
         dataloader=_cpu_ranges(table, lambda n: n.startswith(DATALOADER_PREFIX)),
         sync_calls=_cpu_ranges(table, lambda n: n in SYNC_CALLS, Kind.RUNTIME, Kind.DRIVER),
