@@ -76,13 +76,26 @@ class StepBreakdown:
 
 def step_breakdowns(table: TraceTable, steps: Steps, act: GpuActivity) -> list[StepBreakdown]:
     """A breakdown for each step window, in step order."""
-    out = []
-    for n, lo, hi in zip(steps.numbers, steps.starts_us, steps.ends_us, strict=True):
-        if len(act.rows):
-            out.append(_gpu_step(n, float(lo), float(hi), act))
-        else:
-            out.append(_cpu_step(n, float(lo), float(hi), table, act))
-    return out
+    if not len(act.rows):
+        return [
+            _cpu_step(n, float(lo), float(hi), table, act)
+            for n, lo, hi in zip(steps.numbers, steps.starts_us, steps.ends_us, strict=True)
+        ]
+    # Exclusive attribution is local in time, so it is done once over the whole trace and each
+    # step takes its slice: the cost stays linear in events however many steps there are.
+    parts = _exclusive_parts(act)
+    claimed = iv.union(
+        np.concatenate([p[0] for p in parts.values()]),
+        np.concatenate([p[1] for p in parts.values()]),
+    )
+    copies = {
+        "HtoD": _sorted_copies(act, act.pageable & (act.memcpy_dir == "HtoD")),
+        "DtoH": _sorted_copies(act, act.pageable & (act.memcpy_dir == "DtoH")),
+    }
+    return [
+        _gpu_step(n, float(lo), float(hi), parts, claimed, copies, act)
+        for n, lo, hi in zip(steps.numbers, steps.starts_us, steps.ends_us, strict=True)
+    ]
 
 
 def total_breakdown(per_step: list[StepBreakdown]) -> StepBreakdown:
@@ -105,26 +118,37 @@ def total_breakdown(per_step: list[StepBreakdown]) -> StepBreakdown:
     )
 
 
-def _gpu_step(n: int, lo: float, hi: float, act: GpuActivity) -> StepBreakdown:
+def _exclusive_parts(act: GpuActivity) -> dict[str, iv.Intervals]:
+    """Each busy part's time not already claimed by a higher-priority part (disjoint sets)."""
     claimed: iv.Intervals = iv.EMPTY
-    busy: dict[str, float] = {}
+    parts: dict[str, iv.Intervals] = {}
     for part, mask in _busy_masks(act):
-        own = iv.clip(iv.union(act.start_us[mask], act.end_us[mask]), lo, hi)
-        mine = iv.subtract(own, claimed)
-        busy[part] = iv.total(mine) / 1000.0
+        mine = iv.subtract(iv.union(act.start_us[mask], act.end_us[mask]), claimed)
+        parts[part] = mine
         claimed = iv.union(
             np.concatenate([claimed[0], mine[0]]), np.concatenate([claimed[1], mine[1]])
         )
+    return parts
+
+
+def _gpu_step(
+    n: int,
+    lo: float,
+    hi: float,
+    parts: dict[str, iv.Intervals],
+    claimed: iv.Intervals,
+    copies: dict[str, iv.Intervals],
+    act: GpuActivity,
+) -> StepBreakdown:
+    busy = {part: iv.total(iv.clip(sets, lo, hi)) / 1000.0 for part, sets in parts.items()}
     idle = _idle_causes(iv.gaps(claimed, lo, hi), act)
-    pageable = act.pageable & (act.memcpy_dir == "HtoD")
-    pageable_d2h = act.pageable & (act.memcpy_dir == "DtoH")
     return StepBreakdown(
         step=n,
         step_ms=(hi - lo) / 1000.0,
         busy_ms=busy,
         idle_ms=idle,
-        pageable_h2d_ms=_clipped_sum(act, pageable, lo, hi),
-        pageable_d2h_ms=_clipped_sum(act, pageable_d2h, lo, hi),
+        pageable_h2d_ms=_clipped_total(copies["HtoD"], lo, hi),
+        pageable_d2h_ms=_clipped_total(copies["DtoH"], lo, hi),
     )
 
 
@@ -139,10 +163,19 @@ def _busy_masks(act: GpuActivity) -> list[tuple[str, np.ndarray]]:
     return masks
 
 
-def _clipped_sum(act: GpuActivity, mask: np.ndarray, lo: float, hi: float) -> float:
-    s = np.clip(act.start_us[mask], lo, hi)
-    e = np.clip(act.end_us[mask], lo, hi)
-    return float(np.sum(e - s)) / 1000.0
+def _sorted_copies(act: GpuActivity, mask: np.ndarray) -> iv.Intervals:
+    """Copy intervals sorted by start (copies on one stream do not overlap; summed, not merged)."""
+    order = np.argsort(act.start_us[mask], kind="stable")
+    return act.start_us[mask][order], act.end_us[mask][order]
+
+
+def _clipped_total(copies: iv.Intervals, lo: float, hi: float) -> float:
+    """Summed length of the copies' parts inside [lo, hi], in milliseconds."""
+    s, e = copies
+    k0 = np.searchsorted(e, lo, side="right") if len(e) else 0
+    k1 = np.searchsorted(s, hi, side="left") if len(s) else 0
+    s, e = s[max(0, k0 - 1) : k1], e[max(0, k0 - 1) : k1]
+    return float(np.sum(np.clip(e, lo, hi) - np.clip(s, lo, hi))) / 1000.0
 
 
 def _idle_causes(gaps: iv.Intervals, act: GpuActivity) -> dict[str, float]:

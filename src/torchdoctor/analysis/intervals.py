@@ -35,10 +35,13 @@ def total(iv: Intervals) -> float:
 
 
 def clip(iv: Intervals, lo: float, hi: float) -> Intervals:
-    """The part of a disjoint set inside ``[lo, hi]``."""
+    """The part of a disjoint, sorted set inside ``[lo, hi]`` (binary search, no full scan)."""
     s, e = iv
-    keep = (e > lo) & (s < hi)
-    return np.maximum(s[keep], lo), np.minimum(e[keep], hi)
+    k0 = int(np.searchsorted(e, lo, side="right"))
+    k1 = int(np.searchsorted(s, hi, side="left"))
+    if k1 <= k0:
+        return EMPTY
+    return np.maximum(s[k0:k1], lo), np.minimum(e[k0:k1], hi)
 
 
 def intersect(a: Intervals, b: Intervals) -> Intervals:
