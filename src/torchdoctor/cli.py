@@ -119,6 +119,9 @@ def cli() -> None:
 @_guarded
 def analyze(path: str, as_json: bool, top: int) -> None:
     """Diagnose a torch.profiler trace: a .json / .json.gz file, or a folder of per-rank traces."""
+    # The analyser does no matrix algebra: starting a BLAS thread pool would only cost start-up.
+    for var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
+        os.environ.setdefault(var, "1")
     from torchdoctor.report.build import analyze_path
     from torchdoctor.report.render import render_json, render_text
 
