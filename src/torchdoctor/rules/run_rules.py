@@ -10,223 +10,31 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from torchdoctor.rules.finding import Finding, FindingId, Severity, rank_findings
-from torchdoctor.rules.fixes import DOCS, RUN_DOCS
-
-CRITICAL_SHARE = 0.25
-"""A finding costing a quarter of the step or more is critical."""
-WARNING_SHARE = 0.05
-"""Below 5% of the step a finding is recorded as info: within run-to-run noise."""
-DATA_WAIT_SHARE = 0.05
-"""Data wait above 5% of the step is worth hiding behind workers."""
-PAGEABLE_GBPS = 8.0
-"""Host-to-device bandwidth from pageable memory (GB/s): the copy is synchronous at this rate."""
-GEMM_SPEEDUP_SAVING = 0.5
-"""Share of GEMM time saved by bf16 or TF32 tensor cores over fp32 (at least 2x faster)."""
-GRAPH_BREAK_SHARE = 0.05
-"""Estimated share of the step lost per distinct graph break (guards, a resume frame, and no
-fusion across the break), capped at GRAPH_BREAK_MAX_SHARE."""
-GRAPH_BREAK_MAX_SHARE = 0.5
-DATA_PARALLEL_SHARE = 0.23
-"""DataParallel re-replicates the model every step under the GIL; DDP is typically >= 1.3x
-faster on one node, so about 23% of the step."""
-TINY_OPS_PER_STEP = 100
-"""A CPU step with at least this many top-level operators, most of them tiny, is overhead bound."""
-TINY_OP_SAVING = 0.7
-"""Share of tiny-op time and Python time between ops that fusing (torch.compile) removes."""
+from torchdoctor.rules.compile_rules import (
+    compile_not_repaid,
+    graph_breaks,
+    recompile_limit,
+    recompiles,
+)
+from torchdoctor.rules.finding import Finding, rank_findings
+from torchdoctor.rules.run_common import (
+    DATA_PARALLEL_SHARE,
+    DATA_WAIT_SHARE,
+    GEMM_SPEEDUP_SAVING,
+    PAGEABLE_GBPS,
+    TINY_OP_SAVING,
+    TINY_OPS_PER_STEP,
+    make,
+    measured_steps,
+    run_step_ms,
+)
 
 
-def _step_ms(run: dict[str, Any]) -> float | None:
-    steps = run.get("steps") or {}
-    value = steps.get("mean_step_ms")
-    if value is None and steps.get("step_ms"):
-        value = sum(steps["step_ms"]) / len(steps["step_ms"])
-    return float(value) if value else None
-
-
-def _severity(share: float, floor: Severity = "info") -> Severity:
-    order: list[Severity] = ["info", "warning", "critical"]
-    level: Severity = (
-        "critical" if share >= CRITICAL_SHARE else "warning" if share >= WARNING_SHARE else "info"
-    )
-    return max(level, floor, key=order.index)
-
-
-def make(
-    run: dict[str, Any],
-    fid: FindingId,
-    title: str,
-    saving_ms: float,
-    evidence: dict[str, Any],
-    fix: str,
-    explanation: str,
-    where: list[str] | None = None,
-    floor: Severity = "info",
-    severity: Severity | None = None,
-) -> Finding:
-    """A finding with its saving capped at the mean step and its severity from the share."""
-    step = _step_ms(run)
-    saving = max(0.0, min(saving_ms, step)) if step else 0.0
-    share = saving / step if step else 0.0
-    return Finding(
-        id=fid,
-        title=title,
-        severity=severity or _severity(share, floor),
-        saving_ms_per_step=round(saving, 4),
-        share_of_step=round(min(share, 1.0), 4),
-        evidence={"mean_step_ms": step, **evidence},
-        fix=fix,
-        explanation=explanation,
-        doc_url=RUN_DOCS.get(fid, f"{DOCS}/index.html"),
-        where=where or [],
-    )
-
-
-def _measured(run: dict[str, Any]) -> int:
-    return int((run.get("steps") or {}).get("measured_steps") or 0)
-
-
-# -- torch.compile ------------------------------------------------------------------------------
-def _recompile_saving_ms(run: dict[str, Any], c: dict[str, Any]) -> float:
-    late, measured = int(c.get("recompiles_in_window") or 0), _measured(run)
-    count = int((run.get("steps") or {}).get("count") or 0)
-    if late and measured:
-        return float(c["recompile_s_in_window"]) * 1e3 / measured
-    if (run.get("exit") or {}).get("status") == "completed" and count:
-        return float(c.get("recompile_s") or 0.0) * 1e3 / count  # the whole run: exact
-    return 0.0  # only during warm-up in a run we stopped: a one-time cost, not a per-step one
-
-
-def _recompile_fix(reasons: list[str]) -> str:
-    if any("size mismatch" in r or "stride mismatch" in r for r in reasons):
-        return (
-            "torch._dynamo.mark_dynamic(x, 0)  # before the first call, each varying dimension\n"
-            "# or: model = torch.compile(model, dynamic=True)\n"
-            "# or pad/bucket inputs to a few fixed sizes"
-        )
-    return (
-        "Keep the guarded values constant across steps (see the reasons), or move them out "
-        "of the compiled function"
-    )
-
-
-def recompiles(run: dict[str, Any]) -> list[Finding]:
-    """Recompiles; saving (ms/step): recompile time in the measured steps per measured step."""
-    c = run.get("compile") or {}
-    n = int(c.get("recompiles") or 0)
-    if n == 0:
-        return []
-    late = int(c.get("recompiles_in_window") or 0)
-    events = c.get("recompile_events") or []
-    reasons = list(dict.fromkeys(e["reason"] for e in events if e.get("reason")))
-    sites = [f"{e['site']} ({e['function']})" for e in events if not e["site"].startswith("?")]
-    first = reasons[0] if reasons else "see evidence"
-    return [
-        make(
-            run,
-            "recompiles",
-            f"{n} recompiles ({c.get('recompile_s', 0.0):.2f} s), {late} after warm-up: {first}",
-            _recompile_saving_ms(run, c),
-            {
-                "recompiles": n,
-                "recompile_s": c.get("recompile_s"),
-                "recompiles_after_warmup": late,
-                "recompile_s_after_warmup": c.get("recompile_s_in_window"),
-                "reasons": reasons[:8],
-            },
-            _recompile_fix(reasons),
-            "Each recompile stops the step to trace and compile again; a guard on a size that "
-            "changes every step means the compiled code is rarely reused.",
-            list(dict.fromkeys(sites))[:8],
-            floor="warning" if late else "info",
-        )
-    ]
-
-
-def recompile_limit(run: dict[str, Any]) -> list[Finding]:
-    """The recompile limit was hit (the function now runs eager); saving unknown (0 ms)."""
-    hits = (run.get("compile") or {}).get("recompile_limit_hits") or []
-    if not hits:
-        return []
-    h = hits[0]
-    return [
-        make(
-            run,
-            "recompile-limit-hit",
-            f"recompile limit ({h['limit']}) hit in {h['function']}: it now runs eager, silently",
-            0.0,
-            {"hits": hits[:8]},
-            "torch._dynamo.mark_dynamic(x, 0)  # or torch.compile(..., dynamic=True)\n"
-            "# to fail loudly instead: torch._dynamo.config.fail_on_recompile_limit_hit = True",
-            "After recompile_limit recompiles of one function dynamo stops compiling it and "
-            "falls back to eager for the rest of the run; the speed-up is gone without an error.",
-            [h["site"]] if h.get("site") else [],
-            severity="warning",
-        )
-    ]
-
-
-def graph_breaks(run: dict[str, Any]) -> list[Finding]:
-    """Graph breaks with user lines; saving (ms/step): GRAPH_BREAK_SHARE of the step each."""
-    breaks = (run.get("compile") or {}).get("graph_breaks") or []
-    if not breaks:
-        return []
-    sites = list(dict.fromkeys(b["site"] for b in breaks))
-    share = min(GRAPH_BREAK_MAX_SHARE, GRAPH_BREAK_SHARE * len(sites))
-    step = _step_ms(run) or 0.0
-    top = breaks[0]
-    return [
-        make(
-            run,
-            "graph-breaks",
-            f"{len(sites)} graph break location(s) in compiled code; first: {top['reason']}",
-            share * step,
-            {"locations": len(sites), "breaks": breaks[:10]},
-            f"Change the line at {top['site']} so dynamo can trace it (no print/.item()/numpy/"
-            "data-dependent Python branch inside the compiled function), or move it out; "
-            "check with torch.compile(model, fullgraph=True)",
-            "A graph break ends one compiled graph and starts another: the code between runs "
-            "eagerly, guards are checked again, and nothing fuses across the break.",
-            sites[:10],
-            floor="warning",
-        )
-    ]
-
-
-def compile_not_repaid(run: dict[str, Any]) -> list[Finding]:
-    """Compile time above the whole run's step time; saving (ms/step): compile per step - step."""
-    c, steps = run.get("compile") or {}, run.get("steps") or {}
-    compile_ms = float(c.get("compile_s") or 0.0) * 1e3
-    ran_to_end = (run.get("exit") or {}).get("status") == "completed"
-    step_ms, count = _step_ms(run), int(steps.get("count") or 0)
-    if not (ran_to_end and compile_ms and step_ms and count):
-        return []
-    run_ms = sum(steps.get("step_ms") or []) - compile_ms
-    # Even a 2x speed-up saves at most one step time per step: compile time above the total
-    # step time can never be repaid by this run.
-    if compile_ms <= max(run_ms, 0.0):
-        return []
-    return [
-        make(
-            run,
-            "compile-not-repaid",
-            f"torch.compile took {compile_ms / 1e3:.1f} s in a run of {count} steps",
-            compile_ms / count - step_ms,
-            {"compile_s": compile_ms / 1e3, "steps": count, "step_time_total_s": run_ms / 1e3},
-            "Run eager for short jobs, or reuse compiled artifacts across runs:\n"
-            "export TORCHINDUCTOR_CACHE_DIR=/persistent/cache  # warm cache: seconds, not minutes",
-            "Compilation is paid once per process; a run shorter than its compile time never "
-            "earns it back.",
-        )
-    ]
-
-
-# -- input pipeline and copies ------------------------------------------------------------------
 def dataloader_config(run: dict[str, Any]) -> list[Finding]:
     """DataLoader settings when batches keep the step waiting; saving (ms/step): the data wait."""
     cfg, steps = run.get("config") or {}, run.get("steps") or {}
     loaders = [d for d in cfg.get("dataloaders") or [] if "num_workers" in d]
-    step, wait = _step_ms(run), float(steps.get("mean_data_wait_ms") or 0.0)
+    step, wait = run_step_ms(run), float(steps.get("mean_data_wait_ms") or 0.0)
     if not loaders or not step:
         return []
     dl = loaders[0]
@@ -280,7 +88,7 @@ def unpinned_non_blocking(run: dict[str, Any]) -> list[Finding]:
     rows = (run.get("syncs") or {}).get("unpinned_non_blocking") or []
     if not rows:
         return []
-    measured = max(1, _measured(run))
+    measured = max(1, measured_steps(run))
     copies = sum(r["copies"] for r in rows) / measured
     nbytes = sum(r["bytes"] for r in rows) / measured
     saving = nbytes / (PAGEABLE_GBPS * 1e9) * 1e3
@@ -304,7 +112,7 @@ def host_syncs(run: dict[str, Any]) -> list[Finding]:
     """Per-step host syncs at user lines; saving (ms/step): time blocked inside them."""
     s = run.get("syncs") or {}
     rows, debug = s.get("host_syncs") or [], s.get("sync_debug") or []
-    measured = _measured(run)
+    measured = measured_steps(run)
     if not measured or not (rows or debug):
         return []
     per_step = [r for r in rows if r["calls"] / measured >= 0.5]
@@ -389,7 +197,7 @@ def precision_rules(run: dict[str, Any]) -> list[Finding]:
     gemm = float(ops.get("gemm_share") or 0.0) if ops.get("gemm_share_basis") == "device" else 0.0
     if not dev.get("bf16_tensor_cores") or _autocast_dtypes(run) or gemm < 0.2:
         return []
-    step = _step_ms(run) or 0.0
+    step = run_step_ms(run) or 0.0
     flags = (run.get("config") or {}).get("backend_flags") or {}
     saving = gemm * step * GEMM_SPEEDUP_SAVING
     ev = {"gemm_share_of_gpu_time": gemm, "device": dev, "backend_flags": flags}
@@ -431,7 +239,7 @@ def data_parallel(run: dict[str, Any]) -> list[Finding]:
             run,
             "data-parallel",
             "nn.DataParallel in use: one process drives every GPU",
-            (_step_ms(run) or 0.0) * DATA_PARALLEL_SHARE,
+            (run_step_ms(run) or 0.0) * DATA_PARALLEL_SHARE,
             {"data_parallel": dp},
             "torchrun --nproc_per_node=NGPU train.py  # with\n"
             "model = torch.nn.parallel.DistributedDataParallel(model, device_ids=[local_rank])",
@@ -492,7 +300,7 @@ def out_of_memory(run: dict[str, Any]) -> list[Finding]:
             run,
             "out-of-memory",
             "out of memory: " + "; ".join(parts),
-            _step_ms(run) or 0.0,
+            run_step_ms(run) or 0.0,
             {"oom": oom, "model_state_bytes": model_state},
             "Smaller batch (with gradient accumulation), torch.autocast(dtype=torch.bfloat16), "
             "activation checkpointing (torch.utils.checkpoint); if much is reserved but unused: "
@@ -507,7 +315,7 @@ def out_of_memory(run: dict[str, Any]) -> list[Finding]:
 
 def tiny_ops(run: dict[str, Any]) -> list[Finding]:
     """CPU steps made of hundreds of tiny ops; saving (ms/step): TINY_OP_SAVING of their overhead."""
-    ops, step = run.get("ops") or {}, _step_ms(run)
+    ops, step = run.get("ops") or {}, run_step_ms(run)
     if ops.get("gemm_share_basis") != "cpu" or not step:
         return []
     n, tiny = float(ops.get("top_level_ops_per_step") or 0), float(ops["tiny_op_time_ms_per_step"])
@@ -515,7 +323,7 @@ def tiny_ops(run: dict[str, Any]) -> list[Finding]:
     steps, c = run.get("steps") or {}, run.get("compile") or {}
     paused_ms = float(steps.get("mean_data_wait_ms") or 0.0) + float(
         c.get("recompile_s_in_window") or 0.0
-    ) * 1e3 / max(1, _measured(run))
+    ) * 1e3 / max(1, measured_steps(run))
     python_ms = max(0.0, step - float(ops["op_time_ms_per_step"]) - paused_ms)
     if n < TINY_OPS_PER_STEP or ops["median_op_us"] >= ops["tiny_op_threshold_us"]:
         return []
