@@ -9,45 +9,13 @@ import numpy as np
 
 from torchdoctor.analysis.bundle import TraceAnalysis
 from torchdoctor.analysis.gpu_activity import SYNC_CALLS
-from torchdoctor.rules import fixes
 from torchdoctor.rules import thresholds as th
-from torchdoctor.rules.finding import Finding, FindingId, Severity, rank_findings
+from torchdoctor.rules.device_rules import fp32_gemms, memory_pressure
+from torchdoctor.rules.finding import Finding, rank_findings
+from torchdoctor.rules.trace_common import finding, severity
 from torchdoctor.trace.kinds import Kind
 
 Rule = Callable[[TraceAnalysis], "Finding | None"]
-
-
-def _severity(share: float, warn: float, critical: float) -> Severity:
-    return "critical" if share >= critical else "warning" if share >= warn else "info"
-
-
-def _finding(
-    a: TraceAnalysis,
-    fid: FindingId,
-    title: str,
-    saving_ms: float,
-    severity: Severity,
-    evidence: dict[str, Any],
-    **kw: Any,
-) -> Finding:
-    """Build a finding, clamping the saving to the step (a fix cannot save more than all)."""
-    step = a.mean_step_ms
-    saving = float(min(max(saving_ms, 0.0), step))
-    share = saving / step if step > 0 else 0.0
-    fix, url, why = fixes.FIXES[fid]
-    evidence = {"mean_step_ms": round(step, 3), **evidence}
-    return Finding(
-        fid,
-        title,
-        severity,
-        round(saving, 3),
-        round(share, 4),
-        evidence,
-        kw.pop("fix", fix),
-        kw.pop("explanation", why),
-        url,
-        **kw,
-    )
 
 
 def data_loading(a: TraceAnalysis) -> Finding | None:
@@ -57,12 +25,12 @@ def data_loading(a: TraceAnalysis) -> Finding | None:
     if share < th.DATA_WARN:
         return None
     who = "the GPU idles" if a.has_gpu else "the loop waits"
-    return _finding(
+    return finding(
         a,
         "data-loading-bound",
         f"Data loading: {who} {ms:.1f} ms per step ({share:.0%}) waiting for the next batch",
         ms,
-        _severity(share, th.DATA_WARN, th.DATA_CRITICAL),
+        severity(share, th.DATA_WARN, th.DATA_CRITICAL),
         {"data_wait_ms_per_step": round(ms, 3), "share_of_step": round(share, 4)},
     )
 
@@ -82,12 +50,12 @@ def host_bound(a: TraceAnalysis) -> Finding | None:
         "gpu_busy_share": round(a.total.share(a.total.gpu_busy_ms), 4),
     }
     evidence.update(_launch_evidence(launch))
-    return _finding(
+    return finding(
         a,
         "host-bound",
         f"Host bound: the GPU waits {ms:.1f} ms per step ({share:.0%}) for the CPU to launch work",
         ms,
-        _severity(share, th.HOST_WARN, th.HOST_CRITICAL),
+        severity(share, th.HOST_WARN, th.HOST_CRITICAL),
         evidence,
     )
 
@@ -124,13 +92,13 @@ def sync_stalls(a: TraceAnalysis) -> Finding | None:
         "sync_calls": calls,
         "item_calls": items.get("aten::item", 0),
     }
-    return _finding(
+    return finding(
         a,
         "sync-stalls",
         f"Synchronisation stalls: {ms:.1f} ms per step ({share:.0%}) of GPU idle after the CPU "
         "blocked on the device",
         ms,
-        _severity(share, th.SYNC_WARN, th.SYNC_CRITICAL),
+        severity(share, th.SYNC_WARN, th.SYNC_CRITICAL),
         evidence,
         where=sorted(calls, key=calls.__getitem__, reverse=True),
     )
@@ -166,13 +134,13 @@ def pageable_copies(a: TraceAnalysis) -> Finding | None:
     }
     saving = ms * (1 - 1 / th.PINNED_SPEEDUP)
     share = ms / a.mean_step_ms if a.mean_step_ms else 0.0
-    return _finding(
+    return finding(
         a,
         "pageable-h2d-copies",
         f"Pageable host-to-device copies: {nbytes / 2**20:.1f} MB per step at {gbps:.1f} GB/s "
         "(pin the memory)",
         saving,
-        _severity(share, 0.02, 0.10),
+        severity(share, 0.02, 0.10),
         evidence,
     )
 
@@ -198,7 +166,7 @@ def synchronous_copies(a: TraceAnalysis) -> Finding | None:
         "copies_per_step": round(per_step, 2),
         "d2h_pageable_ms_per_step": round(a.per_step_ms(copies_ms), 3),
     }
-    return _finding(
+    return finding(
         a,
         "synchronous-copies",
         f"Synchronous copies: {per_step:.1f} per step block the CPU until the device catches up",
@@ -226,13 +194,13 @@ def exposed_communication(a: TraceAnalysis) -> Finding | None:
         "collectives": c.collectives,
         "world_size": c.world_size,
     }
-    return _finding(
+    return finding(
         a,
         "exposed-communication",
         f"Exposed communication: {ms:.1f} ms per step ({share:.0%}) of collectives not overlapped "
         f"with compute ({c.overlap_share:.0%} hidden)",
         ms,
-        _severity(share, th.EXPOSED_COMM_WARN, th.EXPOSED_COMM_CRITICAL),
+        severity(share, th.EXPOSED_COMM_WARN, th.EXPOSED_COMM_CRITICAL),
         evidence,
     )
 
@@ -249,13 +217,13 @@ def _cpu_communication(a: TraceAnalysis) -> Finding | None:
         "backend": a.table.meta.backend,
         "world_size": a.table.meta.world_size,
     }
-    return _finding(
+    return finding(
         a,
         "exposed-communication",
         f"Exposed communication: the loop waits {ms:.1f} ms per step ({share:.0%}) in CPU "
         "collectives",
         ms,
-        _severity(share, th.EXPOSED_COMM_WARN, th.EXPOSED_COMM_CRITICAL),
+        severity(share, th.EXPOSED_COMM_WARN, th.EXPOSED_COMM_CRITICAL),
         evidence,
         fix="# the wait includes the slowest rank's lateness: analyse all ranks' traces together\n"
         "torchdoctor analyze TRACE_FOLDER/\n"
@@ -280,7 +248,7 @@ def low_utilization(a: TraceAnalysis) -> Finding | None:
             k: round(a.per_step_ms(v), 3) for k, v in a.total.idle_ms.items()
         },
     }
-    return _finding(
+    return finding(
         a,
         "low-gpu-utilization",
         f"Low GPU utilisation: busy {busy:.0%} of the step",
@@ -299,7 +267,7 @@ def data_parallel(a: TraceAnalysis) -> Finding | None:
     if len(devices) < 2 and not dp_ops:
         return None
     evidence = {"devices_in_one_process": [int(d) for d in devices], "data_parallel_ops": dp_ops}
-    return _finding(
+    return finding(
         a,
         "data-parallel",
         f"nn.DataParallel: one process drives {len(devices)} GPUs; use DistributedDataParallel",
@@ -318,90 +286,6 @@ def _is_data_parallel_op(name: str) -> bool:
         or "nn/parallel/data_parallel.py" in name
         or any(k in name for k in ("ReduceAddCoalesced", "BroadcastBackward", "Gather.apply"))
     )
-
-
-def fp32_gemms(a: TraceAnalysis) -> Finding | None:
-    """fp32 GEMM/convolution kernels on the SIMT cores of a GPU that has tensor cores."""
-    k = a.kernels
-    if k is None or not k.gpu.has_tensor_cores or k.gpu_time_ms <= 0 or k.matmul_ms <= 0:
-        return None
-    fp32_share = k.fp32_off_tensor_core_ms / k.matmul_ms
-    matmul_share = k.matmul_ms / k.gpu_time_ms
-    if fp32_share < th.FP32_GEMM_SHARE or matmul_share < th.MATMUL_MIN_SHARE:
-        return None
-    fp32_ms = a.per_step_ms(k.fp32_off_tensor_core_ms)
-    saving = fp32_ms * (1 - 1 / th.TENSOR_CORE_SPEEDUP)
-    cc = k.gpu.compute_capability
-    bf16 = cc is not None and cc >= (8, 0)
-    fix = fixes.FIXES["fp32-gemm-no-tensor-cores"][0]
-    if not bf16:  # Volta/Turing: fp16 with loss scaling; no bf16, no TF32
-        fix = (
-            'scaler = torch.amp.GradScaler("cuda")\n'
-            'with torch.autocast(device_type="cuda", dtype=torch.float16):\n'
-            "    loss = model(x)\n"
-            "scaler.scale(loss).backward(); scaler.step(optimizer); scaler.update()"
-        )
-    evidence = {
-        "gpu": k.gpu.name,
-        "compute_capability": list(cc) if cc else None,
-        "matmul_share_of_gpu_time": round(matmul_share, 4),
-        "fp32_simt_share_of_matmul": round(fp32_share, 4),
-        "fp32_simt_matmul_ms_per_step": round(fp32_ms, 3),
-        "matmul_ms_per_step_by_dtype": {
-            d: round(a.per_step_ms(v), 3) for d, v in k.matmul_ms_by_dtype.items() if v
-        },
-    }
-    precision = "bf16 autocast or TF32" if bf16 else "fp16 autocast with GradScaler"
-    return _finding(
-        a,
-        "fp32-gemm-no-tensor-cores",
-        f"fp32 GEMMs off the tensor cores: {fp32_share:.0%} of matmul time on a {k.gpu.name} "
-        f"(use {precision})",
-        saving,
-        _severity(saving / a.mean_step_ms if a.mean_step_ms else 0, 0.05, 0.2),
-        evidence,
-        fix=fix,
-    )
-
-
-def memory_pressure(a: TraceAnalysis) -> Finding | None:
-    """Peak reserved memory near the device's capacity, or a fragmented caching allocator."""
-    m = a.memory
-    if m is None or not getattr(m, "devices", None):
-        return None
-    gib = 2**30
-    for d in m.devices:
-        total, reserved = d.total_memory_bytes or 0, d.peak_reserved_bytes or 0
-        free_pool = d.reserved_minus_allocated_at_peak_bytes or 0
-        near_full = total > 0 and reserved / total >= th.MEMORY_PRESSURE
-        fragmented = (
-            reserved > 0
-            and free_pool / reserved >= th.FRAGMENTATION
-            and free_pool >= th.FRAGMENTATION_MIN_BYTES
-        )
-        if not (near_full or fragmented):
-            continue
-        evidence = {
-            "device": d.device_id,
-            "peak_allocated_gib": round(d.peak_allocated_bytes / gib, 2),
-            "peak_reserved_gib": round(reserved / gib, 2),
-            "device_total_gib": round(total / gib, 2) if total else None,
-            "reserved_unallocated_at_peak_gib": round(free_pool / gib, 2),
-        }
-        what = (
-            f"peak reserved {reserved / gib:.1f} of {total / gib:.1f} GiB"
-            if near_full
-            else f"{free_pool / gib:.1f} GiB reserved but unallocated at the peak"
-        )
-        return _finding(
-            a,
-            "memory-pressure",
-            f"Memory pressure on GPU {d.device_id}: {what}",
-            0.0,
-            "warning",
-            evidence,
-        )
-    return None
 
 
 TRACE_RULES: tuple[Rule, ...] = (
