@@ -50,9 +50,9 @@ def _jsonable(obj: Any) -> Any:
 
 def render_text(report: Report, top: int = 10, console: Console | None = None) -> None:
     """Print the terminal report: verdict, breakdown, findings with fixes, kernels, operators."""
-    from rich.console import Console
+    from torchdoctor.report.console import make_console
 
-    con = console or Console(highlight=False, width=_width())
+    con = console or make_console()
     _header(con, report)
     _breakdown(con, report)
     _findings(con, report)
@@ -68,16 +68,6 @@ def render_text(report: Report, top: int = 10, console: Console | None = None) -
         from rich.markup import escape
 
         con.print("[dim]Notes: " + escape("; ".join(n for n in report.notes if n)) + "[/dim]")
-
-
-def _width() -> int | None:
-    """Terminal width, but at least 100 columns when output is not a terminal (files, CI logs)."""
-    import shutil
-    import sys
-
-    if sys.stdout.isatty():
-        return None
-    return max(100, shutil.get_terminal_size((100, 24)).columns)
 
 
 def _header(con: Console, report: Report) -> None:

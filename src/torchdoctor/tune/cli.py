@@ -168,13 +168,12 @@ def _open_run(store: Any, settings: dict[str, Any], resume: bool) -> int:
 
 
 def _tune(workload: str, **opts: Any) -> None:
-    from rich.console import Console
-
+    from torchdoctor.report.console import make_console
     from torchdoctor.tune import diagnosis, report, store
     from torchdoctor.tune.search import BaselineFailed, Search, Settings
 
     settings, budget_s = _checked(workload, opts)
-    console = Console(stderr=opts["json_path"] == "-")
+    console = make_console(stderr=opts["json_path"] == "-")
     db = store.Store(opts["db"])
     run_id = _open_run(db, settings, opts["resume"])
     runner = _runner(workload, opts, run_id)

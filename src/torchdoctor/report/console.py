@@ -1,0 +1,28 @@
+"""One way to make a rich console: at least 100 columns when output goes to a file or a pipe."""
+
+from __future__ import annotations
+
+import shutil
+import sys
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from rich.console import Console
+
+
+def report_width(stream: Any = None) -> int | None:
+    """The terminal's width on a terminal (None: let rich decide), else at least 100 columns, so
+    tables written to CI logs and files are not squeezed to rich's 80-column default."""
+    stream = stream or sys.stdout
+    if hasattr(stream, "isatty") and stream.isatty():
+        return None
+    return max(100, shutil.get_terminal_size((100, 24)).columns)
+
+
+def make_console(stderr: bool = False) -> Console:
+    """A console for reports on stdout (or stderr), without rich's automatic highlighting."""
+    from rich.console import Console
+
+    return Console(
+        stderr=stderr, highlight=False, width=report_width(sys.stderr if stderr else sys.stdout)
+    )
