@@ -4,7 +4,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
 . .venv/bin/activate
-ruff check src tests benchmarks examples
-ruff format --check src tests benchmarks examples
+ruff check src tests benchmarks examples scripts
+ruff format --check src tests benchmarks examples scripts
 mypy
 exec python -m pytest -q "$@"
