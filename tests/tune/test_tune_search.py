@@ -41,6 +41,7 @@ def test_sequence_default_order() -> None:
         "refine: compile=default, optimizer_impl=fused, num_workers=4, persistent_workers=True, prefetch_factor=4",
         "refine: compile=default, optimizer_impl=fused, num_workers=2, persistent_workers=True",
         "refine: compile=default, optimizer_impl=foreach, num_workers=4, persistent_workers=True",
+        "refine: compile=default, optimizer_impl=fused, num_workers=2, persistent_workers=True, prefetch_factor=4",
         "final: baseline",
         "final: compile=default, optimizer_impl=fused, num_workers=4, persistent_workers=True",
     ]
@@ -165,3 +166,30 @@ def test_failed_baseline_raises() -> None:
     world = FakeWorld({}, failures=[({"compile": "off"}, "crash")])
     with pytest.raises(BaselineFailed, match="crash"):
         run(world)
+
+
+def test_gain_inside_the_noise_is_tried_in_combination() -> None:
+    # compile alone is 1% faster (noise), but with the fused optimizer it saves 15% more.
+    world = FakeWorld(
+        {("optimizer_impl", "fused"): 0.8, ("compile", "default"): 0.99},
+        together=[({"compile": "default", "optimizer_impl": "fused"}, 0.85)],
+    )
+    _, summary = run(world, knobs=("optimizer_impl", "compile"))
+    assert "combine: compile=default, optimizer_impl=fused" in describe_calls(world.calls)
+    assert summary.best.trial.assignment["compile"] == "default"  # type: ignore[attr-defined]
+
+
+def test_more_workers_with_persistence_are_tried() -> None:
+    # 4 workers lose to 2 on their own (start-up every epoch) but win once persistent.
+    world = FakeWorld(
+        {("num_workers", 2): 0.7, ("num_workers", 4): 0.9},
+        together=[({"num_workers": 4, "persistent_workers": True}, 0.5)],
+    )
+    _, summary = run(world, knobs=("num_workers", "persistent_workers", "prefetch_factor"))
+    assert describe_calls(world.calls)[3:6] == [
+        "refine: num_workers=2, persistent_workers=True",
+        "refine: num_workers=2, prefetch_factor=4",
+        "refine: num_workers=4, persistent_workers=True",
+    ]
+    best = summary.best.trial.assignment  # type: ignore[attr-defined]
+    assert (best["num_workers"], best["persistent_workers"]) == (4, True)

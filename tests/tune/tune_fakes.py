@@ -32,12 +32,14 @@ class FakeWorld:
         loss_scale: dict[tuple[str, Any], float] | None = None,
         probe: dict[str, Any] | None = None,
         disturb: dict[int, float] | None = None,
+        together: list[tuple[dict[str, Any], float]] | None = None,
     ) -> None:
         self.factors, self.base_ms = factors, base_ms
         self.failures = failures or []
         self.loss_scale = loss_scale or {}
         self.probe = CPU_PROBE if probe is None else probe
         self.disturb = disturb or {}
+        self.together = together or []
         self.calls: list[Trial] = []
 
     def __call__(self, trial: Trial) -> TrialResult:
@@ -50,6 +52,9 @@ class FakeWorld:
         ms = self.base_ms
         for (k, v), f in self.factors.items():
             if a.get(k) == v:
+                ms *= f
+        for when, f in self.together:  # interactions: a factor only when every value matches
+            if all(a.get(k) == v for k, v in when.items()):
                 ms *= f
         ms *= self.disturb.get(len(self.calls) - 1, 1.0)  # load from elsewhere during this call
         scale = 1.0

@@ -8,10 +8,12 @@ results (the plan depends only on results, so replaying the same results asks fo
    device supports (pruning the knobs) and its losses are the fidelity reference.
 2. single: in diagnosis order, each other value of each knob on top of the baseline. A knob's winner
    is its fastest value that beats the baseline by more than the noise and passes the fidelity gate.
-3. combine: starting from the fastest single winner, add the others (fastest first); keep each only
-   if the combination beats the current best by more than the noise.
+3. combine: starting from the fastest single winner, add the others (fastest first), then the
+   knobs whose best value was faster than the baseline but inside the noise; keep each only if the
+   combination beats the current best by more than the noise.
 4. refine: around the combined best, the knobs that became applicable (worker settings once there
-   are workers) and the other values of the knobs that changed.
+   are workers), the other values of the knobs that changed, and those other values with each
+   sub-knob on (more workers may pay only when they are persistent).
 5. final: the baseline again (to measure drift over the search) and the best again. Background
    load only ever adds time, so each of the two is judged by the lower of its two medians, and the
    best is kept only if that still beats the baseline by more than the noise.
@@ -29,6 +31,7 @@ from torchdoctor.tune import fidelity, measure
 from torchdoctor.tune.space import (
     BASELINE,
     Assignment,
+    Knob,
     Probe,
     Space,
     assignment_key,
@@ -144,6 +147,7 @@ class Search:
         self._batch_size: int | None = None
         self.spent_s = 0.0
         self.space: Space | None = None
+        self._promising: dict[str, Record] = {}
 
     # -- measuring -----------------------------------------------------------------------------
     def _room(self) -> str | None:
@@ -237,15 +241,41 @@ class Search:
             # Among the values that beat the baseline, the lowest median is the best estimate.
             if beat:
                 winners[name] = min(beat, key=lambda r: r.stats.median_s if r.stats else 0.0)
+            else:
+                self._note_promising(base, name)
+
+    def _note_promising(self, base: Record, name: str) -> None:
+        # Faster than the baseline but inside the noise alone: worth one trial in combination
+        # (compile's gain can show only once the optimizer step is no longer the bottleneck).
+        assert self.space is not None and base.stats is not None
+        knob = self.space.knob(name)
+        assert knob is not None
+        faster = [
+            r
+            for v in knob.values[1:]
+            if (
+                r := self._by_key.get(
+                    assignment_key(self._normalize({**base.trial.assignment, name: v}))
+                )
+            )
+            and r.usable
+            and r.stats is not None
+            and r.stats.median_s < base.stats.median_s
+        ]
+        if faster:
+            self._promising[name] = min(faster, key=lambda r: r.stats.median_s if r.stats else 0.0)
 
     def _combine(self, base: Record, winners: dict[str, Record]) -> Record:
         ranked = sorted(
             winners.items(), key=lambda kv: kv[1].stats.median_s if kv[1].stats else 0.0
         )
+        extra = sorted(
+            self._promising.items(), key=lambda kv: kv[1].stats.median_s if kv[1].stats else 0.0
+        )
         if not ranked:
             return base
         current = ranked[0][1]
-        for name, rec in ranked[1:]:
+        for name, rec in ranked[1:] + extra:
             cand = self._normalize({**current.trial.assignment, name: rec.trial.assignment[name]})
             got = self.measure(cand, "combine")
             if self._better(got, current):
@@ -268,6 +298,23 @@ class Search:
                 got = self.measure(cand, "refine")
                 if self._better(got, current):
                     current = got
+        return self._refine_parents(base, current, changed)
+
+    def _refine_parents(self, base: Record, current: Record, changed: list[Knob]) -> Record:
+        # A knob's other values with its sub-knobs on: more workers may pay only when persistent.
+        assert self.space is not None
+        a0 = base.trial.assignment
+        for parent in changed:
+            subs = [k for k in self.space.knobs if k.parent == parent.name]
+            for value in parent.values:
+                if value in (current.trial.assignment[parent.name], a0[parent.name]):
+                    continue
+                for sub in subs:
+                    for sv in sub.values[1:]:
+                        assignment = {**current.trial.assignment, parent.name: value, sub.name: sv}
+                        got = self.measure(self._normalize(assignment), "refine")
+                        if self._better(got, current):
+                            current = got
         return current
 
     def run(self) -> Summary:
