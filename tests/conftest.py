@@ -8,7 +8,8 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parents[1]
-TRACES = Path(os.environ.get("TORCHDOCTOR_TRACES", REPO.parent / "shared" / "traces"))
+# Absolute, so tests may link to or chdir away from it safely.
+TRACES = Path(os.environ.get("TORCHDOCTOR_TRACES", REPO.parent / "shared" / "traces")).absolute()
 
 
 @pytest.fixture(scope="session")
