@@ -92,7 +92,8 @@ def _breakdown(con: Console, report: Report) -> None:
     a = report.analysis
     t = a.total
     title = f"Step breakdown (ms per step, mean of {a.n_steps} step{'s' * (a.n_steps != 1)})"
-    table = Table(title=title, title_justify="left", show_edge=False)
+    con.print(f"[bold]{title}[/bold]")  # a table title would wrap to the table's width
+    table = Table(show_edge=False)
     table.add_column("part")
     table.add_column("ms/step", justify="right")
     table.add_column("share", justify="right")

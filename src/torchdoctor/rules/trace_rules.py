@@ -24,11 +24,12 @@ def data_loading(a: TraceAnalysis) -> Finding | None:
     share = ms / a.mean_step_ms if a.mean_step_ms else 0.0
     if share < th.DATA_WARN:
         return None
-    who = "the GPU idles" if a.has_gpu else "the loop waits"
+    what = "the GPU idles {} waiting" if a.has_gpu else "the loop waits {}"
+    when = what.format(f"{ms:.1f} ms per step ({share:.0%})")
     return finding(
         a,
         "data-loading-bound",
-        f"Data loading: {who} {ms:.1f} ms per step ({share:.0%}) waiting for the next batch",
+        f"Data loading: {when} for the next batch",
         ms,
         severity(share, th.DATA_WARN, th.DATA_CRITICAL),
         {"data_wait_ms_per_step": round(ms, 3), "share_of_step": round(share, 4)},
