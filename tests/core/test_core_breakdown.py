@@ -55,16 +55,29 @@ def test_parts_by_cause_match_hand_computed_values(tmp_path: Path) -> None:
         {
             "data_loading": 0.300,
             "synchronization": 0.100,
+            "collective_wait": 0.0,
+            "input_pipeline": 0.0,  # the step's first gap is the DataLoader's: already named
             "host_overhead": 0.070,
             "short_gaps": 0.012,
+            "dependency_wait": 0.0,
         }
     )
     assert s1.pageable_h2d_ms == pytest.approx(0.050)
     # The last step ends with the last recorded activity (gemm_d at 1500 µs), not the marker.
     assert s2.step_ms == pytest.approx(0.5)
     assert s2.busy_ms["compute"] == pytest.approx(0.380)
+    # Step 2 begins with the GPU idle and the CPU in no torch operator for 100 µs before it
+    # launches gemm_d: an input-pipeline candidate, not launch overhead.
     assert s2.idle_ms == pytest.approx(
-        {"data_loading": 0.0, "synchronization": 0.0, "host_overhead": 0.100, "short_gaps": 0.020}
+        {
+            "data_loading": 0.0,
+            "synchronization": 0.0,
+            "collective_wait": 0.0,
+            "input_pipeline": 0.100,
+            "host_overhead": 0.0,
+            "short_gaps": 0.020,
+            "dependency_wait": 0.0,
+        }
     )
 
 

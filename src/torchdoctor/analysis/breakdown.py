@@ -8,9 +8,14 @@ Definitions (also in docs/analyses.md):
 * Idle time is the rest of the window. Each idle gap is split by cause, in this order:
   data loading (the CPU was inside a DataLoader ``__next__`` during the gap), synchronisation
   (the CPU was blocked in a synchronising call when the GPU ran dry, so nothing was queued),
-  host overhead (the work that ended the gap was launched only after the gap began: Python,
-  dispatcher and launch cost), and short gaps (the next work was already queued: the device's own
-  kernel-to-kernel latency).
+  waiting in a collective (the CPU was inside a CPU collective, waiting for other ranks: never
+  host overhead), input pipeline (the first gap of a step, while the CPU ran no torch operator:
+  a generator, a prefetch thread or another loader producing the batch), host overhead (the work
+  that ended the gap was launched only after the gap began: Python, dispatcher and launch cost),
+  short gaps (the next work was already queued: the device's own kernel-to-kernel latency, up to
+  ``KERNEL_LATENCY_US`` per gap) and dependency waits (queued work that did not start for longer
+  than that: a stream waiting on an event, a collective waiting for other ranks, a blocking copy
+  behind queued work, a first launch loading its module; see ``analysis/waits.py``).
 * The parts add up to the step time exactly.
 """
 
@@ -23,6 +28,7 @@ import numpy as np
 
 from torchdoctor.analysis import intervals as iv
 from torchdoctor.analysis.gpu_activity import GpuActivity
+from torchdoctor.rules.thresholds import KERNEL_LATENCY_US
 from torchdoctor.trace.kinds import Kind
 from torchdoctor.trace.steps import Steps
 from torchdoctor.trace.table import TraceTable
@@ -36,7 +42,15 @@ BUSY_PARTS = (
     "memcpy_other",
     "memset",
 )
-IDLE_PARTS = ("data_loading", "synchronization", "host_overhead", "short_gaps")
+IDLE_PARTS = (
+    "data_loading",
+    "synchronization",
+    "collective_wait",
+    "input_pipeline",
+    "host_overhead",
+    "short_gaps",
+    "dependency_wait",
+)
 CPU_PARTS = ("cpu_operators", "communication", "data_loading", "other")
 _NOT_WORK = ("ProfilerStep#", "enumerate(DataLoader)#")
 _DIR_PART = {"HtoD": "memcpy_h2d", "DtoH": "memcpy_d2h", "DtoD": "memcpy_d2d"}
@@ -141,7 +155,7 @@ def _gpu_step(
     act: GpuActivity,
 ) -> StepBreakdown:
     busy = {part: iv.total(iv.clip(sets, lo, hi)) / 1000.0 for part, sets in parts.items()}
-    idle = _idle_causes(iv.gaps(claimed, lo, hi), act)
+    idle = _idle_causes(iv.gaps(claimed, lo, hi), act, lo)
     return StepBreakdown(
         step=n,
         step_ms=(hi - lo) / 1000.0,
@@ -178,7 +192,7 @@ def _clipped_total(copies: iv.Intervals, lo: float, hi: float) -> float:
     return float(np.sum(np.clip(e, lo, hi) - np.clip(s, lo, hi))) / 1000.0
 
 
-def _idle_causes(gaps: iv.Intervals, act: GpuActivity) -> dict[str, float]:
+def _idle_causes(gaps: iv.Intervals, act: GpuActivity, step_start_us: float) -> dict[str, float]:
     """Split idle gaps by cause (see the module docstring); milliseconds."""
     g0, g1 = gaps
     if not len(g0):
@@ -192,11 +206,39 @@ def _idle_causes(gaps: iv.Intervals, act: GpuActivity) -> dict[str, float]:
     late = np.clip(np.nan_to_num(launch - g0, nan=np.inf), 0.0, None)
     late = np.minimum(late, rest)
     blocked = iv.covered(act.sync_calls, g0) | _sync_ended_inside(act.sync_calls, g0, g1)
+    in_collective = ~blocked & iv.covered(act.cpu_collectives, g0)
     sync = np.where(blocked, late, 0.0)
-    host = np.where(blocked, 0.0, late)
-    short = rest - late
-    ms = {"data_loading": data, "synchronization": sync, "host_overhead": host, "short_gaps": short}
+    coll = np.where(in_collective, late, 0.0)
+    host = np.where(blocked | in_collective, 0.0, late)
+    late_end = g0 + late
+    outside_ops = late - np.minimum(_overlap_per_gap((g0, late_end), act.cpu_ops), late)
+    starts_step = _first_gap_of_step(g0, step_start_us, act)
+    # Only when no DataLoader is seen in the gap: a DataLoader wait is already named above.
+    inputs = np.where(starts_step & (data <= 0), np.minimum(outside_ops, host), 0.0)
+    host = host - inputs
+    queued = rest - late
+    short = np.minimum(queued, KERNEL_LATENCY_US)
+    ms = {
+        "data_loading": data,
+        "synchronization": sync,
+        "collective_wait": coll,
+        "input_pipeline": inputs,
+        "host_overhead": host,
+        "short_gaps": short,
+        "dependency_wait": queued - short,
+    }
     return {k: float(v.sum()) / 1000.0 for k, v in ms.items()}
+
+
+def _first_gap_of_step(g0: np.ndarray, step_start_us: float, act: GpuActivity) -> np.ndarray:
+    """True for the gap the step begins with: no device work started between the step's start
+    and the gap (the GPU is idle when the step begins, or becomes idle before any new work)."""
+    out = np.zeros(len(g0), dtype=bool)
+    if len(g0):
+        k = np.searchsorted(act.start_us, step_start_us, side="left")
+        first_start = act.start_us[k] if k < len(act.start_us) else np.inf
+        out[0] = g0[0] <= first_start
+    return out
 
 
 def _overlap_per_gap(gaps: iv.Intervals, ranges: iv.Intervals) -> np.ndarray:

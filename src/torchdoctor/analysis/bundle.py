@@ -9,6 +9,7 @@ from torchdoctor.analysis.breakdown import StepBreakdown, step_breakdowns, total
 from torchdoctor.analysis.communication import CommStats, analyze_communication
 from torchdoctor.analysis.gpu_activity import GpuActivity, gpu_activity
 from torchdoctor.analysis.hta_compat import HtaBreakdown, hta_temporal_breakdown
+from torchdoctor.analysis.waits import DependencyWaits, dependency_waits, idle_gaps
 from torchdoctor.trace.steps import Steps, find_steps
 from torchdoctor.trace.table import TraceTable
 
@@ -28,6 +29,8 @@ class TraceAnalysis:
     launch: Any
     operators: Any
     memory: Any
+    waits: DependencyWaits | None = None
+    """Idle gaps where queued work did not start, with evidence (None for CPU-only traces)."""
 
     @property
     def n_steps(self) -> int:
@@ -68,4 +71,5 @@ def analyze_table(table: TraceTable) -> TraceAnalysis:
         launch=analyze_launch(table, steps),
         operators=analyze_operators(table, steps),
         memory=analyze_memory(table, steps),
+        waits=dependency_waits(table, act, idle_gaps(steps, act)) if len(act.rows) else None,
     )

@@ -30,6 +30,7 @@ SYNC_CALLS = frozenset(
 """Runtime calls that block the CPU until the device (or a stream) has caught up."""
 DATALOADER_PREFIX = "enumerate(DataLoader)#"
 _CPU_COLLECTIVE = re.compile(r"^(gloo|nccl|mpi|ucc):|^c10d::[a-z_]*(all|reduce|broadcast|barrier)")
+_NOT_OPS = ("ProfilerStep#", DATALOADER_PREFIX)
 DEVICE_CLASSES = ("compute", "communication", "memcpy", "memset")
 
 
@@ -55,6 +56,8 @@ class GpuActivity:
     """Union of CPU ranges spent in blocking synchronisation calls."""
     cpu_collectives: iv.Intervals
     """Union of CPU ranges of collectives (``gloo:all_reduce``, ``c10d::allreduce_``...)."""
+    cpu_ops: iv.Intervals
+    """Union of CPU ranges inside torch operators or runtime calls (not the step annotations)."""
 
     def busy(self, *classes: str) -> iv.Intervals:
         """Union of the intervals of the given classes (all classes when none given)."""
@@ -93,6 +96,9 @@ def gpu_activity(table: TraceTable) -> GpuActivity:
         dataloader=_cpu_ranges(table, lambda n: n.startswith(DATALOADER_PREFIX)),
         sync_calls=_cpu_ranges(table, lambda n: n in SYNC_CALLS, Kind.RUNTIME, Kind.DRIVER),
         cpu_collectives=_cpu_ranges(table, lambda n: bool(_CPU_COLLECTIVE.match(n))),
+        cpu_ops=_cpu_ranges(
+            table, lambda n: not n.startswith(_NOT_OPS), Kind.CPU_OP, Kind.RUNTIME, Kind.DRIVER
+        ),
     )
 
 

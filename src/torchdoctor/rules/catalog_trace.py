@@ -38,6 +38,36 @@ TRACE_SPECS: tuple[FindingSpec, ...] = (
         knobs=("compile", "optimizer_impl"),
     ),
     FindingSpec(
+        id="dependency-waits",
+        label="waits on a dependency",
+        title="Waiting on a dependency: queued work did not start for {ms:.1f} ms per step "
+        "({share:.0%}); most of it {kind}",
+        sources=("trace",),
+        severity=SeverityPolicy(th.DEPENDENCY_WARN, th.DEPENDENCY_CRITICAL),
+        threshold=th.KERNEL_LATENCY_US,
+        fix=fx.dependency_fix,
+        explanation="The next kernel or copy was already queued but did not start: a stream "
+        "waited on an event, a collective on other ranks, a blocking copy on queued work, or a "
+        "first launch on loading its code. Faster kernels do not help; removing the dependency "
+        "does.",
+        doc_url=f"{D}/notes/cuda.html#cuda-streams",
+    ),
+    FindingSpec(
+        id="input-pipeline",
+        label="the input pipeline",
+        title="Input pipeline: each step starts with the GPU idle {ms:.1f} ms ({share:.0%}) while "
+        "the CPU runs no torch operator (producing the batch?)",
+        sources=("trace",),
+        severity=SeverityPolicy(th.INPUT_WARN, th.DATA_CRITICAL),
+        threshold=th.INPUT_WARN,
+        fix=static(fx.INPUT_PIPELINE),
+        explanation="The step begins while the CPU is outside torch operators, typically in a "
+        "generator, a prefetch thread's queue or another loader building the next batch; the "
+        "device waits for it. Produce batches ahead, in workers or a background thread.",
+        doc_url=f"{D}/data.html#multi-process-data-loading",
+        knobs=("num_workers", "device_prefetch"),
+    ),
+    FindingSpec(
         id="sync-stalls",
         label="synchronisation stalls",
         title="Synchronisation stalls: {ms:.1f} ms per step ({share:.0%}) of GPU idle after the "
@@ -67,11 +97,11 @@ TRACE_SPECS: tuple[FindingSpec, ...] = (
     FindingSpec(
         id="synchronous-copies",
         label="synchronous copies",
-        title="Synchronous copies: {per_step:.1f} per step block the CPU until the device catches "
-        "up",
+        title="Synchronous copies: {per_step:.1f} per step hold the CPU; the GPU idles {ms:.1f} ms "
+        "per step ({share:.0%}) around them",
         sources=("trace",),
-        severity=SeverityPolicy(),
-        threshold=None,
+        severity=SeverityPolicy(th.SYNC_WARN, th.SYNC_CRITICAL),
+        threshold=th.SYNC_WARN,
         fix=static(fx.SYNC_COPIES),
         explanation="A blocking copy waits for all queued work and stops the CPU from running "
         "ahead.",
@@ -110,9 +140,10 @@ TRACE_SPECS: tuple[FindingSpec, ...] = (
     FindingSpec(
         id="low-gpu-utilization",
         label="low GPU utilisation",
-        title="Low GPU utilisation: busy {busy:.0%} of the step",
+        title="Low GPU utilisation: busy {busy:.0%} of the step, {ms:.1f} ms per step of short gaps "
+        "between kernels that no other cause explains",
         sources=("trace",),
-        severity=SeverityPolicy(fixed="warning"),
+        severity=SeverityPolicy(),
         threshold=th.LOW_UTIL_BUSY,
         fix=static(fx.LOW_UTIL),
         explanation="The GPU is idle for much of the step even after the named causes; small "

@@ -83,6 +83,35 @@ def exposed_comm_fix(cpu: bool = False) -> str:
     )
 
 
+_DEPENDENCY_FIXES = {
+    "first-launch": "# the first launch of each kernel loads its code: warm up before timing, and\n"
+    "# load modules eagerly: CUDA_MODULE_LOADING=EAGER (or HIP: run one warm-up step)",
+    "collective": "# a collective waits for the slowest rank: compare ranks with\n"
+    "torchdoctor analyze TRACE_FOLDER/\n"
+    "# and overlap it: DDP(model, bucket_cap_mb=25, gradient_as_bucket_view=True)",
+    "stream-wait": "# a stream waits on an event from another stream: record the event earlier or\n"
+    "# move the dependent work later (torch.cuda.Stream / event.wait placement)",
+    "blocking-copy": "x = x.pin_memory().to(device, non_blocking=True)  # no blocking copy\n"
+    'y_cpu = y.to("cpu", non_blocking=True)  # read it after the next step is queued',
+}
+
+
+def dependency_fix(kind: str = "unknown") -> str:
+    """The fix for the kind of wait that costs most (see ``analysis/waits.py``)."""
+    return _DEPENDENCY_FIXES.get(
+        kind,
+        "# queued work waited on a dependency: see the evidence for the stream, the CPU call\n"
+        "# and the annotation around the longest waits",
+    )
+
+
+INPUT_PIPELINE = (
+    "# produce batches ahead of the step: a DataLoader with workers over your dataset,\n"
+    "loader = DataLoader(dataset, batch_size=bs, num_workers=4, pin_memory=True)\n"
+    "# or a background thread filling a queue.Queue(maxsize=2) from your generator"
+)
+
+
 # -- run-level findings ------------------------------------------------------------------------
 def dataloader_fix(loader: LoaderConfig, workers: int, cuda: bool) -> str:
     """The loader rebuilt with ``workers`` worker processes (and pinned memory on a GPU)."""

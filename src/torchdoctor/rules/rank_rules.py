@@ -67,7 +67,7 @@ def straggler(primary: TraceAnalysis, rows: list[RankRow]) -> Finding | None:
     return Finding(
         id="straggler-rank",
         title=s.format_title(rank=rows[k].rank, excess=excess, ratio=excess / median),
-        severity=s.severity.grade(excess / median),
+        severity=s.severity.floored(s.severity.grade(excess / median), saving / step),
         saving_ms_per_step=round(saving, 3),
         share_of_step=round(saving / step, 4) if step > 0 else 0.0,
         evidence={

@@ -34,7 +34,7 @@ def make(
     return Finding(
         id=fid,
         title=title,
-        severity=severity or level,
+        severity=s.severity.floored(severity or level, share),
         saving_ms_per_step=round(saving, 4),
         share_of_step=round(min(share, 1.0), 4),
         evidence={"mean_step_ms": step, **evidence},

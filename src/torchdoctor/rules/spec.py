@@ -42,6 +42,13 @@ class SeverityPolicy:
     fixed: Severity | None = None
     risk: bool = False
 
+    def floored(self, severity: Severity, share: float) -> Severity:
+        """``severity``, demoted to info when the saving is under the noise floor (1% of the
+        step): never a warning for noise. Risk findings keep theirs."""
+        if self.risk or share >= th.NOISE_FLOOR or severity == "info":
+            return severity
+        return "info"
+
     def grade(self, share: float) -> Severity:
         """The severity for a saving of ``share`` (fraction of the step)."""
         if self.fixed is not None:

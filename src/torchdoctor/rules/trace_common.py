@@ -38,7 +38,7 @@ def finding(
     return Finding(
         fid,
         title,
-        severity,
+        s.severity.floored(severity, share),
         round(saving, 3),
         round(share, 4),
         {"mean_step_ms": round(step, 3), **evidence},

@@ -14,6 +14,12 @@ from torchdoctor.rules.device_rules import fp32_gemms, memory_pressure
 from torchdoctor.rules.finding import Finding, rank_findings
 from torchdoctor.rules.registry import spec
 from torchdoctor.rules.trace_common import finding, grade
+from torchdoctor.rules.wait_rules import (
+    dependency_waits,
+    input_pipeline,
+    low_utilization,
+    synchronous_copies,
+)
 from torchdoctor.trace.kinds import Kind
 
 Rule = Callable[[TraceAnalysis], "Finding | None"]
@@ -145,51 +151,23 @@ def pageable_copies(a: TraceAnalysis) -> Finding | None:
     )
 
 
-def synchronous_copies(a: TraceAnalysis) -> Finding | None:
-    """Copies issued through blocking calls (cudaMemcpy, hipMemcpy*) or into pageable memory."""
-    calls = _count_names(
-        a,
-        lambda n: n in ("cudaMemcpy", "hipMemcpy", "hipMemcpyWithStream", "cudaMemcpy2D"),
-        Kind.RUNTIME,
-    )
-    act = a.activity
-    d2h = act.pageable & (act.memcpy_dir == "DtoH")
-    n_d2h = int(d2h.sum())
-    n_calls = sum(calls.values())
-    if not n_calls and not n_d2h:
-        return None
-    copies_ms = float((act.end_us[d2h] - act.start_us[d2h]).sum()) / 1000.0
-    per_step = (n_calls + n_d2h) / max(a.n_steps, 1)
-    evidence = {
-        "blocking_copy_calls": calls,
-        "d2h_to_pageable_copies": n_d2h,
-        "copies_per_step": round(per_step, 2),
-        "d2h_pageable_ms_per_step": round(a.per_step_ms(copies_ms), 3),
-    }
-    return finding(
-        a,
-        "synchronous-copies",
-        spec("synchronous-copies").format_title(per_step=per_step),
-        a.per_step_ms(copies_ms),
-        "info" if per_step < 1 else "warning",
-        evidence,
-    )
-
-
 def exposed_communication(a: TraceAnalysis) -> Finding | None:
     """Collectives the step waits for instead of overlapping them with backward compute."""
     c = a.comm
     if not a.has_gpu:
         return _cpu_communication(a)
-    if c.comm_ms <= 0:
+    # GPU idle while the CPU waited inside a collective is communication too (never host time).
+    waited = a.per_step_ms(a.total.idle_ms.get("collective_wait", 0.0))
+    if c.comm_ms <= 0 and waited <= 0:
         return None
-    ms = a.per_step_ms(c.exposed_ms)
+    ms = a.per_step_ms(c.exposed_ms) + waited
     share = ms / a.mean_step_ms if a.mean_step_ms else 0.0
     if share < th.EXPOSED_COMM_WARN:
         return None
     evidence = {
         "comm_ms_per_step": round(a.per_step_ms(c.comm_ms), 3),
         "exposed_comm_ms_per_step": round(ms, 3),
+        "gpu_idle_in_cpu_collectives_ms_per_step": round(waited, 3),
         "overlap_share": round(c.overlap_share, 4),
         "collectives": c.collectives,
         "world_size": c.world_size,
@@ -230,31 +208,6 @@ def _cpu_communication(a: TraceAnalysis) -> Finding | None:
     )
 
 
-def low_utilization(a: TraceAnalysis) -> Finding | None:
-    """GPU busy for too little of the step; the saving is the idle no other rule explains."""
-    if not a.has_gpu or a.total.step_ms <= 0:
-        return None
-    busy = a.total.share(a.total.gpu_busy_ms)
-    if busy >= th.LOW_UTIL_BUSY:
-        return None
-    gaps_ms = a.per_step_ms(a.total.idle_ms.get("short_gaps", 0.0))
-    evidence = {
-        "gpu_busy_share": round(busy, 4),
-        "gpu_idle_ms_per_step": round(a.per_step_ms(a.total.gpu_idle_ms), 3),
-        "idle_by_cause_ms_per_step": {
-            k: round(a.per_step_ms(v), 3) for k, v in a.total.idle_ms.items()
-        },
-    }
-    return finding(
-        a,
-        "low-gpu-utilization",
-        spec("low-gpu-utilization").format_title(busy=busy),
-        gaps_ms,
-        grade("low-gpu-utilization", 0.0),
-        evidence,
-    )
-
-
 def data_parallel(a: TraceAnalysis) -> Finding | None:
     """nn.DataParallel: one process drives several GPUs, scattering and gathering every step."""
     devices = np.unique(a.table.device[a.activity.rows]) if a.has_gpu else np.zeros(0)
@@ -268,7 +221,7 @@ def data_parallel(a: TraceAnalysis) -> Finding | None:
         a,
         "data-parallel",
         spec("data-parallel").format_title(devices=len(devices)),
-        0.0,
+        a.mean_step_ms * th.DATA_PARALLEL_SHARE,  # the estimate check uses too
         grade("data-parallel", 0.0),
         evidence,
     )
@@ -293,6 +246,8 @@ TRACE_RULES: tuple[Rule, ...] = (
     synchronous_copies,
     exposed_communication,
     low_utilization,
+    dependency_waits,
+    input_pipeline,
     data_parallel,
     fp32_gemms,
     memory_pressure,
