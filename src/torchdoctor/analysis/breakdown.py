@@ -206,11 +206,12 @@ def _idle_causes(gaps: iv.Intervals, act: GpuActivity, step_start_us: float) -> 
     late = np.clip(np.nan_to_num(launch - g0, nan=np.inf), 0.0, None)
     late = np.minimum(late, rest)
     blocked = iv.covered(act.sync_calls, g0) | _sync_ended_inside(act.sync_calls, g0, g1)
-    in_collective = ~blocked & iv.covered(act.cpu_collectives, g0)
     sync = np.where(blocked, late, 0.0)
-    coll = np.where(in_collective, late, 0.0)
-    host = np.where(blocked | in_collective, 0.0, late)
     late_end = g0 + late
+    # CPU time inside a collective while the device waited for the launch: communication.
+    in_coll = np.minimum(_overlap_per_gap((g0, late_end), act.cpu_collectives), late)
+    coll = np.where(blocked, 0.0, in_coll)
+    host = np.where(blocked, 0.0, late - coll)
     outside_ops = late - np.minimum(_overlap_per_gap((g0, late_end), act.cpu_ops), late)
     starts_step = _first_gap_of_step(g0, step_start_us, act)
     # Only when no DataLoader is seen in the gap: a DataLoader wait is already named above.

@@ -39,13 +39,28 @@ class Report:
 
 
 def analyze_path(path: str | Path) -> Report:
-    """Analyse a trace file, or every trace in a folder (one per rank)."""
+    """Analyse a trace file, every trace in a folder (one per rank), or the trace(s) of a
+    ``torchdoctor check`` run folder."""
     p = Path(path)
     if p.is_dir():
+        run_traces = check_run_traces(p)
+        if run_traces is not None:
+            return analyze_path(run_traces)
         return _analyze_folder(p)
     if not p.exists():
         raise TraceError(f"{p}: no such file or directory")
     return build_report(analyze_table(load_trace(p)))
+
+
+def check_run_traces(folder: Path) -> Path | None:
+    """The trace file or folder of rank traces inside a ``check`` run folder (one holding
+    ``run.json``), or None when ``folder`` is not one. A run folder without a trace is an error."""
+    if not (folder / "run.json").is_file():
+        return None
+    for candidate in (folder / "traces", folder / "trace.json.gz", folder / "trace.json"):
+        if candidate.exists():
+            return candidate
+    raise TraceError(f"{folder}: a torchdoctor check run folder without a trace (see run.json)")
 
 
 def build_report(a: TraceAnalysis, extra: list[Finding] | None = None) -> Report:
