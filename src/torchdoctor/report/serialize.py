@@ -63,6 +63,7 @@ def report_dict(r: Report) -> dict[str, Any]:
         "launch": _maybe(a.launch),
         "operators": _maybe(a.operators),
         "memory": _maybe(a.memory),
+        "dependency_waits": _maybe(a.waits),
         "findings": [f.to_dict() for f in r.findings],
         "ranks": [row.to_dict() for row in r.ranks],
         "notes": list(r.notes),
