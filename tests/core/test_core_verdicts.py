@@ -241,3 +241,20 @@ def test_generator_input_pipeline_is_named_not_launch_overhead(tmp_path: Path) -
     assert top.evidence["cpu_frames_at_step_start"] == ["train.py(12): batches"]
     assert top.evidence["dataloader_in_trace"] is False
     assert "host-bound" not in _ids(r)
+
+
+def test_recorded_generator_pipeline_on_cpu(tmp_path: Path) -> None:
+    """A real torch.profiler trace (CPU) of a loop fed by a Python generator, recorded now."""
+    pytest.importorskip("torch")
+    import subprocess
+    import sys
+
+    out = tmp_path / "gen.json"
+    script = Path(__file__).parent / "cases" / "generator_pipeline.py"
+    subprocess.run([sys.executable, str(script), str(out), "50"], check=True, capture_output=True)
+    r = analyze_path(out)
+    top = r.findings[0]
+    assert top.id == "input-pipeline", r.verdict
+    assert any("batches" in f for f in top.evidence["cpu_frames_at_step_start"])
+    # the generator spins 50 ms per batch; the trace must see at least that per step
+    assert top.saving_ms_per_step >= 45.0

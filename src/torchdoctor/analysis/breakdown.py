@@ -51,7 +51,7 @@ IDLE_PARTS = (
     "short_gaps",
     "dependency_wait",
 )
-CPU_PARTS = ("cpu_operators", "communication", "data_loading", "other")
+CPU_PARTS = ("cpu_operators", "communication", "data_loading", "input_pipeline", "other")
 _NOT_WORK = ("ProfilerStep#", "enumerate(DataLoader)#")
 _DIR_PART = {"HtoD": "memcpy_h2d", "DtoH": "memcpy_d2h", "DtoD": "memcpy_d2d"}
 
@@ -291,10 +291,15 @@ def _cpu_step(n: int, lo: float, hi: float, table: TraceTable, act: GpuActivity)
     op_ms = iv.total(iv.subtract(ops, taken)) / 1000.0
     data_ms, comm_ms = iv.total(data) / 1000.0, iv.total(comm) / 1000.0
     step_ms = (hi - lo) / 1000.0
+    # The step opens outside any operator, loader or collective: the batch is being produced
+    # by something torch does not see (a generator, a queue, another loader).
+    starts = [x[0][0] for x in (ops, data, comm) if len(x[0])]
+    input_ms = (min(starts) - lo) / 1000.0 if starts else 0.0
     idle = {
         "cpu_operators": op_ms,
         "communication": comm_ms,
         "data_loading": data_ms,
-        "other": max(step_ms - op_ms - data_ms - comm_ms, 0.0),
+        "input_pipeline": input_ms,
+        "other": max(step_ms - op_ms - data_ms - comm_ms - input_ms, 0.0),
     }
     return StepBreakdown(n, step_ms, {}, idle, 0.0, 0.0)

@@ -11,7 +11,7 @@ if TYPE_CHECKING:
     from torchdoctor.report.build import Report
 
 _SEVERITY_STYLE = {"critical": "bold red", "warning": "yellow", "info": "cyan"}
-_CPU_LABELS = ("communication", "data_loading")
+_CPU_LABELS = ("communication", "data_loading", "input_pipeline")
 _PART_LABEL = {
     "compute": "GPU compute",
     "communication": "GPU communication (exposed)",
@@ -30,6 +30,7 @@ _PART_LABEL = {
     "dependency_wait": "idle: queued work waiting on a dependency",
     "cpu_operators": "CPU operators",
     "communication_cpu": "CPU collectives (gloo)",
+    "input_pipeline_cpu": "step starts outside torch (input?)",
     "other": "CPU other (Python, glue)",
 }
 

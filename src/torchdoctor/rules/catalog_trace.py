@@ -55,8 +55,8 @@ TRACE_SPECS: tuple[FindingSpec, ...] = (
     FindingSpec(
         id="input-pipeline",
         label="the input pipeline",
-        title="Input pipeline: each step starts with the GPU idle {ms:.1f} ms ({share:.0%}) while "
-        "the CPU runs no torch operator (producing the batch?)",
+        title="Input pipeline: each step starts with {what} {ms:.1f} ms ({share:.0%}) while the "
+        "CPU runs no torch operator (producing the batch?)",
         sources=("trace",),
         severity=SeverityPolicy(th.INPUT_WARN, th.DATA_CRITICAL),
         threshold=th.INPUT_WARN,

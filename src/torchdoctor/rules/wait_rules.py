@@ -77,7 +77,9 @@ def input_pipeline(a: TraceAnalysis) -> Finding | None:
     return finding(
         a,
         s.id,
-        s.format_title(ms=ms, share=share),
+        s.format_title(
+            what="the GPU idle" if a.has_gpu else "the loop waiting", ms=ms, share=share
+        ),
         ms,
         grade(s.id, share),
         evidence,
@@ -86,12 +88,14 @@ def input_pipeline(a: TraceAnalysis) -> Finding | None:
 
 
 def _input_frames(a: TraceAnalysis) -> list[str]:
-    """User annotations and Python frames running at the start of each step (most common first)."""
+    """User annotations and Python frames (not built-ins) running halfway through each step's
+    input wait, most common first."""
     t, counts = a.table, dict[str, int]()
-    for lo in a.steps.starts_us[:16]:
-        at = float(lo) + 1.0
+    skip = ("ProfilerStep#", "<built-in", "torch/", "<frozen")
+    for lo, part in zip(a.steps.starts_us[:16], a.per_step[:16], strict=False):
+        at = float(lo) + part.idle_ms.get("input_pipeline", 0.0) * 500.0
         for kinds in ((Kind.USER_ANNOTATION,), (Kind.PYTHON_FUNCTION,)):
-            r = innermost(t, at, *kinds, skip=("ProfilerStep#",))
+            r = innermost(t, at, *kinds, skip=skip)
             if r >= 0:
                 name = t.names[int(t.name[r])]
                 counts[name] = counts.get(name, 0) + 1
