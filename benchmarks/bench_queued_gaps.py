@@ -16,11 +16,12 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from benchmarks.bench_common import TRACES  # noqa: E402
-from torchdoctor.analysis.bundle import analyze_table  # noqa: E402
-from torchdoctor.analysis.waits import idle_gaps  # noqa: E402
-from torchdoctor.rules.thresholds import KERNEL_LATENCY_US  # noqa: E402
-from torchdoctor.trace.load import load_trace  # noqa: E402
+from benchmarks.bench_common import TRACES
+
+from torchdoctor.analysis.bundle import analyze_table
+from torchdoctor.analysis.waits import idle_gaps
+from torchdoctor.rules.thresholds import KERNEL_LATENCY_US
+from torchdoctor.trace.load import load_trace
 
 
 def queued_parts_us(path: Path) -> np.ndarray:

@@ -144,6 +144,13 @@ def test_cpu_only_trace_gets_cpu_side_breakdown() -> None:
     assert not a.has_gpu
     assert a.hta is None
     t = a.total
-    assert set(t.idle_ms) == {"cpu_operators", "communication", "data_loading", "other"}
+    assert set(t.idle_ms) == {
+        "cpu_operators",
+        "communication",
+        "data_loading",
+        "input_pipeline",
+        "other",
+    }
+    assert t.idle_ms["input_pipeline"] == 0.0  # no operator recorded: "outside one" is unknown
     assert t.idle_ms["communication"] > 0.8 * t.step_ms  # gloo all_reduce fills the step
     assert sum(t.idle_ms.values()) == pytest.approx(t.step_ms)

@@ -293,7 +293,8 @@ def _cpu_step(n: int, lo: float, hi: float, table: TraceTable, act: GpuActivity)
     step_ms = (hi - lo) / 1000.0
     # The step opens outside any operator, loader or collective: the batch is being produced
     # by something torch does not see (a generator, a queue, another loader).
-    starts = [x[0][0] for x in (ops, data, comm) if len(x[0])]
+    # Only where the trace records operators: without them "outside any operator" is unknown.
+    starts = [x[0][0] for x in (ops, data, comm) if len(x[0])] if len(ops[0]) else []
     input_ms = (min(starts) - lo) / 1000.0 if starts else 0.0
     idle = {
         "cpu_operators": op_ms,
