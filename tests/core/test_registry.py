@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 import string
+from pathlib import Path
 
 import pytest
 
@@ -81,3 +82,37 @@ def test_run_record_reads_partial_documents() -> None:
     rec = RunRecord.from_dict({"steps": {"step_ms": [10.0, 30.0]}, "gpu": {}, "ops": None})
     assert rec.step_ms == 20.0 and rec.gpu is None and rec.ops == {} and not rec.completed
     assert RunRecord.from_dict({}).config.data_parallel is None
+
+
+def test_noise_floor_demotes_everything_but_risks() -> None:
+    from torchdoctor.rules.run_common import make
+
+    rec = RunRecord.from_dict({"steps": {"mean_step_ms": 100.0}})
+    # 0.5 ms of a 100 ms step, asked for as a warning: demoted
+    f = make(rec, "unpinned-non-blocking", "t", 0.5, {}, severity="warning")
+    assert f.severity == "info"
+    f = make(rec, "unpinned-non-blocking", "t", 1.0, {}, severity="warning")
+    assert f.severity == "warning"
+    # a risk keeps its severity at no saving at all
+    assert make(rec, "out-of-memory", "t", 0.0, {}).severity == "critical"
+    assert make(rec, "fp16-without-grad-scaler", "t", 0.0, {}).severity == "warning"
+
+
+def test_data_parallel_saves_the_same_in_analyze_and_check(tmp_path: Path) -> None:
+    """nn.DataParallel seen in a trace and in a check record of the same step."""
+    from tests.core.synth import annotation, cpu_op, launched, write_trace
+    from torchdoctor.report.build import analyze_path
+    from torchdoctor.rules.run_rules import run_findings
+
+    ev = [
+        annotation("ProfilerStep#1", 0, 10_000),
+        cpu_op("DataParallel.forward", 10, 9000),
+        *launched("gemm", 20, 30, 9000, 1),
+    ]
+    trace = analyze_path(write_trace(tmp_path / "dp.json", ev))
+    (from_trace,) = [f for f in trace.findings if f.id == "data-parallel"]
+    step_ms = trace.analysis.mean_step_ms  # 9.03: the last step ends with its last kernel
+    record = {"steps": {"mean_step_ms": step_ms}, "config": {"data_parallel": [{}]}}
+    (from_run,) = run_findings(record)
+    assert from_trace.saving_ms_per_step == pytest.approx(from_run.saving_ms_per_step, abs=1e-3)
+    assert from_trace.saving_ms_per_step == pytest.approx(0.23 * 9.03, abs=1e-3)
