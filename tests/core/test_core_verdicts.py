@@ -258,3 +258,48 @@ def test_recorded_generator_pipeline_on_cpu(tmp_path: Path) -> None:
     assert any("batches" in f for f in top.evidence["cpu_frames_at_step_start"])
     # the generator spins 50 ms per batch; the trace must see at least that per step
     assert top.saving_ms_per_step >= 45.0
+
+
+def test_check_does_not_count_collective_waits_as_python_time() -> None:
+    """check's tiny-op rule: the step minus operator time is Python, except time in collectives."""
+    from torchdoctor.rules.run_rules import run_findings
+
+    ops = {
+        "gemm_share_basis": "cpu",
+        "top_level_ops_per_step": 160,
+        "median_op_us": 2.5,
+        "op_time_ms_per_step": 1.0,
+        "tiny_op_time_ms_per_step": 0.6,
+        "tiny_op_threshold_us": 20.0,
+    }
+    rec = {"steps": {"mean_step_ms": 66.0, "measured_steps": 4}, "ops": ops}
+    (before,) = run_findings(rec)  # 65 ms of "Python": a critical host-bound finding
+    assert before.id == "host-bound" and before.severity == "critical"
+    waited = {**rec, "ops": {**ops, "collective_time_ms_per_step": 64.0}}
+    (after,) = run_findings(waited)
+    # 0.7 x (0.6 ms tiny ops + 1 ms left of Python): info
+    assert after.saving_ms_per_step == pytest.approx(0.7 * 1.6) and after.severity == "info"
+
+
+def test_gloo_ddp_with_a_slow_rank_under_torchrun(tmp_path: Path) -> None:
+    """Real DDP over gloo, 2 processes, rank 1 slowed by 50 ms a step: rank 0's wait in the
+    all-reduce is communication in its trace and in check's operator summary, never overhead."""
+    pytest.importorskip("torch")
+    import json
+    import subprocess
+    import sys
+
+    script = Path(__file__).parent / "cases" / "ddp_slow_rank.py"
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node=2", str(script)]
+    subprocess.run([*cmd, str(tmp_path)], check=True, capture_output=True, timeout=300)
+    r = analyze_path(tmp_path / "rank0.json")
+    assert r.findings[0].id == "exposed-communication", r.verdict
+    assert "host-bound" not in [f.id for f in r.findings]
+    assert r.analysis.total.idle_ms["communication"] > 0.5 * r.analysis.total.step_ms
+
+    from torchdoctor.rules.run_rules import run_findings
+
+    ops = json.loads((tmp_path / "ops0.json").read_text())
+    assert ops["collective_time_ms_per_step"] > 40.0  # the 50 ms rank 1 spends spinning
+    rec = {"steps": {"mean_step_ms": r.analysis.mean_step_ms, "measured_steps": 4}, "ops": ops}
+    assert all(f.severity == "info" for f in run_findings(rec) if f.id == "host-bound")

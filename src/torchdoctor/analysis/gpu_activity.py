@@ -95,11 +95,16 @@ def gpu_activity(table: TraceTable) -> GpuActivity:
         launch_us=_launch_times(table, rows),
         dataloader=_cpu_ranges(table, lambda n: n.startswith(DATALOADER_PREFIX)),
         sync_calls=_cpu_ranges(table, lambda n: n in SYNC_CALLS, Kind.RUNTIME, Kind.DRIVER),
-        cpu_collectives=_cpu_ranges(table, lambda n: bool(_CPU_COLLECTIVE.match(n))),
+        cpu_collectives=_cpu_ranges(table, is_cpu_collective),
         cpu_ops=_cpu_ranges(
             table, lambda n: not n.startswith(_NOT_OPS), Kind.CPU_OP, Kind.RUNTIME, Kind.DRIVER
         ),
     )
+
+
+def is_cpu_collective(name: str) -> bool:
+    """A CPU-side collective call (``gloo:all_reduce``, ``c10d::allreduce_``, ...)."""
+    return bool(_CPU_COLLECTIVE.match(name))
 
 
 def _direction(name: str) -> str:

@@ -147,7 +147,26 @@ def summarise_ops(events: Any, steps: int) -> dict[str, Any]:
         "tiny_op_threshold_us": TINY_OP_US,
         "gemm_share": gemm_share,
         "gemm_share_basis": basis,
+        "collective_time_ms_per_step": _collective_us(events, top) / steps / 1e3,
     }
+
+
+def _collective_us(events: Any, top: list[Any]) -> float:
+    """Time inside collectives (``c10d::``/``gloo:``... ranges, on any thread: with gloo the
+    transfer runs on the backend's thread while the training thread waits outside any op) that
+    no top-level operator overlaps: waiting for other ranks, which is never Python overhead."""
+    import numpy as np
+
+    from torchdoctor.analysis import intervals as iv
+    from torchdoctor.analysis.gpu_activity import is_cpu_collective
+
+    def spans(evs: list[Any]) -> iv.Intervals:
+        r = [(float(e.time_range.start), float(e.time_range.end)) for e in evs]
+        arr = np.array(r, dtype=np.float64).reshape(-1, 2)
+        return iv.union(arr[:, 0], arr[:, 1])
+
+    coll = spans([e for e in events if is_cpu_collective(e.name)])
+    return iv.total(iv.subtract(coll, spans(top)))
 
 
 def _self_device_us(event: Any) -> float:

@@ -248,9 +248,11 @@ def tiny_ops(run: RunRecord) -> list[Finding]:
     if ops.get("gemm_share_basis") != "cpu" or not step:
         return []
     n, tiny = float(ops.get("top_level_ops_per_step") or 0), float(ops["tiny_op_time_ms_per_step"])
-    # Python time between ops: the step minus op time, batch waits and compile pauses.
+    # Python time between ops: the step minus op time, batch waits, compile pauses and time
+    # waiting in collectives (other ranks' lateness is never Python overhead).
     measured = max(1, run.steps.measured_steps)
     paused_ms = run.steps.mean_data_wait_ms + run.compile.recompile_s_in_window * 1e3 / measured
+    paused_ms += float(ops.get("collective_time_ms_per_step") or 0.0)
     python_ms = max(0.0, step - float(ops["op_time_ms_per_step"]) - paused_ms)
     if n < th.TINY_OPS_PER_STEP or ops["median_op_us"] >= ops["tiny_op_threshold_us"]:
         return []
