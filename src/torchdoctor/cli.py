@@ -118,7 +118,8 @@ def cli() -> None:
 )
 @_guarded
 def analyze(path: str, as_json: bool, top: int) -> None:
-    """Diagnose a torch.profiler trace: a .json / .json.gz file, or a folder of per-rank traces."""
+    """Diagnose a torch.profiler trace: a .json / .json.gz file, a folder of per-rank traces, or
+    a `torchdoctor check` run folder."""
     # The analyser does no matrix algebra: starting a BLAS thread pool would only cost start-up.
     for var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
         os.environ.setdefault(var, "1")
