@@ -9,6 +9,7 @@ from statistics import median
 from typing import Any
 
 from torchdoctor.capture.options import CheckOptions
+from torchdoctor.rules.thresholds import TINY_OP_THRESHOLD_US
 
 # Operators whose time is dominated by matrix multiplies or convolutions (tensor-core work).
 GEMM_OPS = frozenset(
@@ -27,9 +28,7 @@ GEMM_OPS = frozenset(
         "aten::scaled_dot_product_attention",
     }
 )
-TINY_OP_US = 20.0
-"""An operator shorter than this (CPU wall, microseconds) is dominated by framework overhead:
-dispatch plus the Python around it costs a few microseconds per op on a modern CPU."""
+TINY_OP_US = TINY_OP_THRESHOLD_US  # one thresholds module: rules/thresholds.py
 
 
 class WindowProfiler:

@@ -136,6 +136,11 @@ DATA_PARALLEL_SHARE = Threshold(
 TINY_OPS_PER_STEP = Threshold(
     100, "a CPU step with at least this many top-level operators, most tiny, is overhead bound"
 )
+TINY_OP_THRESHOLD_US = Threshold(
+    20.0,
+    "an operator shorter than this (CPU wall, us) is dominated by framework overhead: dispatch "
+    "plus the Python around it costs a few microseconds per op on a modern CPU",
+)
 TINY_OP_SAVING = Threshold(
     0.7, "share of tiny-op time and Python time between ops that fusing (torch.compile) removes"
 )
