@@ -43,17 +43,6 @@ BAD_FILES: dict[str, tuple[Callable[[Path], Path], str]] = {
     "missing file": (lambda d: d / "nope.json", "no such file"),
     "directory": (lambda d: d, "is a directory"),
     "empty file": (lambda d: _write(d / "t.json", b""), "empty file"),
-    "a list of numbers": (lambda d: _write(d / "t.json", b"[1, 2, 3]"), "no valid trace event"),
-    "empty traceEvents": (
-        lambda d: _write(d / "t.json", b'{"traceEvents": []}'),
-        "no valid trace event",
-    ),
-    "only metadata events": (
-        lambda d: _write(
-            d / "t.json", b'{"traceEvents": [{"ph": "M", "name": "process_name", "pid": 1}]}'
-        ),
-        "no valid trace event",
-    ),
     "only blanks": (lambda d: _write(d / "t.json", b" \n\t "), "empty file"),
     "empty gzip": (lambda d: _write(d / "t.json.gz", gzip.compress(b"")), "empty file"),
     "truncated gzip": (

@@ -15,6 +15,7 @@ from torchdoctor.rules.rank_rules import RankRow, rank_rows, straggler
 from torchdoctor.rules.registry import label
 from torchdoctor.rules.trace_rules import evaluate
 from torchdoctor.trace.load import find_rank_files, load_trace
+from torchdoctor.trace.table import TraceTable
 
 SCHEMA_VERSION = 1
 """Bumped on any incompatible change to the JSON report (see docs/report-schema.md)."""
@@ -49,7 +50,18 @@ def analyze_path(path: str | Path) -> Report:
         return _analyze_folder(p)
     if not p.exists():
         raise TraceError(f"{p}: no such file or directory")
-    return build_report(analyze_table(load_trace(p)))
+    return build_report(analyze_table(load_events(p)))
+
+
+def load_events(path: Path) -> TraceTable:
+    """Load a trace that has at least one event placed in time; anything else (a JSON list of
+    numbers, an empty ``traceEvents``, only metadata) is not a trace: TraceError, one line."""
+    table = load_trace(path)
+    if not len(table):
+        skipped = next((n for n in table.notes if n.startswith("skipped")), "")
+        why = f" ({skipped})" if skipped else ""
+        raise TraceError(f"{path}: no valid trace event{why}: not a torch.profiler trace")
+    return table
 
 
 def check_run_traces(folder: Path) -> Path | None:

@@ -174,11 +174,6 @@ def _reason(bad: BadChunk) -> str:
 
 def _finish(p: Path, b: _Builder, stats: ReadStats) -> TraceTable:
     ts = b.take("ts")
-    if not len(ts):
-        # Nothing placed in time: a JSON list of numbers, an empty traceEvents, only metadata.
-        skipped = stats.malformed_events + b.malformed
-        why = f" ({skipped} malformed)" if skipped else ""
-        raise TraceError(f"{p}: no valid trace event{why}: not a torch.profiler trace")
     order = np.argsort(ts, kind="stable")
     ts = ts[order]
     base = float(ts[0]) if len(ts) else 0.0
