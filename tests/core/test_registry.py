@@ -116,3 +116,12 @@ def test_data_parallel_saves_the_same_in_analyze_and_check(tmp_path: Path) -> No
     (from_run,) = run_findings(record)
     assert from_trace.saving_ms_per_step == pytest.approx(from_run.saving_ms_per_step, abs=1e-3)
     assert from_trace.saving_ms_per_step == pytest.approx(0.23 * 9.03, abs=1e-3)
+
+
+def test_thresholds_survive_copy_and_pickle() -> None:
+    import copy
+    import pickle
+
+    t = thresholds.KERNEL_LATENCY_US
+    for clone in (copy.copy(t), copy.deepcopy({"x": t})["x"], pickle.loads(pickle.dumps(t))):
+        assert clone == t and clone.reason == t.reason

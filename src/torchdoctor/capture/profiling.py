@@ -28,7 +28,7 @@ GEMM_OPS = frozenset(
         "aten::scaled_dot_product_attention",
     }
 )
-TINY_OP_US = TINY_OP_THRESHOLD_US  # one thresholds module: rules/thresholds.py
+TINY_OP_US = float(TINY_OP_THRESHOLD_US)  # one thresholds module: rules/thresholds.py
 
 
 class WindowProfiler:
@@ -143,7 +143,7 @@ def summarise_ops(events: Any, steps: int) -> dict[str, Any]:
         "median_op_us": median(durs) if durs else 0.0,
         "op_time_ms_per_step": total_us / steps / 1e3,
         "tiny_op_time_ms_per_step": tiny_us / steps / 1e3,
-        "tiny_op_threshold_us": TINY_OP_US,
+        "tiny_op_threshold_us": float(TINY_OP_US),
         "gemm_share": gemm_share,
         "gemm_share_basis": basis,
         "collective_time_ms_per_step": _collective_us(events, top) / steps / 1e3,

@@ -21,6 +21,10 @@ class Threshold(float):
         obj.reason = reason
         return obj
 
+    def __getnewargs__(self) -> tuple[float, str]:  # type: ignore[override]
+        # copy, deepcopy and pickle rebuild it with its reason
+        return (float(self), self.reason)
+
 
 def all_thresholds() -> dict[str, Threshold]:
     """Every threshold of this module by name (for docs and tests)."""
