@@ -22,6 +22,8 @@ def is_ours(site: str | None) -> bool:
         return False
     path = site.rsplit(":", 1)[0] if site.rsplit(":", 1)[-1].isdigit() else site
     path = path.split(" (", 1)[0]
+    if not path.endswith(".py"):  # an operator name or a generated frame, not a file of ours
+        return False
     return os.path.abspath(path).startswith(PACKAGE_DIR)
 
 

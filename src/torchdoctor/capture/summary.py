@@ -10,6 +10,7 @@ from pathlib import Path
 from statistics import median
 from typing import Any
 
+from torchdoctor.capture.fit import fit_to_run
 from torchdoctor.capture.measurement import Measurement, measure
 from torchdoctor.rules.finding import Finding, rank_findings
 from torchdoctor.rules.registry import alias_map
@@ -112,7 +113,7 @@ def build_report(
         run_level = [finding_from_dict(d) for d in primary.get("findings", [])]
     analysis, why = (None, "no trace was recorded") if trace is None else analyze_trace(trace)
     trace_findings = list(getattr(analysis, "findings", []) or [])
-    merged = merge_findings(trace_findings, run_level, primary)
+    merged = fit_to_run(merge_findings(trace_findings, run_level, primary), primary)
     doc = {
         "schema": REPORT_SCHEMA,
         "schema_version": REPORT_SCHEMA_VERSION,
