@@ -26,6 +26,9 @@ def main() -> None:
     p = argparse.ArgumentParser()
     p.add_argument("--steps", type=int, default=40)
     args = p.parse_args()
+    # The workers take every CPU; one intra-op thread keeps the training process from spinning
+    # against them (with the default, its tiny ops took 200-500 ms on a busy 2-CPU machine).
+    torch.set_num_threads(1)
     model = nn.Linear(128, 4)
     opt = torch.optim.SGD(model.parameters(), lr=0.1)
     loader = DataLoader(
