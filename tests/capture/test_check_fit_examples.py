@@ -48,6 +48,8 @@ def test_varying_index_width_names_mark_dynamic_idx_1_and_it_works(tmp_path: Pat
     assert r.code == 0, r.stderr
     assert r.top["id"] == "recompiles", r.stdout
     assert r.top["fix"].startswith("torch._dynamo.mark_dynamic(idx, 1)")
+    # the JSON verdict sees the run-level finding too, not only the trace's
+    assert "Fix first: recompiles" in r.report["verdict"] == r.report["analysis"]["verdict"]
     # the advice applied: the same script with mark_dynamic(idx, 1) stops recompiling
     fixed = check_inprocess(tmp_path / "b", script, "--backend", "eager", "--mark-dynamic")
     assert fixed.run["compile"]["recompiles_in_window"] == 0

@@ -119,6 +119,7 @@ def test_early_exit_reports_what_was_measured(tmp_path: Path) -> None:
     assert "1 step measured of 3 requested" in r.stdout and "try --warmup 1" in r.stdout
     assert "No bottleneck worth fixing" not in r.stdout and "findings: none\n" not in r.stdout
     assert r.report["measurement"]["complete"] is False
+    assert r.report["verdict"] == r.report["measurement"]["note"]
 
 
 @pytest.mark.parametrize(

@@ -114,6 +114,10 @@ def build_report(
     analysis, why = (None, "no trace was recorded") if trace is None else analyze_trace(trace)
     trace_findings = list(getattr(analysis, "findings", []) or [])
     merged = fit_to_run(merge_findings(trace_findings, run_level, primary), primary)
+    verdict = _verdict(analysis, merged, measured)
+    analysis_doc = analysis.to_dict() if analysis is not None else None
+    if isinstance(analysis_doc, dict) and verdict is not None:
+        analysis_doc["verdict"] = verdict  # the analyser saw only the trace's findings
     doc = {
         "schema": REPORT_SCHEMA,
         "schema_version": REPORT_SCHEMA_VERSION,
@@ -122,12 +126,27 @@ def build_report(
         "ranks_reported": sorted(records),
         "ranks": rank_table(records),
         "trace": None if trace is None else str(trace),
-        "analysis": analysis.to_dict() if analysis is not None else None,
+        "analysis": analysis_doc,
         "analysis_unavailable": why,
+        "verdict": verdict,
         "measurement": measured.to_dict(),
         "findings": [f.to_dict() for f in merged],
     }
     return doc, analysis, merged
+
+
+def _verdict(analysis: Any, merged: list[Finding], measured: Measurement) -> str | None:
+    """The verdict line over the merged findings; the measurement note for a short run."""
+    if measured.note:
+        return measured.note
+    if analysis is None:
+        return None
+    try:
+        from torchdoctor.report.build import verdict
+
+        return verdict(getattr(analysis, "analysis"), merged)  # noqa: B009
+    except Exception:
+        return None
 
 
 def _fmt(value: float | None, spec: str = ".1f") -> str:
