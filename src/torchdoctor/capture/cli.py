@@ -12,16 +12,25 @@ from typing import TYPE_CHECKING
 
 import click
 
+from torchdoctor.capture.cli_args import (
+    check_json_path,
+    normalize_args,
+    reject_option_as_script,
+)
 from torchdoctor.errors import UserError
 
 if TYPE_CHECKING:
     from torchdoctor.capture.options import CheckOptions
 
-EXIT_NO_STEPS = 2
+
+class _CheckCommand(click.Command):
+    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+        return super().parse_args(ctx, normalize_args(args))
 
 
 @click.command(
     "check",
+    cls=_CheckCommand,
     context_settings={
         "ignore_unknown_options": True,
         "allow_interspersed_args": False,
@@ -70,7 +79,14 @@ EXIT_NO_STEPS = 2
     type=click.IntRange(1, 1000),
     help="Findings and table rows to show.",
 )
-@click.option("--json", "as_json", is_flag=True, help="Print the report as JSON instead of text.")
+@click.option(
+    "--json",
+    "json_path",
+    default=None,
+    type=click.Path(path_type=str, dir_okay=False),
+    help="Write the report as JSON to this file. A bare --json (or --json -) prints only "
+    "JSON on stdout; the script's own output then goes to stderr.",
+)
 @click.option(
     "--rank-timeout",
     default=120.0,
@@ -89,7 +105,7 @@ def check_command(
     memory: bool,
     out_dir: str,
     top: int,
-    as_json: bool,
+    json_path: str | None,
     rank_timeout: float,
 ) -> None:
     """Run SCRIPT (with its own arguments) as __main__, profile a window of its steps, and
@@ -104,6 +120,8 @@ def check_command(
     from torchdoctor.capture.options import CheckOptions
 
     try:
+        reject_option_as_script(script)
+        check_json_path(json_path)
         options = CheckOptions(
             warmup_steps=warmup,
             profile_steps=steps,
@@ -114,31 +132,35 @@ def check_command(
             out_dir=out_dir,
             rank_timeout_s=rank_timeout,
         )
-        code = run_check(script, list(script_args), options, top, as_json)
+        code = run_check(script, list(script_args), options, top, json_path)
     except UserError as exc:
         click.echo(f"torchdoctor: error: {exc}", err=True)
         sys.exit(exc.exit_code)
     sys.exit(code)
 
 
-def run_check(script: str, args: list[str], options: CheckOptions, top: int, as_json: bool) -> int:
-    """Watch the script, publish the report on rank 0; returns the exit status to use."""
+def run_check(
+    script: str, args: list[str], options: CheckOptions, top: int, json_path: str | None = None
+) -> int:
+    """Watch the script, publish the report on rank 0; returns the script's exit status.
+
+    ``json_path``: ``None`` prints the text report, ``"-"`` prints only JSON on stdout (the
+    script's output and the text report go to stderr), a path writes the JSON report there.
+    """
     from torchdoctor.capture.publish import publish
     from torchdoctor.capture.runfolder import RankInfo
     from torchdoctor.capture.runner import check_script, internal_error
 
-    code, folder, record = check_script(script, args, options)
+    code, folder, record = check_script(script, args, options, quiet_stdout=json_path == "-")
     rank = RankInfo.from_env()
     if rank.rank == 0:
         try:
-            publish(folder, record, rank, options, top=top, as_json=as_json)
+            publish(folder, record, rank, options, top=top, json_path=json_path)
         except Exception as exc:
             if os.environ.get("TORCHDOCTOR_DEBUG"):
                 raise
             internal_error("while writing the report", exc)
-    if code == 0 and not (record.get("steps") or {}).get("count"):
-        return EXIT_NO_STEPS
-    return code
+    return code  # the script's own status, whatever was or was not measured
 
 
 if __name__ == "__main__":

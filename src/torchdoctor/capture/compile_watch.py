@@ -9,10 +9,14 @@ compiling. Works whether or not the script ever imports ``torch._dynamo``.
 from __future__ import annotations
 
 import contextlib
+import functools
 import logging
 import re
 import time
+from collections.abc import Callable
 from typing import Any
+
+from torchdoctor.capture.patches import Patcher
 
 # Dynamo's logger names (stable since torch 2.1). Graph breaks are a debug-level "artifact"
 # logger that torch leaves silent unless TORCH_LOGS asks for it.
@@ -24,6 +28,48 @@ _GB_RE = re.compile(
 _LIMIT_RE = re.compile(r"hit config\.(?:recompile|cache_size)_limit \((?P<limit>\d+)\)")
 _FUNC_RE = re.compile(r"function: '(?P<name>[^']*)' \((?P<site>[^)]*)\)")
 _REASON_RE = re.compile(r"last reason: (?P<reason>.*)")
+# "tensor 'x' size mismatch at index 1. expected 256, actual 128" (dynamo's guard failure).
+_GUARD_DIM_RE = re.compile(
+    r"tensor '(?P<name>.+?)' (?P<kind>size|stride) mismatch at index (?P<dim>\d+)\. "
+    r"expected (?P<expected>\d+), actual (?P<actual>\d+)"
+)
+_LOCAL_RE = re.compile(r"""^L\[['"](?P<name>[^'"]+)['"]\]$""")
+
+
+def guard_dims(reason: str) -> list[dict[str, Any]]:
+    """The tensor dimensions a recompile reason says changed: ``tensor`` (the compiled
+    function's argument, ``L['x']`` shortened to ``x``), ``kind``, ``dim``, ``expected``,
+    ``actual``; empty when the guard was not on a size or stride."""
+    out = []
+    for m in _GUARD_DIM_RE.finditer(reason):
+        name = m.group("name")
+        local = _LOCAL_RE.match(name)
+        out.append(
+            {
+                "tensor": local.group("name") if local else name,
+                "kind": m.group("kind"),
+                "dim": int(m.group("dim")),
+                "expected": int(m.group("expected")),
+                "actual": int(m.group("actual")),
+            }
+        )
+    return out
+
+
+def compile_call(args: tuple[Any, ...], kwargs: dict[str, Any]) -> dict[str, Any]:
+    """One ``torch.compile`` call's settings as plain data (what was compiled, mode, backend,
+    dynamic, fullgraph, option names)."""
+    backend = kwargs.get("backend", "inductor")
+    target = args[0] if args else kwargs.get("model")
+    return {
+        "target": type(target).__name__ if target is not None else None,
+        "mode": kwargs.get("mode"),
+        "backend": backend if isinstance(backend, str) else getattr(backend, "__name__", "?"),
+        "dynamic": kwargs.get("dynamic"),
+        "fullgraph": bool(kwargs.get("fullgraph", False)),
+        "options": sorted((kwargs.get("options") or {}).keys()),
+        "disable": bool(kwargs.get("disable", False)),
+    }
 
 
 def short_reason(text: str) -> str:
@@ -52,14 +98,19 @@ class _Handler(logging.Handler):
 class CompileWatch:
     """Collects torch.compile events during the run and summarises them at the end."""
 
-    def __init__(self) -> None:
+    def __init__(self, on_compile_call: Callable[[], None] = lambda: None) -> None:
+        self.on_compile_call = on_compile_call
+        """Called after each ``torch.compile`` call (dynamo is loaded by then)."""
         self.graph_breaks: dict[tuple[str, str], int] = {}
         """(user "file:line", reason) -> times dynamo reported it (first compile and repeats)."""
         self.limit_hits: list[dict[str, Any]] = []
         self.started_at_unix_s = time.time()
         self._earlier: set[int] = set()
+        self.compile_calls: list[dict[str, Any]] = []
+        """Settings of each ``torch.compile`` call the script made (at most 16)."""
         self._handler = _Handler(self)
         self._saved: list[tuple[logging.Logger, int, bool]] = []
+        self._patcher = Patcher()
 
     def install(self) -> None:
         """Attach the handler to dynamo's loggers (created now if torch has not yet)."""
@@ -80,9 +131,29 @@ class CompileWatch:
         limit = logging.getLogger(_LIMIT_LOGGER)
         self._saved.append((limit, limit.level, limit.propagate))
         limit.addHandler(self._handler)
+        self._wrap_compile()
+
+    def _wrap_compile(self) -> None:
+        import torch
+
+        orig = torch.compile
+        calls, watch = self.compile_calls, self
+
+        @functools.wraps(orig)
+        def compile(*args: Any, **kwargs: Any) -> Any:
+            if len(calls) < 16:
+                with contextlib.suppress(Exception):
+                    calls.append(compile_call(args, kwargs))
+            compiled = orig(*args, **kwargs)
+            with contextlib.suppress(Exception):
+                watch.on_compile_call()
+            return compiled
+
+        self._patcher.patch(torch, "compile", compile)
 
     def uninstall(self) -> None:
-        """Detach the handler and restore the loggers' levels (idempotent)."""
+        """Detach the handler, restore the loggers' levels and ``torch.compile`` (idempotent)."""
+        self._patcher.restore()
         while self._saved:
             logger, level, propagate = self._saved.pop()
             logger.removeHandler(self._handler)
@@ -154,9 +225,13 @@ def _summary(
         "recompiles_in_window": len(late),
         "recompile_s_in_window": sum(m["seconds"] for m in late),
         "recompile_events": [
-            {k: m[k] for k in ("compile_id", "function", "site", "reason", "seconds")}
+            {
+                **{k: m[k] for k in ("compile_id", "function", "site", "reason", "seconds")},
+                "changed_dims": guard_dims(m["reason"]),
+            }
             for m in recompiles[:50]
         ],
+        "compile_calls": watch.compile_calls,
         "graph_breaks": [
             {"site": site, "reason": reason, "count": n}
             for (site, reason), n in sorted(watch.graph_breaks.items(), key=lambda kv: -kv[1])

@@ -6,6 +6,7 @@ loader when it starts an epoch.
 
 from __future__ import annotations
 
+import functools
 import os
 import weakref
 from time import perf_counter
@@ -15,6 +16,35 @@ from torchdoctor.capture.clock import StepClock
 from torchdoctor.capture.patches import Patcher
 
 _MAX_LOADERS = 16
+
+
+def _short(value: Any) -> str:
+    """A value as a short label: a function's name, a class instance's class, a literal."""
+    if callable(value) and hasattr(value, "__name__"):
+        return str(value.__name__)
+    if isinstance(value, (bool, int, float, str, type(None))):
+        return repr(value)
+    return type(value).__name__ + "(...)"
+
+
+def construction(loader_init: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> dict[str, Any]:
+    """What the user's ``DataLoader(...)`` call passed: ``explicit`` (name -> short label,
+    from the call's values) and ``call`` (the call's source text and site, when readable)."""
+    import inspect
+
+    from torchdoctor.capture import callsource
+    from torchdoctor.capture.own_frames import PACKAGE_DIR
+
+    bound = inspect.signature(loader_init).bind_partial(None, *args, **kwargs)
+    explicit = {k: _short(v) for k, v in list(bound.arguments.items())[1:] if k != "kwargs"}
+    out: dict[str, Any] = {"explicit": explicit}
+    import torch
+
+    site = callsource.user_frame_site((os.path.dirname(torch.__file__) + os.sep, PACKAGE_DIR))
+    if site is not None:
+        call = callsource.call_arguments(site[0], site[1], ("DataLoader",))
+        out["call"] = {"site": f"{site[0]}:{site[1]}", **(call or {})}
+    return out
 
 
 def loader_settings(loader: Any) -> dict[str, Any]:
@@ -48,6 +78,9 @@ class StepHooks:
     def __init__(self, clock: StepClock) -> None:
         self.clock = clock
         self.loaders: dict[int, dict[str, Any]] = {}
+        self.constructions: weakref.WeakKeyDictionary[Any, dict[str, Any]] = (
+            weakref.WeakKeyDictionary()
+        )
         self.batches = 0
         self.optimizer_steps = 0
         self._patcher = Patcher()
@@ -66,7 +99,17 @@ class StepHooks:
         self._handle = register_optimizer_step_post_hook(self._on_optimizer_step)
         orig_next = _BaseDataLoaderIter.__next__
         orig_iter = DataLoader.__iter__
+        orig_init = DataLoader.__init__
         hooks = self
+
+        @functools.wraps(orig_init)  # libraries read the loader's signature (Lightning does)
+        def __init__(loader: Any, *args: Any, **kwargs: Any) -> None:
+            orig_init(loader, *args, **kwargs)
+            if len(hooks.constructions) < _MAX_LOADERS:
+                try:
+                    hooks.constructions[loader] = construction(orig_init, args, kwargs)
+                except Exception as exc:  # never let our bookkeeping break the user's loader
+                    hooks.constructions[loader] = {"error": f"{type(exc).__name__}: {exc}"}
 
         def __next__(it: Any) -> Any:
             t0 = perf_counter()
@@ -80,13 +123,17 @@ class StepHooks:
             key = id(loader)
             if key not in hooks.loaders and len(hooks.loaders) < _MAX_LOADERS:
                 try:
-                    hooks.loaders[key] = loader_settings(loader)
+                    hooks.loaders[key] = {
+                        **loader_settings(loader),
+                        **hooks.constructions.get(loader, {}),
+                    }
                 except Exception as exc:  # an unusual loader subclass: note it, keep going
                     hooks.loaders[key] = {"error": f"{type(exc).__name__}: {exc}"}
             return orig_iter(loader)
 
         self._patcher.patch(_BaseDataLoaderIter, "__next__", __next__)
         self._patcher.patch(DataLoader, "__iter__", __iter__)
+        self._patcher.patch(DataLoader, "__init__", __init__)
 
     def _on_optimizer_step(self, optimizer: Any, args: Any, kwargs: Any) -> None:
         if self._is_compiling():  # inside a compiled optimizer step: tracing, not stepping

@@ -7,6 +7,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from torchdoctor.capture.measurement import measure
 from torchdoctor.capture.options import CheckOptions
 from torchdoctor.capture.runfolder import (
     RUN_SCHEMA,
@@ -55,25 +56,32 @@ def publish(
     rank: RankInfo,
     options: CheckOptions,
     top: int = 10,
-    as_json: bool = False,
+    json_path: str | None = None,
 ) -> dict[str, Any]:
     """Write ``report.json`` and ``report.txt`` into ``folder`` and print the report.
 
-    Returns the report document.
+    ``json_path`` ``"-"``: only the JSON report on stdout (the text goes to stderr); a path:
+    the JSON report is also written there. Returns the report document.
     """
     records, trace = _gather(folder, record, rank, options)
     doc, analysis, merged = build_report(records, trace, rank.world_size)
-    trace_text, shows_findings = render_analysis(analysis, merged, top)
+    measured = measure(record)
+    trace_text, shows_findings = render_analysis(analysis, merged, top, measured)
     text = summary_text(doc, record, top, with_findings=not shows_findings) + trace_text
-    if not (record.get("steps") or {}).get("count"):
+    if not (record.get("steps") or {}).get("count") and measured.failure is None:
         text = NO_STEPS + text
     text += f"run folder: {folder}\n"
     write_json(folder / "report.json", doc)
     (folder / "report.txt").write_text(text, encoding="utf-8")
     release_pointer(options.out_dir, rank)
-    if as_json:
-        sys.stdout.write(json.dumps(doc, indent=1, default=str) + "\n")
+    as_json = json.dumps(doc, indent=1, default=str) + "\n"
+    if json_path == "-":
+        sys.stderr.write(text)
+        sys.stdout.write(as_json)
     else:
         sys.stdout.write(text)
+        if json_path:
+            Path(json_path).write_text(as_json, encoding="utf-8")
+            sys.stderr.write(f"torchdoctor: wrote {json_path}\n")
     sys.stdout.flush()
     return doc

@@ -8,6 +8,7 @@ its exit status is returned.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import runpy
 import sys
@@ -26,6 +27,7 @@ from torchdoctor.capture.runfolder import (
     trace_path,
     write_json,
 )
+from torchdoctor.capture.streams import stdout_to_stderr
 from torchdoctor.errors import UserError
 
 EXIT_INTERRUPTED = 130  # what a shell reports for a process ended by SIGINT
@@ -108,10 +110,11 @@ def run_script(script: str, args: list[str]) -> Outcome:
 
 
 def check_script(
-    script: str, args: list[str], options: CheckOptions
+    script: str, args: list[str], options: CheckOptions, quiet_stdout: bool = False
 ) -> tuple[int, Path, dict[str, Any]]:
     """Run ``script`` under watch and write this rank's results.
 
+    ``quiet_stdout`` sends the script's standard output to standard error (``check --json``).
     Returns the script's exit status, the run folder and this rank's record (``run.json``).
     """
     if not os.path.isfile(script):
@@ -123,7 +126,8 @@ def check_script(
     session = Session(options, folder, rank)
     session.install()
     try:
-        outcome = run_script(script, args)
+        with stdout_to_stderr() if quiet_stdout else contextlib.nullcontext():
+            outcome = run_script(script, args)
     finally:
         session.uninstall()
     try:
@@ -142,10 +146,11 @@ def check_script(
 def finish_record(session: Any, outcome: Outcome, script: str, args: list[str]) -> dict[str, Any]:
     """Export the trace, collect OOM evidence, and attach run-level findings to the record."""
     from torchdoctor.capture import gpu_probe
+    from torchdoctor.capture.own_frames import scrub
     from torchdoctor.rules.run_rules import run_findings
 
     exported = session.profiler.export(trace_path(session.folder, session.rank))
-    record: dict[str, Any] = session.record(outcome.to_dict(), script, args)
+    record: dict[str, Any] = scrub(session.record(outcome.to_dict(), script, args))
     record["trace"] = None if exported is None else str(exported.relative_to(session.folder))
     exc = outcome.exception
     if exc is not None and gpu_probe.is_oom(exc):

@@ -12,9 +12,11 @@ from typing import Any
 
 from torchdoctor import __version__
 from torchdoctor.capture import gpu_probe, markers
+from torchdoctor.capture.checkpointing import CheckpointWatch
 from torchdoctor.capture.clock import StepClock
 from torchdoctor.capture.compile_watch import CompileWatch
 from torchdoctor.capture.config_probe import ConfigProbe
+from torchdoctor.capture.dynamo_aside import DynamoAside
 from torchdoctor.capture.hooks import StepHooks
 from torchdoctor.capture.options import CheckOptions
 from torchdoctor.capture.profiling import WindowProfiler
@@ -40,7 +42,11 @@ class Session:
         self.hooks = StepHooks(self.clock)
         self.config = ConfigProbe()
         self.syncs = SyncRecorder()
-        self.compile = CompileWatch()
+        self.checkpoints = CheckpointWatch()
+        # The tensor-method and checkpoint wrappers come off while dynamo traces (no graph
+        # break of ours); SyncRecorder keeps its Patcher private, it is shared here only.
+        self.aside = DynamoAside([self.syncs._patcher, self.checkpoints._patcher])
+        self.compile = CompileWatch(on_compile_call=self.aside.ensure_registered)
         self.profiler = WindowProfiler(options)
         self.measure_start_unix_s: float | None = None
         self.gpu: dict[str, Any] = {}
@@ -54,9 +60,11 @@ class Session:
         import torch
 
         self.compile.install()
+        self.checkpoints.install()
         self.config.install()
         self.syncs.install()
         self.hooks.install()
+        self.aside.ensure_registered()
         markers.set_clock(self.clock)
         if self.rank.rank == 0:
             opts = self.options
@@ -83,9 +91,11 @@ class Session:
         """Remove every hook (idempotent); the profiler stops if the window is still open."""
         markers.set_clock(None)
         self.hooks.uninstall()
+        self.aside.uninstall()
         self.syncs.uninstall()
         self.config.uninstall()
         self.compile.uninstall()
+        self.checkpoints.uninstall()
         self.profiler.stop()
         self._stop_gpu_sampling()
 
@@ -94,6 +104,7 @@ class Session:
         """Start the profiler, read the backend flags, and on CUDA the sync debug mode and NVML."""
         self.profiler.start(profiler_warmup_steps)
         self.config.note_window()
+        self.aside.ensure_registered()  # again: torch._dynamo.reset() drops the callbacks
         if _cuda_in_use():
             import torch
 
@@ -130,6 +141,7 @@ class Session:
     def set_measuring(self, on: bool) -> None:
         """Record host syncs and copies only during the measured steps."""
         self.syncs.measuring = on
+        self.checkpoints.measuring = on
         if on:
             self.measure_start_unix_s = time.time()
 
@@ -192,8 +204,15 @@ class Session:
             "exit": outcome,
             "steps": self.steps_record(),
             "ops": self._op_summary(),
-            "compile": self.compile.snapshot(self.measure_start_unix_s),
-            "config": {**self.config.snapshot(), **self.hooks.snapshot()},
+            "compile": {
+                **self.compile.snapshot(self.measure_start_unix_s),
+                "traced_with_wrappers_off": self.aside.compilations,
+            },
+            "config": {
+                **self.config.snapshot(),
+                **self.hooks.snapshot(),
+                "checkpointing": self.checkpoints.snapshot(),
+            },
             "syncs": self.syncs.snapshot(),
             "gpu": self.gpu or None,
             "cuda_available": bool(torch.cuda.is_available()),

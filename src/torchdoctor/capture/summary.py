@@ -10,6 +10,8 @@ from pathlib import Path
 from statistics import median
 from typing import Any
 
+from torchdoctor.capture.fit import fit_to_run
+from torchdoctor.capture.measurement import Measurement, measure
 from torchdoctor.rules.finding import Finding, rank_findings
 from torchdoctor.rules.registry import alias_map
 
@@ -104,10 +106,18 @@ def build_report(
 ) -> tuple[dict[str, Any], Any, list[Finding]]:
     """The check report document, the analyser's report (or ``None``) and merged findings."""
     primary = records.get(0) or next(iter(records.values()))
-    run_level = [finding_from_dict(d) for d in primary.get("findings", [])]
+    measured = measure(primary)
+    if measured.failure is not None:  # the script never ran: no step advice at all
+        trace, run_level = None, []
+    else:
+        run_level = [finding_from_dict(d) for d in primary.get("findings", [])]
     analysis, why = (None, "no trace was recorded") if trace is None else analyze_trace(trace)
     trace_findings = list(getattr(analysis, "findings", []) or [])
-    merged = merge_findings(trace_findings, run_level, primary)
+    merged = fit_to_run(merge_findings(trace_findings, run_level, primary), primary)
+    verdict = _verdict(analysis, merged, measured)
+    analysis_doc = analysis.to_dict() if analysis is not None else None
+    if isinstance(analysis_doc, dict) and verdict is not None:
+        analysis_doc["verdict"] = verdict  # the analyser saw only the trace's findings
     doc = {
         "schema": REPORT_SCHEMA,
         "schema_version": REPORT_SCHEMA_VERSION,
@@ -116,11 +126,27 @@ def build_report(
         "ranks_reported": sorted(records),
         "ranks": rank_table(records),
         "trace": None if trace is None else str(trace),
-        "analysis": analysis.to_dict() if analysis is not None else None,
+        "analysis": analysis_doc,
         "analysis_unavailable": why,
+        "verdict": verdict,
+        "measurement": measured.to_dict(),
         "findings": [f.to_dict() for f in merged],
     }
     return doc, analysis, merged
+
+
+def _verdict(analysis: Any, merged: list[Finding], measured: Measurement) -> str | None:
+    """The verdict line over the merged findings; the measurement note for a short run."""
+    if measured.note:
+        return measured.note
+    if analysis is None:
+        return None
+    try:
+        from torchdoctor.report.build import verdict
+
+        return verdict(getattr(analysis, "analysis"), merged)  # noqa: B009
+    except Exception:
+        return None
 
 
 def _fmt(value: float | None, spec: str = ".1f") -> str:
@@ -160,18 +186,21 @@ def summary_text(
             f"torch.compile: {c['compiles']} compiles ({c['compile_s']:.2f} s), "
             f"{c['recompiles']} recompiles, {len(c.get('graph_breaks') or [])} graph break sites\n"
         )
+    note = (doc.get("measurement") or {}).get("note")
+    if note:
+        w(f"measured: {note}\n")
     for err in steps.get("clock_errors") or []:  # e.g. the script runs its own profiler
         w(f"profiling problem: {err}\n")
     if doc.get("analysis_unavailable"):
         w(f"trace analysis: {doc['analysis_unavailable']}\n")
-    if with_findings:
-        w(_findings_text(doc["findings"][:top]))
+    if with_findings and not (doc.get("measurement") or {}).get("failure"):
+        w(_findings_text(doc["findings"][:top], complete=not note))
     return out.getvalue()
 
 
-def _findings_text(findings: list[dict[str, Any]]) -> str:
+def _findings_text(findings: list[dict[str, Any]], complete: bool = True) -> str:
     if not findings:
-        return "findings: none\n"
+        return "findings: none\n" if complete else "findings: none in the steps measured\n"
     lines = ["findings (by estimated saving per step):"]
     for i, f in enumerate(findings, 1):
         lines.append(
@@ -187,8 +216,14 @@ def _findings_text(findings: list[dict[str, Any]]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def _with_findings(analysis: Any, merged: list[Finding]) -> tuple[Any, bool]:
-    """The analyser's report with the merged findings (and a verdict that sees them)."""
+def _with_findings(
+    analysis: Any, merged: list[Finding], measured: Measurement | None = None
+) -> tuple[Any, bool]:
+    """The analyser's report with the merged findings (and a verdict that sees them).
+
+    A run that measured fewer steps than requested gets its measurement note as the verdict:
+    too few steps are never reported as "no bottleneck".
+    """
     if not (dataclasses.is_dataclass(analysis) and hasattr(analysis, "findings")):
         return analysis, False
     changes: dict[str, Any] = {"findings": merged}
@@ -196,13 +231,17 @@ def _with_findings(analysis: Any, merged: list[Finding]) -> tuple[Any, bool]:
         from torchdoctor.report.build import verdict
 
         changes["verdict"] = verdict(getattr(analysis, "analysis"), merged)  # noqa: B009
+    if measured is not None and measured.note:
+        changes["verdict"] = measured.note
     try:
         return dataclasses.replace(analysis, **changes), True  # type: ignore[type-var]
     except Exception:  # a report type we cannot rebuild: our list is printed separately
         return analysis, False
 
 
-def render_analysis(analysis: Any, merged: list[Finding], top: int) -> tuple[str, bool]:
+def render_analysis(
+    analysis: Any, merged: list[Finding], top: int, measured: Measurement | None = None
+) -> tuple[str, bool]:
     """The analyser's text report and whether it shows the merged findings ('' if none)."""
     if analysis is None:
         return "", False
@@ -210,7 +249,7 @@ def render_analysis(analysis: Any, merged: list[Finding], top: int) -> tuple[str
         from torchdoctor.report.render import render_text
     except ImportError:
         return "", False
-    analysis, replaced = _with_findings(analysis, merged)
+    analysis, replaced = _with_findings(analysis, merged, measured)
     buf = io.StringIO()
     try:
         from rich.console import Console

@@ -175,4 +175,18 @@ RUN_SPECS: tuple[FindingSpec, ...] = (
         "memory_snapshot.pickle (https://pytorch.org/memory_viz).",
         doc_url=f"{D}/torch_cuda_memory.html",
     ),
+    FindingSpec(
+        id="activation-recompute",
+        label="activation checkpointing recomputation",
+        title="activation checkpointing recomputes {ms:.1f} ms of forward per step ({share:.0%}"
+        " of the step), {calls:.0f} checkpointed calls per step",
+        sources=("run",),
+        severity=SeverityPolicy(warn=th.RECOMPUTE_WARN),
+        threshold=th.RECOMPUTE_WARN,
+        fix=static(fx.ACTIVATION_RECOMPUTE),
+        explanation="Backward runs each checkpointed forward again to rebuild the activations "
+        "it did not keep: memory bought with compute. The cost is the checkpointed forward's "
+        "time (measured on the host: exact on a CPU, a lower bound on a GPU).",
+        doc_url=f"{D}/checkpoint.html",
+    ),
 )

@@ -3,11 +3,13 @@ compile time that the run does not earn back."""
 
 from __future__ import annotations
 
+from torchdoctor.rules import fixes as fx
 from torchdoctor.rules import thresholds as th
 from torchdoctor.rules.finding import Finding
 from torchdoctor.rules.registry import spec
 from torchdoctor.rules.run_common import make
 from torchdoctor.rules.run_inputs import RunRecord
+from torchdoctor.rules.user_fixes import recompile_user_fix
 
 
 def _recompile_saving_ms(run: RunRecord) -> float:
@@ -47,11 +49,21 @@ def recompiles(run: RunRecord) -> list[Finding]:
                 "recompile_s_after_warmup": c.recompile_s_in_window,
                 "reasons": reasons[:8],
             },
-            s.fix(reasons),
+            s.fix(reasons, events),
             where=list(dict.fromkeys(sites))[:8],
             floor="warning" if late else "info",
         )
     ]
+
+
+def _limit_fix(run: RunRecord) -> str:
+    named = recompile_user_fix(run.compile.recompile_events, "")
+    if not named:
+        return fx.RECOMPILE_LIMIT
+    return (
+        named
+        + "\n# to fail loudly instead: torch._dynamo.config.fail_on_recompile_limit_hit = True"
+    )
 
 
 def recompile_limit(run: RunRecord) -> list[Finding]:
@@ -67,6 +79,7 @@ def recompile_limit(run: RunRecord) -> list[Finding]:
             spec("recompile-limit-hit").format_title(limit=h["limit"], function=h["function"]),
             0.0,
             {"hits": hits[:8]},
+            _limit_fix(run),
             where=[h["site"]] if h.get("site") else [],
         )
     ]

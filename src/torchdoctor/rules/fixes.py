@@ -9,6 +9,11 @@ from __future__ import annotations
 from typing import Any
 
 from torchdoctor.rules.run_inputs import LoaderConfig
+from torchdoctor.rules.user_fixes import (
+    dataloader_user_fix,
+    rebuilt_loader_call,
+    recompile_user_fix,
+)
 
 DOCS = "https://pytorch.org/docs/stable"
 
@@ -113,21 +118,25 @@ INPUT_PIPELINE = (
 
 
 # -- run-level findings ------------------------------------------------------------------------
-def dataloader_fix(loader: LoaderConfig, workers: int, cuda: bool) -> str:
-    """The loader rebuilt with ``workers`` worker processes (and pinned memory on a GPU)."""
-    return (
-        f"DataLoader(dataset, batch_size={loader.batch_size}, num_workers={workers}, "
-        f"persistent_workers=True, prefetch_factor=4{', pin_memory=True' if cuda else ''})"
-    )
+def dataloader_fix(
+    loader: LoaderConfig, workers: int, cuda: bool, step_ms: float = 0.0, wait_ms: float = 0.0
+) -> str:
+    """The user's own DataLoader call with ``workers`` worker processes (pinned memory on a
+    GPU), every other argument kept; only values not already set are suggested."""
+    return dataloader_user_fix(loader.raw, workers, cuda, step_ms, wait_ms)
 
 
 def pin_memory_fix(loader: LoaderConfig) -> str:
-    """Only pin_memory is missing."""
-    return "DataLoader(..., pin_memory=True)  # then batch.to(device, non_blocking=True)"
+    """Only pin_memory is missing: the user's call with it added."""
+    call = rebuilt_loader_call(loader.raw, {"pin_memory": "True"})
+    return f"{call}\n# then batch.to(device, non_blocking=True)"
 
 
-def recompile_fix(reasons: list[str]) -> str:
-    """mark_dynamic for size guards; otherwise keep the guarded values constant."""
+def recompile_fix(reasons: list[str], events: list[dict[str, Any]] | None = None) -> str:
+    """mark_dynamic on the tensor and dimension the guards name; otherwise keep the guarded
+    values constant."""
+    if events:
+        return recompile_user_fix(events, recompile_fix(reasons))
     if any("size mismatch" in r or "stride mismatch" in r for r in reasons):
         return (
             "torch._dynamo.mark_dynamic(x, 0)  # before the first call, each varying dimension\n"
@@ -195,3 +204,11 @@ def host_bound_fix(for_loop_optimizers: list[dict[str, Any]] | None = None) -> s
         name = for_loop_optimizers[0]["class"]
         fix += f"\n{name}(params, ..., fused=True)  # one kernel, not a loop per tensor"
     return fix
+
+
+ACTIVATION_RECOMPUTE = (
+    "# checkpoint fewer blocks (e.g. every other layer) while memory allows, or save the\n"
+    "# matmul outputs and recompute only the cheap ops (selective checkpointing):\n"
+    "torch.utils.checkpoint.checkpoint(block, x, use_reentrant=False,\n"
+    "    context_fn=functools.partial(create_selective_checkpoint_contexts, policy))"
+)

@@ -69,6 +69,13 @@ class CompileStats:
     graph_breaks: list[dict[str, Any]] = field(default_factory=list)
     """``{"site", "reason", "count"}`` per break location."""
     recompile_limit_hits: list[dict[str, Any]] = field(default_factory=list)
+    compile_calls: list[dict[str, Any]] = field(default_factory=list)
+    """Settings of each ``torch.compile`` call (``mode``, ``backend``, ``dynamic``...)."""
+
+    @property
+    def compiled(self) -> bool:
+        """The script compiled something (a torch.compile call, or dynamo compiled a frame)."""
+        return bool(self.compile_calls) or self.compiles > 0
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> CompileStats:
@@ -82,6 +89,7 @@ class CompileStats:
             recompile_events=_rows(d.get("recompile_events")),
             graph_breaks=_rows(d.get("graph_breaks")),
             recompile_limit_hits=_rows(d.get("recompile_limit_hits")),
+            compile_calls=_rows(d.get("compile_calls")),
         )
 
 
@@ -126,6 +134,8 @@ class RunConfig:
     backend_flags: dict[str, Any] = field(default_factory=dict)
     data_parallel: list[dict[str, Any]] | None = None
     """nn.DataParallel constructions; None when the run did not watch for them."""
+    checkpointing: dict[str, Any] = field(default_factory=dict)
+    """``torch.utils.checkpoint`` calls and the checkpointed forward's host seconds."""
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> RunConfig:
@@ -138,6 +148,7 @@ class RunConfig:
             optimizer_steps=int(d.get("optimizer_steps") or 0),
             backend_flags=_d(d.get("backend_flags")),
             data_parallel=_rows(dp) if dp is not None else None,
+            checkpointing=_d(d.get("checkpointing")),
         )
 
     @property

@@ -22,6 +22,7 @@ from torchdoctor.rules.finding import Finding, rank_findings
 from torchdoctor.rules.registry import spec
 from torchdoctor.rules.run_common import make
 from torchdoctor.rules.run_inputs import LoaderConfig, RunRecord
+from torchdoctor.rules.user_fixes import compiled_next_step, item_cost_ms
 
 RunRule = Callable[[RunRecord], list[Finding]]
 
@@ -41,6 +42,8 @@ def dataloader_config(run: RunRecord) -> list[Finding]:
     s = spec("dataloader-config")
     if dl.num_workers == 0:
         why = "num_workers=0 loads every batch in the training process, between steps."
+    elif dl.num_workers >= workers:
+        why = f"{dl.num_workers} workers, as many as the CPUs, cannot keep up: each item costs too much."
     else:
         why = (
             f"{dl.num_workers} workers cannot keep up: add workers (up to the CPU count) or "
@@ -52,8 +55,13 @@ def dataloader_config(run: RunRecord) -> list[Finding]:
             s.id,
             s.format_title(wait=wait, share=wait / step, workers=dl.num_workers),
             wait,
-            {"data_wait_ms_per_step": wait, "dataloader": dl.raw, "suggested_num_workers": workers},
-            s.fix(dl, workers, cuda),
+            {
+                "data_wait_ms_per_step": wait,
+                "dataloader": dl.raw,
+                "suggested_num_workers": workers,
+                "item_ms_estimate": item_cost_ms(dl.raw, step, wait),
+            },
+            s.fix(dl, workers, cuda, step, wait),
             f"{why} {s.explanation}",
         )
     ]
@@ -256,7 +264,20 @@ def tiny_ops(run: RunRecord) -> list[Finding]:
     python_ms = max(0.0, step - float(ops["op_time_ms_per_step"]) - paused_ms)
     if n < th.TINY_OPS_PER_STEP or ops["median_op_us"] >= ops["tiny_op_threshold_us"]:
         return []
+    if float(ops.get("gemm_share") or 0.0) >= th.COMPUTE_BOUND_GEMM_SHARE:
+        return []  # GEMMs hold the step: compute, not overhead (checkpointing is named apart)
     optim = [o for o in run.config.optimizers if o.get("impl") == "for-loop"]
+    c = run.compile
+    fix = (
+        compiled_next_step(
+            c.compile_calls,
+            len({b.get("site") for b in c.graph_breaks}),
+            run.gpu is not None,
+            [str(o.get("class")) for o in optim],
+        )
+        if c.compiled
+        else spec("host-bound").fix(optim)
+    )
     return [
         make(
             run,
@@ -265,9 +286,33 @@ def tiny_ops(run: RunRecord) -> list[Finding]:
             "overhead, not compute, sets the step time",
             th.TINY_OP_SAVING * (tiny + python_ms),
             {**ops, "python_between_ops_ms_per_step": python_ms, "for_loop_optimizers": optim},
-            spec("host-bound").fix(optim),
+            fix,
             "Each operator pays Python, dispatcher (and on a GPU, launch) overhead of several "
             "microseconds; hundreds of tiny ones per step cost more than their arithmetic.",
+        )
+    ]
+
+
+def activation_recompute(run: RunRecord) -> list[Finding]:
+    """Checkpointed forward recomputed in backward; saving (ms/step): that forward's time."""
+    ck, measured, step = run.config.checkpointing, run.steps.measured_steps, run.step_ms
+    calls = int(ck.get("calls_measured") or 0)
+    if not calls or not measured or not step:
+        return []
+    ms = float(ck.get("forward_s_measured") or 0.0) * 1e3 / measured
+    s = spec("activation-recompute")
+    return [
+        make(
+            run,
+            s.id,
+            s.format_title(ms=ms, share=ms / step, calls=calls / measured),
+            ms,
+            {
+                "recompute_ms_per_step": ms,
+                "checkpointed_calls_per_step": calls / measured,
+                "gemm_share": run.ops.get("gemm_share"),
+                "checkpointing": ck,
+            },
         )
     ]
 
@@ -286,6 +331,7 @@ RULES: tuple[RunRule, ...] = (
     memory_rules,
     out_of_memory,
     tiny_ops,
+    activation_recompute,
 )
 
 

@@ -149,3 +149,11 @@ TINY_OP_SAVING = Threshold(
     0.7, "share of tiny-op time and Python time between ops that fusing (torch.compile) removes"
 )
 SYNC_PER_STEP = Threshold(0.5, "a sync site called at least every other step is in the loop")
+COMPUTE_BOUND_GEMM_SHARE = Threshold(
+    0.5,
+    "GEMMs/convolutions hold half or more of the operator time: the step is compute, not "
+    "framework overhead, however many small ops surround them",
+)
+RECOMPUTE_WARN = Threshold(
+    0.05, "activation checkpointing recomputing forward work worth 5% of the step or more"
+)

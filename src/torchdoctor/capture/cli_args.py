@@ -1,0 +1,84 @@
+"""Argument checks for ``torchdoctor check`` that click cannot make on its own.
+
+Everything after SCRIPT belongs to the script, so click is told to pass unknown options
+through; that also means a misspelt option before the script (``--stesp 3``) would be taken
+for the script's name. These helpers tell the two apart and give ``--json`` an optional value.
+"""
+
+from __future__ import annotations
+
+import difflib
+import os
+
+from torchdoctor.errors import UserError
+
+VALUE_OPTIONS = ("--warmup", "--steps", "--out", "--top", "--rank-timeout", "--json")
+"""check's options that take a value (the next token), as declared in ``capture/cli.py``."""
+FLAG_OPTIONS = (
+    "--full",
+    "--shapes",
+    "--no-shapes",
+    "--stack",
+    "--no-stack",
+    "--memory",
+    "--no-memory",
+    "-h",
+    "--help",
+)
+JSON_STDOUT = "-"
+"""``--json`` with no file (or ``--json -``): the report goes to standard output as JSON."""
+
+
+def reject_option_as_script(script: str) -> None:
+    """Raise ``UserError`` when SCRIPT is really an option check does not know."""
+    if not script.startswith("-") or os.path.isfile(script):
+        return
+    name = script.split("=", 1)[0]
+    close = difflib.get_close_matches(name, [*VALUE_OPTIONS, *FLAG_OPTIONS], n=1)
+    hint = f"; did you mean {close[0]}?" if close else ""
+    raise UserError(
+        f"no such option: {name}{hint} (check's options go before the script; "
+        "see torchdoctor check --help)"
+    )
+
+
+def _json_takes_next(token: str | None) -> bool:
+    # A bare --json is followed by the script (or another option), never by a .py report path.
+    return token is not None and not token.startswith("-") and not token.endswith(".py")
+
+
+def normalize_args(args: list[str]) -> list[str]:
+    """``args`` with an explicit ``-`` after a bare ``--json`` (only before the script)."""
+    out: list[str] = []
+    i = 0
+    while i < len(args):
+        tok = args[i]
+        out.append(tok)
+        if tok == "--json":
+            nxt = args[i + 1] if i + 1 < len(args) else None
+            if not _json_takes_next(nxt):
+                out.append(JSON_STDOUT)
+                i += 1
+                continue
+        if tok in VALUE_OPTIONS and i + 1 < len(args):
+            out.append(args[i + 1])
+            i += 2
+            continue
+        if not tok.startswith("-") or tok == "--":  # the script: the rest is its own
+            out.extend(args[i + 1 :])
+            break
+        i += 1
+    return out
+
+
+def check_json_path(path: str | None) -> None:
+    """Raise ``UserError`` for a ``--json`` file that cannot or must not be written."""
+    if path is None or path == JSON_STDOUT:
+        return
+    if path.endswith(".py"):
+        raise UserError(f"--json {path}: refusing to overwrite a Python file with the report")
+    if os.path.isdir(path):
+        raise UserError(f"--json {path}: is a folder; give a file name")
+    parent = os.path.dirname(os.path.abspath(path))
+    if not os.path.isdir(parent):
+        raise UserError(f"--json {path}: no such folder {parent}")

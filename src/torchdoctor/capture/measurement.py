@@ -1,0 +1,92 @@
+"""What a ``check`` run actually measured, so that a short or failed run is never reported as
+a clean bill of health.
+
+Plain data in, plain data out (``run.json`` records): used by the report and tested on
+hand-written records.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from typing import Any, Literal
+
+Failure = Literal["syntax-error", "import-error"]
+_SYNTAX = ("SyntaxError", "IndentationError", "TabError")
+_IMPORT = ("ImportError", "ModuleNotFoundError")
+
+
+@dataclass(frozen=True)
+class Measurement:
+    """How many steps the report rests on, and why fewer than requested when so."""
+
+    requested_steps: int
+    """Steps the options asked to measure after the warm-up (``--steps``)."""
+    measured_steps: int
+    """Steps after the warm-up that the script actually finished."""
+    seen_steps: int
+    """Every step seen, warm-up included."""
+    complete: bool
+    """True when the measured steps reached the requested ones."""
+    failure: Failure | None
+    """The script never ran its code: it did not parse, or an import failed."""
+    note: str
+    """One line for the report ('' when complete)."""
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain data for ``report.json``."""
+        return asdict(self)
+
+
+def failure_kind(exception: str | None) -> Failure | None:
+    """``syntax-error`` / ``import-error`` from ``run.json``'s ``exit.exception`` line."""
+    name = (exception or "").split(":", 1)[0].strip()
+    if name in _SYNTAX:
+        return "syntax-error"
+    if name in _IMPORT:
+        return "import-error"
+    return None
+
+
+def suggested_options(seen: int, requested: int) -> str:
+    """Options that fit a window into ``seen`` steps (one warm-up step kept when possible)."""
+    if seen <= 0:
+        return ""
+    warmup = max(min(1, seen - 1), seen - requested)
+    steps = min(requested, seen - warmup)
+    return f"--warmup {warmup}" + ("" if steps == requested else f" --steps {steps}")
+
+
+def _ending(record: dict[str, Any]) -> str:
+    ex = record.get("exit") or {}
+    status = ex.get("status")
+    if status == "error":
+        return f"the script failed ({ex.get('exception') or 'an exception'})"
+    if status == "interrupted":
+        return "the script was interrupted"
+    if status == "exited":
+        return f"the script exited with status {ex.get('code')}"
+    return "the script ended"
+
+
+def measure(record: dict[str, Any]) -> Measurement:
+    """What one rank's ``run.json`` record measured, with a note when it falls short."""
+    steps, opts = record.get("steps") or {}, record.get("options") or {}
+    requested = int(opts.get("profile_steps") or 0)
+    measured = int(steps.get("measured_steps") or 0)
+    seen = int(steps.get("count") or 0)
+    ex = record.get("exit") or {}
+    failure = failure_kind(ex.get("exception"))
+    if failure is not None and seen == 0:
+        what = "does not parse" if failure == "syntax-error" else "failed to import a module"
+        note = f"the script {what}: {ex.get('exception')}; nothing was measured"
+        return Measurement(requested, measured, seen, False, failure, note)
+    if measured >= requested:
+        return Measurement(requested, measured, seen, True, None, "")
+    hint = suggested_options(seen, requested)
+    note = (
+        f"{measured} step{'s' if measured != 1 else ''} measured of {requested} requested: "
+        f"{_ending(record)} after {seen} step{'s' if seen != 1 else ''}"
+        + (f"; try {hint}" if hint else "")
+        + ". This is not a clean bill of health."
+    )
+    return Measurement(requested, measured, seen, False, None, note)

@@ -1,0 +1,163 @@
+"""Fix builders that rewrite the user's own code: the DataLoader call as written, the tensor and
+dimension a recompile guard names, the next step for a model that is already compiled.
+
+Pure functions of what ``check`` recorded (plain data, no torch), so each is tested on
+hand-written records.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+# DataLoader's positional parameters, in order (torch.utils.data.DataLoader.__init__).
+_DL_POSITIONAL = (
+    "dataset",
+    "batch_size",
+    "shuffle",
+    "sampler",
+    "batch_sampler",
+    "num_workers",
+    "collate_fn",
+    "pin_memory",
+    "drop_last",
+)
+_LOCAL = re.compile(r"""^L\[['"](?P<name>\w+)['"]\]""")
+
+
+def loader_changes(raw: dict[str, Any], workers: int, cuda: bool) -> dict[str, str]:
+    """Arguments to set (name -> source text); never one the loader already has."""
+    out: dict[str, str] = {}
+    current = int(raw.get("num_workers") or 0)
+    if workers > current:
+        out["num_workers"] = str(workers)
+    if max(workers, current) > 0:
+        if not raw.get("persistent_workers"):
+            out["persistent_workers"] = "True"
+        explicit = raw.get("explicit") or {}
+        if "prefetch_factor" not in explicit and (raw.get("prefetch_factor") or 2) < 4:
+            out["prefetch_factor"] = "4"
+    if cuda and not raw.get("pin_memory"):
+        out["pin_memory"] = "True"
+    return out
+
+
+def _user_arguments(raw: dict[str, Any]) -> tuple[str, list[str], dict[str, str]]:
+    """The call as the user wrote it (function, positionals, keywords), from source when read,
+    else from the recorded argument labels."""
+    call = raw.get("call") or {}
+    if "kwargs" in call:
+        args, kwargs = list(call.get("args") or []), dict(call["kwargs"])
+        func = str(call.get("func") or "DataLoader")
+    elif "explicit" in raw:
+        explicit = dict(raw["explicit"])
+        explicit.pop("dataset", None)
+        args, kwargs, func = ["dataset"], explicit, "DataLoader"
+    else:  # an older record: only the settings are known
+        batch = raw.get("batch_size")
+        args, func = ["dataset"], "DataLoader"
+        kwargs = {"batch_size": str(batch)} if batch is not None else {}
+    # Positionals after the dataset become keywords, so that a change can name them.
+    named = dict(zip(_DL_POSITIONAL[1:], args[1:], strict=False))
+    return func, args[:1], {**named, **kwargs}
+
+
+def rebuilt_loader_call(raw: dict[str, Any], changes: dict[str, str]) -> str:
+    """The user's DataLoader call with ``changes`` applied: every other argument kept as
+    written (collate_fn, shuffle, sampler, drop_last...), changed values replaced in place."""
+    func, args, kwargs = _user_arguments(raw)
+    merged = {**kwargs, **{k: v for k, v in changes.items() if k in kwargs}}
+    merged.update({k: v for k, v in changes.items() if k not in kwargs})
+    parts = [*args, *(f"{k}={v}" for k, v in merged.items())]
+    text = f"{func}({', '.join(parts)})"
+    site = (raw.get("call") or {}).get("site")
+    return text + (f"  # at {site}" if site else "")
+
+
+def item_cost_ms(raw: dict[str, Any], step_ms: float, wait_ms: float) -> float | None:
+    """Estimated cost of one dataset item (ms): with W busy workers a batch arrives every
+    step, so an item costs step x W / batch size; with none, the wait is the batch's cost."""
+    batch = raw.get("batch_size")
+    if not batch:
+        return None
+    workers = int(raw.get("num_workers") or 0)
+    return (step_ms * workers if workers else wait_ms) / int(batch)
+
+
+def dataloader_user_fix(
+    raw: dict[str, Any], workers: int, cuda: bool, step_ms: float, wait_ms: float
+) -> str:
+    """The fix for a loader that keeps the step waiting, built from the user's call."""
+    changes = loader_changes(raw, workers, cuda)
+    current = int(raw.get("num_workers") or 0)
+    lines = []
+    if current >= workers:
+        cpus = raw.get("cpus_per_rank") or raw.get("cpu_count")
+        cost = item_cost_ms(raw, step_ms, wait_ms)
+        per_item = f" (about {cost:.2f} ms per item)" if cost is not None else ""
+        lines.append(
+            f"# num_workers={current} already uses this rank's {cpus} CPUs: more workers will "
+            f"not help (unless items wait on I/O). Make each item cheaper{per_item}: "
+            "pre-process once and store the result, decode/augment on the GPU, or batch the "
+            "work in collate_fn."
+        )
+    if changes:
+        lines.append(rebuilt_loader_call(raw, changes))
+    return "\n".join(lines)
+
+
+def _tensor_expr(name: str) -> str:
+    m = _LOCAL.match(name)
+    return m.group("name") + name[m.end() :] if m else name
+
+
+def recompile_user_fix(events: list[dict[str, Any]], fallback: str) -> str:
+    """``mark_dynamic`` for each (tensor, dimension) the guards say changed, with the values
+    seen; ``fallback`` when no guard named a size or stride."""
+    seen: dict[tuple[str, int], list[int]] = {}
+    functions: dict[str, str] = {}
+    for e in events:
+        for d in e.get("changed_dims") or []:
+            sizes = seen.setdefault((_tensor_expr(d["tensor"]), int(d["dim"])), [])
+            sizes.extend(x for x in (d["expected"], d["actual"]) if x not in sizes)
+            functions.setdefault(_tensor_expr(d["tensor"]), str(e.get("function") or ""))
+    if not seen:
+        return fallback
+    lines = []
+    for (tensor, dim), sizes in seen.items():
+        shown = ", ".join(str(s) for s in sizes[:4]) + (", ..." if len(sizes) > 4 else "")
+        fn = functions.get(tensor)
+        lines.append(
+            f"torch._dynamo.mark_dynamic({tensor}, {dim})  # before calling {fn or 'it'}(): "
+            f"dim {dim} of the tensor passed as '{tensor}' took sizes {shown}"
+        )
+    lines.append("# or pad/bucket that dimension to a few fixed sizes")
+    return "\n".join(lines)
+
+
+def compiled_next_step(
+    calls: list[dict[str, Any]], graph_break_sites: int, cuda: bool, for_loop_optim: list[str]
+) -> str:
+    """For an already compiled model: the next step that applies (never torch.compile again)."""
+    modes = {c.get("mode") for c in calls} or {None}
+    lines = []
+    if graph_break_sites:
+        lines.append(
+            f"# the model is compiled but breaks into pieces at {graph_break_sites} place(s): "
+            "fix the graph breaks first (see graph-breaks), check with fullgraph=True"
+        )
+    if cuda and not modes & {"reduce-overhead", "max-autotune"}:
+        lines.append(
+            'model = torch.compile(model, mode="reduce-overhead")  # already compiled: add CUDA '
+            "graphs, which replay the step's launches at once"
+        )
+    if for_loop_optim:
+        lines.append(
+            f"{for_loop_optim[0]}(params, ..., fused=True)  # one kernel, not a loop per tensor"
+        )
+    if not lines:
+        lines.append(
+            "# already compiled: raise the work per operator instead (a larger batch, or "
+            "gradient accumulation over fewer, larger micro-batches)"
+        )
+    return "\n".join(lines)
