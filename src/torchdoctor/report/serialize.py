@@ -65,5 +65,6 @@ def report_dict(r: Report) -> dict[str, Any]:
         "memory": _maybe(a.memory),
         "findings": [f.to_dict() for f in r.findings],
         "ranks": [row.to_dict() for row in r.ranks],
+        "cross_rank": _maybe(r.cross_rank),
         "notes": list(r.notes),
     }
