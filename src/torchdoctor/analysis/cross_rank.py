@@ -107,10 +107,11 @@ def cross_rank(summaries: list[RankSummary], failed: list[FailedRank]) -> CrossR
 
     ``summaries`` have rank numbers and are sorted by rank; ``failed`` are those known already.
     """
+    stalled = any(_hung(s) for s in summaries)
     failed, notes = _failures(summaries, failed)
     bad = {f.rank for f in failed}
     healthy = [s for s in summaries if s.rank not in bad and s.n_steps]
-    steps = _common_steps(healthy, drop_last=bool(failed))
+    steps = _common_steps(healthy, drop_last=stalled)
     if not healthy:
         return CrossRank((), (), (), (), 0, None, tuple(failed), tuple(notes))
     if steps:
@@ -145,8 +146,8 @@ def _rank(s: RankSummary) -> int:
 
 
 def _common_steps(summaries: list[RankSummary], drop_last: bool) -> list[int]:
-    """Step numbers every rank has; without the last one when a rank failed (the others spent it
-    waiting for the failed rank)."""
+    """Step numbers every rank has; without the last one when ranks stalled in it (they spent it
+    waiting for a failed rank)."""
     if not summaries:
         return []
     common = set(summaries[0].step_numbers).intersection(*(s.step_numbers for s in summaries))

@@ -97,7 +97,7 @@ class DaskExecutor:
         self._cluster = None
         try:
             if address:
-                self._client = Client(address, timeout="20s")
+                self._client = Client(address, timeout="10s")
             else:
                 self._cluster = LocalCluster(
                     n_workers=jobs, threads_per_worker=1, processes=True, dashboard_address=None
