@@ -51,6 +51,7 @@ def main() -> None:
             for step in range(args.steps):
                 with torch.profiler.record_function(f"ProfilerStep#{step}"):
                     if rank == args.crash_rank and step == args.crash_step:
+                        time.sleep(1.0)  # the others reach the collective and wait, as in life
                         if args.crash_hard:
                             os._exit(1)  # like a segfault or an OOM kill: no trace at all
                         raise RuntimeError(f"rank {rank} crashed on purpose at step {step}")
