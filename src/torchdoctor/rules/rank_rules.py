@@ -9,9 +9,9 @@ import numpy as np
 
 from torchdoctor.analysis.cross_rank import CrossRank
 from torchdoctor.analysis.rank_summary import RankSummary
-from torchdoctor.rules import fixes
 from torchdoctor.rules import thresholds as th
 from torchdoctor.rules.finding import Finding
+from torchdoctor.rules.registry import spec
 
 
 @dataclass(frozen=True)
@@ -92,13 +92,12 @@ def straggler(cr: CrossRank) -> Finding | None:
         return None
     slow = cr.ranks[k]
     step = max(r.step_ms for r in cr.ranks)
-    fix, url, why = fixes.FIXES["straggler-rank"]
+    sp = spec("straggler-rank")
     saving = min(excess, step)
     return Finding(
         id="straggler-rank",
-        title=f"Straggler: rank {slow.rank} works {excess:.1f} ms per step longer than the "
-        f"median rank ({excess / median:.0%})",
-        severity="warning" if excess / median < 0.3 else "critical",
+        title=sp.format_title(rank=slow.rank, excess=excess, ratio=excess / median),
+        severity=sp.severity.grade(excess / median),
         saving_ms_per_step=round(saving, 3),
         share_of_step=round(saving / step, 4) if step > 0 else 0.0,
         evidence={
@@ -108,8 +107,8 @@ def straggler(cr: CrossRank) -> Finding | None:
             "straggler_in_steps": f"{slow.straggler_steps} of {len(cr.common_steps)}",
             "last_to_arrive_in_collectives": f"{slow.last_arrivals} of {cr.matched_collectives}",
         },
-        fix=fix,
-        explanation=why,
-        doc_url=url,
+        fix=sp.fix(),
+        explanation=sp.explanation,
+        doc_url=sp.doc_url,
         where=[f"rank {slow.rank}"],
     )
