@@ -4,16 +4,18 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from torchdoctor.analysis.bundle import TraceAnalysis, analyze_table
-from torchdoctor.analysis.cross_rank import CrossRank
 from torchdoctor.errors import TraceError
 from torchdoctor.rules.finding import Finding, rank_findings
-from torchdoctor.rules.rank_rules import RankRow
 from torchdoctor.rules.registry import label
 from torchdoctor.rules.trace_rules import evaluate
 from torchdoctor.trace.load import load_trace
+
+if TYPE_CHECKING:  # only a folder of ranks needs these modules: one trace never imports them
+    from torchdoctor.analysis.cross_rank import CrossRank
+    from torchdoctor.rules.rank_rules import RankRow
 
 SCHEMA_VERSION = 1
 """Bumped on any incompatible change to the JSON report (see docs/report-schema.md)."""
