@@ -266,6 +266,12 @@ def _report(
             for n, r in scaling
         ],
     )
+    print(_headline_line(rows, scaling, a))
+
+
+def _headline_line(
+    rows: dict[str, list[dict]], scaling: list[tuple[int, dict]], a: argparse.Namespace
+) -> str:
     j1, j2 = (
         _median(rows["torchdoctor --jobs 1"], "wall_s"),
         _median(rows["torchdoctor --jobs 2"], "wall_s"),
@@ -282,7 +288,7 @@ def _report(
     mem = [r["tree_mib"] for _, r in scaling]
     if mem:
         line += f"; tree peak {min(mem):.0f}-{max(mem):.0f} MiB over {a.scaling} ranks"
-    print(line)
+    return line
 
 
 if __name__ == "__main__":

@@ -196,18 +196,40 @@ def _failures(
             notes.append(f"no trace for {len(absent)} of {world} ranks ({_ranges(absent)})")
         notes += [f"rank {_rank(s)}'s trace ends at step {s.step_numbers[-1]}" for s in early]
         return failed, notes
-    waited = ", ".join(f"rank {_rank(s)} {s.step_ms[-1]:.0f} ms" for s in hung[:4])
-    failed += [
+    found = _blamed(live, hung, absent, early, last)
+    if not found:
+        notes.append(
+            f"ranks stalled in their last step for a rank not identified here ({_waited(hung)})"
+        )
+    return failed + found, notes
+
+
+def _waited(hung: list[RankSummary]) -> str:
+    return ", ".join(f"rank {_rank(s)} {s.step_ms[-1]:.0f} ms" for s in hung[:4])
+
+
+def _blamed(
+    live: list[RankSummary],
+    hung: list[RankSummary],
+    absent: list[int],
+    early: list[RankSummary],
+    last: int,
+) -> list[FailedRank]:
+    """With ranks stalled in step ``last``: the ranks with no trace, those whose trace stops
+    earlier, and those that never entered the collective the stalled ranks wait in."""
+    waited = _waited(hung)
+    out = [
         FailedRank(r, f"no trace; the others stalled in their last step ({waited})") for r in absent
     ]
-    failed += [
+    out += [
         FailedRank(
             _rank(s), f"trace stops at step {s.step_numbers[-1]}; others reach {last}", s.path
         )
         for s in early
     ]
     entered = max(_calls_in(s, last) for s in hung)
-    failed += [
+    skip = {_rank(s) for s in hung} | {_rank(s) for s in early}
+    out += [
         FailedRank(
             _rank(s),
             f"never entered collective {_calls_in(s, last) + 1} of step {last}, "
@@ -215,11 +237,9 @@ def _failures(
             s.path,
         )
         for s in live
-        if s not in hung and s not in early and _calls_in(s, last) < entered
+        if _rank(s) not in skip and _calls_in(s, last) < entered
     ]
-    if len(failed) == len(known):
-        notes.append(f"ranks stalled in their last step for a rank not identified here ({waited})")
-    return failed, notes
+    return out
 
 
 def _calls_in(s: RankSummary, step: int) -> int:
