@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import gzip
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -31,7 +34,28 @@ def test_the_rank_with_most_own_work_is_named_per_step_and_overall(tmp_path: Pat
     slow = _straggler(report)
     assert slow is not None and slow.evidence["rank"] == 2
     assert report.analysis.table.meta.rank == 2  # the detail is the slowest rank's
-    assert report.ranks[2].top_finding == "" or report.ranks[2].breakdown_ms["compute"] > 0
+    # every rank gets its own breakdown (ms per step), not only the detailed one
+    compute = [r.breakdown_ms["compute"] for r in report.ranks]
+    assert compute == pytest.approx([1.0, 1.0, 3.0, 1.0], abs=1e-3)
+    assert (
+        report.ranks[0].breakdown_ms["communication"]
+        > report.ranks[2].breakdown_ms["communication"]
+    )
+
+
+def test_terminal_report_shows_ranks_stragglers_and_failures(tmp_path: Path) -> None:
+    write_job(tmp_path, [[1000.0, 1000.0, 1500.0]] * 4, stop_after={1: 2})
+    proc = subprocess.run(
+        [sys.executable, "-m", "torchdoctor", "analyze", str(tmp_path), "--jobs", "2"],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "COLUMNS": "200"},
+    )
+    assert proc.returncode == 0, proc.stderr
+    out = " ".join(proc.stdout.split())
+    assert "Verdict: 1 rank(s) failed (rank 1: trace stops at step 2" in out
+    assert "Most work per step (the rank the others wait for): step 0: rank 2" in out
+    assert "failed: trace stops at step 2" in out
 
 
 def test_collective_skew_names_who_arrives_last_and_what_it_costs(tmp_path: Path) -> None:
