@@ -96,3 +96,16 @@ def test_dask_missing_is_a_clear_error(monkeypatch: pytest.MonkeyPatch) -> None:
 
     with pytest.raises(UserError, match=r"pip install 'torchdoctor\[dask\]'"):
         DaskExecutor(None, 1)
+
+
+def test_a_task_returns_a_summary_not_the_trace() -> None:
+    import pickle
+
+    from torchdoctor.report.folder import summarize_file
+
+    trace = corpus_file("v100_ddp_compiled_rank1")  # 54 MB of JSON, 216k events
+    outcome = summarize_file(str(trace))
+    assert outcome.summary is not None and outcome.summary.n_steps == 5
+    sent = len(pickle.dumps(outcome))
+    assert sent < 200_000  # about 58 kB: what crosses the process boundary, per rank
+    assert len(outcome.summary.collectives) > 0 and outcome.summary.findings
