@@ -13,6 +13,6 @@ if [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ]; then
   python -m pip install -q --upgrade pip >/dev/null
   # torch 2.13.0 is the CPU build on machines without a GPU; any torch >= 2.5 works.
   python -c "import torch" 2>/dev/null || python -m pip install -q "torch==2.13.0"
-  python -m pip install -q -e ".[dev]"
+  python -m pip install -q -e ".[dev,dask]"  # dask: the --dask / --scheduler tests
   touch "$stamp"
 fi

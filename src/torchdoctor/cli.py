@@ -116,8 +116,27 @@ def cli() -> None:
     type=click.IntRange(1, 1000),
     help="Rows in the kernel and operator tables.",
 )
+@click.option(
+    "--jobs",
+    "-j",
+    default=None,
+    type=click.IntRange(1, 4096),
+    help="For a folder of ranks: worker processes, one rank each at a time [default: the CPUs].",
+)
+@click.option(
+    "--scheduler",
+    default=None,
+    metavar="ADDRESS",
+    help="For a folder of ranks: run the per-rank tasks on this Dask scheduler "
+    "(tcp://host:8786); needs torchdoctor[dask] on the client and the workers.",
+)
+@click.option(
+    "--dask", "use_dask", is_flag=True, help="Run the per-rank tasks on a local Dask cluster."
+)
 @_guarded
-def analyze(path: str, as_json: bool, top: int) -> None:
+def analyze(
+    path: str, as_json: bool, top: int, jobs: int | None, scheduler: str | None, use_dask: bool
+) -> None:
     """Diagnose a torch.profiler trace: a .json / .json.gz file, a folder of per-rank traces, or
     a `torchdoctor check` run folder."""
     # The analyser does no matrix algebra: starting a BLAS thread pool would only cost start-up.
@@ -126,7 +145,7 @@ def analyze(path: str, as_json: bool, top: int) -> None:
     from torchdoctor.report.build import analyze_path
     from torchdoctor.report.render import render_json, render_text
 
-    report = analyze_path(path)
+    report = analyze_path(path, jobs=jobs, scheduler=scheduler, dask=use_dask)
     if as_json:
         click.echo(render_json(report))
     else:

@@ -4,18 +4,19 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
-
-import numpy as np
+from typing import TYPE_CHECKING, Any
 
 from torchdoctor.analysis.bundle import TraceAnalysis, analyze_table
 from torchdoctor.errors import TraceError
 from torchdoctor.rules.finding import Finding, rank_findings
-from torchdoctor.rules.rank_rules import RankRow, rank_rows, straggler
 from torchdoctor.rules.registry import label
 from torchdoctor.rules.trace_rules import evaluate
-from torchdoctor.trace.load import find_rank_files, load_trace
+from torchdoctor.trace.load import load_trace
 from torchdoctor.trace.table import TraceTable
+
+if TYPE_CHECKING:  # only a folder of ranks needs these modules: one trace never imports them
+    from torchdoctor.analysis.cross_rank import CrossRank
+    from torchdoctor.rules.rank_rules import RankRow
 
 SCHEMA_VERSION = 1
 """Bumped on any incompatible change to the JSON report (see docs/report-schema.md)."""
@@ -31,6 +32,8 @@ class Report:
     verdict: str
     ranks: list[RankRow] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
+    cross_rank: CrossRank | None = None
+    """For a folder of ranks: stragglers, collective skew, failed ranks (see report/folder.py)."""
 
     def to_dict(self) -> dict[str, Any]:
         """The whole report as JSON-able data (schema in docs/report-schema.md)."""
@@ -39,15 +42,20 @@ class Report:
         return report_dict(self)
 
 
-def analyze_path(path: str | Path) -> Report:
-    """Analyse a trace file, every trace in a folder (one per rank), or the trace(s) of a
-    ``torchdoctor check`` run folder."""
+def analyze_path(
+    path: str | Path, jobs: int | None = None, scheduler: str | None = None, dask: bool = False
+) -> Report:
+    """Analyse a trace file, every trace in a folder (one per rank, ``jobs`` at a time, on a
+    Dask cluster with ``scheduler`` / ``dask``), or the trace(s) of a ``torchdoctor check`` run
+    folder."""
     p = Path(path)
     if p.is_dir():
         run_traces = check_run_traces(p)
         if run_traces is not None:
-            return analyze_path(run_traces)
-        return _analyze_folder(p)
+            return analyze_path(run_traces, jobs, scheduler, dask)
+        from torchdoctor.report.folder import analyze_folder
+
+        return analyze_folder(p, jobs, scheduler, dask)
     if not p.exists():
         raise TraceError(f"{p}: no such file or directory")
     return build_report(analyze_table(load_events(p)))
@@ -80,22 +88,6 @@ def build_report(a: TraceAnalysis, extra: list[Finding] | None = None) -> Report
     findings = rank_findings(evaluate(a) + list(extra or []))
     notes = [a.steps.note, *a.table.notes]
     return Report(a, findings, verdict(a, findings), notes=notes)
-
-
-def _analyze_folder(folder: Path) -> Report:
-    analyses = []
-    for f in find_rank_files(folder):
-        analyses.append(analyze_table(load_trace(f)))
-    ranks = [a.table.meta.rank for a in analyses]
-    if all(r is not None for r in ranks) and len(set(ranks)) != len(ranks):
-        raise TraceError(f"{folder}: two traces claim the same rank ({sorted(ranks)})")  # type: ignore[type-var]
-    order = np.argsort([r if r is not None else i for i, r in enumerate(ranks)], kind="stable")
-    analyses = [analyses[i] for i in order]
-    rows = rank_rows(analyses)
-    slow = straggler(analyses[0], rows)
-    report = build_report(analyses[0], [slow] if slow else None)
-    note = f"{len(rows)} rank traces; details below are for rank {rows[0].rank}"
-    return Report(report.analysis, report.findings, report.verdict, rows, [note, *report.notes])
 
 
 def verdict(a: TraceAnalysis, findings: list[Finding]) -> str:

@@ -154,20 +154,7 @@ def _short(v: Any) -> str:
 
 
 def _ranks(con: Console, report: Report) -> None:
-    if not report.ranks:
-        return
-    from rich.table import Table
+    if report.ranks:
+        from torchdoctor.report.rank_text import render_ranks
 
-    table = Table(title="Ranks", title_justify="left", show_edge=False)
-    for col in ("rank", "steps", "ms/step", "GPU busy", "exposed comm ms/step"):
-        table.add_column(col, justify="right")
-    for r in report.ranks:
-        table.add_row(
-            str(r.rank),
-            str(r.steps),
-            f"{r.mean_step_ms:.2f}",
-            f"{r.gpu_busy_share:.0%}",
-            f"{r.exposed_comm_ms:.2f}",
-        )
-    con.print(table)
-    con.print()
+        render_ranks(con, report)

@@ -66,5 +66,6 @@ def report_dict(r: Report) -> dict[str, Any]:
         "dependency_waits": _maybe(a.waits),
         "findings": [f.to_dict() for f in r.findings],
         "ranks": [row.to_dict() for row in r.ranks],
+        "cross_rank": _maybe(r.cross_rank),
         "notes": list(r.notes),
     }

@@ -1,13 +1,14 @@
-"""Rules across ranks: per-rank step time and the straggler that every collective waits for."""
+"""Rules across ranks: a row per rank, and the straggler every collective waits for."""
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
 import numpy as np
 
-from torchdoctor.analysis.bundle import TraceAnalysis
+from torchdoctor.analysis.cross_rank import CrossRank
+from torchdoctor.analysis.rank_summary import RankSummary
 from torchdoctor.rules import thresholds as th
 from torchdoctor.rules.finding import Finding
 from torchdoctor.rules.registry import spec
@@ -15,7 +16,7 @@ from torchdoctor.rules.registry import spec
 
 @dataclass(frozen=True)
 class RankRow:
-    """One rank's headline numbers (milliseconds per step)."""
+    """One rank's headline numbers (milliseconds per step) and its own breakdown."""
 
     rank: int
     path: str
@@ -24,61 +25,90 @@ class RankRow:
     gpu_busy_share: float
     exposed_comm_ms: float
     """Communication the rank waited for, per step: fast ranks wait for slow ones here."""
+    status: str = "ok"
+    """"ok", or "failed: <why>" for a rank that did not finish with the others."""
+    wait_ms: float = 0.0
+    """Waiting in any collective per step (GPU communication exposed, CPU collectives)."""
+    work_ms: float = 0.0
+    """Step time minus waiting: the rank's own work."""
+    breakdown_ms: dict[str, float] = field(default_factory=dict)
+    """The rank's step breakdown, ms per step (device parts, or CPU parts on a CPU trace)."""
+    top_finding: str = ""
+    """The rank's own most valuable finding id ('' when none)."""
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
 
 
-def rank_rows(analyses: list[TraceAnalysis]) -> list[RankRow]:
-    """A row per rank (rank numbers from the trace, else the position in the folder)."""
-    rows = []
-    for i, a in enumerate(analyses):
-        rank = a.table.meta.rank if a.table.meta.rank is not None else i
-        rows.append(
-            RankRow(
-                rank=rank,
-                path=a.table.meta.path,
-                steps=a.n_steps,
-                mean_step_ms=round(a.mean_step_ms, 3),
-                gpu_busy_share=round(a.total.share(a.total.gpu_busy_ms), 4),
-                exposed_comm_ms=round(a.per_step_ms(a.comm.exposed_ms), 3),
-            )
-        )
-    return rows
+def rank_rows(summaries: list[RankSummary], cr: CrossRank) -> list[RankRow]:
+    """A row per rank, failed ranks included, in rank order."""
+    work = {w.rank: w for w in cr.ranks}
+    rows = [_row(s, work.get(s.rank if s.rank is not None else -1)) for s in summaries]
+    rows += [
+        RankRow(f.rank, f.path, 0, 0.0, 0.0, 0.0, status=f"failed: {f.reason}")
+        for f in cr.failed
+        if f.rank not in {r.rank for r in rows}
+    ]
+    for i, r in enumerate(rows):
+        reason = next((f.reason for f in cr.failed if f.rank == r.rank), None)
+        if reason and r.status == "ok":
+            rows[i] = RankRow(**{**r.to_dict(), "status": f"failed: {reason}"})
+    return sorted(rows, key=lambda r: r.rank)
 
 
-def straggler(primary: TraceAnalysis, rows: list[RankRow]) -> Finding | None:
+def _row(s: RankSummary, w: Any) -> RankRow:
+    t = s.total
+    parts = {**t.busy_ms, **t.idle_ms}
+    actionable = [f for f in s.findings if f.get("severity") != "info"]
+    return RankRow(
+        rank=s.rank if s.rank is not None else -1,
+        path=s.path,
+        steps=s.n_steps,
+        # over the steps every healthy rank has, like waiting and work (else all its steps)
+        mean_step_ms=w.step_ms if w else round(s.mean_step_ms, 3),
+        gpu_busy_share=round(t.share(t.gpu_busy_ms), 4),
+        exposed_comm_ms=round(s.exposed_comm_ms, 3),
+        wait_ms=w.wait_ms if w else round(float(s.wait_ms.mean()) if s.n_steps else 0.0, 3),
+        work_ms=w.work_ms if w else round(float(s.work_ms.mean()) if s.n_steps else 0.0, 3),
+        breakdown_ms={k: round(s.per_step(v), 3) for k, v in parts.items() if v > 0},
+        top_finding=str(actionable[0]["id"]) if actionable else "",
+    )
+
+
+def straggler(cr: CrossRank) -> Finding | None:
     """The rank whose own work (step minus waiting in collectives) is slowest, if it stands out.
 
     Waiting in collectives is how fast ranks absorb a slow one, so the straggler is the rank with
-    the most non-waiting time, not necessarily the longest step.
+    the most work, not necessarily the longest step. Failed ranks are never compared (the others
+    spent their last step waiting for them, see ``analysis.cross_rank``).
     """
-    if len(rows) < 2:
+    if len(cr.ranks) < 2:
         return None
-    work = np.array([r.mean_step_ms - r.exposed_comm_ms for r in rows])
+    work = np.array([r.work_ms for r in cr.ranks])
     median = float(np.median(work))
     k = int(np.argmax(work))
     excess = float(work[k] - median)
     if median <= 0 or excess / median < th.STRAGGLER:
         return None
-    step = max(r.mean_step_ms for r in rows)
-    s = spec("straggler-rank")
+    slow = cr.ranks[k]
+    step = max(r.step_ms for r in cr.ranks)
+    sp = spec("straggler-rank")
     saving = min(excess, step)
     return Finding(
         id="straggler-rank",
-        title=s.format_title(rank=rows[k].rank, excess=excess, ratio=excess / median),
-        severity=s.severity.floored(s.severity.grade(excess / median), saving / step),
+        title=sp.format_title(rank=slow.rank, excess=excess, ratio=excess / median),
+        severity=sp.severity.floored(sp.severity.grade(excess / median), saving / step),
         saving_ms_per_step=round(saving, 3),
         share_of_step=round(saving / step, 4) if step > 0 else 0.0,
         evidence={
-            "rank": rows[k].rank,
-            "work_ms_per_rank": {
-                r.rank: round(float(w), 3) for r, w in zip(rows, work, strict=True)
-            },
+            "rank": slow.rank,
+            "work_ms_per_rank": {r.rank: r.work_ms for r in cr.ranks},
             "median_work_ms": round(median, 3),
+            "straggler_in_steps": f"{slow.straggler_steps} of {len(cr.common_steps)}",
+            "last_to_arrive_in_collectives": f"{slow.last_arrivals} of {cr.matched_collectives}",
         },
-        fix=s.fix(),
-        explanation=s.explanation,
-        doc_url=s.doc_url,
-        where=[rows[k].path],
+        fix=sp.fix(),
+        explanation=sp.explanation,
+        doc_url=sp.doc_url,
+        where=[f"rank {slow.rank}"],
     )

@@ -1,0 +1,72 @@
+"""The terminal form of a folder's ranks: a row per rank, stragglers per step, collective skew."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from rich.console import Console
+
+    from torchdoctor.analysis.cross_rank import CrossRank
+    from torchdoctor.report.build import Report
+
+_SHORT_PART = {
+    "compute": "compute",
+    "communication": "comm",
+    "cpu_operators": "ops",
+    "data_loading": "data",
+    "host_overhead": "host",
+    "synchronization": "sync",
+    "short_gaps": "gaps",
+    "other": "other",
+}
+_PARTS_SHOWN = 3
+_SKEWS_SHOWN = 5
+
+
+def render_ranks(con: Console, report: Report) -> None:
+    """Print the ranks table, then the cross-rank sections when there is something to say."""
+    from rich.markup import escape
+    from rich.table import Table
+
+    table = Table(title="Ranks (ms per step)", title_justify="left", show_edge=False)
+    for col in ("rank", "steps", "step", "waiting", "own work", "largest parts", "status"):
+        table.add_column(col, justify="left" if col in ("largest parts", "status") else "right")
+    for r in report.ranks:
+        parts = sorted(r.breakdown_ms.items(), key=lambda kv: -kv[1])[:_PARTS_SHOWN]
+        shown = ", ".join(f"{_SHORT_PART.get(k, k)} {v:.1f}" for k, v in parts)
+        status = r.status if r.status == "ok" else f"[bold red]{escape(r.status)}[/bold red]"
+        table.add_row(
+            str(r.rank),
+            str(r.steps),
+            f"{r.mean_step_ms:.2f}",
+            f"{r.wait_ms:.2f}",
+            f"{r.work_ms:.2f}",
+            escape(shown),
+            status,
+        )
+    con.print(table)
+    con.print()
+    if report.cross_rank is not None:
+        _cross(con, report.cross_rank)
+
+
+def _cross(con: Console, cr: CrossRank) -> None:
+    if cr.stragglers:
+        per_step = ", ".join(f"step {s.step}: rank {s.rank}" for s in cr.stragglers[:12])
+        more = " …" if len(cr.stragglers) > 12 else ""
+        con.print(
+            f"[bold]Most work per step[/bold] (the rank the others wait for): {per_step}{more}"
+        )
+    if cr.skews:
+        con.print(
+            f"[bold]Collective skew[/bold] ({cr.matched_collectives} collectives matched on "
+            "every rank; largest first):"
+        )
+        for c in cr.skews[:_SKEWS_SHOWN]:
+            con.print(
+                f"  step {c.step} {c.kind} #{c.index + 1}: rank {c.last_rank} arrived "
+                f"{c.skew_ms:.2f} ms after the first; the others waited {c.others_wait_ms:.2f} ms"
+            )
+    if cr.stragglers or cr.skews:
+        con.print()
