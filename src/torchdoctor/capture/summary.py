@@ -105,6 +105,8 @@ def build_report(
     records: dict[int, dict[str, Any]], trace: Path | None, world_size: int
 ) -> tuple[dict[str, Any], Any, list[Finding]]:
     """The check report document, the analyser's report (or ``None``) and merged findings."""
+    from torchdoctor.report.serialize import report_dict
+
     primary = records.get(0) or next(iter(records.values()))
     run_level = [finding_from_dict(d) for d in primary.get("findings", [])]
     analysis, why = (None, "no trace was recorded") if trace is None else analyze_trace(trace)
@@ -118,7 +120,7 @@ def build_report(
         "ranks_reported": sorted(records),
         "ranks": rank_table(records),
         "trace": None if trace is None else str(trace),
-        "analysis": analysis.to_dict() if analysis is not None else None,
+        "analysis": report_dict(analysis) if analysis is not None else None,
         "analysis_unavailable": why,
         "findings": [f.to_dict() for f in merged],
     }

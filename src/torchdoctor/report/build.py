@@ -2,16 +2,15 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 
 from torchdoctor.analysis.bundle import TraceAnalysis, analyze_table
 from torchdoctor.errors import TraceError
+from torchdoctor.report.model import Report
 from torchdoctor.rules.finding import Finding, rank_findings
-from torchdoctor.rules.rank_rules import RankRow, rank_rows, straggler
+from torchdoctor.rules.rank_rules import rank_rows, straggler
 from torchdoctor.rules.trace_rules import evaluate
 from torchdoctor.trace.load import find_rank_files, load_trace
 
@@ -39,27 +38,6 @@ LABELS = {
 }
 """Short names for the verdict line, by finding id."""
 
-SCHEMA_VERSION = 1
-"""Bumped on any incompatible change to the JSON report (see docs/report-schema.md)."""
-
-
-@dataclass(frozen=True)
-class Report:
-    """What ``torchdoctor analyze`` found: one trace's analysis (the lowest rank's for a folder),
-    the findings ranked by saving, and per-rank rows for a folder of traces."""
-
-    analysis: TraceAnalysis
-    findings: list[Finding]
-    verdict: str
-    ranks: list[RankRow] = field(default_factory=list)
-    notes: list[str] = field(default_factory=list)
-
-    def to_dict(self) -> dict[str, Any]:
-        """The whole report as JSON-able data (schema in docs/report-schema.md)."""
-        from torchdoctor.report.serialize import report_dict
-
-        return report_dict(self)
-
 
 def analyze_path(path: str | Path) -> Report:
     """Analyse a trace file, or every trace in a folder (one per rank)."""
@@ -79,12 +57,15 @@ def build_report(a: TraceAnalysis, extra: list[Finding] | None = None) -> Report
 
 
 def _analyze_folder(folder: Path) -> Report:
-    analyses = []
-    for f in find_rank_files(folder):
-        analyses.append(analyze_table(load_trace(f)))
+    return analyze_files(find_rank_files(folder), where=str(folder))
+
+
+def analyze_files(files: list[Path], where: str = "traces") -> Report:
+    """Analyse one trace per rank (``where`` names them in errors); details are rank 0's."""
+    analyses = [analyze_table(load_trace(f)) for f in files]
     ranks = [a.table.meta.rank for a in analyses]
     if all(r is not None for r in ranks) and len(set(ranks)) != len(ranks):
-        raise TraceError(f"{folder}: two traces claim the same rank ({sorted(ranks)})")  # type: ignore[type-var]
+        raise TraceError(f"{where}: two traces claim the same rank ({sorted(ranks)})")  # type: ignore[type-var]
     order = np.argsort([r if r is not None else i for i, r in enumerate(ranks)], kind="stable")
     analyses = [analyses[i] for i in order]
     rows = rank_rows(analyses)
