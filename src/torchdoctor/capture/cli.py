@@ -6,7 +6,6 @@ Register in the main CLI with ``cli.add_command(check_command)``; also runnable 
 
 from __future__ import annotations
 
-import os
 import sys
 from typing import TYPE_CHECKING
 
@@ -123,22 +122,12 @@ def check_command(
 
 def run_check(script: str, args: list[str], options: CheckOptions, top: int, as_json: bool) -> int:
     """Watch the script, publish the report on rank 0; returns the exit status to use."""
-    from torchdoctor.capture.publish import publish
-    from torchdoctor.capture.runfolder import RankInfo
-    from torchdoctor.capture.runner import check_script, internal_error
+    from torchdoctor.api import run_check as api_run_check
 
-    code, folder, record = check_script(script, args, options)
-    rank = RankInfo.from_env()
-    if rank.rank == 0:
-        try:
-            publish(folder, record, rank, options, top=top, as_json=as_json)
-        except Exception as exc:
-            if os.environ.get("TORCHDOCTOR_DEBUG"):
-                raise
-            internal_error("while writing the report", exc)
-    if code == 0 and not (record.get("steps") or {}).get("count"):
+    result = api_run_check(script, args, options, echo=True, top=top, as_json=as_json)
+    if result.exit_code == 0 and not result.steps.get("count"):
         return EXIT_NO_STEPS
-    return code
+    return result.exit_code
 
 
 if __name__ == "__main__":

@@ -9,9 +9,11 @@ its exit status is returned.
 from __future__ import annotations
 
 import os
+import re
 import runpy
 import sys
 import traceback
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
@@ -90,7 +92,15 @@ def run_script(script: str, args: list[str]) -> Outcome:
     sys.argv = [script, *args]
     sys.path.insert(0, os.path.dirname(os.path.abspath(script)))
     try:
-        runpy.run_path(script, run_name="__main__")
+        return run_function(lambda: runpy.run_path(script, run_name="__main__"))
+    finally:
+        sys.argv, sys.path[:] = saved_argv, saved_path0
+
+
+def run_function(main: Callable[[], Any]) -> Outcome:
+    """Call ``main`` and say how it ended; never raises for its sake."""
+    try:
+        main()
         return Outcome("completed", 0)
     except StopScript:
         return Outcome("stopped", 0)
@@ -103,8 +113,6 @@ def run_script(script: str, args: list[str]) -> Outcome:
     except BaseException as exc:
         show_traceback(exc)
         return Outcome("error", 1, exc)
-    finally:
-        sys.argv, sys.path[:] = saved_argv, saved_path0
 
 
 def check_script(
@@ -116,6 +124,20 @@ def check_script(
     """
     if not os.path.isfile(script):
         raise UserError(f"{script}: no such script")
+    return _watch(script, args, options, lambda: run_script(script, args))
+
+
+def check_callable(
+    main: Callable[[], Any], options: CheckOptions
+) -> tuple[int, Path, dict[str, Any]]:
+    """``check_script`` for a function called with no arguments (notebooks)."""
+    name = re.sub(r"\W+", "_", getattr(main, "__qualname__", "") or "").strip("_") or "function"
+    return _watch(f"{name}.py", [], options, lambda: run_function(main))
+
+
+def _watch(
+    script: str, args: list[str], options: CheckOptions, run: Callable[[], Outcome]
+) -> tuple[int, Path, dict[str, Any]]:
     rank = RankInfo.from_env()
     folder = create_run_folder(options.out_dir, script, rank)
     from torchdoctor.capture.session import Session
@@ -123,7 +145,7 @@ def check_script(
     session = Session(options, folder, rank)
     session.install()
     try:
-        outcome = run_script(script, args)
+        outcome = run()
     finally:
         session.uninstall()
     try:
