@@ -112,3 +112,26 @@ def test_fsdp_meter_counts_each_ranks_own_samples(
             worker.BATCH / (r["meter_step_ms"] / 1e3), rel=0.5
         )
     assert ranks[0]["flops_per_step"] == ranks[1]["flops_per_step"] > 0
+
+
+@pytest.mark.slow
+def test_analyze_recognises_fsdp_in_the_recorded_traces(
+    fsdp_run: tuple[list[dict[str, Any]], Path],
+) -> None:
+    import torchdoctor
+
+    _, out = fsdp_run
+    report = torchdoctor.analyze([out / "trace_rank0.json", out / "trace_rank1.json"])
+    assert [row.rank for row in report.ranks] == [0, 1]
+    comm = report.analysis.comm
+    assert comm.fsdp and comm.backend == "gloo"
+    # Gloo's all-gathers (parameters) and reduce-scatters (gradients, run as all-reduce).
+    assert comm.by_kind["AllGather"]["comm_ms"] > 0
+    assert comm.by_kind["ReduceScatter"]["comm_ms"] > 0
+    gather = report.finding("exposed-all-gather")
+    assert gather is not None and gather.evidence["on_cpu"] is True
+    assert gather.saving_ms_per_step == pytest.approx(
+        comm.by_kind["AllGather"]["exposed_ms"] / report.analysis.n_steps, rel=1e-3
+    )
+    reduce = report.finding("exposed-communication")
+    assert reduce is None or reduce.title.startswith("Exposed gradient reduction (FSDP)")

@@ -29,7 +29,7 @@ SYNC_CALLS = frozenset(
 )
 """Runtime calls that block the CPU until the device (or a stream) has caught up."""
 DATALOADER_PREFIX = "enumerate(DataLoader)#"
-_CPU_COLLECTIVE = re.compile(r"^(gloo|nccl|mpi|ucc):|^c10d::[a-z_]*(all|reduce|broadcast|barrier)")
+CPU_COLLECTIVE = re.compile(r"^(gloo|nccl|mpi|ucc):|^c10d::[a-z_]*(all|reduce|broadcast|barrier)")
 DEVICE_CLASSES = ("compute", "communication", "memcpy", "memset")
 
 
@@ -92,7 +92,7 @@ def gpu_activity(table: TraceTable) -> GpuActivity:
         launch_us=_launch_times(table, rows),
         dataloader=_cpu_ranges(table, lambda n: n.startswith(DATALOADER_PREFIX)),
         sync_calls=_cpu_ranges(table, lambda n: n in SYNC_CALLS, Kind.RUNTIME, Kind.DRIVER),
-        cpu_collectives=_cpu_ranges(table, lambda n: bool(_CPU_COLLECTIVE.match(n))),
+        cpu_collectives=_cpu_ranges(table, lambda n: bool(CPU_COLLECTIVE.match(n))),
     )
 
 
