@@ -164,6 +164,7 @@ def _watch(
 def finish_record(session: Any, outcome: Outcome, script: str, args: list[str]) -> dict[str, Any]:
     """Export the trace, collect OOM evidence, and attach run-level findings to the record."""
     from torchdoctor.capture import gpu_probe
+    from torchdoctor.integrations.hints import frameworks_in_use
     from torchdoctor.rules.run_rules import run_findings
 
     exported = session.profiler.export(trace_path(session.folder, session.rank))
@@ -175,6 +176,7 @@ def finish_record(session: Any, outcome: Outcome, script: str, args: list[str]) 
     session.stop_memory_history()
     outcome.exception = None  # drop the traceback: it keeps DataLoader workers alive
     record["findings"] = [f.to_dict() for f in run_findings(record)]
+    record.setdefault("frameworks", frameworks_in_use())
     return record
 
 
