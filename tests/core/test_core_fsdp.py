@@ -72,3 +72,15 @@ def test_without_fsdp_all_collectives_are_one_finding(tmp_path: Path) -> None:
     # Union of all collectives minus compute: 100 (gather) + 100 (reduce) us per step.
     assert f.saving_ms_per_step == pytest.approx(0.2)
     assert "DDP(" in f.fix
+
+
+def test_check_report_keeps_both_fsdp_findings(tmp_path: Path) -> None:
+    # check merges the trace's findings with the run's: both FSDP findings must survive.
+    from torchdoctor.capture.summary import build_report
+
+    trace = _trace(tmp_path, fsdp=True)
+    doc, _, merged = build_report({0: {"findings": [], "config": {}}}, trace, 1)
+    ids = [f.id for f in merged]
+    assert "exposed-all-gather" in ids and "exposed-communication" in ids
+    gather = next(f for f in doc["findings"] if f["id"] == "exposed-all-gather")
+    assert gather["saving_ms_per_step"] == pytest.approx(0.1)
