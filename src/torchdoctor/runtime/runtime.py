@@ -18,6 +18,7 @@ from torch import nn
 from torch.optim import Optimizer
 from torch.utils.data import Dataset
 
+import torchdoctor.runtime.checkpoint as checkpoint
 import torchdoctor.runtime.distributed as distributed
 import torchdoctor.runtime.log as log
 from torchdoctor.config import RuntimeConfig
@@ -401,28 +402,13 @@ class Runtime:
     ) -> Path:
         """Write the full (unsharded) model and optimizer state to ``path`` with ``torch.save``.
         Every rank must call it (FSDP2 gathers the shards); rank 0 writes. Returns the path."""
-        module = model.module if isinstance(model, RuntimeModule) else model
-        state: dict[str, Any] = {"model": self.strategy.state_dict(module)}
-        if optimizer is not None:
-            state["optimizer"] = self.strategy.optimizer_state_dict(module, optimizer)
-        p = Path(path)
-        if self.is_global_zero:
-            torch.save(state, p)
-        distributed.barrier()
-        return p
+        return checkpoint.save_checkpoint(self.strategy, path, model, optimizer, self.rank)
 
     def load_checkpoint(
         self, path: str | Path, model: nn.Module, optimizer: Optimizer | None = None
     ) -> None:
         """Load what ``save_checkpoint`` wrote into ``model`` (and ``optimizer``) on every rank."""
-        p = Path(path)
-        if not p.is_file():
-            raise UserError(f"{p}: no such checkpoint")
-        state = torch.load(p, map_location="cpu", weights_only=True)
-        module = model.module if isinstance(model, RuntimeModule) else model
-        self.strategy.load_state_dict(module, state["model"])
-        if optimizer is not None and "optimizer" in state:
-            self.strategy.load_optimizer_state_dict(module, optimizer, state["optimizer"])
+        checkpoint.load_checkpoint(self.strategy, path, model, optimizer)
 
     def close(self) -> None:
         """Destroy the process group if this runtime created it (also runs at exit)."""
