@@ -112,3 +112,18 @@ def test_check_a_function_that_raises_keeps_its_status(tmp_path: Path) -> None:
     assert result.exit_code == 1 and result.record["exit"]["status"] == "error"
     assert "RuntimeError: diverged" in result.record["exit"]["exception"]
     assert result.folder.name.startswith("test_check_a_function_that_raises_keeps_its_status")
+
+
+def test_framework_hint_only_for_the_framework_that_stepped(tmp_path: Path) -> None:
+    import types
+
+    from torchdoctor.integrations.hints import framework_hint, frameworks_on_stack
+
+    # A fake framework package on the stack counts; one merely imported does not.
+    mod = types.ModuleType("lightning.pytorch.loops.fake")
+    exec("import sys\ndef run(f):\n    return f(sys._getframe())", mod.__dict__)
+    assert mod.run(frameworks_on_stack) == ["lightning"]
+    assert frameworks_on_stack(sys._getframe()) == []
+    assert "DoctorCallback" in framework_hint(["transformers"]) and framework_hint([]) == ""
+    plain = torchdoctor.check(lambda: None, out_dir=tmp_path / "runs")
+    assert plain.record["frameworks"] == [] and "hint:" not in plain.text

@@ -141,15 +141,20 @@ def _watch(
     rank = RankInfo.from_env()
     folder = create_run_folder(options.out_dir, script, rank)
     from torchdoctor.capture.session import Session
+    from torchdoctor.integrations.hints import FrameworkSpy
 
     session = Session(options, folder, rank)
+    spy = FrameworkSpy()  # which framework's trainer steps the optimizer, for the hint
     session.install()
+    spy.install()
     try:
         outcome = run()
     finally:
+        spy.uninstall()
         session.uninstall()
     try:
         record = finish_record(session, outcome, script, args)
+        record["frameworks"] = spy.seen
     except Exception as exc:
         # Our bug must not replace the script's exit status; say so in one line.
         if os.environ.get("TORCHDOCTOR_DEBUG"):
@@ -164,7 +169,6 @@ def _watch(
 def finish_record(session: Any, outcome: Outcome, script: str, args: list[str]) -> dict[str, Any]:
     """Export the trace, collect OOM evidence, and attach run-level findings to the record."""
     from torchdoctor.capture import gpu_probe
-    from torchdoctor.integrations.hints import frameworks_in_use
     from torchdoctor.rules.run_rules import run_findings
 
     exported = session.profiler.export(trace_path(session.folder, session.rank))
@@ -176,7 +180,6 @@ def finish_record(session: Any, outcome: Outcome, script: str, args: list[str]) 
     session.stop_memory_history()
     outcome.exception = None  # drop the traceback: it keeps DataLoader workers alive
     record["findings"] = [f.to_dict() for f in run_findings(record)]
-    record.setdefault("frameworks", frameworks_in_use())
     return record
 
 
