@@ -49,6 +49,13 @@ LIGHTNING: dict[str, FixFor] = {
         "                             static_graph=True))\n"
         "# or fewer reductions per sample: Trainer(accumulate_grad_batches=4)"
     ),
+    "exposed-all-gather": lambda f: (
+        "from torch.distributed.fsdp import BackwardPrefetch\n"
+        "from lightning.pytorch.strategies import FSDPStrategy\n"
+        "Trainer(strategy=FSDPStrategy(forward_prefetch=True,\n"
+        "                              backward_prefetch=BackwardPrefetch.BACKWARD_PRE))\n"
+        "# FSDP2 (ModelParallelStrategy): in configure_model, after fully_shard:\n" + f.fix
+    ),
     "data-parallel": lambda f: 'Trainer(accelerator="gpu", devices=-1, strategy="ddp")',
     "host-bound": lambda f: (
         "# in your LightningModule:\n"
@@ -84,6 +91,11 @@ TRANSFORMERS: dict[str, FixFor] = {
     "exposed-communication": lambda f: (
         "TrainingArguments(..., ddp_bucket_cap_mb=25, gradient_accumulation_steps=4)\n"
         "# accumulation all-reduces once per optimizer step, not once per micro-batch"
+    ),
+    "exposed-all-gather": lambda f: (
+        'TrainingArguments(..., fsdp="full_shard auto_wrap",\n'
+        '                  fsdp_config={"forward_prefetch": True, '
+        '"backward_prefetch": "backward_pre"})'
     ),
     "host-bound": lambda f: "TrainingArguments(..., torch_compile=True)",
     "low-gpu-utilization": lambda f: "TrainingArguments(..., torch_compile=True)",
