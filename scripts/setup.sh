@@ -13,6 +13,8 @@ if [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ]; then
   python -m pip install -q --upgrade pip >/dev/null
   # torch 2.13.0 is the CPU build on machines without a GPU; any torch >= 2.5 works.
   python -c "import torch" 2>/dev/null || python -m pip install -q "torch==2.13.0"
-  python -m pip install -q -e ".[dev,dask]"  # dask: the --dask / --scheduler tests
+  python -m pip install -q -e ".[dev,dask,lightning,transformers]"  # the --dask and integration tests
+  # The integration tests also run the callback under the older pytorch_lightning namespace.
+  python -m pip install -q "pytorch-lightning>=2.2"
   touch "$stamp"
 fi

@@ -6,11 +6,19 @@ Importing the package is cheap: the runtime (which needs torch) loads on first u
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:  # for type checkers and IDEs; at run time these load on first use
+    from torchdoctor.api import CheckResult, Report, analyze, check
+    from torchdoctor.runtime import Runtime
 
 __version__ = "0.1.0"
 
 _LAZY = {
+    "analyze": ("torchdoctor.api", "analyze"),
+    "check": ("torchdoctor.api", "check"),
+    "Report": ("torchdoctor.api", "Report"),
+    "CheckResult": ("torchdoctor.api", "CheckResult"),
     "Runtime": ("torchdoctor.runtime", "Runtime"),
     "step": ("torchdoctor.capture.markers", "step"),
     "workload": ("torchdoctor.tune.workload", "workload"),
@@ -26,4 +34,13 @@ def __getattr__(name: str) -> Any:
     raise AttributeError(f"module 'torchdoctor' has no attribute {name!r}")
 
 
-__all__ = ["Runtime", "__version__", "step", "workload"]
+__all__ = [
+    "CheckResult",
+    "Report",
+    "Runtime",
+    "__version__",
+    "analyze",
+    "check",
+    "step",
+    "workload",
+]

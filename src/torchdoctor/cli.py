@@ -142,14 +142,13 @@ def analyze(
     # The analyser does no matrix algebra: starting a BLAS thread pool would only cost start-up.
     for var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
         os.environ.setdefault(var, "1")
-    from torchdoctor.report.build import analyze_path
-    from torchdoctor.report.render import render_json, render_text
+    from torchdoctor.api import analyze as analyze_trace
 
-    report = analyze_path(path, jobs=jobs, scheduler=scheduler, dask=use_dask)
+    report = analyze_trace(path, jobs=jobs, scheduler=scheduler, dask=use_dask)
     if as_json:
-        click.echo(render_json(report))
+        click.echo(report.to_json())
     else:
-        render_text(report, top=top)
+        report.print(top=top)
 
 
 @cli.command()

@@ -23,10 +23,12 @@ else:  # pragma: no cover
 Precision = Literal["auto", "fp32", "tf32", "bf16-mixed", "fp16-mixed"]
 CompileMode = Literal["off", "default", "reduce-overhead", "max-autotune"]
 OptimizerImpl = Literal["default", "foreach", "fused"]
+Strategy = Literal["auto", "single", "ddp", "fsdp"]
 
 PRECISIONS: tuple[str, ...] = get_args(Precision)
 COMPILE_MODES: tuple[str, ...] = get_args(CompileMode)
 OPTIMIZER_IMPLS: tuple[str, ...] = get_args(OptimizerImpl)
+STRATEGIES: tuple[str, ...] = get_args(Strategy)
 
 
 def _check_choice(name: str, value: object, choices: tuple[str, ...]) -> None:
@@ -82,6 +84,9 @@ class RuntimeConfig:
     """Batches each worker loads ahead (None: torch's default of 2)."""
     device_prefetch: int = 2
     """Batches copied to the device ahead of use on a side stream (0: copy synchronously)."""
+    strategy: Strategy = "auto"
+    """How to train over several processes (under torchrun): ddp (a replica each), fsdp
+    (FSDP2: parameters sharded, one unit per block), auto (ddp under torchrun, else single)."""
     ddp_bucket_cap_mb: float = 25.0
     """DDP gradient bucket size in MiB: smaller buckets start all-reducing earlier in backward."""
     seed: int | None = None
@@ -93,6 +98,7 @@ class RuntimeConfig:
         _check_choice("precision", self.precision, PRECISIONS)
         _check_choice("compile", self.compile, COMPILE_MODES)
         _check_choice("optimizer_impl", self.optimizer_impl, OPTIMIZER_IMPLS)
+        _check_choice("strategy", self.strategy, STRATEGIES)
         _check_positive("batch_size", self.batch_size)
         _check_positive("grad_accumulation", self.grad_accumulation)
         _check_positive("num_workers", self.num_workers, allow_zero=True)

@@ -13,7 +13,7 @@ import pytest
 from tests.trace.tr_reference import assert_matches
 from torchdoctor.trace import parallel, reader
 from torchdoctor.trace.events import Event, Instant
-from torchdoctor.trace.load import load_trace
+from torchdoctor.trace.load import iter_event_chunks, load_trace
 
 
 def event(i: int, name: str = "aten::add", **extra: Any) -> dict[str, Any]:
@@ -135,7 +135,7 @@ def test_event_chunks_api_yields_every_event_once(
     doc = {"traceEvents": [*EVENTS, {"ph": "i", "name": "[memory]", "ts": 3}, 5], "traceName": "t"}
     path = _write(tmp_path / "t.json", json.dumps(doc))
     stats = reader.ReadStats()
-    events = [e for chunk in reader.iter_event_chunks(path, stats) for e in chunk]
+    events = [e for chunk in iter_event_chunks(path, stats) for e in chunk]
     assert [e.name for e in events if type(e) is Event] == [e["name"] for e in EVENTS]
     assert [e.ts for e in events if type(e) is Instant] == [3]
     assert stats.malformed_events == 1 and stats.top_level["traceName"] == "t"

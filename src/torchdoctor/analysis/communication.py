@@ -2,20 +2,28 @@
 
 Exposed communication is collective time during which no compute kernel runs: the step waits for
 it. It equals the breakdown's exclusive ``communication`` part by construction.
+
+The same numbers per collective kind tell FSDP's two costs apart: the parameter all-gather before
+each unit's forward and backward (exposed when it is not prefetched under the previous unit's
+compute) and the gradient reduce-scatter after its backward.
 """
 
 from __future__ import annotations
 
 from collections import Counter
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
 import numpy as np
 
 from torchdoctor.analysis import intervals as iv
-from torchdoctor.analysis.gpu_activity import GpuActivity
+from torchdoctor.analysis.gpu_activity import CPU_COLLECTIVE, GpuActivity
+from torchdoctor.trace.kinds import Kind
 from torchdoctor.trace.steps import Steps
 from torchdoctor.trace.table import TraceTable
+
+FSDP_MARKERS = ("FSDP::", "fsdp::")
+"""Name prefixes of the annotations and operators FSDP2 (``fully_shard``) records."""
 
 
 @dataclass(frozen=True)
@@ -35,6 +43,16 @@ class CommStats:
     """Count per collective kind (AllReduce, AllGather, ReduceScatter, ...)."""
     world_size: int | None
     backend: str | None
+    by_kind: dict[str, dict[str, float]] = field(default_factory=dict)
+    """Per collective kind (AllGather, ReduceScatter, AllReduce, ...): ``comm_ms`` and
+    ``exposed_ms`` summed over steps. In a CPU-only trace, time in CPU collectives of that kind
+    (gloo blocks the training thread, so all of it counts as exposed)."""
+    fsdp: bool = False
+    """The trace was recorded under FSDP (its ``FSDP::`` annotations or ``fsdp::`` operators)."""
+
+    def exposed_ms_of(self, *kinds: str) -> float:
+        """Exposed milliseconds (summed over steps) of the given collective kinds."""
+        return sum(self.by_kind.get(k, {}).get("exposed_ms", 0.0) for k in kinds)
 
     @property
     def overlap_share(self) -> float:
@@ -74,7 +92,42 @@ def analyze_communication(table: TraceTable, steps: Steps, act: GpuActivity) -> 
         collectives=dict(counts),
         world_size=table.meta.world_size,
         backend=table.meta.backend,
+        by_kind=_by_kind(table, steps, act),
+        fsdp=len(table.codes_matching(lambda n: n.startswith(FSDP_MARKERS))) > 0,
     )
+
+
+def _by_kind(table: TraceTable, steps: Steps, act: GpuActivity) -> dict[str, dict[str, float]]:
+    """``comm_ms`` and ``exposed_ms`` per collective kind, from kernels or CPU collectives."""
+    if len(act.rows):
+        rows = act.cls == 1
+        kinds = np.array([_collective(table.names[int(c)]) for c in table.name[act.rows[rows]]])
+        spans = {
+            k: iv.union(act.start_us[rows][kinds == k], act.end_us[rows][kinds == k])
+            for k in np.unique(kinds)
+        }
+        return {k: _exposed(v, act.busy("compute"), steps) for k, v in spans.items()}
+    out: dict[str, dict[str, float]] = {}
+    cpu = table.rows_named(
+        lambda n: bool(CPU_COLLECTIVE.match(n)), Kind.CPU_OP, Kind.USER_ANNOTATION
+    )
+    kinds = np.array([_collective(table.names[int(c)]) for c in table.name[cpu]])
+    for k in np.unique(kinds):
+        r = cpu[kinds == k]
+        span = iv.union(table.ts[r], table.ts[r] + table.dur[r])
+        out[str(k)] = _exposed(span, iv.EMPTY, steps)
+    return out
+
+
+def _exposed(comm_all: iv.Intervals, compute_all: iv.Intervals, steps: Steps) -> dict[str, float]:
+    comm_ms = exposed_ms = 0.0
+    for lo, hi in zip(steps.starts_us, steps.ends_us, strict=True):
+        comm = iv.clip(comm_all, float(lo), float(hi))
+        both = iv.intersect(comm, iv.clip(compute_all, float(lo), float(hi)))
+        c = iv.total(comm) / 1000.0
+        comm_ms += c
+        exposed_ms += c - iv.total(both) / 1000.0
+    return {"comm_ms": comm_ms, "exposed_ms": exposed_ms}
 
 
 def _collective(name: str) -> str:

@@ -29,7 +29,7 @@ SYNC_CALLS = frozenset(
 )
 """Runtime calls that block the CPU until the device (or a stream) has caught up."""
 DATALOADER_PREFIX = "enumerate(DataLoader)#"
-_CPU_COLLECTIVE = re.compile(r"^(gloo|nccl|mpi|ucc):|^c10d::[a-z_]*(all|reduce|broadcast|barrier)")
+CPU_COLLECTIVE = re.compile(r"^(gloo|nccl|mpi|ucc):|^c10d::[a-z_]*(all|reduce|broadcast|barrier)")
 _NOT_OPS = ("ProfilerStep#", DATALOADER_PREFIX)
 DEVICE_CLASSES = ("compute", "communication", "memcpy", "memset")
 
@@ -104,7 +104,7 @@ def gpu_activity(table: TraceTable) -> GpuActivity:
 
 def is_cpu_collective(name: str) -> bool:
     """A CPU-side collective call (``gloo:all_reduce``, ``c10d::allreduce_``, ...)."""
-    return bool(_CPU_COLLECTIVE.match(name))
+    return bool(CPU_COLLECTIVE.match(name))
 
 
 def _direction(name: str) -> str:

@@ -19,7 +19,7 @@ from torchdoctor.analysis.bundle import TraceAnalysis
 
 # Private names on purpose: one definition of a collective's kind and of a CPU collective call.
 from torchdoctor.analysis.communication import _collective as collective_kind
-from torchdoctor.analysis.gpu_activity import _CPU_COLLECTIVE as CPU_COLLECTIVE
+from torchdoctor.analysis.gpu_activity import CPU_COLLECTIVE
 
 TOP_KERNELS = 5
 

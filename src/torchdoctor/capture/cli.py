@@ -6,7 +6,6 @@ Register in the main CLI with ``cli.add_command(check_command)``; also runnable 
 
 from __future__ import annotations
 
-import os
 import sys
 from typing import TYPE_CHECKING
 
@@ -147,20 +146,10 @@ def run_check(
     ``json_path``: ``None`` prints the text report, ``"-"`` prints only JSON on stdout (the
     script's output and the text report go to stderr), a path writes the JSON report there.
     """
-    from torchdoctor.capture.publish import publish
-    from torchdoctor.capture.runfolder import RankInfo
-    from torchdoctor.capture.runner import check_script, internal_error
+    from torchdoctor.api import run_check as api_run_check
 
-    code, folder, record = check_script(script, args, options, quiet_stdout=json_path == "-")
-    rank = RankInfo.from_env()
-    if rank.rank == 0:
-        try:
-            publish(folder, record, rank, options, top=top, json_path=json_path)
-        except Exception as exc:
-            if os.environ.get("TORCHDOCTOR_DEBUG"):
-                raise
-            internal_error("while writing the report", exc)
-    return code  # the script's own status, whatever was or was not measured
+    result = api_run_check(script, args, options, echo=True, top=top, json_path=json_path)
+    return result.exit_code  # the script's own status, whatever was or was not measured
 
 
 if __name__ == "__main__":

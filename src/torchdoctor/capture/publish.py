@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -18,6 +19,8 @@ from torchdoctor.capture.runfolder import (
     write_json,
 )
 from torchdoctor.capture.summary import build_report, render_analysis, summary_text
+from torchdoctor.integrations.hints import framework_hint
+from torchdoctor.rules.finding import Finding
 
 NO_STEPS = (
     "torchdoctor: no step was seen: the script never finished an optimizer.step() and never "
@@ -57,19 +60,25 @@ def publish(
     options: CheckOptions,
     top: int = 10,
     json_path: str | None = None,
+    advise: Callable[[Finding], Finding] | None = None,
 ) -> dict[str, Any]:
     """Write ``report.json`` and ``report.txt`` into ``folder`` and print the report.
 
     ``json_path`` ``"-"``: only the JSON report on stdout (the text goes to stderr); a path:
-    the JSON report is also written there. Returns the report document.
+    the JSON report is also written there. ``advise`` rewrites each finding (a framework
+    callback phrases fixes in its settings). Returns the report document.
     """
     records, trace = _gather(folder, record, rank, options)
     doc, analysis, merged = build_report(records, trace, rank.world_size)
+    if advise is not None:
+        merged = [advise(f) for f in merged]
+        doc["findings"] = [f.to_dict() for f in merged]
     measured = measure(record)
     trace_text, shows_findings = render_analysis(analysis, merged, top, measured)
     text = summary_text(doc, record, top, with_findings=not shows_findings) + trace_text
     if not (record.get("steps") or {}).get("count") and measured.failure is None:
         text = NO_STEPS + text
+    text += framework_hint(record.get("frameworks") or [])
     text += f"run folder: {folder}\n"
     write_json(folder / "report.json", doc)
     (folder / "report.txt").write_text(text, encoding="utf-8")

@@ -10,9 +10,11 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 import runpy
 import sys
 import traceback
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
@@ -92,7 +94,15 @@ def run_script(script: str, args: list[str]) -> Outcome:
     sys.argv = [script, *args]
     sys.path.insert(0, os.path.dirname(os.path.abspath(script)))
     try:
-        runpy.run_path(script, run_name="__main__")
+        return run_function(lambda: runpy.run_path(script, run_name="__main__"))
+    finally:
+        sys.argv, sys.path[:] = saved_argv, saved_path0
+
+
+def run_function(main: Callable[[], Any]) -> Outcome:
+    """Call ``main`` and say how it ended; never raises for its sake."""
+    try:
+        main()
         return Outcome("completed", 0)
     except StopScript:
         return Outcome("stopped", 0)
@@ -105,8 +115,6 @@ def run_script(script: str, args: list[str]) -> Outcome:
     except BaseException as exc:
         show_traceback(exc)
         return Outcome("error", 1, exc)
-    finally:
-        sys.argv, sys.path[:] = saved_argv, saved_path0
 
 
 def check_script(
@@ -119,19 +127,42 @@ def check_script(
     """
     if not os.path.isfile(script):
         raise UserError(f"{script}: no such script")
+    return _watch(script, args, options, lambda: run_script(script, args), quiet_stdout)
+
+
+def check_callable(
+    main: Callable[[], Any], options: CheckOptions
+) -> tuple[int, Path, dict[str, Any]]:
+    """``check_script`` for a function called with no arguments (notebooks)."""
+    name = re.sub(r"\W+", "_", getattr(main, "__qualname__", "") or "").strip("_") or "function"
+    return _watch(f"{name}.py", [], options, lambda: run_function(main))
+
+
+def _watch(
+    script: str,
+    args: list[str],
+    options: CheckOptions,
+    run: Callable[[], Outcome],
+    quiet_stdout: bool = False,
+) -> tuple[int, Path, dict[str, Any]]:
     rank = RankInfo.from_env()
     folder = create_run_folder(options.out_dir, script, rank)
     from torchdoctor.capture.session import Session
+    from torchdoctor.integrations.hints import FrameworkSpy
 
     session = Session(options, folder, rank)
+    spy = FrameworkSpy()  # which framework's trainer steps the optimizer, for the hint
     session.install()
+    spy.install()
     try:
         with stdout_to_stderr() if quiet_stdout else contextlib.nullcontext():
-            outcome = run_script(script, args)
+            outcome = run()
     finally:
+        spy.uninstall()
         session.uninstall()
     try:
         record = finish_record(session, outcome, script, args)
+        record["frameworks"] = spy.seen
     except Exception as exc:
         # Our bug must not replace the script's exit status; say so in one line.
         if os.environ.get("TORCHDOCTOR_DEBUG"):

@@ -105,6 +105,8 @@ def build_report(
     records: dict[int, dict[str, Any]], trace: Path | None, world_size: int
 ) -> tuple[dict[str, Any], Any, list[Finding]]:
     """The check report document, the analyser's report (or ``None``) and merged findings."""
+    from torchdoctor.report.serialize import report_dict
+
     primary = records.get(0) or next(iter(records.values()))
     measured = measure(primary)
     if measured.failure is not None:  # the script never ran: no step advice at all
@@ -115,7 +117,7 @@ def build_report(
     trace_findings = list(getattr(analysis, "findings", []) or [])
     merged = fit_to_run(merge_findings(trace_findings, run_level, primary), primary)
     verdict = _verdict(analysis, merged, measured)
-    analysis_doc = analysis.to_dict() if analysis is not None else None
+    analysis_doc = report_dict(analysis) if analysis is not None else None
     if isinstance(analysis_doc, dict) and verdict is not None:
         analysis_doc["verdict"] = verdict  # the analyser saw only the trace's findings
     doc = {

@@ -2,44 +2,16 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
 
 from torchdoctor.analysis.bundle import TraceAnalysis, analyze_table
 from torchdoctor.errors import TraceError
+from torchdoctor.report.model import Report
 from torchdoctor.rules.finding import Finding, rank_findings
 from torchdoctor.rules.registry import label
 from torchdoctor.rules.trace_rules import evaluate
 from torchdoctor.trace.load import load_trace
 from torchdoctor.trace.table import TraceTable
-
-if TYPE_CHECKING:  # only a folder of ranks needs these modules: one trace never imports them
-    from torchdoctor.analysis.cross_rank import CrossRank
-    from torchdoctor.rules.rank_rules import RankRow
-
-SCHEMA_VERSION = 1
-"""Bumped on any incompatible change to the JSON report (see docs/report-schema.md)."""
-
-
-@dataclass(frozen=True)
-class Report:
-    """What ``torchdoctor analyze`` found: one trace's analysis (the lowest rank's for a folder),
-    the findings ranked by saving, and per-rank rows for a folder of traces."""
-
-    analysis: TraceAnalysis
-    findings: list[Finding]
-    verdict: str
-    ranks: list[RankRow] = field(default_factory=list)
-    notes: list[str] = field(default_factory=list)
-    cross_rank: CrossRank | None = None
-    """For a folder of ranks: stragglers, collective skew, failed ranks (see report/folder.py)."""
-
-    def to_dict(self) -> dict[str, Any]:
-        """The whole report as JSON-able data (schema in docs/report-schema.md)."""
-        from torchdoctor.report.serialize import report_dict
-
-        return report_dict(self)
 
 
 def analyze_path(

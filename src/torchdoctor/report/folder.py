@@ -61,11 +61,23 @@ def analyze_folder(
     folder: Path, jobs: int | None = None, scheduler: str | None = None, use_dask: bool = False
 ) -> Report:
     """Every rank summarised in parallel, compared, and the slowest rank analysed in detail."""
-    files = [str(f) for f in find_rank_files(folder)]
+    return analyze_files(find_rank_files(folder), str(folder), jobs, scheduler, use_dask)
+
+
+def analyze_files(
+    paths: list[Path],
+    where: str,
+    jobs: int | None = None,
+    scheduler: str | None = None,
+    use_dask: bool = False,
+) -> Report:
+    """``analyze_folder`` for an explicit list of per-rank trace files (``where`` names them in
+    messages)."""
+    files = [str(f) for f in paths]
     executor = make_executor(jobs, scheduler, use_dask, len(files))
     try:
         outcomes = sorted(executor.map_unordered(summarize_file, files), key=lambda o: o.path)
-        summaries, failed, notes = _sort_out(folder, outcomes)
+        summaries, failed, notes = _sort_out(where, outcomes)
         cr = cross_rank(summaries, failed)
         detail_rank = _detail_rank(summaries, cr)
         chosen = next(s for s in summaries if s.rank == detail_rank)
@@ -76,7 +88,7 @@ def analyze_folder(
 
 
 def _sort_out(
-    folder: Path, outcomes: list[RankOutcome]
+    where: str, outcomes: list[RankOutcome]
 ) -> tuple[list[RankSummary], list[FailedRank], list[str]]:
     """Summaries numbered and sorted by rank; failed ranks; notes on files that are no trace."""
     notes, failed, ok = [], [], []
@@ -89,17 +101,17 @@ def _sort_out(
             failed.append(FailedRank(rank, f"unreadable trace ({_short(o.error)})", o.path))
         else:
             notes.append(f"skipped {Path(o.path).name}: not a trace ({_short(o.error)})")
-    summaries = _numbered(folder, ok, {f.rank for f in failed})
+    summaries = _numbered(where, ok, {f.rank for f in failed})
     if not summaries:
-        raise TraceError(f"{folder}: no readable trace among {len(outcomes)} files")
+        raise TraceError(f"{where}: no readable trace among {len(outcomes)} files")
     return summaries, sorted(failed, key=lambda f: f.rank), notes
 
 
-def _numbered(folder: Path, ok: list[RankSummary], taken: set[int]) -> list[RankSummary]:
+def _numbered(where: str, ok: list[RankSummary], taken: set[int]) -> list[RankSummary]:
     """Give traces without a rank the lowest free numbers (in file order); sort by rank."""
     known = [s.rank for s in ok if s.rank is not None]
     if len(set(known)) != len(known) or taken & set(known):
-        raise TraceError(f"{folder}: two traces claim the same rank ({sorted(known)})")
+        raise TraceError(f"{where}: two traces claim the same rank ({sorted(known)})")
     used = set(known) | taken
     free = (n for n in range(len(ok) + len(used) + 1) if n not in used)
     numbered = [s if s.rank is not None else replace(s, rank=next(free)) for s in ok]

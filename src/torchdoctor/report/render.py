@@ -5,10 +5,12 @@ from __future__ import annotations
 import json
 from typing import TYPE_CHECKING, Any
 
+from torchdoctor.report.serialize import report_dict
+
 if TYPE_CHECKING:
     from rich.console import Console
 
-    from torchdoctor.report.build import Report
+    from torchdoctor.report.model import Report
 
 _SEVERITY_STYLE = {"critical": "bold red", "warning": "yellow", "info": "cyan"}
 _CPU_LABELS = ("communication", "data_loading", "input_pipeline")
@@ -37,7 +39,7 @@ _PART_LABEL = {
 
 def render_json(report: Report) -> str:
     """The report as indented JSON text."""
-    return json.dumps(report.to_dict(), indent=2, default=_jsonable)
+    return json.dumps(report_dict(report), indent=2, default=_jsonable)
 
 
 def _jsonable(obj: Any) -> Any:

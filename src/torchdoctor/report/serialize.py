@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from torchdoctor import __version__
+from torchdoctor.report.model import Report
 
-if TYPE_CHECKING:
-    from torchdoctor.report.build import Report
+SCHEMA_VERSION = 1
+"""Bumped on any incompatible change to the JSON report (see docs/report-schema.md)."""
 
 
 def _maybe(obj: Any) -> Any:
@@ -16,8 +17,6 @@ def _maybe(obj: Any) -> Any:
 
 def report_dict(r: Report) -> dict[str, Any]:
     """Plain data for ``--json``: every analysis, every finding, and where the trace came from."""
-    from torchdoctor.report.build import SCHEMA_VERSION
-
     a = r.analysis
     meta = a.table.meta
     return {

@@ -138,6 +138,21 @@ TRACE_SPECS: tuple[FindingSpec, ...] = (
         knobs=("ddp_bucket_cap_mb",),
     ),
     FindingSpec(
+        id="exposed-all-gather",
+        label="exposed FSDP all-gather",
+        title="Exposed all-gather (FSDP): {ms:.1f} ms per step ({share:.0%}) waiting for "
+        "parameters to be gathered ({overlap:.0%} hidden under compute)",
+        sources=("trace",),
+        severity=SeverityPolicy(th.EXPOSED_COMM_WARN, th.EXPOSED_COMM_CRITICAL),
+        threshold=th.EXPOSED_COMM_WARN,
+        fix=fx.fsdp_prefetch_fix,
+        explanation="FSDP gathers each unit's parameters before its forward and backward; "
+        "unless the gather for the next unit is issued while the current one computes "
+        "(prefetch), every unit starts by waiting for the network.",
+        doc_url=f"{D}/distributed.fsdp.fully_shard.html",
+        knobs=(),
+    ),
+    FindingSpec(
         id="low-gpu-utilization",
         label="low GPU utilisation",
         title="Low GPU utilisation: busy {busy:.0%} of the step, {ms:.1f} ms per step of short gaps "

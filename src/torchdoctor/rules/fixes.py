@@ -212,3 +212,37 @@ ACTIVATION_RECOMPUTE = (
     "torch.utils.checkpoint.checkpoint(block, x, use_reentrant=False,\n"
     "    context_fn=functools.partial(create_selective_checkpoint_contexts, policy))"
 )
+
+
+# -- FSDP --------------------------------------------------------------------------------------
+def fsdp_prefetch_fix(cpu: bool = False) -> str:
+    """Explicit forward/backward prefetch between FSDP2 blocks, or keep the last block gathered."""
+    head = (
+        "# gloo runs collectives on the CPU and cannot hide them; on GPUs use NCCL, then:\n"
+        if cpu
+        else ""
+    )
+    return head + (
+        "blocks = list(model.layers)  # the modules passed to fully_shard, in forward order\n"
+        "for b, nxt in zip(blocks, blocks[1:]):\n"
+        "    b.set_modules_to_forward_prefetch([nxt])  # gather the next block during this one\n"
+        "for b, prev in zip(blocks[::-1], blocks[::-1][1:]):\n"
+        "    b.set_modules_to_backward_prefetch([prev])\n"
+        "# backward starts with the last block: keep it gathered after forward\n"
+        "fully_shard(blocks[-1], reshard_after_forward=False)"
+    )
+
+
+def fsdp_reduce_fix(cpu: bool = False) -> str:
+    """Shard per block so reduce-scatter overlaps backward; skip it on inner micro-batches."""
+    head = (
+        "# gloo blocks the training thread in every collective; on GPUs use NCCL\n" if cpu else ""
+    )
+    return head + (
+        "# one fully_shard per block lets each block's reduce-scatter overlap the next backward\n"
+        "for block in model.layers:\n"
+        "    fully_shard(block)\n"
+        "fully_shard(model)\n"
+        "# with gradient accumulation, reduce only on the last micro-batch\n"
+        "model.set_requires_gradient_sync(is_last_microbatch)"
+    )

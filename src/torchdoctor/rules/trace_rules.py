@@ -12,6 +12,7 @@ from torchdoctor.analysis.gpu_activity import SYNC_CALLS
 from torchdoctor.rules import thresholds as th
 from torchdoctor.rules.device_rules import fp32_gemms, memory_pressure
 from torchdoctor.rules.finding import Finding, rank_findings
+from torchdoctor.rules.fsdp_rules import exposed_all_gather, fsdp_gradient_reduction
 from torchdoctor.rules.registry import spec
 from torchdoctor.rules.trace_common import finding, grade
 from torchdoctor.rules.wait_rules import (
@@ -154,6 +155,8 @@ def pageable_copies(a: TraceAnalysis) -> Finding | None:
 def exposed_communication(a: TraceAnalysis) -> Finding | None:
     """Collectives the step waits for instead of overlapping them with backward compute."""
     c = a.comm
+    if c.fsdp:  # all-gather is exposed-all-gather's; this one is gradient reduction
+        return fsdp_gradient_reduction(a)
     if not a.has_gpu:
         return _cpu_communication(a)
     # GPU idle while the CPU waited inside a collective is communication too (never host time).
@@ -245,6 +248,7 @@ TRACE_RULES: tuple[Rule, ...] = (
     pageable_copies,
     synchronous_copies,
     exposed_communication,
+    exposed_all_gather,
     low_utilization,
     dependency_waits,
     input_pipeline,

@@ -1,4 +1,4 @@
-"""Process group and device selection under torchrun; DDP wrapping.
+"""Process group and device selection under torchrun (wrapping the model is in ``strategy``).
 
 torchrun sets RANK, WORLD_SIZE, LOCAL_RANK and LOCAL_WORLD_SIZE; without them the runtime is a
 single process and nothing here initialises anything.
@@ -13,7 +13,6 @@ from dataclasses import dataclass
 
 import torch
 import torch.distributed as dist
-from torch import nn
 
 from torchdoctor.errors import UserError
 
@@ -106,9 +105,7 @@ def teardown() -> None:
     _CREATED.clear()
 
 
-def wrap_ddp(module: nn.Module, device: torch.device, *, bucket_cap_mb: float) -> nn.Module:
-    """``module`` in DistributedDataParallel with ``bucket_cap_mb``-MiB gradient buckets."""
-    from torch.nn.parallel import DistributedDataParallel
-
-    ids = [device.index] if device.type == "cuda" else None
-    return DistributedDataParallel(module, device_ids=ids, bucket_cap_mb=bucket_cap_mb)
+def barrier() -> None:
+    """Wait for every rank (no-op in a single process)."""
+    if dist.is_available() and dist.is_initialized():
+        dist.barrier()

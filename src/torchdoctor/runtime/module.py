@@ -1,4 +1,4 @@
-"""The module ``Runtime.setup`` returns: the user's model behind DDP and/or torch.compile.
+"""The module ``Runtime.setup`` returns: the user's model behind DDP / FSDP2 and/or torch.compile.
 
 Calls go to the wrapped (DDP / compiled) module; attributes, ``state_dict`` and
 ``load_state_dict`` go to the user's own module, so checkpoints carry no ``module.`` or
@@ -13,6 +13,7 @@ from typing import Any
 from torch import nn
 
 from torchdoctor.runtime.compile_guard import RecompileGuard
+from torchdoctor.runtime.strategy import Strategy
 
 
 class RuntimeModule(nn.Module):
@@ -26,6 +27,7 @@ class RuntimeModule(nn.Module):
         guard: RecompileGuard | None = None,
         eager: nn.Module | None = None,
         on_first_call: Callable[[], None] | None = None,
+        strategy: Strategy | None = None,
     ) -> None:
         super().__init__()
         self._original = original
@@ -37,6 +39,7 @@ class RuntimeModule(nn.Module):
         self.__dict__["_run"] = forward_module
         self.__dict__["_before_call"] = on_first_call
         self.__dict__["_use_eager"] = False
+        self.__dict__["_strategy"] = strategy if strategy is not None else Strategy()
         self._refresh()
 
     def _refresh(self) -> None:
@@ -84,11 +87,17 @@ class RuntimeModule(nn.Module):
             return getattr(self._original, name)
 
     def state_dict(self, *args: Any, **kwargs: Any) -> Any:  # type: ignore[override]
-        """The user's module's state dict (no wrapper prefixes)."""
-        return self._original.state_dict(*args, **kwargs)
+        """The user's module's state dict (no wrapper prefixes); with FSDP2, gathered into
+        full tensors on the CPU (every rank must call it)."""
+        if args or kwargs:  # nn.Module's own recursion (destination, prefix, ...)
+            return self._original.state_dict(*args, **kwargs)
+        return self.__dict__["_strategy"].state_dict(self._original)
 
     def load_state_dict(
         self, state_dict: Mapping[str, Any], strict: bool = True, assign: bool = False
     ) -> Any:  # type: ignore[override]
-        """Load into the user's module."""
-        return self._original.load_state_dict(state_dict, strict=strict, assign=assign)
+        """Load a full state dict into the user's module (sharded again under FSDP2)."""
+        strategy = self.__dict__["_strategy"]
+        if assign or type(strategy) is Strategy:
+            return self._original.load_state_dict(state_dict, strict=strict, assign=assign)
+        return strategy.load_state_dict(self._original, state_dict, strict=strict)

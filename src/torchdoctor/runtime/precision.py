@@ -131,3 +131,67 @@ def make_scaler(plan: PrecisionPlan, device: torch.device, user_scaler: Any | No
     if amp is not None and hasattr(amp, "GradScaler"):
         return amp.GradScaler(device.type)
     return torch.cuda.amp.GradScaler()  # pragma: no cover - torch < 2.3
+
+
+class PrecisionPlugin:
+    """Everything precision changes in a training step, in one object (Lightning Fabric's
+    precision plugins are the model): the forward context, loss scaling, the optimizer step
+    with its inf/NaN check, and the FSDP2 mixed-precision policy."""
+
+    def __init__(self, plan: PrecisionPlan, device: torch.device, scaler: Any | None = None):
+        self.plan = plan
+        self.device = device
+        self.scaler = make_scaler(plan, device, scaler)
+        self._context = autocast_factory(plan, device)
+
+    @classmethod
+    def choose(
+        cls,
+        requested: str,
+        device: torch.device,
+        *,
+        allow_tf32: bool = True,
+        scaler: Any | None = None,
+    ) -> PrecisionPlugin:
+        """Resolve ``requested`` for ``device`` (see ``choose_precision``), set TF32 switches."""
+        plan = choose_precision(requested, device, allow_tf32=allow_tf32)
+        apply_tf32(plan, device)
+        return cls(plan, device, scaler)
+
+    def forward_context(self) -> contextlib.AbstractContextManager[Any]:
+        """A fresh autocast context for the forward pass (a no-op for fp32 / tf32)."""
+        return self._context()  # type: ignore[no-any-return]
+
+    def scale_loss(self, loss: torch.Tensor) -> torch.Tensor:
+        """The loss to call backward on: scaled for fp16, unchanged otherwise."""
+        return loss if self.scaler is None else self.scaler.scale(loss)
+
+    def unscale(self, optimizer: Any) -> None:
+        """Divide the gradients by the loss scale (before clipping); no-op without a scaler."""
+        if self.scaler is not None:
+            self.scaler.unscale_(optimizer)
+
+    def optimizer_step(self, optimizer: Any) -> Any:
+        """Step ``optimizer``; returns the device tensor of skipped steps (inf/NaN gradients,
+        fp16 only) or None. Not read here: reading it would wait for the GPU every step."""
+        if self.scaler is None:
+            optimizer.step()
+            return None
+        self.scaler.step(optimizer)
+        try:
+            # A private GradScaler helper (stable since torch 1.6).
+            flags = list(self.scaler._found_inf_per_device(optimizer).values())
+        except (AttributeError, AssertionError, KeyError):
+            flags = []
+        self.scaler.update()
+        return sum(flags) if flags else None
+
+    def fsdp_mp_policy(self) -> Any | None:
+        """FSDP2's mixed-precision policy: parameters cast to the autocast dtype for compute,
+        gradients reduced in fp32 (summing many low-precision shards loses bits); None in fp32."""
+        dtype = self.plan.autocast_dtype
+        if dtype is None:
+            return None
+        from torch.distributed.fsdp import MixedPrecisionPolicy
+
+        return MixedPrecisionPolicy(param_dtype=dtype, reduce_dtype=torch.float32)

@@ -18,9 +18,11 @@ from torch import nn
 from torch.optim import Optimizer
 from torch.utils.data import Dataset
 
+import torchdoctor.runtime.checkpoint as checkpoint
+import torchdoctor.runtime.distributed as distributed
+import torchdoctor.runtime.log as log
 from torchdoctor.config import RuntimeConfig
 from torchdoctor.errors import UserError
-from torchdoctor.runtime import distributed, log
 from torchdoctor.runtime.compile_guard import RecompileGuard
 from torchdoctor.runtime.data import DevicePrefetcher, RuntimeLoader, build_dataloader, plan_loader
 from torchdoctor.runtime.flops import FlopProbe
@@ -28,12 +30,8 @@ from torchdoctor.runtime.log import logger
 from torchdoctor.runtime.meter import Meter
 from torchdoctor.runtime.module import RuntimeModule
 from torchdoctor.runtime.optim import apply_optimizer_impl
-from torchdoctor.runtime.precision import (
-    apply_tf32,
-    autocast_factory,
-    choose_precision,
-    make_scaler,
-)
+from torchdoctor.runtime.precision import PrecisionPlugin
+from torchdoctor.runtime.strategy import Strategy, WrapPolicy, select_strategy
 from torchdoctor.runtime.transfer import batch_counts, map_tensors, tensor_mover
 
 _FLOP_STEP = 1  # count FLOPs in the second step: the first one warms up (and compiles)
@@ -66,7 +64,8 @@ class Runtime:
     ...), applied over ``config``. ``device`` overrides the device choice, ``scaler`` supplies a
     GradScaler (fp16 only), ``flops_per_step`` replaces the FLOP count the meter measures and
     ``compile_backend`` is torch.compile's backend ("aot_eager" compiles in a fraction of the time,
-    for debugging).
+    for debugging). ``wrap_policy`` picks FSDP2's units (block classes, or a function of a module;
+    default: the blocks of each ``nn.ModuleList``).
     """
 
     def __init__(
@@ -77,6 +76,7 @@ class Runtime:
         scaler: Any | None = None,
         flops_per_step: float | None = None,
         compile_backend: str = "inductor",
+        wrap_policy: WrapPolicy | Iterable[type[nn.Module]] | None = None,
         **settings: Any,
     ) -> None:
         self.config = _merge(config, settings)
@@ -87,27 +87,35 @@ class Runtime:
         log.configure(self.dist.rank)
         if self.config.seed is not None:
             _seed_everything(self.config.seed)
-        self.precision = choose_precision(
-            self.config.precision, self.device, allow_tf32=self.config.allow_tf32
+        self.precision_plugin = PrecisionPlugin.choose(
+            self.config.precision, self.device, allow_tf32=self.config.allow_tf32, scaler=scaler
         )
-        apply_tf32(self.precision, self.device)
+        self.precision = self.precision_plugin.plan
+        self.scaler = self.precision_plugin.scaler
         if self.device.type == "cuda":
             torch.backends.cudnn.benchmark = self.config.cudnn_benchmark
-        self.scaler = make_scaler(self.precision, self.device, scaler)
-        self._autocast = autocast_factory(self.precision, self.device)
+        self.strategy: Strategy
+        self.strategy, why = select_strategy(
+            self.config.strategy,
+            self.dist,
+            self.device,
+            self.precision_plugin,
+            bucket_cap_mb=self.config.ddp_bucket_cap_mb,
+            wrap_policy=wrap_policy,
+        )
         self.meter = Meter(
             self.device, peak_dtype=self.precision.peak_dtype, flops_per_step=flops_per_step
         )
         self._measure_flops = flops_per_step is None
         self._probe: FlopProbe | None = None
         self._modules: list[RuntimeModule] = []
-        self._ddp: list[nn.Module] = []
         self._accum = self.config.grad_accumulation
         self._compile_backend = compile_backend
         self._micro = 0
         self._optimizer_note: str | None = None
         self._loader_plan: dict[str, Any] | None = None
         logger.info("precision %s: %s", self.precision.precision, self.precision.reason)
+        logger.info("strategy %s: %s", self.strategy.name, why)
 
     @classmethod
     def from_file(cls, path: str | Path, **kwargs: Any) -> Runtime:
@@ -147,21 +155,23 @@ class Runtime:
     def setup(self, model: nn.Module, optimizer: Optimizer) -> tuple[RuntimeModule, Optimizer]: ...
 
     def setup(self, model: nn.Module, optimizer: Optimizer | None = None) -> Any:
-        """Move ``model`` to the device (channels_last if asked), wrap it in DDP under torchrun,
-        compile it if asked, and rebuild ``optimizer`` with ``optimizer_impl`` while it is fresh.
-        Returns ``model`` or ``(model, optimizer)``; use the returned objects from then on."""
+        """Move ``model`` to the device (channels_last if asked), hand it to the strategy (DDP or
+        FSDP2 under torchrun), compile it if asked, and rebuild ``optimizer`` with
+        ``optimizer_impl`` while it is fresh. With FSDP2 the optimizer must be created after
+        ``setup`` (it has to hold the sharded parameters): call ``setup(model)``, then build it and
+        call ``setup_optimizer``. Returns ``model`` or ``(model, optimizer)``."""
         if isinstance(model, RuntimeModule):
             raise UserError("this model was already set up; pass the original module")
         model = model.to(self.device)
         if self.config.channels_last:
             model = model.to(memory_format=torch.channels_last)  # type: ignore[call-overload]
-        forward: nn.Module = model
-        if self.dist.distributed:
-            forward = distributed.wrap_ddp(
-                model, self.device, bucket_cap_mb=self.config.ddp_bucket_cap_mb
+        if optimizer is not None and self.strategy.name == "fsdp":
+            raise UserError(
+                "with strategy='fsdp' create the optimizer after setup: model = rt.setup(model); "
+                "opt = AdamW(model.parameters()); opt = rt.setup_optimizer(opt)"
             )
-            self._ddp.append(forward)
-            self._sync_flag()
+        forward = self.strategy.setup_module(model)
+        self._sync_flag()
         eager, guard = forward, None
         if self.config.compile != "off":
             # mode is an inductor setting; other backends reject it.
@@ -174,30 +184,38 @@ class Runtime:
                 model, max_recompiles=self.config.max_recompiles, on_compile=self.meter.note_compile
             )
         wrapped = RuntimeModule(
-            model, forward, guard=guard, eager=eager, on_first_call=self.meter.start
+            model,
+            forward,
+            guard=guard,
+            eager=eager,
+            on_first_call=self.meter.start,
+            strategy=self.strategy,
         )
         self._modules.append(wrapped)
         if optimizer is None:
             return wrapped
+        return wrapped, self.setup_optimizer(optimizer)
+
+    def setup_optimizer(self, optimizer: Optimizer) -> Optimizer:
+        """``optimizer`` rebuilt with ``optimizer_impl`` while it is fresh (or as it is, with a
+        logged reason); use the returned object from then on."""
         optimizer, self._optimizer_note = apply_optimizer_impl(
             optimizer, self.config.optimizer_impl
         )
         if self._optimizer_note:
             logger.info(self._optimizer_note)
-        return wrapped, optimizer
+        return optimizer
 
     # -- the loop -----------------------------------------------------------------------------
     def autocast(self) -> contextlib.AbstractContextManager[Any]:
         """The forward-pass context for the chosen precision (a no-op for fp32 / tf32)."""
-        return self._autocast()  # type: ignore[no-any-return]
+        return self.precision_plugin.forward_context()
 
     def backward(self, loss: torch.Tensor, **kwargs: Any) -> None:
         """``loss.backward()``, divided by the accumulation count and scaled for fp16."""
         if self._accum > 1:
             loss = loss / self._accum
-        if self.scaler is not None:
-            loss = self.scaler.scale(loss)
-        loss.backward(**kwargs)
+        self.precision_plugin.scale_loss(loss).backward(**kwargs)
         self._micro += 1
         self._sync_flag()
         if self._probe is not None and self._micro >= self._accum:
@@ -215,8 +233,7 @@ class Runtime:
         the norm before clipping, or None on an inner accumulation step."""
         if not self.at_step_boundary:
             return None
-        if self.scaler is not None:
-            self.scaler.unscale_(optimizer)
+        self.precision_plugin.unscale(optimizer)
         return torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm)
 
     def step(self, optimizer: Optimizer) -> bool:
@@ -226,10 +243,9 @@ class Runtime:
             return False
         if self._probe is not None:
             self._finish_flop_count()
-        if self.scaler is not None:
-            self._scaled_step(optimizer)
-        else:
-            optimizer.step()
+        skipped = self.precision_plugin.optimizer_step(optimizer)
+        if skipped is not None:
+            self.meter.skipped = self.meter.skipped + skipped
         optimizer.zero_grad(set_to_none=True)
         self._micro = 0
         self._sync_flag()
@@ -237,19 +253,6 @@ class Runtime:
         if self._measure_flops and self.meter.steps == _FLOP_STEP:
             self._arm_flop_count()
         return True
-
-    def _scaled_step(self, optimizer: Optimizer) -> None:
-        assert self.scaler is not None
-        self.scaler.step(optimizer)
-        try:
-            # A private GradScaler helper (stable since torch 1.6); summed on the device, since
-            # reading it now would wait for the GPU every step.
-            flags = list(self.scaler._found_inf_per_device(optimizer).values())
-        except (AttributeError, AssertionError, KeyError):
-            flags = []
-        if flags:
-            self.meter.skipped = self.meter.skipped + sum(flags)
-        self.scaler.update()
 
     @contextlib.contextmanager
     def accumulate(self, n: int | None = None) -> Iterator[None]:
@@ -268,12 +271,8 @@ class Runtime:
             self._sync_flag()
 
     def _sync_flag(self) -> None:
-        # DDP reads this flag in forward: False means "do not all-reduce in the next backward".
-        if not self._ddp:
-            return
-        sync = self._micro >= self._accum - 1
-        for ddp in self._ddp:
-            ddp.require_backward_grad_sync = sync  # type: ignore[assignment]
+        # Reduce gradients only in the backward that ends an accumulation (no_sync otherwise).
+        self.strategy.set_grad_sync(self._micro >= self._accum - 1)
 
     # -- FLOP counting ------------------------------------------------------------------------
     def _arm_flop_count(self) -> None:
@@ -386,6 +385,7 @@ class Runtime:
             rank=self.rank,
             world_size=self.world_size,
             backend=self.dist.backend,
+            **self.strategy.describe(),
             optimizer_note=self._optimizer_note,
             loader=self._loader_plan,
             torch_version=torch.__version__,
@@ -396,6 +396,19 @@ class Runtime:
         """Write the configuration as TOML (what ``auto`` chose goes in a comment); returns the path."""
         note = f"precision {self.config.precision} resolved to {self.precision.precision} on {self.device}: {self.precision.reason}"
         return self.config.save(path, comment=f"torchdoctor runtime configuration\n{note}")
+
+    def save_checkpoint(
+        self, path: str | Path, model: nn.Module, optimizer: Optimizer | None = None
+    ) -> Path:
+        """Write the full (unsharded) model and optimizer state to ``path`` with ``torch.save``.
+        Every rank must call it (FSDP2 gathers the shards); rank 0 writes. Returns the path."""
+        return checkpoint.save_checkpoint(self.strategy, path, model, optimizer, self.rank)
+
+    def load_checkpoint(
+        self, path: str | Path, model: nn.Module, optimizer: Optimizer | None = None
+    ) -> None:
+        """Load what ``save_checkpoint`` wrote into ``model`` (and ``optimizer``) on every rank."""
+        checkpoint.load_checkpoint(self.strategy, path, model, optimizer)
 
     def close(self) -> None:
         """Destroy the process group if this runtime created it (also runs at exit)."""

@@ -12,7 +12,7 @@ import numpy as np
 
 from torchdoctor.errors import TraceError
 from torchdoctor.trace.columns import INT_COLS, ChunkColumns, Interned, chunk_columns
-from torchdoctor.trace.events import BadChunk
+from torchdoctor.trace.events import BadChunk, decode_events
 from torchdoctor.trace.kinds import CATEGORY_KIND
 from torchdoctor.trace.parallel import ordered_map
 from torchdoctor.trace.reader import ReadStats, footer_keys, iter_json_chunks, join_chunks
@@ -110,6 +110,16 @@ def load_trace(path: str | Path, parallel: bool = True) -> TraceTable:
 def _chunk_columns(p: Path, stats: ReadStats, parallel: bool) -> Iterator[ChunkColumns]:
     """Columns of each chunk in file order (see ``decoded_chunks``)."""
     return decoded_chunks(p, stats, chunk_columns, parallel)
+
+
+def iter_event_chunks(path: str | Path, stats: ReadStats) -> Iterator[list[Any]]:
+    """Yield the trace's decoded events a chunk at a time (``Event`` for complete events,
+    ``Instant`` for instants, empty structs for other phases); malformed items are counted in
+    ``stats``. ``load_trace`` is the fast way to a table; this is for callers that want events.
+    """
+    for events, malformed in decoded_chunks(Path(path), stats, decode_events, parallel=False):
+        stats.malformed_events += malformed
+        yield events
 
 
 def decoded_chunks(

@@ -96,19 +96,6 @@ def iter_json_chunks(path: Path, stats: ReadStats) -> Iterator[bytearray]:
         yield from _split_array(read, buf, is_array, path, stats)
 
 
-def iter_event_chunks(path: Path, stats: ReadStats) -> Iterator[list[Any]]:
-    """Yield the trace's decoded events a chunk at a time (``Event`` for complete events,
-    ``Instant`` for instants, empty structs for other phases); malformed items are counted in
-    ``stats``. ``load_trace`` is the fast way to a table; this is for callers that want events.
-    """
-    from torchdoctor.trace.events import decode_events
-    from torchdoctor.trace.load import decoded_chunks  # load is built on this module
-
-    for events, malformed in decoded_chunks(path, stats, decode_events, parallel=False):
-        stats.malformed_events += malformed
-        yield events
-
-
 def join_chunks(first: bytearray, second: bytearray) -> bytearray:
     """The two chunks' text joined back into one array (undoes a cut at a false boundary)."""
     return first[:-1] + b"," + second[1:]

@@ -1,0 +1,242 @@
+"""The Python API: ``torchdoctor.analyze`` and ``torchdoctor.check``, for notebooks and scripts.
+
+The command line is a thin layer over these two functions (see ``docs/api.md``). ``analyze``
+never imports torch; ``check`` runs a script or a function in this process, so it needs torch.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import os
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from torchdoctor.errors import UserError
+
+if TYPE_CHECKING:
+    from torchdoctor.analysis.breakdown import StepBreakdown
+    from torchdoctor.analysis.bundle import TraceAnalysis
+    from torchdoctor.analysis.kernels import KernelStats
+    from torchdoctor.report.model import Report as _Report
+    from torchdoctor.rules.finding import Finding
+    from torchdoctor.rules.rank_rules import RankRow
+
+PathLike = str | Path
+
+
+@dataclass(frozen=True)
+class Report:
+    """What ``analyze`` found in a trace (or one trace per rank)."""
+
+    _report: _Report = field(repr=False)
+
+    @property
+    def verdict(self) -> str:
+        """One line: step time, device busy share, and the fix worth most."""
+        return self._report.verdict
+
+    @property
+    def breakdown(self) -> StepBreakdown:
+        """Where the analysed steps' time went, summed over steps (milliseconds per part)."""
+        return self._report.analysis.total
+
+    @property
+    def per_step(self) -> list[StepBreakdown]:
+        """The same breakdown, one entry per step."""
+        return list(self._report.analysis.per_step)
+
+    @property
+    def mean_step_ms(self) -> float:
+        """Mean wall time of an analysed step, in milliseconds."""
+        return self._report.analysis.mean_step_ms
+
+    @property
+    def findings(self) -> list[Finding]:
+        """Diagnosed problems, the largest estimated saving first."""
+        return list(self._report.findings)
+
+    @property
+    def kernels(self) -> KernelStats | None:
+        """GPU kernel statistics (None for a trace with no GPU activity)."""
+        return self._report.analysis.kernels  # type: ignore[no-any-return]
+
+    @property
+    def ranks(self) -> list[RankRow]:
+        """One row per rank when several traces were analysed; empty for one trace."""
+        return list(self._report.ranks)
+
+    @property
+    def notes(self) -> list[str]:
+        """Caveats about the trace or the analysis."""
+        return [n for n in self._report.notes if n]
+
+    @property
+    def analysis(self) -> TraceAnalysis:
+        """Every analysis of the (lowest rank's) trace."""
+        return self._report.analysis
+
+    def finding(self, finding_id: str) -> Finding | None:
+        """The finding with this id, or None."""
+        return next((f for f in self._report.findings if f.id == finding_id), None)
+
+    def to_dict(self) -> dict[str, Any]:
+        """The report as JSON-able data (the schema of ``analyze --json``)."""
+        from torchdoctor.report.serialize import report_dict
+
+        return report_dict(self._report)
+
+    def to_json(self) -> str:
+        """The report as JSON text, exactly what ``torchdoctor analyze --json`` prints."""
+        from torchdoctor.report.render import render_json
+
+        return render_json(self._report)
+
+    def print(self, top: int = 10) -> None:
+        """Print the terminal report (what ``torchdoctor analyze`` prints)."""
+        from torchdoctor.report.render import render_text
+
+        render_text(self._report, top=top)
+
+    def text(self, top: int = 10, width: int = 110) -> str:
+        """The terminal report as plain text (no colours)."""
+        from rich.console import Console
+
+        from torchdoctor.report.render import render_text
+
+        buf = io.StringIO()
+        render_text(
+            self._report, top=top, console=Console(file=buf, width=width, color_system=None)
+        )
+        return buf.getvalue()
+
+    def __str__(self) -> str:
+        return self.verdict
+
+
+def analyze(
+    path_or_paths: PathLike | Sequence[PathLike],
+    *,
+    jobs: int | None = None,
+    scheduler: str | None = None,
+    dask: bool = False,
+) -> Report:
+    """Analyse a torch.profiler trace: a .json / .json.gz file, a folder of per-rank traces, a
+    ``torchdoctor check`` run folder, or a list of per-rank trace files. For several ranks,
+    ``jobs`` worker processes summarise them (or a Dask cluster: ``scheduler`` address, or
+    ``dask=True`` for a local one). Raises ``TraceError`` (a ``UserError``) on bad input."""
+    from torchdoctor.report.build import analyze_path
+    from torchdoctor.report.folder import analyze_files
+
+    if isinstance(path_or_paths, str | Path):
+        return Report(analyze_path(path_or_paths, jobs, scheduler, dask))
+    paths = [Path(p) for p in path_or_paths]
+    if not paths:
+        raise UserError("analyze() needs at least one trace path")
+    missing = [str(p) for p in paths if not p.is_file()]
+    if missing:
+        raise UserError(f"{missing[0]}: no such trace file")
+    if len(paths) == 1:
+        return Report(analyze_path(paths[0]))
+    return Report(analyze_files(paths, f"{len(paths)} trace files", jobs, scheduler, dask))
+
+
+@dataclass(frozen=True)
+class CheckResult:
+    """What ``check`` saw: the exit status, the run folder and the report written there."""
+
+    exit_code: int
+    """The script's own exit status (0 when the function returned or was stopped by check)."""
+    folder: Path
+    """The run folder (``run.json``, ``report.json``, ``report.txt``, the trace)."""
+    record: dict[str, Any]
+    """This process's ``run.json`` record (steps, settings seen, run-level findings)."""
+    report: dict[str, Any] | None
+    """``report.json`` (None on ranks other than 0, which write no report)."""
+    text: str
+    """``report.txt``: the report as printed by ``torchdoctor check``."""
+
+    @property
+    def findings(self) -> list[Finding]:
+        """The merged findings (trace and run level), the largest saving first."""
+        from torchdoctor.capture.summary import finding_from_dict
+
+        source = self.report if self.report is not None else self.record
+        return [finding_from_dict(d) for d in source.get("findings", [])]
+
+    @property
+    def steps(self) -> dict[str, Any]:
+        """Step counts and times (ms) as recorded in ``run.json``."""
+        return dict(self.record.get("steps") or {})
+
+    def __str__(self) -> str:
+        return self.text
+
+
+def check(
+    target: PathLike | Callable[[], Any],
+    args: Sequence[str] = (),
+    *,
+    warmup_steps: int = 5,
+    profile_steps: int = 5,
+    full: bool = False,
+    out_dir: PathLike = "torchdoctor-runs",
+    echo: bool = False,
+    **options: Any,
+) -> CheckResult:
+    """Run ``target`` (a script path run as ``__main__`` with ``args``, or a function called
+    with no arguments) under watch, profile ``profile_steps`` steps after ``warmup_steps``,
+    and write the run folder; returns what ``torchdoctor check`` would print. Other keyword
+    arguments are ``CheckOptions`` fields (``record_shapes``, ``with_stack``, ...)."""
+    from torchdoctor.capture.options import CheckOptions
+
+    try:
+        opts = CheckOptions(
+            warmup_steps=warmup_steps,
+            profile_steps=profile_steps,
+            full=full,
+            out_dir=str(out_dir),
+            **options,
+        )
+    except TypeError as exc:
+        raise UserError(f"check(): {exc}") from None
+    return run_check(target, list(args), opts, echo=echo)
+
+
+def run_check(
+    target: PathLike | Callable[[], Any],
+    args: list[str],
+    options: Any,
+    *,
+    echo: bool = True,
+    top: int = 10,
+    json_path: str | None = None,
+) -> CheckResult:
+    """``check`` with a built ``CheckOptions``; ``echo`` prints the report (the CLI's way);
+    ``json_path`` as for ``torchdoctor check --json`` (``"-"``: only JSON on stdout)."""
+    from torchdoctor.capture.publish import publish
+    from torchdoctor.capture.runfolder import RankInfo
+    from torchdoctor.capture.runner import check_callable, check_script, internal_error
+
+    if callable(target):
+        code, folder, record = check_callable(target, options)
+    else:
+        code, folder, record = check_script(
+            str(target), args, options, quiet_stdout=json_path == "-"
+        )
+    report, text = None, ""
+    if RankInfo.from_env().rank == 0:
+        try:
+            quiet = contextlib.redirect_stdout(io.StringIO())
+            with contextlib.nullcontext() if echo else quiet:
+                report = publish(
+                    folder, record, RankInfo.from_env(), options, top, json_path=json_path
+                )
+            text = (folder / "report.txt").read_text(encoding="utf-8")
+        except Exception as exc:
+            if os.environ.get("TORCHDOCTOR_DEBUG"):
+                raise
+            internal_error("while writing the report", exc)
+    return CheckResult(code, folder, record, report, text)

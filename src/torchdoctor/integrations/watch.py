@@ -1,0 +1,134 @@
+"""What both framework callbacks share: a ``check`` session started and finished by the
+framework's own hooks instead of by running a script.
+
+The session is ``check``'s (optimizer-step and DataLoader hooks, the profiled window, compile,
+sync and configuration probes); it never stops training (``full``). At the end of training it
+writes the same run folder and report, with the framework's settings recorded and the fixes
+phrased in them.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import os
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from torchdoctor.capture.options import CheckOptions
+from torchdoctor.errors import UserError
+
+
+@dataclass(frozen=True)
+class WatchResult:
+    """What a callback leaves behind at the end of training."""
+
+    folder: Path
+    """The run folder (``run.json`` / ``ranks/``, ``report.json``, ``report.txt``, trace)."""
+    record: dict[str, Any]
+    """This rank's ``run.json`` record."""
+    report: dict[str, Any] | None
+    """``report.json`` (rank 0 only)."""
+    headline: str
+    """One line for the trainer's logger: step time and the fix worth most."""
+
+
+def make_options(
+    warmup_steps: int, profile_steps: int, out_dir: str | Path, **kwargs: Any
+) -> CheckOptions:
+    """``CheckOptions`` for a callback: like ``check``'s, but training always runs to its end."""
+    try:
+        return CheckOptions(
+            warmup_steps=warmup_steps,
+            profile_steps=profile_steps,
+            full=True,
+            out_dir=str(out_dir),
+            **kwargs,
+        )
+    except TypeError as exc:
+        raise UserError(f"DoctorCallback: {exc}") from None
+
+
+class RunWatch:
+    """One watched training run, started and finished by a framework callback."""
+
+    def __init__(self, framework: str, options: CheckOptions, name: str) -> None:
+        self.framework = framework
+        self.options = options
+        self.name = name
+        self.session: Any = None
+
+    @property
+    def active(self) -> bool:
+        """Between ``start`` and ``finish``."""
+        return self.session is not None
+
+    def start(self) -> None:
+        """Create the run folder and install every hook (the first step starts now)."""
+        from torchdoctor.capture.runfolder import RankInfo, create_run_folder
+        from torchdoctor.capture.session import Session
+
+        rank = RankInfo.from_env()
+        folder = create_run_folder(self.options.out_dir, self.name, rank)
+        self.session = Session(self.options, folder, rank)
+        self.session.install()
+
+    def finish(self, framework_info: dict[str, Any], status: str = "completed") -> WatchResult:
+        """Remove the hooks, write this rank's record and, on rank 0, the report."""
+        from torchdoctor.capture.runfolder import rank_result_path, write_json
+        from torchdoctor.capture.runner import Outcome, finish_record
+
+        session, self.session = self.session, None
+        session.uninstall()
+        outcome = Outcome(status, 0 if status == "completed" else 1)
+        record = finish_record(session, outcome, self.name, [])
+        record["framework"] = {"name": self.framework, **framework_info}
+        record["frameworks"] = []  # the callback is in use: no hint to add it
+        write_json(rank_result_path(session.folder, session.rank), record)
+        report = None
+        if session.rank.rank == 0:
+            report = self._publish(session, record)
+        return WatchResult(session.folder, record, report, headline(record, report))
+
+    def _publish(self, session: Any, record: dict[str, Any]) -> dict[str, Any] | None:
+        from torchdoctor.capture.publish import publish
+        from torchdoctor.capture.runner import internal_error
+        from torchdoctor.integrations.advice import rewriter
+
+        try:
+            # The report goes to report.txt; the trainer's logger gets the headline.
+            with contextlib.redirect_stdout(io.StringIO()):
+                return publish(
+                    session.folder,
+                    record,
+                    session.rank,
+                    self.options,
+                    advise=rewriter(self.framework),
+                )
+        except Exception as exc:  # our bug must not end the user's training run
+            if os.environ.get("TORCHDOCTOR_DEBUG"):
+                raise
+            internal_error("while writing the report", exc)
+            return None
+
+
+def headline(record: dict[str, Any], report: dict[str, Any] | None) -> str:
+    """Median step time and the finding worth most (or that none was found)."""
+    steps = record.get("steps") or {}
+    median = steps.get("median_step_ms")
+    head = f"{steps.get('count', 0)} steps" + (
+        f", median {median:.1f} ms" if isinstance(median, int | float) else ""
+    )
+    findings = (report or record).get("findings") or []
+    worth = [f for f in findings if f.get("severity") != "info"]
+    if not worth:
+        return f"torchdoctor: {head}; no bottleneck worth fixing found"
+    return f"torchdoctor: {head}; fix first: {worth[0]['title']}"
+
+
+def say(line: str) -> None:
+    """Print a line on standard error (rank 0 only), where ``check`` prints its progress."""
+    if os.environ.get("RANK", "0") == "0":
+        print(line, file=sys.stderr)

@@ -1,0 +1,85 @@
+"""The Lightning callback on real (tiny, CPU) training runs, under both namespaces, and
+``torchdoctor check`` on a Lightning script."""
+
+from __future__ import annotations
+
+import csv
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+pytest.importorskip(
+    "lightning", reason="lightning not installed (pip install 'torchdoctor[lightning]')"
+)
+
+HERE = Path(__file__).parent
+sys.path.insert(0, str(HERE))
+import lightning_app as app  # noqa: E402
+
+import torchdoctor  # noqa: E402
+from torchdoctor.integrations.lightning import DoctorCallback  # noqa: E402
+
+pytestmark = pytest.mark.slow
+
+
+def _fit(namespace: str, delay_s: float, tmp_path: Path, logger: Any = False) -> Any:
+    model_cls, data_cls, make = app.build(namespace, delay_s)
+    cb = DoctorCallback(warmup_steps=2, profile_steps=3, out_dir=tmp_path / "runs")
+    make([cb], logger=logger).fit(model_cls(), data_cls())
+    assert cb.result is not None
+    return cb.result
+
+
+def test_callback_reports_the_slow_loader_in_lightning_terms(tmp_path: Path) -> None:
+    from lightning.pytorch.loggers import CSVLogger
+
+    result = _fit("lightning.pytorch", 0.004, tmp_path, CSVLogger(tmp_path / "logs"))
+    steps = result.record["steps"]
+    assert (steps["count"], steps["source"], steps["profiled_steps"]) == (10, "optimizer", 3)
+    fw = result.record["framework"]
+    assert fw["namespace"] == "lightning.pytorch" and fw["datamodule"] == "Data"
+    assert (fw["precision"], fw["strategy"]) == ("32-true", "SingleDeviceStrategy")
+    first = result.report["findings"][0]
+    assert first["id"] == "dataloader-config"
+    assert "LightningDataModule" in first["fix"] and "num_workers=2" in first["fix"]
+    assert first["evidence"]["pytorch_fix"].startswith("DataLoader(dataset")
+    assert (
+        result.headline.startswith("torchdoctor: 10 steps") and "num_workers=0" in result.headline
+    )
+    text = (result.folder / "report.txt").read_text()
+    assert "LightningDataModule" in text and "hint:" not in text
+    assert (
+        json.loads((result.folder / "report.json").read_text())["findings"][0]["fix"]
+        == first["fix"]
+    )
+    # The headline numbers reached the trainer's logger.
+    rows = list(csv.DictReader(next((tmp_path / "logs").rglob("metrics.csv")).open()))
+    logged = [r for r in rows if r.get("torchdoctor/median_step_ms")]
+    assert logged and float(logged[-1]["torchdoctor/median_step_ms"]) == pytest.approx(
+        steps["median_step_ms"]
+    )
+
+
+def test_callback_under_pytorch_lightning_with_a_fast_loader(tmp_path: Path) -> None:
+    pytest.importorskip("pytorch_lightning", reason="pytorch_lightning not installed")
+    result = _fit("pytorch_lightning", 0.0, tmp_path)
+    assert result.record["framework"]["namespace"] == "pytorch_lightning"
+    assert result.record["steps"]["count"] == 10
+    # Nothing planted: an in-memory dataset keeps the step waiting for nothing.
+    assert "dataloader-config" not in [f["id"] for f in result.report["findings"]]
+
+
+def test_check_on_a_lightning_script_works_and_points_at_the_callback(tmp_path: Path) -> None:
+    result = torchdoctor.check(
+        HERE / "lightning_app.py", ["20"], warmup_steps=2, profile_steps=3, out_dir=tmp_path
+    )
+    assert result.exit_code == 0
+    assert result.record["exit"]["status"] == "stopped"  # check ends it after the window
+    assert result.steps["source"] == "optimizer" and result.steps["count"] == 5
+    assert result.record["frameworks"] == ["lightning"]
+    assert "torchdoctor.integrations.lightning import DoctorCallback" in result.text
+    assert result.findings[0].id == "dataloader-config"
+    assert result.findings[0].fix.startswith("DataLoader(dataset")  # loop-level advice

@@ -1,0 +1,58 @@
+"""The Hugging Face callback on a real (tiny, CPU, built-in-code) Trainer run, and
+``torchdoctor check`` on a Trainer script."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("transformers", reason="transformers not installed")
+pytest.importorskip("accelerate", reason="accelerate not installed (the Trainer needs it)")
+
+HERE = Path(__file__).parent
+sys.path.insert(0, str(HERE))
+import transformers_app as app  # noqa: E402
+
+import torchdoctor  # noqa: E402
+from torchdoctor.integrations.transformers import DoctorCallback  # noqa: E402
+
+pytestmark = pytest.mark.slow
+
+
+def test_callback_reports_the_slow_loader_as_training_arguments(tmp_path: Path) -> None:
+    cb = DoctorCallback(warmup_steps=2, profile_steps=3, out_dir=tmp_path / "runs")
+    trainer = app.make_trainer(tmp_path / "out", [cb])
+    trainer.train()
+    result = cb.result
+    assert result is not None
+    steps = result.record["steps"]
+    assert (steps["count"], steps["source"], steps["profiled_steps"]) == (10, "optimizer", 3)
+    fw = result.record["framework"]
+    assert fw["name"] == "transformers" and fw["dataloader_num_workers"] == 0
+    assert (fw["bf16"], fw["torch_compile"], fw["gradient_accumulation_steps"]) == (False, False, 1)
+    found = {f["id"]: f for f in result.report["findings"]}
+    loader = found["dataloader-config"]
+    assert loader["fix"].startswith("TrainingArguments(..., dataloader_num_workers=2")
+    assert "dataloader_persistent_workers=True" in loader["fix"]
+    assert "DataLoader(dataset" in loader["evidence"]["pytorch_fix"]
+    # The headline is in the Trainer's own log history.
+    last = trainer.state.log_history[-1]
+    assert last["torchdoctor/headline"] == result.headline and last["step"] == 10
+    assert "TrainingArguments" in (result.folder / "report.txt").read_text()
+
+
+def test_check_on_a_trainer_script_points_at_the_callback(tmp_path: Path) -> None:
+    result = torchdoctor.check(
+        HERE / "transformers_app.py",
+        [str(tmp_path / "out"), "20"],
+        warmup_steps=2,
+        profile_steps=2,
+        out_dir=tmp_path / "runs",
+    )
+    assert result.exit_code == 0 and result.record["exit"]["status"] == "stopped"
+    assert result.steps["count"] == 4 and result.steps["source"] == "optimizer"
+    assert result.record["frameworks"] == ["transformers"]
+    assert "torchdoctor.integrations.transformers import DoctorCallback" in result.text
+    assert "dataloader-config" in [f.id for f in result.findings]
