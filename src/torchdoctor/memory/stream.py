@@ -10,6 +10,7 @@ the objects shared between entries (strings, stack frames), which do not grow wi
 
 from __future__ import annotations
 
+import re
 import struct
 from collections.abc import Callable
 from pathlib import Path
@@ -20,6 +21,14 @@ from torchdoctor.memory.safe_pickle import check_header
 
 EventCallback = Callable[[int, dict[str, Any]], None]
 """Called with (key of the trace list the entry belongs to, the entry dict)."""
+FramesCallback = Callable[[bytes, list[Any]], int]
+"""Called with the opcodes of a frames list made only of memo references, and the memo; returns
+the holder id that stands for the list (equal bytes always mean equal frames)."""
+
+# EMPTY_LIST, MEMOIZE?, then batches of MARK (BINGET|LONG_BINGET)* APPENDS: a frames list whose
+# frames were all seen before. 'e' can only match at an opcode boundary (h and j have fixed widths).
+_FRAMES_LIST = re.compile(rb"\](\x94)?((?:\((?:h.|j....)*e)+)", re.S)
+_MEMO_REF = re.compile(rb"h(.)|j(....)", re.S)
 
 CHUNK_BYTES = 4 << 20
 _SWEEP_EVERY = 1 << 16  # memo slots between sweeps that blank handed-over entries
@@ -47,9 +56,16 @@ class StreamingReader:
     ``trace_keys`` maps each emitted list key to its position in its enclosing list (the device).
     """
 
-    def __init__(self, on_event: EventCallback, on_sweep: Callable[[list[Any], int], None]) -> None:
+    def __init__(
+        self,
+        on_event: EventCallback,
+        on_sweep: Callable[[list[Any], int], None],
+        on_frames: FramesCallback,
+    ) -> None:
         self.on_event = on_event
         self.on_sweep = on_sweep
+        self.on_frames = on_frames
+        self.memo_rewritten = False
         self.stack: list[Any] = []
         self.metastack: list[list[Any]] = []
         self.memo: list[Any] = []
@@ -134,20 +150,22 @@ class StreamingReader:
         metastack: list[list[Any]],
     ) -> int:
         start = pos
+        next_sweep = self.swept_to + _SWEEP_EVERY
         while pos < limit:
             op = buf[pos]
             start = pos
             pos += 1
             if op == 0x68:  # BINGET
-                stack.append(_get(memo, buf[pos]))
+                stack.append(memo[buf[pos]])
                 pos += 1
             elif op == 0x6A:  # LONG_BINGET
-                stack.append(_get(memo, _unpack_I(buf, pos)[0]))
+                stack.append(memo[_unpack_I(buf, pos)[0]])
                 pos += 4
             elif op == 0x94:  # MEMOIZE
                 memo.append(stack[-1])
-                if len(memo) - self.swept_to >= _SWEEP_EVERY:
+                if len(memo) >= next_sweep:
                     self._sweep()
+                    next_sweep = len(memo) + _SWEEP_EVERY
             elif op == 0x8C:  # SHORT_BINUNICODE
                 n = buf[pos]
                 if pos + 1 + n > end:
@@ -172,6 +190,16 @@ class StreamingReader:
             elif op == 0x7D:  # EMPTY_DICT
                 stack.append({})
             elif op == 0x5D:  # EMPTY_LIST
+                if stack and stack[-1] == "frames" and not self.memo_rewritten:
+                    m = _FRAMES_LIST.match(buf, start)
+                    if m is not None:
+                        # a stack of frames already in the memo: hand over its holder id, not a list
+                        holder = self.on_frames(m.group(2), memo)
+                        stack.append(holder)
+                        if m.group(1):
+                            memo.append(holder)
+                        pos = m.end()
+                        continue
                 stack.append([])
             elif op == 0x75:  # SETITEMS
                 items = stack
@@ -235,12 +263,12 @@ class StreamingReader:
                 raise _Truncated
             stack.append(int.from_bytes(buf[pos + 4 : pos + 4 + n], "little", signed=True))
             return pos + 4 + n
-        elif op == 0x71:  # BINPUT
-            _put(self.memo, buf[pos], stack[-1])
-            return pos + 1
-        elif op == 0x72:  # LONG_BINPUT
-            _put(self.memo, _unpack_I(buf, pos)[0], stack[-1])
-            return pos + 4
+        elif op in (0x71, 0x72):  # BINPUT, LONG_BINPUT
+            idx = buf[pos] if op == 0x71 else _unpack_I(buf, pos)[0]
+            # a rewritten slot would make equal bytes mean different frames: no frames shortcut
+            self.memo_rewritten = self.memo_rewritten or idx < len(self.memo)
+            _put(self.memo, idx, stack[-1])
+            return pos + (1 if op == 0x71 else 4)
         elif op in (0x30, 0x31, 0x32):
             self._pop_or_dup(op)
         elif op == 0x8F:  # EMPTY_SET
@@ -304,19 +332,19 @@ class _Stop(Exception):
     pass
 
 
-def _get(memo: list[Any], idx: int) -> Any:
-    # A trace entry already handed over reads back as None: real snapshots never share entries.
-    return memo[idx]
-
-
 def _put(memo: list[Any], idx: int, value: Any) -> None:
     if idx == len(memo):
         memo.append(value)
-    elif idx < len(memo):
-        memo[idx] = value
     else:
         memo.extend([None] * (idx - len(memo)))
         memo.append(value)
+
+
+def memo_refs(ops: bytes, memo: list[Any]) -> list[Any]:
+    """The objects that a run of BINGET / LONG_BINGET opcodes (with MARK/APPENDS) refers to."""
+    return [
+        memo[m[1][0] if m[1] is not None else _unpack_I(m[2])[0]] for m in _MEMO_REF.finditer(ops)
+    ]
 
 
 def _pop_mark(metastack: list[list[Any]]) -> list[Any]:
