@@ -30,10 +30,12 @@ class SnapshotWriter:
     def _ref(self, idx: int) -> None:
         self.out.write(b"h" + bytes([idx]) if idx < 256 else b"j" + struct.pack("<I", idx))
 
-    def value(self, obj: Any, *, share: bool = True) -> None:  # noqa: C901
+    def value(self, obj: Any, *, share: bool = True) -> None:
         w = self.out.write
         key: Any = obj if isinstance(obj, str) else id(obj)
-        if (isinstance(obj, str) or share and isinstance(obj, (dict, list, tuple))) and key in self.memo:
+        if (
+            isinstance(obj, str) or (share and isinstance(obj, (dict, list, tuple)))
+        ) and key in self.memo:
             self._ref(self.memo[key])
             return
         if obj is None:
@@ -46,7 +48,11 @@ class SnapshotWriter:
             w(b"G" + struct.pack(">d", obj))
         elif isinstance(obj, str):
             raw = obj.encode("utf-8", "surrogatepass")
-            w(b"\x8c" + bytes([len(raw)]) + raw if len(raw) < 256 else b"X" + struct.pack("<I", len(raw)) + raw)
+            w(
+                b"\x8c" + bytes([len(raw)]) + raw
+                if len(raw) < 256
+                else b"X" + struct.pack("<I", len(raw)) + raw
+            )
             self._memoize(obj)
         elif isinstance(obj, tuple):
             for item in obj:
@@ -117,7 +123,9 @@ class SnapshotWriter:
         self.out.write(b"u")
 
 
-def write_snapshot(out: IO[bytes], top: dict[str, Any], traces: Iterable[Iterable[dict[str, Any]]]) -> None:
+def write_snapshot(
+    out: IO[bytes], top: dict[str, Any], traces: Iterable[Iterable[dict[str, Any]]]
+) -> None:
     """Write ``top`` with ``device_traces`` taken from ``traces`` (one iterable per device)."""
     w = SnapshotWriter(out)
     out.write(b"\x80\x04}")

@@ -30,7 +30,9 @@ BACKWARD_THREAD = "backward (autograd engine thread)"
 _LIBRARY_PARTS = ("/site-packages/", "/dist-packages/", "/lib/python3", "/torch/", "<frozen ")
 # Inductor writes its output code to <cache>/<2 chars>/c<hash>.py (default cache: torchinductor_*).
 _INDUCTOR_FILE = re.compile(r"(torchinductor|/[a-z0-9]{2}/c[a-z0-9]{20,}\.py$)")
-_PARAM_FUNCS = frozenset({"_apply", "to", "cuda", "reset_parameters", "load_state_dict", "_load_from_state_dict"})
+_PARAM_FUNCS = frozenset(
+    {"_apply", "to", "cuda", "reset_parameters", "load_state_dict", "_load_from_state_dict"}
+)
 
 
 @dataclass(frozen=True)

@@ -99,7 +99,9 @@ class _Sink:
             time_us = int(entry.get("time_us", 0))
             addr = int(entry.get("addr", 0))
         except (KeyError, TypeError, ValueError):
-            raise SnapshotError(f"not a memory snapshot: malformed trace entry {entry!r:.120}") from None
+            raise SnapshotError(
+                f"not a memory snapshot: malformed trace entry {entry!r:.120}"
+            ) from None
         if action == "oom":
             replay.oom(size, int(entry.get("device_free", addr)), time_us)
         holder = self.holders.of_frames(entry.get("frames")) if action == "alloc" else -1
@@ -109,13 +111,23 @@ class _Sink:
 def _check_shape(path: Path, top: Any) -> dict[str, Any]:
     if not isinstance(top, dict):
         kind = type(top).__name__
-        hint = " (a list of segments from torch.cuda.memory_snapshot(); dump with torch.cuda.memory._dump_snapshot() instead)" if kind == "list" else ""
-        raise SnapshotError(f"{path}: not a memory snapshot: the pickle holds a {kind}, not a dict{hint}")
+        hint = (
+            " (a list of segments from torch.cuda.memory_snapshot(); dump with torch.cuda.memory._dump_snapshot() instead)"
+            if kind == "list"
+            else ""
+        )
+        raise SnapshotError(
+            f"{path}: not a memory snapshot: the pickle holds a {kind}, not a dict{hint}"
+        )
     if not isinstance(top.get("segments"), list):
-        raise SnapshotError(f"{path}: not a memory snapshot: no 'segments' list (keys: {sorted(map(str, top))[:6]})")
+        raise SnapshotError(
+            f"{path}: not a memory snapshot: no 'segments' list (keys: {sorted(map(str, top))[:6]})"
+        )
     traces = top.get("device_traces", [])
     if not isinstance(traces, list) or not all(isinstance(t, list) for t in traces):
-        raise SnapshotError(f"{path}: not a memory snapshot: 'device_traces' is not a list of lists")
+        raise SnapshotError(
+            f"{path}: not a memory snapshot: 'device_traces' is not a list of lists"
+        )
     return top
 
 
@@ -137,7 +149,9 @@ def ingest(path: Path, *, stream: bool | None = None) -> Ingested:
         for device, entries in enumerate(top.get("device_traces", [])):
             for entry in entries:
                 if not isinstance(entry, dict):
-                    raise SnapshotError(f"{path}: not a memory snapshot: a trace entry is a {type(entry).__name__}")
+                    raise SnapshotError(
+                        f"{path}: not a memory snapshot: a trace entry is a {type(entry).__name__}"
+                    )
                 sink.event(device, entry)
         replays = sink.replays
         top = {k: v for k, v in top.items() if k != "device_traces"}

@@ -111,7 +111,11 @@ class DeviceReplay:
         self.live[addr] = (size, holder)
         self.largest_request_bytes = max(self.largest_request_bytes, size)
         if self.allocated > self.peak:
-            self.peak, self.peak_index, self.peak_time_us = self.allocated, self.entries, self.last_time_us
+            self.peak, self.peak_index, self.peak_time_us = (
+                self.allocated,
+                self.entries,
+                self.last_time_us,
+            )
             self._peak_pending = True  # copy the live set lazily, before it next shrinks
 
     def _free(self, addr: int, size: int) -> None:

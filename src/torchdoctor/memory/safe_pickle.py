@@ -25,7 +25,9 @@ class RestrictedUnpickler(pickle.Unpickler):
         )
 
     def persistent_load(self, pid: Any) -> NoReturn:
-        raise SnapshotError("refusing to load: the file uses persistent ids (not a memory snapshot)")
+        raise SnapshotError(
+            "refusing to load: the file uses persistent ids (not a memory snapshot)"
+        )
 
 
 def check_header(path: Path, head: bytes) -> None:
@@ -50,6 +52,8 @@ def load_restricted(path: Path) -> Any:
     except EOFError:
         raise SnapshotError(f"{path}: the file is truncated (the pickle ends early)") from None
     except (pickle.UnpicklingError, ValueError, TypeError, KeyError, IndexError) as exc:
+        if "truncated" in str(exc):
+            raise SnapshotError(f"{path}: the file is truncated (the pickle ends early)") from None
         raise SnapshotError(f"{path}: not a readable pickle ({exc})") from None
     except RecursionError:
         raise SnapshotError(f"{path}: the pickle nests too deeply") from None

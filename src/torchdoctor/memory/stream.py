@@ -117,17 +117,21 @@ class StreamingReader:
                 return self.result
             except (IndexError, struct.error):
                 if eof:
-                    raise SnapshotError(f"{path}: the file is truncated (the pickle ends early)") from None
+                    raise SnapshotError(
+                        f"{path}: the file is truncated (the pickle ends early)"
+                    ) from None
                 raise SnapshotError(f"{path}: not a memory snapshot (malformed pickle)") from None
             except (KeyError, TypeError, AttributeError, ValueError) as exc:
-                raise SnapshotError(f"{path}: not a memory snapshot (malformed pickle: {exc})") from None
+                raise SnapshotError(
+                    f"{path}: not a memory snapshot (malformed pickle: {exc})"
+                ) from None
             if eof:
                 raise SnapshotError(f"{path}: the file is truncated (the pickle ends early)")
             more = stream.read(CHUNK_BYTES)
             eof = len(more) < CHUNK_BYTES
             buf, pos = buf[pos:] + more, 0
 
-    def _steps(self, buf: bytes, pos: int, limit: int) -> int:  # noqa: C901 - one dispatch loop
+    def _steps(self, buf: bytes, pos: int, limit: int) -> int:
         """Run opcodes from ``pos`` while a whole opcode fits before ``limit``; return the new pos.
 
         One flat loop, commonest opcodes first: this is the hot path for gigabyte files.
@@ -139,7 +143,7 @@ class StreamingReader:
         except _Truncated as exc:
             return int(exc.args[0])
 
-    def _loop(  # noqa: C901, PLR0913
+    def _loop(
         self,
         buf: bytes,
         pos: int,
@@ -223,7 +227,7 @@ class StreamingReader:
                 stack = self.stack
         return pos
 
-    def _rare(self, op: int, buf: bytes, pos: int, start: int) -> int:  # noqa: C901
+    def _rare(self, op: int, buf: bytes, pos: int, start: int) -> int:
         stack, end = self.stack, len(buf)
         if op == 0x95:  # FRAME: a hint for buffered readers; the bytes follow inline
             return pos + 8
