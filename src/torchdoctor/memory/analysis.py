@@ -109,10 +109,14 @@ def _unsplit_slack(replay: DeviceReplay, seg: DeviceSegments) -> tuple[int, int]
     return slack, unmatched
 
 
-def _history(replay: DeviceReplay, seg: DeviceSegments, table: HolderTable) -> DeviceHistory:
+def _levels(replay: DeviceReplay, seg: DeviceSegments) -> tuple[int, int, int]:
+    """(allocated before the history, reserved before it, live allocations with no block)."""
     slack, unmatched = _unsplit_slack(replay, seg)
-    baseline = seg.allocated_bytes - replay.allocated - slack
-    reserved0 = seg.reserved_bytes - replay.reserved
+    return seg.allocated_bytes - replay.allocated - slack, seg.reserved_bytes - replay.reserved, unmatched
+
+
+def _history(replay: DeviceReplay, seg: DeviceSegments, table: HolderTable) -> DeviceHistory:
+    baseline, reserved0, unmatched = _levels(replay, seg)
     bytes_by, blocks_by = _peak_holders(replay, seg, table, baseline)
     categories: Counter[str] = Counter()
     for (_, cat), n in bytes_by.items():
@@ -199,6 +203,6 @@ def memory_series(
         if device is not None and dev != device:
             continue
         seg = device_segments(dev, groups.get(dev, []))
-        a0, r0 = seg.allocated_bytes - replay.allocated, seg.reserved_bytes - replay.reserved
+        a0, r0, _ = _levels(replay, seg)
         out[dev] = tuple(SeriesPoint(t, a0 + a, r0 + r) for t, a, r in replay.series.points)
     return out
