@@ -10,7 +10,9 @@ from typing import Any
 import pytest
 
 REPO = Path(__file__).resolve().parents[2]
-SNAPSHOTS = Path(os.environ.get("TORCHDOCTOR_SNAPSHOTS", REPO.parent / "shared" / "snapshots")).absolute()
+SNAPSHOTS = Path(
+    os.environ.get("TORCHDOCTOR_SNAPSHOTS", REPO.parent / "shared" / "snapshots")
+).absolute()
 GPT = "gpt_lm_train_step.pickle"
 
 

@@ -8,7 +8,11 @@ from typing import Any
 
 MIB = 1 << 20
 CPP = {"name": "c10::cuda::CUDACachingAllocator::malloc", "filename": "??", "line": 0}
-TORCH = {"name": "_call_impl", "filename": "/venv/lib/python3.11/site-packages/torch/nn/modules/module.py", "line": 1787}
+TORCH = {
+    "name": "_call_impl",
+    "filename": "/venv/lib/python3.11/site-packages/torch/nn/modules/module.py",
+    "line": 1787,
+}
 
 
 def frame(filename: str, line: int, name: str) -> dict[str, Any]:
@@ -19,11 +23,21 @@ def user_stack(filename: str, line: int, name: str = "forward") -> list[dict[str
     return [CPP, frame(filename, line, name), TORCH, frame("/home/me/train.py", 90, "<module>")]
 
 
-def block(addr: int, size: int, state: str, frames: list[dict[str, Any]] | None = None) -> dict[str, Any]:
-    return {"address": addr, "size": size, "requested_size": size, "state": state, "frames": frames or []}
+def block(
+    addr: int, size: int, state: str, frames: list[dict[str, Any]] | None = None
+) -> dict[str, Any]:
+    return {
+        "address": addr,
+        "size": size,
+        "requested_size": size,
+        "state": state,
+        "frames": frames or [],
+    }
 
 
-def segment(addr: int, blocks: list[dict[str, Any]], *, device: int = 0, kind: str = "large") -> dict[str, Any]:
+def segment(
+    addr: int, blocks: list[dict[str, Any]], *, device: int = 0, kind: str = "large"
+) -> dict[str, Any]:
     total = sum(b["size"] for b in blocks)
     allocated = sum(b["size"] for b in blocks if b["state"] == "active_allocated")
     return {
@@ -42,8 +56,23 @@ def segment(addr: int, blocks: list[dict[str, Any]], *, device: int = 0, kind: s
     }
 
 
-def entry(action: str, addr: int, size: int, t: int, frames: list[dict[str, Any]] | None = None, **extra: Any) -> dict[str, Any]:
-    return {"action": action, "addr": addr, "size": size, "stream": 0, "time_us": t, "frames": frames or [], **extra}
+def entry(
+    action: str,
+    addr: int,
+    size: int,
+    t: int,
+    frames: list[dict[str, Any]] | None = None,
+    **extra: Any,
+) -> dict[str, Any]:
+    return {
+        "action": action,
+        "addr": addr,
+        "size": size,
+        "stream": 0,
+        "time_us": t,
+        "frames": frames or [],
+        **extra,
+    }
 
 
 def settings(**over: Any) -> dict[str, Any]:
@@ -56,7 +85,12 @@ def settings(**over: Any) -> dict[str, Any]:
     return {**base, **over}
 
 
-def write(path: Path, segments: list[dict[str, Any]], traces: list[list[dict[str, Any]]], alloc: Any = None) -> Path:
+def write(
+    path: Path,
+    segments: list[dict[str, Any]],
+    traces: list[list[dict[str, Any]]],
+    alloc: Any = None,
+) -> Path:
     data = {
         "segments": segments,
         "device_traces": traces,

@@ -105,7 +105,15 @@ def test_missing_file(tmp_path: Path) -> None:
 def test_no_history_says_how_to_record_it(tmp_path: Path, reader: str) -> None:
     path = synth.write(
         tmp_path / "nohist.pickle",
-        [synth.segment(1 << 30, [synth.block(1 << 30, 4 << 20, "active_allocated"), synth.block((1 << 30) + (4 << 20), 16 << 20, "inactive")])],
+        [
+            synth.segment(
+                1 << 30,
+                [
+                    synth.block(1 << 30, 4 << 20, "active_allocated"),
+                    synth.block((1 << 30) + (4 << 20), 16 << 20, "inactive"),
+                ],
+            )
+        ],
         [[]],
     )
     proc = _run(path, reader)

@@ -15,19 +15,27 @@ from torchdoctor.memory.render import render_json
 MIB = 1 << 20
 
 
-def test_segment_sums_match_manifest_and_raw_data(gpt_snapshot: Path, gpt_raw: dict[str, Any]) -> None:
+def test_segment_sums_match_manifest_and_raw_data(
+    gpt_snapshot: Path, gpt_raw: dict[str, Any]
+) -> None:
     seg = analyze_snapshot(gpt_snapshot).devices[0].segments
     raw = gpt_raw["segments"]
     assert seg.segments == 96
     assert {c.size_class: c.segments for c in seg.by_class} == {"large": 67, "small": 29}
     assert seg.reserved_bytes == sum(s["total_size"] for s in raw) == 4042 * MIB
-    assert seg.allocated_bytes == sum(b["size"] for s in raw for b in s["blocks"] if b["state"] == "active_allocated")
+    assert seg.allocated_bytes == sum(
+        b["size"] for s in raw for b in s["blocks"] if b["state"] == "active_allocated"
+    )
     assert round(seg.allocated_bytes / MIB) == 2931
     assert seg.free_bytes == seg.reserved_bytes - seg.allocated_bytes
-    assert seg.largest_free_block_bytes == max(b["size"] for s in raw for b in s["blocks"] if b["state"] == "inactive")
+    assert seg.largest_free_block_bytes == max(
+        b["size"] for s in raw for b in s["blocks"] if b["state"] == "inactive"
+    )
 
 
-def test_peak_replay_agrees_with_an_independent_replay(gpt_snapshot: Path, gpt_raw: dict[str, Any]) -> None:
+def test_peak_replay_agrees_with_an_independent_replay(
+    gpt_snapshot: Path, gpt_raw: dict[str, Any]
+) -> None:
     h = analyze_snapshot(gpt_snapshot).devices[0].history
     assert h is not None and h.entries == 6486
     assert h.actions == {"alloc": 2162, "free_requested": 2162, "free_completed": 2162}
@@ -49,7 +57,10 @@ def test_top_holders_are_the_optimizer_step_and_the_compiled_forward(gpt_snapsho
     assert h is not None
     named = [r for r in h.holders_at_peak if r.label != BEFORE_HISTORY]
     assert named[0].label.startswith("optimizer.py:") and named[0].category == "optimizer state"
-    assert any(r.label == "compiled graph of model.py:41 (forward)" and r.category == "activations" for r in named)
+    assert any(
+        r.label == "compiled graph of model.py:41 (forward)" and r.category == "activations"
+        for r in named
+    )
     assert all("torch/" not in r.label and "torchinductor" not in r.label for r in named)
     assert sum(r.live_bytes for r in h.holders_at_peak) == h.peak_allocated_bytes
     assert sum(h.categories_at_peak.values()) == h.peak_allocated_bytes
@@ -88,4 +99,7 @@ def test_cli_text_and_json(gpt_snapshot: Path) -> None:
     out = runner.invoke(cli, ["memory", str(gpt_snapshot), "--json"])
     data = json.loads(out.output)
     assert data["devices"][0]["segments"]["reserved_bytes"] == 4042 * MIB
-    assert data["devices"][0]["history"]["peak_allocated_bytes"] > data["devices"][0]["segments"]["allocated_bytes"]
+    assert (
+        data["devices"][0]["history"]["peak_allocated_bytes"]
+        > data["devices"][0]["segments"]["allocated_bytes"]
+    )

@@ -112,7 +112,11 @@ def _unsplit_slack(replay: DeviceReplay, seg: DeviceSegments) -> tuple[int, int]
 def _levels(replay: DeviceReplay, seg: DeviceSegments) -> tuple[int, int, int]:
     """(allocated before the history, reserved before it, live allocations with no block)."""
     slack, unmatched = _unsplit_slack(replay, seg)
-    return seg.allocated_bytes - replay.allocated - slack, seg.reserved_bytes - replay.reserved, unmatched
+    return (
+        seg.allocated_bytes - replay.allocated - slack,
+        seg.reserved_bytes - replay.reserved,
+        unmatched,
+    )
 
 
 def _history(replay: DeviceReplay, seg: DeviceSegments, table: HolderTable) -> DeviceHistory:

@@ -131,6 +131,7 @@ class DeviceReplay:
         self._peak_pending = False
 
     def oom(self, requested: int, device_free: int, time_us: int) -> None:
+        self.largest_request_bytes = max(self.largest_request_bytes, requested)  # it was asked for
         by_holder: Counter[int] = Counter()
         for size, holder in self.live.values():
             by_holder[holder] += size
