@@ -20,6 +20,7 @@ class SnapshotWriter:
         self.memo: dict[Any, int] = {}  # str value or id(container) -> memo index
         self.keep: list[Any] = []  # shared containers stay alive so their ids stay unique
         self.count = 0
+        self.time_offsets: list[int] | None = None  # where each time_us value starts, when recorded
 
     def _memoize(self, key: Any) -> None:
         self.out.write(b"\x94")
@@ -114,6 +115,8 @@ class SnapshotWriter:
         self.out.write(b"(")
         for k, v in d.items():
             self.value(k)
+            if k == "time_us" and self.time_offsets is not None:
+                self.time_offsets.append(self.out.tell())
             if k == "frames" and isinstance(v, list):
                 self.out.write(b"]")  # a fresh list of shared frames
                 self._memoize(None)
