@@ -99,3 +99,21 @@ def write(
     }
     path.write_bytes(pickle.dumps(data, protocol=4))
     return path
+
+
+def fragmented_oom(path: Path, alloc: Any = None) -> Path:
+    """Two 1 GiB segments each cut into 64 MiB used / 64 MiB free; then a 256 MiB request OOMs."""
+    base, segs, entries, t = 1 << 40, [], [], 0
+    for s in range(2):
+        blocks = []
+        for i in range(8):
+            addr = base + s * (1 << 30) + i * 128 * MIB
+            blocks += [
+                block(addr, 64 * MIB, "active_allocated", user_stack("/w/model.py", 41)),
+                block(addr + 64 * MIB, 64 * MIB, "inactive"),
+            ]
+            t += 1
+            entries.append(entry("alloc", addr, 64 * MIB, t, user_stack("/w/model.py", 41)))
+        segs.append(segment(base + s * (1 << 30), blocks))
+    entries.append(entry("oom", 2 * MIB, 256 * MIB, t + 1, device_free=2 * MIB))
+    return write(path, segs, [entries], alloc)

@@ -19,26 +19,7 @@ BASE = 1 << 40
 
 
 def _fragmented(tmp_path: Path, alloc_settings: dict | None = None) -> Path:
-    """Two 1 GiB segments each cut into 64 MiB used / 64 MiB free; then a 256 MiB request OOMs."""
-    segs, entries, t = [], [], 0
-    for s in range(2):
-        blocks = []
-        for i in range(8):
-            addr = BASE + s * (1 << 30) + i * 128 * MIB
-            blocks += [
-                synth.block(
-                    addr, 64 * MIB, "active_allocated", synth.user_stack("/w/model.py", 41)
-                ),
-                synth.block(addr + 64 * MIB, 64 * MIB, "inactive"),
-            ]
-            entries.append(
-                synth.entry(
-                    "alloc", addr, 64 * MIB, t := t + 1, synth.user_stack("/w/model.py", 41)
-                )
-            )
-        segs.append(synth.segment(BASE + s * (1 << 30), blocks))
-    entries.append(synth.entry("oom", 2 * MIB, 256 * MIB, t + 1, device_free=2 * MIB))
-    return synth.write(tmp_path / "frag.pickle", segs, [entries], alloc_settings)
+    return synth.fragmented_oom(tmp_path / "frag.pickle", alloc_settings)
 
 
 @pytest.mark.parametrize("stream", [False, True])
