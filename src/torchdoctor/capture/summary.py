@@ -11,17 +11,15 @@ from statistics import median
 from typing import Any
 
 from torchdoctor.rules.finding import Finding, rank_findings
+from torchdoctor.rules.registry import alias_map
 
 REPORT_SCHEMA = "torchdoctor.check-report"
 REPORT_SCHEMA_VERSION = 1
 
 # A trace finding and a run-level finding that describe one problem: keep one (the run-level
 # one names the setting or line to change), with the larger saving and both sets of evidence.
-SAME_PROBLEM = {
-    "data-loading-bound": "dataloader-config",
-    "sync-stalls": "host-syncs-in-step",
-    "fp32-gemm-no-tensor-cores": "fp32-on-bf16-gpu",
-}
+# The pairs are the registry's aliases (rules/registry.py).
+SAME_PROBLEM = alias_map()
 
 
 def finding_from_dict(d: dict[str, Any]) -> Finding:

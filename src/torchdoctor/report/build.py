@@ -12,32 +12,9 @@ from torchdoctor.analysis.bundle import TraceAnalysis, analyze_table
 from torchdoctor.errors import TraceError
 from torchdoctor.rules.finding import Finding, rank_findings
 from torchdoctor.rules.rank_rules import RankRow, rank_rows, straggler
+from torchdoctor.rules.registry import label
 from torchdoctor.rules.trace_rules import evaluate
 from torchdoctor.trace.load import find_rank_files, load_trace
-
-LABELS = {
-    "data-loading-bound": "data loading",
-    "host-bound": "launch overhead",
-    "sync-stalls": "synchronisation stalls",
-    "pageable-h2d-copies": "pageable host-to-device copies",
-    "synchronous-copies": "synchronous copies",
-    "fp32-gemm-no-tensor-cores": "fp32 GEMMs off the tensor cores",
-    "exposed-communication": "exposed communication",
-    "low-gpu-utilization": "low GPU utilisation",
-    "straggler-rank": "a straggler rank",
-    "recompiles": "recompiles",
-    "recompile-limit-hit": "the recompile limit",
-    "graph-breaks": "graph breaks",
-    "compile-not-repaid": "compile time not repaid",
-    "dataloader-config": "data loading (DataLoader settings)",
-    "unpinned-non-blocking": "non_blocking copies from unpinned memory",
-    "fp16-without-grad-scaler": "fp16 without GradScaler",
-    "fp32-on-bf16-gpu": "fp32 on a bf16-capable GPU",
-    "tf32-off": "TF32 off",
-    "host-syncs-in-step": "host syncs in the step",
-    "memory-fragmentation": "memory fragmentation",
-}
-"""Short names for the verdict line, by finding id."""
 
 SCHEMA_VERSION = 1
 """Bumped on any incompatible change to the JSON report (see docs/report-schema.md)."""
@@ -106,8 +83,7 @@ def verdict(a: TraceAnalysis, findings: list[Finding]) -> str:
     if not actionable:
         return f"{head}. No bottleneck worth fixing found."
     top = actionable[0]
-    label = LABELS.get(top.id, top.id.replace("-", " "))
     return (
-        f"{head}. Fix first: {label} (saves up to {top.saving_ms_per_step:.1f} ms per step, "
+        f"{head}. Fix first: {label(top.id)} (saves up to {top.saving_ms_per_step:.1f} ms per step, "
         f"{top.share_of_step:.0%})."
     )

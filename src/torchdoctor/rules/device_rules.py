@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 from torchdoctor.analysis.bundle import TraceAnalysis
-from torchdoctor.rules import fixes
 from torchdoctor.rules import thresholds as th
 from torchdoctor.rules.finding import Finding
-from torchdoctor.rules.trace_common import finding, severity
+from torchdoctor.rules.registry import spec
+from torchdoctor.rules.trace_common import finding, grade
 
 
 def fp32_gemms(a: TraceAnalysis) -> Finding | None:
@@ -22,14 +22,8 @@ def fp32_gemms(a: TraceAnalysis) -> Finding | None:
     saving = fp32_ms * (1 - 1 / th.TENSOR_CORE_SPEEDUP)
     cc = k.gpu.compute_capability
     bf16 = cc is not None and cc >= (8, 0)
-    fix = fixes.FIXES["fp32-gemm-no-tensor-cores"][0]
-    if not bf16:  # Volta/Turing: fp16 with loss scaling; no bf16, no TF32
-        fix = (
-            'scaler = torch.amp.GradScaler("cuda")\n'
-            'with torch.autocast(device_type="cuda", dtype=torch.float16):\n'
-            "    loss = model(x)\n"
-            "scaler.scale(loss).backward(); scaler.step(optimizer); scaler.update()"
-        )
+    s = spec("fp32-gemm-no-tensor-cores")
+    fix = s.fix(bf16)  # Volta/Turing (no bf16, no TF32): fp16 with loss scaling
     evidence = {
         "gpu": k.gpu.name,
         "compute_capability": list(cc) if cc else None,
@@ -44,10 +38,9 @@ def fp32_gemms(a: TraceAnalysis) -> Finding | None:
     return finding(
         a,
         "fp32-gemm-no-tensor-cores",
-        f"fp32 GEMMs off the tensor cores: {fp32_share:.0%} of matmul time on a {k.gpu.name} "
-        f"(use {precision})",
+        s.format_title(fp32_share=fp32_share, gpu=k.gpu.name, precision=precision),
         saving,
-        severity(saving / a.mean_step_ms if a.mean_step_ms else 0, 0.05, 0.2),
+        grade(s.id, saving / a.mean_step_ms if a.mean_step_ms else 0),
         evidence,
         fix=fix,
     )
@@ -85,9 +78,9 @@ def memory_pressure(a: TraceAnalysis) -> Finding | None:
         return finding(
             a,
             "memory-pressure",
-            f"Memory pressure on GPU {d.device_id}: {what}",
+            spec("memory-pressure").format_title(device=d.device_id, what=what),
             0.0,
-            "warning",
+            grade("memory-pressure", 0.0),
             evidence,
         )
     return None

@@ -3,41 +3,16 @@
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
-from typing import Any, Literal, get_args
+from typing import Any
 
-Severity = Literal["critical", "warning", "info"]
-SEVERITIES: tuple[str, ...] = get_args(Severity)
+from torchdoctor.rules.registry import finding_ids
+from torchdoctor.rules.spec import SEVERITIES, Severity
 
-# Stable finding ids. Tools (tune, CI gates, dashboards) key on these, so never rename one.
-FindingId = Literal[
-    # from a trace (torchdoctor analyze)
-    "data-loading-bound",
-    "host-bound",
-    "sync-stalls",
-    "pageable-h2d-copies",
-    "synchronous-copies",
-    "fp32-gemm-no-tensor-cores",
-    "exposed-communication",
-    "low-gpu-utilization",
-    "data-parallel",
-    "memory-pressure",
-    "straggler-rank",
-    # from a run (torchdoctor check)
-    "recompiles",
-    "recompile-limit-hit",
-    "graph-breaks",
-    "compile-not-repaid",
-    "dataloader-config",
-    "unpinned-non-blocking",
-    "fp16-without-grad-scaler",
-    "grad-scaler-with-bf16",
-    "fp32-on-bf16-gpu",
-    "tf32-off",
-    "host-syncs-in-step",
-    "memory-fragmentation",
-    "out-of-memory",
-]
-FINDING_IDS: tuple[str, ...] = get_args(FindingId)
+__all__ = ["FINDING_IDS", "SEVERITIES", "Finding", "FindingId", "Severity", "rank_findings"]
+
+FindingId = str
+"""A stable finding id: one of ``FINDING_IDS``, registered in ``rules/registry.py``."""
+FINDING_IDS: tuple[str, ...] = finding_ids()
 
 
 @dataclass(frozen=True)
@@ -45,7 +20,7 @@ class Finding:
     """One diagnosed problem, ranked by ``saving_ms_per_step``."""
 
     id: FindingId
-    """Stable identifier (see ``FINDING_IDS``)."""
+    """Stable identifier, registered in ``rules/registry.py``."""
     title: str
     """One line a user reads first, with the headline number."""
     severity: Severity

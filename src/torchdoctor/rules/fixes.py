@@ -1,107 +1,168 @@
-"""The fix (code to paste), documentation link and one-line explanation for each trace finding."""
+"""Fix builders: the code a user pastes, built from what the rule measured.
+
+Each builder takes typed inputs (``rules/run_inputs.py`` for run-level findings, plain values for
+trace ones) and returns the text. The registry (``rules/catalog_*.py``) names one per finding.
+"""
 
 from __future__ import annotations
 
+from typing import Any
+
+from torchdoctor.rules.run_inputs import LoaderConfig
+
 DOCS = "https://pytorch.org/docs/stable"
 
-FIXES: dict[str, tuple[str, str, str]] = {
-    "data-loading-bound": (
-        "loader = DataLoader(dataset, batch_size=bs, num_workers=min(8, os.cpu_count()),\n"
-        "                    pin_memory=True, persistent_workers=True, prefetch_factor=4)",
-        f"{DOCS}/data.html#multi-process-data-loading",
-        "Batches are produced in the training process, so the device waits for every one; "
-        "worker processes prepare them ahead while the GPU computes.",
-    ),
-    "host-bound": (
-        'model = torch.compile(model, mode="reduce-overhead")  # fuses ops, replays CUDA graphs\n'
-        "# or capture the step with torch.cuda.graphs; a larger batch also amortises launches",
-        f"{DOCS}/generated/torch.compile.html",
-        "Each op pays Python, dispatcher and launch cost before the GPU sees it; when kernels are "
-        "shorter than that cost the GPU runs dry. Fusion and CUDA graphs cut the launches.",
-    ),
-    "sync-stalls": (
-        'torch.cuda.set_sync_debug_mode("warn")  # prints every synchronising call site\n'
-        "# then keep values on the device: log loss.detach() and call .item() every N steps",
-        f"{DOCS}/generated/torch.cuda.set_sync_debug_mode.html",
-        "A synchronising call (.item(), .cpu(), torch.cuda.synchronize, a blocking copy) makes the "
-        "CPU wait until the GPU finishes, so nothing is queued when it does.",
-    ),
-    "pageable-h2d-copies": (
-        "loader = DataLoader(dataset, ..., pin_memory=True)\n"
-        "x = x.to(device, non_blocking=True)  # asynchronous only from pinned memory",
-        f"{DOCS}/notes/cuda.html#use-pinned-memory-buffers",
-        "Copies from pageable memory go through a staging buffer at lower bandwidth and block the "
-        "CPU; pinned memory copies at full speed and overlaps with compute.",
-    ),
-    "synchronous-copies": (
-        "x = x.pin_memory().to(device, non_blocking=True)  # host to device, asynchronous\n"
-        'out = y.to("cpu", non_blocking=True); torch.cuda.current_stream().synchronize()  # once',
-        f"{DOCS}/notes/cuda.html#use-pinned-memory-buffers",
-        "A blocking copy waits for all queued work and stops the CPU from running ahead.",
-    ),
-    "fp32-gemm-no-tensor-cores": (
-        'with torch.autocast(device_type="cuda", dtype=torch.bfloat16):  # fp16 + GradScaler '
-        "before Ampere\n    loss = model(x)\n"
-        "torch.backends.cuda.matmul.allow_tf32 = True; torch.backends.cudnn.allow_tf32 = True",
-        f"{DOCS}/amp.html",
-        "fp32 matrix multiplies run on the SIMT cores; in bf16/fp16 (or TF32) they run on the "
-        "tensor cores at several times the throughput.",
-    ),
-    "exposed-communication": (
+
+# -- trace findings ----------------------------------------------------------------------------
+DATA_LOADER = (
+    "loader = DataLoader(dataset, batch_size=bs, num_workers=min(8, os.cpu_count()),\n"
+    "                    pin_memory=True, persistent_workers=True, prefetch_factor=4)"
+)
+HOST_BOUND = (
+    'model = torch.compile(model, mode="reduce-overhead")  # fuses ops, replays CUDA graphs\n'
+    "# or capture the step with torch.cuda.graphs; a larger batch also amortises launches"
+)
+SYNC_STALLS = (
+    'torch.cuda.set_sync_debug_mode("warn")  # prints every synchronising call site\n'
+    "# then keep values on the device: log loss.detach() and call .item() every N steps"
+)
+PAGEABLE = (
+    "loader = DataLoader(dataset, ..., pin_memory=True)\n"
+    "x = x.to(device, non_blocking=True)  # asynchronous only from pinned memory"
+)
+SYNC_COPIES = (
+    "x = x.pin_memory().to(device, non_blocking=True)  # host to device, asynchronous\n"
+    'out = y.to("cpu", non_blocking=True); torch.cuda.current_stream().synchronize()  # once'
+)
+LOW_UTIL = (
+    "# raise the work per launch: a larger batch, torch.compile to fuse small kernels,\n"
+    '# and CUDA graphs (mode="reduce-overhead") for the remaining gaps'
+)
+DATA_PARALLEL_TRACE = (
+    "torchrun --nproc_per_node=NUM_GPUS train.py  # one process per GPU\n"
+    "model = torch.nn.parallel.DistributedDataParallel(model, device_ids=[local_rank])"
+)
+MEMORY_PRESSURE = (
+    "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True python train.py\n"
+    "# and/or activation checkpointing, a smaller micro-batch with gradient accumulation"
+)
+STRAGGLER = (
+    "# compare the slow rank's breakdown: torchdoctor analyze RUN_DIR/rank<N>.json.gz\n"
+    "# typical causes: uneven data shards, a slower host or GPU, extra work on one rank"
+)
+
+
+def fp32_gemm_fix(bf16: bool = True) -> str:
+    """bf16 autocast or TF32 from Ampere on; fp16 with GradScaler on Volta/Turing."""
+    if bf16:
+        return (
+            'with torch.autocast(device_type="cuda", dtype=torch.bfloat16):  # fp16 + GradScaler '
+            "before Ampere\n    loss = model(x)\n"
+            "torch.backends.cuda.matmul.allow_tf32 = True; torch.backends.cudnn.allow_tf32 = True"
+        )
+    return (
+        'scaler = torch.amp.GradScaler("cuda")\n'
+        'with torch.autocast(device_type="cuda", dtype=torch.float16):\n'
+        "    loss = model(x)\n"
+        "scaler.scale(loss).backward(); scaler.step(optimizer); scaler.update()"
+    )
+
+
+def exposed_comm_fix(cpu: bool = False) -> str:
+    """DDP bucket settings; on CPU collectives, first look at every rank (the wait includes them)."""
+    if cpu:
+        return (
+            "# the wait includes the slowest rank's lateness: analyse all ranks' traces together\n"
+            "torchdoctor analyze TRACE_FOLDER/\n"
+            "model = DDP(model, bucket_cap_mb=25, gradient_as_bucket_view=True)  # overlap backward"
+        )
+    return (
         "model = DDP(model, device_ids=[local_rank], bucket_cap_mb=25,\n"
         "            gradient_as_bucket_view=True, static_graph=True)\n"
-        "# with accumulation: with model.no_sync(): ... on the inner micro-batches",
-        f"{DOCS}/notes/ddp.html",
-        "DDP overlaps each gradient bucket's all-reduce with the rest of backward; exposed time "
-        "means buckets finish late (too large, a sync in backward, or no compute left to hide "
-        "behind).",
-    ),
-    "low-gpu-utilization": (
-        "# raise the work per launch: a larger batch, torch.compile to fuse small kernels,\n"
-        '# and CUDA graphs (mode="reduce-overhead") for the remaining gaps',
-        f"{DOCS}/generated/torch.compile.html",
-        "The GPU is idle for much of the step even after the named causes; small kernels with gaps "
-        "between them leave the device waiting.",
-    ),
-    "data-parallel": (
-        "torchrun --nproc_per_node=NUM_GPUS train.py  # one process per GPU\n"
-        "model = torch.nn.parallel.DistributedDataParallel(model, device_ids=[local_rank])",
-        f"{DOCS}/notes/ddp.html",
-        "nn.DataParallel replicates the model and scatters inputs from one Python thread every "
-        "step; DDP runs one process per GPU and overlaps gradient all-reduce with backward.",
-    ),
-    "memory-pressure": (
-        "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True python train.py\n"
-        "# and/or activation checkpointing, a smaller micro-batch with gradient accumulation",
-        f"{DOCS}/notes/cuda.html#optimizing-memory-usage-with-pytorch-cuda-alloc-conf",
-        "Peak memory is close to the device's capacity: one larger batch or a fragmented pool "
-        "fails with out-of-memory.",
-    ),
-    "straggler-rank": (
-        "# compare the slow rank's breakdown: torchdoctor analyze RUN_DIR/rank<N>.json.gz\n"
-        "# typical causes: uneven data shards, a slower host or GPU, extra work on one rank",
-        f"{DOCS}/notes/ddp.html",
-        "Collectives wait for the slowest rank, so every rank runs at its speed.",
-    ),
-}
+        "# with accumulation: with model.no_sync(): ... on the inner micro-batches"
+    )
 
 
-RUN_DOCS: dict[str, str] = {
-    "recompiles": f"{DOCS}/torch.compiler_troubleshooting.html",
-    "recompile-limit-hit": f"{DOCS}/torch.compiler_troubleshooting.html",
-    "graph-breaks": f"{DOCS}/torch.compiler_troubleshooting.html",
-    "compile-not-repaid": f"{DOCS}/generated/torch.compile.html",
-    "dataloader-config": f"{DOCS}/data.html#multi-process-data-loading",
-    "data-loading-bound": f"{DOCS}/data.html#multi-process-data-loading",
-    "unpinned-non-blocking": f"{DOCS}/notes/cuda.html#use-pinned-memory-buffers",
-    "fp16-without-grad-scaler": f"{DOCS}/notes/amp_examples.html",
-    "grad-scaler-with-bf16": f"{DOCS}/notes/amp_examples.html",
-    "fp32-on-bf16-gpu": f"{DOCS}/amp.html",
-    "tf32-off": f"{DOCS}/notes/cuda.html#tensorfloat-32-tf32-on-ampere-and-later-devices",
-    "host-syncs-in-step": f"{DOCS}/generated/torch.cuda.set_sync_debug_mode.html",
-    "memory-fragmentation": f"{DOCS}/notes/cuda.html#optimizing-memory-usage-with-pytorch-cuda-alloc-conf",
-    "out-of-memory": f"{DOCS}/torch_cuda_memory.html",
-    "host-bound": f"{DOCS}/generated/torch.compile.html",
-    "data-parallel": f"{DOCS}/notes/ddp.html",
-}
-"""Documentation for run-level findings (torchdoctor check), by finding id."""
+# -- run-level findings ------------------------------------------------------------------------
+def dataloader_fix(loader: LoaderConfig, workers: int, cuda: bool) -> str:
+    """The loader rebuilt with ``workers`` worker processes (and pinned memory on a GPU)."""
+    return (
+        f"DataLoader(dataset, batch_size={loader.batch_size}, num_workers={workers}, "
+        f"persistent_workers=True, prefetch_factor=4{', pin_memory=True' if cuda else ''})"
+    )
+
+
+def pin_memory_fix(loader: LoaderConfig) -> str:
+    """Only pin_memory is missing."""
+    return "DataLoader(..., pin_memory=True)  # then batch.to(device, non_blocking=True)"
+
+
+def recompile_fix(reasons: list[str]) -> str:
+    """mark_dynamic for size guards; otherwise keep the guarded values constant."""
+    if any("size mismatch" in r or "stride mismatch" in r for r in reasons):
+        return (
+            "torch._dynamo.mark_dynamic(x, 0)  # before the first call, each varying dimension\n"
+            "# or: model = torch.compile(model, dynamic=True)\n"
+            "# or pad/bucket inputs to a few fixed sizes"
+        )
+    return (
+        "Keep the guarded values constant across steps (see the reasons), or move them out "
+        "of the compiled function"
+    )
+
+
+RECOMPILE_LIMIT = (
+    "torch._dynamo.mark_dynamic(x, 0)  # or torch.compile(..., dynamic=True)\n"
+    "# to fail loudly instead: torch._dynamo.config.fail_on_recompile_limit_hit = True"
+)
+
+
+def graph_break_fix(site: str) -> str:
+    """Point at the first break's line."""
+    return (
+        f"Change the line at {site} so dynamo can trace it (no print/.item()/numpy/"
+        "data-dependent Python branch inside the compiled function), or move it out; "
+        "check with torch.compile(model, fullgraph=True)"
+    )
+
+
+COMPILE_NOT_REPAID = (
+    "Run eager for short jobs, or reuse compiled artifacts across runs:\n"
+    "export TORCHINDUCTOR_CACHE_DIR=/persistent/cache  # warm cache: seconds, not minutes"
+)
+UNPINNED = "DataLoader(..., pin_memory=True)  # or x = x.pin_memory() once for reused tensors"
+HOST_SYNCS = (
+    "Keep values on the device and read them every N steps:\n"
+    "running += loss.detach()  # no .item() in the loop\n"
+    "if step % 100 == 0: print((running / 100).item()); running.zero_()"
+)
+FP16_SCALER = (
+    "scaler = torch.amp.GradScaler('cuda')\n"
+    "scaler.scale(loss).backward(); scaler.step(optimizer); scaler.update()\n"
+    "# or use dtype=torch.bfloat16 (no scaler needed) on sm80+"
+)
+BF16_SCALER = "loss.backward(); optimizer.step()  # drop the GradScaler with bfloat16"
+FP32_BF16_GPU = "with torch.autocast('cuda', dtype=torch.bfloat16):\n    loss = model(x)"
+TF32 = "torch.backends.cuda.matmul.allow_tf32 = True\ntorch.backends.cudnn.allow_tf32 = True"
+DATA_PARALLEL_RUN = (
+    "torchrun --nproc_per_node=NGPU train.py  # with\n"
+    "model = torch.nn.parallel.DistributedDataParallel(model, device_ids=[local_rank])"
+)
+FRAGMENTATION = "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True python train.py"
+OOM = (
+    "Smaller batch (with gradient accumulation), torch.autocast(dtype=torch.bfloat16), "
+    "activation checkpointing (torch.utils.checkpoint); if much is reserved but unused: "
+    "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True"
+)
+
+
+def host_bound_fix(for_loop_optimizers: list[dict[str, Any]] | None = None) -> str:
+    """Without optimizers: the GPU fix (compile + CUDA graphs). With the run's for-loop
+    optimizers (a CPU run): compile, plus the fused optimizer."""
+    if for_loop_optimizers is None:
+        return HOST_BOUND
+    fix = "model = torch.compile(model)  # fuses chains of small ops into a few kernels"
+    if for_loop_optimizers:
+        name = for_loop_optimizers[0]["class"]
+        fix += f"\n{name}(params, ..., fused=True)  # one kernel, not a loop per tensor"
+    return fix

@@ -8,9 +8,9 @@ from typing import Any
 import numpy as np
 
 from torchdoctor.analysis.bundle import TraceAnalysis
-from torchdoctor.rules import fixes
 from torchdoctor.rules import thresholds as th
 from torchdoctor.rules.finding import Finding
+from torchdoctor.rules.registry import spec
 
 
 @dataclass(frozen=True)
@@ -62,13 +62,12 @@ def straggler(primary: TraceAnalysis, rows: list[RankRow]) -> Finding | None:
     if median <= 0 or excess / median < th.STRAGGLER:
         return None
     step = max(r.mean_step_ms for r in rows)
-    fix, url, why = fixes.FIXES["straggler-rank"]
+    s = spec("straggler-rank")
     saving = min(excess, step)
     return Finding(
         id="straggler-rank",
-        title=f"Straggler: rank {rows[k].rank} works {excess:.1f} ms per step longer than the "
-        f"median rank ({excess / median:.0%})",
-        severity="warning" if excess / median < 0.3 else "critical",
+        title=s.format_title(rank=rows[k].rank, excess=excess, ratio=excess / median),
+        severity=s.severity.grade(excess / median),
         saving_ms_per_step=round(saving, 3),
         share_of_step=round(saving / step, 4) if step > 0 else 0.0,
         evidence={
@@ -78,8 +77,8 @@ def straggler(primary: TraceAnalysis, rows: list[RankRow]) -> Finding | None:
             },
             "median_work_ms": round(median, 3),
         },
-        fix=fix,
-        explanation=why,
-        doc_url=url,
+        fix=s.fix(),
+        explanation=s.explanation,
+        doc_url=s.doc_url,
         where=[rows[k].path],
     )

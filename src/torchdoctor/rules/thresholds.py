@@ -1,50 +1,123 @@
-"""Thresholds the trace rules use, each with the reason it sits where it does.
+"""Every threshold the rules use (trace and run level), each with the reason it sits where it does.
 
 Shares are fractions of the mean step time. A rule fires at ``*_WARN`` and becomes critical at
 ``*_CRITICAL``. They are deliberately round numbers: the evidence printed with each finding lets a
 user judge a borderline case, and docs/rules.md lists them all.
+
+Each value is a :class:`Threshold`: a ``float`` that also carries its ``reason``, so the registry
+(``rules/registry.py``) and the documentation can show why a finding fired where it did.
 """
 
 from __future__ import annotations
 
-DATA_WARN = 0.05
-"""Data loading visible for 5% of the step: workers or prefetch usually remove all of it."""
-DATA_CRITICAL = 0.25
 
-HOST_WARN = 0.10
-"""GPU waiting on late launches for 10% of the step: compile/CUDA graphs usually pay above it."""
-HOST_CRITICAL = 0.30
+class Threshold(float):
+    """A number with the reason it was chosen (``float(t)`` is the value, ``t.reason`` the why)."""
 
-SYNC_WARN = 0.02
-"""Synchronisation stalls of 2% of the step: each is a drained queue, cheap to remove."""
-SYNC_MIN_MS = 0.05
-"""...and at least 50 µs per step, so one end-of-run synchronize does not fire the rule."""
-SYNC_CRITICAL = 0.15
+    reason: str
 
-PAGEABLE_MIN_BYTES = 1 << 20
-"""Pageable host-to-device copies of 1 MiB or more per step (smaller ones cost little)."""
-PINNED_SPEEDUP = 2.0
-"""Pinned copies reach about twice the bandwidth of pageable ones and run asynchronously."""
+    def __new__(cls, value: float, reason: str) -> Threshold:
+        obj = super().__new__(cls, value)
+        obj.reason = reason
+        return obj
 
-EXPOSED_COMM_WARN = 0.05
-"""Communication the step waits for, above 5%: DDP can normally hide it under backward."""
-EXPOSED_COMM_CRITICAL = 0.20
 
-LOW_UTIL_BUSY = 0.60
-"""GPU busy under 60% of the step is low utilisation for a training or inference loop."""
+def all_thresholds() -> dict[str, Threshold]:
+    """Every threshold of this module by name (for docs and tests)."""
+    return {k: v for k, v in globals().items() if isinstance(v, Threshold)}
 
-FP32_GEMM_SHARE = 0.50
-"""Half or more of GEMM/convolution time in fp32 SIMT kernels on a tensor-core GPU."""
-MATMUL_MIN_SHARE = 0.20
-"""...and GEMM/convolution at least 20% of GPU time, so the change matters."""
-TENSOR_CORE_SPEEDUP = 2.0
-"""A conservative speed-up for moving fp32 GEMMs to tensor cores (peak ratios are 8-16x)."""
 
-MEMORY_PRESSURE = 0.90
-"""Peak reserved memory above 90% of the device: the next size up will not fit."""
-FRAGMENTATION = 0.30
-"""Reserved-but-unallocated above 30% of reserved at the peak: expandable segments help."""
-FRAGMENTATION_MIN_BYTES = 1 << 30
+# -- severity defaults ------------------------------------------------------------------------
+WARNING_SHARE = Threshold(0.05, "below 5% of the step a finding is within run-to-run noise")
+CRITICAL_SHARE = Threshold(0.25, "a finding costing a quarter of the step or more is critical")
 
-STRAGGLER = 0.10
-"""A rank whose step is 10% slower than the median makes every other rank wait."""
+# -- trace findings ----------------------------------------------------------------------------
+DATA_WARN = Threshold(
+    0.05, "data loading visible for 5% of the step: workers or prefetch usually remove all of it"
+)
+DATA_CRITICAL = Threshold(0.25, "a quarter of the step spent waiting for batches")
+
+HOST_WARN = Threshold(
+    0.10,
+    "GPU waiting on late launches for 10% of the step: compile/CUDA graphs usually pay above it",
+)
+HOST_CRITICAL = Threshold(0.30, "a third of the step lost to launch overhead")
+
+SYNC_WARN = Threshold(
+    0.02, "synchronisation stalls of 2% of the step: each is a drained queue, cheap to remove"
+)
+SYNC_MIN_MS = Threshold(
+    0.05, "at least 50 us per step, so one end-of-run synchronize does not fire the rule"
+)
+SYNC_CRITICAL = Threshold(0.15, "a sixth of the step idle behind host syncs")
+
+PAGEABLE_MIN_BYTES = Threshold(
+    1 << 20, "pageable host-to-device copies of 1 MiB or more per step (smaller ones cost little)"
+)
+PAGEABLE_WARN = Threshold(0.02, "pageable copy time of 2% of the step: pinning is one argument")
+PAGEABLE_CRITICAL = Threshold(0.10, "a tenth of the step in slow, blocking copies")
+PINNED_SPEEDUP = Threshold(
+    2.0, "pinned copies reach about twice the bandwidth of pageable ones and run asynchronously"
+)
+
+EXPOSED_COMM_WARN = Threshold(
+    0.05, "communication the step waits for, above 5%: DDP can normally hide it under backward"
+)
+EXPOSED_COMM_CRITICAL = Threshold(0.20, "a fifth of the step waiting for collectives")
+
+LOW_UTIL_BUSY = Threshold(
+    0.60, "GPU busy under 60% of the step is low utilisation for a training or inference loop"
+)
+
+FP32_GEMM_SHARE = Threshold(
+    0.50, "half or more of GEMM/convolution time in fp32 SIMT kernels on a tensor-core GPU"
+)
+MATMUL_MIN_SHARE = Threshold(
+    0.20, "GEMM/convolution at least 20% of GPU time, so the change matters"
+)
+TENSOR_CORE_SPEEDUP = Threshold(
+    2.0, "a conservative speed-up for moving fp32 GEMMs to tensor cores (peak ratios are 8-16x)"
+)
+FP32_GEMM_WARN = Threshold(0.05, "the saving from tensor cores above 5% of the step")
+FP32_GEMM_CRITICAL = Threshold(0.20, "tensor cores would save a fifth of the step")
+
+MEMORY_PRESSURE = Threshold(
+    0.90, "peak reserved memory above 90% of the device: the next size up will not fit"
+)
+FRAGMENTATION = Threshold(
+    0.30, "reserved-but-unallocated above 30% of reserved at the peak: expandable segments help"
+)
+FRAGMENTATION_MIN_BYTES = Threshold(1 << 30, "and at least 1 GiB of it, so small pools stay quiet")
+
+STRAGGLER = Threshold(
+    0.10, "a rank whose own work is 10% above the median makes every other rank wait"
+)
+STRAGGLER_CRITICAL = Threshold(0.30, "a rank 30% slower than the median")
+
+# -- run-level findings (torchdoctor check) ----------------------------------------------------
+DATA_WAIT_SHARE = Threshold(0.05, "data wait above 5% of the step is worth hiding behind workers")
+PAGEABLE_GBPS = Threshold(
+    8.0, "host-to-device GB/s from pageable memory: the copy is synchronous at this rate"
+)
+GEMM_SPEEDUP_SAVING = Threshold(
+    0.5, "share of GEMM time saved by bf16 or TF32 tensor cores over fp32 (at least 2x faster)"
+)
+GEMM_MIN_SHARE = Threshold(0.2, "GEMMs at least 20% of GPU time before precision matters")
+GRAPH_BREAK_SHARE = Threshold(
+    0.05,
+    "share of the step lost per distinct graph break (guards, a resume frame, and no fusion "
+    "across the break), capped at GRAPH_BREAK_MAX_SHARE",
+)
+GRAPH_BREAK_MAX_SHARE = Threshold(0.5, "graph breaks never claim more than half the step")
+DATA_PARALLEL_SHARE = Threshold(
+    0.23,
+    "DataParallel re-replicates the model every step under the GIL; DDP is typically >= 1.3x "
+    "faster on one node, so about 23% of the step",
+)
+TINY_OPS_PER_STEP = Threshold(
+    100, "a CPU step with at least this many top-level operators, most tiny, is overhead bound"
+)
+TINY_OP_SAVING = Threshold(
+    0.7, "share of tiny-op time and Python time between ops that fusing (torch.compile) removes"
+)
+SYNC_PER_STEP = Threshold(0.5, "a sync site called at least every other step is in the loop")

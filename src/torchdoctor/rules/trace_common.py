@@ -1,16 +1,17 @@
-"""Shared by the trace rules: severity from a share, and building a finding with its fix."""
+"""Shared by the trace rules: severity from the registry's policy, and building a finding."""
 
 from __future__ import annotations
 
 from typing import Any
 
 from torchdoctor.analysis.bundle import TraceAnalysis
-from torchdoctor.rules import fixes
 from torchdoctor.rules.finding import Finding, FindingId, Severity
+from torchdoctor.rules.registry import spec
 
 
-def severity(share: float, warn: float, critical: float) -> Severity:
-    return "critical" if share >= critical else "warning" if share >= warn else "info"
+def grade(fid: FindingId, share: float) -> Severity:
+    """The severity the finding's registered policy gives a share of the step."""
+    return spec(fid).severity.grade(share)
 
 
 def finding(
@@ -20,23 +21,29 @@ def finding(
     saving_ms: float,
     severity: Severity,
     evidence: dict[str, Any],
-    **kw: Any,
+    *,
+    fix: str | None = None,
+    explanation: str | None = None,
+    where: list[str] | None = None,
 ) -> Finding:
-    """Build a finding, clamping the saving to the step (a fix cannot save more than all)."""
+    """Build a finding, clamping the saving to the step (a fix cannot save more than all).
+
+    The fix defaults to the registered builder called without inputs, the explanation and the
+    docs link come from the registry.
+    """
+    s = spec(fid)
     step = a.mean_step_ms
     saving = float(min(max(saving_ms, 0.0), step))
     share = saving / step if step > 0 else 0.0
-    fix, url, why = fixes.FIXES[fid]
-    evidence = {"mean_step_ms": round(step, 3), **evidence}
     return Finding(
         fid,
         title,
         severity,
         round(saving, 3),
         round(share, 4),
-        evidence,
-        kw.pop("fix", fix),
-        kw.pop("explanation", why),
-        url,
-        **kw,
+        {"mean_step_ms": round(step, 3), **evidence},
+        s.fix() if fix is None else fix,
+        s.explanation if explanation is None else explanation,
+        s.doc_url,
+        where=where or [],
     )

@@ -12,7 +12,8 @@ from torchdoctor.analysis.gpu_activity import SYNC_CALLS
 from torchdoctor.rules import thresholds as th
 from torchdoctor.rules.device_rules import fp32_gemms, memory_pressure
 from torchdoctor.rules.finding import Finding, rank_findings
-from torchdoctor.rules.trace_common import finding, severity
+from torchdoctor.rules.registry import spec
+from torchdoctor.rules.trace_common import finding, grade
 from torchdoctor.trace.kinds import Kind
 
 Rule = Callable[[TraceAnalysis], "Finding | None"]
@@ -29,9 +30,9 @@ def data_loading(a: TraceAnalysis) -> Finding | None:
     return finding(
         a,
         "data-loading-bound",
-        f"Data loading: {when} for the next batch",
+        spec("data-loading-bound").format_title(when=when),
         ms,
-        severity(share, th.DATA_WARN, th.DATA_CRITICAL),
+        grade("data-loading-bound", share),
         {"data_wait_ms_per_step": round(ms, 3), "share_of_step": round(share, 4)},
     )
 
@@ -54,9 +55,9 @@ def host_bound(a: TraceAnalysis) -> Finding | None:
     return finding(
         a,
         "host-bound",
-        f"Host bound: the GPU waits {ms:.1f} ms per step ({share:.0%}) for the CPU to launch work",
+        spec("host-bound").format_title(ms=ms, share=share),
         ms,
-        severity(share, th.HOST_WARN, th.HOST_CRITICAL),
+        grade("host-bound", share),
         evidence,
     )
 
@@ -96,10 +97,9 @@ def sync_stalls(a: TraceAnalysis) -> Finding | None:
     return finding(
         a,
         "sync-stalls",
-        f"Synchronisation stalls: {ms:.1f} ms per step ({share:.0%}) of GPU idle after the CPU "
-        "blocked on the device",
+        spec("sync-stalls").format_title(ms=ms, share=share),
         ms,
-        severity(share, th.SYNC_WARN, th.SYNC_CRITICAL),
+        grade("sync-stalls", share),
         evidence,
         where=sorted(calls, key=calls.__getitem__, reverse=True),
     )
@@ -138,10 +138,9 @@ def pageable_copies(a: TraceAnalysis) -> Finding | None:
     return finding(
         a,
         "pageable-h2d-copies",
-        f"Pageable host-to-device copies: {nbytes / 2**20:.1f} MB per step at {gbps:.1f} GB/s "
-        "(pin the memory)",
+        spec("pageable-h2d-copies").format_title(mb=nbytes / 2**20, gbps=gbps),
         saving,
-        severity(share, 0.02, 0.10),
+        grade("pageable-h2d-copies", share),
         evidence,
     )
 
@@ -170,7 +169,7 @@ def synchronous_copies(a: TraceAnalysis) -> Finding | None:
     return finding(
         a,
         "synchronous-copies",
-        f"Synchronous copies: {per_step:.1f} per step block the CPU until the device catches up",
+        spec("synchronous-copies").format_title(per_step=per_step),
         a.per_step_ms(copies_ms),
         "info" if per_step < 1 else "warning",
         evidence,
@@ -198,10 +197,9 @@ def exposed_communication(a: TraceAnalysis) -> Finding | None:
     return finding(
         a,
         "exposed-communication",
-        f"Exposed communication: {ms:.1f} ms per step ({share:.0%}) of collectives not overlapped "
-        f"with compute ({c.overlap_share:.0%} hidden)",
+        spec("exposed-communication").format_title(ms=ms, share=share, overlap=c.overlap_share),
         ms,
-        severity(share, th.EXPOSED_COMM_WARN, th.EXPOSED_COMM_CRITICAL),
+        grade("exposed-communication", share),
         evidence,
     )
 
@@ -224,11 +222,9 @@ def _cpu_communication(a: TraceAnalysis) -> Finding | None:
         f"Exposed communication: the loop waits {ms:.1f} ms per step ({share:.0%}) in CPU "
         "collectives",
         ms,
-        severity(share, th.EXPOSED_COMM_WARN, th.EXPOSED_COMM_CRITICAL),
+        grade("exposed-communication", share),
         evidence,
-        fix="# the wait includes the slowest rank's lateness: analyse all ranks' traces together\n"
-        "torchdoctor analyze TRACE_FOLDER/\n"
-        "model = DDP(model, bucket_cap_mb=25, gradient_as_bucket_view=True)  # overlap backward",
+        fix=spec("exposed-communication").fix(cpu=True),
         explanation="CPU collectives run on the training thread and wait for every rank, so "
         "this time is transfer plus waiting for the slowest rank.",
     )
@@ -252,9 +248,9 @@ def low_utilization(a: TraceAnalysis) -> Finding | None:
     return finding(
         a,
         "low-gpu-utilization",
-        f"Low GPU utilisation: busy {busy:.0%} of the step",
+        spec("low-gpu-utilization").format_title(busy=busy),
         gaps_ms,
-        "warning",
+        grade("low-gpu-utilization", 0.0),
         evidence,
     )
 
@@ -271,9 +267,9 @@ def data_parallel(a: TraceAnalysis) -> Finding | None:
     return finding(
         a,
         "data-parallel",
-        f"nn.DataParallel: one process drives {len(devices)} GPUs; use DistributedDataParallel",
+        spec("data-parallel").format_title(devices=len(devices)),
         0.0,
-        "warning",
+        grade("data-parallel", 0.0),
         evidence,
     )
 

@@ -16,6 +16,7 @@ from typing import Any, Literal, get_args
 
 from torchdoctor.config import RuntimeConfig
 from torchdoctor.errors import UserError
+from torchdoctor.rules.registry import knobs_by_finding
 
 Assignment = dict[str, Any]
 
@@ -61,22 +62,8 @@ DEFAULT_ORDER: tuple[str, ...] = (
     "ddp_bucket_cap_mb",
 )
 
-# Which knobs each analyser finding points at (finding ids are stable, see rules/finding.py).
-FINDING_KNOBS: dict[str, tuple[str, ...]] = {
-    "data-loading-bound": ("num_workers", "device_prefetch", "pin_memory"),
-    "dataloader-config": ("num_workers",),
-    "pageable-h2d-copies": ("pin_memory",),
-    "unpinned-non-blocking": ("pin_memory",),
-    "synchronous-copies": ("device_prefetch", "pin_memory"),
-    "host-bound": ("compile", "optimizer_impl"),
-    "low-gpu-utilization": ("compile", "optimizer_impl", "num_workers"),
-    "fp32-gemm-no-tensor-cores": ("precision",),
-    "fp32-on-bf16-gpu": ("precision",),
-    "tf32-off": ("precision",),
-    "exposed-communication": ("ddp_bucket_cap_mb",),
-    "data-parallel": ("ddp_bucket_cap_mb",),
-    "compile-not-repaid": ("compile",),
-}
+# Which knobs each analyser finding points at: the registry's entries (rules/registry.py).
+FINDING_KNOBS: dict[str, tuple[str, ...]] = knobs_by_finding()
 
 
 @dataclass(frozen=True)

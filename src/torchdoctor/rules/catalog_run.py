@@ -1,0 +1,178 @@
+"""Registry entries of the run-level findings (``torchdoctor check``)."""
+
+from __future__ import annotations
+
+from torchdoctor.rules import fixes as fx
+from torchdoctor.rules import thresholds as th
+from torchdoctor.rules.spec import FindingSpec, SeverityPolicy, static
+
+D = fx.DOCS
+COMPILER_DOCS = f"{D}/torch.compiler_troubleshooting.html"
+ALLOC_DOCS = f"{D}/notes/cuda.html#optimizing-memory-usage-with-pytorch-cuda-alloc-conf"
+
+RUN_SPECS: tuple[FindingSpec, ...] = (
+    FindingSpec(
+        id="recompiles",
+        label="recompiles",
+        title="{n} recompiles ({seconds:.2f} s), {late} after warm-up: {first}",
+        sources=("run",),
+        severity=SeverityPolicy(),
+        threshold=None,
+        fix=fx.recompile_fix,
+        explanation="Each recompile stops the step to trace and compile again; a guard on a size "
+        "that changes every step means the compiled code is rarely reused.",
+        doc_url=COMPILER_DOCS,
+    ),
+    FindingSpec(
+        id="recompile-limit-hit",
+        label="the recompile limit",
+        title="recompile limit ({limit}) hit in {function}: it now runs eager, silently",
+        sources=("run",),
+        severity=SeverityPolicy(fixed="warning", risk=True),
+        threshold=None,
+        fix=static(fx.RECOMPILE_LIMIT),
+        explanation="After recompile_limit recompiles of one function dynamo stops compiling it "
+        "and falls back to eager for the rest of the run; the speed-up is gone without an error.",
+        doc_url=COMPILER_DOCS,
+    ),
+    FindingSpec(
+        id="graph-breaks",
+        label="graph breaks",
+        title="{n} graph break location(s) in compiled code; first: {reason}",
+        sources=("run",),
+        severity=SeverityPolicy(floor="warning"),
+        threshold=th.GRAPH_BREAK_SHARE,
+        fix=fx.graph_break_fix,
+        explanation="A graph break ends one compiled graph and starts another: the code between "
+        "runs eagerly, guards are checked again, and nothing fuses across the break.",
+        doc_url=COMPILER_DOCS,
+    ),
+    FindingSpec(
+        id="compile-not-repaid",
+        label="compile time not repaid",
+        title="torch.compile took {seconds:.1f} s in a run of {count} steps",
+        sources=("run",),
+        severity=SeverityPolicy(),
+        threshold=None,
+        fix=static(fx.COMPILE_NOT_REPAID),
+        explanation="Compilation is paid once per process; a run shorter than its compile time "
+        "never earns it back.",
+        doc_url=f"{D}/generated/torch.compile.html",
+        knobs=("compile",),
+    ),
+    FindingSpec(
+        id="dataloader-config",
+        label="data loading (DataLoader settings)",
+        title="the step waits {wait:.1f} ms ({share:.0%}) for each batch (num_workers={workers})",
+        sources=("run",),
+        severity=SeverityPolicy(),
+        threshold=th.DATA_WAIT_SHARE,
+        fix=fx.dataloader_fix,
+        explanation="Worker processes prepare the next batches while the model trains.",
+        doc_url=f"{D}/data.html#multi-process-data-loading",
+        knobs=("num_workers",),
+        aliases=("data-loading-bound",),
+    ),
+    FindingSpec(
+        id="unpinned-non-blocking",
+        label="non_blocking copies from unpinned memory",
+        title="{copies:.1f} non_blocking copies per step from unpinned memory ({mib:.1f} MiB): "
+        "they run synchronously",
+        sources=("run",),
+        severity=SeverityPolicy(),
+        threshold=th.PAGEABLE_GBPS,
+        fix=static(fx.UNPINNED),
+        explanation="non_blocking=True only overlaps a host-to-device copy when the source is "
+        "pinned; from pageable memory the copy is staged and blocks the host.",
+        doc_url=f"{D}/notes/cuda.html#use-pinned-memory-buffers",
+        knobs=("pin_memory",),
+    ),
+    FindingSpec(
+        id="host-syncs-in-step",
+        label="host syncs in the step",
+        title="{calls:.1f} host syncs per step ({kinds}){note}",
+        sources=("run",),
+        severity=SeverityPolicy(),
+        threshold=th.SYNC_PER_STEP,
+        fix=static(fx.HOST_SYNCS),
+        explanation="Reading a device value on the host waits for every queued kernel, so the CPU "
+        "stops queueing work and the GPU idles at the start of the next step.",
+        doc_url=f"{D}/generated/torch.cuda.set_sync_debug_mode.html",
+        aliases=("sync-stalls",),
+    ),
+    FindingSpec(
+        id="fp16-without-grad-scaler",
+        label="fp16 without GradScaler",
+        title="fp16 autocast without a GradScaler: small gradients underflow to zero",
+        sources=("run",),
+        severity=SeverityPolicy(fixed="warning", risk=True),
+        threshold=None,
+        fix=static(fx.FP16_SCALER),
+        explanation="fp16 represents nothing below ~6e-8; unscaled gradients silently become zero.",
+        doc_url=f"{D}/notes/amp_examples.html",
+    ),
+    FindingSpec(
+        id="grad-scaler-with-bf16",
+        label="GradScaler with bf16",
+        title="GradScaler with bf16 autocast: not needed, and it syncs every step",
+        sources=("run",),
+        severity=SeverityPolicy(),
+        threshold=None,
+        fix=static(fx.BF16_SCALER),
+        explanation="bf16 has fp32's exponent range, so gradients do not underflow; the scaler's "
+        "inf check reads a value on the host every step.",
+        doc_url=f"{D}/notes/amp_examples.html",
+    ),
+    FindingSpec(
+        id="fp32-on-bf16-gpu",
+        label="fp32 on a bf16-capable GPU",
+        title="fp32 training on {gpu} (bf16 tensor cores): GEMMs are {gemm:.0%} of GPU time",
+        sources=("run",),
+        severity=SeverityPolicy(),
+        threshold=th.GEMM_MIN_SHARE,
+        fix=static(fx.FP32_BF16_GPU),
+        explanation="bf16 matmuls run on tensor cores at several times the fp32 rate, with fp32 "
+        "range.",
+        doc_url=f"{D}/amp.html",
+        knobs=("precision",),
+        aliases=("fp32-gemm-no-tensor-cores",),
+    ),
+    FindingSpec(
+        id="tf32-off",
+        label="TF32 off",
+        title="TF32 is off: fp32 matmuls skip the tensor cores",
+        sources=("run",),
+        severity=SeverityPolicy(),
+        threshold=th.GEMM_MIN_SHARE,
+        fix=static(fx.TF32),
+        explanation="TF32 keeps fp32 storage and range and runs matmuls on tensor cores.",
+        doc_url=f"{D}/notes/cuda.html#tensorfloat-32-tf32-on-ampere-and-later-devices",
+        knobs=("precision",),
+    ),
+    FindingSpec(
+        id="memory-fragmentation",
+        label="memory fragmentation",
+        title="reserved memory {slack_gib:.1f} GiB above allocated at the peak ({frag:.0%}), "
+        "{retries} allocator retries",
+        sources=("run",),
+        severity=SeverityPolicy(fixed="info", risk=True),
+        threshold=th.FRAGMENTATION,
+        fix=static(fx.FRAGMENTATION),
+        explanation="The caching allocator holds blocks it cannot reuse for differently sized "
+        "tensors; retries free the cache and synchronise. Expandable segments grow in place "
+        "instead.",
+        doc_url=ALLOC_DOCS,
+    ),
+    FindingSpec(
+        id="out-of-memory",
+        label="out of memory",
+        title="out of memory: {parts}",
+        sources=("run",),
+        severity=SeverityPolicy(fixed="critical", risk=True),
+        threshold=None,
+        fix=static(fx.OOM),
+        explanation="What filled the memory: {parts}. See memory_summary.txt and "
+        "memory_snapshot.pickle (https://pytorch.org/memory_viz).",
+        doc_url=f"{D}/torch_cuda_memory.html",
+    ),
+)

@@ -1,0 +1,161 @@
+"""Registry entries of the findings read from a trace (``torchdoctor analyze``) or a folder of ranks."""
+
+from __future__ import annotations
+
+from torchdoctor.rules import fixes as fx
+from torchdoctor.rules import thresholds as th
+from torchdoctor.rules.spec import FindingSpec, SeverityPolicy, static
+
+D = fx.DOCS
+
+TRACE_SPECS: tuple[FindingSpec, ...] = (
+    FindingSpec(
+        id="data-loading-bound",
+        label="data loading",
+        title="Data loading: {when} for the next batch",
+        sources=("trace",),
+        severity=SeverityPolicy(th.DATA_WARN, th.DATA_CRITICAL),
+        threshold=th.DATA_WARN,
+        fix=static(fx.DATA_LOADER),
+        explanation="Batches are produced in the training process, so the device waits for every "
+        "one; worker processes prepare them ahead while the GPU computes.",
+        doc_url=f"{D}/data.html#multi-process-data-loading",
+        knobs=("num_workers", "device_prefetch", "pin_memory"),
+    ),
+    FindingSpec(
+        id="host-bound",
+        label="launch overhead",
+        title="Host bound: the GPU waits {ms:.1f} ms per step ({share:.0%}) for the CPU to launch "
+        "work",
+        sources=("trace", "run"),
+        severity=SeverityPolicy(th.HOST_WARN, th.HOST_CRITICAL),
+        threshold=th.HOST_WARN,
+        fix=fx.host_bound_fix,
+        explanation="Each op pays Python, dispatcher and launch cost before the GPU sees it; when "
+        "kernels are shorter than that cost the GPU runs dry. Fusion and CUDA graphs cut the "
+        "launches.",
+        doc_url=f"{D}/generated/torch.compile.html",
+        knobs=("compile", "optimizer_impl"),
+    ),
+    FindingSpec(
+        id="sync-stalls",
+        label="synchronisation stalls",
+        title="Synchronisation stalls: {ms:.1f} ms per step ({share:.0%}) of GPU idle after the "
+        "CPU blocked on the device",
+        sources=("trace",),
+        severity=SeverityPolicy(th.SYNC_WARN, th.SYNC_CRITICAL),
+        threshold=th.SYNC_WARN,
+        fix=static(fx.SYNC_STALLS),
+        explanation="A synchronising call (.item(), .cpu(), torch.cuda.synchronize, a blocking "
+        "copy) makes the CPU wait until the GPU finishes, so nothing is queued when it does.",
+        doc_url=f"{D}/generated/torch.cuda.set_sync_debug_mode.html",
+    ),
+    FindingSpec(
+        id="pageable-h2d-copies",
+        label="pageable host-to-device copies",
+        title="Pageable host-to-device copies: {mb:.1f} MB per step at {gbps:.1f} GB/s (pin the "
+        "memory)",
+        sources=("trace",),
+        severity=SeverityPolicy(th.PAGEABLE_WARN, th.PAGEABLE_CRITICAL),
+        threshold=th.PAGEABLE_MIN_BYTES,
+        fix=static(fx.PAGEABLE),
+        explanation="Copies from pageable memory go through a staging buffer at lower bandwidth "
+        "and block the CPU; pinned memory copies at full speed and overlaps with compute.",
+        doc_url=f"{D}/notes/cuda.html#use-pinned-memory-buffers",
+        knobs=("pin_memory",),
+    ),
+    FindingSpec(
+        id="synchronous-copies",
+        label="synchronous copies",
+        title="Synchronous copies: {per_step:.1f} per step block the CPU until the device catches "
+        "up",
+        sources=("trace",),
+        severity=SeverityPolicy(),
+        threshold=None,
+        fix=static(fx.SYNC_COPIES),
+        explanation="A blocking copy waits for all queued work and stops the CPU from running "
+        "ahead.",
+        doc_url=f"{D}/notes/cuda.html#use-pinned-memory-buffers",
+        knobs=("device_prefetch", "pin_memory"),
+    ),
+    FindingSpec(
+        id="fp32-gemm-no-tensor-cores",
+        label="fp32 GEMMs off the tensor cores",
+        title="fp32 GEMMs off the tensor cores: {fp32_share:.0%} of matmul time on a {gpu} (use "
+        "{precision})",
+        sources=("trace",),
+        severity=SeverityPolicy(th.FP32_GEMM_WARN, th.FP32_GEMM_CRITICAL),
+        threshold=th.FP32_GEMM_SHARE,
+        fix=fx.fp32_gemm_fix,
+        explanation="fp32 matrix multiplies run on the SIMT cores; in bf16/fp16 (or TF32) they run "
+        "on the tensor cores at several times the throughput.",
+        doc_url=f"{D}/amp.html",
+        knobs=("precision",),
+    ),
+    FindingSpec(
+        id="exposed-communication",
+        label="exposed communication",
+        title="Exposed communication: {ms:.1f} ms per step ({share:.0%}) of collectives not "
+        "overlapped with compute ({overlap:.0%} hidden)",
+        sources=("trace",),
+        severity=SeverityPolicy(th.EXPOSED_COMM_WARN, th.EXPOSED_COMM_CRITICAL),
+        threshold=th.EXPOSED_COMM_WARN,
+        fix=fx.exposed_comm_fix,
+        explanation="DDP overlaps each gradient bucket's all-reduce with the rest of backward; "
+        "exposed time means buckets finish late (too large, a sync in backward, or no compute "
+        "left to hide behind).",
+        doc_url=f"{D}/notes/ddp.html",
+        knobs=("ddp_bucket_cap_mb",),
+    ),
+    FindingSpec(
+        id="low-gpu-utilization",
+        label="low GPU utilisation",
+        title="Low GPU utilisation: busy {busy:.0%} of the step",
+        sources=("trace",),
+        severity=SeverityPolicy(fixed="warning"),
+        threshold=th.LOW_UTIL_BUSY,
+        fix=static(fx.LOW_UTIL),
+        explanation="The GPU is idle for much of the step even after the named causes; small "
+        "kernels with gaps between them leave the device waiting.",
+        doc_url=f"{D}/generated/torch.compile.html",
+        knobs=("compile", "optimizer_impl", "num_workers"),
+    ),
+    FindingSpec(
+        id="data-parallel",
+        label="nn.DataParallel",
+        title="nn.DataParallel: one process drives {devices} GPUs; use DistributedDataParallel",
+        sources=("trace", "run"),
+        severity=SeverityPolicy(floor="warning"),
+        threshold=th.DATA_PARALLEL_SHARE,
+        fix=static(fx.DATA_PARALLEL_TRACE),
+        explanation="nn.DataParallel replicates the model and scatters inputs from one Python "
+        "thread every step; DDP runs one process per GPU and overlaps gradient all-reduce with "
+        "backward.",
+        doc_url=f"{D}/notes/ddp.html",
+        knobs=("ddp_bucket_cap_mb",),
+    ),
+    FindingSpec(
+        id="memory-pressure",
+        label="memory pressure",
+        title="Memory pressure on GPU {device}: {what}",
+        sources=("trace",),
+        severity=SeverityPolicy(fixed="warning", risk=True),
+        threshold=th.MEMORY_PRESSURE,
+        fix=static(fx.MEMORY_PRESSURE),
+        explanation="Peak memory is close to the device's capacity: one larger batch or a "
+        "fragmented pool fails with out-of-memory.",
+        doc_url=f"{D}/notes/cuda.html#optimizing-memory-usage-with-pytorch-cuda-alloc-conf",
+    ),
+    FindingSpec(
+        id="straggler-rank",
+        label="a straggler rank",
+        title="Straggler: rank {rank} works {excess:.1f} ms per step longer than the median rank "
+        "({ratio:.0%})",
+        sources=("ranks",),
+        severity=SeverityPolicy(th.STRAGGLER, th.STRAGGLER_CRITICAL, floor="warning"),
+        threshold=th.STRAGGLER,
+        fix=static(fx.STRAGGLER),
+        explanation="Collectives wait for the slowest rank, so every rank runs at its speed.",
+        doc_url=f"{D}/notes/ddp.html",
+    ),
+)

@@ -1,0 +1,72 @@
+"""The finding registry: one entry per finding, trace and run level alike.
+
+Each entry (:class:`~torchdoctor.rules.spec.FindingSpec`) holds the stable id, the label of the
+verdict line, the title template, the severity policy, the threshold that fires it (with its
+reason, from ``rules/thresholds.py``), the fix builder, the explanation, the docs link, the
+``torchdoctor tune`` knobs it points at and its aliases (ids of other findings that describe the
+same problem, merged into this one by ``check``). Everything else reads from here: ``Finding``
+validates ids against it, the verdict takes its labels, ``tune`` its knobs, ``check`` its
+aliases, and docs/rules.md lists it.
+
+Adding a finding
+----------------
+1. Add a threshold to ``rules/thresholds.py`` if it needs one: ``Threshold(value, "reason")``.
+2. Add a ``FindingSpec(...)`` to ``TRACE_SPECS`` (``rules/catalog_trace.py``) or ``RUN_SPECS``
+   (``rules/catalog_run.py``). A fix that depends on what was measured is a function in
+   ``rules/fixes.py`` taking typed inputs (``rules/run_inputs.py`` for run-level ones); a fixed
+   text is ``static("...")``.
+3. Write the rule: a function returning the finding built through the registry,
+   ``trace_common.finding(a, "my-id", spec.format_title(...), saving_ms, evidence)`` for a trace
+   (``TraceAnalysis``) or ``run_common.make(run, "my-id", ...)`` for a run (``RunRecord``), and
+   append it to ``TRACE_RULES`` (``rules/trace_rules.py``) or ``RULES`` (``rules/run_rules.py``).
+4. Test it on a trace or record that fires it and one that does not; ``tests/core/test_registry.py``
+   checks that every entry is complete.
+"""
+
+from __future__ import annotations
+
+from torchdoctor.rules.catalog_run import RUN_SPECS
+from torchdoctor.rules.catalog_trace import TRACE_SPECS
+from torchdoctor.rules.spec import FindingSpec
+
+
+def _index(*groups: tuple[FindingSpec, ...]) -> dict[str, FindingSpec]:
+    out: dict[str, FindingSpec] = {}
+    for spec in (s for g in groups for s in g):
+        if spec.id in out:
+            raise ValueError(f"finding id {spec.id!r} registered twice")
+        out[spec.id] = spec
+    return out
+
+
+REGISTRY: dict[str, FindingSpec] = _index(TRACE_SPECS, RUN_SPECS)
+"""Every finding by id, in documentation order (trace findings first)."""
+
+
+def spec(fid: str) -> FindingSpec:
+    """The registry entry of a finding id (KeyError names the unknown id)."""
+    try:
+        return REGISTRY[fid]
+    except KeyError:
+        raise KeyError(f"unknown finding id {fid!r}") from None
+
+
+def finding_ids() -> tuple[str, ...]:
+    """All registered ids."""
+    return tuple(REGISTRY)
+
+
+def label(fid: str) -> str:
+    """The short name for the verdict line (the id with spaces when unregistered)."""
+    s = REGISTRY.get(fid)
+    return s.label if s is not None else fid.replace("-", " ")
+
+
+def knobs_by_finding() -> dict[str, tuple[str, ...]]:
+    """The tune knobs each finding points at (findings with none left out)."""
+    return {s.id: s.knobs for s in REGISTRY.values() if s.knobs}
+
+
+def alias_map() -> dict[str, str]:
+    """Finding id -> the id that describes the same problem and is kept when both fire."""
+    return {alias: s.id for s in REGISTRY.values() for alias in s.aliases}

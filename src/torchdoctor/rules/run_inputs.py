@@ -1,0 +1,224 @@
+"""Typed run-level inputs: what ``torchdoctor check`` recorded, as the run rules read it.
+
+``RunRecord.from_dict`` reads the ``run.json`` document (plain data written by the capture side)
+into small frozen dataclasses, so a rule asks for ``run.steps.mean_step_ms`` instead of digging in
+nested dicts, and a missing section reads as its empty default. Every object keeps the ``raw`` dict
+it came from: evidence shows what was recorded, including keys a newer capture adds before a
+field exists for them. To read a new recorded value, add a field here (with a default) and read
+it in ``from_dict``; the fix builders in ``rules/fixes.py`` take these objects.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+
+def _d(value: Any) -> dict[str, Any]:
+    return value if isinstance(value, dict) else {}
+
+
+def _rows(value: Any) -> list[dict[str, Any]]:
+    return [r for r in value if isinstance(r, dict)] if isinstance(value, list) else []
+
+
+def _f(value: Any, default: float = 0.0) -> float:
+    return (
+        float(value) if isinstance(value, int | float) and not isinstance(value, bool) else default
+    )
+
+
+@dataclass(frozen=True)
+class StepStats:
+    """Step timing of the run (milliseconds)."""
+
+    count: int = 0
+    measured_steps: int = 0
+    mean_step_ms: float | None = None
+    """Mean of the measured steps; None when no step was measured."""
+    mean_data_wait_ms: float = 0.0
+    step_ms: tuple[float, ...] = ()
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> StepStats:
+        step_ms = tuple(float(x) for x in d.get("step_ms") or [])
+        mean = d.get("mean_step_ms")
+        if mean is None and step_ms:
+            mean = sum(step_ms) / len(step_ms)
+        return cls(
+            count=int(d.get("count") or 0),
+            measured_steps=int(d.get("measured_steps") or 0),
+            mean_step_ms=float(mean) if mean else None,
+            mean_data_wait_ms=_f(d.get("mean_data_wait_ms")),
+            step_ms=step_ms,
+        )
+
+
+@dataclass(frozen=True)
+class CompileStats:
+    """torch.compile activity: compiles, recompiles (with guard reasons) and graph breaks."""
+
+    compiles: int = 0
+    compile_s: float = 0.0
+    recompiles: int = 0
+    recompile_s: float = 0.0
+    recompiles_in_window: int = 0
+    recompile_s_in_window: float = 0.0
+    recompile_events: list[dict[str, Any]] = field(default_factory=list)
+    """``{"site", "function", "reason"}`` per recompile."""
+    graph_breaks: list[dict[str, Any]] = field(default_factory=list)
+    """``{"site", "reason", "count"}`` per break location."""
+    recompile_limit_hits: list[dict[str, Any]] = field(default_factory=list)
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> CompileStats:
+        return cls(
+            compiles=int(d.get("compiles") or 0),
+            compile_s=_f(d.get("compile_s")),
+            recompiles=int(d.get("recompiles") or 0),
+            recompile_s=_f(d.get("recompile_s")),
+            recompiles_in_window=int(d.get("recompiles_in_window") or 0),
+            recompile_s_in_window=_f(d.get("recompile_s_in_window")),
+            recompile_events=_rows(d.get("recompile_events")),
+            graph_breaks=_rows(d.get("graph_breaks")),
+            recompile_limit_hits=_rows(d.get("recompile_limit_hits")),
+        )
+
+
+@dataclass(frozen=True)
+class LoaderConfig:
+    """One DataLoader's settings as the script built it."""
+
+    num_workers: int = 0
+    pin_memory: bool = False
+    batch_size: int | None = None
+    cpus_per_rank: int | None = None
+    cpu_count: int | None = None
+    raw: dict[str, Any] = field(default_factory=dict)
+    """Everything recorded about the loader (more arguments than the fields above)."""
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> LoaderConfig:
+        return cls(
+            num_workers=int(d.get("num_workers") or 0),
+            pin_memory=bool(d.get("pin_memory")),
+            batch_size=d.get("batch_size"),
+            cpus_per_rank=d.get("cpus_per_rank"),
+            cpu_count=d.get("cpu_count"),
+            raw=d,
+        )
+
+    @property
+    def cpus(self) -> int:
+        """CPUs this rank's workers may use (2 when not recorded)."""
+        return int(self.cpus_per_rank or self.cpu_count or 2)
+
+
+@dataclass(frozen=True)
+class RunConfig:
+    """Settings the run used: loaders, precision, optimizers, parallel wrappers, backend flags."""
+
+    dataloaders: list[LoaderConfig] = field(default_factory=list)
+    autocast: list[dict[str, Any]] = field(default_factory=list)
+    grad_scalers: list[dict[str, Any]] = field(default_factory=list)
+    optimizers: list[dict[str, Any]] = field(default_factory=list)
+    optimizer_steps: int = 0
+    backend_flags: dict[str, Any] = field(default_factory=dict)
+    data_parallel: list[dict[str, Any]] | None = None
+    """nn.DataParallel constructions; None when the run did not watch for them."""
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> RunConfig:
+        dp = d.get("data_parallel")
+        return cls(
+            dataloaders=[LoaderConfig.from_dict(x) for x in _rows(d.get("dataloaders"))],
+            autocast=_rows(d.get("autocast")),
+            grad_scalers=_rows(d.get("grad_scalers")),
+            optimizers=_rows(d.get("optimizers")),
+            optimizer_steps=int(d.get("optimizer_steps") or 0),
+            backend_flags=_d(d.get("backend_flags")),
+            data_parallel=_rows(dp) if dp is not None else None,
+        )
+
+    @property
+    def autocast_dtypes(self) -> set[str]:
+        """dtypes of the autocast regions that were enabled."""
+        return {str(e["dtype"]) for e in self.autocast if e.get("enabled")}
+
+
+@dataclass(frozen=True)
+class SyncStats:
+    """Host syncs (per call site), non_blocking copies from unpinned memory, sync-debug sites."""
+
+    host_syncs: list[dict[str, Any]] = field(default_factory=list)
+    """``{"kind", "device", "site", "calls", "seconds"}`` per site."""
+    unpinned_non_blocking: list[dict[str, Any]] = field(default_factory=list)
+    """``{"site", "copies", "bytes"}`` per site."""
+    sync_debug: list[dict[str, Any]] = field(default_factory=list)
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> SyncStats:
+        return cls(
+            host_syncs=_rows(d.get("host_syncs")),
+            unpinned_non_blocking=_rows(d.get("unpinned_non_blocking")),
+            sync_debug=_rows(d.get("sync_debug")),
+        )
+
+
+@dataclass(frozen=True)
+class GpuInfo:
+    """The GPU (name, tensor-core support) and its memory statistics."""
+
+    device: dict[str, Any] = field(default_factory=dict)
+    memory: dict[str, Any] = field(default_factory=dict)
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> GpuInfo:
+        return cls(device=_d(d.get("device")), memory=_d(d.get("memory")))
+
+    @property
+    def bf16_tensor_cores(self) -> bool:
+        return bool(self.device.get("bf16_tensor_cores"))
+
+
+@dataclass(frozen=True)
+class RunRecord:
+    """One rank's ``run.json``, typed for the run rules."""
+
+    exit_status: str | None = None
+    """``completed``, ``stopped`` (by check after the window), ``exception``, ..."""
+    steps: StepStats = field(default_factory=StepStats)
+    compile: CompileStats = field(default_factory=CompileStats)
+    config: RunConfig = field(default_factory=RunConfig)
+    syncs: SyncStats = field(default_factory=SyncStats)
+    gpu: GpuInfo | None = None
+    """None on a CPU run."""
+    ops: dict[str, Any] = field(default_factory=dict)
+    """Operator summary of the profiled window (``gemm_share``, ``median_op_us``, ...)."""
+    oom: dict[str, Any] | None = None
+    raw: dict[str, Any] = field(default_factory=dict)
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> RunRecord:
+        gpu, oom = d.get("gpu"), d.get("oom")
+        return cls(
+            exit_status=_d(d.get("exit")).get("status"),
+            steps=StepStats.from_dict(_d(d.get("steps"))),
+            compile=CompileStats.from_dict(_d(d.get("compile"))),
+            config=RunConfig.from_dict(_d(d.get("config"))),
+            syncs=SyncStats.from_dict(_d(d.get("syncs"))),
+            gpu=GpuInfo.from_dict(gpu) if isinstance(gpu, dict) and gpu else None,
+            ops=_d(d.get("ops")),
+            oom=oom if isinstance(oom, dict) and oom else None,
+            raw=d,
+        )
+
+    @property
+    def step_ms(self) -> float | None:
+        """Mean step time (ms), None when no step was measured."""
+        return self.steps.mean_step_ms
+
+    @property
+    def completed(self) -> bool:
+        """The script ran to its own end (so whole-run totals are exact)."""
+        return self.exit_status == "completed"

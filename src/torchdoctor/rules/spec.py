@@ -1,0 +1,91 @@
+"""The shape of a registry entry: what a finding is, how severe it gets, how its fix is built.
+
+See ``rules/registry.py`` for how to add a finding.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, Literal, get_args
+
+from torchdoctor.rules import thresholds as th
+from torchdoctor.rules.thresholds import Threshold
+
+Severity = Literal["critical", "warning", "info"]
+SEVERITIES: tuple[str, ...] = get_args(Severity)
+
+Source = Literal["trace", "run", "ranks"]
+"""Where a finding comes from: one trace (analyze), a check run's record, or a folder of ranks."""
+
+FixBuilder = Callable[..., str]
+"""Builds the code to paste from typed inputs (the rule passes what it measured)."""
+
+
+def more_severe(a: Severity, b: Severity) -> Severity:
+    """The more severe of two severities."""
+    return a if SEVERITIES.index(a) <= SEVERITIES.index(b) else b
+
+
+@dataclass(frozen=True)
+class SeverityPolicy:
+    """How a finding's share of the step maps to a severity.
+
+    ``grade(share)`` is critical at ``critical``, warning at ``warn``, info below, raised to at
+    least ``floor``; ``fixed`` overrides all of it. ``risk`` marks findings about a risk rather
+    than time (memory pressure, wrong numerics): they keep their severity at any saving.
+    """
+
+    warn: float = th.WARNING_SHARE
+    critical: float = th.CRITICAL_SHARE
+    floor: Severity = "info"
+    fixed: Severity | None = None
+    risk: bool = False
+
+    def grade(self, share: float) -> Severity:
+        """The severity for a saving of ``share`` (fraction of the step)."""
+        if self.fixed is not None:
+            return self.fixed
+        level: Severity = (
+            "critical" if share >= self.critical else "warning" if share >= self.warn else "info"
+        )
+        return more_severe(level, self.floor)
+
+
+@dataclass(frozen=True)
+class FindingSpec:
+    """One registry entry: everything about a finding except the rule that measures it."""
+
+    id: str
+    """Stable identifier; tools (tune, CI gates, dashboards) key on it, so never rename one."""
+    label: str
+    """Short name for the verdict line ("Fix first: <label>")."""
+    title: str
+    """Title template, filled with ``str.format`` from the numbers the rule measured."""
+    sources: tuple[Source, ...]
+    """Which analyses produce it (a trace rule and a run rule may share one id)."""
+    severity: SeverityPolicy
+    threshold: Threshold | None
+    """The threshold that fires the finding (with its reason); None when any occurrence does."""
+    fix: FixBuilder
+    """Returns the code to paste; called with the typed inputs the rule documents."""
+    explanation: str
+    """Why this costs time, in a sentence or two."""
+    doc_url: str
+    knobs: tuple[str, ...] = ()
+    """``torchdoctor tune`` knobs this finding points at, most relevant first."""
+    aliases: tuple[str, ...] = ()
+    """Ids of other findings that describe the same problem; ``check`` keeps one, this one."""
+
+    def format_title(self, **values: Any) -> str:
+        """The title with the measured values filled in."""
+        return self.title.format(**values)
+
+
+def static(text: str) -> FixBuilder:
+    """A fix builder that ignores its inputs (the fix does not depend on the user's code)."""
+
+    def build(*_: Any, **__: Any) -> str:
+        return text
+
+    return build
