@@ -16,6 +16,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import IO, Any
 
+from torchdoctor.memory.entry_shape import EntryShape
 from torchdoctor.memory.errors import SnapshotError
 from torchdoctor.memory.safe_pickle import check_header
 
@@ -66,6 +67,7 @@ class StreamingReader:
         self.on_sweep = on_sweep
         self.on_frames = on_frames
         self.memo_rewritten = False
+        self.shape: EntryShape | None = None
         self.stack: list[Any] = []
         self.metastack: list[list[Any]] = []
         self.memo: list[Any] = []
@@ -94,6 +96,8 @@ class StreamingReader:
             return False
         key = id(target)
         self.trace_lists[key] = target  # keeps the id valid until the end
+        if self.shape is None and not self.memo_rewritten:
+            self.shape = EntryShape.learn(items[-1], self.memo)
         for item in items:
             self.on_event(key, item)
         return True
@@ -192,6 +196,12 @@ class StreamingReader:
                 stack.append(_unpack_i(buf, pos)[0])
                 pos += 4
             elif op == 0x7D:  # EMPTY_DICT
+                if self.shape is not None:
+                    found = self.shape.match(buf, start, memo, self.on_frames)
+                    if found is not None:  # a whole trace entry in one regex match
+                        stack.append(found[0])
+                        pos = found[1]
+                        continue
                 stack.append({})
             elif op == 0x5D:  # EMPTY_LIST
                 if stack and stack[-1] == "frames" and not self.memo_rewritten:
