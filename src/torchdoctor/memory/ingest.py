@@ -133,6 +133,8 @@ def _check_shape(path: Path, top: Any) -> dict[str, Any]:
 
 def ingest(path: Path, *, stream: bool | None = None) -> Ingested:
     """Read ``path`` with the restricted reader (``stream=None``: chosen by file size)."""
+    if path.is_dir():
+        raise SnapshotError(f"{path}: is a folder; give the snapshot file (a .pickle)")
     if not path.is_file():
         raise SnapshotError(f"{path}: no such file")
     if stream is None:

@@ -118,6 +118,7 @@ class StreamingReader:
             try:
                 pos = self._steps(buf, pos, len(buf) if eof else len(buf) - _MARGIN)
             except _Stop:
+                self._sweep()
                 return self.result
             except (IndexError, struct.error):
                 if eof:
