@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -103,3 +105,16 @@ def test_cli_text_and_json(gpt_snapshot: Path) -> None:
         data["devices"][0]["history"]["peak_allocated_bytes"]
         > data["devices"][0]["segments"]["allocated_bytes"]
     )
+
+
+def test_the_command_never_imports_torch(gpt_snapshot: Path) -> None:
+    probe = (
+        "import sys\n"
+        "from click.testing import CliRunner\n"
+        "from torchdoctor.cli import cli\n"
+        f"r = CliRunner().invoke(cli, ['memory', {str(gpt_snapshot)!r}, '--json'])\n"
+        "assert r.exit_code == 0, r.output\n"
+        "print('torch' in sys.modules)\n"
+    )
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=120)
+    assert out.stdout.strip() == "False", out.stderr
