@@ -29,6 +29,7 @@ class HolderTable:
     _by_list: dict[int, tuple[Any, int]] = field(default_factory=dict)
     _by_frames: dict[tuple[int, ...], int] = field(default_factory=dict)
     _by_ops: dict[bytes, int] = field(default_factory=dict)
+    _unsettled: list[int] = field(default_factory=list)
 
     def intern(self, holder: Holder) -> int:
         found = self._ids.get(holder)
@@ -65,12 +66,22 @@ class HolderTable:
         return found
 
     def sweep(self, memo: list[Any], start: int) -> None:
-        """Swap frames lists already classified for their holder id, then forget the lists."""
-        by_list = self._by_list
-        for i in range(start, len(memo)):
+        """Swap frames lists already classified for their holder id and forget them.
+
+        A frames list whose entry is still in an open batch is not classified yet: its slot is
+        retried at the next sweep (so are the few lists of segment blocks, which never are).
+        """
+        by_list, waiting = self._by_list, []
+        for i in [*self._unsettled, *range(start, len(memo))]:
             value = memo[i]
-            if type(value) is list and id(value) in by_list:
-                memo[i] = by_list[id(value)][1]
+            if type(value) is not list:
+                continue
+            found = by_list.pop(id(value), None)
+            if found is not None:
+                memo[i] = found[1]
+            elif value and type(value[0]) is dict and "filename" in value[0]:
+                waiting.append(i)
+        self._unsettled = waiting
         by_list.clear()
 
 

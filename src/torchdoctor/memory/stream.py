@@ -16,7 +16,6 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import IO, Any
 
-from torchdoctor.memory.entry_shape import EntryShape
 from torchdoctor.memory.errors import SnapshotError
 from torchdoctor.memory.safe_pickle import check_header
 
@@ -67,11 +66,11 @@ class StreamingReader:
         self.on_sweep = on_sweep
         self.on_frames = on_frames
         self.memo_rewritten = False
-        self.shape: EntryShape | None = None
         self.stack: list[Any] = []
         self.metastack: list[list[Any]] = []
         self.memo: list[Any] = []
         self.swept_to = 0
+        self._unfilled: list[int] = []
         self.trace_lists: dict[int, list[Any]] = {}
         self.result: Any = None
 
@@ -96,17 +95,20 @@ class StreamingReader:
             return False
         key = id(target)
         self.trace_lists[key] = target  # keeps the id valid until the end
-        if self.shape is None and not self.memo_rewritten:
-            self.shape = EntryShape.learn(items[-1], self.memo)
         for item in items:
             self.on_event(key, item)
         return True
 
     def _sweep(self) -> None:
-        memo, start = self.memo, self.swept_to
-        for i in range(start, len(memo)):
-            if _is_entry(memo[i]):
-                memo[i] = None  # handed over already; a later reference is refused
+        memo, start, waiting = self.memo, self.swept_to, []
+        for i in [*self._unfilled, *range(start, len(memo))]:
+            value = memo[i]
+            if type(value) is dict:
+                if "action" in value:
+                    memo[i] = None  # a trace entry: handed over; entries are never referenced again
+                elif not value:
+                    waiting.append(i)  # memoized before it is filled: look again next time
+        self._unfilled = waiting
         self.on_sweep(memo, start)
         self.swept_to = len(memo)
 
@@ -197,12 +199,6 @@ class StreamingReader:
                 stack.append(_unpack_i(buf, pos)[0])
                 pos += 4
             elif op == 0x7D:  # EMPTY_DICT
-                if self.shape is not None:
-                    found = self.shape.match(buf, start, memo, self.on_frames)
-                    if found is not None:  # a whole trace entry in one regex match
-                        stack.append(found[0])
-                        pos = found[1]
-                        continue
                 stack.append({})
             elif op == 0x5D:  # EMPTY_LIST
                 if stack and stack[-1] == "frames" and not self.memo_rewritten:
