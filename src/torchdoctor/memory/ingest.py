@@ -115,7 +115,8 @@ class _Sink:
             ) from None
         if action == "oom":
             replay.oom(size, int(entry.get("device_free", addr)), time_us)
-        holder = self.holders.of_frames(entry.get("frames")) if action == "alloc" else -1
+        # every entry's stack is looked up (cached), so its frames list can be let go at the next sweep
+        holder = self.holders.of_frames(entry.get("frames"))
         replay.feed(action, addr, size, time_us, holder)
 
 
