@@ -102,6 +102,7 @@ def cli() -> None:
       torchdoctor analyze TRACE        diagnose a torch.profiler trace (file or folder of ranks)
       torchdoctor check train.py ARGS  run a script unchanged, watch it, report what is slow
       torchdoctor tune workload.py     measure configurations, keep the fastest faithful one
+      torchdoctor memory SNAPSHOT      explain a CUDA memory snapshot: peak, holders, fragmentation, OOM
       torchdoctor demo                 profile a small bundled training loop, then analyse it
     """
 
@@ -176,6 +177,24 @@ def demo(out: str, steps: int) -> None:
     trace_path = run_demo(out, steps=steps)
     click.echo(f"wrote {trace_path}\n$ torchdoctor analyze {trace_path}\n")
     render_text(analyze_path(trace_path), top=8)
+
+
+@cli.command()
+@click.argument("snapshot", type=click.Path(path_type=str))
+@click.option("--json", "as_json", is_flag=True, help="Print the whole report as JSON instead.")
+@click.option(
+    "--stream/--no-stream",
+    default=None,
+    help="Force the bounded-memory streaming reader on or off (default: on above 64 MiB).",
+)
+@_guarded
+def memory(snapshot: str, as_json: bool, stream: bool | None) -> None:
+    """Explain a CUDA memory snapshot (torch.cuda.memory._dump_snapshot) without importing torch."""
+    from torchdoctor.memory.analysis import analyze_snapshot
+    from torchdoctor.memory.render import render_json, render_text
+
+    report = analyze_snapshot(snapshot, stream=stream)
+    click.echo(render_json(report) if as_json else render_text(report))
 
 
 def main() -> None:

@@ -186,6 +186,11 @@ def finish_record(session: Any, outcome: Outcome, script: str, args: list[str]) 
     exc = outcome.exception
     if exc is not None and gpu_probe.is_oom(exc):
         record["oom"] = _oom(exc, session.folder)
+        if record["oom"].get("snapshot_file"):  # explain it now: who held the memory, fragmentation
+            from torchdoctor.memory.headline import snapshot_headline
+
+            snapshot = session.folder / record["oom"]["snapshot_file"]
+            record["oom"]["memory_analysis"] = snapshot_headline(snapshot)
     session.stop_memory_history()
     outcome.exception = None  # drop the traceback: it keeps DataLoader workers alive
     record["findings"] = [f.to_dict() for f in run_findings(record)]

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from torchdoctor.rules import fixes as fx
 from torchdoctor.rules import thresholds as th
+from torchdoctor.rules.catalog_trace import MEMORY_COMMAND
 from torchdoctor.rules.spec import FindingSpec, SeverityPolicy, static
 
 D = fx.DOCS
@@ -160,7 +161,7 @@ RUN_SPECS: tuple[FindingSpec, ...] = (
         fix=static(fx.FRAGMENTATION),
         explanation="The caching allocator holds blocks it cannot reuse for differently sized "
         "tensors; retries free the cache and synchronise. Expandable segments grow in place "
-        "instead.",
+        "instead. " + MEMORY_COMMAND,
         doc_url=ALLOC_DOCS,
     ),
     FindingSpec(
@@ -171,8 +172,8 @@ RUN_SPECS: tuple[FindingSpec, ...] = (
         severity=SeverityPolicy(fixed="critical", risk=True),
         threshold=None,
         fix=static(fx.OOM),
-        explanation="What filled the memory: {parts}. See memory_summary.txt and "
-        "memory_snapshot.pickle (https://pytorch.org/memory_viz).",
+        explanation="What filled the memory: {parts}. Who held it and how fragmented the cache "
+        "was: `torchdoctor memory memory_snapshot.pickle` in the run folder (docs/memory.md).",
         doc_url=f"{D}/torch_cuda_memory.html",
     ),
     FindingSpec(

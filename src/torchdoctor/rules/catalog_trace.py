@@ -6,6 +6,13 @@ from torchdoctor.rules import fixes as fx
 from torchdoctor.rules import thresholds as th
 from torchdoctor.rules.spec import FindingSpec, SeverityPolicy, static
 
+# Memory findings point at the command that explains a snapshot.
+MEMORY_COMMAND = (
+    "To see which code holds the memory at the peak and how fragmented the cache is, record a "
+    "snapshot (`torchdoctor check --memory`, or `Runtime(memory_history=True)`) and run "
+    "`torchdoctor memory SNAPSHOT.pickle` (docs/memory.md)."
+)
+
 D = fx.DOCS
 
 TRACE_SPECS: tuple[FindingSpec, ...] = (
@@ -189,7 +196,7 @@ TRACE_SPECS: tuple[FindingSpec, ...] = (
         threshold=th.MEMORY_PRESSURE,
         fix=static(fx.MEMORY_PRESSURE),
         explanation="Peak memory is close to the device's capacity: one larger batch or a "
-        "fragmented pool fails with out-of-memory.",
+        "fragmented pool fails with out-of-memory. " + MEMORY_COMMAND,
         doc_url=f"{D}/notes/cuda.html#optimizing-memory-usage-with-pytorch-cuda-alloc-conf",
     ),
     FindingSpec(

@@ -237,6 +237,14 @@ def out_of_memory(run: RunRecord) -> list[Finding]:
     if oom.get("reserved_unallocated_bytes"):
         parts.append(f"{oom['reserved_unallocated_bytes'] / gib:.2f} GiB reserved but unused")
     s, text = spec("out-of-memory"), "; ".join(parts)
+    # the snapshot's analysis (torchdoctor memory), when check could read it: holders by code
+    snapshot = oom.get("memory_analysis") or {}
+    where = [h["where"] for h in snapshot.get("top_holders", [])] or [
+        b["where"] for b in oom.get("largest_blocks", []) if b.get("where")
+    ]
+    explanation = s.explanation.format(parts=text)
+    if snapshot.get("text"):
+        explanation += f" Snapshot: {snapshot['text']}."
     return [
         make(
             run,
@@ -244,8 +252,8 @@ def out_of_memory(run: RunRecord) -> list[Finding]:
             s.format_title(parts=text),
             run.step_ms or 0.0,
             {"oom": oom, "model_state_bytes": model_state},
-            explanation=s.explanation.format(parts=text),
-            where=[b["where"] for b in oom.get("largest_blocks", []) if b.get("where")],
+            explanation=explanation,
+            where=where,
         )
     ]
 

@@ -27,6 +27,7 @@ from torchdoctor.runtime.compile_guard import RecompileGuard
 from torchdoctor.runtime.data import DevicePrefetcher, RuntimeLoader, build_dataloader, plan_loader
 from torchdoctor.runtime.flops import FlopProbe
 from torchdoctor.runtime.log import logger
+from torchdoctor.runtime.memory_history import MemoryHistory
 from torchdoctor.runtime.meter import Meter
 from torchdoctor.runtime.module import RuntimeModule
 from torchdoctor.runtime.optim import apply_optimizer_impl
@@ -65,7 +66,9 @@ class Runtime:
     GradScaler (fp16 only), ``flops_per_step`` replaces the FLOP count the meter measures and
     ``compile_backend`` is torch.compile's backend ("aot_eager" compiles in a fraction of the time,
     for debugging). ``wrap_policy`` picks FSDP2's units (block classes, or a function of a module;
-    default: the blocks of each ``nn.ModuleList``).
+    default: the blocks of each ``nn.ModuleList``). ``memory_history=True`` (or a folder) records
+    CUDA allocation history with Python stacks and, on out-of-memory, dumps a snapshot and logs
+    what ``torchdoctor memory`` finds in it (see ``docs/memory.md``).
     """
 
     def __init__(
@@ -77,6 +80,7 @@ class Runtime:
         flops_per_step: float | None = None,
         compile_backend: str = "inductor",
         wrap_policy: WrapPolicy | Iterable[type[nn.Module]] | None = None,
+        memory_history: bool | str | Path = False,
         **settings: Any,
     ) -> None:
         self.config = _merge(config, settings)
@@ -116,6 +120,11 @@ class Runtime:
         self._loader_plan: dict[str, Any] | None = None
         logger.info("precision %s: %s", self.precision.precision, self.precision.reason)
         logger.info("strategy %s: %s", self.strategy.name, why)
+        self.memory_history: MemoryHistory | None = None
+        if memory_history:  # opt-in: stacks per allocation; snapshot + analysis on OOM
+            folder = "." if memory_history is True else memory_history
+            self.memory_history = MemoryHistory(self.device, folder)
+            self.memory_history.start()
 
     @classmethod
     def from_file(cls, path: str | Path, **kwargs: Any) -> Runtime:
@@ -412,5 +421,7 @@ class Runtime:
 
     def close(self) -> None:
         """Destroy the process group if this runtime created it (also runs at exit)."""
+        if self.memory_history is not None:
+            self.memory_history.stop()
         if distributed.created_here():
             distributed.teardown()

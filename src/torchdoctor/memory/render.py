@@ -1,0 +1,137 @@
+"""Text and JSON for a :class:`MemoryReport` (the analysis never prints)."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from typing import Any
+
+from torchdoctor.memory.model import DeviceHistory, DeviceMemory, HolderRow, MemoryReport, OomReport
+
+DOCS = "docs/memory.md"
+
+
+def fmt_bytes(n: int) -> str:
+    """Binary units, three significant figures: ``1.09 GiB``, ``147 MiB``, ``512 B``."""
+    value, sign = float(abs(n)), "-" if n < 0 else ""
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if value < 1024 or unit == "TiB":
+            text = f"{value:.0f}" if unit == "B" or value >= 100 else f"{value:.3g}"
+            return f"{sign}{text} {unit}"
+        value /= 1024
+    raise AssertionError
+
+
+def _holders(rows: tuple[HolderRow, ...], indent: str = "    ") -> list[str]:
+    width = max((len(r.label) for r in rows), default=10)
+    return [
+        f"{indent}{fmt_bytes(r.live_bytes):>10}  {r.share:6.1%}  {r.label:<{width}}  [{r.category}]"
+        for r in rows
+    ]
+
+
+def _segments(d: DeviceMemory) -> list[str]:
+    s = d.segments
+    lines = [
+        f"  at the snapshot: reserved {fmt_bytes(s.reserved_bytes)}, allocated {fmt_bytes(s.allocated_bytes)}, "
+        f"active {fmt_bytes(s.active_bytes)}, requested {fmt_bytes(s.requested_bytes)} ({s.segments} segments)",
+        f"  cached but unallocated: {fmt_bytes(s.free_bytes)}"
+        f" ({s.free_bytes / max(1, s.reserved_bytes):.0%} of reserved); whole empty segments "
+        f"{s.empty_segments} ({fmt_bytes(s.empty_segment_bytes)}, released by torch.cuda.empty_cache()); "
+        f"mostly empty segments {s.mostly_empty_segments} of {s.segments}",
+    ]
+    for c in s.by_class:
+        lines.append(
+            f"    {c.size_class:<10} {c.segments:4d} segments  reserved {fmt_bytes(c.reserved_bytes):>10}  "
+            f"free {fmt_bytes(c.free_bytes):>10}  largest free block {fmt_bytes(c.largest_free_block_bytes)}"
+        )
+    return lines
+
+
+def _history(h: DeviceHistory) -> list[str]:
+    span_ms = (h.last_time_us - h.first_time_us) / 1000
+    actions = ", ".join(f"{k} {v}" for k, v in sorted(h.actions.items()))
+    lines = [
+        f"  history: {h.entries} entries over {span_ms:.1f} ms ({actions})",
+        f"  peak allocated: {fmt_bytes(h.peak_allocated_bytes)} at entry {h.peak_entry} "
+        f"(+{(h.peak_time_us - h.first_time_us) / 1000:.1f} ms); "
+        f"{fmt_bytes(h.baseline_allocated_bytes)} was allocated before the first entry; "
+        f"largest request {fmt_bytes(h.largest_request_bytes)}",
+    ]
+    if not h.consistent:
+        lines.append(
+            f"  warning: {h.unmatched_live_blocks} allocations live at the end of the history "
+            "are not allocated blocks of the snapshot (history and segments disagree)"
+        )
+    cats = ", ".join(
+        f"{k} {fmt_bytes(v)}"
+        for k, v in sorted(h.categories_at_peak.items(), key=lambda kv: -kv[1])
+    )
+    lines += [
+        f"  by kind at the peak: {cats}",
+        "  who holds the memory at the peak (first user frame):",
+    ]
+    return lines + _holders(h.holders_at_peak)
+
+
+def _oom(o: OomReport) -> list[str]:
+    return [
+        f"  OUT OF MEMORY: requested {fmt_bytes(o.requested_bytes)}, the device had "
+        f"{fmt_bytes(o.device_free_bytes)} free; allocated {fmt_bytes(o.allocated_bytes)}, reserved "
+        f"{fmt_bytes(o.reserved_bytes)}, of which {fmt_bytes(o.cached_unallocated_bytes)} cached but "
+        "unallocated (fragmented)",
+        "  top holders at that moment:",
+        *_holders(o.top_holders),
+    ]
+
+
+def _device(d: DeviceMemory) -> list[str]:
+    lines = [f"device {d.device}", *_segments(d)]
+    if d.history is not None:
+        for o in d.history.ooms:
+            lines += _oom(o)
+        lines += _history(d.history)
+    if d.fixes:
+        lines.append("  fragmentation matters; fixes (try in order):")
+        for f in d.fixes:
+            lines += [f"    {f.env}", f"      why: {f.evidence}"]
+    elif d.fragmentation_matters:
+        lines.append("  fragmentation matters, but the allocator settings that help are already on")
+    else:
+        s = d.segments
+        lines.append(
+            f"  fragmentation: low ({fmt_bytes(s.split_free_bytes)} free inside partly used segments, "
+            f"{s.split_free_bytes / max(1, s.reserved_bytes):.0%} of reserved; largest free block "
+            f"{fmt_bytes(s.largest_free_block_bytes)})"
+        )
+    return lines
+
+
+def render_text(report: MemoryReport) -> str:
+    mode = "streamed" if report.streamed else "read whole"
+    lines = [
+        f"memory snapshot {report.path} ({fmt_bytes(report.file_bytes)}, {mode}, restricted unpickler)"
+    ]
+    lines += [f"note: {n}" for n in report.notes]
+    for d in report.devices:
+        lines += ["", *_device(d)]
+    lines += ["", f"definitions and fixes: {DOCS}"]
+    return "\n".join(lines)
+
+
+def _plain(obj: Any) -> Any:
+    if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
+        return {
+            f.name: _plain(getattr(obj, f.name))
+            for f in dataclasses.fields(obj)
+            if f.name != "active_blocks"
+        }
+    if isinstance(obj, (list, tuple)):
+        return [_plain(x) for x in obj]
+    if isinstance(obj, dict):
+        return {str(k): _plain(v) for k, v in obj.items()}
+    return obj
+
+
+def render_json(report: MemoryReport) -> str:
+    return json.dumps(_plain(report), indent=2)

@@ -1,0 +1,154 @@
+"""Replay a device's allocation history entry by entry, keeping only bounded state.
+
+Follows the caching allocator's counters: ``memory_allocated`` goes up at ``alloc`` and down at
+``free_requested`` (the tensor is gone; a block waiting on another stream is still *active* until
+``free_completed``); reserved memory moves with ``segment_alloc``/``segment_free`` (and the
+``segment_map``/``segment_unmap`` of expandable segments). The history is a window (the allocator
+keeps the last ``max_entries``), so the replay counts relative to its first entry; the snapshot's
+segments fix the absolute level afterwards (:func:`torchdoctor.memory.analysis`).
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass, field
+
+SERIES_POINTS = 2048
+
+_RESERVE = {"segment_alloc": 1, "segment_map": 1, "segment_free": -1, "segment_unmap": -1}
+
+
+@dataclass
+class OomMoment:
+    """The allocator's state when an ``oom`` entry was recorded (bytes relative to the window)."""
+
+    index: int
+    time_us: int
+    requested_bytes: int
+    device_free_bytes: int
+    allocated_rel_bytes: int
+    reserved_rel_bytes: int
+    live_by_holder: dict[int, int]
+    unknown_freed_bytes: int
+
+
+@dataclass
+class Series:
+    """At most ``SERIES_POINTS`` points of (time_us, allocated, reserved), relative to the window.
+
+    Each point keeps the highest allocated value of the entries it covers, so a short peak is never
+    averaged away; when full, neighbouring points merge and the stride doubles.
+    """
+
+    stride: int = 1
+    points: list[tuple[int, int, int]] = field(default_factory=list)
+    _pending: tuple[int, int, int] | None = None
+    _count: int = 0
+
+    def add(self, time_us: int, allocated: int, reserved: int) -> None:
+        point = (time_us, allocated, reserved)
+        if self._pending is None or allocated > self._pending[1]:
+            self._pending = point
+        self._count += 1
+        if self._count >= self.stride:
+            self.flush()
+
+    def flush(self) -> None:
+        if self._pending is not None:
+            self.points.append(self._pending)
+        self._pending, self._count = None, 0
+        if len(self.points) >= SERIES_POINTS:
+            pairs = zip(self.points[0::2], self.points[1::2], strict=False)
+            self.points = [max(a, b, key=lambda p: p[1]) for a, b in pairs]
+            self.stride *= 2
+
+
+@dataclass
+class DeviceReplay:
+    """Running counters and the live allocations of one device's history."""
+
+    allocated: int = 0
+    active: int = 0
+    reserved: int = 0
+    peak: int = 0
+    peak_index: int = -1
+    peak_time_us: int = 0
+    entries: int = 0
+    largest_request_bytes: int = 0
+    unknown_freed: int = 0
+    unknown_freed_at_peak: int = 0
+    first_time_us: int | None = None
+    last_time_us: int = 0
+    live: dict[int, tuple[int, int]] = field(default_factory=dict)
+    live_at_peak: dict[int, tuple[int, int]] = field(default_factory=dict)
+    counts: Counter[str] = field(default_factory=Counter)
+    ooms: list[OomMoment] = field(default_factory=list)
+    series: Series = field(default_factory=Series)
+    _peak_pending: bool = False
+
+    def feed(self, action: str, addr: int, size: int, time_us: int, holder: int) -> None:
+        """Apply one history entry; ``holder`` is the interned holder of its stack."""
+        self.counts[action] += 1
+        if self.first_time_us is None:
+            self.first_time_us = time_us
+        self.last_time_us = time_us
+        if action == "alloc":
+            self._alloc(addr, size, holder)
+        elif action in ("free_requested", "free"):
+            self._free(addr, size)
+            if action == "free":
+                self.active -= size
+        elif action == "free_completed":
+            self.active -= size
+        elif action in _RESERVE:
+            self.reserved += _RESERVE[action] * size
+        self.entries += 1
+        self.series.add(time_us, self.allocated, self.reserved)
+
+    def _alloc(self, addr: int, size: int, holder: int) -> None:
+        self.allocated += size
+        self.active += size
+        self.live[addr] = (size, holder)
+        self.largest_request_bytes = max(self.largest_request_bytes, size)
+        if self.allocated > self.peak:
+            self.peak, self.peak_index, self.peak_time_us = (
+                self.allocated,
+                self.entries,
+                self.last_time_us,
+            )
+            self._peak_pending = True  # copy the live set lazily, before it next shrinks
+
+    def _free(self, addr: int, size: int) -> None:
+        if self._peak_pending:
+            self.capture_peak()
+        self.allocated -= size
+        if self.live.pop(addr, None) is None:
+            self.unknown_freed += size  # allocated before the recorded window
+
+    def capture_peak(self) -> None:
+        self.live_at_peak = dict(self.live)
+        self.unknown_freed_at_peak = self.unknown_freed
+        self._peak_pending = False
+
+    def oom(self, requested: int, device_free: int, time_us: int) -> None:
+        self.largest_request_bytes = max(self.largest_request_bytes, requested)  # it was asked for
+        by_holder: Counter[int] = Counter()
+        for size, holder in self.live.values():
+            by_holder[holder] += size
+        self.ooms.append(
+            OomMoment(
+                self.entries,
+                time_us,
+                requested,
+                device_free,
+                self.allocated,
+                self.reserved,
+                dict(by_holder),
+                self.unknown_freed,
+            )
+        )
+
+    def finish(self) -> None:
+        if self._peak_pending:
+            self.capture_peak()
+        self.series.flush()
