@@ -1,4 +1,4 @@
-"""Peak dense FLOP/s of NVIDIA GPUs, keyed by model and dtype, for MFU.
+"""Peak dense FLOP/s of NVIDIA (and AMD Instinct) GPUs, keyed by model and dtype, for MFU.
 
 Pure Python (no torch import): the runtime looks a GPU up by ``torch.cuda.get_device_name()`` and
 the trace analyser by the ``name`` in a trace's ``deviceProperties``. Every rate is the *dense*
@@ -31,6 +31,9 @@ class GpuSpec:
     peak_flops: dict[str, float] = field(default_factory=dict)
     """Dense peak FLOP/s per dtype ("fp32", "tf32", "bf16", "fp16", "fp8"); a dtype the tensor
     cores lack is absent."""
+    sm_count: int | None = None
+    """Streaming multiprocessors (compute units on AMD) the peak rates assume; set for GPUs that
+    can be partitioned (MIG), whose slices get a share of the rates in proportion."""
 
     @property
     def has_tensor_cores(self) -> bool:
@@ -47,41 +50,52 @@ class GpuSpec:
         return self.peak_flops.get(dtype)
 
 
-def _spec(name: str, cc: tuple[int, int], **tflops: float) -> GpuSpec:
+def _spec(name: str, cc: tuple[int, int], sms: int | None = None, **tflops: float) -> GpuSpec:
     return GpuSpec(
-        name=name, compute_capability=cc, peak_flops={k: v * _T for k, v in tflops.items()}
+        name=name,
+        compute_capability=cc,
+        peak_flops={k: v * _T for k, v in tflops.items()},
+        sm_count=sms,
     )
 
 
-# Sources: NVIDIA datasheets (V100 r5, T4, A10, A40, A100 r4, L4, L40S, H100 / H200 / GH200
-# Tensor Core, HGX B200). Sparse figures are halved. AWS publishes no A10G datasheet; the A10
-# figures are the closest published ones and are used for it. The HGX B200 datasheet gives no
-# plain fp32 rate; 80 TFLOP/s is the commonly quoted figure and is the least certain entry here.
-_VOLTA_SXM = _spec("V100 SXM2", (7, 0), fp32=15.7, fp16=125)
+# Every rate is dense (datasheet sparse figures halved). Each row names its source.
+_VOLTA_SXM = _spec("V100 SXM2", (7, 0), fp32=15.7, fp16=125)  # V100 datasheet (Jan 2020), SXM2
+# H100 SXM / H200 SXM / GH200 share the SXM5 rates: H100 Tensor Core GPU datasheet (SXM column),
+# H200 datasheet (SXM column), GH200 datasheet.
 _HOPPER_SXM = dict(fp32=66.9, tf32=494.7, bf16=989.4, fp16=989.4, fp8=1978.9)
-# The H100 NVL / H200 NVL datasheets give per-GPU sparse rates of 835 (tf32), 1671 (bf16),
+# H100 NVL / H200 NVL datasheets give per-GPU sparse rates of 835 (tf32), 1671 (bf16),
 # 3341 (fp8) TFLOP/s at 400 W.
 _HOPPER_NVL = dict(fp32=60, tf32=417.5, bf16=835.5, fp16=835.5, fp8=1670.5)
 
 GPU_SPECS: tuple[GpuSpec, ...] = (
     _VOLTA_SXM,
-    _spec("V100 PCIe", (7, 0), fp32=14, fp16=112),
-    _spec("V100S PCIe", (7, 0), fp32=16.4, fp16=130),
-    _spec("T4", (7, 5), fp32=8.1, fp16=65),
-    _spec("A10G", (8, 6), fp32=31.2, tf32=62.5, bf16=125, fp16=125),
-    _spec("A10", (8, 6), fp32=31.2, tf32=62.5, bf16=125, fp16=125),
-    _spec("A40", (8, 6), fp32=37.4, tf32=74.8, bf16=149.7, fp16=149.7),
-    _spec("A100 SXM", (8, 0), fp32=19.5, tf32=156, bf16=312, fp16=312),
-    _spec("A100 PCIe", (8, 0), fp32=19.5, tf32=156, bf16=312, fp16=312),
-    _spec("L4", (8, 9), fp32=30.3, tf32=60, bf16=121, fp16=121, fp8=242.5),
-    _spec("L40S", (8, 9), fp32=91.6, tf32=183, bf16=362.05, fp16=362.05, fp8=733),
-    _spec("H100 SXM", (9, 0), **_HOPPER_SXM),
-    _spec("H100 PCIe", (9, 0), fp32=51.2, tf32=378, bf16=756, fp16=756, fp8=1513),
-    _spec("H100 NVL", (9, 0), **_HOPPER_NVL),
-    _spec("GH200", (9, 0), **_HOPPER_SXM),
-    _spec("H200 SXM", (9, 0), **_HOPPER_SXM),
-    _spec("H200 NVL", (9, 0), **_HOPPER_NVL),
-    _spec("B200", (10, 0), fp32=80, tf32=1100, bf16=2250, fp16=2250, fp8=4500),
+    _spec("V100 PCIe", (7, 0), fp32=14, fp16=112),  # V100 datasheet, PCIe column
+    _spec("V100S PCIe", (7, 0), fp32=16.4, fp16=130),  # V100S datasheet
+    _spec("T4", (7, 5), fp32=8.1, fp16=65),  # T4 datasheet (fp16 mixed precision)
+    # A10G (AWS G5): no NVIDIA datasheet. Its tensor rate is about half the A10's: the commonly
+    # quoted figures are ~70 dense bf16/fp16 and ~35 tf32 (AWS G5 material); fp32 31.2 as the A10.
+    _spec("A10G", (8, 6), fp32=31.2, tf32=35, bf16=70, fp16=70),
+    _spec("A10", (8, 6), fp32=31.2, tf32=62.5, bf16=125, fp16=125),  # A10 datasheet
+    _spec("A40", (8, 6), fp32=37.4, tf32=74.8, bf16=149.7, fp16=149.7),  # A40 datasheet
+    # A100 datasheet (r4): same rates for SXM4 and PCIe; 108 SMs (MIG slices scale by SMs).
+    _spec("A100 SXM", (8, 0), fp32=19.5, tf32=156, bf16=312, fp16=312, sms=108),
+    _spec("A100 PCIe", (8, 0), fp32=19.5, tf32=156, bf16=312, fp16=312, sms=108),
+    _spec("L4", (8, 9), fp32=30.3, tf32=60, bf16=121, fp16=121, fp8=242.5),  # L4 datasheet
+    _spec("L40S", (8, 9), fp32=91.6, tf32=183, bf16=362.05, fp16=362.05, fp8=733),  # L40S ds
+    _spec("H100 SXM", (9, 0), sms=132, **_HOPPER_SXM),  # H100 datasheet, SXM column
+    # H100 datasheet, PCIe column; 114 SMs.
+    _spec("H100 PCIe", (9, 0), fp32=51.2, tf32=378, bf16=756, fp16=756, fp8=1513, sms=114),
+    _spec("H100 NVL", (9, 0), sms=132, **_HOPPER_NVL),  # H100 NVL datasheet
+    _spec("GH200", (9, 0), sms=132, **_HOPPER_SXM),  # GH200 datasheet
+    _spec("H200 SXM", (9, 0), sms=132, **_HOPPER_SXM),  # H200 datasheet, SXM column
+    _spec("H200 NVL", (9, 0), sms=132, **_HOPPER_NVL),  # H200 datasheet, NVL column
+    # HGX B200 datasheet: per-GPU fp32 75 (the 80 quoted elsewhere is GB200's); sparse tf32 2.2,
+    # fp16/bf16 4.5, fp8 9 PFLOP/s halved.
+    _spec("B200", (10, 0), fp32=75, tf32=1100, bf16=2250, fp16=2250, fp8=4500, sms=148),
+    # AMD Instinct MI300X datasheet: dense matrix rates (fp32 matrix 163.4, tf32 653.7, fp16 and
+    # bf16 1307.4, fp8 2614.9). ROCm reports gfx942 as capability 9.4. 304 compute units.
+    _spec("MI300X", (9, 4), fp32=163.4, tf32=653.7, bf16=1307.4, fp16=1307.4, fp8=2614.9, sms=304),
 )
 _BY_NAME = {spec.name: spec for spec in GPU_SPECS}
 
@@ -95,6 +109,7 @@ _PATTERNS: tuple[tuple[str, str], ...] = (
     (r"\bH100\b.*\b(PCIE|HBM2E)\b", "H100 PCIe"),
     (r"\bH100\b", "H100 SXM"),
     (r"\bB200\b", "B200"),
+    (r"\bMI300X\b", "MI300X"),
     (r"\bA100\b.*\bPCIE\b", "A100 PCIe"),
     (r"\bA100\b", "A100 SXM"),
     (r"\bA10G\b", "A10G"),
@@ -113,8 +128,7 @@ def _normalise(name: str) -> str:
     return re.sub(r"[-_/]+", " ", name).upper()
 
 
-def lookup_gpu(name: str) -> GpuSpec | None:
-    """The spec for a device name as CUDA or a trace reports it, or None for an unknown GPU."""
+def _whole_gpu(name: str) -> GpuSpec | None:
     if name in _BY_NAME:
         return _BY_NAME[name]
     text = _normalise(name)
@@ -124,7 +138,34 @@ def lookup_gpu(name: str) -> GpuSpec | None:
     return None
 
 
-def peak_flops(name: str, dtype: str) -> float | None:
-    """Dense peak FLOP/s of GPU ``name`` for ``dtype``; None if the GPU or the rate is unknown."""
-    spec = lookup_gpu(name)
+def is_mig(name: str) -> bool:
+    """True for a MIG slice's device name ("NVIDIA A100-SXM4-40GB MIG 1g.5gb")."""
+    return re.search(r"\bMIG\b", _normalise(name)) is not None
+
+
+def lookup_gpu(name: str, sm_count: int | None = None) -> GpuSpec | None:
+    """The spec for a device name as CUDA or a trace reports it, or None for an unknown GPU.
+
+    A MIG slice's name contains the whole GPU's name; its rates are the whole GPU's scaled by
+    ``sm_count`` (the slice's multiprocessors, ``multi_processor_count``) over the GPU's. Without
+    ``sm_count`` a MIG slice returns None: no MFU beats one against the whole GPU's peak.
+    """
+    spec = _whole_gpu(name)
+    if spec is None or not is_mig(name):
+        return spec
+    if not sm_count or not spec.sm_count or sm_count > spec.sm_count:
+        return None
+    share = sm_count / spec.sm_count
+    return GpuSpec(
+        name=f"{spec.name} MIG {sm_count} SMs",
+        compute_capability=spec.compute_capability,
+        peak_flops={k: v * share for k, v in spec.peak_flops.items()},
+        sm_count=sm_count,
+    )
+
+
+def peak_flops(name: str, dtype: str, sm_count: int | None = None) -> float | None:
+    """Dense peak FLOP/s of GPU ``name`` for ``dtype``; None if the GPU or the rate is unknown
+    (see ``lookup_gpu`` for MIG slices and ``sm_count``)."""
+    spec = lookup_gpu(name, sm_count)
     return spec.peak(dtype) if spec is not None else None

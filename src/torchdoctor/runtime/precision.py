@@ -131,3 +131,16 @@ def make_scaler(plan: PrecisionPlan, device: torch.device, user_scaler: Any | No
     if amp is not None and hasattr(amp, "GradScaler"):
         return amp.GradScaler(device.type)
     return torch.cuda.amp.GradScaler()  # pragma: no cover - torch < 2.3
+
+
+def any_found_inf(flags: list[torch.Tensor]) -> torch.Tensor:
+    """1.0 if any device's GradScaler ``found_inf`` flag is set (the step was skipped), else 0.0.
+
+    A model split over two GPUs in one process has one flag per device: they are moved to the
+    first flag's device and reduced with ``amax`` there (a sum would raise across devices, and
+    would count one skipped step twice). Stays on the device: no host sync.
+    """
+    first = flags[0]
+    if len(flags) == 1:
+        return first.reshape(-1).amax()
+    return torch.stack([f.reshape(-1).to(first.device, non_blocking=True) for f in flags]).amax()

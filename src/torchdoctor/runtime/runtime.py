@@ -29,6 +29,7 @@ from torchdoctor.runtime.meter import Meter
 from torchdoctor.runtime.module import RuntimeModule
 from torchdoctor.runtime.optim import apply_optimizer_impl
 from torchdoctor.runtime.precision import (
+    any_found_inf,
     apply_tf32,
     autocast_factory,
     choose_precision,
@@ -242,13 +243,13 @@ class Runtime:
         assert self.scaler is not None
         self.scaler.step(optimizer)
         try:
-            # A private GradScaler helper (stable since torch 1.6); summed on the device, since
+            # A private GradScaler helper (stable since torch 1.6); reduced on the device, since
             # reading it now would wait for the GPU every step.
             flags = list(self.scaler._found_inf_per_device(optimizer).values())
         except (AttributeError, AssertionError, KeyError):
             flags = []
         if flags:
-            self.meter.skipped = self.meter.skipped + sum(flags)
+            self.meter.skipped = self.meter.skipped + any_found_inf(flags)
         self.scaler.update()
 
     @contextlib.contextmanager
