@@ -6,6 +6,7 @@ pass fakes; none of it runs on a machine without a CUDA device.
 
 from __future__ import annotations
 
+import contextlib
 import pickle
 import re
 import threading
@@ -122,6 +123,9 @@ class NvmlSampler:
         self._stop.set()
         if self._thread is not None:
             self._thread.join(timeout=2.0)
+            self._thread = None
+            with contextlib.suppress(Exception):  # nvmlInit counts references; give ours back
+                self.pynvml.nvmlShutdown()
         util = self.util_pct
         return {
             "samples": len(util),
