@@ -1,0 +1,127 @@
+"""TF32 settings through torch's new ``fp32_precision`` API, the legacy flags, and both mixed.
+
+With torch >= 2.9, once a script sets ``torch.backends.cuda.matmul.fp32_precision`` (or
+``torch.backends.fp32_precision``), *reading* the legacy ``allow_tf32`` or the float32 matmul
+precision raises RuntimeError. The probe must read the new setting first and never raise."""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+import torch
+
+from tests.gpu_fakes import FakeDevice, NvmlAnswers, fake_pynvml, install_fake_cuda
+from torchdoctor.capture.config_probe import backend_flags
+from torchdoctor.capture.options import CheckOptions
+from torchdoctor.capture.runfolder import RankInfo
+from torchdoctor.capture.session import Session
+
+NEW_API = hasattr(torch.backends, "fp32_precision")
+needs_new_api = pytest.mark.skipif(not NEW_API, reason="torch < 2.9 has no fp32_precision API")
+
+
+_NEW_SETTINGS = (
+    (torch.backends, "fp32_precision"),
+    (torch.backends.cuda.matmul, "fp32_precision"),
+    (torch.backends.cudnn, "fp32_precision"),
+    (getattr(torch.backends.cudnn, "conv", None), "fp32_precision"),
+)
+
+
+@pytest.fixture
+def restore_precision() -> Iterator[None]:
+    # torch's TF32 state is global: put back exactly what was there (generic level first).
+    if NEW_API:
+        saved = [(obj, name, getattr(obj, name)) for obj, name in _NEW_SETTINGS]
+        for obj, name, _ in saved[1:]:
+            setattr(obj, name, "none")  # every backend inherits the generic setting
+        yield
+        for obj, name, value in saved:
+            setattr(obj, name, value)
+    else:
+        legacy = torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32
+        precision = torch.get_float32_matmul_precision()
+        yield
+        torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = legacy
+        torch.set_float32_matmul_precision(precision)
+
+
+@needs_new_api
+@pytest.mark.usefixtures("restore_precision")
+def test_new_matmul_api_does_not_raise() -> None:
+    torch.backends.cuda.matmul.fp32_precision = "tf32"
+    with pytest.raises(RuntimeError):  # what made the old probe crash
+        _ = torch.backends.cuda.matmul.allow_tf32
+    flags = backend_flags()
+    assert flags["tf32_matmul"] is True and flags["cuda_matmul_fp32_precision"] == "tf32"
+    assert flags["cuda_matmul_allow_tf32"] is None  # unreadable, not guessed
+
+
+@needs_new_api
+@pytest.mark.usefixtures("restore_precision")
+def test_generic_setting_is_inherited_and_a_specific_one_wins() -> None:
+    torch.backends.fp32_precision = "tf32"  # every backend inherits it...
+    with pytest.raises(RuntimeError):
+        torch.get_float32_matmul_precision()
+    flags = backend_flags()
+    assert flags["tf32_matmul"] is True and flags["float32_matmul_precision"] is None
+    torch.backends.cuda.matmul.fp32_precision = "ieee"  # ...unless set for the backend
+    torch.backends.cudnn.conv.fp32_precision = "ieee"
+    flags = backend_flags()
+    assert flags["tf32_matmul"] is False and flags["tf32_conv"] is False
+
+
+@needs_new_api
+@pytest.mark.usefixtures("restore_precision")
+def test_legacy_switches() -> None:
+    torch.set_float32_matmul_precision("high")
+    assert backend_flags()["tf32_matmul"] is True
+    torch.set_float32_matmul_precision("highest")
+    torch.backends.cudnn.allow_tf32 = False
+    flags = backend_flags()
+    assert flags["tf32_matmul"] is False and flags["tf32_conv"] is False
+
+
+def test_torch_without_the_new_api(monkeypatch: pytest.MonkeyPatch) -> None:
+    # torch 2.5-2.8: no fp32_precision anywhere, only the legacy flags.
+    monkeypatch.setattr(torch.backends.cuda, "matmul", SimpleNamespace(allow_tf32=True))
+    monkeypatch.setattr(torch.backends.cudnn, "conv", SimpleNamespace(), raising=False)
+    flags = backend_flags()
+    assert flags["cuda_matmul_fp32_precision"] is None and flags["tf32_matmul"] is True
+
+
+@needs_new_api
+@pytest.mark.usefixtures("restore_precision")
+def test_window_still_starts_every_probe(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    state, mocks = install_fake_cuda(monkeypatch, [FakeDevice()])
+    answers = NvmlAnswers(state.devices)
+    monkeypatch.setitem(sys.modules, "pynvml", fake_pynvml(answers))
+
+    class Profiler:
+        active_steps = 0
+
+        def __init__(self, options: Any) -> None: ...
+        def start(self, warmup: int) -> None: ...
+        def step(self) -> None: ...
+        def stop(self) -> None: ...
+        def abort(self) -> None: ...
+        def op_summary(self) -> None: ...
+
+    monkeypatch.setattr("torchdoctor.capture.session.WindowProfiler", Profiler)
+    session = Session(CheckOptions(warmup_steps=1, profile_steps=2, full=True), tmp_path, RankInfo())
+    session.install()
+    torch.backends.cuda.matmul.fp32_precision = "tf32"  # the script's first line
+    try:
+        for _ in range(5):
+            session.clock.tick("marker")
+    finally:
+        session.uninstall()
+    rec = session.record({"status": "completed", "code": 0, "exception": None}, "t.py", [])
+    assert rec["config"]["backend_flags"]["tf32_matmul"] is True
+    assert mocks["set_sync_debug_mode"].call_count == 2  # on and off: the window got that far
+    assert rec["gpu"]["nvml"]["error"] is None and rec["gpu"]["nvml"]["samples"] >= 1
