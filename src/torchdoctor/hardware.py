@@ -34,6 +34,8 @@ class GpuSpec:
     sm_count: int | None = None
     """Streaming multiprocessors (compute units on AMD) the peak rates assume; set for GPUs that
     can be partitioned (MIG), whose slices get a share of the rates in proportion."""
+    source: str = ""
+    """Where the rates come from (the datasheet, or why there is none)."""
 
     @property
     def has_tensor_cores(self) -> bool:
@@ -50,52 +52,101 @@ class GpuSpec:
         return self.peak_flops.get(dtype)
 
 
-def _spec(name: str, cc: tuple[int, int], sms: int | None = None, **tflops: float) -> GpuSpec:
+def _spec(
+    name: str, cc: tuple[int, int], source: str, sms: int | None = None, **tflops: float
+) -> GpuSpec:
     return GpuSpec(
         name=name,
         compute_capability=cc,
         peak_flops={k: v * _T for k, v in tflops.items()},
         sm_count=sms,
+        source=source,
     )
 
 
-# Every rate is dense (datasheet sparse figures halved). Each row names its source.
-_VOLTA_SXM = _spec("V100 SXM2", (7, 0), fp32=15.7, fp16=125)  # V100 datasheet (Jan 2020), SXM2
-# H100 SXM / H200 SXM / GH200 share the SXM5 rates: H100 Tensor Core GPU datasheet (SXM column),
-# H200 datasheet (SXM column), GH200 datasheet.
+# Every rate is dense: datasheet sparse figures are halved. Each row names its source.
+# H100 SXM, H200 SXM and GH200 share the SXM5 rates.
 _HOPPER_SXM = dict(fp32=66.9, tf32=494.7, bf16=989.4, fp16=989.4, fp8=1978.9)
-# H100 NVL / H200 NVL datasheets give per-GPU sparse rates of 835 (tf32), 1671 (bf16),
+# The H100 NVL / H200 NVL datasheets give per-GPU sparse rates of 835 (tf32), 1671 (bf16),
 # 3341 (fp8) TFLOP/s at 400 W.
 _HOPPER_NVL = dict(fp32=60, tf32=417.5, bf16=835.5, fp16=835.5, fp8=1670.5)
+_A100 = "NVIDIA A100 Tensor Core GPU datasheet (r4); SXM4 and PCIe rates are the same"
 
 GPU_SPECS: tuple[GpuSpec, ...] = (
-    _VOLTA_SXM,
-    _spec("V100 PCIe", (7, 0), fp32=14, fp16=112),  # V100 datasheet, PCIe column
-    _spec("V100S PCIe", (7, 0), fp32=16.4, fp16=130),  # V100S datasheet
-    _spec("T4", (7, 5), fp32=8.1, fp16=65),  # T4 datasheet (fp16 mixed precision)
-    # A10G (AWS G5): no NVIDIA datasheet. Its tensor rate is about half the A10's: the commonly
-    # quoted figures are ~70 dense bf16/fp16 and ~35 tf32 (AWS G5 material); fp32 31.2 as the A10.
-    _spec("A10G", (8, 6), fp32=31.2, tf32=35, bf16=70, fp16=70),
-    _spec("A10", (8, 6), fp32=31.2, tf32=62.5, bf16=125, fp16=125),  # A10 datasheet
-    _spec("A40", (8, 6), fp32=37.4, tf32=74.8, bf16=149.7, fp16=149.7),  # A40 datasheet
-    # A100 datasheet (r4): same rates for SXM4 and PCIe; 108 SMs (MIG slices scale by SMs).
-    _spec("A100 SXM", (8, 0), fp32=19.5, tf32=156, bf16=312, fp16=312, sms=108),
-    _spec("A100 PCIe", (8, 0), fp32=19.5, tf32=156, bf16=312, fp16=312, sms=108),
-    _spec("L4", (8, 9), fp32=30.3, tf32=60, bf16=121, fp16=121, fp8=242.5),  # L4 datasheet
-    _spec("L40S", (8, 9), fp32=91.6, tf32=183, bf16=362.05, fp16=362.05, fp8=733),  # L40S ds
-    _spec("H100 SXM", (9, 0), sms=132, **_HOPPER_SXM),  # H100 datasheet, SXM column
-    # H100 datasheet, PCIe column; 114 SMs.
-    _spec("H100 PCIe", (9, 0), fp32=51.2, tf32=378, bf16=756, fp16=756, fp8=1513, sms=114),
-    _spec("H100 NVL", (9, 0), sms=132, **_HOPPER_NVL),  # H100 NVL datasheet
-    _spec("GH200", (9, 0), sms=132, **_HOPPER_SXM),  # GH200 datasheet
-    _spec("H200 SXM", (9, 0), sms=132, **_HOPPER_SXM),  # H200 datasheet, SXM column
-    _spec("H200 NVL", (9, 0), sms=132, **_HOPPER_NVL),  # H200 datasheet, NVL column
-    # HGX B200 datasheet: per-GPU fp32 75 (the 80 quoted elsewhere is GB200's); sparse tf32 2.2,
-    # fp16/bf16 4.5, fp8 9 PFLOP/s halved.
-    _spec("B200", (10, 0), fp32=75, tf32=1100, bf16=2250, fp16=2250, fp8=4500, sms=148),
-    # AMD Instinct MI300X datasheet: dense matrix rates (fp32 matrix 163.4, tf32 653.7, fp16 and
-    # bf16 1307.4, fp8 2614.9). ROCm reports gfx942 as capability 9.4. 304 compute units.
-    _spec("MI300X", (9, 4), fp32=163.4, tf32=653.7, bf16=1307.4, fp16=1307.4, fp8=2614.9, sms=304),
+    _spec("V100 SXM2", (7, 0), "NVIDIA V100 datasheet, SXM2 column", fp32=15.7, fp16=125),
+    _spec("V100 PCIe", (7, 0), "NVIDIA V100 datasheet, PCIe column", fp32=14, fp16=112),
+    _spec("V100S PCIe", (7, 0), "NVIDIA V100S datasheet", fp32=16.4, fp16=130),
+    _spec("T4", (7, 5), "NVIDIA T4 datasheet (fp16 mixed precision)", fp32=8.1, fp16=65),
+    # The A10G (AWS G5) has no NVIDIA datasheet and about half the A10's tensor rate.
+    _spec(
+        "A10G",
+        (8, 6),
+        "no datasheet: commonly quoted AWS G5 figures (~70 dense bf16/fp16, ~35 tf32); "
+        "fp32 as the A10",
+        fp32=31.2,
+        tf32=35,
+        bf16=70,
+        fp16=70,
+    ),
+    _spec("A10", (8, 6), "NVIDIA A10 datasheet", fp32=31.2, tf32=62.5, bf16=125, fp16=125),
+    _spec("A40", (8, 6), "NVIDIA A40 datasheet", fp32=37.4, tf32=74.8, bf16=149.7, fp16=149.7),
+    _spec("A100 SXM", (8, 0), _A100, sms=108, fp32=19.5, tf32=156, bf16=312, fp16=312),
+    _spec("A100 PCIe", (8, 0), _A100, sms=108, fp32=19.5, tf32=156, bf16=312, fp16=312),
+    _spec(
+        "L4", (8, 9), "NVIDIA L4 datasheet", fp32=30.3, tf32=60, bf16=121, fp16=121, fp8=242.5
+    ),
+    _spec(
+        "L40S",
+        (8, 9),
+        "NVIDIA L40S datasheet",
+        fp32=91.6,
+        tf32=183,
+        bf16=362.05,
+        fp16=362.05,
+        fp8=733,
+    ),
+    _spec("H100 SXM", (9, 0), "NVIDIA H100 datasheet, SXM column", sms=132, **_HOPPER_SXM),
+    _spec(
+        "H100 PCIe",
+        (9, 0),
+        "NVIDIA H100 datasheet, PCIe column",
+        sms=114,
+        fp32=51.2,
+        tf32=378,
+        bf16=756,
+        fp16=756,
+        fp8=1513,
+    ),
+    _spec("H100 NVL", (9, 0), "NVIDIA H100 NVL datasheet", sms=132, **_HOPPER_NVL),
+    _spec("GH200", (9, 0), "NVIDIA GH200 datasheet", sms=132, **_HOPPER_SXM),
+    _spec("H200 SXM", (9, 0), "NVIDIA H200 datasheet, SXM column", sms=132, **_HOPPER_SXM),
+    _spec("H200 NVL", (9, 0), "NVIDIA H200 datasheet, NVL column", sms=132, **_HOPPER_NVL),
+    # fp32 75 per GPU (the 80 quoted elsewhere is GB200's); sparse tf32 2.2, bf16 4.5, fp8 9
+    # PFLOP/s halved.
+    _spec(
+        "B200",
+        (10, 0),
+        "NVIDIA HGX B200 datasheet, per GPU",
+        sms=148,
+        fp32=75,
+        tf32=1100,
+        bf16=2250,
+        fp16=2250,
+        fp8=4500,
+    ),
+    # Dense matrix rates; fp32 is the matrix-core rate (vector fp32 is 81.7). ROCm reports
+    # gfx942 as capability 9.4; 304 compute units.
+    _spec(
+        "MI300X",
+        (9, 4),
+        "AMD Instinct MI300X datasheet, dense matrix rates",
+        sms=304,
+        fp32=163.4,
+        tf32=653.7,
+        bf16=1307.4,
+        fp16=1307.4,
+        fp8=2614.9,
+    ),
 )
 _BY_NAME = {spec.name: spec for spec in GPU_SPECS}
 
@@ -161,6 +212,7 @@ def lookup_gpu(name: str, sm_count: int | None = None) -> GpuSpec | None:
         compute_capability=spec.compute_capability,
         peak_flops={k: v * share for k, v in spec.peak_flops.items()},
         sm_count=sm_count,
+        source=f"{spec.source}; scaled to {sm_count} of {spec.sm_count} SMs",
     )
 
 
