@@ -92,9 +92,7 @@ GPU_SPECS: tuple[GpuSpec, ...] = (
     _spec("A40", (8, 6), "NVIDIA A40 datasheet", fp32=37.4, tf32=74.8, bf16=149.7, fp16=149.7),
     _spec("A100 SXM", (8, 0), _A100, sms=108, fp32=19.5, tf32=156, bf16=312, fp16=312),
     _spec("A100 PCIe", (8, 0), _A100, sms=108, fp32=19.5, tf32=156, bf16=312, fp16=312),
-    _spec(
-        "L4", (8, 9), "NVIDIA L4 datasheet", fp32=30.3, tf32=60, bf16=121, fp16=121, fp8=242.5
-    ),
+    _spec("L4", (8, 9), "NVIDIA L4 datasheet", fp32=30.3, tf32=60, bf16=121, fp16=121, fp8=242.5),
     _spec(
         "L40S",
         (8, 9),

@@ -91,7 +91,7 @@ def test_parse_oom_message() -> None:
 def test_oom_record_uses_the_device_the_message_names(
     two_gpus: Any, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
-    state, mocks = two_gpus
+    state, _mocks = two_gpus
     state.current = 0  # the script switched devices; the message still says GPU 1
     rec = gpu_probe.oom_record(torch.cuda, OutOfMemoryError(OOM_MESSAGE), tmp_path)
     assert rec["device"] == 1 and rec["memory"]["ooms"] == 1
@@ -106,7 +106,7 @@ def test_oom_record_uses_the_device_the_message_names(
 
 
 def test_oom_record_keeps_partial_evidence(two_gpus: Any, tmp_path: Path) -> None:
-    state, mocks = two_gpus
+    _state, mocks = two_gpus
     mocks["memory_summary"].side_effect = RuntimeError("driver")
     rec = gpu_probe.oom_record(torch.cuda, OutOfMemoryError(OOM_MESSAGE), tmp_path)
     assert rec["memory"]["ooms"] == 1 and "driver" in rec["collect_error"]
@@ -158,7 +158,7 @@ class TestOomWatch:
     def test_retries_snapshot_a_few_times_then_only_count(
         self, two_gpus: Any, tmp_path: Path
     ) -> None:
-        state, mocks = two_gpus
+        _state, mocks = two_gpus
         watch = gpu_probe.OomWatch(torch.cuda, tmp_path)
         for _ in range(10):
             watch(0, GIB, 0, 0)
@@ -168,7 +168,7 @@ class TestOomWatch:
         assert watch.count == 10
 
     def test_snapshot_failure_never_raises(self, two_gpus: Any, tmp_path: Path) -> None:
-        state, mocks = two_gpus
+        _state, mocks = two_gpus
         mocks["_snapshot"].side_effect = RuntimeError("no history")
         watch = gpu_probe.OomWatch(torch.cuda, tmp_path)
         watch(0, GIB, 0, 0)
@@ -207,7 +207,7 @@ def test_nvml_samples_the_device_found_by_bus_id() -> None:
 def test_nvml_by_uuid_when_torch_has_no_bus_id(monkeypatch: pytest.MonkeyPatch) -> None:
     # CUDA_VISIBLE_DEVICES=2: CUDA's device 0 is NVML's index 2. torch without PCI fields.
     visible = FakeDevice(nvml_index=2)
-    state, _ = install_fake_cuda(monkeypatch, [visible])
+    _state, _ = install_fake_cuda(monkeypatch, [visible])
     props = visible.properties()
     del props.pci_bus_id
     monkeypatch.setattr(visible, "properties", lambda: props)

@@ -7,7 +7,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 from types import SimpleNamespace
-from typing import Any
+from typing import Any, ClassVar
 
 import pytest
 import torch
@@ -23,7 +23,7 @@ STATS = {"allocated_bytes.all.peak": 30 * GIB, "reserved_bytes.all.peak": 60 * G
 
 
 class FakeProfiler:
-    calls: list[str] = []
+    calls: ClassVar[list[str]] = []
 
     def __init__(self, options: CheckOptions) -> None:
         self.active_steps = 0
@@ -120,9 +120,7 @@ def test_no_memory_recording_when_the_script_never_used_cuda(
     fake_gpu.mocks["attach_oom"].assert_not_called()
 
 
-def test_oom_the_script_caught_is_recorded_with_its_snapshot(
-    fake_gpu: Any, tmp_path: Path
-) -> None:
+def test_oom_the_script_caught_is_recorded_with_its_snapshot(fake_gpu: Any, tmp_path: Path) -> None:
     opts = CheckOptions(warmup_steps=1, profile_steps=1, full=True, profile_memory=True)
     rank = RankInfo(rank=1, local_rank=1, world_size=2)
     session = Session(opts, tmp_path, rank)

@@ -94,7 +94,7 @@ def test_first_user_site_walks_out_of_library_folders() -> None:
 
 @pytest.mark.parametrize("mode", [1, 2])
 def test_users_own_sync_debug_mode_is_kept(mode: int, monkeypatch: pytest.MonkeyPatch) -> None:
-    state, mocks = install_fake_cuda(monkeypatch)
+    state, _mocks = install_fake_cuda(monkeypatch)
     torch.cuda.set_sync_debug_mode(mode)
     rec = SyncRecorder()
     rec.start_sync_debug()

@@ -105,7 +105,7 @@ def test_target_device_type(args: tuple, kwargs: dict, want: str | None) -> None
 
 
 def test_sync_debug_mode_sites(rec: SyncRecorder, monkeypatch: pytest.MonkeyPatch) -> None:
-    state, mocks = install_fake_cuda(monkeypatch)
+    state, _mocks = install_fake_cuda(monkeypatch)
     rec.start_sync_debug()
     assert state.sync_mode == 1  # "warn" for the window
     for _ in range(2):

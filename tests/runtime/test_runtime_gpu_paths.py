@@ -5,13 +5,13 @@ functions (tests/gpu_fakes.py)."""
 from __future__ import annotations
 
 import contextlib
-from typing import Any
+from typing import Any, ClassVar
 from unittest import mock
 
 import pytest
 import torch
-
 from tests.gpu_fakes import FakeDevice, install_fake_cuda
+
 from torchdoctor.runtime.meter import Meter
 from torchdoctor.runtime.precision import any_found_inf
 
@@ -36,7 +36,7 @@ def test_one_skipped_step_counts_once(values: list[float], skipped: float) -> No
 class FakeEvent:
     """``torch.cuda.Event`` by its real signature; elapsed_time from a counter."""
 
-    recorded: list[Any] = []
+    recorded: ClassVar[list[Any]] = []
 
     def __init__(self, enable_timing: bool = False, blocking: bool = False) -> None:
         self.t = len(FakeEvent.recorded)
@@ -85,4 +85,3 @@ def test_meter_mfu_on_a_mig_slice(
         assert s.peak_flops is None and s.mfu is None  # never the whole A100's peak
     else:
         assert s.peak_flops == pytest.approx(want_tflops * 1e12)
-

@@ -44,7 +44,13 @@ def test_lookup_by_device_name(device_name: str, spec_name: str) -> None:
 
 @pytest.mark.parametrize(
     "name",
-    ["NVIDIA GeForce GTX 1080", "AMD Instinct MI250X", "", "cpu", "NVIDIA A100-SXM4-40GB MIG 1g.5gb"],
+    [
+        "NVIDIA GeForce GTX 1080",
+        "AMD Instinct MI250X",
+        "",
+        "cpu",
+        "NVIDIA A100-SXM4-40GB MIG 1g.5gb",
+    ],
 )
 def test_unknown_gpu_is_none(name: str) -> None:
     assert lookup_gpu(name) is None

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import pytest
 import torch
-
 from tests.gpu_fakes import FakeDevice, install_fake_cuda
-from torchdoctor.tune.workload import Workload
+
 from torchdoctor.tune.worker import _probe
+from torchdoctor.tune.workload import Workload
 
 
 def _workload() -> Workload:
@@ -24,13 +24,17 @@ def _workload() -> Workload:
 
 @pytest.mark.parametrize(
     ("name", "capability", "bf16"),
-    [("Tesla V100-SXM2-16GB", (7, 0), False), ("Tesla T4", (7, 5), False), ("NVIDIA A100", (8, 0), True)],
+    [
+        ("Tesla V100-SXM2-16GB", (7, 0), False),
+        ("Tesla T4", (7, 5), False),
+        ("NVIDIA A100", (8, 0), True),
+    ],
 )
 def test_bf16_only_with_bf16_tensor_cores(
     monkeypatch: pytest.MonkeyPatch, name: str, capability: tuple[int, int], bf16: bool
 ) -> None:
     # torch.cuda.is_bf16_supported() counts emulation: True on a V100, where bf16 is slow.
-    state, mocks = install_fake_cuda(monkeypatch, [FakeDevice(name=name, capability=capability)])
+    _state, _mocks = install_fake_cuda(monkeypatch, [FakeDevice(name=name, capability=capability)])
     assert torch.cuda.is_bf16_supported() is True
     probe = _probe(_workload(), torch.device("cuda"))
     assert probe["bf16"] is bf16 and probe["cuda_capability"] == list(capability)

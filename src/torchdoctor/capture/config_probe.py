@@ -80,7 +80,7 @@ def backend_flags() -> dict[str, Any]:
 
     backends = torch.backends
     matmul_new = _read(lambda: backends.cuda.matmul.fp32_precision)
-    conv_new = _read(lambda: backends.cudnn.conv.fp32_precision)
+    conv_new = _read(lambda: backends.cudnn.conv.fp32_precision)  # type: ignore[attr-defined]
     matmul_legacy = _read(lambda: bool(backends.cuda.matmul.allow_tf32))
     cudnn_legacy = _read(lambda: bool(backends.cudnn.allow_tf32))
     precision = _read(torch.get_float32_matmul_precision)

@@ -224,7 +224,7 @@ _LIBRARY_DIRS = frozenset({"torch", "torchdoctor"})
 
 
 def user_frame(frames: list[dict[str, Any]]) -> str:
-    """"file:line" of the innermost Python frame outside torch and torchdoctor, or "".
+    """ "file:line" of the innermost Python frame outside torch and torchdoctor, or "".
 
     C++ frames (a snapshot recorded with ``stacks="all"``), CPython's own and ``??`` frames are
     skipped: only a ``.py`` file is a line a user can open."""

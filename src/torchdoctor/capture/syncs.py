@@ -34,7 +34,7 @@ _WARNINGS_MODULES = ("warnings", "_py_warnings")  # 3.14 moved the Python half t
 
 
 def first_user_site(frame: Any, library_dirs: tuple[str, ...]) -> str | None:
-    """"file:line" of the first frame, walking out from ``frame``, whose file lies outside
+    """ "file:line" of the first frame, walking out from ``frame``, whose file lies outside
     ``library_dirs`` (torch's and torchdoctor's folders) and the warnings module; None if none.
 
     CUDA's sync-debug warning is raised from C++ with stack level 1, which blames the innermost
@@ -217,6 +217,7 @@ class SyncRecorder:
         previous = warnings.showwarning
 
         library_dirs = (_torch_dir(), _torchdoctor_dir())
+
         def showwarning(message: Any, category: Any, filename: str, lineno: int, *a: Any) -> None:
             if _SYNC_WARNING in str(message):
                 site = first_user_site(sys._getframe(1), library_dirs) or f"{filename}:{lineno}"
