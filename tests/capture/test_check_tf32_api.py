@@ -127,3 +127,31 @@ def test_window_still_starts_every_probe(monkeypatch: pytest.MonkeyPatch, tmp_pa
     assert rec["config"]["backend_flags"]["tf32_matmul"] is True
     assert mocks["set_sync_debug_mode"].call_count == 2  # on and off: the window got that far
     assert rec["gpu"]["nvml"]["error"] is None and rec["gpu"]["nvml"]["samples"] >= 1
+
+
+SCRIPT = """
+import torch
+
+torch.backends.fp32_precision = "tf32"  # the generic switch, set before anything else
+model = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.ReLU(), torch.nn.Linear(32, 1))
+opt = torch.optim.SGD(model.parameters(), lr=0.01)
+for step in range(12):
+    loss = model(torch.randn(8, 16)).square().mean()
+    loss.backward()
+    opt.step()
+    opt.zero_grad()
+"""
+
+
+@needs_new_api
+def test_check_of_a_script_using_the_new_api(tmp_path: Path) -> None:
+    # End to end, in a fresh process: the record is complete, not an internal-error stub.
+    from tests.capture.check_helpers import check_subprocess
+
+    script = tmp_path / "train_tf32.py"
+    script.write_text(SCRIPT)
+    run = check_subprocess(tmp_path / "out", script)
+    assert run.code == 0 and "internal error" not in run.stderr, run.stderr
+    record = run.run
+    assert "error" not in record and record["steps"]["measured_steps"] >= 3
+    assert record["config"]["backend_flags"]["tf32_matmul"] is True
