@@ -118,6 +118,7 @@ def test_no_memory_recording_when_the_script_never_used_cuda(
         session.uninstall()
     fake_gpu.mocks["_record_memory_history"].assert_not_called()
     fake_gpu.mocks["attach_oom"].assert_not_called()
+    fake_gpu.mocks["is_available"].assert_not_called()  # it would start the CUDA driver
 
 
 def test_oom_the_script_caught_is_recorded_with_its_snapshot(fake_gpu: Any, tmp_path: Path) -> None:

@@ -165,7 +165,7 @@ def _oom(exc: BaseException, session: Any) -> dict[str, Any]:
 
     from torchdoctor.capture import gpu_probe
 
-    if not (torch.cuda.is_available() and torch.cuda.is_initialized()):
+    if not (torch.cuda.is_initialized() and torch.cuda.is_available()):
         return {"message": str(exc).splitlines()[0][:500], **gpu_probe.parse_oom_message(str(exc))}
     return gpu_probe.oom_record(
         torch.cuda,

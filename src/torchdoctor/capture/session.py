@@ -26,7 +26,8 @@ def _cuda_in_use() -> bool:
     # Only a script that already touched CUDA gets CUDA probes; we never initialise it ourselves.
     import torch
 
-    return bool(torch.cuda.is_available() and torch.cuda.is_initialized())
+    # is_initialized first: it reads a flag, while is_available() starts the CUDA driver.
+    return bool(torch.cuda.is_initialized() and torch.cuda.is_available())
 
 
 class Session:
