@@ -34,7 +34,7 @@ def read_record(folder: Path) -> dict[str, Any]:
 
 
 def line_of(script: Path, text: str) -> str:
-    """"path:line" of the first line of ``script`` containing ``text``."""
+    """ "path:line" of the first line of ``script`` containing ``text``."""
     for number, line in enumerate(script.read_text().splitlines(), start=1):
         if text in line:
             return f"{script.resolve()}:{number}"
