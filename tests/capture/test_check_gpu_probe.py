@@ -225,10 +225,12 @@ def test_nvml_mig_uuid(monkeypatch: pytest.MonkeyPatch) -> None:
     slice_ = FakeDevice(name="NVIDIA A100-SXM4-40GB MIG 1g.5gb", mig=True)
     install_fake_cuda(monkeypatch, [slice_])
     assert gpu_probe.nvml_uuids(torch.cuda, 0) == (f"GPU-{slice_.uuid}", slice_.nvml_uuid)
-    answers = NvmlAnswers([slice_])
+    parent = FakeDevice(name="NVIDIA A100-SXM4-40GB", pci_bus=slice_.pci_bus)  # same bus id
+    answers = NvmlAnswers([parent, slice_])
     nvml = fake_pynvml(answers)
-    sampler = gpu_probe.NvmlSampler(nvml, 0, 0.005, None, gpu_probe.nvml_uuids(torch.cuda, 0))
+    sampler = gpu_probe.nvml_sampler(nvml, torch.cuda, 0, 0.005, None)
     _sample(sampler, answers)
+    nvml.nvmlDeviceGetHandleByPciBusId.assert_not_called()
     assert nvml.nvmlDeviceGetUtilizationRates.call_args.args[0] is slice_
 
 

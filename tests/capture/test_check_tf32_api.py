@@ -6,6 +6,8 @@ precision raises RuntimeError. The probe must read the new setting first and nev
 
 from __future__ import annotations
 
+import json
+import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -25,58 +27,79 @@ NEW_API = hasattr(torch.backends, "fp32_precision")
 needs_new_api = pytest.mark.skipif(not NEW_API, reason="torch < 2.9 has no fp32_precision API")
 
 
-_NEW_SETTINGS = (
-    (torch.backends, "fp32_precision"),
-    (torch.backends.cuda.matmul, "fp32_precision"),
-    (torch.backends.cudnn, "fp32_precision"),
-    (getattr(torch.backends.cudnn, "conv", None), "fp32_precision"),
-)
-
-
 @pytest.fixture
 def restore_precision() -> Iterator[None]:
-    # torch's TF32 state is global: put back exactly what was there (generic level first).
-    if NEW_API:
-        saved = [(obj, name, getattr(obj, name)) for obj, name in _NEW_SETTINGS]
-        for obj, name, _ in saved[1:]:
-            setattr(obj, name, "none")  # every backend inherits the generic setting
-        yield
-        for obj, name, value in saved:
-            setattr(obj, name, value)
-    else:
-        legacy = torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32
-        precision = torch.get_float32_matmul_precision()
-        yield
-        torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = legacy
-        torch.set_float32_matmul_precision(precision)
+    # torch's TF32 state is global and later tests read it. The legacy setters write the legacy
+    # value and the new per-backend one alike, so they leave a state both APIs agree on.
+    precision = torch.get_float32_matmul_precision()
+    cudnn = torch.backends.cudnn.allow_tf32
+    yield
+    torch.set_float32_matmul_precision(precision)
+    torch.backends.cudnn.allow_tf32 = cudnn
+
+
+# Scenarios that set the new API run in a fresh interpreter: torch's defaults are known there,
+# and the mixed state they leave (on purpose) cannot leak into other tests.
+NEW_MATMUL = """
+import json, torch
+from torchdoctor.capture.config_probe import backend_flags
+out = {"default": backend_flags()}
+torch.backends.cuda.matmul.fp32_precision = "tf32"
+try:
+    torch.backends.cuda.matmul.allow_tf32
+    out["legacy_read_raises"] = False
+except RuntimeError:
+    out["legacy_read_raises"] = True
+out["tf32"] = backend_flags()
+torch.backends.cuda.matmul.fp32_precision = "ieee"
+torch.backends.cudnn.conv.fp32_precision = "ieee"
+out["ieee"] = backend_flags()
+print(json.dumps(out))
+"""
+NEW_GENERIC = """
+import json, torch
+from torchdoctor.capture.config_probe import backend_flags
+torch.backends.fp32_precision = "tf32"  # every backend inherits it...
+out = {"inherited": backend_flags()}
+try:
+    torch.get_float32_matmul_precision()
+    out["legacy_read_raises"] = False
+except RuntimeError:
+    out["legacy_read_raises"] = True
+torch.backends.cuda.matmul.fp32_precision = "ieee"  # ...unless set for the backend
+out["specific"] = backend_flags()
+print(json.dumps(out))
+"""
+
+
+def _fresh(code: str) -> dict[str, Any]:
+    proc = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True
+    )
+    result: dict[str, Any] = json.loads(proc.stdout.splitlines()[-1])
+    return result
 
 
 @needs_new_api
-@pytest.mark.usefixtures("restore_precision")
 def test_new_matmul_api_does_not_raise() -> None:
-    torch.backends.cuda.matmul.fp32_precision = "tf32"
-    with pytest.raises(RuntimeError):  # what made the old probe crash
-        _ = torch.backends.cuda.matmul.allow_tf32
-    flags = backend_flags()
+    out = _fresh(NEW_MATMUL)
+    assert out["default"]["tf32_matmul"] is False and out["default"]["tf32_conv"] is True
+    assert out["legacy_read_raises"]  # what made the old probe crash
+    flags = out["tf32"]
     assert flags["tf32_matmul"] is True and flags["cuda_matmul_fp32_precision"] == "tf32"
     assert flags["cuda_matmul_allow_tf32"] is None  # unreadable, not guessed
+    assert out["ieee"]["tf32_matmul"] is False and out["ieee"]["tf32_conv"] is False
 
 
 @needs_new_api
-@pytest.mark.usefixtures("restore_precision")
 def test_generic_setting_is_inherited_and_a_specific_one_wins() -> None:
-    torch.backends.fp32_precision = "tf32"  # every backend inherits it...
-    with pytest.raises(RuntimeError):
-        torch.get_float32_matmul_precision()
-    flags = backend_flags()
-    assert flags["tf32_matmul"] is True and flags["float32_matmul_precision"] is None
-    torch.backends.cuda.matmul.fp32_precision = "ieee"  # ...unless set for the backend
-    torch.backends.cudnn.conv.fp32_precision = "ieee"
-    flags = backend_flags()
-    assert flags["tf32_matmul"] is False and flags["tf32_conv"] is False
+    out = _fresh(NEW_GENERIC)
+    assert out["legacy_read_raises"]
+    assert out["inherited"]["tf32_matmul"] is True
+    assert out["inherited"]["float32_matmul_precision"] is None
+    assert out["specific"]["tf32_matmul"] is False
 
 
-@needs_new_api
 @pytest.mark.usefixtures("restore_precision")
 def test_legacy_switches() -> None:
     torch.set_float32_matmul_precision("high")

@@ -13,6 +13,8 @@ import threading
 from pathlib import Path
 from typing import Any
 
+from torchdoctor.hardware import is_mig
+
 _GIB = 2**30
 
 
@@ -169,12 +171,15 @@ def nvml_index(ordinal: int, visible: str | None) -> int:
 def nvml_sampler(
     pynvml: Any, cuda: Any, device: int, interval_s: float, visible: str | None
 ) -> NvmlSampler:
-    """A sampler for CUDA device ``device``, found by bus id, then UUID, then NVML index."""
+    """A sampler for CUDA device ``device``, found by bus id, then UUID, then NVML index.
+
+    A MIG slice shares its GPU's bus id: only its UUID ("MIG-...") names the slice itself."""
+    mig = is_mig(str(cuda.get_device_name(device)))
     return NvmlSampler(
         pynvml,
         nvml_index(device, visible),
         interval_s,
-        pci_bus_id(cuda, device),
+        None if mig else pci_bus_id(cuda, device),
         nvml_uuids(cuda, device),
     )
 
