@@ -41,8 +41,18 @@ def line_of(script: Path, text: str) -> str:
     raise ValueError(f"{text!r} not in {script}")
 
 
+def resolved(site: str) -> str:
+    """"file:line" with the file's path resolved (the run records the path as given)."""
+    path, _, line = str(site).rpartition(":")
+    return f"{Path(path).resolve()}:{line}" if path else str(site)
+
+
 def _sites(run: dict[str, Any]) -> list[str]:
-    return [s["site"] for s in (run.get("syncs") or {}).get("sync_debug", [])]
+    return [resolved(s["site"]) for s in (run.get("syncs") or {}).get("sync_debug", [])]
+
+
+def _first_block(blocks: list[dict[str, Any]]) -> str:
+    return resolved(blocks[0].get("where", "")) if blocks else ""
 
 
 def _nvml(run: dict[str, Any]) -> dict[str, Any]:
@@ -76,8 +86,8 @@ def check_oom(run: dict[str, Any], script: Path, folder: Path) -> Checks:
         "the script's OOM is recorded": bool(oom) and run.get("exit", {}).get("status") == "error",
         "snapshot written": snapshot.is_file() and snapshot.stat().st_size > 0,
         "taken by the OOM observer": oom.get("snapshot_at") == "oom observer",
-        "largest block located at the script's line": bool(blocks)
-        and blocks[0].get("where") == line_of(script, "torch.empty(2**30"),
+        "largest block located at the script's line": _first_block(blocks)
+        == line_of(script, "torch.empty(2**30"),
         "memory read on the OOM's device": oom.get("device") == 0 and bool(oom.get("memory")),
     }
 
@@ -91,8 +101,8 @@ def check_oom_caught(run: dict[str, Any], script: Path, folder: Path) -> Checks:
         "the script completed": run.get("exit", {}).get("status") in ("completed", "stopped"),
         "the caught OOM was observed": seen.get("observed_ooms", 0) >= 1,
         "snapshot written at the OOM": snapshot.is_file() and snapshot.stat().st_size > 0,
-        "largest block located at the script's line": bool(blocks)
-        and blocks[0].get("where") == line_of(script, "torch.empty(2**30"),
+        "largest block located at the script's line": _first_block(blocks)
+        == line_of(script, "torch.empty(2**30"),
     }
 
 
