@@ -42,7 +42,7 @@ def line_of(script: Path, text: str) -> str:
 
 
 def resolved(site: str) -> str:
-    """"file:line" with the file's path resolved (the run records the path as given)."""
+    """ "file:line" with the file's path resolved (the run records the path as given)."""
     path, _, line = str(site).rpartition(":")
     return f"{Path(path).resolve()}:{line}" if path else str(site)
 
