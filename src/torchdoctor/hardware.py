@@ -1,4 +1,4 @@
-"""Peak dense FLOP/s of NVIDIA GPUs, keyed by model and dtype, for MFU.
+"""Peak dense FLOP/s of NVIDIA (and AMD Instinct) GPUs, keyed by model and dtype, for MFU.
 
 Pure Python (no torch import): the runtime looks a GPU up by ``torch.cuda.get_device_name()`` and
 the trace analyser by the ``name`` in a trace's ``deviceProperties``. Every rate is the *dense*
@@ -31,6 +31,11 @@ class GpuSpec:
     peak_flops: dict[str, float] = field(default_factory=dict)
     """Dense peak FLOP/s per dtype ("fp32", "tf32", "bf16", "fp16", "fp8"); a dtype the tensor
     cores lack is absent."""
+    sm_count: int | None = None
+    """Streaming multiprocessors (compute units on AMD) the peak rates assume; set for GPUs that
+    can be partitioned (MIG), whose slices get a share of the rates in proportion."""
+    source: str = ""
+    """Where the rates come from (the datasheet, or why there is none)."""
 
     @property
     def has_tensor_cores(self) -> bool:
@@ -47,41 +52,99 @@ class GpuSpec:
         return self.peak_flops.get(dtype)
 
 
-def _spec(name: str, cc: tuple[int, int], **tflops: float) -> GpuSpec:
+def _spec(
+    name: str, cc: tuple[int, int], source: str, sms: int | None = None, **tflops: float
+) -> GpuSpec:
     return GpuSpec(
-        name=name, compute_capability=cc, peak_flops={k: v * _T for k, v in tflops.items()}
+        name=name,
+        compute_capability=cc,
+        peak_flops={k: v * _T for k, v in tflops.items()},
+        sm_count=sms,
+        source=source,
     )
 
 
-# Sources: NVIDIA datasheets (V100 r5, T4, A10, A40, A100 r4, L4, L40S, H100 / H200 / GH200
-# Tensor Core, HGX B200). Sparse figures are halved. AWS publishes no A10G datasheet; the A10
-# figures are the closest published ones and are used for it. The HGX B200 datasheet gives no
-# plain fp32 rate; 80 TFLOP/s is the commonly quoted figure and is the least certain entry here.
-_VOLTA_SXM = _spec("V100 SXM2", (7, 0), fp32=15.7, fp16=125)
+# Every rate is dense: datasheet sparse figures are halved. Each row names its source.
+# H100 SXM, H200 SXM and GH200 share the SXM5 rates.
 _HOPPER_SXM = dict(fp32=66.9, tf32=494.7, bf16=989.4, fp16=989.4, fp8=1978.9)
 # The H100 NVL / H200 NVL datasheets give per-GPU sparse rates of 835 (tf32), 1671 (bf16),
 # 3341 (fp8) TFLOP/s at 400 W.
 _HOPPER_NVL = dict(fp32=60, tf32=417.5, bf16=835.5, fp16=835.5, fp8=1670.5)
+_A100 = "NVIDIA A100 Tensor Core GPU datasheet (r4); SXM4 and PCIe rates are the same"
 
 GPU_SPECS: tuple[GpuSpec, ...] = (
-    _VOLTA_SXM,
-    _spec("V100 PCIe", (7, 0), fp32=14, fp16=112),
-    _spec("V100S PCIe", (7, 0), fp32=16.4, fp16=130),
-    _spec("T4", (7, 5), fp32=8.1, fp16=65),
-    _spec("A10G", (8, 6), fp32=31.2, tf32=62.5, bf16=125, fp16=125),
-    _spec("A10", (8, 6), fp32=31.2, tf32=62.5, bf16=125, fp16=125),
-    _spec("A40", (8, 6), fp32=37.4, tf32=74.8, bf16=149.7, fp16=149.7),
-    _spec("A100 SXM", (8, 0), fp32=19.5, tf32=156, bf16=312, fp16=312),
-    _spec("A100 PCIe", (8, 0), fp32=19.5, tf32=156, bf16=312, fp16=312),
-    _spec("L4", (8, 9), fp32=30.3, tf32=60, bf16=121, fp16=121, fp8=242.5),
-    _spec("L40S", (8, 9), fp32=91.6, tf32=183, bf16=362.05, fp16=362.05, fp8=733),
-    _spec("H100 SXM", (9, 0), **_HOPPER_SXM),
-    _spec("H100 PCIe", (9, 0), fp32=51.2, tf32=378, bf16=756, fp16=756, fp8=1513),
-    _spec("H100 NVL", (9, 0), **_HOPPER_NVL),
-    _spec("GH200", (9, 0), **_HOPPER_SXM),
-    _spec("H200 SXM", (9, 0), **_HOPPER_SXM),
-    _spec("H200 NVL", (9, 0), **_HOPPER_NVL),
-    _spec("B200", (10, 0), fp32=80, tf32=1100, bf16=2250, fp16=2250, fp8=4500),
+    _spec("V100 SXM2", (7, 0), "NVIDIA V100 datasheet, SXM2 column", fp32=15.7, fp16=125),
+    _spec("V100 PCIe", (7, 0), "NVIDIA V100 datasheet, PCIe column", fp32=14, fp16=112),
+    _spec("V100S PCIe", (7, 0), "NVIDIA V100S datasheet", fp32=16.4, fp16=130),
+    _spec("T4", (7, 5), "NVIDIA T4 datasheet (fp16 mixed precision)", fp32=8.1, fp16=65),
+    # The A10G (AWS G5) has no NVIDIA datasheet and about half the A10's tensor rate.
+    _spec(
+        "A10G",
+        (8, 6),
+        "no datasheet: commonly quoted AWS G5 figures (~70 dense bf16/fp16, ~35 tf32); "
+        "fp32 as the A10",
+        fp32=31.2,
+        tf32=35,
+        bf16=70,
+        fp16=70,
+    ),
+    _spec("A10", (8, 6), "NVIDIA A10 datasheet", fp32=31.2, tf32=62.5, bf16=125, fp16=125),
+    _spec("A40", (8, 6), "NVIDIA A40 datasheet", fp32=37.4, tf32=74.8, bf16=149.7, fp16=149.7),
+    _spec("A100 SXM", (8, 0), _A100, sms=108, fp32=19.5, tf32=156, bf16=312, fp16=312),
+    _spec("A100 PCIe", (8, 0), _A100, sms=108, fp32=19.5, tf32=156, bf16=312, fp16=312),
+    _spec("L4", (8, 9), "NVIDIA L4 datasheet", fp32=30.3, tf32=60, bf16=121, fp16=121, fp8=242.5),
+    _spec(
+        "L40S",
+        (8, 9),
+        "NVIDIA L40S datasheet",
+        fp32=91.6,
+        tf32=183,
+        bf16=362.05,
+        fp16=362.05,
+        fp8=733,
+    ),
+    _spec("H100 SXM", (9, 0), "NVIDIA H100 datasheet, SXM column", sms=132, **_HOPPER_SXM),
+    _spec(
+        "H100 PCIe",
+        (9, 0),
+        "NVIDIA H100 datasheet, PCIe column",
+        sms=114,
+        fp32=51.2,
+        tf32=378,
+        bf16=756,
+        fp16=756,
+        fp8=1513,
+    ),
+    _spec("H100 NVL", (9, 0), "NVIDIA H100 NVL datasheet", sms=132, **_HOPPER_NVL),
+    _spec("GH200", (9, 0), "NVIDIA GH200 datasheet", sms=132, **_HOPPER_SXM),
+    _spec("H200 SXM", (9, 0), "NVIDIA H200 datasheet, SXM column", sms=132, **_HOPPER_SXM),
+    _spec("H200 NVL", (9, 0), "NVIDIA H200 datasheet, NVL column", sms=132, **_HOPPER_NVL),
+    # fp32 75 per GPU (the 80 quoted elsewhere is GB200's); sparse tf32 2.2, bf16 4.5, fp8 9
+    # PFLOP/s halved.
+    _spec(
+        "B200",
+        (10, 0),
+        "NVIDIA HGX B200 datasheet, per GPU",
+        sms=148,
+        fp32=75,
+        tf32=1100,
+        bf16=2250,
+        fp16=2250,
+        fp8=4500,
+    ),
+    # Dense matrix rates; fp32 is the matrix-core rate (vector fp32 is 81.7). ROCm reports
+    # gfx942 as capability 9.4; 304 compute units.
+    _spec(
+        "MI300X",
+        (9, 4),
+        "AMD Instinct MI300X datasheet, dense matrix rates",
+        sms=304,
+        fp32=163.4,
+        tf32=653.7,
+        bf16=1307.4,
+        fp16=1307.4,
+        fp8=2614.9,
+    ),
 )
 _BY_NAME = {spec.name: spec for spec in GPU_SPECS}
 
@@ -95,6 +158,7 @@ _PATTERNS: tuple[tuple[str, str], ...] = (
     (r"\bH100\b.*\b(PCIE|HBM2E)\b", "H100 PCIe"),
     (r"\bH100\b", "H100 SXM"),
     (r"\bB200\b", "B200"),
+    (r"\bMI300X\b", "MI300X"),
     (r"\bA100\b.*\bPCIE\b", "A100 PCIe"),
     (r"\bA100\b", "A100 SXM"),
     (r"\bA10G\b", "A10G"),
@@ -113,8 +177,7 @@ def _normalise(name: str) -> str:
     return re.sub(r"[-_/]+", " ", name).upper()
 
 
-def lookup_gpu(name: str) -> GpuSpec | None:
-    """The spec for a device name as CUDA or a trace reports it, or None for an unknown GPU."""
+def _whole_gpu(name: str) -> GpuSpec | None:
     if name in _BY_NAME:
         return _BY_NAME[name]
     text = _normalise(name)
@@ -124,7 +187,35 @@ def lookup_gpu(name: str) -> GpuSpec | None:
     return None
 
 
-def peak_flops(name: str, dtype: str) -> float | None:
-    """Dense peak FLOP/s of GPU ``name`` for ``dtype``; None if the GPU or the rate is unknown."""
-    spec = lookup_gpu(name)
+def is_mig(name: str) -> bool:
+    """True for a MIG slice's device name ("NVIDIA A100-SXM4-40GB MIG 1g.5gb")."""
+    return re.search(r"\bMIG\b", _normalise(name)) is not None
+
+
+def lookup_gpu(name: str, sm_count: int | None = None) -> GpuSpec | None:
+    """The spec for a device name as CUDA or a trace reports it, or None for an unknown GPU.
+
+    A MIG slice's name contains the whole GPU's name; its rates are the whole GPU's scaled by
+    ``sm_count`` (the slice's multiprocessors, ``multi_processor_count``) over the GPU's. Without
+    ``sm_count`` a MIG slice returns None: no MFU beats one against the whole GPU's peak.
+    """
+    spec = _whole_gpu(name)
+    if spec is None or not is_mig(name):
+        return spec
+    if not sm_count or not spec.sm_count or sm_count > spec.sm_count:
+        return None
+    share = sm_count / spec.sm_count
+    return GpuSpec(
+        name=f"{spec.name} MIG {sm_count} SMs",
+        compute_capability=spec.compute_capability,
+        peak_flops={k: v * share for k, v in spec.peak_flops.items()},
+        sm_count=sm_count,
+        source=f"{spec.source}; scaled to {sm_count} of {spec.sm_count} SMs",
+    )
+
+
+def peak_flops(name: str, dtype: str, sm_count: int | None = None) -> float | None:
+    """Dense peak FLOP/s of GPU ``name`` for ``dtype``; None if the GPU or the rate is unknown
+    (see ``lookup_gpu`` for MIG slices and ``sm_count``)."""
+    spec = lookup_gpu(name, sm_count)
     return spec.peak(dtype) if spec is not None else None

@@ -1,98 +1,149 @@
-"""The CUDA side of a watched window, on a machine without a GPU: torch.cuda's queries and
-NVML are replaced by fakes, and the session must start and stop every probe in order."""
+"""The CUDA side of a watched window, on a machine without a GPU: torch.cuda's queries and NVML
+are autospecs of the real modules (tests/gpu_fakes.py), and the session must start and stop
+every probe in order, on the script's current device, without initialising CUDA itself."""
 
 from __future__ import annotations
 
 import sys
-import types
 from pathlib import Path
 from types import SimpleNamespace
-from typing import Any
+from typing import Any, ClassVar
 
 import pytest
 import torch
 
-from tests.capture.test_check_gpu_probe import FakeCuda, FakeNvml
+from tests.gpu_fakes import GIB, FakeDevice, NvmlAnswers, fake_pynvml, install_fake_cuda
 from torchdoctor.capture.options import CheckOptions
 from torchdoctor.capture.runfolder import RankInfo
+from torchdoctor.capture.runner import finish_record
 from torchdoctor.capture.session import Session
 from torchdoctor.rules.run_rules import run_findings
 
+STATS = {"allocated_bytes.all.peak": 30 * GIB, "reserved_bytes.all.peak": 60 * GIB}
+
+
+class FakeProfiler:
+    calls: ClassVar[list[str]] = []
+
+    def __init__(self, options: CheckOptions) -> None:
+        self.active_steps = 0
+
+    def start(self, warmup: int) -> None:
+        self.calls.append("start")
+
+    def step(self) -> None:
+        self.active_steps += 1
+
+    def stop(self) -> None:
+        self.calls.append("stop")
+
+    def abort(self) -> None:
+        self.calls.append("abort")
+
+    def export(self, path: Path) -> None:
+        return None
+
+    def op_summary(self) -> dict[str, Any]:
+        return {"gemm_share": 0.7, "gemm_share_basis": "device"}
+
 
 @pytest.fixture
-def fake_gpu(monkeypatch: pytest.MonkeyPatch) -> dict[str, list[Any]]:
-    calls: dict[str, list[Any]] = {"sync_debug": [], "profiler": []}
-    fake = FakeCuda()
-    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
-    monkeypatch.setattr(torch.cuda, "is_initialized", lambda: True)
-    monkeypatch.setattr(torch.cuda, "current_device", lambda: 0)
-    monkeypatch.setattr(torch.cuda, "set_sync_debug_mode", calls["sync_debug"].append)
-    for name in ("memory_stats", "get_device_properties", "get_device_capability"):
-        monkeypatch.setattr(torch.cuda, name, getattr(fake, name))
-    monkeypatch.setattr(torch.cuda, "get_device_name", fake.get_device_name)
-    monkeypatch.setattr(torch.cuda, "device_count", fake.device_count)
-    nvml = types.ModuleType("pynvml")
-    impl = FakeNvml()
-    for name in dir(impl):
-        if name.startswith("nvml"):
-            setattr(nvml, name, getattr(impl, name))
+def fake_gpu(monkeypatch: pytest.MonkeyPatch) -> Any:
+    # Rank 1 of a torchrun job on cuda:1, which NVML numbers 5 (CUDA_VISIBLE_DEVICES=4,5).
+    devices = [
+        FakeDevice(stats={"num_alloc_retries": 0}, nvml_index=4, pci_bus=0x1A),
+        FakeDevice(stats={**STATS, "num_alloc_retries": 2}, nvml_index=5, pci_bus=0x3B),
+    ]
+    state, mocks = install_fake_cuda(monkeypatch, devices, current=1)
+    answers = NvmlAnswers(devices)
+    nvml = fake_pynvml(answers)
     monkeypatch.setitem(sys.modules, "pynvml", nvml)
-
-    class FakeProfiler:
-        def __init__(self, options: CheckOptions) -> None:
-            self.active_steps = 0
-
-        def start(self, warmup: int) -> None:
-            calls["profiler"].append("start")
-
-        def step(self) -> None:
-            self.active_steps += 1
-
-        def stop(self) -> None:
-            calls["profiler"].append("stop")
-
-        def abort(self) -> None:
-            calls["profiler"].append("abort")
-
-        def op_summary(self) -> dict[str, Any]:
-            return {"gemm_share": 0.7, "gemm_share_basis": "device"}
-
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "4,5")
+    FakeProfiler.calls = []
     monkeypatch.setattr("torchdoctor.capture.session.WindowProfiler", FakeProfiler)
-    calls["history"] = []
-    monkeypatch.setattr(
-        torch.cuda.memory,
-        "_record_memory_history",
-        lambda enabled="all", **kw: calls["history"].append(enabled),
-    )
-    return calls
+    return SimpleNamespace(state=state, mocks=mocks, nvml=nvml, devices=devices)
 
 
-def test_window_runs_every_cuda_probe(fake_gpu: dict[str, list[Any]], tmp_path: Path) -> None:
+def _train(steps: int) -> None:
+    model = torch.nn.Linear(4, 4)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    for _ in range(steps):
+        model(torch.ones(2, 4)).sum().backward()
+        opt.step()
+
+
+def test_window_runs_every_cuda_probe(fake_gpu: Any, tmp_path: Path) -> None:
     opts = CheckOptions(warmup_steps=2, profile_steps=2, full=True, profile_memory=True)
     session = Session(opts, tmp_path, RankInfo())
     session.install()
-    assert fake_gpu["history"] == ["all"]  # --memory: allocation stacks for an OOM snapshot
+    history = fake_gpu.mocks["_record_memory_history"]
+    history.assert_not_called()  # not before the script ran: that would initialise CUDA
     try:
-        model = torch.nn.Linear(4, 4)
-        opt = torch.optim.SGD(model.parameters(), lr=0.1)
-        for _ in range(6):
-            model(torch.ones(2, 4)).sum().backward()
-            opt.step()
+        _train(6)
     finally:
         session.uninstall()
-    assert fake_gpu["sync_debug"] == ["warn", 0]  # on for the window only
-    assert fake_gpu["profiler"][0] == "start" and "stop" in fake_gpu["profiler"]
+    # --memory from the window's start, Python stacks only (C++ symbolisation takes minutes)
+    history.assert_called_once_with(max_entries=200_000, stacks="python")
+    fake_gpu.mocks["attach_oom"].assert_called_once()
+    assert [c.args for c in fake_gpu.mocks["set_sync_debug_mode"].call_args_list] == [
+        ("warn",),
+        (0,),
+    ]
+    assert FakeProfiler.calls[0] == "start" and "stop" in FakeProfiler.calls
     rec = session.record({"status": "completed", "code": 0, "exception": None}, "t.py", [])
     session.stop_memory_history()
-    assert fake_gpu["history"] == ["all", None]
+    assert history.call_args.kwargs == {"enabled": None}
     gpu = rec["gpu"]
-    assert gpu["device"]["name"] == "NVIDIA H100" and gpu["memory"]["alloc_retries"] == 2
+    # the current device (cuda:1), not device 0
+    fake_gpu.mocks["memory_stats"].assert_called_with(1)
+    assert gpu["memory"]["alloc_retries"] == 2 and gpu["device"]["count"] == 2
     assert gpu["nvml"]["error"] is None and gpu["nvml"]["samples"] >= 1
-    # fp32 training, GEMM-heavy, on an sm90 device with TF32 off: both precision findings,
-    # and the allocator retries as fragmentation
-    torch.backends.cuda.matmul.allow_tf32 = False
+    fake_gpu.nvml.nvmlDeviceGetHandleByPciBusId.assert_called_once_with("00000000:3B:00.0")
+    # fp32 training, GEMM-heavy, on an sm90 device with TF32 off: the precision finding, and
+    # the allocator retries as fragmentation
     found = {f.id for f in run_findings(rec)}
     assert {"fp32-on-bf16-gpu", "memory-fragmentation"} <= found
+
+
+def test_no_memory_recording_when_the_script_never_used_cuda(
+    fake_gpu: Any, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    monkeypatch.setattr(torch.cuda, "is_initialized", lambda: False)
+    opts = CheckOptions(warmup_steps=1, profile_steps=1, full=True, profile_memory=True)
+    session = Session(opts, tmp_path, RankInfo())
+    session.install()
+    try:
+        _train(4)
+    finally:
+        session.uninstall()
+    fake_gpu.mocks["_record_memory_history"].assert_not_called()
+    fake_gpu.mocks["attach_oom"].assert_not_called()
+    fake_gpu.mocks["is_available"].assert_not_called()  # it would start the CUDA driver
+
+
+def test_oom_the_script_caught_is_recorded_with_its_snapshot(fake_gpu: Any, tmp_path: Path) -> None:
+    opts = CheckOptions(warmup_steps=1, profile_steps=1, full=True, profile_memory=True)
+    rank = RankInfo(rank=1, local_rank=1, world_size=2)
+    session = Session(opts, tmp_path, rank)
+    session.install()
+    try:
+        _train(2)
+        # the allocator calls the observer, the script catches the OOM and carries on
+        (observer,) = fake_gpu.state.observers
+        observer(1, 4 * GIB, 70 * GIB, GIB)
+        _train(2)
+    finally:
+        session.uninstall()
+    outcome = SimpleNamespace(
+        exception=None, to_dict=lambda: {"status": "completed", "code": 0, "exception": None}
+    )
+    rec = finish_record(session, outcome, "t.py", [])
+    seen = rec["gpu"]["oom_observer"]
+    assert seen["observed_ooms"] == 1 and seen["observed"][0]["tried_bytes"] == 4 * GIB
+    assert seen["snapshot_file"] == "memory_snapshot_rank1.pickle"
+    assert (tmp_path / "memory_snapshot_rank1.pickle").exists() and "oom" not in rec
+    observer(1, GIB, 0, 0)  # after the run the observer (torch cannot detach it) does nothing
+    assert session.oom_watch is not None and session.oom_watch.count == 1
 
 
 def test_no_cuda_probe_on_a_cpu_run(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

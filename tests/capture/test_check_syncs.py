@@ -9,6 +9,7 @@ from collections.abc import Iterator
 import pytest
 import torch
 
+from tests.gpu_fakes import install_fake_cuda
 from torchdoctor.capture.config_probe import ConfigProbe
 from torchdoctor.capture.syncs import SyncRecorder, target_device_type
 
@@ -104,16 +105,16 @@ def test_target_device_type(args: tuple, kwargs: dict, want: str | None) -> None
 
 
 def test_sync_debug_mode_sites(rec: SyncRecorder, monkeypatch: pytest.MonkeyPatch) -> None:
-    modes: list[object] = []
-    monkeypatch.setattr(torch.cuda, "set_sync_debug_mode", modes.append)
+    state, _mocks = install_fake_cuda(monkeypatch)
     rec.start_sync_debug()
+    assert state.sync_mode == 1  # "warn" for the window
     for _ in range(2):
         warnings.warn("called a synchronizing CUDA operation", UserWarning, stacklevel=1)
     line = _line() - 1
     with pytest.warns(UserWarning, match="unrelated"):
         warnings.warn("unrelated", UserWarning, stacklevel=1)
     rec.stop_sync_debug()
-    assert modes == ["warn", 0]
+    assert state.sync_mode == 0
     assert rec.snapshot()["sync_debug"] == [{"site": f"{__file__}:{line}", "count": 2}]
 
 

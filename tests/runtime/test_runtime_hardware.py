@@ -32,6 +32,8 @@ from torchdoctor.hardware import GPU_SPECS, lookup_gpu, peak_flops
         ("NVIDIA H200 NVL", "H200 NVL"),
         ("NVIDIA GH200 480GB", "GH200"),
         ("NVIDIA B200", "B200"),
+        ("AMD Instinct MI300X", "MI300X"),
+        ("AMD Instinct MI300X VF", "MI300X"),
         ("H100 SXM", "H100 SXM"),
     ],
 )
@@ -40,7 +42,16 @@ def test_lookup_by_device_name(device_name: str, spec_name: str) -> None:
     assert spec is not None and spec.name == spec_name
 
 
-@pytest.mark.parametrize("name", ["NVIDIA GeForce GTX 1080", "AMD Instinct MI300X", "", "cpu"])
+@pytest.mark.parametrize(
+    "name",
+    [
+        "NVIDIA GeForce GTX 1080",
+        "AMD Instinct MI250X",
+        "",
+        "cpu",
+        "NVIDIA A100-SXM4-40GB MIG 1g.5gb",
+    ],
+)
 def test_unknown_gpu_is_none(name: str) -> None:
     assert lookup_gpu(name) is None
     assert peak_flops(name, "bf16") is None
@@ -77,3 +88,37 @@ def test_table_is_consistent() -> None:
 def test_hardware_does_not_import_torch() -> None:
     code = "import sys, torchdoctor.hardware; assert 'torch' not in sys.modules, 'torch imported'"
     subprocess.run([sys.executable, "-c", code], check=True)
+
+
+def test_corrected_rows() -> None:
+    # A10G: about half the A10's tensor rate, not the A10's figures (1.8x too high).
+    assert peak_flops("NVIDIA A10G", "bf16") == pytest.approx(70e12)
+    assert peak_flops("NVIDIA A10G", "tf32") == pytest.approx(35e12)
+    assert peak_flops("NVIDIA A10", "bf16") == pytest.approx(125e12)
+    assert peak_flops("NVIDIA B200", "fp32") == pytest.approx(75e12)  # 80 is GB200's
+    mi300x = {d: peak_flops("AMD Instinct MI300X", d) for d in ("fp32", "tf32", "bf16", "fp8")}
+    assert mi300x == pytest.approx(
+        {"fp32": 163.4e12, "tf32": 653.7e12, "bf16": 1307.4e12, "fp8": 2614.9e12}
+    )
+
+
+@pytest.mark.parametrize(
+    ("name", "sms", "share"),
+    [
+        ("NVIDIA A100-SXM4-40GB MIG 1g.5gb", 14, 14 / 108),
+        ("NVIDIA A100-SXM4-80GB MIG 7g.80gb", 98, 98 / 108),
+        ("NVIDIA H100 80GB HBM3 MIG 3g.40gb", 60, 60 / 132),
+    ],
+)
+def test_mig_slice_gets_its_share_of_the_peak(name: str, sms: int, share: float) -> None:
+    whole = lookup_gpu(name.split(" MIG")[0])
+    spec = lookup_gpu(name, sm_count=sms)
+    assert whole is not None and spec is not None
+    assert spec.peak("bf16") == pytest.approx(whole.peak_flops["bf16"] * share)
+    assert lookup_gpu(name) is None  # no SM count: no MFU rather than the whole GPU's peak
+    assert lookup_gpu(name, sm_count=10_000) is None  # more SMs than the GPU has: not trusted
+
+
+def test_every_row_cites_its_source() -> None:
+    for spec in GPU_SPECS:
+        assert "datasheet" in spec.source, spec.name

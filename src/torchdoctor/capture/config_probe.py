@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 from collections import Counter
+from collections.abc import Callable
 from typing import Any
 
 from torchdoctor.capture.patches import Patcher
@@ -49,22 +50,53 @@ def optimizer_record(optimizer: Any) -> dict[str, Any]:
     }
 
 
+def _read(get: Callable[[], Any]) -> Any:
+    # None where torch lacks the setting (the fp32_precision API arrived in 2.9) or refuses to
+    # read it: after a script sets the new API, reading a legacy flag raises RuntimeError.
+    try:
+        return get()
+    except Exception:
+        return None
+
+
+def _uses_tf32(new: Any, legacy: Any) -> bool:
+    # The per-backend fp32_precision wins; "none" (inherit) or its absence defers to the legacy flag.
+    if new == "tf32":
+        return True
+    if new in ("ieee", "bf16"):
+        return False
+    return bool(legacy)
+
+
 def backend_flags() -> dict[str, Any]:
-    """TF32, matmul precision and cuDNN flags as they are now."""
+    """TF32, matmul precision and cuDNN flags as they are now; never raises.
+
+    The new ``fp32_precision`` settings (``torch.backends.cuda.matmul``, ``torch.backends.cudnn
+    .conv``) are read first; the legacy ``allow_tf32`` flags and the float32 matmul precision are
+    the fallback (None where torch refuses to read them). ``tf32_matmul`` / ``tf32_conv`` are
+    the verdicts: whether fp32 matmuls / convolutions run on TF32 tensor cores.
+    """
     import torch
 
+    backends = torch.backends
+    matmul_new = _read(lambda: backends.cuda.matmul.fp32_precision)
+    conv_new = _read(lambda: backends.cudnn.conv.fp32_precision)  # type: ignore[attr-defined]
+    matmul_legacy = _read(lambda: bool(backends.cuda.matmul.allow_tf32))
+    cudnn_legacy = _read(lambda: bool(backends.cudnn.allow_tf32))
+    precision = _read(torch.get_float32_matmul_precision)
     flags: dict[str, Any] = {
-        "cuda_matmul_allow_tf32": bool(torch.backends.cuda.matmul.allow_tf32),
-        "cudnn_allow_tf32": bool(torch.backends.cudnn.allow_tf32),
-        "float32_matmul_precision": torch.get_float32_matmul_precision(),
-        "cudnn_benchmark": bool(torch.backends.cudnn.benchmark),
-        "cudnn_enabled": bool(torch.backends.cudnn.enabled),
+        "cuda_matmul_fp32_precision": matmul_new,
+        "cudnn_conv_fp32_precision": conv_new,
+        "cuda_matmul_allow_tf32": matmul_legacy,
+        "cudnn_allow_tf32": cudnn_legacy,
+        "float32_matmul_precision": precision,
+        "cudnn_benchmark": _read(lambda: bool(backends.cudnn.benchmark)),
+        "cudnn_enabled": _read(lambda: bool(backends.cudnn.enabled)),
     }
-    # The tf32 verdict: either switch (old flag or matmul precision) turns TF32 on for matmuls.
-    flags["tf32_matmul"] = flags["cuda_matmul_allow_tf32"] or flags["float32_matmul_precision"] in (
-        "high",
-        "medium",
-    )
+    # Either legacy switch (the flag or a "high"/"medium" matmul precision) turns TF32 on.
+    legacy_tf32 = bool(matmul_legacy) or precision in ("high", "medium")
+    flags["tf32_matmul"] = _uses_tf32(matmul_new, legacy_tf32)
+    flags["tf32_conv"] = _uses_tf32(conv_new, cudnn_legacy)
     return flags
 
 

@@ -6,16 +6,19 @@ pass fakes; none of it runs on a machine without a CUDA device.
 
 from __future__ import annotations
 
+import contextlib
 import pickle
 import re
 import threading
 from pathlib import Path
 from typing import Any
 
+from torchdoctor.hardware import is_mig
+
 _GIB = 2**30
 
 
-def memory_record(cuda: Any, device: int = 0) -> dict[str, Any]:
+def memory_record(cuda: Any, device: int | None = None) -> dict[str, Any]:
     """Allocated / reserved / peak bytes, allocator retries and the fragmentation ratio.
 
     ``fragmentation`` is ``1 - peak_allocated / peak_reserved``: the share of the memory the
@@ -38,7 +41,7 @@ def memory_record(cuda: Any, device: int = 0) -> dict[str, Any]:
     }
 
 
-def device_record(cuda: Any, device: int = 0) -> dict[str, Any]:
+def device_record(cuda: Any, device: int | None = None) -> dict[str, Any]:
     """Name, compute capability and whether it has bf16 tensor cores (sm80 and later)."""
     major, minor = cuda.get_device_capability(device)
     return {
@@ -54,13 +57,21 @@ class NvmlSampler:
     """Samples GPU utilisation and memory through NVML in a daemon thread."""
 
     def __init__(
-        self, pynvml: Any, index: int = 0, interval_s: float = 0.1, pci_bus_id: str | None = None
+        self,
+        pynvml: Any,
+        index: int = 0,
+        interval_s: float = 0.1,
+        pci_bus_id: str | None = None,
+        uuids: tuple[str, ...] = (),
     ) -> None:
         self.pynvml = pynvml
         self.index = index
+        """NVML's index of the device (not the CUDA ordinal; see ``nvml_target``)."""
         self.pci_bus_id = pci_bus_id
         """NVML numbers all GPUs while CUDA numbers the visible ones: the PCI bus id (when
         known) names the same device to both."""
+        self.uuids = uuids
+        """NVML UUIDs to try after the bus id ("GPU-..." or "MIG-...")."""
         self.interval_s = interval_s
         self.util_pct: list[int] = []
         self.mem_used_bytes: list[int] = []
@@ -72,10 +83,7 @@ class NvmlSampler:
         """Initialise NVML and start sampling; an NVML failure is recorded, not raised."""
         try:
             self.pynvml.nvmlInit()
-            if self.pci_bus_id:
-                handle = self.pynvml.nvmlDeviceGetHandleByPciBusId_v2(self.pci_bus_id)
-            else:
-                handle = self.pynvml.nvmlDeviceGetHandleByIndex(self.index)
+            handle = self._handle()
         except Exception as exc:
             self.error = f"{type(exc).__name__}: {exc}"
             return
@@ -83,6 +91,24 @@ class NvmlSampler:
             target=self._run, args=(handle,), name="torchdoctor-nvml", daemon=True
         )
         self._thread.start()
+
+    def _handle(self) -> Any:
+        # Bus id, then UUID, then index: the first lookup that names a device wins.
+        nvml = self.pynvml
+        lookups: list[tuple[Any, Any]] = []
+        if self.pci_bus_id:
+            # nvidia-ml-py's name; it calls the C library's _v2 symbol itself.
+            lookups.append((nvml.nvmlDeviceGetHandleByPciBusId, self.pci_bus_id))
+        lookups += [(nvml.nvmlDeviceGetHandleByUUID, uuid) for uuid in self.uuids]
+        lookups.append((nvml.nvmlDeviceGetHandleByIndex, self.index))
+        first_error: Exception | None = None
+        for lookup, key in lookups:
+            try:
+                return lookup(key)
+            except Exception as exc:
+                first_error = first_error or exc
+        assert first_error is not None
+        raise first_error
 
     def _run(self, handle: Any) -> None:
         while not self._stop.is_set():
@@ -99,6 +125,9 @@ class NvmlSampler:
         self._stop.set()
         if self._thread is not None:
             self._thread.join(timeout=2.0)
+            self._thread = None
+            with contextlib.suppress(Exception):  # nvmlInit counts references; give ours back
+                self.pynvml.nvmlShutdown()
         util = self.util_pct
         return {
             "samples": len(util),
@@ -117,6 +146,42 @@ def pci_bus_id(cuda: Any, device: int) -> str | None:
         return f"{props.pci_domain_id:08X}:{props.pci_bus_id:02X}:{props.pci_device_id:02X}.0"
     except (AttributeError, TypeError, ValueError):  # older torch: no PCI fields
         return None
+
+
+def nvml_uuids(cuda: Any, device: int) -> tuple[str, ...]:
+    """NVML UUIDs that may name a CUDA device: torch prints the 16 bytes bare, NVML prefixes
+    "GPU-" (a whole GPU) or "MIG-" (a MIG slice)."""
+    uuid = str(getattr(cuda.get_device_properties(device), "uuid", "") or "")
+    if not uuid:
+        return ()
+    if uuid.startswith(("GPU-", "MIG-")):
+        return (uuid,)
+    return (f"GPU-{uuid}", f"MIG-{uuid}")
+
+
+def nvml_index(ordinal: int, visible: str | None) -> int:
+    """NVML's index for CUDA ordinal ``ordinal``: NVML counts every GPU, CUDA only those in
+    ``CUDA_VISIBLE_DEVICES`` (a list of indices; other forms leave the ordinal as it is)."""
+    entries = [e.strip() for e in (visible or "").split(",") if e.strip()]
+    if ordinal < len(entries) and entries[ordinal].isdigit():
+        return int(entries[ordinal])
+    return ordinal
+
+
+def nvml_sampler(
+    pynvml: Any, cuda: Any, device: int, interval_s: float, visible: str | None
+) -> NvmlSampler:
+    """A sampler for CUDA device ``device``, found by bus id, then UUID, then NVML index.
+
+    A MIG slice shares its GPU's bus id: only its UUID ("MIG-...") names the slice itself."""
+    mig = is_mig(str(cuda.get_device_name(device)))
+    return NvmlSampler(
+        pynvml,
+        nvml_index(device, visible),
+        interval_s,
+        None if mig else pci_bus_id(cuda, device),
+        nvml_uuids(cuda, device),
+    )
 
 
 def try_import_pynvml() -> Any:
@@ -160,6 +225,24 @@ def is_oom(exc: BaseException) -> bool:
     return name == "OutOfMemoryError" or "out of memory" in str(exc).lower()[:200]
 
 
+_LIBRARY_DIRS = frozenset({"torch", "torchdoctor"})
+
+
+def user_frame(frames: list[dict[str, Any]]) -> str:
+    """ "file:line" of the innermost Python frame outside torch and torchdoctor, or "".
+
+    C++ frames (a snapshot recorded with ``stacks="all"``), CPython's own and ``??`` frames are
+    skipped: only a ``.py`` file is a line a user can open."""
+    for f in frames:
+        filename = str(f.get("filename", ""))
+        if not filename.endswith(".py"):
+            continue
+        if _LIBRARY_DIRS.intersection(Path(filename).parts[:-1]):
+            continue
+        return f"{filename}:{f.get('line', 0)}"
+    return ""
+
+
 def largest_blocks(snapshot: dict[str, Any], top: int = 5) -> list[dict[str, Any]]:
     """The largest live allocations in a memory snapshot, with their allocation frame if the
     allocator history was recorded."""
@@ -167,34 +250,135 @@ def largest_blocks(snapshot: dict[str, Any], top: int = 5) -> list[dict[str, Any
     for seg in snapshot.get("segments", []):
         for block in seg.get("blocks", []):
             if block.get("state") == "active_allocated":
-                frames = block.get("frames") or []
-                where = next(
-                    (
-                        f"{f['filename']}:{f['line']}"
-                        for f in frames
-                        if "torch" not in f["filename"]
-                    ),
-                    "",
-                )
+                where = user_frame(block.get("frames") or [])
                 blocks.append({"bytes": int(block.get("size", 0)), "where": where})
     blocks.sort(key=lambda b: -b["bytes"])
     return blocks[:top]
 
 
-def oom_record(cuda: Any, exc: BaseException, folder: Path, device: int = 0) -> dict[str, Any]:
+SNAPSHOT_FILE = "memory_snapshot.pickle"
+"""The snapshot's name in the run folder (``memory_snapshot_rank<R>.pickle`` under torchrun)."""
+
+
+def snapshot_name(rank: int | None = None) -> str:
+    """The snapshot file for this process: ranks of one job share the run folder."""
+    return SNAPSHOT_FILE if rank is None else f"memory_snapshot_rank{rank}.pickle"
+
+
+def write_snapshot(cuda: Any, path: Path) -> dict[str, Any]:
+    """Dump ``cuda.memory._snapshot()`` to ``path`` (for pytorch.org/memory_viz); returns it."""
+    snapshot: dict[str, Any] = cuda.memory._snapshot()
+    with open(path, "wb") as fh:
+        pickle.dump(snapshot, fh)
+    return snapshot
+
+
+def oom_device(message: str) -> int | None:
+    """The CUDA ordinal an out-of-memory message names ("GPU 1 has a total capacity ...")."""
+    m = re.search(r"GPU (\d+) has a total capacity", message)
+    return int(m.group(1)) if m else None
+
+
+def oom_record(
+    cuda: Any,
+    exc: BaseException,
+    folder: Path,
+    device: int | None = None,
+    snapshot_file: str = SNAPSHOT_FILE,
+    observed: OomWatch | None = None,
+) -> dict[str, Any]:
     """What filled the memory: the message's numbers, allocator stats, the largest live blocks;
-    writes ``memory_summary.txt`` and ``memory_snapshot.pickle`` (for pytorch.org/memory_viz)."""
+    writes ``memory_summary.txt`` and the snapshot (for pytorch.org/memory_viz).
+
+    ``device``: the CUDA ordinal; by default the one the message names, else the current one.
+    A snapshot the OOM observer took at the failure is kept rather than replaced by a later one.
+    """
     record: dict[str, Any] = {"message": str(exc).splitlines()[0][:500]}
     record.update(parse_oom_message(str(exc)))
     try:
+        if device is None:
+            device = oom_device(str(exc))
+        if device is None:
+            device = int(cuda.current_device())
+        record["device"] = device
         record["memory"] = memory_record(cuda, device)
         (folder / "memory_summary.txt").write_text(cuda.memory_summary(device), encoding="utf-8")
         record["summary_file"] = "memory_summary.txt"
-        snapshot = cuda.memory._snapshot()
-        with open(folder / "memory_snapshot.pickle", "wb") as fh:
-            pickle.dump(snapshot, fh)
-        record["snapshot_file"] = "memory_snapshot.pickle"
-        record["largest_blocks"] = largest_blocks(snapshot)
+        if observed is not None and observed.snapshot_file is not None:
+            record.update(observed.record())
+        else:
+            snapshot = write_snapshot(cuda, folder / snapshot_file)
+            record["snapshot_file"] = snapshot_file
+            record["largest_blocks"] = largest_blocks(snapshot)
     except Exception as exc2:  # partial evidence beats none
         record["collect_error"] = f"{type(exc2).__name__}: {exc2}"
     return record
+
+
+class OomWatch:
+    """The allocator's out-of-memory observer: takes the snapshot *at* the OOM, so an OOM the
+    script catches itself (a batch-size search, a retry) still leaves its evidence.
+
+    torch offers no way to detach an observer, so ``close`` makes it a no-op instead.
+    """
+
+    max_snapshots = 4
+    """cuDNN and others catch OOMs and retry with less memory: keep the latest of the first
+    few snapshots, without paying for one at every retry."""
+
+    def __init__(self, cuda: Any, folder: Path, snapshot_file: str = SNAPSHOT_FILE) -> None:
+        self.cuda = cuda
+        self.path = folder / snapshot_file
+        self.events: list[dict[str, int]] = []
+        self.count = 0
+        self.snapshot_file: str | None = None
+        self.largest: list[dict[str, Any]] = []
+        self.error: str | None = None
+        self.active = True
+
+    def __call__(self, device: int, alloc: int, device_alloc: int, device_free: int) -> None:
+        """The allocator calls this (with the GIL) before it raises OutOfMemoryError."""
+        if not self.active:
+            return
+        self.count += 1
+        if len(self.events) < 16:
+            self.events.append(
+                {
+                    "device": int(device),
+                    "tried_bytes": int(alloc),
+                    "device_allocated_bytes": int(device_alloc),
+                    "device_free_bytes": int(device_free),
+                }
+            )
+        if self.count > self.max_snapshots:
+            return
+        try:
+            self.largest = largest_blocks(write_snapshot(self.cuda, self.path))
+            self.snapshot_file = self.path.name
+        except Exception as exc:  # never turn an OOM into a different error
+            self.error = f"{type(exc).__name__}: {exc}"
+
+    def close(self) -> None:
+        """Stop observing (the allocator keeps the callable)."""
+        self.active = False
+
+    def record(self) -> dict[str, Any]:
+        """What the observer saw: OOM count, the first OOMs' sizes, the snapshot's file and its
+        largest live blocks."""
+        out: dict[str, Any] = {"observed_ooms": self.count, "observed": self.events}
+        if self.snapshot_file is not None:
+            out["snapshot_file"] = self.snapshot_file
+            out["snapshot_at"] = "oom observer"
+            out["largest_blocks"] = self.largest
+        if self.error:
+            out["observer_error"] = self.error
+        return out
+
+
+def attach_oom_watch(torch_c: Any, watch: OomWatch) -> bool:
+    """Attach ``watch`` as the CUDA allocator's OOM observer; False where torch lacks the hook."""
+    attach = getattr(torch_c, "_cuda_attach_out_of_memory_observer", None)
+    if not callable(attach):
+        return False
+    attach(watch)
+    return True

@@ -184,27 +184,37 @@ def finish_record(session: Any, outcome: Outcome, script: str, args: list[str]) 
     record: dict[str, Any] = scrub(session.record(outcome.to_dict(), script, args))
     record["trace"] = None if exported is None else str(exported.relative_to(session.folder))
     exc = outcome.exception
+    watch = session.oom_watch
     if exc is not None and gpu_probe.is_oom(exc):
-        record["oom"] = _oom(exc, session.folder)
+        record["oom"] = _oom(exc, session)
         if record["oom"].get("snapshot_file"):  # explain it now: who held the memory, fragmentation
             from torchdoctor.memory.headline import snapshot_headline
 
             snapshot = session.folder / record["oom"]["snapshot_file"]
             record["oom"]["memory_analysis"] = snapshot_headline(snapshot)
+    elif watch is not None and watch.count and record.get("gpu") is not None:
+        # OOMs the script caught itself (a retry, a batch-size search): evidence, not a crash.
+        record["gpu"]["oom_observer"] = watch.record()
     session.stop_memory_history()
     outcome.exception = None  # drop the traceback: it keeps DataLoader workers alive
     record["findings"] = [f.to_dict() for f in run_findings(record)]
     return record
 
 
-def _oom(exc: BaseException, folder: Path) -> dict[str, Any]:
+def _oom(exc: BaseException, session: Any) -> dict[str, Any]:
     import torch
 
     from torchdoctor.capture import gpu_probe
 
-    if not torch.cuda.is_available():
+    if not (torch.cuda.is_initialized() and torch.cuda.is_available()):
         return {"message": str(exc).splitlines()[0][:500], **gpu_probe.parse_oom_message(str(exc))}
-    return gpu_probe.oom_record(torch.cuda, exc, folder)
+    return gpu_probe.oom_record(
+        torch.cuda,
+        exc,
+        session.folder,
+        snapshot_file=session.snapshot_file,
+        observed=session.oom_watch,
+    )
 
 
 def _close_process_group() -> None:

@@ -28,7 +28,8 @@ def _cuda_in_use() -> bool:
     # Only a script that already touched CUDA gets CUDA probes; we never initialise it ourselves.
     import torch
 
-    return bool(torch.cuda.is_available() and torch.cuda.is_initialized())
+    # is_initialized first: it reads a flag, while is_available() starts the CUDA driver.
+    return bool(torch.cuda.is_initialized() and torch.cuda.is_available())
 
 
 class Session:
@@ -53,12 +54,11 @@ class Session:
         self._nvml: gpu_probe.NvmlSampler | None = None
         self.started_unix_s = time.time()
         self.memory_history = False
+        self.oom_watch: gpu_probe.OomWatch | None = None
 
     # -- lifetime -----------------------------------------------------------------------------
     def install(self) -> None:
         """Install every hook and start the clock."""
-        import torch
-
         self.compile.install()
         self.checkpoints.install()
         self.config.install()
@@ -73,14 +73,34 @@ class Session:
                 f"{opts.last_profiled_step} after {opts.warmup_steps} warm-up steps",
                 file=sys.stderr,
             )
-        if self.options.profile_memory and torch.cuda.is_available():
-            # Allocation stacks make an OOM snapshot say which line allocated what.
-            torch.cuda.memory._record_memory_history(max_entries=200_000)
-            self.memory_history = True
         self.clock.begin()
 
+    @property
+    def snapshot_file(self) -> str:
+        """The memory snapshot's name in the run folder (one per rank under torchrun)."""
+        return gpu_probe.snapshot_name(self.rank.rank if self.rank.distributed else None)
+
+    def start_memory_recording(self) -> None:
+        """--memory: record allocation stacks and watch for OOMs from here on.
+
+        Called at the window's start with CUDA already initialised by the script: starting
+        earlier would initialise CUDA ourselves (before the script's CUDA_VISIBLE_DEVICES, and
+        breaking forked CUDA children)."""
+        import torch
+
+        if self.options.profile_memory and not self.memory_history:
+            # Python frames only: symbolising C++ frames for 200k entries takes minutes.
+            torch.cuda.memory._record_memory_history(max_entries=200_000, stacks="python")
+            self.memory_history = True
+        if self.oom_watch is None:
+            watch = gpu_probe.OomWatch(torch.cuda, self.folder, self.snapshot_file)
+            if gpu_probe.attach_oom_watch(torch._C, watch):
+                self.oom_watch = watch
+
     def stop_memory_history(self) -> None:
-        """Stop recording allocation stacks (after any OOM snapshot has been taken)."""
+        """Stop recording allocation stacks and observing OOMs (after any OOM snapshot)."""
+        if self.oom_watch is not None:
+            self.oom_watch.close()
         if self.memory_history:
             import torch
 
@@ -106,17 +126,20 @@ class Session:
         self.config.note_window()
         self.aside.ensure_registered()  # again: torch._dynamo.reset() drops the callbacks
         if _cuda_in_use():
+            import os
+
             import torch
 
+            self.start_memory_recording()
             self.syncs.start_sync_debug()
             pynvml = gpu_probe.try_import_pynvml()
-            if pynvml is not None:
-                index = torch.cuda.current_device()
-                self._nvml = gpu_probe.NvmlSampler(
+            if pynvml is not None and not torch.version.hip:
+                self._nvml = gpu_probe.nvml_sampler(
                     pynvml,
-                    index,
+                    torch.cuda,
+                    torch.cuda.current_device(),
                     self.options.nvml_interval_s,
-                    gpu_probe.pci_bus_id(torch.cuda, index),
+                    os.environ.get("CUDA_VISIBLE_DEVICES"),
                 )
                 self._nvml.start()
 
@@ -153,8 +176,9 @@ class Session:
         if _cuda_in_use() and "memory" not in self.gpu:
             import torch
 
-            self.gpu["memory"] = gpu_probe.memory_record(torch.cuda)
-            self.gpu["device"] = gpu_probe.device_record(torch.cuda)
+            device = torch.cuda.current_device()  # rank k's cuda:k under torchrun
+            self.gpu["memory"] = gpu_probe.memory_record(torch.cuda, device)
+            self.gpu["device"] = gpu_probe.device_record(torch.cuda, device)
 
     # -- the record ---------------------------------------------------------------------------
     def steps_record(self) -> dict[str, Any]:

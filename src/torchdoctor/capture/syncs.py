@@ -26,6 +26,29 @@ def _torch_dir() -> str:
     return os.path.dirname(torch.__file__) + os.sep
 
 
+def _torchdoctor_dir() -> str:
+    return os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
+
+
+_WARNINGS_MODULES = ("warnings", "_py_warnings")  # 3.14 moved the Python half to _py_warnings
+
+
+def first_user_site(frame: Any, library_dirs: tuple[str, ...]) -> str | None:
+    """ "file:line" of the first frame, walking out from ``frame``, whose file lies outside
+    ``library_dirs`` (torch's and torchdoctor's folders) and the warnings module; None if none.
+
+    CUDA's sync-debug warning is raised from C++ with stack level 1, which blames the innermost
+    Python frame: our ``item``/``cpu``/``to`` wrapper, or torch's own code (GradScaler's
+    ``.item()``). The line to fix is where the user's code called into either."""
+    while frame is not None:
+        filename = frame.f_code.co_filename
+        module = frame.f_globals.get("__name__", "")
+        if module not in _WARNINGS_MODULES and not filename.startswith(library_dirs):
+            return f"{filename}:{frame.f_lineno}"
+        frame = frame.f_back
+    return None
+
+
 def target_device_type(args: tuple[Any, ...], kwargs: dict[str, Any]) -> str | None:
     """Device type a ``Tensor.to`` call moves to (``None`` when it only changes dtype)."""
     import torch
@@ -56,8 +79,10 @@ class SyncRecorder:
         """"file:line" -> synchronising operations reported by the CUDA sync debug mode."""
         self._patcher = Patcher()
         self._torch_dir = ""
+        self._library_dirs: tuple[str, ...] = ()
         self._saved_filters: list[Any] | None = None
         self._saved_showwarning: Callable[..., Any] | None = None
+        self._saved_sync_mode: int = 0
 
     # -- recording ------------------------------------------------------------------------
     def _site(self) -> str | None:
@@ -66,7 +91,7 @@ class SyncRecorder:
         # timing so they stay cheap.
         frame = sys._getframe(2)
         filename = frame.f_code.co_filename
-        if filename.startswith(self._torch_dir):
+        if filename.startswith(self._library_dirs):  # torch's or our own (the meter's) calls
             return None
         return f"{filename}:{frame.f_lineno}"
 
@@ -87,6 +112,7 @@ class SyncRecorder:
         import torch
 
         self._torch_dir = _torch_dir()
+        self._library_dirs = (self._torch_dir, _torchdoctor_dir())
         base = torch._C.TensorBase
         for name in ("item", "tolist"):
             self._patcher.patch(torch.Tensor, name, self._wrap_scalar(name, getattr(base, name)))
@@ -190,15 +216,19 @@ class SyncRecorder:
         warnings.filterwarnings("always", message=f".*{_SYNC_WARNING}")
         previous = warnings.showwarning
 
+        library_dirs = (_torch_dir(), _torchdoctor_dir())
+
         def showwarning(message: Any, category: Any, filename: str, lineno: int, *a: Any) -> None:
             if _SYNC_WARNING in str(message):
-                site = f"{filename}:{lineno}"
+                site = first_user_site(sys._getframe(1), library_dirs) or f"{filename}:{lineno}"
                 self.sync_debug[site] = self.sync_debug.get(site, 0) + 1
             else:
                 previous(message, category, filename, lineno, *a)
 
         warnings.showwarning = showwarning  # type: ignore[assignment]
-        torch.cuda.set_sync_debug_mode("warn")
+        self._saved_sync_mode = torch.cuda.get_sync_debug_mode()
+        if self._saved_sync_mode == 0:  # "warn" already warns; "error" is the user's choice
+            torch.cuda.set_sync_debug_mode("warn")
 
     def stop_sync_debug(self) -> None:
         """Restore the sync debug mode and the warning filters."""
@@ -206,7 +236,7 @@ class SyncRecorder:
             return
         import torch
 
-        torch.cuda.set_sync_debug_mode(0)
+        torch.cuda.set_sync_debug_mode(self._saved_sync_mode)  # the user's mode, not ours
         warnings.filters[:] = self._saved_filters  # type: ignore[index]
         if self._saved_showwarning is not None:
             warnings.showwarning = self._saved_showwarning

@@ -17,7 +17,7 @@ from typing import Any
 
 import torch
 
-from torchdoctor.hardware import lookup_gpu
+from torchdoctor.hardware import is_mig, lookup_gpu
 
 _UNKNOWN_GPU_WARNED: set[str] = set()
 _NOISY_IQR_SHARE = 0.10  # IQR above 10% of the median: the machine was busy, say so
@@ -194,7 +194,8 @@ class Meter:
             return time.perf_counter()  # the CPU ran the step synchronously: nothing to wait for
         if self._events:
             event = torch.cuda.Event(enable_timing=True)
-            event.record()
+            # record() alone uses the *current* device's stream: name this meter's device.
+            event.record(torch.cuda.current_stream(self.device))
             return event
         sync = getattr(getattr(torch, self.device.type, None), "synchronize", None)
         if callable(sync):
@@ -226,7 +227,13 @@ class Meter:
     def _peak(self, name: str) -> tuple[float | None, str | None]:
         if self.device.type != "cuda":
             return None, None
-        spec = lookup_gpu(name)
+        # A MIG slice has a share of the GPU's multiprocessors, and of its peak.
+        sms = (
+            torch.cuda.get_device_properties(self.device).multi_processor_count
+            if is_mig(name)
+            else None
+        )
+        spec = lookup_gpu(name, sms)
         if spec is None:
             if name not in _UNKNOWN_GPU_WARNED:
                 _UNKNOWN_GPU_WARNED.add(name)

@@ -184,7 +184,7 @@ class PrecisionPlugin:
         except (AttributeError, AssertionError, KeyError):
             flags = []
         self.scaler.update()
-        return sum(flags) if flags else None
+        return any_found_inf(flags) if flags else None
 
     def fsdp_mp_policy(self) -> Any | None:
         """FSDP2's mixed-precision policy: parameters cast to the autocast dtype for compute,
@@ -195,3 +195,16 @@ class PrecisionPlugin:
         from torch.distributed.fsdp import MixedPrecisionPolicy
 
         return MixedPrecisionPolicy(param_dtype=dtype, reduce_dtype=torch.float32)
+
+
+def any_found_inf(flags: list[torch.Tensor]) -> torch.Tensor:
+    """1.0 if any device's GradScaler ``found_inf`` flag is set (the step was skipped), else 0.0.
+
+    A model split over two GPUs in one process has one flag per device: they are moved to the
+    first flag's device and reduced with ``amax`` there (a sum would raise across devices, and
+    would count one skipped step twice). Stays on the device: no host sync.
+    """
+    first = flags[0]
+    if len(flags) == 1:
+        return first.reshape(-1).amax()
+    return torch.stack([f.reshape(-1).to(first.device, non_blocking=True) for f in flags]).amax()

@@ -60,7 +60,8 @@ def _probe(wl: Workload, device: Any) -> dict[str, Any]:
     return {
         "device": device.type,
         "cuda_capability": list(torch.cuda.get_device_capability(device)) if cuda else None,
-        "bf16": torch.cuda.is_bf16_supported() if cuda else True,
+        # Only real bf16 tensor cores: with emulation (the default) pre-Ampere GPUs answer True.
+        "bf16": torch.cuda.is_bf16_supported(including_emulation=False) if cuda else True,
         "compiler": bool(shutil.which(os.environ.get("CXX", "g++")) or shutil.which("c++")) or cuda,
         "cpu_count": len(os.sched_getaffinity(0))
         if hasattr(os, "sched_getaffinity")
