@@ -7,10 +7,10 @@ import contextlib
 import dataclasses
 import io
 from pathlib import Path
-from statistics import median
 from typing import Any
 
 from torchdoctor.rules.finding import Finding, rank_findings
+from torchdoctor.stats import median
 
 REPORT_SCHEMA = "torchdoctor.check-report"
 REPORT_SCHEMA_VERSION = 1
