@@ -1,7 +1,9 @@
-"""Step-time statistics: median and spread, "beats by more than the noise", compile break-even.
+"""Step-time statistics: median and spread, interleaved comparisons, compile break-even.
 
 Follows ``torch.utils.benchmark``: keep the raw times, report median and interquartile range (IQR),
-never the mean (one descheduled step on a shared machine moves a mean, not a median).
+never the mean (one descheduled step on a shared machine moves a mean, not a median). Two
+configurations are compared only on rounds measured side by side (see ``rounds.py``), through
+the per-round ratio's interval from :mod:`torchdoctor.stats`.
 """
 
 from __future__ import annotations
@@ -11,6 +13,9 @@ import math
 import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Literal
+
+from torchdoctor import stats
 
 # A median over n samples has standard error ~ 1.2533 * sigma / sqrt(n) (normal samples), and
 # sigma ~ IQR / 1.349; together ~0.93 * IQR / sqrt(n).
@@ -42,6 +47,48 @@ class StepStats:
     def se_s(self) -> float:
         """Approximate standard error of the median, in seconds."""
         return _SE_PER_IQR * self.iqr_s / math.sqrt(max(self.n, 1))
+
+
+Decision = Literal["win", "drop", "undecided"]
+
+
+@dataclass(frozen=True)
+class Comparison:
+    """A candidate against a reference on interleaved rounds."""
+
+    interval: stats.RatioInterval
+    """Reference step time / candidate step time per round (above 1: the candidate is faster)."""
+    decision: Decision
+    """win: the whole interval clears 1 + min_gain; drop: the whole interval is below it (the
+    candidate cannot reach the gain); undecided: more rounds needed."""
+    outliers: int = 0
+    """Rounds whose ratio lies beyond Tukey's far-out fences (a burst of load on one arm)."""
+
+
+def compare(
+    reference_s: Sequence[float], candidate_s: Sequence[float], min_gain: float
+) -> Comparison:
+    """Decide on paired rounds: ``reference_s[i]`` and ``candidate_s[i]`` ran in the same round.
+
+    Mean step times in seconds, one per round. Under 6 rounds no 95% interval exists, so the
+    decision is ``undecided``.
+    """
+    n = min(len(reference_s), len(candidate_s))
+    ref, cand = list(reference_s[:n]), list(candidate_s[:n])
+    interval = stats.paired_ratio_interval(ref, cand)
+    ratios = [a / b for a, b in zip(ref, cand, strict=True)]
+    decision: Decision = "undecided"
+    if interval.clears(1.0 + min_gain):
+        decision = "win"
+    elif interval.below(1.0 + min_gain):
+        decision = "drop"
+    return Comparison(interval, decision, len(stats.outlier_rounds(ratios)))
+
+
+def round_stats(window_steps_s: Sequence[float]) -> StepStats:
+    """Median and IQR over windows of their mean step time (seconds)."""
+    d = stats.describe(window_steps_s)
+    return StepStats(d.median, d.iqr, d.n)
 
 
 def default_blocks(steps: int) -> int:
