@@ -307,10 +307,14 @@ def _write_outputs(summary: Any, runner: Any, opts: dict[str, Any], console: Any
     best = summary.best
     config = to_config(best.trial.assignment, batch_size=runner.batch_size, seed=opts["seed"])
     config.seed = None  # the tuner's seed made trials comparable; training keeps its own
-    note = (
-        f"Written by torchdoctor tune for {Path(runner.workload).name}: "
+    what = (
         f"{report.claim_text(summary)} the fp32 eager baseline's speed (95% interval over "
-        "interleaved rounds), loss within the fidelity tolerance.\n"
+        "interleaved rounds), loss within the fidelity tolerance"
+        if summary.claim
+        else f"the fp32 eager baseline: no configuration was faster by more than {opts['min_gain']:.0%}"
+    )
+    note = (
+        f"Written by torchdoctor tune for {Path(runner.workload).name}: {what}.\n"
         f"Load it with torchdoctor.Runtime.from_file(...)."
     )
     out = config.save(opts["out"], comment=note)

@@ -108,7 +108,7 @@ def ranked(summary: Summary) -> list[Record]:
 def claim_text(summary: Summary) -> str:
     """The one claim, as the table, the headline and the TOML comment print it."""
     claim = summary.claim
-    return "1.00x (the baseline)" if claim is None else claim.format()
+    return "1.00x" if claim is None else claim.format()
 
 
 def to_json(summary: Summary) -> str:
@@ -238,6 +238,8 @@ def headline(summary: Summary) -> str:
     lines = [f"best: {describe(best.trial.assignment)} — {claim_text(summary)}"]
     if best is not summary.baseline:
         lines[0] += " the baseline's speed (95% interval over interleaved rounds)"
+    else:
+        lines[0] += f" (no configuration's whole interval cleared {1 + summary.min_gain:.2f}x)"
     if conf is not None and conf.comparison is not None:
         lines.append(
             f"confirmation in a fresh process: {conf.comparison.interval.format()}"
@@ -287,7 +289,7 @@ def progress_line(rec: Record, total_hint: int, best: Record | None, elapsed_s: 
         what = escape(f"{c.interval.format()} vs {against}: {c.decision} ({c.interval.n} rounds)")
     else:
         what = f"{rec.stats.median_s * 1e3:.1f} ms" if rec.stats else escape(r.status)
-    best_txt = escape(f"{best.speedup:.2f}x") if best else "-"
+    best_txt = escape(f"{best.speedup:.2f}x") if best else "baseline"
     tag = " (resumed)" if r.resumed else ""
     head = escape(f"trial {rec.seq + 1} of ~{total_hint} [{rec.trial.phase}] ")
     return (
