@@ -286,9 +286,29 @@ class Search:
                 self._promising[name] = max(faster, key=lambda r: r.speedup)
 
     def _try(self, current: Record, assignment: Assignment, phase: Phase) -> Record:
-        """``assignment`` measured beside ``current``: the new current when it wins."""
-        got = self.measure(self._normalize(assignment), phase, reference=current.trial.assignment)
+        """``assignment`` measured beside ``current``: the new current when it wins.
+
+        Not measured when an earlier trial of it failed, was rejected, or was clearly slower than
+        ``current`` (both speed-ups are per-round ratios over a baseline arm, so they compare
+        across trials; its whole interval lies below ``current``'s).
+        """
+        assignment = self._normalize(assignment)
+        if self._hopeless(assignment, current):
+            return current
+        got = self.measure(assignment, phase, reference=current.trial.assignment)
         return got if got.wins else current
+
+    def _hopeless(self, assignment: Assignment, current: Record) -> bool:
+        ours = current.vs_baseline
+        for rec in self.records:
+            if rec.trial.assignment != assignment or rec.result.status == "oom":
+                continue
+            if not rec.usable:
+                return True
+            theirs = rec.vs_baseline
+            if theirs is not None and ours is not None and theirs.below(ours.low):
+                return True
+        return False
 
     def _combine(self, base: Record, winners: dict[str, Record]) -> Record:
         ranked = sorted(winners.items(), key=lambda kv: -kv[1].speedup)
