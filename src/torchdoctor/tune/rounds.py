@@ -151,7 +151,7 @@ def run_rounds(arms: list[Arm], plan: RoundPlan, clock: WindowClock) -> str | No
 
     shuffle = random.Random(plan.seed)
     ref = next((a for a in arms[1:] if a.label == "incumbent"), arms[-1])
-    started = time.perf_counter()
+    started = time.monotonic()
     for done in range(1, plan.max_rounds + 1):
         order = list(arms)
         shuffle.shuffle(order)
@@ -166,7 +166,7 @@ def run_rounds(arms: list[Arm], plan: RoundPlan, clock: WindowClock) -> str | No
         got = measure.compare(ref.window_steps_s, arms[0].window_steps_s, plan.min_gain)
         if got.decision != "undecided":
             return None
-        if time.perf_counter() - started > plan.max_s:
+        if time.monotonic() - started > plan.max_s:
             return "time"
     return None
 
