@@ -224,7 +224,7 @@ def render_table(summary: Summary, console: Any) -> None:
 
     table = Table(title="torchdoctor tune: configurations, fastest first", show_lines=False)
     for col in COLUMNS:
-        table.add_column(col, overflow="fold")
+        table.add_column(escape(col), overflow="fold")
     for rank, rec in enumerate(ranked(summary), 1):
         table.add_row(*_cells(summary, rec, rank))
     console.print(table)
