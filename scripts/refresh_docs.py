@@ -8,10 +8,12 @@ A first line ``$ ...`` inside the block (the command as a user types it) is kept
     python scripts/refresh_docs.py --check      # exit 1 when a block no longer matches
     python scripts/refresh_docs.py --only tune  # only blocks whose command contains "tune"
 
-``--check`` compares shapes, not measurements: numbers become ``#``, runs of spaces and of table
-rules collapse, and every line of the block must appear in the output in the same order (a
-``...`` line in the block stands for any lines). So a renamed label, a dropped line or a new
-column fails the check, a different step time does not.
+``--check`` compares shapes, not measurements. A line's shape: numbers become ``#`` and runs of
+spaces and of table rules collapse; then a table's header keeps its text (the column names), a
+table row keeps only its number of columns, and any other line with a ``label: value`` keeps its
+label. Every block line's shape must appear in the output in the same order (a ``...`` line in the
+block stands for any lines). So a renamed label or column, a dropped line or a new column fails
+the check; a different step time, or which configuration won, does not.
 """
 
 from __future__ import annotations
@@ -68,19 +70,27 @@ def find_blocks(path: Path, text: str | None = None) -> list[Block]:
 
 
 def normalize(line: str) -> str:
-    """A line's shape: numbers as ``#``, table rules and runs of spaces collapsed."""
+    """A line's text with numbers as ``#``, table rules and runs of spaces collapsed."""
     out = _NUMBER.sub("#", line.rstrip())
     out = _RULE.sub(r"\1", out)
     return _SPACE.sub(" ", out).strip()
 
 
+def shape(line: str) -> str:
+    """What ``--check`` compares (see the module docstring)."""
+    text = normalize(line)
+    if text.startswith("│") or text.startswith("|"):
+        return "│" * max(text.count("│"), text.count("|"))  # a table row: its columns
+    if "┃" in text or "━" in text or ": " not in text:
+        return text
+    return text.split(": ", 1)[0] + ":"
+
+
 def mismatch(block_lines: Sequence[str], output_lines: Sequence[str]) -> str | None:
     """None when every block line appears, in order, in the output (shapes compared); else the
     first block line that does not."""
-    wanted = [
-        normalize(x) for x in block_lines if x.strip() not in ELLIPSIS and not x.startswith("$ ")
-    ]
-    got = iter(normalize(x) for x in output_lines)
+    wanted = [shape(x) for x in block_lines if x.strip() not in ELLIPSIS and not x.startswith("$ ")]
+    got = iter(shape(x) for x in output_lines)
     for line in wanted:
         if not line:
             continue
