@@ -141,14 +141,42 @@ class RoundPlan:
     """Seed of the per-round shuffle (the same on every rank)."""
 
 
+_STOPS = ("", "decided", "time", "nonfinite")  # codes agreed across ranks (the highest wins)
+
+
+def _agree_stop(why: str, device: torch.device) -> str:
+    """Under torchrun: every rank stops when any does, for the gravest reason (no rank is left
+    waiting in a collective of a window the others never start)."""
+    import torch.distributed as dist
+
+    if not (dist.is_available() and dist.is_initialized()):
+        return why
+    t = torch.tensor([_STOPS.index(why)], dtype=torch.int64, device=device)
+    dist.all_reduce(t, op=dist.ReduceOp.MAX)
+    return _STOPS[int(t.item())]
+
+
+def _why_stop(arms: list[Arm], ref: Arm, plan: RoundPlan, done: int, elapsed_s: float) -> str:
+    from torchdoctor.tune import measure
+
+    if arms[0].nonfinite_step() is not None:
+        return "nonfinite"
+    if done < plan.min_rounds:
+        return ""
+    if len(arms) == 1:
+        return "decided"
+    got = measure.compare(ref.window_steps_s, arms[0].window_steps_s, plan.min_gain)
+    if got.decision != "undecided":
+        return "decided"
+    return "time" if elapsed_s > plan.max_s else ""
+
+
 def run_rounds(arms: list[Arm], plan: RoundPlan, clock: WindowClock) -> str | None:
     """Interleave windows of ``arms`` until decided; returns why it stopped early (or None).
 
     The candidate (``arms[0]``) is compared with the incumbent arm, else the baseline arm; a
     single arm runs ``min_rounds`` rounds. Stops at the first non-finite candidate loss.
     """
-    from torchdoctor.tune import measure
-
     shuffle = random.Random(plan.seed)
     ref = next((a for a in arms[1:] if a.label == "incumbent"), arms[-1])
     started = time.monotonic()
@@ -157,17 +185,10 @@ def run_rounds(arms: list[Arm], plan: RoundPlan, clock: WindowClock) -> str | No
         shuffle.shuffle(order)
         for arm in order:
             arm.window(plan.steps, clock)
-        if arms[0].nonfinite_step() is not None:
-            return "nonfinite"
-        if done < plan.min_rounds:
-            continue
-        if len(arms) == 1:
-            return None
-        got = measure.compare(ref.window_steps_s, arms[0].window_steps_s, plan.min_gain)
-        if got.decision != "undecided":
-            return None
-        if time.monotonic() - started > plan.max_s:
-            return "time"
+        why = _why_stop(arms, ref, plan, done, time.monotonic() - started)
+        why = _agree_stop(why, clock.device)
+        if why:
+            return None if why == "decided" else why
     return None
 
 
