@@ -132,3 +132,22 @@ def test_cuda_windows_use_events_and_sync_once_each(monkeypatch: pytest.MonkeyPa
     windows = sum(len(a.window_steps_s) for a in arms)
     assert windows == 12 and FakeEvent.syncs == windows  # one sync per window, not per step
     assert arms[0].window_steps_s == pytest.approx([0.008] * 6)
+
+
+def test_each_arm_draws_its_own_random_numbers(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Dropout in an arm sees the stream it would see alone, however the rounds interleave."""
+    arms, _ = _arms(monkeypatch, {"candidate": 0.008, "baseline": 0.010})
+    for arm in arms:
+        torch.manual_seed(7)
+        arm.rng = rounds_mod.rng_state()  # both built from the same seed, as the worker does
+        loop = arm.loop
+
+        def step(loop: FakeLoop = loop) -> torch.Tensor:
+            loop.clock.now += loop.cost_s
+            return torch.rand(())
+
+        loop.step = step  # type: ignore[method-assign]
+    run_rounds(arms, _plan(), WindowClock(torch.device("cpu")))
+    torch.manual_seed(7)
+    alone = [float(torch.rand(())) for _ in range(24)]
+    assert arms[0].losses == pytest.approx(alone) and arms[1].losses == pytest.approx(alone)

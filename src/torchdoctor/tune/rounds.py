@@ -66,6 +66,26 @@ def set_global_flags(flags: tuple[Any, ...]) -> None:
     torch.set_float32_matmul_precision(precision)
 
 
+def rng_state() -> tuple[Any, ...]:
+    """The process's random streams: torch (CPU and every CUDA device), numpy, random."""
+    import numpy as np
+
+    cuda = torch.cuda.get_rng_state_all() if torch.cuda.is_available() else None
+    return (torch.get_rng_state(), cuda, np.random.get_state(), random.getstate())
+
+
+def set_rng_state(state: tuple[Any, ...]) -> None:
+    """Restore what :func:`rng_state` returned."""
+    import numpy as np
+
+    cpu, cuda, np_state, py_state = state
+    torch.set_rng_state(cpu)
+    if cuda is not None:
+        torch.cuda.set_rng_state_all(cuda)
+    np.random.set_state(np_state)
+    random.setstate(py_state)
+
+
 def _agree_s(seconds: float, device: torch.device) -> float:
     """Under torchrun: the slowest rank's window time, so every rank decides the same way."""
     import torch.distributed as dist
@@ -87,6 +107,9 @@ class Arm:
     """The worker's training loop (``step()`` returns the step's loss as a device tensor)."""
     flags: tuple[Any, ...]
     """Process-wide settings as this arm's setup left them."""
+    rng: tuple[Any, ...] = field(default_factory=rng_state)
+    """This arm's random streams (dropout, augmentation): each arm draws the numbers it would
+    draw alone, so its losses match a trial of it alone, whatever the interleaving."""
     losses: list[float] = field(default_factory=list)
     """Loss of every optimizer step from step 0, warm-up included."""
     warmup_times_s: list[float] = field(default_factory=list)
@@ -99,19 +122,23 @@ class Arm:
     def warmup(self, steps: int, clock: WindowClock) -> None:
         """Run ``steps`` steps, each timed alone (compile happens here)."""
         set_global_flags(self.flags)
+        set_rng_state(self.rng)
         for _ in range(steps):
             clock.start()
             loss = self.loop.step()
             self.warmup_times_s.append(clock.stop())
             self.losses.append(float(loss.item()))
+        self.rng = rng_state()
         self.loop.wait_s = 0.0
 
     def window(self, steps: int, clock: WindowClock) -> float:
         """Run one timed window of ``steps`` steps; returns its mean step time in seconds."""
         set_global_flags(self.flags)
+        set_rng_state(self.rng)
         clock.start()
         pending = [self.loop.step() for _ in range(steps)]
         elapsed = _agree_s(clock.stop(), clock.device)
+        self.rng = rng_state()
         # One read of the device buffer, after the window's one synchronisation.
         self.losses += torch.stack(pending).float().cpu().tolist()
         self.busy_s += elapsed
