@@ -62,6 +62,25 @@ def test_mfu_on_a_known_gpu(monkeypatch: pytest.MonkeyPatch, clock: list[float])
     assert "50.0% of 989.4 TFLOP/s bf16" in str(s)
 
 
+def test_a_stall_counts_against_throughput_flops_and_mfu_alike(
+    monkeypatch: pytest.MonkeyPatch, clock: list[float]
+) -> None:
+    """Seven 0.1 s steps and one 1.6 s stall: 8 steps in 2.3 s, whatever the median says."""
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda device=None: "NVIDIA H100 80GB HBM3")
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda device=None: None)
+    m = Meter(torch.device("cuda", 0), peak_dtype="bf16", flops_per_step=1e12, use_events=False)
+    _run(m, clock, [1.0, 0.1, 0.1, 0.1, 1.6, 0.1, 0.1, 0.1, 0.1])
+    s = m.summary()
+    assert s.step_time_ms == pytest.approx(100.0)  # the median hides the stall
+    assert s.step_time_mean_ms == pytest.approx(2300.0 / 8)
+    assert s.samples_per_s == pytest.approx(8 * 32 / 2.3)
+    assert s.achieved_flops == pytest.approx(8e12 / 2.3)
+    assert s.mfu == pytest.approx(8e12 / 2.3 / 989.4e12)
+    # The two rates imply the same step time: FLOP/s / FLOPs per step == samples/s / samples.
+    assert s.achieved_flops / 1e12 == pytest.approx(s.samples_per_s / 32)
+    assert "mean 287.50 ms" in str(s)
+
+
 def test_unknown_gpu_no_mfu_and_one_warning(
     monkeypatch: pytest.MonkeyPatch, clock: list[float]
 ) -> None:

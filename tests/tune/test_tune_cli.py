@@ -64,7 +64,38 @@ def test_unknown_knob(tmp_path: Path) -> None:
 
 
 def test_resume_with_nothing_to_resume(tmp_path: Path) -> None:
-    assert "nothing to resume" in one_line_error([str(HERE / "tiny.py"), "--resume"], tmp_path)
+    line = one_line_error([str(HERE / "tiny.py"), "--resume"], tmp_path)
+    assert "does not exist (nothing to resume)" in line
+    assert not (tmp_path / "t.sqlite").exists()  # not a fresh run in a new file
+
+
+def test_resume_with_a_file_without_this_workload(tmp_path: Path) -> None:
+    from torchdoctor.tune.store import Store
+
+    Store(tmp_path / "t.sqlite").close()
+    assert "no earlier run of" in one_line_error([str(HERE / "tiny.py"), "--resume"], tmp_path)
+
+
+def test_markup_in_phases_and_reasons_reaches_the_terminal_verbatim() -> None:
+    from rich.console import Console
+
+    from torchdoctor.tune.report import progress_line
+    from torchdoctor.tune.search import Record
+    from torchdoctor.tune.space import BASELINE
+    from torchdoctor.tune.trial import Trial, TrialResult
+
+    reason = "RuntimeError: shape [64, 512] [/bold] [red]x"
+    rec = Record(
+        2,
+        Trial("k", "single", {**BASELINE, "num_workers": 2}),
+        TrialResult(status="error", reason=reason),
+        None,
+        None,
+    )
+    console = Console(record=True, width=300)
+    console.print(progress_line(rec, 9, None, 12.0))
+    text = console.export_text()
+    assert "trial 3 of ~9 [single] num_workers=2: error: " + reason in text
 
 
 def test_syntax_error_in_workload(tmp_path: Path) -> None:

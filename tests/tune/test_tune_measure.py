@@ -1,4 +1,4 @@
-"""Step statistics, the noise rule, compile break-even and the fidelity gate."""
+"""Step statistics, interleaved comparisons, compile break-even and the fidelity gate."""
 
 from __future__ import annotations
 
@@ -9,44 +9,29 @@ import pytest
 from torchdoctor.tune import fidelity, measure
 
 
-def test_median_and_spread_over_blocks() -> None:
-    # The third block was disturbed by another process: the median over blocks ignores it.
-    st = measure.step_stats([0.010, 0.012, 0.011, 0.013, 0.100, 0.102])
-    assert st.median_s == pytest.approx(0.012)
-    assert st.iqr_s == pytest.approx(0.101 - 0.011)
-    assert st.n == 3
-    many = measure.step_stats([0.01 * (1 + i % 5) for i in range(50)], blocks=10)
-    assert (
-        many.n == 10 and many.median_s == pytest.approx(0.03) and many.iqr_s == pytest.approx(0.0)
-    )
+def test_round_stats_median_and_iqr_of_windows() -> None:
+    # The third window was disturbed by another process: the median ignores it.
+    st = measure.round_stats([0.010, 0.012, 0.100, 0.011, 0.013])
+    assert st.median_s == pytest.approx(0.012) and st.n == 5
+    assert st.iqr_s == pytest.approx(0.013 - 0.011)
 
 
-def test_bursty_data_loading_is_timed_by_throughput() -> None:
-    # Four workers deliver four batches at once: three steps find data, one waits 29 ms.
-    times = [0.001, 0.001, 0.001, 0.029] * 5
-    assert sorted(times)[len(times) // 2] == 0.001  # what a per-step median would say
-    assert measure.step_stats(times).median_s == pytest.approx(0.008)
-
-
-def test_beats_needs_more_than_the_noise() -> None:
-    base = measure.step_stats([0.100] * 20)
-    assert measure.beats(measure.step_stats([0.097] * 20), base)  # 3% > 2% floor
-    assert not measure.beats(measure.step_stats([0.099] * 20), base)  # 1%: noise
-    noisy = measure.step_stats([0.08, 0.08, 0.09, 0.09, 0.13, 0.13])  # 90 ms, spread 50 ms
-    assert not measure.beats(noisy, base)
-
-
-def test_blocks_hold_whole_epochs() -> None:
-    # Workers restart every 8 steps (not persistent): that step costs 40 ms more.
-    times = [0.045 if i % 8 == 0 else 0.005 for i in range(24)]
-    unaligned = measure.step_stats(times)  # 5 blocks of ~5 steps: some hold a restart, some not
-    aligned = measure.step_stats(times, period=8)
-    assert unaligned.iqr_s > 0.005
-    assert aligned.n == 3 and aligned.iqr_s == 0.0 and aligned.median_s == pytest.approx(0.010)
+def test_compare_wins_drops_or_waits() -> None:
+    ref = [0.100, 0.300, 0.150, 0.250, 0.120, 0.200]  # the load moves 3x between rounds
+    win = measure.compare(ref, [r / 1.3 for r in ref], 0.02)
+    assert win.decision == "win" and win.interval.ratio == pytest.approx(1.3)
+    drop = measure.compare(ref, [r * 0.995 for r in ref], 0.02)  # 0.5% faster: below the gain
+    assert drop.decision == "drop"
+    wobble = [1.0 / 1.02, 1.0 / 1.06, 1.0 / 0.99, 1.0 / 1.03, 1.0 / 1.01, 1.0 / 1.05]
+    assert measure.compare([1.0] * 6, wobble, 0.02).decision == "undecided"
+    assert measure.compare(ref[:5], ref[:5], 0.02).decision == "undecided"  # < 6 rounds
+    burst = [r / 1.3 for r in ref] + [0.1 / 1.3] * 5 + [1.0]  # one round's candidate window hit
+    got = measure.compare([*ref, *[0.1] * 6], burst, 0.02)
+    assert got.outliers == 1 and got.decision == "win"
 
 
 def test_break_even_steps() -> None:
-    eager, compiled = measure.step_stats([0.030] * 5), measure.step_stats([0.020] * 5)
+    eager, compiled = measure.round_stats([0.030] * 6), measure.round_stats([0.020] * 6)
     assert measure.break_even_steps(12.0, eager, compiled) == 1200
     assert measure.break_even_steps(12.0, compiled, eager) is None
     assert measure.warmup_overhead_s([12.02, 0.02, 0.02], compiled) == pytest.approx(12.0)

@@ -78,7 +78,12 @@ def test_kill_9_then_resume(tmp_path: Path) -> None:
     assert done.stdout.count("trial ") - len(before) == len(after) - len(before)
 
     # Each finished trial trained exactly once; at most one (in flight at the kill) ran twice.
-    ran = collections.Counter(log.read_text().splitlines())
+    # A trial process builds its candidate first: the first line of each process id.
+    first: dict[str, str] = {}
+    for line in log.read_text().splitlines():
+        pid, what = line.split(" ", 1)
+        first.setdefault(pid, what)
+    ran = collections.Counter(first.values())
     stored = collections.Counter(
         "{num_workers} {optimizer_impl} {grad_accumulation}".format(**json.loads(r[2]))
         for r in after
@@ -87,3 +92,22 @@ def test_kill_9_then_resume(tmp_path: Path) -> None:
     assert not (stored - ran) and sum(extra.values()) <= 1, (ran, stored)
     exported = json.loads((tmp_path / "r.json").read_text())
     assert (tmp_path / "best.toml").exists() and exported["trials"] == len(after)
+
+
+def test_ctrl_c_prints_the_resume_command_and_exits_130(tmp_path: Path) -> None:
+    db = tmp_path / "t.sqlite"
+    proc = subprocess.Popen(
+        cmd(tmp_path), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True
+    )
+    deadline = time.monotonic() + 120
+    while len(rows(db)) < 2 and proc.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.2)
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 130, err[-2000:]
+    assert "Traceback" not in err
+    hint = err.strip().splitlines()[-1]
+    assert "interrupted after" in hint and hint.endswith("--resume")
+    again = hint.split("continue with: torchdoctor ", 1)[1].split()
+    assert again[0] == "tune" and again[again.index("--db") + 1] == str(db)
+    assert again[again.index("--steps") + 1] == "6"  # the settings a resume must repeat

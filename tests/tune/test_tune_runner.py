@@ -20,6 +20,8 @@ def run(
     phase: str = "single",
     timeout_s: float = 60.0,
     workdir: str | None = None,
+    reference: dict[str, object] | None = None,
+    max_rounds: int = 6,
     **knobs: object,
 ) -> TrialResult:
     a = {**BASELINE, **knobs}
@@ -31,15 +33,19 @@ def run(
         batch_size=16,
         workdir=workdir,
         env={"TD_TUNE_TEST_MODE": mode, "TORCHDOCTOR_TUNE_BACKEND": "local"},
+        max_rounds=max_rounds,
     )
-    return runner(Trial(assignment_key(a), phase, a))  # type: ignore[arg-type]
+    ref = None if reference is None else {**BASELINE, **reference}
+    return runner(Trial(assignment_key(a), phase, a, reference=ref))  # type: ignore[arg-type]
 
 
 def test_ok_trial_reports_times_losses_and_probe(tmp_path: Path) -> None:
     r = run(phase="baseline", workdir=str(tmp_path))
     assert r.status == "ok", r.reason
-    assert len(r.step_times_s) == 5 and len(r.warmup_times_s) == 2 and len(r.losses) == 7
-    assert all(0 < x < 100 for x in r.losses) and len(set(r.losses)) == 7
+    # One arm: the minimum 6 rounds of one 5-step window; the losses of every step, read back.
+    assert len(r.step_times_s) == 6 and len(r.warmup_times_s) == 2 and len(r.losses) == 32
+    assert r.rounds_s == {"candidate": r.step_times_s} and r.window_steps == 5
+    assert all(0 < x < 100 for x in r.losses) and len(set(r.losses)) == 32
     assert r.probe is not None and r.probe["batch_size"] == 16 and r.probe["device"] == "cpu"
     assert "fused" in r.probe["optimizer_impls"] or "foreach" in r.probe["optimizer_impls"]
     assert r.peak_bytes and r.peak_bytes > 0 and r.wall_s > 0 and r.steps_per_epoch == 16
@@ -58,6 +64,19 @@ def test_accumulation_keeps_the_trajectory() -> None:
     whole, halves = run(), run(grad_accumulation=2)
     assert whole.status == halves.status == "ok"
     assert halves.losses == pytest.approx(whole.losses, rel=1e-5)
+
+
+def test_arms_run_interleaved_in_one_process() -> None:
+    """Candidate, incumbent and baseline train side by side, one window each per round, each
+    from the same seed: the incumbent's and the baseline's numbers never mix with the candidate's."""
+    r = run(reference={"optimizer_impl": "foreach"}, max_rounds=8, grad_accumulation=2)
+    assert r.status == "ok", r.reason
+    assert set(r.rounds_s) == {"candidate", "incumbent", "baseline"}
+    n = len(r.rounds_s["candidate"])
+    assert 6 <= n <= 8 and all(len(v) == n for v in r.rounds_s.values())
+    assert r.step_times_s == r.rounds_s["candidate"] and len(r.losses) == 2 + 5 * n
+    base = run()  # the baseline alone: its trajectory is the candidate's (accumulation only)
+    assert r.losses[:32] == pytest.approx(base.losses, rel=1e-5)
 
 
 @pytest.mark.parametrize(
@@ -92,9 +111,16 @@ def test_compile_errors_are_told_apart() -> None:
 def test_distributed_trial_under_torchrun(tmp_path: Path) -> None:
     a = {**BASELINE, "ddp_bucket_cap_mb": 5.0}
     runner = TrialRunner(
-        TINY, warmup=2, steps=6, timeout_s=180, batch_size=16, workdir=str(tmp_path), nproc=2
+        TINY,
+        warmup=2,
+        steps=6,
+        timeout_s=180,
+        batch_size=16,
+        workdir=str(tmp_path),
+        nproc=2,
+        max_rounds=6,
     )
     r = runner(Trial(assignment_key(a), "baseline", a))
     assert r.status == "ok", r.reason
     assert r.probe is not None and r.probe["world_size"] == 2 and r.probe["backend"] == "runtime"
-    assert len(r.step_times_s) == 6 and len(r.losses) == 8
+    assert len(r.step_times_s) == 6 and len(r.losses) == 2 + 6 * 6

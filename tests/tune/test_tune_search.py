@@ -42,14 +42,20 @@ def test_sequence_default_order() -> None:
         "refine: compile=default, optimizer_impl=fused, num_workers=2, persistent_workers=True",
         "refine: compile=default, optimizer_impl=foreach, num_workers=4, persistent_workers=True",
         "refine: compile=default, optimizer_impl=fused, num_workers=2, persistent_workers=True, prefetch_factor=4",
-        "final: baseline",
         "final: compile=default, optimizer_impl=fused, num_workers=4, persistent_workers=True",
     ]
     best = summary.best.trial.assignment  # type: ignore[attr-defined]
     assert (best["num_workers"], best["optimizer_impl"], best["compile"]) == (4, "fused", "default")
     assert best["precision"] == "fp32"  # bf16 is slower here: never picked
     assert summary.confirmed and summary.grid_size == 3 * 2 * 2 * (1 + 2 * 2 * 2)  # type: ignore[attr-defined]
-    assert [t.repeat for t in world.calls[-2:]] == [1, 1]
+    # Singles run beside the baseline; each combine/refine trial beside the current best.
+    assert world.calls[1].reference is None
+    assert world.calls[8].reference == world.calls[7].assignment
+    assert world.calls[-1].repeat == 1 and world.calls[-1].reference is None
+    # The claim: the pick's interval over the baseline arm of its own trial.
+    claim = summary.claim  # type: ignore[attr-defined]
+    true = 1 / (0.6 * 0.8 * 0.9 * 0.95)
+    assert claim.low < true < claim.high and claim.high / claim.low < 1.05
 
 
 def test_diagnosis_reorders_the_knobs() -> None:
@@ -72,8 +78,8 @@ def test_noise_sized_gain_is_not_a_win() -> None:
         "baseline: baseline",
         "single: optimizer_impl=foreach",
         "single: optimizer_impl=fused",
-        "final: baseline",
     ]
+    assert summary.confirmation is None and summary.claim is None  # type: ignore[attr-defined]
 
 
 def test_failures_are_recorded_and_survived() -> None:
@@ -130,25 +136,55 @@ def test_budget_stops_and_still_remeasures() -> None:
         "single: num_workers=4",
         "single: optimizer_impl=foreach",
         "single: optimizer_impl=fused",
-        "final: baseline",
         "final: num_workers=4",
     ]
 
 
-def test_max_trials_counts_the_final_pair() -> None:
+def test_max_trials_counts_the_confirmation() -> None:
     world = FakeWorld(FACTORS)
     _, summary = run(world, max_trials=4)
     assert len(world.calls) == 4 and summary.stopped_by == "max-trials"  # type: ignore[attr-defined]
 
 
-def test_pick_that_does_not_reproduce_is_dropped() -> None:
-    # The first baseline ran while something else loaded the machine (+30%), so 2 workers (really
-    # 10% slower) looked faster; measured again, the pick loses: keep the baseline.
+def test_load_on_one_trial_is_not_a_speedup() -> None:
+    # The baseline trial ran while something else loaded the machine (+30%): 2 workers (really
+    # 10% slower) measured minutes later would look faster; measured side by side, they lose.
     world = FakeWorld({("num_workers", 2): 1.1, ("num_workers", 4): 1.2}, disturb={0: 1.3})
+    search, summary = run(world, knobs=("num_workers",))
+    assert summary.best.trial.phase == "baseline" and summary.confirmation is None  # type: ignore[attr-defined]
+    assert [r.comparison.decision for r in search.records[1:]] == ["drop", "drop"]  # type: ignore[union-attr]
+
+
+@pytest.mark.parametrize(("factor", "wins"), [(1.0, False), (0.985, False), (0.8, True)])
+def test_load_moving_3x_between_rounds(factor: float, wins: bool) -> None:
+    """Each round's load (1x to 3x) hits both arms: only the real 20% gain wins, at its size."""
+    load = [1.0, 3.0, 1.5, 2.5, 1.2, 2.0, 2.8, 1.1]
+    world = FakeWorld({("optimizer_impl", "fused"): factor}, round_load=load)
+    search, summary = run(world, knobs=("optimizer_impl",))
+    fused = search.records[2]
+    assert fused.wins is wins
+    assert (
+        fused.vs_baseline is not None
+        and fused.vs_baseline.low < 1 / factor < fused.vs_baseline.high
+    )
+    assert (summary.best is fused) is wins  # type: ignore[attr-defined]
+
+
+def test_pick_that_does_not_reproduce_is_dropped() -> None:
+    # 2 workers win during the search (30%), but the confirmation in a fresh process shows
+    # nothing: the report keeps the safer choice, the baseline.
+    world = FakeWorld({}, search_only={("num_workers", 2): 0.7})
     _, summary = run(world, knobs=("num_workers",))
     assert not summary.confirmed  # type: ignore[attr-defined]
-    assert summary.best.trial.phase == "baseline"  # type: ignore[attr-defined]
+    assert summary.best.trial.phase == "baseline" and summary.claim is None  # type: ignore[attr-defined]
     assert summary.candidate.trial.assignment["num_workers"] == 2  # type: ignore[attr-defined]
+    conf = summary.confirmation.comparison.interval  # type: ignore[attr-defined]
+    assert conf.low < 1.0 < conf.high
+    from torchdoctor.tune.report import headline
+
+    assert "confirmation disagrees" in headline(summary) and "keeping the baseline" in headline(
+        summary
+    )  # type: ignore[arg-type]
 
 
 def test_diverging_candidate_is_rejected_even_when_fastest() -> None:
@@ -186,6 +222,8 @@ def test_more_workers_with_persistence_are_tried() -> None:
         together=[({"num_workers": 4, "persistent_workers": True}, 0.5)],
     )
     _, summary = run(world, knobs=("num_workers", "persistent_workers", "prefetch_factor"))
+    # num_workers=4 alone is not measured again: its interval over the baseline lies wholly
+    # below that of 2 workers (both are per-round ratios, comparable across trials).
     assert describe_calls(world.calls)[3:6] == [
         "refine: num_workers=2, persistent_workers=True",
         "refine: num_workers=2, prefetch_factor=4",

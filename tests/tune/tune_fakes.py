@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
+import numpy as np
+
 from torchdoctor.tune.trial import Trial, TrialResult
 
 CPU_PROBE: dict[str, Any] = {
@@ -21,7 +23,11 @@ REFERENCE = [2.0 / (i + 1) + 0.5 for i in range(23)]
 
 
 class FakeWorld:
-    """Answers trials like a machine where each knob value multiplies the step time."""
+    """Answers trials like a machine where each knob value multiplies the step time.
+
+    Each trial returns interleaved rounds for every arm it names (``Trial.arms``): a round's
+    load factor hits all arms of that round alike, on top of 1% noise per arm and round.
+    """
 
     def __init__(
         self,
@@ -33,6 +39,9 @@ class FakeWorld:
         probe: dict[str, Any] | None = None,
         disturb: dict[int, float] | None = None,
         together: list[tuple[dict[str, Any], float]] | None = None,
+        round_load: list[float] | None = None,
+        search_only: dict[tuple[str, Any], float] | None = None,
+        rounds: int = 12,
     ) -> None:
         self.factors, self.base_ms = factors, base_ms
         self.failures = failures or []
@@ -40,7 +49,23 @@ class FakeWorld:
         self.probe = CPU_PROBE if probe is None else probe
         self.disturb = disturb or {}
         self.together = together or []
+        self.round_load = round_load or [1.0]
+        self.search_only = search_only or {}
+        self.rounds = rounds
         self.calls: list[Trial] = []
+
+    def _ms(self, a: dict[str, Any], trial: Trial) -> float:
+        ms = self.base_ms
+        for (k, v), f in self.factors.items():
+            if a.get(k) == v:
+                ms *= f
+        for when, f in self.together:  # interactions: a factor only when every value matches
+            if all(a.get(k) == v for k, v in when.items()):
+                ms *= f
+        for (k, v), f in self.search_only.items():  # a gain that does not reproduce
+            if a.get(k) == v and trial.repeat == 0:
+                ms *= f
+        return ms * self.disturb.get(len(self.calls) - 1, 1.0)  # load during this whole call
 
     def __call__(self, trial: Trial) -> TrialResult:
         self.calls.append(trial)
@@ -49,24 +74,25 @@ class FakeWorld:
         for when, status in self.failures:
             if all(a.get(k) == v for k, v in when.items()):
                 return TrialResult(status=status, reason=f"fake {status}", wall_s=2.0, probe=probe)  # type: ignore[arg-type]
-        ms = self.base_ms
-        for (k, v), f in self.factors.items():
-            if a.get(k) == v:
-                ms *= f
-        for when, f in self.together:  # interactions: a factor only when every value matches
-            if all(a.get(k) == v for k, v in when.items()):
-                ms *= f
-        ms *= self.disturb.get(len(self.calls) - 1, 1.0)  # load from elsewhere during this call
+        rng = np.random.default_rng(len(self.calls))
+        rounds: dict[str, list[float]] = {}
+        for label, arm in trial.arms():
+            ms = self._ms(arm, trial)
+            rounds[label] = [
+                ms / 1e3 * self.round_load[r % len(self.round_load)] * rng.lognormal(0, 0.01)
+                for r in range(self.rounds)
+            ]
         scale = 1.0
         for (k, v), f in self.loss_scale.items():
             if a.get(k) == v:
                 scale *= f
         losses = [x * (scale**i) for i, x in enumerate(REFERENCE)]
-        steps = [ms / 1e3 * (1 + 0.001 * (i % 3)) for i in range(20)]
         return TrialResult(
             status="ok",
-            step_times_s=steps,
-            warmup_times_s=[ms / 1e3] * 3,
+            step_times_s=rounds["candidate"],
+            rounds_s=rounds,
+            window_steps=10,
+            warmup_times_s=[self._ms(a, trial) / 1e3] * 3,
             losses=losses,
             samples_per_step=64,
             probe=probe,

@@ -7,13 +7,13 @@ import contextlib
 import dataclasses
 import io
 from pathlib import Path
-from statistics import median
 from typing import Any
 
 from torchdoctor.capture.fit import fit_to_run
 from torchdoctor.capture.measurement import Measurement, measure
 from torchdoctor.rules.finding import Finding, rank_findings
 from torchdoctor.rules.registry import alias_map
+from torchdoctor.stats import median
 
 REPORT_SCHEMA = "torchdoctor.check-report"
 REPORT_SCHEMA_VERSION = 1

@@ -9,7 +9,6 @@ counted are kept apart from the steady-state statistics.
 from __future__ import annotations
 
 import itertools
-import statistics
 import time
 import warnings
 from dataclasses import dataclass
@@ -17,6 +16,7 @@ from typing import Any
 
 import torch
 
+from torchdoctor import stats
 from torchdoctor.hardware import is_mig, lookup_gpu
 
 _UNKNOWN_GPU_WARNED: set[str] = set()
@@ -35,13 +35,15 @@ class MeterSummary:
     step_time_iqr_ms: float | None
     """Interquartile range of the step times, in ms."""
     samples_per_s: float | None
-    """Samples per second over the steady-state steps."""
+    """Samples over the steady-state steps / their total time."""
     tokens_per_s: float | None
-    """Tokens per second over the steady-state steps (None when batches carry no token ids)."""
+    """Tokens over the steady-state steps / their total time (None when batches carry no token
+    ids)."""
     flops_per_step: float | None
     """FLOPs of one step's forward and backward (measured once, or supplied)."""
     achieved_flops: float | None
-    """flops_per_step / median step time, in FLOP/s."""
+    """flops_per_step * steady-state steps / their total time, in FLOP/s: the same basis as
+    samples_per_s, so a stall counts against both (a median would hide it)."""
     peak_flops: float | None
     """Dense peak FLOP/s of this device for peak_dtype (None: not a known GPU)."""
     peak_dtype: str
@@ -62,6 +64,8 @@ class MeterSummary:
     """Optimizer steps the GradScaler skipped for inf/NaN gradients."""
     notes: tuple[str, ...] = ()
     """Caveats: uncounted attention FLOPs, an unknown GPU, a noisy machine."""
+    step_time_mean_ms: float | None = None
+    """Total steady-state time / steps, in ms: the step time throughput, FLOP/s and MFU imply."""
 
     def __str__(self) -> str:
         return format_summary(self)
@@ -87,7 +91,8 @@ def format_summary(s: MeterSummary) -> str:
         mfu = f"{100 * s.mfu:.1f}% of {s.peak_flops / 1e12:.1f} TFLOP/s {s.peak_dtype}"
     lines = [
         f"steps (steady state) : {s.steps}  [{s.timing}, {s.device_name}]",
-        f"step time            : {_fmt(s.step_time_ms, '.2f', ' ms')} median, IQR {_fmt(s.step_time_iqr_ms, '.2f', ' ms')}",
+        f"step time            : {_fmt(s.step_time_ms, '.2f', ' ms')} median, IQR {_fmt(s.step_time_iqr_ms, '.2f', ' ms')}"
+        f"; mean {_fmt(s.step_time_mean_ms, '.2f', ' ms')}",
         f"throughput           : {_fmt(s.samples_per_s, ',.1f', ' samples/s')}"
         + (f", {s.tokens_per_s:,.0f} tokens/s" if s.tokens_per_s else ""),
         f"FLOPs per step       : {_si(s.flops_per_step, 'FLOP')}",
@@ -101,13 +106,6 @@ def format_summary(s: MeterSummary) -> str:
         )
     lines += [f"note: {n}" for n in s.notes]
     return "\n".join(lines)
-
-
-def _quartiles(values: list[float]) -> tuple[float, float, float]:
-    if len(values) < 2:
-        return values[0], values[0], values[0]
-    q1, q2, q3 = statistics.quantiles(values, n=4, method="inclusive")
-    return q1, q2, q3
 
 
 class Meter:
@@ -262,17 +260,18 @@ class Meter:
         name = self._device_name()
         peak, peak_note = self._peak(name)
         notes += [n for n in (self.flops_note, peak_note) if n]
-        med = iqr = samples_s = tokens_s = achieved = mfu = None
+        med = iqr = mean = samples_s = tokens_s = achieved = mfu = None
         if times:
-            q1, med, q3 = _quartiles(times)
-            iqr = q3 - q1
+            spread = stats.describe(times)
+            med, iqr, mean = spread.median, spread.iqr, sum(times) / len(times)
             if med > 0 and iqr / med > _NOISY_IQR_SHARE:
                 notes.append(
                     f"step times vary (IQR {100 * iqr / med:.0f}% of the median): a busy machine or an uneven workload"
                 )
             samples_s, tokens_s = self._rates(steady, sum(times))
-            if self.flops_per_step:
-                achieved = self.flops_per_step / med
+            if self.flops_per_step and mean > 0:
+                # Total FLOPs over total time, like throughput: MFU and samples/s never disagree.
+                achieved = self.flops_per_step / mean
                 mfu = achieved / peak if peak else None
         skipped = (
             int(self.skipped.item())
@@ -283,6 +282,7 @@ class Meter:
             steps=len(times),
             step_time_ms=None if med is None else med * 1e3,
             step_time_iqr_ms=None if iqr is None else iqr * 1e3,
+            step_time_mean_ms=None if mean is None else mean * 1e3,
             samples_per_s=samples_s,
             tokens_per_s=tokens_s,
             flops_per_step=self.flops_per_step,

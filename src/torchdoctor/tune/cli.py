@@ -62,10 +62,17 @@ def _knobs(text: str | None) -> tuple[str, ...] | None:
 )
 @click.option(
     "--steps",
-    type=click.IntRange(6, 100_000),
-    default=30,
+    type=click.IntRange(1, 100_000),
+    default=10,
     show_default=True,
-    help="Measured optimizer steps per trial.",
+    help="Optimizer steps per configuration per round (one timed window).",
+)
+@click.option(
+    "--max-rounds",
+    type=click.IntRange(6, 1000),
+    default=20,
+    show_default=True,
+    help="Interleaved rounds per comparison at most (it stops earlier once the interval decides).",
 )
 @click.option(
     "--warmup",
@@ -86,7 +93,7 @@ def _knobs(text: str | None) -> tuple[str, ...] | None:
     type=click.FloatRange(0.0, 0.9),
     default=0.02,
     show_default=True,
-    help="Smallest relative speed-up that counts.",
+    help="Smallest relative speed-up that counts: a win needs its whole 95% interval above it.",
 )
 @click.option(
     "--trial-timeout",
@@ -140,6 +147,7 @@ def _settings(workload: str, opts: dict[str, Any]) -> dict[str, Any]:
         "workload": str(Path(workload).resolve()),
         "function": opts["function"],
         "steps": opts["steps"],
+        "max_rounds": opts["max_rounds"],
         "warmup": opts["warmup"],
         "fidelity_steps": opts["fidelity_steps"],
         "min_gain": opts["min_gain"],
@@ -174,6 +182,8 @@ def _tune(workload: str, **opts: Any) -> None:
 
     settings, budget_s = _checked(workload, opts)
     console = make_console(stderr=opts["json_path"] == "-")
+    if opts["resume"] and not Path(opts["db"]).is_file():
+        raise UserError(f"cannot resume: {opts['db']} does not exist (nothing to resume)")
     db = store.Store(opts["db"])
     run_id = _open_run(db, settings, opts["resume"])
     runner = _runner(workload, opts, run_id)
@@ -195,10 +205,44 @@ def _tune(workload: str, **opts: Any) -> None:
         summary = search.run()
     except BaselineFailed as exc:
         raise UserError(str(exc)) from None
+    except KeyboardInterrupt:
+        _interrupted(workload, opts, len(search.records))
     finally:
         db.close()
     report.render_table(summary, console)
     _write_outputs(summary, runner, opts, console)
+
+
+_RESUME_OPTS = (
+    "budget",
+    "max_trials",
+    "knobs",
+    "steps",
+    "max_rounds",
+    "warmup",
+    "fidelity_steps",
+    "min_gain",
+    "seed",
+    "nproc",
+    "function",
+    "db",
+)
+
+
+def _interrupted(workload: str, opts: dict[str, Any], trials: int) -> None:
+    """Ctrl-C: every finished trial is saved; say how to continue, exit 130 (128 + SIGINT)."""
+    import shlex
+
+    args = ["tune", workload]
+    for name in _RESUME_OPTS:  # the settings a resumed run must repeat, plus the limits
+        if opts.get(name) is not None:
+            args += [f"--{name.replace('_', '-')}", str(opts[name])]
+    click.echo(
+        f"\ntorchdoctor: interrupted after {trials} trials (all saved in {opts['db']}); "
+        f"continue with: torchdoctor {shlex.join(args)} --resume",
+        err=True,
+    )
+    sys.exit(130)
 
 
 def _checked(workload: str, opts: dict[str, Any]) -> tuple[dict[str, Any], float | None]:
@@ -208,9 +252,9 @@ def _checked(workload: str, opts: dict[str, Any]) -> tuple[dict[str, Any], float
     check_file(workload, opts["function"])
     budget_s = parse_duration(opts["budget"]) if opts["budget"] else None
     parse_duration(opts["trial_timeout"])
-    if opts["fidelity_steps"] > opts["steps"] + opts["warmup"]:
+    if opts["fidelity_steps"] > 6 * opts["steps"] + opts["warmup"]:
         raise UserError(
-            "--fidelity-steps must be at most --warmup + --steps (the steps a trial runs)"
+            "--fidelity-steps must be at most --warmup + 6 x --steps (the steps every trial runs)"
         )
     return _settings(workload, opts), budget_s
 
@@ -225,6 +269,8 @@ def _runner(workload: str, opts: dict[str, Any], run_id: int) -> Any:
         function=opts["function"],
         warmup=opts["warmup"],
         steps=opts["steps"],
+        max_rounds=opts["max_rounds"],
+        min_gain=opts["min_gain"],
         seed=opts["seed"],
         timeout_s=parse_duration(opts["trial_timeout"]),
         workdir=str(workdir),
@@ -253,25 +299,31 @@ def _diagnose_once(db: Any, run_id: int, result: Any, diagnose: Any) -> list[str
 
 
 def _write_outputs(summary: Any, runner: Any, opts: dict[str, Any], console: Any) -> None:
+    from rich.markup import escape
+
     from torchdoctor.tune import report
     from torchdoctor.tune.space import to_config
 
     best = summary.best
     config = to_config(best.trial.assignment, batch_size=runner.batch_size, seed=opts["seed"])
     config.seed = None  # the tuner's seed made trials comparable; training keeps its own
-    sp = report.confirmed_speedup(summary)
+    what = (
+        f"{report.claim_text(summary)} the fp32 eager baseline's speed (95% interval over "
+        "interleaved rounds), loss within the fidelity tolerance"
+        if summary.claim
+        else f"the fp32 eager baseline: no configuration was faster by more than {opts['min_gain']:.0%}"
+    )
     note = (
-        f"Written by torchdoctor tune for {Path(runner.workload).name}: "
-        f"{sp:.2f}x the fp32 eager baseline, loss within the fidelity tolerance.\n"
+        f"Written by torchdoctor tune for {Path(runner.workload).name}: {what}.\n"
         f"Load it with torchdoctor.Runtime.from_file(...)."
     )
     out = config.save(opts["out"], comment=note)
-    console.print(f"wrote {out}")
+    console.print(f"wrote {escape(str(out))}")
     if opts["json_path"] == "-":
         click.echo(report.to_json(summary))
     elif opts["json_path"]:
         Path(opts["json_path"]).write_text(report.to_json(summary), encoding="utf-8")
-        console.print(f"wrote {opts['json_path']}")
+        console.print(f"wrote {escape(opts['json_path'])}")
 
 
 class _Live:
@@ -284,10 +336,13 @@ class _Live:
         self.best: Any = None
 
     def __call__(self, trial: Any) -> Any:
+        from rich.markup import escape
+
         from torchdoctor.tune.report import describe
 
         n = len(self.search.records) + 1 if self.search else 1
-        with self.console.status(f"trial {n}: {trial.phase} {describe(trial.assignment)} …"):
+        what = escape(f"trial {n}: {trial.phase} {describe(trial.assignment)} …")
+        with self.console.status(what):
             return self.runner(trial)
 
     def _total_hint(self) -> int:
@@ -304,7 +359,7 @@ class _Live:
 
         if rec.result.probe and self.runner.batch_size is None:
             self.runner.batch_size = int(rec.result.probe.get("batch_size") or 0) or None
-        if rec.usable and (self.best is None or rec.stats.median_s < self.best.stats.median_s):
+        if rec.wins and (self.best is None or rec.speedup > self.best.speedup):
             self.best = rec
         elapsed = time.perf_counter() - self.started
         self.console.print(

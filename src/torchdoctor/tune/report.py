@@ -9,8 +9,11 @@ import json
 import math
 from typing import Any
 
+from rich.markup import escape
+
+from torchdoctor import stats
 from torchdoctor.tune import measure
-from torchdoctor.tune.search import Record, Summary, least_disturbed
+from torchdoctor.tune.search import Record, Summary
 from torchdoctor.tune.space import BASELINE
 
 
@@ -33,20 +36,31 @@ def _eager_twin(summary: Summary, rec: Record) -> Record | None:
     return None
 
 
+def _interval(ri: stats.RatioInterval | None) -> dict[str, Any] | None:
+    if ri is None:
+        return None
+    return {"ratio": ri.ratio, "low": ri.low, "high": ri.high, "confidence": ri.confidence}
+
+
 def _timing(summary: Summary, rec: Record) -> dict[str, Any]:
-    """Step time (s), spread, speed-up, samples/s, warm-up and compile time (s), break-even."""
+    """Step time (s), spread, speed-up with its interval, samples/s, compile time, break-even."""
     assert rec.stats is not None
-    base = summary.baseline.stats
     warm_s = measure.warmup_overhead_s(rec.result.warmup_times_s, rec.stats)
     compiled = rec.trial.assignment.get("compile", "off") != "off"
     eager = (_eager_twin(summary, rec) if compiled else None) or summary.baseline
     median = rec.stats.median_s
+    comp = rec.comparison
     return {
         "median_step_s": median,
         "iqr_step_s": rec.stats.iqr_s,
-        "steps": len(rec.result.step_times_s),
-        "blocks": rec.stats.n,
-        "speedup": measure.speedup(base, rec.stats) if base else None,
+        "rounds": rec.stats.n,
+        "window_steps": rec.result.window_steps,
+        "speedup": rec.speedup,
+        "speedup_interval": _interval(rec.vs_baseline),
+        "compared_with": describe(rec.trial.reference) if rec.trial.reference else "baseline",
+        "vs_compared": _interval(comp.interval) if comp else None,
+        "decision": comp.decision if comp else None,
+        "outlier_rounds": comp.outliers if comp else 0,
         "samples_per_s": rec.result.samples_per_step / median if median else None,
         "warmup_overhead_s": warm_s,
         "compile_s": warm_s if compiled else None,
@@ -85,25 +99,30 @@ def row(summary: Summary, rec: Record) -> dict[str, Any]:
 
 
 def ranked(summary: Summary) -> list[Record]:
-    """Usable trials fastest first, then rejected and failed ones in the order they ran."""
+    """Usable trials by speed-up over the baseline, then rejected and failed ones as they ran."""
     first = [r for r in summary.records if r.trial.repeat == 0]
-    good = sorted(
-        (r for r in first if r.usable), key=lambda r: r.stats.median_s if r.stats else 0.0
-    )
+    good = sorted((r for r in first if r.usable), key=lambda r: -r.speedup)
     return good + [r for r in first if not r.usable]
+
+
+def claim_text(summary: Summary) -> str:
+    """The one claim, as the table, the headline and the TOML comment print it."""
+    claim = summary.claim
+    return "1.00x" if claim is None else claim.format()
 
 
 def to_json(summary: Summary) -> str:
     """The whole search as JSON (non-finite numbers written as null)."""
+    conf = summary.confirmation
     data = {
         "best": row(summary, summary.best),
         "baseline": row(summary, summary.baseline),
-        "baseline_again": row(summary, summary.baseline_again) if summary.baseline_again else None,
-        "drift": summary.drift,
+        "claim": _interval(summary.claim),
+        "min_gain": summary.min_gain,
         "confirmed": summary.confirmed,
-        "confirmed_speedup": confirmed_speedup(summary),
+        "confirmation": row(summary, conf) if conf else None,
         "candidate": row(summary, summary.candidate) if summary.candidate else None,
-        "best_again": row(summary, summary.best_again) if summary.best_again else None,
+        "drift": summary.drift,
         "stopped_by": summary.stopped_by,
         "trials": len(summary.records),
         "grid_size": summary.grid_size,
@@ -133,12 +152,70 @@ def _fmt_ms(s: float | None) -> str:
 def _verdict_text(r: dict[str, Any]) -> str:
     f = r.get("fidelity")
     if r["status"] != "ok":
-        return f"[red]{r['status']}[/]: {r['reason']}"
+        return f"[red]{escape(r['status'])}[/]: {escape(r['reason'])}"
     if f is None:
         return ""
     if f["ok"]:
         return f"[green]ok[/] (dev {f['max_rel_dev']:.1e} ≤ {f['tolerance']:.0e})"
-    return f"[red]rejected[/]: {f['reason']}"
+    return f"[red]rejected[/]: {escape(f['reason'])}"
+
+
+COLUMNS: tuple[str, ...] = (
+    "#",
+    "configuration",
+    "step ms (median ± IQR)",
+    "vs baseline [95%]",
+    "confirmation",
+    "rounds",
+    "samples/s",
+    "peak MiB",
+    "compile s / break-even",
+    "fidelity",
+)
+
+
+def _speed_text(rec: Record) -> str:
+    if rec.vs_baseline is None:
+        return "1.00x" if rec.stats else ""
+    text = rec.vs_baseline.format()
+    comp = rec.comparison
+    if comp is not None and rec.trial.reference is not None:
+        text += f"\n({comp.interval.format()} vs {describe(rec.trial.reference)})"
+    return text
+
+
+def _confirmation_text(summary: Summary, rec: Record) -> str:
+    conf = summary.confirmation
+    if conf is None or rec is not summary.candidate:
+        return ""
+    if conf.comparison is None:
+        return escape(conf.result.status)
+    mark = "" if summary.confirmed else " [red]✗[/]"
+    return conf.comparison.interval.format() + mark
+
+
+def _cells(summary: Summary, rec: Record, rank: int) -> list[str]:
+    r = row(summary, rec)
+    timing = ""
+    if rec.stats:
+        timing = f"{_fmt_ms(r.get('median_step_s'))} ± {_fmt_ms(r.get('iqr_step_s'))}"
+    compile_txt = ""
+    if r.get("compile_s") is not None:
+        be = r.get("break_even_steps")
+        compile_txt = f"{r['compile_s']:.1f} / {'never' if be is None else f'{be:.0f} steps'}"
+    mark = " [bold]◀ best[/]" if rec is summary.best else ""
+    return [
+        str(rank),
+        escape(r["config"]) + mark,
+        timing,
+        escape(_speed_text(rec)),
+        _confirmation_text(summary, rec),
+        str(r.get("rounds", "")),
+        f"{r['samples_per_s']:.0f}" if r.get("samples_per_s") else "",
+        f"{r['peak_bytes'] / 2**20:.0f}" if r.get("peak_bytes") else "",
+        compile_txt,
+        _verdict_text(r),
+    ]
 
 
 def render_table(summary: Summary, console: Any) -> None:
@@ -146,63 +223,33 @@ def render_table(summary: Summary, console: Any) -> None:
     from rich.table import Table
 
     table = Table(title="torchdoctor tune: configurations, fastest first", show_lines=False)
-    for col in (
-        "#",
-        "configuration",
-        "step ms (median ± IQR)",
-        "speedup",
-        "samples/s",
-        "peak MiB",
-        "compile s / break-even",
-        "fidelity",
-    ):
-        table.add_column(col, overflow="fold")
+    for col in COLUMNS:
+        table.add_column(escape(col), overflow="fold")
     for rank, rec in enumerate(ranked(summary), 1):
-        r = row(summary, rec)
-        timing = (
-            f"{_fmt_ms(r.get('median_step_s'))} ± {_fmt_ms(r.get('iqr_step_s'))}"
-            if rec.stats
-            else ""
-        )
-        compile_txt = ""
-        if r.get("compile_s") is not None:
-            be = r.get("break_even_steps")
-            compile_txt = f"{r['compile_s']:.1f} / {'never' if be is None else f'{be:.0f} steps'}"
-        mark = " [bold]◀ best[/]" if rec is summary.best else ""
-        table.add_row(
-            str(rank),
-            r["config"] + mark,
-            timing,
-            f"{r['speedup']:.2f}x" if r.get("speedup") else "",
-            f"{r['samples_per_s']:.0f}" if r.get("samples_per_s") else "",
-            f"{r['peak_bytes'] / 2**20:.0f}" if r.get("peak_bytes") else "",
-            compile_txt,
-            _verdict_text(r),
-        )
+        table.add_row(*_cells(summary, rec, rank))
     console.print(table)
-    console.print(headline(summary))
-
-
-def confirmed_speedup(summary: Summary) -> float:
-    """Baseline / best step time, each the least disturbed of its measurements (1.0: baseline)."""
-    base = least_disturbed(summary.baseline, summary.baseline_again)
-    best = least_disturbed(summary.best, summary.best_again if summary.confirmed else None)
-    if summary.best is summary.baseline or base is None or best is None:
-        return 1.0
-    return measure.speedup(base, best)
+    console.print(escape(headline(summary)))
 
 
 def headline(summary: Summary) -> str:
-    """One paragraph: winner, speedup, trials used versus the grid, drift, why it stopped."""
-    best, cand = summary.best, summary.candidate
+    """Plain text: the pick and its claim, the confirmation, trials versus the grid, knob order."""
+    best, cand, conf = summary.best, summary.candidate, summary.confirmation
     n, g = len(summary.records), summary.grid_size
-    lines = [
-        f"best: {describe(best.trial.assignment)} — {confirmed_speedup(summary):.2f}x the baseline"
-    ]
+    lines = [f"best: {describe(best.trial.assignment)} — {claim_text(summary)}"]
+    if best is not summary.baseline:
+        lines[0] += " the baseline's speed (95% interval over interleaved rounds)"
+    else:
+        lines[0] += f" (no configuration's whole interval cleared {1 + summary.min_gain:.2f}x)"
+    if conf is not None and conf.comparison is not None:
+        lines.append(
+            f"confirmation in a fresh process: {conf.comparison.interval.format()}"
+            f" ({conf.stats.n if conf.stats else 0} rounds)"
+        )
     if not summary.confirmed and cand is not None:
         lines.append(
-            f"the search's pick ({describe(cand.trial.assignment)}) did not beat the baseline "
-            "again when both were re-measured: keeping the baseline"
+            f"the confirmation disagrees with the search's {cand.vs_baseline or '?'} for "
+            f"{describe(cand.trial.assignment)} (it must clear {1 + summary.min_gain:.2f}x and "
+            "not fall below the search's interval): keeping the baseline"
         )
     lines.append(
         f"trials: {n} (the full grid has {g} configurations: {n / g:.0%} of it)"
@@ -219,14 +266,9 @@ def headline(summary: Summary) -> str:
     )
     d = summary.drift
     if d is not None:
-        noisy = d > measure.MIN_GAIN
         lines.append(
-            f"baseline drift over the search: {d:.1%}"
-            + (
-                " — the machine was noisy; differences smaller than this are not reliable"
-                if noisy
-                else ""
-            )
+            f"baseline drift over the search: {d:.1%} (comparisons are interleaved, so drift "
+            "moves both arms of a round alike)"
         )
     if summary.stopped_by != "done":
         lines.append(f"stopped early: {summary.stopped_by} reached")
@@ -234,16 +276,23 @@ def headline(summary: Summary) -> str:
 
 
 def progress_line(rec: Record, total_hint: int, best: Record | None, elapsed_s: float) -> str:
-    """One line per finished trial: i of N, what ran, how it went, the current best, elapsed."""
+    """One line per finished trial (rich markup, every free text escaped): i of N, phase, what
+    ran, its interval and decision, the current best, elapsed."""
     r = rec.result
-    what = f"{rec.stats.median_s * 1e3:.1f} ms" if rec.stats else r.status
-    if rec.verdict is not None and not rec.verdict.ok:
-        what += " [red](rejected)[/]"
-    elif r.status != "ok":
-        what = f"[red]{r.status}[/]: {r.reason[:80]}"
-    best_txt = f"{best.stats.median_s * 1e3:.1f} ms" if best and best.stats else "-"
+    if r.status != "ok":
+        what = f"[red]{escape(r.status)}[/]: {escape(r.reason[:80])}"
+    elif rec.verdict is not None and not rec.verdict.ok:
+        what = "[red](rejected: loss diverged)[/]"
+    elif rec.comparison is not None:
+        c = rec.comparison
+        against = describe(rec.trial.reference) if rec.trial.reference else "baseline"
+        what = escape(f"{c.interval.format()} vs {against}: {c.decision} ({c.interval.n} rounds)")
+    else:
+        what = f"{rec.stats.median_s * 1e3:.1f} ms" if rec.stats else escape(r.status)
+    best_txt = escape(f"{best.speedup:.2f}x") if best else "baseline"
     tag = " (resumed)" if r.resumed else ""
+    head = escape(f"trial {rec.seq + 1} of ~{total_hint} [{rec.trial.phase}] ")
     return (
-        f"trial {rec.seq + 1} of ~{total_hint} [{rec.trial.phase}] {describe(rec.trial.assignment)}: "
-        f"{what}{tag} | best {best_txt} | {elapsed_s:.0f} s"
+        f"{head}{escape(describe(rec.trial.assignment))}: {what}{tag} | best {best_txt} | "
+        f"{elapsed_s:.0f} s"
     )

@@ -35,8 +35,14 @@ class TrialRunner:
     """Name of the workload function when the file has several."""
     warmup: int = 3
     """Warm-up optimizer steps per trial (not timed as steady state; they hold compile time)."""
-    steps: int = 30
-    """Measured optimizer steps per trial."""
+    steps: int = 10
+    """Optimizer steps per arm per round (one timed window)."""
+    min_rounds: int = 6
+    """Rounds before a trial may stop (6: the fewest with a 95% interval)."""
+    max_rounds: int = 20
+    """Rounds at most per trial."""
+    min_gain: float = 0.02
+    """The gain a candidate must clear; a trial stops once its interval decides."""
     seed: int = 0
     """Seed for torch, numpy and random before the model is built."""
     timeout_s: float = 300.0
@@ -49,16 +55,27 @@ class TrialRunner:
     """Processes per trial: above 1 each trial runs under ``torch.distributed.run`` (DDP)."""
 
     def spec(self, trial: Trial, result_path: Path) -> dict[str, Any]:
-        """The JSON the child reads: workload, configuration, steps, seed, result path."""
-        config = to_config(trial.assignment, batch_size=self.batch_size, seed=self.seed)
+        """The JSON the child reads: workload, arms, steps, rounds, seed, result path."""
         wd = Path(self.workdir or tempfile.gettempdir())
         baseline = trial.phase == "baseline"
+        arms = [
+            {
+                "label": label,
+                "config": to_config(a, batch_size=self.batch_size, seed=self.seed).to_dict(),
+            }
+            for label, a in trial.arms()
+        ]
         return {
             "workload": str(Path(self.workload).resolve()),
             "function": self.function,
-            "config": config.to_dict(),
+            "arms": arms,
             "warmup": self.warmup,
             "steps": self.steps,
+            "min_rounds": self.min_rounds,
+            "max_rounds": self.max_rounds,
+            # Leave a margin before the trial timeout for warm-up and start-up.
+            "max_rounds_s": 0.6 * self.timeout_s,
+            "min_gain": self.min_gain,
             "seed": self.seed,
             "result_path": str(result_path),
             "probe": baseline,

@@ -6,17 +6,24 @@ results (the plan depends only on results, so replaying the same results asks fo
 
 1. baseline: fp32 eager, default optimizer, data in the main process. Its process reports what the
    device supports (pruning the knobs) and its losses are the fidelity reference.
-2. single: in diagnosis order, each other value of each knob on top of the baseline. A knob's winner
-   is its fastest value that beats the baseline by more than the noise and passes the fidelity gate.
-3. combine: starting from the fastest single winner, add the others (fastest first), then the
-   knobs whose best value was faster than the baseline but inside the noise; keep each only if the
-   combination beats the current best by more than the noise.
+Every comparison is interleaved: a trial trains the candidate beside the configuration it is
+compared with (and the baseline), one window each per round in shuffled order, in one process
+(``rounds.py``). A candidate *wins* when the whole interval of its per-round speed-up over the
+incumbent clears ``1 + min_gain`` (``measure.compare``); load on the machine hits both arms of a
+round alike, so drift between trials no longer reads as a speed-up.
+
+2. single: in diagnosis order, each other value of each knob against the baseline. A knob's winner
+   is its value with the highest speed-up among those that win and pass the fidelity gate.
+3. combine: starting from the best single winner, add the others (best first), then the knobs
+   whose best value was faster than the baseline but not decisively; keep each only if the
+   combination wins against the current best, measured side by side.
 4. refine: around the combined best, the knobs that became applicable (worker settings once there
    are workers), the other values of the knobs that changed, and those other values with each
    sub-knob on (more workers may pay only when they are persistent).
-5. final: the baseline again (to measure drift over the search) and the best again. Background
-   load only ever adds time, so each of the two is judged by the lower of its two medians, and the
-   best is kept only if that still beats the baseline by more than the noise.
+5. final: a confirmation trial of the pick against the baseline, in a fresh process. The claim is
+   the pick's speed-up over the baseline from the search (its row, the headline and the TOML
+   comment quote the same interval); when the confirmation does not clear ``min_gain``, or lies
+   wholly below the claim's interval, the report says so and keeps the baseline.
 
 An out-of-memory trial is retried with half the micro-batch and twice the gradient accumulation
 (the global batch stays), up to 8 micro-batches.
@@ -27,6 +34,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from torchdoctor.stats import RatioInterval
 from torchdoctor.tune import fidelity, measure
 from torchdoctor.tune.space import (
     BASELINE,
@@ -57,12 +65,26 @@ class Record:
     result: TrialResult
     stats: measure.StepStats | None
     verdict: fidelity.Verdict | None
+    comparison: measure.Comparison | None = None
+    """The candidate against the configuration it was measured beside (incumbent or baseline)."""
+    vs_baseline: RatioInterval | None = None
+    """Per-round speed-up over the baseline arm of the same trial (None for the baseline)."""
 
     @property
     def usable(self) -> bool:
         """Ran, produced step times, and passed the fidelity gate."""
         ok = self.result.status == "ok" and self.stats is not None
         return ok and self.verdict is not None and self.verdict.ok
+
+    @property
+    def wins(self) -> bool:
+        """Usable, and its whole interval over what it was compared with clears ``min_gain``."""
+        return self.usable and self.comparison is not None and self.comparison.decision == "win"
+
+    @property
+    def speedup(self) -> float:
+        """Point estimate of the speed-up over the baseline (1.0 for the baseline itself)."""
+        return self.vs_baseline.ratio if self.vs_baseline is not None else 1.0
 
 
 @dataclass
@@ -72,9 +94,9 @@ class Settings:
     budget_s: float | None = None
     """Stop starting trials once this many seconds of trial wall time are spent (None: no limit)."""
     max_trials: int | None = None
-    """Run at most this many trials, the final baseline included (None: no limit)."""
+    """Run at most this many trials, the confirmation included (None: no limit)."""
     min_gain: float = measure.MIN_GAIN
-    """Smallest relative speed-up that counts (see ``measure.noise_threshold_s``)."""
+    """A knob wins only when its whole speed-up interval clears ``1 + min_gain``."""
     fidelity_steps: int = 20
     """Optimizer steps compared with the reference."""
     knobs: tuple[str, ...] | None = None
@@ -91,39 +113,44 @@ class Summary:
     space: Space
     order: list[str]
     finding_ids: list[str]
-    baseline_again: Record | None = None
-    best_again: Record | None = None
+    confirmation: Record | None = None
+    """The pick measured again against the baseline, in a fresh process (None: the pick was the
+    baseline)."""
     confirmed: bool = True
-    """The best still beat the baseline when both were measured again (always True for the
-    baseline itself)."""
+    """The confirmation cleared ``min_gain`` and did not fall below the claim's interval (always
+    True when the pick is the baseline)."""
     stopped_by: str = "done"
     """done, budget or max-trials."""
     grid_size: int = 0
     winners: dict[str, Record] = field(default_factory=dict)
     candidate: Record | None = None
-    """The search's pick before the final re-measurement (``best`` when confirmed)."""
+    """The search's pick before the confirmation (``best`` when confirmed)."""
+    min_gain: float = measure.MIN_GAIN
+    """The gain a win had to clear."""
+
+    @property
+    def claim(self) -> RatioInterval | None:
+        """The one speed-up claim: the pick's interval over the baseline from the search."""
+        return self.best.vs_baseline if self.best is not self.baseline else None
 
     @property
     def drift(self) -> float | None:
-        """Relative change of the baseline's median between the first and last trial."""
-        a = self.baseline_again
-        if a is None or a.stats is None or self.baseline.stats is None:
+        """Relative change of the baseline's median step between the first and last trial."""
+        conf, base = self.confirmation, self.baseline.stats
+        again = conf.result.rounds_s.get("baseline") if conf is not None else None
+        if not again or base is None:
             return None
-        return measure.drift(self.baseline.stats, a.stats)
-
-
-def least_disturbed(*records: Record | None) -> measure.StepStats | None:
-    """Of several measurements of one configuration, the stats with the lowest median.
-
-    Load from other processes only ever adds time, so the fastest repeat is the least disturbed.
-    """
-    stats = [r.stats for r in records if r is not None and r.usable and r.stats is not None]
-    return min(stats, key=lambda st: st.median_s) if stats else None
+        return measure.drift(base, measure.round_stats(again))
 
 
 class _Stop(Exception):
     def __init__(self, why: str) -> None:
         self.why = why
+
+
+def _key(assignment: Assignment, repeat: int, reference: Assignment | None) -> str:
+    key = assignment_key(assignment, repeat)
+    return key if reference is None else f"{key} vs {assignment_key(reference)}"
 
 
 class Search:
@@ -152,41 +179,56 @@ class Search:
     # -- measuring -----------------------------------------------------------------------------
     def _room(self) -> str | None:
         s = self.settings
-        # Two trials stay reserved for the final phase (the baseline and the best again).
-        if s.max_trials is not None and len(self.records) >= s.max_trials - 2:
+        # One trial stays reserved for the confirmation.
+        if s.max_trials is not None and len(self.records) >= s.max_trials - 1:
             return "max-trials"
         if s.budget_s is not None and self.spent_s >= s.budget_s:
             return "budget"
         return None
 
-    def _judge(
-        self, result: TrialResult, precision: str
-    ) -> tuple[measure.StepStats | None, fidelity.Verdict | None]:
+    def _judge(self, result: TrialResult, precision: str) -> Record:
+        """A record without seq and trial yet: stats, fidelity verdict and comparisons."""
+        rec = Record(-1, Trial("", "single", {}), result, None, None)
         if result.status != "ok" or not result.step_times_s:
-            return None, None
-        stats = measure.step_stats(result.step_times_s, period=result.steps_per_epoch)
-        verdict = fidelity.check(
+            return rec
+        rec.stats = measure.round_stats(result.step_times_s)
+        rec.verdict = fidelity.check(
             self._reference or result.losses,
             result.losses,
             precision,
             steps=self.settings.fidelity_steps,
         )
-        return stats, verdict
+        rounds, cand = result.rounds_s, result.step_times_s
+        ref = rounds.get("incumbent") or rounds.get("baseline")
+        if ref:
+            rec.comparison = measure.compare(ref, cand, self.settings.min_gain)
+        if rounds.get("baseline"):
+            rec.vs_baseline = measure.compare(rounds["baseline"], cand, 0.0).interval
+        return rec
 
-    def _once(self, assignment: Assignment, phase: Phase, repeat: int, *, reserved: bool) -> Record:
-        key = assignment_key(assignment, repeat)
+    def _once(
+        self,
+        assignment: Assignment,
+        phase: Phase,
+        repeat: int,
+        reference: Assignment | None,
+        *,
+        reserved: bool,
+    ) -> Record:
+        reference = None if reference == BASELINE else reference
+        key = _key(assignment, repeat, reference)
         if key in self._by_key:
             return self._by_key[key]
         why = None if reserved else self._room()
         if why is not None:
             raise _Stop(why)
-        trial = Trial(key, phase, dict(assignment), repeat)
+        trial = Trial(key, phase, dict(assignment), repeat, reference)
         result = self._run(trial)
         self.spent_s += result.wall_s
         if result.probe and self._batch_size is None:
             self._batch_size = result.probe.get("batch_size")
-        stats, verdict = self._judge(result, str(assignment["precision"]))
-        record = Record(len(self.records), trial, result, stats, verdict)
+        record = self._judge(result, str(assignment["precision"]))
+        record.seq, record.trial = len(self.records), trial
         self.records.append(record)
         self._by_key[key] = record
         self._on_record(record)
@@ -201,15 +243,22 @@ class Search:
         return {**assignment, "grad_accumulation": accum}
 
     def measure(
-        self, assignment: Assignment, phase: Phase, repeat: int = 0, *, reserved: bool = False
+        self,
+        assignment: Assignment,
+        phase: Phase,
+        repeat: int = 0,
+        *,
+        reference: Assignment | None = None,
+        reserved: bool = False,
     ) -> Record:
-        """Measure ``assignment`` (or return its earlier record); after out-of-memory, retry smaller."""
-        record = self._once(assignment, phase, repeat, reserved=reserved)
+        """Measure ``assignment`` beside ``reference`` (None: the baseline) and the baseline, or
+        return the earlier record; after out-of-memory, retry with a smaller micro-batch."""
+        record = self._once(assignment, phase, repeat, reference, reserved=reserved)
         while record.result.status == "oom":
             smaller = self._shrunk(record.trial.assignment)
             if smaller is None:
                 break
-            record = self._once(smaller, "retry", repeat, reserved=reserved)
+            record = self._once(smaller, "retry", repeat, reference, reserved=reserved)
         return record
 
     # -- phases --------------------------------------------------------------------------------
@@ -217,69 +266,59 @@ class Search:
         assert self.space is not None
         return self.space.normalize(assignment)
 
-    def _better(self, cand: Record, than: Record) -> bool:
-        assert cand.stats is not None or not cand.usable
-        return (
-            cand.usable
-            and than.stats is not None
-            and cand.stats is not None
-            and measure.beats(cand.stats, than.stats, min_gain=self.settings.min_gain)
-        )
-
     def _singles(self, base: Record, order: list[str], winners: dict[str, Record]) -> None:
         assert self.space is not None
         for name in order:
             knob = self.space.knob(name)
             assert knob is not None
-            beat = []
-            for value in knob.values[1:]:
-                rec = self.measure(
-                    self._normalize({**base.trial.assignment, name: value}), "single"
-                )
-                if self._better(rec, base):
-                    beat.append(rec)
-            # Among the values that beat the baseline, the lowest median is the best estimate.
+            measured = [
+                self.measure(self._normalize({**base.trial.assignment, name: value}), "single")
+                for value in knob.values[1:]
+            ]
+            beat = [r for r in measured if r.wins]
             if beat:
-                winners[name] = min(beat, key=lambda r: r.stats.median_s if r.stats else 0.0)
-            else:
-                self._note_promising(base, name)
+                winners[name] = max(beat, key=lambda r: r.speedup)
+                continue
+            # Faster than the baseline but not decisively: worth one trial in combination
+            # (compile's gain can show only once the optimizer step is no longer the bottleneck).
+            faster = [r for r in measured if r.usable and r.speedup > 1.0]
+            if faster:
+                self._promising[name] = max(faster, key=lambda r: r.speedup)
 
-    def _note_promising(self, base: Record, name: str) -> None:
-        # Faster than the baseline but inside the noise alone: worth one trial in combination
-        # (compile's gain can show only once the optimizer step is no longer the bottleneck).
-        assert self.space is not None and base.stats is not None
-        knob = self.space.knob(name)
-        assert knob is not None
-        faster = [
-            r
-            for v in knob.values[1:]
-            if (
-                r := self._by_key.get(
-                    assignment_key(self._normalize({**base.trial.assignment, name: v}))
-                )
-            )
-            and r.usable
-            and r.stats is not None
-            and r.stats.median_s < base.stats.median_s
-        ]
-        if faster:
-            self._promising[name] = min(faster, key=lambda r: r.stats.median_s if r.stats else 0.0)
+    def _try(self, current: Record, assignment: Assignment, phase: Phase) -> Record:
+        """``assignment`` measured beside ``current``: the new current when it wins.
+
+        Not measured when an earlier trial of it failed, was rejected, or was clearly slower than
+        ``current`` (both speed-ups are per-round ratios over a baseline arm, so they compare
+        across trials; its whole interval lies below ``current``'s).
+        """
+        assignment = self._normalize(assignment)
+        if self._hopeless(assignment, current):
+            return current
+        got = self.measure(assignment, phase, reference=current.trial.assignment)
+        return got if got.wins else current
+
+    def _hopeless(self, assignment: Assignment, current: Record) -> bool:
+        ours = current.vs_baseline
+        for rec in self.records:
+            if rec.trial.assignment != assignment or rec.result.status == "oom":
+                continue
+            if not rec.usable:
+                return True
+            theirs = rec.vs_baseline
+            if theirs is not None and ours is not None and theirs.below(ours.low):
+                return True
+        return False
 
     def _combine(self, base: Record, winners: dict[str, Record]) -> Record:
-        ranked = sorted(
-            winners.items(), key=lambda kv: kv[1].stats.median_s if kv[1].stats else 0.0
-        )
-        extra = sorted(
-            self._promising.items(), key=lambda kv: kv[1].stats.median_s if kv[1].stats else 0.0
-        )
+        ranked = sorted(winners.items(), key=lambda kv: -kv[1].speedup)
+        extra = sorted(self._promising.items(), key=lambda kv: -kv[1].speedup)
         if not ranked:
             return base
         current = ranked[0][1]
         for name, rec in ranked[1:] + extra:
-            cand = self._normalize({**current.trial.assignment, name: rec.trial.assignment[name]})
-            got = self.measure(cand, "combine")
-            if self._better(got, current):
-                current = got
+            value = rec.trial.assignment[name]
+            current = self._try(current, {**current.trial.assignment, name: value}, "combine")
         return current
 
     def _refine(self, base: Record, current: Record) -> Record:
@@ -294,10 +333,9 @@ class Search:
             for value in knob.values:
                 if value in (current.trial.assignment[knob.name], a0[knob.name]):
                     continue
-                cand = self._normalize({**current.trial.assignment, knob.name: value})
-                got = self.measure(cand, "refine")
-                if self._better(got, current):
-                    current = got
+                current = self._try(
+                    current, {**current.trial.assignment, knob.name: value}, "refine"
+                )
         return self._refine_parents(base, current, changed)
 
     def _refine_parents(self, base: Record, current: Record, changed: list[Knob]) -> Record:
@@ -312,9 +350,7 @@ class Search:
                 for sub in subs:
                     for sv in sub.values[1:]:
                         assignment = {**current.trial.assignment, parent.name: value, sub.name: sv}
-                        got = self.measure(self._normalize(assignment), "refine")
-                        if self._better(got, current):
-                            current = got
+                        current = self._try(current, assignment, "refine")
         return current
 
     def run(self) -> Summary:
@@ -337,11 +373,10 @@ class Search:
         except _Stop as stop:
             stopped_by = stop.why
             best = self._best_so_far(base)
-        again = self.measure(base.trial.assignment, "final", repeat=1, reserved=True)
-        best_again, confirmed = None, True
+        confirmation, confirmed = None, True
         if best is not base:
-            best_again = self.measure(best.trial.assignment, "final", repeat=1, reserved=True)
-            confirmed = self._confirmed(base, again, best, best_again)
+            confirmation = self.measure(best.trial.assignment, "final", repeat=1, reserved=True)
+            confirmed = self._confirmed(best, confirmation)
         return Summary(
             records=self.records,
             baseline=base,
@@ -350,23 +385,27 @@ class Search:
             space=self.space,
             order=order,
             finding_ids=finding_ids,
-            baseline_again=again,
-            best_again=best_again,
+            confirmation=confirmation,
             confirmed=confirmed,
             stopped_by=stopped_by,
             grid_size=len(self.space.grid()),
             winners=winners,
+            min_gain=self.settings.min_gain,
         )
 
-    def _confirmed(self, base: Record, base2: Record, best: Record, best2: Record) -> bool:
-        a = least_disturbed(best, best2)
-        b = least_disturbed(base, base2)
-        ok = a is not None and b is not None
-        return ok and measure.beats(a, b, min_gain=self.settings.min_gain)  # type: ignore[arg-type]
+    def _confirmed(self, best: Record, again: Record) -> bool:
+        """The confirmation clears ``min_gain`` and does not lie wholly below the claim."""
+        claim, conf = best.vs_baseline, again.comparison
+        if not again.usable or conf is None or not conf.interval.clears(1 + self.settings.min_gain):
+            return False
+        return claim is None or not conf.interval.below(claim.low)
 
     def _best_so_far(self, base: Record) -> Record:
-        best = base
-        for rec in self.records:
-            if rec.trial.repeat == 0 and self._better(rec, best):
-                best = rec
-        return best
+        """When stopped early: the winner with the highest speed-up over the baseline."""
+        gain = 1.0 + self.settings.min_gain
+        done = [
+            r
+            for r in self.records
+            if r.wins and r.trial.repeat == 0 and r.vs_baseline and r.vs_baseline.clears(gain)
+        ]
+        return max(done, key=lambda r: r.speedup, default=base)

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any, Literal, get_args
 
-from torchdoctor.tune.space import Assignment
+from torchdoctor.tune.space import BASELINE, Assignment
 
 Status = Literal["ok", "oom", "nonfinite", "compile-error", "crash", "timeout", "error"]
 STATUSES: tuple[str, ...] = get_args(Status)
@@ -25,7 +25,21 @@ class Trial:
     assignment: Assignment
     """Knob name -> value (every knob, baseline values included)."""
     repeat: int = 0
-    """0 for the first measurement of an assignment, 1 for the re-measured baseline."""
+    """0 for the first measurement of an assignment, 1 for the confirmation round."""
+    reference: Assignment | None = None
+    """The incumbent the candidate is compared with, round by round, in the same process (None:
+    the baseline). The baseline always runs beside a candidate as well."""
+
+    def arms(self) -> list[tuple[str, Assignment]]:
+        """(label, assignment) of every arm the trial runs: candidate first, then the incumbent
+        (when it is not the baseline), then the baseline (unless the candidate is the baseline)."""
+        out: list[tuple[str, Assignment]] = [("candidate", self.assignment)]
+        ref = self.reference
+        if ref is not None and ref != self.assignment and ref != BASELINE:
+            out.append(("incumbent", ref))
+        if self.assignment != BASELINE:
+            out.append(("baseline", dict(BASELINE)))
+        return out
 
 
 @dataclass
@@ -37,7 +51,13 @@ class TrialResult:
     reason: str = ""
     """One line: the exception, the signal or the timeout, with numbers."""
     step_times_s: list[float] = field(default_factory=list)
-    """Steady-state optimizer-step times, in seconds (warm-up excluded)."""
+    """The candidate's mean optimizer-step time of each measured window (one per round), in
+    seconds (warm-up excluded)."""
+    rounds_s: dict[str, list[float]] = field(default_factory=dict)
+    """Every arm's (candidate, incumbent, baseline) mean step time per round, in seconds; entry
+    i of each list ran in the same round."""
+    window_steps: int = 0
+    """Optimizer steps per arm per round."""
     warmup_times_s: list[float] = field(default_factory=list)
     """Warm-up step times in seconds (the first holds compile time, if compiled)."""
     losses: list[float] = field(default_factory=list)

@@ -1,7 +1,8 @@
 """The trial's child process: build the workload, apply the configuration, train, report.
 
 Run as ``python -m torchdoctor.tune.worker SPEC.json``. The spec names the workload file, the
-configuration, the step counts and where to write the result (JSON, written atomically). Every
+arms (the candidate's configuration first, then the ones it is compared with), the step counts
+and where to write the result (JSON, written atomically). Every
 failure the process survives is reported with its reason; a crash by signal or a hang is seen by
 the parent (``runner.py``).
 """
@@ -9,7 +10,6 @@ the parent (``runner.py``).
 from __future__ import annotations
 
 import json
-import math
 import os
 import random
 import resource
@@ -74,9 +74,13 @@ def _probe(wl: Workload, device: Any) -> dict[str, Any]:
 
 
 class _Loop:
-    """The training loop a trial times: one optimizer step per call, gradient accumulation inside."""
+    """The training loop a trial times: one optimizer step per call, gradient accumulation inside.
 
-    def __init__(self, spec: dict[str, Any], config: RuntimeConfig, wl: Workload) -> None:
+    Like a user's loop: no ``.item()`` and no synchronisation per step; ``step()`` returns the
+    loss as a device tensor, read later in one go.
+    """
+
+    def __init__(self, config: RuntimeConfig, wl: Workload) -> None:
         from torchdoctor.tune.adapter import cycle, make_backend, rebuild_optimizer
 
         self.config, self.wl = config, wl
@@ -102,9 +106,9 @@ class _Loop:
         except TypeError:  # an iterable dataset has no length
             self.steps_per_epoch = None
 
-    def step(self) -> float:
-        """One optimizer step; returns the mean loss over its micro-batches."""
-        total = 0.0
+    def step(self) -> Any:
+        """One optimizer step; returns the mean loss over its micro-batches (a device tensor)."""
+        total: Any = None
         for _ in range(self.accum):
             t0 = time.perf_counter()
             batch = self.backend.to_device(next(self.batches))
@@ -112,32 +116,57 @@ class _Loop:
             with self.backend.autocast():
                 loss = self.wl.loss(self.model, batch)
             self.backend.backward(loss)  # the backend divides by the accumulation count
-            total += float(loss.detach().float().item())  # the value the fidelity gate compares
+            value = loss.detach().float()  # the value the fidelity gate compares, left on device
+            total = value if total is None else total + value
         self.backend.step(self.optimizer)
         self.optimizer.zero_grad(set_to_none=True)
-        self.backend.sync()
         return total / self.accum
 
 
-def _train(loop: _Loop, spec: dict[str, Any], out: TrialResult) -> None:
-    warmup, steps = int(spec["warmup"]), int(spec["steps"])
-    spe = out.steps_per_epoch = loop.steps_per_epoch
-    if spe and spe <= steps // 2:
-        # Whole epochs: every block of the step statistics then holds the same epoch starts.
-        steps = -(-steps // spe) * spe
-    for i in range(warmup + steps):
-        if i == warmup:
-            loop.wait_s = 0.0
-        t0 = time.perf_counter()
-        loss = loop.step()
-        dt = time.perf_counter() - t0
-        out.losses.append(loss)
-        (out.warmup_times_s if i < warmup else out.step_times_s).append(dt)
-        if not math.isfinite(loss):
-            out.status, out.reason = "nonfinite", f"loss is {loss} at step {i}"
-            return
-    if out.step_times_s:
-        out.data_wait_share = min(1.0, loop.wait_s / sum(out.step_times_s))
+def _build_arms(spec: dict[str, Any]) -> list[Any]:
+    """Each arm's workload and loop, built from the same seed (identical weights and data)."""
+    from torchdoctor.tune.rounds import Arm, global_flags
+
+    fn = find_function(load_module(spec["workload"]), spec["workload"], spec.get("function"))
+    arms = []
+    for arm_spec in spec["arms"]:
+        config = RuntimeConfig.from_dict(arm_spec["config"])
+        _seed(int(spec["seed"]))
+        wl = Workload.coerce(fn(config))
+        _seed(int(spec["seed"]))
+        arms.append(Arm(arm_spec["label"], _Loop(config, wl), global_flags()))
+    return arms
+
+
+def _measure(arms: list[Any], spec: dict[str, Any], out: TrialResult, device: Any) -> None:
+    from torchdoctor.tune.rounds import RoundPlan, WindowClock, run_rounds, window_steps
+
+    clock = WindowClock(device)
+    cand = arms[0]
+    out.steps_per_epoch = cand.loop.steps_per_epoch
+    for arm in arms:
+        arm.warmup(int(spec["warmup"]), clock)
+    plan = RoundPlan(
+        steps=window_steps(int(spec["steps"]), out.steps_per_epoch),
+        min_rounds=int(spec.get("min_rounds", 6)),
+        max_rounds=int(spec.get("max_rounds", 20)),
+        max_s=float(spec.get("max_rounds_s", 120.0)),
+        min_gain=float(spec.get("min_gain", 0.02)),
+        seed=int(spec["seed"]),
+    )
+    stopped = run_rounds(arms, plan, clock)
+    out.losses = list(cand.losses)
+    out.warmup_times_s = list(cand.warmup_times_s)
+    out.step_times_s = list(cand.window_steps_s)
+    out.rounds_s = {arm.label: list(arm.window_steps_s) for arm in arms}
+    out.window_steps = plan.steps
+    bad = cand.nonfinite_step()
+    if stopped == "nonfinite" and bad is not None:
+        out.status, out.reason = "nonfinite", f"loss is {cand.losses[bad]} at step {bad}"
+    elif stopped == "time":
+        out.reason = f"stopped after {len(cand.window_steps_s)} rounds ({plan.max_s:.0f} s)"
+    if cand.busy_s > 0:
+        out.data_wait_share = min(1.0, cand.loop.wait_s / cand.busy_s)
 
 
 def _profile(loop: _Loop, path: str, steps: int = 3) -> str:
@@ -166,25 +195,27 @@ def _peak_bytes(device: Any) -> int:
 
 
 def run_trial(spec: dict[str, Any]) -> TrialResult:
-    """Build the workload of ``spec``, train warm-up + measured steps, and report what happened."""
-    config = RuntimeConfig.from_dict(spec["config"])
-    _seed(int(spec["seed"]))
-    fn = find_function(load_module(spec["workload"]), spec["workload"], spec.get("function"))
-    wl = Workload.coerce(fn(config))
-    out = TrialResult(status="ok", samples_per_step=wl.batch_size)
+    """Build every arm of ``spec``, run interleaved rounds, and report what happened.
+
+    ``spec["arms"]`` lists the configurations, the candidate first; the result carries the
+    candidate's losses and times and every arm's per-round mean step time.
+    """
     from torchdoctor.tune.adapter import pick_device
 
     device = pick_device()
-    if spec.get("probe"):
-        out.probe = _probe(wl, device)
-    _seed(int(spec["seed"]))  # the probe must not shift the random stream the loop sees
+    out = TrialResult(status="ok")
     try:
-        loop = _Loop(spec, config, wl)
-        if out.probe is not None:
-            out.probe["backend"] = loop.backend.name
-        _train(loop, spec, out)
+        arms = _build_arms(spec)
+        wl = arms[0].loop.wl
+        out.samples_per_step = wl.batch_size
+        if spec.get("probe"):
+            import torch
+
+            with torch.random.fork_rng(devices=[]):  # the probe must not shift the loop's stream
+                out.probe = {**_probe(wl, device), "backend": arms[0].loop.backend.name}
+        _measure(arms, spec, out, device)
         if out.status == "ok" and spec.get("trace_path"):
-            out.trace_path = _profile(loop, spec["trace_path"])
+            out.trace_path = _profile(arms[0].loop, spec["trace_path"])
     except Exception as exc:
         failed = classify(exc)
         failed.probe, failed.samples_per_step = out.probe, out.samples_per_step

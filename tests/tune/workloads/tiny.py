@@ -2,7 +2,8 @@
 
 TD_TUNE_TEST_MODE picks a failure (oom, nan, crash, hang, error), applied when the trial's
 configuration matches TD_TUNE_TEST_WHEN (``knob=value``; every trial when unset).
-TD_TUNE_TEST_LOG names a file that gets one line per trial process that trains (to count runs).
+TD_TUNE_TEST_LOG names a file that gets one line per configuration built (a trial process builds
+its candidate first, then the arms it is compared with), tagged with the process id.
 """
 
 import os
@@ -43,7 +44,10 @@ def build(config):
     log = os.environ.get("TD_TUNE_TEST_LOG")
     if log:
         with open(log, "a") as f:
-            f.write(f"{config.num_workers} {config.optimizer_impl} {config.grad_accumulation}\n")
+            f.write(
+                f"{os.getpid()} {config.num_workers} {config.optimizer_impl} "
+                f"{config.grad_accumulation}\n"
+            )
     _misbehave(config)
     model = nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 1))
     x = torch.randn(256, 8)

@@ -1,0 +1,120 @@
+"""scripts/refresh_docs.py: blocks are found by their marker, compared by shape, rewritten in
+place; and every marked block in README.md and docs/ still matches what its command prints."""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+_spec = importlib.util.spec_from_file_location("refresh_docs", ROOT / "scripts" / "refresh_docs.py")
+assert _spec is not None and _spec.loader is not None
+refresh = importlib.util.module_from_spec(_spec)
+sys.modules["refresh_docs"] = refresh
+_spec.loader.exec_module(refresh)
+
+DOC = """# Title
+<!-- refresh: echo hi -->
+```
+$ echo hi
+steps (steady state) : 126  [host clock, cpu]
+step time            : 14.00 ms median, IQR 121.12 ms
+...
+MFU                  : n/a
+```
+
+<!-- refresh: echo unmarked -->
+
+```
+not a block: a blank line separates it from the marker
+```
+"""
+
+OUTPUT = [
+    "steps (steady state) : 190  [host clock, cpu]",
+    "step time            : 1.62 ms median, IQR 0.31 ms",
+    "throughput           : 9,871.2 samples/s",
+    "MFU                  : n/a",
+]
+
+
+def test_only_a_fence_directly_under_a_marker_is_a_block(tmp_path: Path) -> None:
+    blocks = refresh.find_blocks(tmp_path / "x.md", DOC)
+    assert len(blocks) == 1
+    b = blocks[0]
+    assert b.command == "echo hi" and (b.start, b.end) == (2, 8) and b.lines[0] == "$ echo hi"
+    with pytest.raises(ValueError, match="never closed"):
+        refresh.find_blocks(tmp_path / "x.md", "<!-- refresh: x -->\n```\nopen\n")
+
+
+def test_new_numbers_match_but_new_labels_and_columns_do_not() -> None:
+    block = refresh.find_blocks(Path("x.md"), DOC)[0].lines
+    assert refresh.mismatch(block, OUTPUT) is None  # other numbers, an elided line: fine
+    renamed = [line.replace("step time ", "step      ") for line in OUTPUT]
+    assert refresh.mismatch(block, renamed) == "step time :"
+    dropped = [line for line in OUTPUT if not line.startswith("MFU")]
+    assert refresh.mismatch(block, dropped) == "MFU :"
+    swapped = [OUTPUT[0], OUTPUT[3], OUTPUT[1]]  # order matters
+    assert refresh.mismatch(block, swapped) is not None
+    table = ["┃ # ┃ configuration ┃ step ms ┃", "│ 1 │ baseline      │ 16.9    │"]
+    wider = ["┃ # ┃ configuration ┃ step ms ┃ rounds ┃", "│ 1 │ baseline │ 7.1 │ 12 │"]
+    assert (
+        refresh.mismatch(table, ["┃ # ┃ configuration  ┃ step ms  ┃", "│ 2 │ baseline │ 7.1 │"])
+        is None
+    )
+    assert refresh.mismatch(table, wider) == "┃ # ┃ configuration ┃ step ms ┃"
+    # Measured outcomes may change: which row won, what a trial decided.
+    other_winner = ["┃ # ┃ configuration ┃ step ms ┃", "│ 1 │ optimizer_impl=fused ◀ best │ 9.9 │"]
+    assert refresh.mismatch(table, other_winner) is None
+    progress = [
+        "trial 2 of ~6 [single] precision=bf16-mixed: 0.97x [0.62-1.03] vs baseline: undecided"
+    ]
+    decided = ["trial 2 of ~5 [single] precision=bf16-mixed: 0.12x [0.10-0.14] vs baseline: drop"]
+    assert refresh.mismatch(progress, decided) is None
+    assert refresh.mismatch(progress, ["trial 2 of ~5 [single] precision=fp16: drop"]) is not None
+
+
+def test_rewrite_replaces_content_and_keeps_the_prompt_line(tmp_path: Path) -> None:
+    path = tmp_path / "x.md"
+    path.write_text(DOC, encoding="utf-8")
+    blocks = refresh.find_blocks(path)
+    refresh.rewrite(path, blocks, {blocks[0].start: ["new line 1", "new line 2  "]})
+    text = path.read_text(encoding="utf-8")
+    assert "```\n$ echo hi\nnew line 1\nnew line 2\n```" in text
+    assert "IQR 121.12" not in text and "not a block" in text
+
+
+def test_main_check_reports_a_stale_block(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    (tmp_path / "docs").mkdir()
+    (tmp_path / "README.md").write_text(
+        "<!-- refresh: printf 'alpha 1\\nbeta 2\\n' -->\n```\nalpha 7\nbeta 9\n```\n"
+        "<!-- refresh: printf 'alpha 1\\n' -->\n```\ngamma 3\n```\n",
+        encoding="utf-8",
+    )
+    monkeypatch.setattr(refresh, "ROOT", tmp_path)
+    assert refresh.main(["--check"]) == 1
+    err = capsys.readouterr().err
+    assert "README.md:6" in err and "no longer printed: 'gamma #'" in err and ":1:" not in err
+    assert refresh.main([]) == 0  # rewrite from the real output, then the check passes
+    assert refresh.main(["--check"]) == 0
+    assert "```\nalpha 1\n```" in (tmp_path / "README.md").read_text(encoding="utf-8")
+
+
+def _doc_blocks() -> list[object]:
+    blocks = [b for p in refresh.doc_files() for b in refresh.find_blocks(p)]
+    return [pytest.param(b, id=f"{b.path.name}:{b.start}") for b in blocks]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("block", _doc_blocks())
+def test_every_marked_block_matches_its_command(block: object) -> None:
+    if "../shared" in block.command and not (ROOT.parent / "shared").is_dir():  # type: ignore[attr-defined]
+        pytest.skip("needs ../shared (real traces)")
+    out = refresh.run(block.command, 900)  # type: ignore[attr-defined]
+    bad = refresh.mismatch(block.lines, out)  # type: ignore[attr-defined]
+    assert bad is None, f"{block.command}: no longer printed: {bad!r}"  # type: ignore[attr-defined]

@@ -1,0 +1,62 @@
+"""One claim: the pick's table row, the headline and the TOML comment quote the same interval;
+the confirmation has its own column; a disagreeing confirmation keeps the baseline."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from types import SimpleNamespace
+
+from rich.console import Console
+from tune_fakes import FakeWorld
+
+from torchdoctor.tune import report
+from torchdoctor.tune.cli import _write_outputs
+from torchdoctor.tune.search import Search, Settings, Summary
+
+
+def _summary(world: FakeWorld, knobs: tuple[str, ...]) -> Summary:
+    return Search(world, Settings(knobs=knobs)).run()
+
+
+def _render(summary: Summary) -> str:
+    console = Console(record=True, width=250)
+    report.render_table(summary, console)
+    return console.export_text()
+
+
+def _toml(summary: Summary, tmp_path: Path) -> str:
+    runner = SimpleNamespace(batch_size=64, workload="w.py")
+    opts = {"seed": 0, "out": str(tmp_path / "t.toml"), "json_path": None, "min_gain": 0.02}
+    _write_outputs(summary, runner, opts, Console(file=open(tmp_path / "log", "w")))  # noqa: SIM115
+    return (tmp_path / "t.toml").read_text(encoding="utf-8")
+
+
+def test_row_headline_and_toml_quote_the_same_claim(tmp_path: Path) -> None:
+    world = FakeWorld({("optimizer_impl", "fused"): 0.8, ("optimizer_impl", "foreach"): 0.9})
+    summary = _summary(world, ("optimizer_impl",))
+    claim = summary.claim
+    assert claim is not None and claim.low < 1.25 < claim.high
+    text = claim.format()
+    table = _render(summary)
+    pick_row = next(line for line in table.splitlines() if "◀ best" in line)
+    assert text in pick_row
+    conf = summary.confirmation
+    assert conf is not None and conf.comparison is not None
+    assert conf.comparison.interval.format() in pick_row  # the confirmation column
+    assert f"best: optimizer_impl=fused — {text}" in report.headline(summary)
+    assert text in _toml(summary, tmp_path)
+    exported = json.loads(report.to_json(summary))
+    assert exported["claim"]["low"] == claim.low and exported["confirmed"] is True
+
+
+def test_kept_baseline_says_so_everywhere(tmp_path: Path) -> None:
+    world = FakeWorld({}, search_only={("optimizer_impl", "fused"): 0.7})
+    summary = _summary(world, ("optimizer_impl",))
+    assert summary.claim is None and not summary.confirmed
+    table = _render(summary)
+    cand_row = next(line for line in table.splitlines() if "optimizer_impl=fused" in line)
+    assert "✗" in cand_row  # its confirmation is shown, marked as failed
+    assert "baseline ◀ best" in table
+    assert "keeping the baseline" in report.headline(summary)
+    assert "no configuration was faster by more than 2%" in _toml(summary, tmp_path)
