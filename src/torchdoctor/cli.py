@@ -67,6 +67,10 @@ class LazyGroup(click.Group):
             "torchdoctor.tune.cli:tune_command",
             "Measure configurations of a workload and keep the fastest faithful one.",
         ),
+        "compare": (
+            "torchdoctor.compare.cli:compare_command",
+            "Compare two traces, rank folders, check runs or tune results; gate on slowdowns.",
+        ),
     }
 
     def list_commands(self, ctx: click.Context) -> list[str]:
@@ -102,6 +106,7 @@ def cli() -> None:
       torchdoctor analyze TRACE        diagnose a torch.profiler trace (file or folder of ranks)
       torchdoctor check train.py ARGS  run a script unchanged, watch it, report what is slow
       torchdoctor tune workload.py     measure configurations, keep the fastest faithful one
+      torchdoctor compare BASE NEW     before/after, with a regression gate for CI
       torchdoctor demo                 profile a small bundled training loop, then analyse it
     """
 
@@ -116,8 +121,16 @@ def cli() -> None:
     type=click.IntRange(1, 1000),
     help="Rows in the kernel and operator tables.",
 )
+@click.option("--html", "html_path", type=click.Path(path_type=str), help="Also write an HTML report.")
+@click.option(
+    "--export-trace",
+    type=click.Path(path_type=str),
+    help="Also write the trace plus torchdoctor's tracks (for ui.perfetto.dev).",
+)
 @_guarded
-def analyze(path: str, as_json: bool, top: int) -> None:
+def analyze(
+    path: str, as_json: bool, top: int, html_path: str | None, export_trace: str | None
+) -> None:
     """Diagnose a torch.profiler trace: a .json / .json.gz file, or a folder of per-rank traces."""
     # The analyser does no matrix algebra: starting a BLAS thread pool would only cost start-up.
     for var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
@@ -130,6 +143,10 @@ def analyze(path: str, as_json: bool, top: int) -> None:
         click.echo(render_json(report))
     else:
         render_text(report, top=top)
+    if html_path or export_trace:
+        from torchdoctor.report.outputs import write_extras
+
+        write_extras(report, html_path, export_trace)
 
 
 @cli.command()

@@ -180,9 +180,17 @@ def _clipped_total(copies: iv.Intervals, lo: float, hi: float) -> float:
 
 def _idle_causes(gaps: iv.Intervals, act: GpuActivity) -> dict[str, float]:
     """Split idle gaps by cause (see the module docstring); milliseconds."""
-    g0, g1 = gaps
-    if not len(g0):
+    if not len(gaps[0]):
         return dict.fromkeys(IDLE_PARTS, 0.0)
+    return {k: float(v.sum()) / 1000.0 for k, v in gap_causes(gaps, act).items()}
+
+
+def gap_causes(gaps: iv.Intervals, act: GpuActivity) -> dict[str, np.ndarray]:
+    """Each idle gap's length split by cause (IDLE_PARTS), microseconds per gap.
+
+    The same split the breakdown sums; the HTML timeline and the Perfetto export draw it.
+    """
+    g0, g1 = gaps
     length = g1 - g0
     data = np.minimum(_overlap_per_gap(gaps, act.dataloader), length)
     rest = length - data
@@ -195,8 +203,7 @@ def _idle_causes(gaps: iv.Intervals, act: GpuActivity) -> dict[str, float]:
     sync = np.where(blocked, late, 0.0)
     host = np.where(blocked, 0.0, late)
     short = rest - late
-    ms = {"data_loading": data, "synchronization": sync, "host_overhead": host, "short_gaps": short}
-    return {k: float(v.sum()) / 1000.0 for k, v in ms.items()}
+    return {"data_loading": data, "synchronization": sync, "host_overhead": host, "short_gaps": short}
 
 
 def _overlap_per_gap(gaps: iv.Intervals, ranges: iv.Intervals) -> np.ndarray:

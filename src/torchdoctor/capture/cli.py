@@ -71,6 +71,7 @@ EXIT_NO_STEPS = 2
     help="Findings and table rows to show.",
 )
 @click.option("--json", "as_json", is_flag=True, help="Print the report as JSON instead of text.")
+@click.option("--html", "html_path", type=click.Path(path_type=str), help="Also write an HTML report.")
 @click.option(
     "--rank-timeout",
     default=120.0,
@@ -91,6 +92,7 @@ def check_command(
     top: int,
     as_json: bool,
     rank_timeout: float,
+    html_path: str | None = None,
 ) -> None:
     """Run SCRIPT (with its own arguments) as __main__, profile a window of its steps, and
     report what slows it down, including what no trace shows.
@@ -114,14 +116,21 @@ def check_command(
             out_dir=out_dir,
             rank_timeout_s=rank_timeout,
         )
-        code = run_check(script, list(script_args), options, top, as_json)
+        code = run_check(script, list(script_args), options, top, as_json, html_path)
     except UserError as exc:
         click.echo(f"torchdoctor: error: {exc}", err=True)
         sys.exit(exc.exit_code)
     sys.exit(code)
 
 
-def run_check(script: str, args: list[str], options: CheckOptions, top: int, as_json: bool) -> int:
+def run_check(
+    script: str,
+    args: list[str],
+    options: CheckOptions,
+    top: int,
+    as_json: bool,
+    html_path: str | None = None,
+) -> int:
     """Watch the script, publish the report on rank 0; returns the exit status to use."""
     from torchdoctor.capture.publish import publish
     from torchdoctor.capture.runfolder import RankInfo
@@ -131,7 +140,7 @@ def run_check(script: str, args: list[str], options: CheckOptions, top: int, as_
     rank = RankInfo.from_env()
     if rank.rank == 0:
         try:
-            publish(folder, record, rank, options, top=top, as_json=as_json)
+            publish(folder, record, rank, options, top=top, as_json=as_json, html_path=html_path)
         except Exception as exc:
             if os.environ.get("TORCHDOCTOR_DEBUG"):
                 raise

@@ -56,6 +56,7 @@ def publish(
     options: CheckOptions,
     top: int = 10,
     as_json: bool = False,
+    html_path: str | None = None,
 ) -> dict[str, Any]:
     """Write ``report.json`` and ``report.txt`` into ``folder`` and print the report.
 
@@ -71,6 +72,10 @@ def publish(
     write_json(folder / "report.json", doc)
     (folder / "report.txt").write_text(text, encoding="utf-8")
     release_pointer(options.out_dir, rank)
+    if html_path:
+        from torchdoctor.report.html_sources import write_check_html
+
+        text += f"wrote {write_check_html(html_path, doc, analysis, record)}\n"
     if as_json:
         sys.stdout.write(json.dumps(doc, indent=1, default=str) + "\n")
     else:
