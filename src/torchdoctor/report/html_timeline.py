@@ -172,13 +172,14 @@ def _cpu_lanes(a: TraceAnalysis, lo: float, hi: float) -> list[Any]:
     for label, ranges, color in (
         ("CPU data loading", act.dataloader, "cpu:data_wait"),
         ("CPU synchronisation", act.sync_calls, "cpu:sync"),
+        ("CPU collectives", act.cpu_collectives, "cpu:communication"),
     ):
         s, e = _in(ranges[0], ranges[1], lo, hi)
         out.append((label, s, e, [color] * len(s), [label[4:]] * len(s)))
     launch = t.rows_named(lambda n: any(w in n for w in _LAUNCH_WORDS), Kind.RUNTIME)
     out.append(_rows_lane("CPU kernel launches", a, launch, lo, hi, "cpu:launch"))
     ops = _top_level_ops(a, lo, hi)
-    out.append(_rows_lane("CPU operators (top level)", a, ops, lo, hi, "cpu:op"))
+    out.append(_rows_lane("CPU operators, annotations", a, ops, lo, hi, "cpu:op"))
     return out
 
 
@@ -190,9 +191,9 @@ def _rows_lane(label: str, a: TraceAnalysis, rows: np.ndarray, lo: float, hi: fl
 
 
 def _top_level_ops(a: TraceAnalysis, lo: float, hi: float) -> np.ndarray:
-    """CPU operators not nested in another operator of the same thread, inside the step."""
+    """CPU operators and annotations not nested in another of the same thread, in the step."""
     t = a.table
-    rows = t.of_kind(Kind.CPU_OP)
+    rows = t.of_kind(Kind.CPU_OP, Kind.USER_ANNOTATION)
     rows = rows[(t.ts[rows] >= lo) & (t.ts[rows] < hi)]
     rows = rows[[not t.names[n].startswith("ProfilerStep#") for n in t.name[rows]]]
     keep, end_by_thread = [], {}  # rows are in start order: a row inside the last kept is nested
