@@ -97,7 +97,7 @@ def _finding(i: int, f: dict[str, Any]) -> str:
         f"({float(f.get('share_of_step', 0.0)):.0%})</p>"
         f"<p>{esc(f.get('explanation', ''))}</p>"
         + (f"<ul>{where}</ul>" if where else "")
-        + (f"<details><summary>evidence</summary><table>{rows}</table></details>" if rows else "")
+        + (f"<details><summary>evidence</summary><table class='evidence'>{rows}</table></details>" if rows else "")
         + '<div class="fix"><button class="copy" type="button">copy</button>'
         f"<pre><code>{esc(f.get('fix', ''))}</code></pre></div>{link_html}</section>"
     )

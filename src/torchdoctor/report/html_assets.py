@@ -28,6 +28,9 @@ dl.meta dt { color: var(--muted); } dl.meta dd { margin: 0; overflow-wrap: anywh
 table { border-collapse: collapse; width: 100%; margin: 6px 0; font-size: 13px; }
 th, td { border-bottom: 1px solid var(--line); padding: 3px 8px; text-align: left;
   vertical-align: top; overflow-wrap: anywhere; }
+th, td:not(:first-child) { white-space: nowrap; }
+td:first-child { overflow-wrap: anywhere; min-width: 16em; }
+table.evidence td { white-space: normal; overflow-wrap: anywhere; }
 td.num, th.num { text-align: right; font-variant-numeric: tabular-nums; white-space: nowrap; }
 table.sortable th { cursor: pointer; user-select: none; }
 table.sortable th[aria-sort=ascending]::after { content: " \\25B2"; }

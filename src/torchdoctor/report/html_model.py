@@ -208,10 +208,7 @@ def memory_series(a: TraceAnalysis, points: int = MEMORY_POINTS) -> tuple[Series
     x = (mem.ts[rows] - lo) / 1000.0
     bins = np.minimum(((x / max(x[-1], 1e-9)) * (points - 1)).astype(np.int64), points - 1)
     lines = {}
-    for key, col in (("allocated", mem.total_allocated), ("reserved", mem.total_reserved)):
-        y = col[rows].astype(np.float64)
-        if (y < 0).all():
-            continue
+    for key, y in _levels(mem, cuda[mem.device_id[cuda] == dev], rows).items():
         peak = np.full(points, -1.0)
         np.maximum.at(peak, bins, y)
         lines[key] = peak
@@ -226,3 +223,19 @@ def memory_series(a: TraceAnalysis, points: int = MEMORY_POINTS) -> tuple[Series
         ),
         "",
     )
+
+
+def _levels(mem: Any, device_rows: np.ndarray, rows: np.ndarray) -> dict[str, np.ndarray]:
+    """Allocated and reserved bytes at ``rows``: the allocator's totals when recorded, else
+    (older traces) the running sum of allocation sizes since profiling started."""
+    out = {}
+    for key, col in (("allocated", mem.total_allocated), ("reserved", mem.total_reserved)):
+        y = col[rows].astype(np.float64)
+        if (y >= 0).any():
+            out[key] = y
+    if "allocated" not in out:
+        running = np.cumsum(mem.nbytes[device_rows].astype(np.float64))
+        level = running - min(float(running.min()), 0.0)
+        pos = np.searchsorted(device_rows, rows)
+        out["allocated (running sum of sizes)"] = level[pos]
+    return out
