@@ -34,13 +34,15 @@ def memory_event(ts: float, allocated: int, reserved: int) -> dict[str, Any]:
     }
 
 
-def hostile_events(steps: int = 4, wait_us: float = 3000.0) -> list[dict[str, Any]]:
+def hostile_events(
+    steps: int = 4, wait_us: float = 3000.0, step_us: float = STEP_US
+) -> list[dict[str, Any]]:
     """Steps of: a DataLoader wait, two hostile kernels, a blocking sync, memory events."""
     ev: list[dict[str, Any]] = []
     corr = 1
     for n in range(steps):
-        t0 = 1_000_000.0 + n * STEP_US
-        ev.append(annotation(f"ProfilerStep#{n}", t0, STEP_US - 1))
+        t0 = 1_000_000.0 + n * step_us
+        ev.append(annotation(f"ProfilerStep#{n}", t0, step_us - 1))
         ev.append(cpu_op("enumerate(DataLoader)#_SingleProcessDataLoaderIter.__next__", t0, wait_us))
         t = t0 + wait_us + 10
         ev.append(cpu_op(HOSTILE_OP, t, 400.0))

@@ -11,6 +11,8 @@ from torchdoctor.compare.stats import ALPHA, Change, compare_steps
 
 TOP_MOVED = 10
 """Kernels and operators listed as "moved most"."""
+NEGLIGIBLE_PCT = 1.0
+"""Median changes smaller than this (percent) are called "no change" when within the noise."""
 MIN_PART_MS = 0.005
 """Breakdown parts below this on both sides are left out (they are zero in practice)."""
 
@@ -51,21 +53,25 @@ class Comparison:
     def verdict(self) -> str:
         """One line: faster, slower or unchanged, by how much, and whether beyond the noise."""
         c = self.steps
-        if not c.beyond_noise:
-            return (
-                f"No change beyond the noise: median step {c.base_median_ms:.2f} -> "
-                f"{c.new_median_ms:.2f} ms ({c.change_pct:+.1f}%, p = {c.p_value:.3g})."
-            )
         word = "slower" if c.ratio > 1 else "faster"
-        return (
-            f"NEW is {word}: median step {c.base_median_ms:.2f} -> {c.new_median_ms:.2f} ms "
-            f"({c.change_pct:+.1f}%, {c.confidence:.0%} interval {(c.ratio_low - 1) * 100:+.1f}% "
-            f"to {(c.ratio_high - 1) * 100:+.1f}%; p = {c.p_value:.3g} < {ALPHA})."
+        size = (
+            f"median step {c.base_median_ms:.2f} -> {c.new_median_ms:.2f} ms ({c.change_pct:+.1f}%, "
+            f"{c.confidence:.0%} interval {(c.ratio_low - 1) * 100:+.1f}% to "
+            f"{(c.ratio_high - 1) * 100:+.1f}%)"
         )
+        if c.beyond_noise:
+            return f"NEW is {word}: {size}; beyond the noise (p = {c.p_value:.3g} < {ALPHA})."
+        if abs(c.change_pct) >= NEGLIGIBLE_PCT:
+            return (
+                f"NEW looks {word}: {size}; not beyond the noise (p = {c.p_value:.3g} with "
+                f"{c.n_base} and {c.n_new} steps): profile more steps to be sure."
+            )
+        return f"No change: {size}; p = {c.p_value:.3g}."
 
     def gate(self, max_slower_pct: float) -> bool:
-        """True (fail) when NEW is slower by more than ``max_slower_pct`` and beyond the noise."""
-        return self.steps.beyond_noise and self.steps.change_pct > max_slower_pct
+        """True (fail) when NEW is slower by more than ``max_slower_pct`` and the one-sided rank
+        test says its steps are slower beyond the noise."""
+        return self.steps.slower_beyond_noise and self.steps.change_pct > max_slower_pct
 
 
 def compare(base: Side, new: Side) -> Comparison:
@@ -101,8 +107,8 @@ def _throughput(base: Side, new: Side) -> float | None:
 
 
 def _breakdown(base: Side, new: Side) -> list[Delta]:
-    keys = list(dict.fromkeys([*base.breakdown, *new.breakdown]))
-    out = [Delta(k, base.breakdown.get(k, 0.0), new.breakdown.get(k, 0.0)) for k in keys]
+    keys = list(dict.fromkeys([*base.breakdown_ms, *new.breakdown_ms]))
+    out = [Delta(k, base.breakdown_ms.get(k, 0.0), new.breakdown_ms.get(k, 0.0)) for k in keys]
     return [d for d in out if max(d.base_ms, d.new_ms) >= MIN_PART_MS]
 
 

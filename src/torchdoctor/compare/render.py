@@ -43,7 +43,8 @@ def summary_lines(c: Comparison, max_slower_pct: float | None) -> list[str]:
     s = c.steps
     lines = [
         f"step time: median ratio {s.ratio:.3f} ({s.confidence:.0%} bootstrap interval "
-        f"{s.ratio_low:.3f}-{s.ratio_high:.3f}); Mann-Whitney U p = {s.p_value:.3g} ({s.method})"
+        f"{s.ratio_low:.3f}-{s.ratio_high:.3f}); Mann-Whitney U p = {s.p_value:.3g} two-sided, "
+        f"{s.test.p_new_slower:.3g} for NEW slower ({s.test.method})"
     ]
     if c.throughput_change is not None:
         lines.append(f"throughput: {c.throughput_change:+.1%}")
@@ -51,7 +52,8 @@ def summary_lines(c: Comparison, max_slower_pct: float | None) -> list[str]:
         lines.append(
             f"gate --fail-if-slower {max_slower_pct:g}%: "
             + ("FAILED" if c.gate(max_slower_pct) else "passed")
-            + f" (change {s.change_pct:+.1f}%, beyond the noise: {'yes' if s.beyond_noise else 'no'})"
+            + f" (change {s.change_pct:+.1f}%; slower beyond the noise: "
+            f"{'yes' if s.slower_beyond_noise else 'no'}, one-sided p = {s.test.p_new_slower:.3g})"
         )
     return lines
 
@@ -97,9 +99,12 @@ def to_dict(c: Comparison, max_slower_pct: float | None = None) -> dict[str, Any
             "confidence": s.confidence,
             "test": "mann-whitney-u",
             "p_value": s.p_value,
-            "method": s.method,
+            "p_new_slower": s.test.p_new_slower,
+            "p_new_faster": s.test.p_new_faster,
+            "method": s.test.method,
             "alpha": ALPHA,
             "beyond_noise": s.beyond_noise,
+            "slower_beyond_noise": s.slower_beyond_noise,
             "change_pct": s.change_pct,
         },
         "throughput_change": c.throughput_change,
@@ -123,11 +128,11 @@ def page(c: Comparison, max_slower_pct: float | None = None) -> Any:
 
     s = c.steps
     headline = summary_lines(c, max_slower_pct)
-    parts = list(dict.fromkeys([*c.base.breakdown, *c.new.breakdown]))
+    parts = list(dict.fromkeys([*c.base.breakdown_ms, *c.new.breakdown_ms]))
     bars = Bars(
         parts,
         ["BASE", "NEW"],
-        [[side.breakdown.get(p, 0.0) for p in parts] for side in (c.base, c.new)],
+        [[side.breakdown_ms.get(p, 0.0) for p in parts] for side in (c.base, c.new)],
     ) if parts else None  # fmt: skip
     tables = [
         Table(

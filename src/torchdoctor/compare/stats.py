@@ -3,7 +3,9 @@ change in median step time.
 
 Why these two:
 
-* **Mann-Whitney U** (two-sided) decides whether NEW's steps are slower or faster than BASE's.
+* **Mann-Whitney U** decides whether NEW's steps are slower or faster than BASE's: two-sided for
+  the report's verdict, one-sided ("NEW is slower") for ``--fail-if-slower``, whose question is
+  fixed before the data is seen.
   It makes no assumption about the shape of step-time distributions (they are skewed: a step
   with a data-loader hiccup or a recompile is far slower than the rest) and it is exact for the
   handful of steps a profiler window holds (5 vs 5 steps can reach p = 0.008; a t-test would
@@ -39,17 +41,25 @@ class Change:
     ratio_high: float
     """Bootstrap interval on ``ratio`` at ``confidence``."""
     confidence: float
-    p_value: float
-    """Two-sided Mann-Whitney U p-value (1.0 when either side has fewer than 2 steps)."""
-    method: str
-    """"exact" or "normal approximation" (with tie correction)."""
+    test: RankTest
     n_base: int
     n_new: int
 
     @property
+    def p_value(self) -> float:
+        """Two-sided Mann-Whitney U p-value (1.0 when either side has fewer than 2 steps)."""
+        return self.test.p_two_sided
+
+    @property
     def beyond_noise(self) -> bool:
-        """True when the rank test rejects "same distribution" at ALPHA."""
+        """True when the two-sided rank test rejects "same distribution" at ALPHA."""
         return self.p_value < ALPHA
+
+    @property
+    def slower_beyond_noise(self) -> bool:
+        """True when the one-sided test says NEW's steps are slower, at ALPHA. A gate asks
+        only this question, decided before looking at the data, so one side is legitimate."""
+        return self.test.p_new_slower < ALPHA
 
     @property
     def change_pct(self) -> float:
@@ -65,10 +75,8 @@ def compare_steps(base_ms: np.ndarray, new_ms: np.ndarray, confidence: float = 0
         raise ValueError("each side needs at least one step time")
     b_med, n_med = float(np.median(base)), float(np.median(new))
     lo, hi = bootstrap_ratio_interval(base, new, confidence)
-    p, method = mann_whitney_p(base, new)
-    return Change(
-        b_med, n_med, n_med / b_med, lo, hi, confidence, p, method, len(base), len(new)
-    )
+    test = mann_whitney(base, new)
+    return Change(b_med, n_med, n_med / b_med, lo, hi, confidence, test, len(base), len(new))
 
 
 def bootstrap_ratio_interval(
@@ -83,22 +91,36 @@ def bootstrap_ratio_interval(
     return float(np.quantile(ratios, tail)), float(np.quantile(ratios, 1.0 - tail))
 
 
-def mann_whitney_p(x: np.ndarray, y: np.ndarray) -> tuple[float, str]:
-    """Two-sided p-value of the Mann-Whitney U test, and which method computed it."""
-    n1, n2 = len(x), len(y)
+@dataclass(frozen=True)
+class RankTest:
+    """Mann-Whitney U test of NEW against BASE."""
+
+    u_new_greater: float
+    """Pairs (base, new) where the NEW step was the slower one (ties count a half)."""
+    p_two_sided: float
+    p_new_slower: float
+    """One-sided p-value for "NEW's steps are slower" (the gate's question, fixed in advance)."""
+    p_new_faster: float
+    method: str
+
+
+def mann_whitney(base: np.ndarray, new: np.ndarray) -> RankTest:
+    """Exact null distribution for small samples without ties, else the normal approximation
+    with tie and continuity corrections."""
+    n1, n2 = len(base), len(new)
     if n1 < 2 or n2 < 2:
-        return 1.0, "too few steps"
-    both = np.concatenate([x, y])
-    ranks = _ranks(both)
-    u1 = float(ranks[:n1].sum() - n1 * (n1 + 1) / 2.0)
-    u = min(u1, n1 * n2 - u1)
-    ties = len(np.unique(both)) < len(both)
-    if n1 * n2 <= EXACT_MAX and not ties:
+        return RankTest(float("nan"), 1.0, 1.0, 1.0, "too few steps")
+    both = np.concatenate([base, new])
+    u = float(_ranks(both)[n1:].sum() - n2 * (n2 + 1) / 2.0)  # pairs where new > base
+    if n1 * n2 <= EXACT_MAX and len(np.unique(both)) == len(both):
         counts = _u_counts(n1, n2)
         total = math.comb(n1 + n2, n1)
-        p = 2.0 * sum(counts[: int(math.floor(u)) + 1]) / total
-        return min(p, 1.0), "exact"
-    return _normal_p(u, n1, n2, both), "normal approximation"
+        k = int(round(u))
+        greater = sum(counts[k:]) / total
+        less = sum(counts[: k + 1]) / total
+        return RankTest(u, min(1.0, 2 * min(greater, less)), greater, less, "exact")
+    greater, less = _normal_tails(u, n1, n2, both)
+    return RankTest(u, min(1.0, 2 * min(greater, less)), greater, less, "normal approximation")
 
 
 def _ranks(values: np.ndarray) -> np.ndarray:
@@ -134,12 +156,17 @@ def _u_counts(n1: int, n2: int) -> tuple[int, ...]:
     return tuple(table[n1, n2])
 
 
-def _normal_p(u: float, n1: int, n2: int, both: np.ndarray) -> float:
+def _normal_tails(u: float, n1: int, n2: int, both: np.ndarray) -> tuple[float, float]:
+    """P(U >= u) and P(U <= u) under the null, normal approximation."""
     n = n1 + n2
     _, counts = np.unique(both, return_counts=True)
     tie = float(np.sum(counts**3 - counts)) / (n * (n - 1))
     sigma = math.sqrt(n1 * n2 / 12.0 * ((n + 1) - tie))
     if sigma == 0:
-        return 1.0
-    z = (abs(u - n1 * n2 / 2.0) - 0.5) / sigma  # continuity correction
-    return min(1.0, math.erfc(max(z, 0.0) / math.sqrt(2.0)))
+        return 1.0, 1.0
+    mean = n1 * n2 / 2.0
+
+    def upper(z: float) -> float:
+        return 0.5 * math.erfc(z / math.sqrt(2.0))
+
+    return upper((u - mean - 0.5) / sigma), upper((mean - u - 0.5) / sigma)
