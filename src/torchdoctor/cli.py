@@ -121,7 +121,9 @@ def cli() -> None:
     type=click.IntRange(1, 1000),
     help="Rows in the kernel and operator tables.",
 )
-@click.option("--html", "html_path", type=click.Path(path_type=str), help="Also write an HTML report.")
+@click.option(
+    "--html", "html_path", type=click.Path(path_type=str), help="Also write an HTML report."
+)
 @click.option(
     "--export-trace",
     type=click.Path(path_type=str),

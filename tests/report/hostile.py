@@ -43,7 +43,9 @@ def hostile_events(
     for n in range(steps):
         t0 = 1_000_000.0 + n * step_us
         ev.append(annotation(f"ProfilerStep#{n}", t0, step_us - 1))
-        ev.append(cpu_op("enumerate(DataLoader)#_SingleProcessDataLoaderIter.__next__", t0, wait_us))
+        ev.append(
+            cpu_op("enumerate(DataLoader)#_SingleProcessDataLoaderIter.__next__", t0, wait_us)
+        )
         t = t0 + wait_us + 10
         ev.append(cpu_op(HOSTILE_OP, t, 400.0))
         ev += launched(HOSTILE_KERNEL, t + 10, t + 30, 2500.0, corr)

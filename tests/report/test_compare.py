@@ -60,7 +60,9 @@ def test_normal_approximation_with_ties_is_close_to_brute_force() -> None:
 
 
 def test_complete_separation_of_five_steps_is_significant() -> None:
-    c = compare_steps(np.array([10.0, 10.1, 10.2, 10.3, 10.4]), np.array([11, 11.1, 11.2, 11.3, 11.4]))
+    c = compare_steps(
+        np.array([10.0, 10.1, 10.2, 10.3, 10.4]), np.array([11, 11.1, 11.2, 11.3, 11.4])
+    )
     assert c.p_value == pytest.approx(2 / 252)
     assert c.ratio == pytest.approx(11.2 / 10.2)
     assert c.ratio_low <= c.ratio <= c.ratio_high
@@ -102,8 +104,9 @@ def test_warnings_for_different_gpus_torch_and_batch() -> None:
 
 
 def test_corpus_before_after_pair() -> None:
-    w0, w4 = str(corpus_file("v100_resnet50_train_workers0")), str(
-        corpus_file("v100_resnet50_train_workers4")
+    w0, w4 = (
+        str(corpus_file("v100_resnet50_train_workers0")),
+        str(corpus_file("v100_resnet50_train_workers4")),
     )
     c = compare(load_side(w0), load_side(w4))
     assert c.steps.ratio < 0.8
@@ -123,8 +126,9 @@ def _cli(*args: str) -> subprocess.CompletedProcess[str]:
 
 
 def test_cli_exit_codes_json_and_html(tmp_path: Path) -> None:
-    w0, w4 = str(corpus_file("v100_resnet50_train_workers0")), str(
-        corpus_file("v100_resnet50_train_workers4")
+    w0, w4 = (
+        str(corpus_file("v100_resnet50_train_workers0")),
+        str(corpus_file("v100_resnet50_train_workers4")),
     )
     ok = _cli(w0, w4, "--fail-if-slower", "5", "--json", "--html", str(tmp_path / "c.html"))
     assert ok.returncode == 0, ok.stderr
@@ -188,8 +192,12 @@ def _check_run(folder: Path, step_ms: list[float], batch: int, torch: str) -> Pa
 
 
 def test_check_run_folders_use_the_run_clock_and_record(tmp_path: Path) -> None:
-    a = load_side(str(_check_run(tmp_path / "a", [500, 400, *[10.0 + i % 3 for i in range(12)]], 32, "2.5")))
-    b = load_side(str(_check_run(tmp_path / "b", [500, 400, *[12.0 + i % 3 for i in range(12)]], 64, "2.6")))
+    a = load_side(
+        str(_check_run(tmp_path / "a", [500, 400, *[10.0 + i % 3 for i in range(12)]], 32, "2.5"))
+    )
+    b = load_side(
+        str(_check_run(tmp_path / "b", [500, 400, *[12.0 + i % 3 for i in range(12)]], 64, "2.6"))
+    )
     assert a.kind == "check-run" and len(a.step_ms) == 12  # warm-up steps left out
     assert a.findings.keys() == {"recompiles"} and a.gpu == "FakeGPU"
     c = compare(a, b)

@@ -62,7 +62,7 @@ def test_timeline_zooms_and_pans(browser_context: Any, tmp_path: Path) -> None:
     def view() -> list[float]:
         return [float(x) for x in page.get_attribute("#timeline", "viewBox").split()]
 
-    x0, _, w0, _ = view()
+    _, _, w0, _ = view()
     page.click("#zoom-in")
     x1, _, w1, _ = view()
     assert w1 == pytest.approx(w0 / 2)
@@ -134,3 +134,69 @@ def test_fits_a_laptop_and_prints(browser_context: Any, tmp_path: Path) -> None:
     assert pdf[:4] == b"%PDF" and len(pdf) > 10_000
     page.emulate_media(media="screen")
     assert page.is_visible("#zoom-in")
+
+
+def _render(page: Any, out: Path) -> Path:
+    return write_html(page, out)
+
+
+def test_compare_page(browser_context: Any, tmp_path: Path) -> None:
+    from torchdoctor.compare.diff import compare
+    from torchdoctor.compare.render import page
+    from torchdoctor.compare.sides import load_side
+
+    c = compare(
+        load_side(str(corpus_file("v100_resnet50_train_workers4"))),
+        load_side(str(corpus_file("v100_resnet50_train_workers0"))),
+    )
+    html = _render(page(c, 5.0), tmp_path / "compare.html")
+    loaded = load(browser_context, html)
+    _assert_clean(loaded, html)
+    assert _svg_paths(loaded, "svg.bars") >= 4  # BASE and NEW bars, several parts each
+    text = loaded.page.text_content("body")
+    assert "gate --fail-if-slower 5%: FAILED" in text
+    assert "appeared: Data loading" in text
+    screenshot(loaded, "compare")
+
+
+def test_tune_page(browser_context: Any, tmp_path: Path) -> None:
+    from torchdoctor.report.html_sources import page_from_tune
+
+    best = {
+        "seq": 1,
+        "config": "<script>window.__pwned=5</script>",
+        "status": "ok",
+        "median_step_s": 0.01,
+        "iqr_step_s": 0.001,
+    }
+    other = {"seq": 0, "config": "baseline", "status": "failed", "reason": "OOM"}
+    html = _render(
+        page_from_tune({"best": best, "ranked": [other, best]}, "w.py"), tmp_path / "t.html"
+    )
+    loaded = load(browser_context, html)
+    _assert_clean(loaded, html)
+    assert loaded.page.evaluate("() => window.__pwned") is None
+    assert loaded.page.text_content("tr.pick td:nth-child(2)") == best["config"]
+    screenshot(loaded, "tune")
+
+
+def test_check_page(browser_context: Any, tmp_path: Path) -> None:
+    from torchdoctor.report.html_sources import page_from_check
+
+    report = analyze_path(write_hostile_trace(tmp_path / "h.json"))
+    doc = {
+        "script": "train.py",
+        "world_size": 2,
+        "findings": [f.to_dict() for f in report.findings],
+        "ranks": [
+            {"rank": 0, "steps": 4, "median_step_ms": 9.9, "exit": "ok"},
+            {"rank": 1, "steps": 4, "median_step_ms": 12.0, "exit": "ok"},
+        ],
+    }
+    record = {"torch_version": "2.13.0", "steps": {"count": 4, "median_step_ms": 9.9}}
+    html = _render(page_from_check(doc, report, record), tmp_path / "c.html")
+    loaded = load(browser_context, html)
+    _assert_clean(loaded, html)
+    assert loaded.page.eval_on_selector_all("#table-run-ranks tbody tr", "r => r.length") == 2
+    assert loaded.page.eval_on_selector_all("#timeline rect.ev", "r => r.length") > 0
+    screenshot(loaded, "check")

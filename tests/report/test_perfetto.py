@@ -100,15 +100,13 @@ def test_idle_track_and_counters_match_the_breakdown(tmp_path: Path) -> None:
     steps = report.analysis.per_step
     assert len(counters) == len(steps) * (len(total.busy_ms) + len(total.idle_ms))
     first = steps[0]
-    compute = [c for c in counters if c["name"] == "busy compute (ms/step)"][0]
+    compute = next(c for c in counters if c["name"] == "busy compute (ms/step)")
     assert compute["args"]["ms"] == pytest.approx(first.busy_ms["compute"], abs=1e-5)
 
 
 def _event_starts(doc: dict[str, Any]) -> set[tuple[Any, Any, float]]:
     return {
-        (e.get("pid"), e.get("tid"), e.get("ts"))
-        for e in doc["traceEvents"]
-        if e.get("ph") == "X"
+        (e.get("pid"), e.get("tid"), e.get("ts")) for e in doc["traceEvents"] if e.get("ph") == "X"
     }
 
 
@@ -126,9 +124,12 @@ def test_findings_have_slices_and_arrows_to_their_causes(tmp_path: Path) -> None
     ends = {e["id"]: e for e in added if e["ph"] == "f"}
     assert starts and starts.keys() == ends.keys()
     real = _event_starts(doc)
-    by_name = {(e.get("pid"), e.get("tid"), e.get("ts")): e["name"] for e in doc["traceEvents"]
-               if e.get("ph") == "X"}  # fmt: skip
-    for fid, end in ends.items():
+    by_name = {
+        (e.get("pid"), e.get("tid"), e.get("ts")): e["name"]
+        for e in doc["traceEvents"]
+        if e.get("ph") == "X"
+    }
+    for end in ends.values():
         key = (end["pid"], end["tid"], end["ts"])
         assert key in real, "an arrow must land on a real event"
         if end["name"] == "data-loading-bound":
@@ -138,11 +139,14 @@ def test_findings_have_slices_and_arrows_to_their_causes(tmp_path: Path) -> None
 
 
 def test_sync_stall_arrows_point_at_blocking_calls(tmp_path: Path) -> None:
-    report, out = _export(write_hostile_trace(tmp_path / "h.json"), tmp_path)
+    _, out = _export(write_hostile_trace(tmp_path / "h.json"), tmp_path)
     doc = _doc(out)
     _, added = _added(doc)
-    by_name = {(e.get("pid"), e.get("tid"), e.get("ts")): e["name"] for e in doc["traceEvents"]
-               if e.get("ph") == "X"}  # fmt: skip
+    by_name = {
+        (e.get("pid"), e.get("tid"), e.get("ts")): e["name"]
+        for e in doc["traceEvents"]
+        if e.get("ph") == "X"
+    }
     targets = [by_name[(e["pid"], e["tid"], e["ts"])] for e in added if e["ph"] == "f"]
     assert "enumerate(DataLoader)#_SingleProcessDataLoaderIter.__next__" in targets
     host = [e for e in added if e["ph"] == "f" and e["name"] == "host-bound"]
@@ -158,7 +162,9 @@ def test_cli_export_and_bad_path(tmp_path: Path) -> None:
     json.loads(ok.stdout)  # stdout stays pure JSON; the "wrote" line goes to stderr
     assert "wrote" in ok.stderr and _doc(out)["traceEvents"]
     bad = subprocess.run(
-        [*cmd, "--export-trace", str(tmp_path / "missing" / "x.json")], capture_output=True, text=True
+        [*cmd, "--export-trace", str(tmp_path / "missing" / "x.json")],
+        capture_output=True,
+        text=True,
     )
     assert bad.returncode == 2
     assert bad.stderr.count("\n") == 1 and "cannot write" in bad.stderr

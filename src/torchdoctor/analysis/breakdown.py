@@ -203,7 +203,12 @@ def gap_causes(gaps: iv.Intervals, act: GpuActivity) -> dict[str, np.ndarray]:
     sync = np.where(blocked, late, 0.0)
     host = np.where(blocked, 0.0, late)
     short = rest - late
-    return {"data_loading": data, "synchronization": sync, "host_overhead": host, "short_gaps": short}
+    return {
+        "data_loading": data,
+        "synchronization": sync,
+        "host_overhead": host,
+        "short_gaps": short,
+    }
 
 
 def _overlap_per_gap(gaps: iv.Intervals, ranges: iv.Intervals) -> np.ndarray:

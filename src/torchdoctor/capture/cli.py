@@ -71,7 +71,9 @@ EXIT_NO_STEPS = 2
     help="Findings and table rows to show.",
 )
 @click.option("--json", "as_json", is_flag=True, help="Print the report as JSON instead of text.")
-@click.option("--html", "html_path", type=click.Path(path_type=str), help="Also write an HTML report.")
+@click.option(
+    "--html", "html_path", type=click.Path(path_type=str), help="Also write an HTML report."
+)
 @click.option(
     "--rank-timeout",
     default=120.0,

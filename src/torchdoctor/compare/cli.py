@@ -23,7 +23,9 @@ EXIT_GATE_FAILED = 1
     help="Exit 1 when NEW's median step is slower by more than PCT percent and beyond the noise.",
 )
 @click.option("--json", "as_json", is_flag=True, help="Print the comparison as JSON instead.")
-@click.option("--html", "html_path", type=click.Path(path_type=str), help="Also write an HTML page.")
+@click.option(
+    "--html", "html_path", type=click.Path(path_type=str), help="Also write an HTML page."
+)
 def compare_command(
     base: str, new: str, fail_pct: float | None, as_json: bool, html_path: str | None
 ) -> None:

@@ -87,9 +87,11 @@ def compare(base: Side, new: Side) -> Comparison:
         kernels_added=added,
         kernels_removed=removed,
         operators_moved=_moved(
-            [Delta(n, base.operators.get(n, 0.0), new.operators.get(n, 0.0)) for n in
-             set(base.operators) | set(new.operators)]
-        ),  # fmt: skip
+            [
+                Delta(n, base.operators.get(n, 0.0), new.operators.get(n, 0.0))
+                for n in set(base.operators) | set(new.operators)
+            ]
+        ),
         findings_appeared=[f for i, f in new.findings.items() if i not in base.findings],
         findings_gone=[f for i, f in base.findings.items() if i not in new.findings],
         warnings=warnings(base, new),

@@ -60,7 +60,10 @@ def summary_lines(c: Comparison, max_slower_pct: float | None) -> list[str]:
 
 def _sections(c: Comparison) -> list[tuple[str, list[Delta]]]:
     return [
-        ("breakdown of the mean step", [Delta(_label(d.name), d.base_ms, d.new_ms) for d in c.breakdown]),
+        (
+            "breakdown of the mean step",
+            [Delta(_label(d.name), d.base_ms, d.new_ms) for d in c.breakdown],
+        ),
         ("kernels that moved most", c.kernels_moved),
         ("kernels added", c.kernels_added[:10]),
         ("kernels removed", c.kernels_removed[:10]),
@@ -73,7 +76,7 @@ def _finding_lines(c: Comparison) -> list[str]:
     for word, items in (("appeared", c.findings_appeared), ("went away", c.findings_gone)):
         for f in items:
             out.append(f"finding {word}: {f.get('id')}: {f.get('title', '')}")
-    return ([""] + out) if out else ["", "findings: the same on both sides"]
+    return ["", *out] if out else ["", "findings: the same on both sides"]
 
 
 def to_dict(c: Comparison, max_slower_pct: float | None = None) -> dict[str, Any]:
@@ -82,10 +85,15 @@ def to_dict(c: Comparison, max_slower_pct: float | None = None) -> dict[str, Any
 
     def deltas(ds: list[Delta]) -> list[dict[str, Any]]:
         return [
-            {"name": d.name, "category": d.category, "base_ms": d.base_ms, "new_ms": d.new_ms,
-             "delta_ms": d.delta_ms}
+            {
+                "name": d.name,
+                "category": d.category,
+                "base_ms": d.base_ms,
+                "new_ms": d.new_ms,
+                "delta_ms": d.delta_ms,
+            }
             for d in ds
-        ]  # fmt: skip
+        ]
 
     return {
         "base": {"path": c.base.path, "kind": c.base.kind, "steps": s.n_base},
@@ -129,16 +137,22 @@ def page(c: Comparison, max_slower_pct: float | None = None) -> Any:
     s = c.steps
     headline = summary_lines(c, max_slower_pct)
     parts = list(dict.fromkeys([*c.base.breakdown_ms, *c.new.breakdown_ms]))
-    bars = Bars(
-        parts,
-        ["BASE", "NEW"],
-        [[side.breakdown_ms.get(p, 0.0) for p in parts] for side in (c.base, c.new)],
-    ) if parts else None  # fmt: skip
+    bars = (
+        Bars(
+            parts,
+            ["BASE", "NEW"],
+            [[side.breakdown_ms.get(p, 0.0) for p in parts] for side in (c.base, c.new)],
+        )
+        if parts
+        else None
+    )
     tables = [
         Table(
-            f"t{i}", title, ["name", "BASE ms/step", "NEW ms/step", "delta ms/step"],
+            f"t{i}",
+            title,
+            ["name", "BASE ms/step", "NEW ms/step", "delta ms/step"],
             [[d.name, d.base_ms, d.new_ms, d.delta_ms] for d in rows],
-        )  # fmt: skip
+        )
         for i, (title, rows) in enumerate(_sections(c))
         if rows
     ]

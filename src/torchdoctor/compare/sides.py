@@ -170,7 +170,9 @@ def _check_run(folder: Path) -> Side:
     if trace.exists():
         from torchdoctor.report.build import analyze_path
 
-        base = from_report(str(folder), "check-run", analyze_path(trace), step_ms if len(step_ms) else None)
+        base = from_report(
+            str(folder), "check-run", analyze_path(trace), step_ms if len(step_ms) else None
+        )
     elif len(step_ms):
         base = Side(str(folder), "check-run", step_ms, notes=["no trace in the run folder"])
     else:

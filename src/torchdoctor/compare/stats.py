@@ -115,7 +115,7 @@ def mann_whitney(base: np.ndarray, new: np.ndarray) -> RankTest:
     if n1 * n2 <= EXACT_MAX and len(np.unique(both)) == len(both):
         counts = _u_counts(n1, n2)
         total = math.comb(n1 + n2, n1)
-        k = int(round(u))
+        k = round(u)
         greater = sum(counts[k:]) / total
         less = sum(counts[: k + 1]) / total
         return RankTest(u, min(1.0, 2 * min(greater, less)), greater, less, "exact")

@@ -155,9 +155,25 @@ def analysis_tables(a: TraceAnalysis) -> list[Table]:
             Table(
                 "kernels",
                 "Top kernels (summed over the analysed steps)",
-                ["kernel", "category", "calls", "total ms", "mean us", "share of GPU time", "dtype"],
                 [
-                    [r.name, r.category, r.count, r.total_ms, r.mean_us, r.share_of_gpu_time, r.dtype]
+                    "kernel",
+                    "category",
+                    "calls",
+                    "total ms",
+                    "mean us",
+                    "share of GPU time",
+                    "dtype",
+                ],
+                [
+                    [
+                        r.name,
+                        r.category,
+                        r.count,
+                        r.total_ms,
+                        r.mean_us,
+                        r.share_of_gpu_time,
+                        r.dtype,
+                    ]
                     for r in k.top_kernels
                 ],
             )
@@ -169,9 +185,23 @@ def analysis_tables(a: TraceAnalysis) -> list[Table]:
             Table(
                 "operators",
                 "Top operators (by self device time, then self CPU time)",
-                ["operator", "calls", "self device ms", "total device ms", "self CPU ms", "total CPU ms"],
                 [
-                    [r.name, r.calls, r.self_device_ms, r.total_device_ms, r.self_cpu_ms, r.total_cpu_ms]
+                    "operator",
+                    "calls",
+                    "self device ms",
+                    "total device ms",
+                    "self CPU ms",
+                    "total CPU ms",
+                ],
+                [
+                    [
+                        r.name,
+                        r.calls,
+                        r.self_device_ms,
+                        r.total_device_ms,
+                        r.self_cpu_ms,
+                        r.total_cpu_ms,
+                    ]
                     for r in rows.values()
                 ],
             )

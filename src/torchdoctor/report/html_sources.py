@@ -18,14 +18,16 @@ def page_from_check(doc: dict[str, Any], report: Any, record: dict[str, Any]) ->
         f"{steps.get('count', 0)} steps seen, median step "
         f"{_num(steps.get('median_step_ms'))} ms, data wait {_num(steps.get('mean_data_wait_ms'))} ms"
     )
-    if report is not None and dataclasses.is_dataclass(report):
+    if report is not None and hasattr(report, "analysis"):
         page = page_from_report(report, title="torchdoctor check")
         if doc.get("findings") and getattr(report, "verdict", None):
             from torchdoctor.report.build import verdict as verdict_line
             from torchdoctor.rules.finding import Finding
 
             names = {f.name for f in dataclasses.fields(Finding)}
-            merged = [Finding(**{k: v for k, v in d.items() if k in names}) for d in doc["findings"]]
+            merged = [
+                Finding(**{k: v for k, v in d.items() if k in names}) for d in doc["findings"]
+            ]
             page.verdict = verdict_line(report.analysis, merged)
     else:
         page = Page(title="torchdoctor check", verdict=verdict, metadata=[])
@@ -60,7 +62,9 @@ def _run_metadata(doc: dict[str, Any], record: dict[str, Any]) -> list[tuple[str
 def _check_ranks(doc: dict[str, Any]) -> Table:
     cols = ["rank", "steps", "median step ms", "mean data wait ms", "exit"]
     keys = ["rank", "steps", "median_step_ms", "mean_data_wait_ms", "exit"]
-    return Table("run-ranks", "Ranks", cols, [[r.get(k) for k in keys] for r in doc.get("ranks", [])])
+    return Table(
+        "run-ranks", "Ranks", cols, [[r.get(k) for k in keys] for r in doc.get("ranks", [])]
+    )
 
 
 def write_check_html(path: str, doc: dict[str, Any], report: Any, record: dict[str, Any]) -> Path:
@@ -79,8 +83,19 @@ def page_from_tune(data: dict[str, Any], workload: str = "") -> Page:
         if r.get("seq") == best.get("seq"):
             pick = i
         rows.append(_trial_row(r))
-    cols = ["#", "configuration", "phase", "median step ms", "IQR ms", "speedup", "samples/s",
-            "peak MiB", "status", "fidelity", "reason"]  # fmt: skip
+    cols = [
+        "#",
+        "configuration",
+        "phase",
+        "median step ms",
+        "IQR ms",
+        "speedup",
+        "samples/s",
+        "peak MiB",
+        "status",
+        "fidelity",
+        "reason",
+    ]
     speed = data.get("confirmed_speedup")
     verdict = f"best: {best.get('config', '?')}" + (f", {speed:.2f}x the baseline" if speed else "")
     headline = [
@@ -99,7 +114,11 @@ def page_from_tune(data: dict[str, Any], workload: str = "") -> Page:
             ("torchdoctor", __version__),
             ("command", command_line()),
         ],
-        tables=[Table("trials", "Trials (fastest usable first; the pick is highlighted)", cols, rows, pick)],
+        tables=[
+            Table(
+                "trials", "Trials (fastest usable first; the pick is highlighted)", cols, rows, pick
+            )
+        ],
         headline=headline,
     )
 

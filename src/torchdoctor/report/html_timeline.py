@@ -196,11 +196,14 @@ def _top_level_ops(a: TraceAnalysis, lo: float, hi: float) -> np.ndarray:
     rows = t.of_kind(Kind.CPU_OP, Kind.USER_ANNOTATION)
     rows = rows[(t.ts[rows] >= lo) & (t.ts[rows] < hi)]
     rows = rows[[not t.names[n].startswith("ProfilerStep#") for n in t.name[rows]]]
-    keep, end_by_thread = [], {}  # rows are in start order: a row inside the last kept is nested
+    keep: list[int] = []
+    end_by_thread: dict[
+        tuple[int, int], float
+    ] = {}  # rows are in start order: a row inside the last kept is nested
     for r in rows:
         th = (int(t.pid[r]), int(t.tid[r]))
         if t.ts[r] >= end_by_thread.get(th, -np.inf):
-            keep.append(r)
+            keep.append(int(r))
             end_by_thread[th] = t.ts[r] + t.dur[r]
     return np.array(keep, dtype=np.int64)
 

@@ -136,9 +136,15 @@ def _counters(a: TraceAnalysis, pid: int, base: float) -> list[dict[str, Any]]:
         parts.update({f"{'idle' if s.busy_ms else 'cpu'} {k}": v for k, v in s.idle_ms.items()})
         for name, ms in parts.items():
             out.append(
-                {"ph": "C", "cat": CAT, "name": f"{name} (ms/step)", "pid": pid,
-                 "ts": base + float(lo), "args": {"ms": round(ms, 6)}}
-            )  # fmt: skip
+                {
+                    "ph": "C",
+                    "cat": CAT,
+                    "name": f"{name} (ms/step)",
+                    "pid": pid,
+                    "ts": base + float(lo),
+                    "args": {"ms": round(ms, 6)},
+                }
+            )
     return out
 
 
@@ -152,16 +158,26 @@ def _finding_events(
         t0, t1 = float(t.ts[rows].min()), float((t.ts[rows] + t.dur[rows]).max())
     else:
         t0, t1 = a.steps.window if a.n_steps else (0.0, float(t.end.max(initial=0.0)))
-    args = {"id": f.id, "saving_ms_per_step": f.saving_ms_per_step, "fix": f.fix,
-            "evidence": json.loads(json.dumps(f.evidence, default=str))}  # fmt: skip
+    args = {
+        "id": f.id,
+        "saving_ms_per_step": f.saving_ms_per_step,
+        "fix": f.fix,
+        "evidence": json.loads(json.dumps(f.evidence, default=str)),
+    }
     out = _slice(pid, tid, f.title, base + t0, base + max(t1, t0 + 1e-3), args)
     for r in rows:
         common = {"cat": CAT, "name": f.id, "id": flow_id}
         out.insert(-1, {**common, "ph": "s", "pid": pid, "tid": tid, "ts": base + t0})
         out.append(
-            {**common, "ph": "f", "bp": "e", "pid": t.pids[t.pid[r]], "tid": t.tids[t.tid[r]],
-             "ts": base + float(t.ts[r])}
-        )  # fmt: skip
+            {
+                **common,
+                "ph": "f",
+                "bp": "e",
+                "pid": t.pids[t.pid[r]],
+                "tid": t.tids[t.tid[r]],
+                "ts": base + float(t.ts[r]),
+            }
+        )
         flow_id += 1
     return out, flow_id
 
@@ -207,7 +223,9 @@ EVIDENCE: dict[str, Callable[[TraceAnalysis], np.ndarray]] = {
     "synchronous-copies": _named(names=SYNC_CALLS),
     "host-bound": _late_launches,
     "low-gpu-utilization": _late_launches,
-    "pageable-h2d-copies": _activity(lambda a: a.activity.pageable & (a.activity.memcpy_dir == "HtoD")),
+    "pageable-h2d-copies": _activity(
+        lambda a: a.activity.pageable & (a.activity.memcpy_dir == "HtoD")
+    ),
     "exposed-communication": _activity(lambda a: a.activity.cls == 1),
     "fp32-gemm-no-tensor-cores": _matmul_kernels,
     "fp32-on-bf16-gpu": _matmul_kernels,

@@ -120,7 +120,9 @@ def _knobs(text: str | None) -> tuple[str, ...] | None:
     type=click.Path(path_type=str),
     help="Also write the results as JSON to this file ('-': stdout).",
 )
-@click.option("--html", "html_path", type=click.Path(path_type=str), help="Also write an HTML report.")
+@click.option(
+    "--html", "html_path", type=click.Path(path_type=str), help="Also write an HTML report."
+)
 @click.option(
     "--out",
     default="torchdoctor.toml",
