@@ -24,10 +24,17 @@ EXIT_GATE_FAILED = 1
 )
 @click.option("--json", "as_json", is_flag=True, help="Print the comparison as JSON instead.")
 @click.option(
+    "--top",
+    default=10,
+    show_default=True,
+    type=click.IntRange(1, 1000),
+    help="Rows in each kernel and operator table.",
+)
+@click.option(
     "--html", "html_path", type=click.Path(path_type=str), help="Also write an HTML page."
 )
 def compare_command(
-    base: str, new: str, fail_pct: float | None, as_json: bool, html_path: str | None
+    base: str, new: str, fail_pct: float | None, as_json: bool, top: int, html_path: str | None
 ) -> None:
     """Compare BASE and NEW: two traces, two folders of rank traces, two `check` run folders or
     two `tune --json` results.
@@ -38,12 +45,12 @@ def compare_command(
     """
     from torchdoctor.cli import _guarded
 
-    failed = _guarded(_compare)(base, new, fail_pct, as_json, html_path)
+    failed = _guarded(_compare)(base, new, fail_pct, as_json, top, html_path)
     sys.exit(EXIT_GATE_FAILED if failed else 0)
 
 
 def _compare(
-    base: str, new: str, fail_pct: float | None, as_json: bool, html_path: str | None
+    base: str, new: str, fail_pct: float | None, as_json: bool, top: int, html_path: str | None
 ) -> bool:
     from torchdoctor.compare import render
     from torchdoctor.compare.diff import compare
@@ -51,13 +58,13 @@ def _compare(
 
     c = compare(load_side(base), load_side(new))
     if as_json:
-        click.echo(json.dumps(_clean(render.to_dict(c, fail_pct)), indent=1))
+        click.echo(json.dumps(_clean(render.to_dict(c, fail_pct, top)), indent=1))
     else:
-        click.echo(render.render_text(c, fail_pct), nl=False)
+        click.echo(render.render_text(c, fail_pct, top), nl=False)
     if html_path:
         from torchdoctor.report.html import write_html
 
-        write_html(render.page(c, fail_pct), html_path)
+        write_html(render.page(c, fail_pct, top), html_path)
         click.echo(f"wrote {html_path}", err=True)
     return fail_pct is not None and c.gate(fail_pct)
 

@@ -9,8 +9,6 @@ from typing import Any
 from torchdoctor.compare.sides import Side
 from torchdoctor.compare.stats import ALPHA, Change, compare_steps
 
-TOP_MOVED = 10
-"""Kernels and operators listed as "moved most"."""
 NEGLIGIBLE_PCT = 1.0
 """Median changes smaller than this (percent) are called "no change" when within the noise."""
 MIN_PART_MS = 0.005
@@ -141,7 +139,7 @@ def _kernel_deltas(base: Side, new: Side) -> tuple[list[Delta], list[Delta], lis
 
 def _moved(deltas: list[Delta]) -> list[Delta]:
     ranked = sorted(deltas, key=lambda d: (-abs(d.delta_ms), d.name))
-    return [d for d in ranked if d.delta_ms != 0.0][:TOP_MOVED]
+    return [d for d in ranked if d.delta_ms != 0.0]
 
 
 def warnings(base: Side, new: Side) -> list[str]:

@@ -17,7 +17,7 @@ def _row(d: Delta, name_width: int = 60) -> str:
     return f"  {name:<{name_width}} {d.base_ms:9.3f} {d.new_ms:9.3f} {d.delta_ms:+9.3f}"
 
 
-def render_text(c: Comparison, max_slower_pct: float | None = None) -> str:
+def render_text(c: Comparison, max_slower_pct: float | None = None, top: int = 10) -> str:
     """The comparison as lines of text (ms per step throughout)."""
     s = c.steps
     lines = [
@@ -29,7 +29,7 @@ def render_text(c: Comparison, max_slower_pct: float | None = None) -> str:
         *summary_lines(c, max_slower_pct),
     ]
     head = f"  {'':<60} {'BASE':>9} {'NEW':>9} {'delta':>9}"
-    for title, rows in _sections(c):
+    for title, rows in _sections(c, top):
         if rows:
             lines += ["", f"{title} (ms per step):", head, *(_row(d) for d in rows)]
     lines += _finding_lines(c)
@@ -58,16 +58,17 @@ def summary_lines(c: Comparison, max_slower_pct: float | None) -> list[str]:
     return lines
 
 
-def _sections(c: Comparison) -> list[tuple[str, list[Delta]]]:
+def _sections(c: Comparison, top: int) -> list[tuple[str, list[Delta]]]:
+    """Each table's title and its first ``top`` rows."""
     return [
         (
             "breakdown of the mean step",
             [Delta(_label(d.name), d.base_ms, d.new_ms) for d in c.breakdown],
         ),
-        ("kernels that moved most", c.kernels_moved),
-        ("kernels added", c.kernels_added[:10]),
-        ("kernels removed", c.kernels_removed[:10]),
-        ("operators that moved most (inclusive CPU time)", c.operators_moved),
+        ("kernels that moved most", c.kernels_moved[:top]),
+        ("kernels added", c.kernels_added[:top]),
+        ("kernels removed", c.kernels_removed[:top]),
+        ("operators that moved most (inclusive CPU time)", c.operators_moved[:top]),
     ]
 
 
@@ -79,8 +80,8 @@ def _finding_lines(c: Comparison) -> list[str]:
     return ["", *out] if out else ["", "findings: the same on both sides"]
 
 
-def to_dict(c: Comparison, max_slower_pct: float | None = None) -> dict[str, Any]:
-    """Plain JSON-able data."""
+def to_dict(c: Comparison, max_slower_pct: float | None = None, top: int = 10) -> dict[str, Any]:
+    """Plain JSON-able data (the first ``top`` rows of each list)."""
     s = c.steps
 
     def deltas(ds: list[Delta]) -> list[dict[str, Any]]:
@@ -120,17 +121,17 @@ def to_dict(c: Comparison, max_slower_pct: float | None = None) -> dict[str, Any
         if max_slower_pct is None
         else {"fail_if_slower_pct": max_slower_pct, "failed": c.gate(max_slower_pct)},
         "breakdown": deltas(c.breakdown),
-        "kernels_moved": deltas(c.kernels_moved),
-        "kernels_added": deltas(c.kernels_added),
-        "kernels_removed": deltas(c.kernels_removed),
-        "operators_moved": deltas(c.operators_moved),
+        "kernels_moved": deltas(c.kernels_moved[:top]),
+        "kernels_added": deltas(c.kernels_added[:top]),
+        "kernels_removed": deltas(c.kernels_removed[:top]),
+        "operators_moved": deltas(c.operators_moved[:top]),
         "findings_appeared": c.findings_appeared,
         "findings_gone": c.findings_gone,
         "warnings": c.warnings,
     }
 
 
-def page(c: Comparison, max_slower_pct: float | None = None) -> Any:
+def page(c: Comparison, max_slower_pct: float | None = None, top: int = 10) -> Any:
     """The HTML page's data: verdict, stacked mean-step bars for both sides, delta tables."""
     from torchdoctor.report.html_model import Bars, Page, Table, command_line
 
@@ -153,7 +154,7 @@ def page(c: Comparison, max_slower_pct: float | None = None) -> Any:
             ["name", "BASE ms/step", "NEW ms/step", "delta ms/step"],
             [[d.name, d.base_ms, d.new_ms, d.delta_ms] for d in rows],
         )
-        for i, (title, rows) in enumerate(_sections(c))
+        for i, (title, rows) in enumerate(_sections(c, top))
         if rows
     ]
     findings = [{**f, "title": f"appeared: {f.get('title', '')}"} for f in c.findings_appeared]
