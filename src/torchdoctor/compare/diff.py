@@ -61,8 +61,8 @@ class Comparison:
             return f"NEW is {word}: {size}; beyond the noise (p = {c.p_value:.3g} < {ALPHA})."
         if abs(c.change_pct) >= NEGLIGIBLE_PCT:
             return (
-                f"NEW looks {word}: {size}; not beyond the noise (p = {c.p_value:.3g} with "
-                f"{c.n_base} and {c.n_new} steps): profile more steps to be sure."
+                f"NEW looks {word}: {size}; not beyond the noise in a two-sided test (p = "
+                f"{c.p_value:.3g} with {c.n_base} and {c.n_new} steps): profile more steps to be sure."
             )
         return f"No change: {size}; p = {c.p_value:.3g}."
 

@@ -52,8 +52,9 @@ def summary_lines(c: Comparison, max_slower_pct: float | None) -> list[str]:
         lines.append(
             f"gate --fail-if-slower {max_slower_pct:g}%: "
             + ("FAILED" if c.gate(max_slower_pct) else "passed")
-            + f" (change {s.change_pct:+.1f}%; slower beyond the noise: "
-            f"{'yes' if s.slower_beyond_noise else 'no'}, one-sided p = {s.test.p_new_slower:.3g})"
+            + f" (change {s.change_pct:+.1f}% against {max_slower_pct:g}% allowed; the gate's "
+            f"one-sided test that NEW is slower: p = {s.test.p_new_slower:.3g}, "
+            f"{'beyond' if s.slower_beyond_noise else 'within'} the noise)"
         )
     return lines
 
