@@ -222,3 +222,19 @@ def test_cli_html_to_an_unwritable_path_is_one_line_exit_2(tmp_path: Path) -> No
     )
     assert r.returncode == 2 and r.stderr.count("\n") == 1 and "cannot write" in r.stderr
     assert HOSTILE_KERNEL not in r.stdout
+
+
+def test_folder_of_ranks_gets_a_rank_table(tmp_path: Path) -> None:
+    from tests.report.hostile import hostile_events
+
+    for rank, step_us in ((0, 10_000.0), (1, 12_000.0)):
+        write_trace(
+            tmp_path / f"rank{rank}.json",
+            hostile_events(steps=4, step_us=step_us),
+            distributedInfo={"rank": rank, "world_size": 2, "backend": "nccl"},
+        )
+    page = page_from_report(analyze_path(tmp_path))
+    table = next(t for t in page.tables if t.id == "ranks")
+    assert [r[0] for r in table.rows] == [0, 1]
+    assert table.rows[1][3] > table.rows[0][3]  # rank 1's mean step is the longer one
+    assert 'id="table-ranks"' in render_html(page)
