@@ -110,7 +110,6 @@ def to_dict(c: Comparison, max_slower_pct: float | None = None, top: int = 10) -
             "test": "mann-whitney-u",
             "p_value": s.p_value,
             "p_new_slower": s.test.p_new_slower,
-            "p_new_faster": s.test.p_new_faster,
             "method": s.test.method,
             "alpha": ALPHA,
             "beyond_noise": s.beyond_noise,
