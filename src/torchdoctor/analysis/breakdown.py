@@ -141,7 +141,7 @@ def _gpu_step(
     act: GpuActivity,
 ) -> StepBreakdown:
     busy = {part: iv.total(iv.clip(sets, lo, hi)) / 1000.0 for part, sets in parts.items()}
-    idle = _idle_causes(iv.gaps(claimed, lo, hi), act)
+    idle = _idle_causes(iv.gaps(claimed, lo, hi), act, lo)
     return StepBreakdown(
         step=n,
         step_ms=(hi - lo) / 1000.0,
@@ -178,17 +178,18 @@ def _clipped_total(copies: iv.Intervals, lo: float, hi: float) -> float:
     return float(np.sum(np.clip(e, lo, hi) - np.clip(s, lo, hi))) / 1000.0
 
 
-def _idle_causes(gaps: iv.Intervals, act: GpuActivity) -> dict[str, float]:
+def _idle_causes(gaps: iv.Intervals, act: GpuActivity, step_start_us: float) -> dict[str, float]:
     """Split idle gaps by cause (see the module docstring); milliseconds."""
     if not len(gaps[0]):
         return dict.fromkeys(IDLE_PARTS, 0.0)
-    return {k: float(v.sum()) / 1000.0 for k, v in gap_causes(gaps, act).items()}
+    return {k: float(v.sum()) / 1000.0 for k, v in gap_causes(gaps, act, step_start_us).items()}
 
 
-def gap_causes(gaps: iv.Intervals, act: GpuActivity) -> dict[str, np.ndarray]:
-    """Each idle gap's length split by cause (IDLE_PARTS), microseconds per gap.
+def gap_causes(gaps: iv.Intervals, act: GpuActivity, step_start_us: float) -> dict[str, np.ndarray]:
+    """Each idle gap of one step split by cause (IDLE_PARTS), microseconds per gap.
 
     The same split the breakdown sums; the HTML timeline and the Perfetto export draw it.
+    ``step_start_us`` is where the step begins (for causes that depend on a gap's place in it).
     """
     g0, g1 = gaps
     length = g1 - g0

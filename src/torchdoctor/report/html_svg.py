@@ -33,6 +33,10 @@ COLORS = {
     "idle:synchronization": "#ff7f0e",
     "idle:host_overhead": "#e7ba52",
     "idle:short_gaps": "#c7c7c7",
+    "idle:collective_wait": "#9467bd",
+    "idle:input_pipeline": "#f7b6d2",
+    "idle:dependency_wait": "#8c564b",
+    "cpu:input_pipeline": "#f7b6d2",
     # CPU side
     "cpu:cpu_operators": "#3b7dd8",
     "cpu:communication": "#8e44ad",

@@ -149,7 +149,7 @@ def _idle_lane(a: TraceAnalysis, lo: float, hi: float) -> Any:
     g0, g1 = iv.gaps(iv.union(act.start_us, act.end_us), lo, hi)
     if not len(g0):
         return ("GPU idle (by cause)", np.zeros(0), np.zeros(0), [], [])
-    parts = gap_causes((g0, g1), act)
+    parts = gap_causes((g0, g1), act, lo)
     starts, ends, colors = [], [], []
     cursor = g0.copy()
     for cause in IDLE_PARTS:

@@ -116,7 +116,7 @@ def _idle_spans(a: TraceAnalysis, pid: int, base: float) -> list[dict[str, Any]]
         g0, g1 = iv.gaps(union, float(lo), float(hi))
         if not len(g0):
             continue
-        parts, cursor = gap_causes((g0, g1), act), g0.copy()
+        parts, cursor = gap_causes((g0, g1), act, float(lo)), g0.copy()
         spans = []
         for cause in IDLE_PARTS:  # laid out in order inside each gap, as the timeline draws it
             for s, length in zip(cursor, parts[cause], strict=True):
@@ -200,9 +200,15 @@ def _late_launches(a: TraceAnalysis) -> np.ndarray:
     act = a.activity
     if not len(act.rows):
         return np.zeros(0, dtype=np.int64)
-    g0, g1 = iv.gaps(iv.union(act.start_us, act.end_us), *a.steps.window)
-    late = gap_causes((g0, g1), act)["host_overhead"] > 0
-    k = np.searchsorted(act.start_us, g1[late], side="left")
+    union = iv.union(act.start_us, act.end_us)
+    ends = []
+    for lo, hi in zip(a.steps.starts_us, a.steps.ends_us, strict=True):
+        g0, g1 = iv.gaps(union, float(lo), float(hi))
+        if len(g0):
+            ends.append(g1[gap_causes((g0, g1), act, float(lo))["host_overhead"] > 0])
+    if not ends:
+        return np.zeros(0, dtype=np.int64)
+    k = np.searchsorted(act.start_us, np.concatenate(ends), side="left")
     k = k[k < len(act.rows)]
     launches = launch_of(a.table, act.rows[k])
     return launches[launches >= 0]
