@@ -238,3 +238,15 @@ def test_folder_of_ranks_gets_a_rank_table(tmp_path: Path) -> None:
     assert [r[0] for r in table.rows] == [0, 1]
     assert table.rows[1][3] > table.rows[0][3]  # rank 1's mean step is the longer one
     assert 'id="table-ranks"' in render_html(page)
+
+
+def test_even_step_count_draws_the_upper_median(tmp_path: Path) -> None:
+    ev: list[dict[str, Any]] = []
+    for n, ms in enumerate((8.0, 9.0)):
+        t = n * 8000.0
+        ev.append(annotation(f"ProfilerStep#{n}", t, ms * 1000))
+        ev += launched("k", t + 10, t + 20, 50.0, n + 1)  # the last step ends with its work
+    a = analyze_path(write_trace(tmp_path / "two.json", ev)).analysis
+    assert a.steps.durations_ms[1] < 1.0  # the trace's last step is a stub
+    tl = build_timeline(a)
+    assert tl is not None and tl.step == 0

@@ -76,12 +76,14 @@ class Timeline:
 
 
 def representative_step(a: TraceAnalysis) -> tuple[int, str]:
-    """Index of the step whose time is the median (the lower one for an even count)."""
+    """Index of the step whose time is the median: the upper one for an even count, because a
+    trace's last step is often cut short (closed by its own work's end) and of two steps the
+    lower median would be that stub."""
     times = a.steps.durations_ms
     if len(times) == 0:
         raise ValueError("no steps to draw")
     order = np.argsort(times, kind="stable")
-    k = int(order[(len(times) - 1) // 2])
+    k = int(order[len(times) // 2])
     return k, f"the median step ({times[k]:.2f} ms of {len(times)} steps)"
 
 
