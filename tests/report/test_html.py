@@ -156,6 +156,7 @@ def test_tune_page_lists_every_trial_and_marks_the_pick() -> None:
             "median_step_s": 0.01,
             "iqr_step_s": 0.0005,
             "speedup": 2.0,
+            "speedup_interval": {"ratio": 2.0, "low": 1.8, "high": 2.3, "confidence": 0.95},
             "fidelity": {"ok": True, "max_rel_dev": 1e-4, "tolerance": 1e-3},
         },
         {
@@ -172,7 +173,8 @@ def test_tune_page_lists_every_trial_and_marks_the_pick() -> None:
     assert table.highlight == 0 and table.rows[0][1] == "<i>amp</i>"
     assert [r[0] for r in table.rows] == [5, 1, 3]
     assert table.rows[0][3] == pytest.approx(10.0) and table.rows[0][4] == pytest.approx(0.5)
-    assert table.rows[2][8] == "failed" and table.rows[2][10] == "out of memory"
+    assert table.rows[0][6] == "[1.80-2.30] (95%)" and table.rows[1][6] == ""
+    assert table.rows[2][9] == "failed" and table.rows[2][11] == "out of memory"
     html = render_html(page)
     assert '<tr class="pick"><td class="num" data-v="5">5</td><td>&lt;i&gt;amp&lt;/i&gt;' in html
 

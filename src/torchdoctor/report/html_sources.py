@@ -90,6 +90,7 @@ def page_from_tune(data: dict[str, Any], workload: str = "") -> Page:
         "median step ms",
         "IQR ms",
         "speedup",
+        "speed-up interval",
         "samples/s",
         "peak MiB",
         "status",
@@ -137,12 +138,21 @@ def _trial_row(r: dict[str, Any]) -> list[Any]:
         ms(r.get("median_step_s")),
         ms(r.get("iqr_step_s")),
         r.get("speedup"),
+        _interval(r.get("speedup_interval")),
         r.get("samples_per_s"),
         None if not peak else peak / 2**20,
         r.get("status"),
         fidelity,
         r.get("reason") or f.get("reason") or "",
     ]
+
+
+def _interval(iv: Any) -> str:
+    """``[1.22-1.40] (95%)`` from tune's speed-up interval, when its results carry one."""
+    if not isinstance(iv, dict) or iv.get("low") is None or iv.get("high") is None:
+        return ""
+    conf = iv.get("confidence")
+    return f"[{iv['low']:.2f}-{iv['high']:.2f}]" + (f" ({conf:.0%})" if conf else "")
 
 
 def write_tune_html(path: str, data: dict[str, Any], workload: str) -> Path:

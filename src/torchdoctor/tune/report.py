@@ -45,7 +45,6 @@ def _timing(summary: Summary, rec: Record) -> dict[str, Any]:
         "median_step_s": median,
         "iqr_step_s": rec.stats.iqr_s,
         "steps": len(rec.result.step_times_s),
-        "step_times_s": list(rec.result.step_times_s),  # raw samples: compare tests on them
         "blocks": rec.stats.n,
         "speedup": measure.speedup(base, rec.stats) if base else None,
         "samples_per_s": rec.result.samples_per_step / median if median else None,
@@ -72,6 +71,7 @@ def row(summary: Summary, rec: Record) -> dict[str, Any]:
     }
     if rec.stats is not None:
         out.update(_timing(summary, rec))
+        out["step_times_s"] = list(rec.result.step_times_s)  # raw samples: compare tests on them
     if rec.verdict is not None:
         v = rec.verdict
         out["fidelity"] = {
