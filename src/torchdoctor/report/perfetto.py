@@ -38,33 +38,46 @@ IDLE_TID, FINDING_TID0 = 1, 10
 
 def export_trace(a: TraceAnalysis, findings: list[Finding], out: str | Path) -> Path:
     """Write the trace at ``a.table.meta.path`` plus the torchdoctor process to ``out``
-    (gzip when it ends in .gz). Returns the path written."""
+    (gzip when it ends in .gz). Returns the path written.
+
+    The original's top-level values are copied as raw JSON text (never decoded into Python
+    objects), so every event stays byte for byte what it was and a 1 GB trace costs its own size
+    in memory, not ten times that.
+    """
     src = Path(a.table.meta.path)
-    doc = _read(src)
-    events = doc.get("traceEvents") if isinstance(doc, dict) else doc
-    if not isinstance(events, list):
+    top = _read_top_level(src)
+    events = memoryview(top.get("traceEvents", b""))  # a view: the array is never copied
+    if bytes(events[:1]) != b"[" or bytes(events[-1:]) != b"]":
         raise TraceError(f"{src}: no traceEvents list to extend")
-    events.extend(torchdoctor_events(a, findings))
-    data = json.dumps(doc, separators=(",", ":")).encode("utf-8")
+    added = json.dumps(torchdoctor_events(a, findings), separators=(",", ":")).encode()
     p = Path(out)
     try:
-        if p.name.endswith(".gz"):
-            with gzip.open(p, "wb", compresslevel=6) as fh:
-                fh.write(data)
-        else:
-            p.write_bytes(data)
+        with gzip.open(p, "wb", compresslevel=6) if p.name.endswith(".gz") else p.open("wb") as fh:
+            fh.write(b"{")
+            for i, (key, raw) in enumerate(top.items()):
+                fh.write((b"," if i else b"") + json.dumps(key).encode() + b":")
+                if key != "traceEvents":
+                    fh.write(bytes(raw))
+                    continue
+                empty = bytes(events[1:-1]).strip() == b"" if len(events) < 64 else False
+                fh.write(events[:-1])
+                fh.write((b"" if empty else b",") + added[1:])
+            fh.write(b"}")
     except OSError as exc:
         raise UserError(f"cannot write {p}: {exc.strerror or exc}") from None
     return p
 
 
-def _read(src: Path) -> Any:
+def _read_top_level(src: Path) -> dict[str, Any]:
+    """The trace's top-level keys with their values as raw JSON (msgspec.Raw), in file order."""
+    import msgspec
+
     try:
         raw = src.read_bytes()
         if raw[:2] == b"\x1f\x8b":
             raw = gzip.decompress(raw)
-        return json.loads(raw)
-    except (OSError, ValueError, EOFError) as exc:
+        return msgspec.json.decode(raw, type=dict[str, msgspec.Raw])
+    except (OSError, EOFError, msgspec.DecodeError) as exc:
         raise TraceError(f"{src}: cannot re-read the trace for export: {exc}") from None
 
 
