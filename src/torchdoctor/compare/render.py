@@ -143,6 +143,7 @@ def page(c: Comparison, max_slower_pct: float | None = None, top: int = 10) -> A
             parts,
             ["BASE", "NEW"],
             [[side.breakdown_ms.get(p, 0.0) for p in parts] for side in (c.base, c.new)],
+            caption="The mean step of each side: device busy time by kind, then idle time by cause.",
         )
         if parts
         else None

@@ -119,10 +119,7 @@ def _breakdown(page: Page) -> str:
     if page.bars is None:
         return ""
     note = f"<p>{esc(page.bars.note)}</p>" if page.bars.note else ""
-    return (
-        "<h2>Step breakdown</h2><p>Each bar is one step: device busy time by kind, then idle "
-        f"time by cause; the last bar is the mean step.</p>{note}{stacked_bars(page.bars)}"
-    )
+    return f"<h2>Step breakdown</h2><p>{esc(page.bars.caption)}</p>{note}{stacked_bars(page.bars)}"
 
 
 def _timeline(tl: dict[str, Any] | None) -> str:

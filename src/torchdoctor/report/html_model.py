@@ -45,6 +45,10 @@ class Bars:
     labels: list[str]
     values_ms: list[list[float]]
     note: str = ""
+    caption: str = (
+        "Each bar is one step: device busy time by kind, then idle time by cause; the last bar "
+        "is the mean step."
+    )
 
 
 @dataclass
