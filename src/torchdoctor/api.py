@@ -34,6 +34,11 @@ class Report:
     _report: _Report = field(repr=False)
 
     @property
+    def model(self) -> _Report:
+        """The report as the renderers (text, JSON, HTML, Perfetto export) take it."""
+        return self._report
+
+    @property
     def verdict(self) -> str:
         """One line: step time, device busy share, and the fix worth most."""
         return self._report.verdict
@@ -213,6 +218,7 @@ def run_check(
     echo: bool = True,
     top: int = 10,
     json_path: str | None = None,
+    html_path: str | None = None,
 ) -> CheckResult:
     """``check`` with a built ``CheckOptions``; ``echo`` prints the report (the CLI's way);
     ``json_path`` as for ``torchdoctor check --json`` (``"-"``: only JSON on stdout)."""
@@ -232,7 +238,8 @@ def run_check(
             quiet = contextlib.redirect_stdout(io.StringIO())
             with contextlib.nullcontext() if echo else quiet:
                 report = publish(
-                    folder, record, RankInfo.from_env(), options, top, json_path=json_path
+                    folder, record, RankInfo.from_env(), options, top, json_path=json_path,
+                    html_path=html_path,
                 )
             text = (folder / "report.txt").read_text(encoding="utf-8")
         except Exception as exc:

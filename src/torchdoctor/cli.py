@@ -67,6 +67,10 @@ class LazyGroup(click.Group):
             "torchdoctor.tune.cli:tune_command",
             "Measure configurations of a workload and keep the fastest faithful one.",
         ),
+        "compare": (
+            "torchdoctor.compare.cli:compare_command",
+            "Compare two traces, rank folders, check runs or tune results; gate on slowdowns.",
+        ),
     }
 
     def list_commands(self, ctx: click.Context) -> list[str]:
@@ -103,6 +107,7 @@ def cli() -> None:
       torchdoctor check train.py ARGS  run a script unchanged, watch it, report what is slow
       torchdoctor tune workload.py     measure configurations, keep the fastest faithful one
       torchdoctor memory SNAPSHOT      explain a CUDA memory snapshot: peak, holders, fragmentation, OOM
+      torchdoctor compare BASE NEW     before/after, with a regression gate for CI
       torchdoctor demo                 profile a small bundled training loop, then analyse it
     """
 
@@ -134,9 +139,24 @@ def cli() -> None:
 @click.option(
     "--dask", "use_dask", is_flag=True, help="Run the per-rank tasks on a local Dask cluster."
 )
+@click.option(
+    "--html", "html_path", type=click.Path(path_type=str), help="Also write an HTML report."
+)
+@click.option(
+    "--export-trace",
+    type=click.Path(path_type=str),
+    help="Also write the trace plus torchdoctor's tracks (for ui.perfetto.dev).",
+)
 @_guarded
 def analyze(
-    path: str, as_json: bool, top: int, jobs: int | None, scheduler: str | None, use_dask: bool
+    path: str,
+    as_json: bool,
+    top: int,
+    jobs: int | None,
+    scheduler: str | None,
+    use_dask: bool,
+    html_path: str | None,
+    export_trace: str | None,
 ) -> None:
     """Diagnose a torch.profiler trace: a .json / .json.gz file, a folder of per-rank traces, or
     a `torchdoctor check` run folder."""
@@ -150,6 +170,10 @@ def analyze(
         click.echo(report.to_json())
     else:
         report.print(top=top)
+    if html_path or export_trace:
+        from torchdoctor.report.outputs import write_extras
+
+        write_extras(report.model, html_path, export_trace)
 
 
 @cli.command()

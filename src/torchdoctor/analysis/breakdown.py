@@ -194,9 +194,18 @@ def _clipped_total(copies: iv.Intervals, lo: float, hi: float) -> float:
 
 def _idle_causes(gaps: iv.Intervals, act: GpuActivity, step_start_us: float) -> dict[str, float]:
     """Split idle gaps by cause (see the module docstring); milliseconds."""
-    g0, g1 = gaps
-    if not len(g0):
+    if not len(gaps[0]):
         return dict.fromkeys(IDLE_PARTS, 0.0)
+    return {k: float(v.sum()) / 1000.0 for k, v in gap_causes(gaps, act, step_start_us).items()}
+
+
+def gap_causes(gaps: iv.Intervals, act: GpuActivity, step_start_us: float) -> dict[str, np.ndarray]:
+    """Each idle gap of one step split by cause (IDLE_PARTS), microseconds per gap.
+
+    The same split the breakdown sums; the HTML timeline and the Perfetto export draw it.
+    ``step_start_us`` is where the step begins (for causes that depend on a gap's place in it).
+    """
+    g0, g1 = gaps
     length = g1 - g0
     data = np.minimum(_overlap_per_gap(gaps, act.dataloader), length)
     rest = length - data
@@ -219,7 +228,7 @@ def _idle_causes(gaps: iv.Intervals, act: GpuActivity, step_start_us: float) -> 
     host = host - inputs
     queued = rest - late
     short = np.minimum(queued, KERNEL_LATENCY_US)
-    ms = {
+    return {
         "data_loading": data,
         "synchronization": sync,
         "collective_wait": coll,
@@ -228,7 +237,6 @@ def _idle_causes(gaps: iv.Intervals, act: GpuActivity, step_start_us: float) -> 
         "short_gaps": short,
         "dependency_wait": queued - short,
     }
-    return {k: float(v.sum()) / 1000.0 for k, v in ms.items()}
 
 
 def _first_gap_of_step(g0: np.ndarray, step_start_us: float, act: GpuActivity) -> np.ndarray:

@@ -87,6 +87,9 @@ class _CheckCommand(click.Command):
     "JSON on stdout; the script's own output then goes to stderr.",
 )
 @click.option(
+    "--html", "html_path", type=click.Path(path_type=str), help="Also write an HTML report."
+)
+@click.option(
     "--rank-timeout",
     default=120.0,
     show_default=True,
@@ -106,6 +109,7 @@ def check_command(
     top: int,
     json_path: str | None,
     rank_timeout: float,
+    html_path: str | None = None,
 ) -> None:
     """Run SCRIPT (with its own arguments) as __main__, profile a window of its steps, and
     report what slows it down, including what no trace shows.
@@ -131,7 +135,7 @@ def check_command(
             out_dir=out_dir,
             rank_timeout_s=rank_timeout,
         )
-        code = run_check(script, list(script_args), options, top, json_path)
+        code = run_check(script, list(script_args), options, top, json_path, html_path)
     except UserError as exc:
         click.echo(f"torchdoctor: error: {exc}", err=True)
         sys.exit(exc.exit_code)
@@ -139,16 +143,25 @@ def check_command(
 
 
 def run_check(
-    script: str, args: list[str], options: CheckOptions, top: int, json_path: str | None = None
+def run_check(
+    script: str,
+    args: list[str],
+    options: CheckOptions,
+    top: int,
+    json_path: str | None = None,
+    html_path: str | None = None,
 ) -> int:
     """Watch the script, publish the report on rank 0; returns the script's exit status.
 
     ``json_path``: ``None`` prints the text report, ``"-"`` prints only JSON on stdout (the
     script's output and the text report go to stderr), a path writes the JSON report there.
+    ``html_path`` also writes the self-contained HTML report.
     """
     from torchdoctor.api import run_check as api_run_check
 
-    result = api_run_check(script, args, options, echo=True, top=top, json_path=json_path)
+    result = api_run_check(
+        script, args, options, echo=True, top=top, json_path=json_path, html_path=html_path
+    )
     return result.exit_code  # the script's own status, whatever was or was not measured
 
 

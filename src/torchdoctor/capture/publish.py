@@ -61,6 +61,7 @@ def publish(
     top: int = 10,
     json_path: str | None = None,
     advise: Callable[[Finding], Finding] | None = None,
+    html_path: str | None = None,
 ) -> dict[str, Any]:
     """Write ``report.json`` and ``report.txt`` into ``folder`` and print the report.
 
@@ -83,6 +84,10 @@ def publish(
     write_json(folder / "report.json", doc)
     (folder / "report.txt").write_text(text, encoding="utf-8")
     release_pointer(options.out_dir, rank)
+    if html_path:
+        from torchdoctor.report.html_sources import write_check_html
+
+        text += f"wrote {write_check_html(html_path, doc, analysis, record)}\n"
     as_json = json.dumps(doc, indent=1, default=str) + "\n"
     if json_path == "-":
         sys.stderr.write(text)

@@ -128,6 +128,9 @@ def _knobs(text: str | None) -> tuple[str, ...] | None:
     help="Also write the results as JSON to this file ('-': stdout).",
 )
 @click.option(
+    "--html", "html_path", type=click.Path(path_type=str), help="Also write an HTML report."
+)
+@click.option(
     "--out",
     default="torchdoctor.toml",
     show_default=True,
@@ -324,6 +327,13 @@ def _write_outputs(summary: Any, runner: Any, opts: dict[str, Any], console: Any
     elif opts["json_path"]:
         Path(opts["json_path"]).write_text(report.to_json(summary), encoding="utf-8")
         console.print(f"wrote {escape(opts['json_path'])}")
+    if opts.get("html_path"):
+        import json
+
+        from torchdoctor.report.html_sources import write_tune_html
+
+        data = json.loads(report.to_json(summary))
+        console.print(f"wrote {write_tune_html(opts['html_path'], data, runner.workload)}")
 
 
 class _Live:

@@ -85,6 +85,7 @@ def row(summary: Summary, rec: Record) -> dict[str, Any]:
     }
     if rec.stats is not None:
         out.update(_timing(summary, rec))
+        out["step_times_s"] = list(rec.result.step_times_s)  # raw samples: compare tests on them
     if rec.verdict is not None:
         v = rec.verdict
         out["fidelity"] = {
