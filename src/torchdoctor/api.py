@@ -238,7 +238,12 @@ def run_check(
             quiet = contextlib.redirect_stdout(io.StringIO())
             with contextlib.nullcontext() if echo else quiet:
                 report = publish(
-                    folder, record, RankInfo.from_env(), options, top, json_path=json_path,
+                    folder,
+                    record,
+                    RankInfo.from_env(),
+                    options,
+                    top,
+                    json_path=json_path,
                     html_path=html_path,
                 )
             text = (folder / "report.txt").read_text(encoding="utf-8")

@@ -143,7 +143,6 @@ def check_command(
 
 
 def run_check(
-def run_check(
     script: str,
     args: list[str],
     options: CheckOptions,
