@@ -14,6 +14,7 @@ from tests.conftest import corpus_file
 from tests.ranks.rank_synth import write_job
 from torchdoctor.report.build import analyze_path
 from torchdoctor.report.executors import DaskExecutor, LocalPool, SerialExecutor, make_executor
+from torchdoctor.report.serialize import report_dict
 
 
 def _job(folder: Path) -> Path:
@@ -23,7 +24,7 @@ def _job(folder: Path) -> Path:
 
 def _comparable(path: Path, **kw: Any) -> dict[str, Any]:
     """The JSON report minus the line saying how many workers ran it."""
-    d = json.loads(json.dumps(analyze_path(path, **kw).to_dict(), default=str))
+    d = json.loads(json.dumps(report_dict(analyze_path(path, **kw)), default=str))
     d["notes"] = [n.split(", analysed by")[0] for n in d["notes"]]
     return d
 

@@ -17,6 +17,7 @@ from tests.conftest import corpus_file
 from tests.report.hostile import write_hostile_trace
 from torchdoctor.report.build import analyze_path
 from torchdoctor.report.perfetto import export_trace
+from torchdoctor.report.serialize import report_dict
 
 CORPUS = [
     "v100_resnet50_train_workers0",
@@ -49,7 +50,7 @@ def _export(src: Path, tmp: Path) -> tuple[Any, Path]:
 def test_reads_back_with_identical_results(tmp_path: Path, name: str) -> None:
     report, out = _export(corpus_file(name), tmp_path)
     again = analyze_path(out)
-    assert _without_source(again.to_dict()) == _without_source(report.to_dict())
+    assert _without_source(report_dict(again)) == _without_source(report_dict(report))
 
 
 @pytest.mark.parametrize("name", CORPUS)

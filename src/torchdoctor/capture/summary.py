@@ -144,7 +144,7 @@ def _verdict(analysis: Any, merged: list[Finding], measured: Measurement) -> str
     if analysis is None:
         return None
     try:
-        from torchdoctor.report.build import verdict
+        from torchdoctor.report.assemble import verdict
 
         return verdict(getattr(analysis, "analysis"), merged)  # noqa: B009
     except Exception:
@@ -230,7 +230,7 @@ def _with_findings(
         return analysis, False
     changes: dict[str, Any] = {"findings": merged}
     with contextlib.suppress(Exception):
-        from torchdoctor.report.build import verdict
+        from torchdoctor.report.assemble import verdict
 
         changes["verdict"] = verdict(getattr(analysis, "analysis"), merged)  # noqa: B009
     if measured is not None and measured.note:

@@ -21,7 +21,7 @@ def page_from_check(doc: dict[str, Any], report: Any, record: dict[str, Any]) ->
     if report is not None and hasattr(report, "analysis"):
         page = page_from_report(report, title="torchdoctor check")
         if doc.get("findings") and getattr(report, "verdict", None):
-            from torchdoctor.report.build import verdict as verdict_line
+            from torchdoctor.report.assemble import verdict as verdict_line
             from torchdoctor.rules.finding import Finding
 
             names = {f.name for f in dataclasses.fields(Finding)}

@@ -1,0 +1,34 @@
+"""Assemble a report from one trace's analysis: ranked findings and the verdict line."""
+
+from __future__ import annotations
+
+from torchdoctor.analysis.bundle import TraceAnalysis
+from torchdoctor.report.model import Report
+from torchdoctor.rules.finding import Finding, rank_findings
+from torchdoctor.rules.registry import label
+from torchdoctor.rules.trace_rules import evaluate
+
+
+def build_report(a: TraceAnalysis, extra: list[Finding] | None = None) -> Report:
+    """Run the rules on an analysis and assemble the report."""
+    findings = rank_findings(evaluate(a) + list(extra or []))
+    notes = [a.steps.note, *a.table.notes]
+    return Report(a, findings, verdict(a, findings), notes=notes)
+
+
+def verdict(a: TraceAnalysis, findings: list[Finding]) -> str:
+    """One line: the step time, how busy the device was, and the most valuable fix."""
+    t = a.total
+    head = f"{a.n_steps} step{'s' if a.n_steps != 1 else ''}, {a.mean_step_ms:.1f} ms per step"
+    if a.has_gpu:
+        head += f"; GPU busy {t.share(t.gpu_busy_ms):.0%}"
+    else:
+        head += " (CPU only)"
+    actionable = [f for f in findings if f.severity != "info" and f.saving_ms_per_step > 0]
+    if not actionable:
+        return f"{head}. No bottleneck worth fixing found."
+    top = actionable[0]
+    return (
+        f"{head}. Fix first: {label(top.id)} (saves up to {top.saving_ms_per_step:.1f} ms per step, "
+        f"{top.share_of_step:.0%})."
+    )
