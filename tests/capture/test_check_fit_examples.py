@@ -4,6 +4,7 @@ the top finding is the planted cause and its fix fits the code in front of it.""
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import pytest
@@ -12,10 +13,12 @@ from tests.capture.check_helpers import EXAMPLES, check_inprocess
 from torchdoctor.capture.own_frames import PACKAGE_DIR
 
 
-def line_of(name: str, text: str) -> str:
+def line_of(name: str, text: str, relative: bool = False) -> str:
     path = EXAMPLES / name
     lines = path.read_text().splitlines()
-    return f"{path}:{next(i for i, ln in enumerate(lines, 1) if text in ln)}"
+    line = next(i for i, ln in enumerate(lines, 1) if text in ln)
+    shown = os.path.relpath(path) if relative and str(path).startswith(os.getcwd()) else path
+    return f"{shown}:{line}"  # fixes show the site relative to the working directory
 
 
 def test_padded_text_loader_fix_keeps_collate_shuffle_drop_last(tmp_path: Path) -> None:
@@ -28,7 +31,9 @@ def test_padded_text_loader_fix_keeps_collate_shuffle_drop_last(tmp_path: Path) 
     for kept in ("collate_fn=pad_batch", "drop_last=True"):
         assert kept in fix
     assert "num_workers=" in fix and "num_workers=0" not in fix
-    assert fix.endswith(f"# at {line_of('padded_text_loader.py', 'loader = DataLoader(')}")
+    assert fix.endswith(
+        f"# at {line_of('padded_text_loader.py', 'loader = DataLoader(', relative=True)}"
+    )
 
 
 def test_workers_at_cores_points_at_the_item_cost(tmp_path: Path) -> None:

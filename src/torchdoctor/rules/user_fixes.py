@@ -7,6 +7,7 @@ hand-written records.
 
 from __future__ import annotations
 
+import os
 import re
 from typing import Any
 
@@ -71,7 +72,16 @@ def rebuilt_loader_call(raw: dict[str, Any], changes: dict[str, str]) -> str:
     parts = [*args, *(f"{k}={v}" for k, v in merged.items())]
     text = f"{func}({', '.join(parts)})"
     site = (raw.get("call") or {}).get("site")
-    return text + (f"  # at {site}" if site else "")
+    return text + (f"  # at {_relative(site)}" if site else "")
+
+
+def _relative(site: str) -> str:
+    """``/abs/dir/train.py:36`` as ``train.py:36`` when it lies under the working directory."""
+    path, sep, line = site.rpartition(":")
+    if not sep or not os.path.isabs(path):
+        return site
+    cwd = os.getcwd()
+    return f"{os.path.relpath(path, cwd)}:{line}" if path.startswith(cwd + os.sep) else site
 
 
 def item_cost_ms(raw: dict[str, Any], step_ms: float, wait_ms: float) -> float | None:
