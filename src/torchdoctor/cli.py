@@ -211,14 +211,31 @@ def demo(out: str, steps: int) -> None:
     default=None,
     help="Force the bounded-memory streaming reader on or off (default: on above 64 MiB).",
 )
+@click.option(
+    "--html",
+    "html_path",
+    type=click.Path(path_type=str),
+    help="Also write a self-contained HTML page (chart, fragmentation, sortable holders).",
+)
 @_guarded
-def memory(snapshot: str, as_json: bool, stream: bool | None) -> None:
+def memory(snapshot: str, as_json: bool, stream: bool | None, html_path: str | None) -> None:
     """Explain a CUDA memory snapshot (torch.cuda.memory._dump_snapshot) without importing torch."""
-    from torchdoctor.memory.analysis import analyze_snapshot
+    from pathlib import Path
+
+    from torchdoctor.memory.analysis import analyze_ingested, series_of_ingested
+    from torchdoctor.memory.ingest import ingest
     from torchdoctor.memory.render import render_json, render_text
 
-    report = analyze_snapshot(snapshot, stream=stream)
+    path = Path(snapshot)
+    data = ingest(path, stream=stream)
+    report = analyze_ingested(path, data)
     click.echo(render_json(report) if as_json else render_text(report))
+    if html_path:
+        from torchdoctor.memory.page import page_from_memory
+        from torchdoctor.report.html import write_html
+
+        written = write_html(page_from_memory(report, series_of_ingested(data)), html_path)
+        click.echo(f"wrote {written}", err=True)
 
 
 def main() -> None:

@@ -90,3 +90,23 @@ def screenshot(loaded: Loaded, name: str) -> Path:
     path = ARTIFACTS / f"{name}.png"
     loaded.page.screenshot(path=str(path), full_page=True)
     return path
+
+
+def assert_clean(loaded: Loaded, html: Path) -> None:
+    """No console errors or warnings, and no request besides the page itself."""
+    assert loaded.console_errors == []
+    assert loaded.requests == [html.as_uri()], "the page requested something besides itself"
+
+
+def column_values(page: Any, table: str, header: str) -> list[float]:
+    """The numeric values (``data-v``) of one column of a sortable table, in row order."""
+    headers = page.eval_on_selector_all(f"{table} th", "els => els.map(e => e.textContent)")
+    k = headers.index(header)
+    return page.eval_on_selector_all(  # type: ignore[no-any-return]
+        f"{table} tbody tr", f"rows => rows.map(r => parseFloat(r.cells[{k}].dataset.v))"
+    )
+
+
+def click_header(page: Any, table: str, header: str) -> None:
+    headers = page.eval_on_selector_all(f"{table} th", "els => els.map(e => e.textContent)")
+    page.click(f"{table} th:nth-child({headers.index(header) + 1})")

@@ -9,7 +9,15 @@ from typing import Any
 import pytest
 
 from tests.conftest import corpus_file
-from tests.report.browser import Loaded, browser_context, load, screenshot
+from tests.report.browser import (
+    Loaded,
+    assert_clean,
+    browser_context,
+    click_header,
+    column_values,
+    load,
+    screenshot,
+)
 from tests.report.hostile import write_hostile_trace
 from torchdoctor.report.build import analyze_path
 from torchdoctor.report.html import write_html
@@ -30,11 +38,6 @@ def _report_html(trace: Path, out: Path) -> Path:
     return write_html(page_from_report(analyze_path(trace)), out)
 
 
-def _assert_clean(loaded: Loaded, html: Path) -> None:
-    assert loaded.console_errors == []
-    assert loaded.requests == [html.as_uri()], "the page requested something besides itself"
-
-
 def _svg_paths(loaded: Loaded, selector: str) -> int:
     return loaded.page.eval_on_selector_all(
         f"{selector} path", "els => els.filter(e => (e.getAttribute('d') || '').length > 4).length"
@@ -47,7 +50,7 @@ def test_corpus_report_loads_clean_and_draws(
 ) -> None:
     html = _report_html(corpus_file(name), tmp_path / f"{name}.html")
     loaded = load(browser_context, html)
-    _assert_clean(loaded, html)
+    assert_clean(loaded, html)
     assert _svg_paths(loaded, "svg.bars") > 0
     rects = loaded.page.eval_on_selector_all("#timeline rect.ev", "els => els.length")
     assert rects > 0
@@ -88,7 +91,7 @@ def test_hostile_names_stay_text(browser_context: Any, tmp_path: Path) -> None:
 
     html = _report_html(write_hostile_trace(tmp_path / "hostile.json"), tmp_path / "h.html")
     loaded = load(browser_context, html)
-    _assert_clean(loaded, html)
+    assert_clean(loaded, html)
     page = loaded.page
     assert page.evaluate("() => window.__pwned") is None
     assert page.eval_on_selector_all("img", "els => els.length") == 0
@@ -106,20 +109,13 @@ def test_tables_sort_numerically(browser_context: Any, tmp_path: Path) -> None:
     html = _report_html(corpus_file("h100_qwen_0p5b_infer"), tmp_path / "s.html")
     page = load(browser_context, html).page
     col = "#table-kernels"
-    headers = page.eval_on_selector_all(f"{col} th", "els => els.map(e => e.textContent)")
-    k = headers.index("calls")
-
-    def values() -> list[float]:
-        return page.eval_on_selector_all(
-            f"{col} tbody tr", f"rows => rows.map(r => parseFloat(r.cells[{k}].dataset.v))"
-        )
-
-    before = values()
-    page.click(f"{col} th:nth-child({k + 1})")
-    assert values() == sorted(before)
-    page.click(f"{col} th:nth-child({k + 1})")
-    assert values() == sorted(before, reverse=True)
-    assert values() != before or before == sorted(before, reverse=True)
+    before = column_values(page, col, "calls")
+    click_header(page, col, "calls")
+    assert column_values(page, col, "calls") == sorted(before)
+    click_header(page, col, "calls")
+    after = column_values(page, col, "calls")
+    assert after == sorted(before, reverse=True)
+    assert after != before or before == sorted(before, reverse=True)
 
 
 def test_fits_a_laptop_and_prints(browser_context: Any, tmp_path: Path) -> None:
@@ -151,7 +147,7 @@ def test_compare_page(browser_context: Any, tmp_path: Path) -> None:
     )
     html = _render(page(c, 5.0), tmp_path / "compare.html")
     loaded = load(browser_context, html)
-    _assert_clean(loaded, html)
+    assert_clean(loaded, html)
     assert _svg_paths(loaded, "svg.bars") >= 4  # BASE and NEW bars, several parts each
     text = loaded.page.text_content("body")
     assert "gate --fail-if-slower 5%: FAILED" in text
@@ -174,7 +170,7 @@ def test_tune_page(browser_context: Any, tmp_path: Path) -> None:
         page_from_tune({"best": best, "ranked": [other, best]}, "w.py"), tmp_path / "t.html"
     )
     loaded = load(browser_context, html)
-    _assert_clean(loaded, html)
+    assert_clean(loaded, html)
     assert loaded.page.evaluate("() => window.__pwned") is None
     assert loaded.page.text_content("tr.pick td:nth-child(2)") == best["config"]
     screenshot(loaded, "tune")
@@ -196,7 +192,7 @@ def test_check_page(browser_context: Any, tmp_path: Path) -> None:
     record = {"torch_version": "2.13.0", "steps": {"count": 4, "median_step_ms": 9.9}}
     html = _render(page_from_check(doc, report, record), tmp_path / "c.html")
     loaded = load(browser_context, html)
-    _assert_clean(loaded, html)
+    assert_clean(loaded, html)
     assert loaded.page.eval_on_selector_all("#table-run-ranks tbody tr", "r => r.length") == 2
     assert loaded.page.eval_on_selector_all("#timeline rect.ev", "r => r.length") > 0
     screenshot(loaded, "check")

@@ -199,8 +199,13 @@ def memory_series(
     For drawing (the HTML report): each point is the highest allocated value of the entries it
     stands for, in absolute bytes (the snapshot's segments fix the level before the history).
     """
-    p = Path(path)
-    data = ingest(p)
+    return series_of_ingested(ingest(Path(path)), device)
+
+
+def series_of_ingested(
+    data: Ingested, device: int | None = None
+) -> dict[int, tuple[SeriesPoint, ...]]:
+    """:func:`memory_series` of a snapshot already read (so ``memory --html`` reads it once)."""
     groups = by_device(data.top.get("segments", []))
     out: dict[int, tuple[SeriesPoint, ...]] = {}
     for dev, replay in sorted(data.replays.items()):

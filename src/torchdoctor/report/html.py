@@ -14,7 +14,7 @@ from typing import Any
 
 from torchdoctor.errors import UserError
 from torchdoctor.report.html_assets import CSS, JS
-from torchdoctor.report.html_model import Page, Table
+from torchdoctor.report.html_model import Page, Section, Table
 from torchdoctor.report.html_svg import COLORS, esc, legend, line_chart, stacked_bars
 
 CSP = (
@@ -32,7 +32,8 @@ def render_html(page: Page) -> str:
         '<meta name="viewport" content="width=device-width, initial-scale=1">',
         f"<title>{esc(page.title)}</title><style>{CSS}</style></head><body>",
         _header(page),
-        _findings(page.findings),
+        _findings(page.findings) if page.show_findings else "",
+        *(_section(sec) for sec in page.sections),
         _breakdown(page),
         _timeline(page.timeline),
         *(_table(t) for t in page.tables),
@@ -102,8 +103,27 @@ def _finding(i: int, f: dict[str, Any]) -> str:
             if rows
             else ""
         )
-        + '<div class="fix"><button class="copy" type="button">copy</button>'
-        f"<pre><code>{esc(f.get('fix', ''))}</code></pre></div>{link_html}</section>"
+        + _fix_block(str(f.get("fix", "")))
+        + f"{link_html}</section>"
+    )
+
+
+def _fix_block(code: str) -> str:
+    """Code to paste, with a copy button (the page script copies the <code> text)."""
+    return (
+        '<div class="fix"><button class="copy" type="button">copy</button>'
+        f"<pre><code>{esc(code)}</code></pre></div>"
+    )
+
+
+def _section(sec: Section) -> str:
+    paras = "".join(f"<p>{esc(p)}</p>" for p in sec.paragraphs)
+    fixes = "".join(f"<p>{esc(why)}</p>{_fix_block(code)}" for code, why in sec.fixes)
+    chart = line_chart(sec.chart) if sec.chart is not None else ""
+    return (
+        f'<section class="part" id="{esc(sec.id)}"><h2>{esc(sec.title)}</h2>{paras}{fixes}{chart}'
+        + "".join(_table(t, level=3) for t in sec.tables)
+        + "</section>"
     )
 
 
@@ -143,7 +163,7 @@ def _timeline(tl: dict[str, Any] | None) -> str:
     )
 
 
-def _table(t: Table) -> str:
+def _table(t: Table, level: int = 2) -> str:
     head = "".join(f"<th{_num_cls(t, j)}>{esc(c)}</th>" for j, c in enumerate(t.columns))
     body = []
     for i, row in enumerate(t.rows):
@@ -151,7 +171,7 @@ def _table(t: Table) -> str:
         body.append(f"<tr{cls}>" + "".join(_cell(v) for v in row) + "</tr>")
     caption = f"<p>{esc(t.caption)}</p>" if t.caption else ""
     return (
-        f'<h2 id="{esc(t.id)}-title">{esc(t.title)}</h2>{caption}'
+        f'<h{level} id="{esc(t.id)}-title">{esc(t.title)}</h{level}>{caption}'
         f'<table class="sortable" id="table-{esc(t.id)}"><thead><tr>{head}</tr></thead>'
         f"<tbody>{''.join(body)}</tbody></table>"
     )

@@ -61,6 +61,19 @@ class Series:
 
 
 @dataclass
+class Section:
+    """A titled block for pages other than analyze's (``memory``): prose, fixes, charts, tables."""
+
+    id: str
+    title: str
+    paragraphs: list[str] = field(default_factory=list)
+    fixes: list[tuple[str, str]] = field(default_factory=list)
+    """(code to paste, why) pairs, shown with a copy button."""
+    chart: Series | None = None
+    tables: list[Table] = field(default_factory=list)
+
+
+@dataclass
 class Page:
     """Everything one report page shows; sections that are None or empty are left out."""
 
@@ -76,6 +89,10 @@ class Page:
     headline: list[str] = field(default_factory=list)
     """Extra summary lines under the verdict (tune's pick, compare's gate)."""
     notes: list[str] = field(default_factory=list)
+    sections: list[Section] = field(default_factory=list)
+    """Shown after the findings, in order."""
+    show_findings: bool = True
+    """False for pages that have no findings at all (``memory``), so no empty "Findings" heading."""
 
 
 def command_line() -> str:
