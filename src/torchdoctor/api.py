@@ -133,7 +133,6 @@ def analyze(
     ``jobs`` worker processes summarise them (or a Dask cluster: ``scheduler`` address, or
     ``dask=True`` for a local one). Raises ``TraceError`` (a ``UserError``) on bad input."""
     from torchdoctor.report.build import analyze_path
-    from torchdoctor.report.folder import analyze_files
 
     if isinstance(path_or_paths, str | Path):
         return Report(analyze_path(path_or_paths, jobs, scheduler, dask))
@@ -145,6 +144,8 @@ def analyze(
         raise UserError(f"{missing[0]}: no such trace file")
     if len(paths) == 1:
         return Report(analyze_path(paths[0]))
+    from torchdoctor.report.folder import analyze_files  # only for several ranks
+
     return Report(analyze_files(paths, f"{len(paths)} trace files", jobs, scheduler, dask))
 
 

@@ -17,6 +17,7 @@ from typing import Any
 import numpy as np
 
 from torchdoctor.analysis import intervals as iv
+from torchdoctor.analysis.arrays import distinct
 from torchdoctor.analysis.gpu_activity import CPU_COLLECTIVE, GpuActivity
 from torchdoctor.trace.kinds import Kind
 from torchdoctor.trace.steps import Steps
@@ -104,7 +105,7 @@ def _by_kind(table: TraceTable, steps: Steps, act: GpuActivity) -> dict[str, dic
         kinds = np.array([_collective(table.names[int(c)]) for c in table.name[act.rows[rows]]])
         spans = {
             k: iv.union(act.start_us[rows][kinds == k], act.end_us[rows][kinds == k])
-            for k in np.unique(kinds)
+            for k in distinct(kinds)
         }
         return {k: _exposed(v, act.busy("compute"), steps) for k, v in spans.items()}
     out: dict[str, dict[str, float]] = {}
@@ -112,7 +113,7 @@ def _by_kind(table: TraceTable, steps: Steps, act: GpuActivity) -> dict[str, dic
         lambda n: bool(CPU_COLLECTIVE.match(n)), Kind.CPU_OP, Kind.USER_ANNOTATION
     )
     kinds = np.array([_collective(table.names[int(c)]) for c in table.name[cpu]])
-    for k in np.unique(kinds):
+    for k in distinct(kinds):
         r = cpu[kinds == k]
         span = iv.union(table.ts[r], table.ts[r] + table.dur[r])
         out[str(k)] = _exposed(span, iv.EMPTY, steps)

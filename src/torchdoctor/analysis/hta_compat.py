@@ -54,10 +54,12 @@ def hta_temporal_breakdown(table: TraceTable) -> HtaBreakdown | None:
     all_ts = table.ts + table.base_us
     if np.any(all_ts != np.floor(all_ts)):
         start, end = np.ceil(start), np.floor(end)
-    names = np.array(table.names, dtype=object)[table.name[rows]]
+    # Decided once per distinct name, not per event.
+    codes, per_row = np.unique(table.name[rows], return_inverse=True)
+    by_code = [table.names[c] for c in codes.tolist()]
     memory_or_comm = np.array(
-        [("nccl" in n.lower()) or ("Memcpy" in n) or ("Memset" in n) for n in names], dtype=bool
-    )
+        [("nccl" in n.lower()) or ("Memcpy" in n) or ("Memset" in n) for n in by_code], dtype=bool
+    )[per_row]
     compute = ~memory_or_comm & (table.kind[rows] != Kind.GPU_SYNC)
     busy = iv.union(start, end)
     span = float(busy[1][-1] - busy[0][0])

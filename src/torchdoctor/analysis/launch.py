@@ -23,6 +23,7 @@ import numpy as np
 
 from torchdoctor.analysis import intervals as iv
 from torchdoctor.analysis._join import LAUNCH_KINDS, gpu_rows, in_window, launch_of, step_index
+from torchdoctor.analysis.arrays import distinct, median
 from torchdoctor.trace.kinds import Kind
 from torchdoctor.trace.steps import Steps
 from torchdoctor.trace.table import TraceTable
@@ -102,7 +103,7 @@ def analyze_launch(table: TraceTable, steps: Steps) -> LaunchStats:
     each_idle, gpu_idle = _host_late_idle(table, steps, acts[host_late], prev_end[host_late])
     ks = solo & is_kernel
     per_step = np.bincount(step_index(steps, ts[is_kernel]) + 1, minlength=len(steps) + 1)[1:]
-    calls = np.unique(launch[is_kernel & (launch >= 0)])
+    calls = distinct(launch[is_kernel & (launch >= 0)])
     n = max(len(steps), 1)
     late_ms = float(each_idle.sum())
     return LaunchStats(
@@ -188,7 +189,7 @@ def _host_late_idle(
 
 
 def _median(x: np.ndarray) -> float | None:
-    return float(np.median(x)) if len(x) else None
+    return median(x) if len(x) else None
 
 
 def _share(mask: np.ndarray) -> float | None:

@@ -13,6 +13,7 @@ from typing import Any
 
 import numpy as np
 
+from torchdoctor.analysis.arrays import distinct
 from torchdoctor.trace.steps import Steps
 from torchdoctor.trace.table import MemoryEvents, TraceTable
 
@@ -77,7 +78,7 @@ def analyze_memory(table: TraceTable, steps: Steps) -> MemoryStats:
         return MemoryStats(bool(len(mem)), len(mem), (), note)
     devices = tuple(
         _device(table, steps, mem, cuda[mem.device_id[cuda] == d], int(d))
-        for d in np.unique(mem.device_id[cuda])
+        for d in distinct(mem.device_id[cuda])
     )
     return MemoryStats(True, len(mem), devices, f"{len(cuda)} device memory events")
 

@@ -139,12 +139,16 @@ def _nest(table: TraceTable) -> _Ops:
     if len(rows):
         cand[np.flatnonzero(np.diff(thread)) + 1] = -1
         cand[0] = -1
+    # Only operators whose candidate missed can miss again (the others keep theirs): each pass
+    # looks at those, so the passes after the first cost a fraction of one.
+    live = np.flatnonzero(cand >= 0)
     for _ in range(_MAX_PASSES):
-        c = np.maximum(cand, 0)
-        miss = (cand >= 0) & ((ts[c] > ts + _EPS_US) | (end[c] < end - _EPS_US))
-        if not miss.any():
+        c = cand[live]
+        live = live[(ts[c] > ts[live] + _EPS_US) | (end[c] < end[live] - _EPS_US)]
+        if not len(live):
             break
-        cand[miss] = cand[cand[miss]]
+        cand[live] = cand[cand[live]]
+        live = live[cand[live] >= 0]
     return _Ops(rows, ts, end, thread, cand)
 
 

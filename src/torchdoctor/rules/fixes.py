@@ -6,14 +6,16 @@ trace ones) and returns the text. The registry (``rules/catalog_*.py``) names on
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from torchdoctor.rules.run_inputs import LoaderConfig
 from torchdoctor.rules.user_fixes import (
     dataloader_user_fix,
     rebuilt_loader_call,
     recompile_user_fix,
 )
+
+if TYPE_CHECKING:  # a trace analysis never builds run inputs: not imported by analyze
+    from torchdoctor.rules.run_inputs import LoaderConfig
 
 DOCS = "https://pytorch.org/docs/stable"
 

@@ -7,6 +7,7 @@ from typing import Any
 
 import numpy as np
 
+from torchdoctor.analysis.arrays import distinct
 from torchdoctor.analysis.bundle import TraceAnalysis
 from torchdoctor.analysis.gpu_activity import SYNC_CALLS
 from torchdoctor.rules import thresholds as th
@@ -213,7 +214,7 @@ def _cpu_communication(a: TraceAnalysis) -> Finding | None:
 
 def data_parallel(a: TraceAnalysis) -> Finding | None:
     """nn.DataParallel: one process drives several GPUs, scattering and gathering every step."""
-    devices = np.unique(a.table.device[a.activity.rows]) if a.has_gpu else np.zeros(0)
+    devices = distinct(a.table.device[a.activity.rows]) if a.has_gpu else np.zeros(0)
     dp_ops = _count_names(
         a, _is_data_parallel_op, Kind.CPU_OP, Kind.PYTHON_FUNCTION, Kind.USER_ANNOTATION
     )

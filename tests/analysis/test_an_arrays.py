@@ -1,0 +1,64 @@
+"""The numpy helpers of the analyze path: same values as numpy, without numpy's extra imports."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from tests.conftest import corpus_file
+from torchdoctor.analysis.arrays import distinct, median
+
+
+@pytest.mark.parametrize("n", [1, 2, 3, 4, 7, 10, 101, 1000])
+def test_median_is_numpys_to_the_bit(n: int) -> None:
+    rng = np.random.default_rng(n)
+    for scale in (1e-3, 1.0, 1e9):
+        x = rng.standard_normal(n) * scale
+        assert median(x) == float(np.median(x))
+        ties = np.round(x[: max(n // 2, 1)]).repeat(2)
+        assert median(ties) == float(np.median(ties))
+    with_inf = np.array([1.0, np.inf, 3.0, 2.0])
+    assert median(with_inf) == float(np.median(with_inf)) == 2.5
+
+
+def test_median_of_nan_and_of_nothing() -> None:
+    assert np.isnan(median(np.array([1.0, np.nan, 2.0])))
+    with pytest.raises(ValueError):
+        median(np.zeros(0))
+
+
+def test_distinct_is_np_unique() -> None:
+    ints = np.array([5, -1, 3, 5, 3, -1, 9], dtype=np.int16)
+    out = distinct(ints)
+    assert out.tolist() == [-1, 3, 5, 9] and out.dtype == np.int16
+    strs = np.array(["all_reduce", "broadcast", "all_reduce"])
+    assert distinct(strs).tolist() == ["all_reduce", "broadcast"]
+    assert len(distinct(np.zeros(0, dtype=np.int64))) == 0
+
+
+_PROBE = """
+import atexit, sys
+watched = ("numpy.ma", "torchdoctor.report.folder", "torchdoctor.analysis.cross_rank",
+           "torchdoctor.rules.run_inputs", "rich", "torch")
+atexit.register(lambda: print("LOADED", sorted(m for m in watched if m in sys.modules)))
+sys.argv = ["torchdoctor", "analyze", "--json", sys.argv[1]]
+from torchdoctor.cli import main
+main()
+"""
+
+
+@pytest.mark.parametrize("stem", ["a100_ddp_convnet_nccl", "a100_alexnet_syncs_pageable"])
+def test_analyze_json_of_one_trace_skips_what_it_does_not_use(stem: str) -> None:
+    """Collectives (np.unique by kind), pageable copies (union of rows), launch medians: the
+    paths that used to import numpy.ma; one trace needs no rank-folder or run-level modules."""
+    out = subprocess.run(
+        [sys.executable, "-c", _PROBE, str(corpus_file(stem))],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.rstrip().splitlines()[-1] == "LOADED []"
