@@ -109,6 +109,16 @@ def test_dataloader_quiet_when_batches_are_ready() -> None:
     assert f.id == "dataloader-config" and f.severity == "info" and "pin_memory" in f.fix
 
 
+def test_dataloader_quiet_when_the_wait_is_below_a_worker_hand_off() -> None:
+    """A tiny step (3 ms) that waits 0.25 ms (8%) for an in-memory batch: workers cannot remove
+    a wait smaller than their own hand-off, so no finding; 0.6 ms of the same step is one."""
+    tiny = {"median_step_ms": 3.0, "mean_step_ms": 3.0, "step_ms": [3.0] * 15}
+    small = record(steps={**tiny, "mean_data_wait_ms": 0.25}, config={"dataloaders": [LOADER]})
+    assert ids(small) == []
+    larger = record(steps={**tiny, "mean_data_wait_ms": 0.6}, config={"dataloaders": [LOADER]})
+    assert ids(larger) == ["dataloader-config"]
+
+
 def test_item_per_step_on_cpu_is_info_on_gpu_a_warning() -> None:
     row = {"kind": "item", "device": "cpu", "site": "t.py:9", "calls": 10, "seconds": 1e-5}
     (cpu,) = run_findings(record(syncs={"host_syncs": [row]}))

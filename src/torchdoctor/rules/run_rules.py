@@ -35,7 +35,7 @@ def dataloader_config(run: RunRecord) -> list[Finding]:
     dl = run.config.dataloaders[0]
     workers = max(2, min(8, dl.cpus))
     cuda = run.gpu is not None
-    if wait / step < th.DATA_WAIT_SHARE:
+    if wait / step < th.DATA_WAIT_SHARE or wait < th.DATA_WAIT_MIN_MS:
         if cuda and not dl.pin_memory:
             return [_pin_memory_only(run, dl)]
         return []

@@ -119,6 +119,11 @@ STRAGGLER_CRITICAL = Threshold(0.30, "a rank 30% slower than the median")
 
 # -- run-level findings (torchdoctor check) ----------------------------------------------------
 DATA_WAIT_SHARE = Threshold(0.05, "data wait above 5% of the step is worth hiding behind workers")
+DATA_WAIT_MIN_MS = Threshold(
+    0.5,
+    "and at least 0.5 ms per step: handing a batch over from a worker process costs about that "
+    "much itself, so a smaller wait is not removed by workers (a 0.2 ms collate of a tiny step)",
+)
 PAGEABLE_GBPS = Threshold(
     8.0, "host-to-device GB/s from pageable memory: the copy is synchronous at this rate"
 )
