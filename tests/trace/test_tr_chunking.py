@@ -5,13 +5,14 @@ from __future__ import annotations
 import gzip
 import json
 import os
+import time
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from tests.trace.tr_reference import assert_matches
-from torchdoctor.trace import parallel, reader
+from torchdoctor.trace import load, parallel, reader
 from torchdoctor.trace.events import Event, Instant
 from torchdoctor.trace.load import iter_event_chunks, load_trace
 
@@ -95,37 +96,91 @@ def test_rank_from_distributed_info_or_file_name(
 
 def _double(chunk: bytearray) -> int:
     if os.getpid() != PARENT and chunk.startswith(b"[3"):
-        os._exit(9)  # the worker dies on this chunk
+        os._exit(9)  # the helper dies on this chunk
     return int(bytes(chunk).strip(b"[]")) * 2
 
 
 PARENT = os.getpid()
 
 
-def test_worker_death_falls_back_to_the_main_process(monkeypatch: pytest.MonkeyPatch) -> None:
+def _helper(chunks: list[bytearray]) -> parallel.Helper:
+    helper = parallel.start_helper(_double, lambda: chunks, 1 << 20)
+    assert helper is not None and helper.alive
+    return helper
+
+
+def test_helper_death_falls_back_to_the_main_process(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv(parallel.ENV_PARALLEL, "1")
     chunks = [bytearray(b"[%d]" % i) for i in range(10)]
-    out = list(parallel.ordered_map(_double, chunks))
+    out = list(parallel.ordered_map(_double, chunks, _helper(chunks)))
     assert [bytes(c) for c, _ in out] == [bytes(c) for c in chunks]
     assert [r for _, r in out] == [2 * i for i in range(10)]
 
 
-def test_stopping_early_reaps_the_worker(monkeypatch: pytest.MonkeyPatch) -> None:
+def _slow_in_main(chunk: bytearray) -> int:
+    if os.getpid() == PARENT:
+        time.sleep(0.05)  # the main process is busy: the helper claims the chunks ahead
+    return int(bytes(chunk).strip(b"[]")) * 2
+
+
+def test_helper_shares_the_work_and_results_come_in_order(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     monkeypatch.setenv(parallel.ENV_PARALLEL, "1")
-    workers: list[Any] = []
-    enter = parallel._Worker.__enter__
+    chunks = [bytearray(b"[%d]" % i) for i in range(40)]
+    helper = parallel.start_helper(_slow_in_main, lambda: chunks, 1 << 20)
+    assert helper is not None
+    claimed = []
+    claim = helper.claim
 
-    def record(self: Any) -> Any:
-        workers.append(enter(self))
-        return workers[-1]
+    def record(index: int) -> bool:
+        mine = claim(index)
+        claimed.append(mine)
+        return mine
 
-    monkeypatch.setattr(parallel._Worker, "__enter__", record)
-    gen = parallel.ordered_map(_double, (bytearray(b"[%d]" % i) for i in range(100)))
+    monkeypatch.setattr(helper, "claim", record)
+    out = list(parallel.ordered_map(_slow_in_main, chunks, helper))
+    assert [r for _, r in out] == [2 * i for i in range(40)]
+    assert claimed.count(False) >= 20  # the helper did most chunks while the main one slept
+
+
+def test_a_helper_reading_another_file_is_not_trusted(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(parallel.ENV_PARALLEL, "1")
+    chunks = [bytearray(b"[%d]" % i) for i in range(10)]
+    other = [bytearray(b"[%d ]" % (i + 100)) for i in range(10)]  # the file changed under it
+    helper = parallel.start_helper(_double, lambda: other, 1 << 20)
+    assert helper is not None
+    out = list(parallel.ordered_map(_double, chunks, helper))
+    assert [r for _, r in out] == [2 * i for i in range(10)]
+
+
+def test_stopping_early_reaps_the_helper(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(parallel.ENV_PARALLEL, "1")
+    chunks = [bytearray(b"[%d]" % i) for i in range(100)]
+    helper = _helper(chunks)
+    pid = helper.pid
+    gen = parallel.ordered_map(_double, chunks, helper)
     assert next(gen)[1] == 0
     gen.close()  # a TraceError in the consumer closes the generator the same way
-    assert len(workers) == 1
+    assert not helper.alive
     with pytest.raises(ChildProcessError):
-        os.waitpid(workers[0].pid, os.WNOHANG)  # already reaped: not even a zombie is left
+        os.waitpid(pid, os.WNOHANG)  # already reaped: not even a zombie is left
+
+
+def test_prefetch_starts_the_helper_that_load_trace_then_uses(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(reader, "CHUNK_BYTES", 200)
+    monkeypatch.setenv(parallel.ENV_PARALLEL, "1")
+    path = _write(tmp_path / "t.json.gz", json.dumps({"traceEvents": EVENTS}), gz=True)
+    load.prefetch(path)
+    started = load._STARTED[str(path)][1]
+    assert started.alive
+    assert_matches(load_trace(path), EVENTS)
+    assert str(path) not in load._STARTED and not started.alive  # used, then stopped
+    load.prefetch(tmp_path)  # a folder: nothing to start
+    load.prefetch(tmp_path / "missing.json")
+    assert not load._STARTED
 
 
 def test_event_chunks_api_yields_every_event_once(

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from torchdoctor.analysis.arrays import member
 from torchdoctor.trace.kinds import GPU_ACTIVITY_KINDS, Kind
 from torchdoctor.trace.steps import Steps
 from torchdoctor.trace.table import TraceTable
@@ -22,7 +23,7 @@ def in_window(table: TraceTable, steps: Steps, rows: np.ndarray) -> np.ndarray:
 def gpu_rows(table: TraceTable, *kinds: Kind) -> np.ndarray:
     """Row indices of device activities (kernels, memcpys, memsets, or only ``kinds``)."""
     wanted = np.array(kinds, dtype=np.uint8) if kinds else _GPU
-    return np.flatnonzero(np.isin(table.kind, wanted))
+    return np.flatnonzero(member(table.kind, wanted))
 
 
 def launch_of(table: TraceTable, rows: np.ndarray) -> np.ndarray:
@@ -31,7 +32,7 @@ def launch_of(table: TraceTable, rows: np.ndarray) -> np.ndarray:
     When a runtime call and a driver call share a correlation id, the runtime call (the one
     the application made) wins.
     """
-    launch = np.flatnonzero(np.isin(table.kind, np.array(LAUNCH_KINDS, dtype=np.uint8)))
+    launch = np.flatnonzero(member(table.kind, np.array(LAUNCH_KINDS, dtype=np.uint8)))
     launch = launch[table.corr[launch] >= 0]
     out = np.full(len(rows), -1, dtype=np.int64)
     if not len(launch) or not len(rows):

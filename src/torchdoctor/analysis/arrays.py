@@ -32,3 +32,27 @@ def median(values: np.ndarray) -> float:
     if n % 2:
         return float(part[half])
     return float(np.mean(part[half - 1 : half + 1]))
+
+
+_LUT_MAX = 1 << 24
+
+
+def member(values: np.ndarray, wanted: object) -> np.ndarray:
+    """``np.isin(values, wanted)``, through a lookup table for non-negative integer codes.
+
+    Kinds, name codes and ids are small non-negative integers; indexing a boolean table by them
+    is one pass, where ``np.isin`` makes several temporaries (the analyses call it dozens of
+    times on every row of a trace). Anything else goes to ``np.isin``.
+    """
+    want = np.asarray(wanted).ravel()
+    if values.dtype.kind not in "iu" or want.dtype.kind not in "iu" or not len(values):
+        return np.isin(values, want)
+    if values.dtype == np.uint8:
+        lo, hi = 0, 255
+    else:
+        lo, hi = int(values.min()), int(values.max())
+    if lo < 0 or hi >= _LUT_MAX:
+        return np.isin(values, want)
+    lut = np.zeros(hi + 1, dtype=bool)
+    lut[want[(want >= 0) & (want <= hi)]] = True
+    return lut[values]

@@ -27,6 +27,7 @@ from typing import Any
 import numpy as np
 
 from torchdoctor.analysis import intervals as iv
+from torchdoctor.analysis.arrays import member
 from torchdoctor.analysis.gpu_activity import GpuActivity
 from torchdoctor.rules.thresholds import KERNEL_LATENCY_US
 from torchdoctor.trace.kinds import Kind
@@ -171,7 +172,7 @@ def _busy_masks(act: GpuActivity) -> list[tuple[str, np.ndarray]]:
     is_copy = act.cls == 2
     for d, part in _DIR_PART.items():
         masks.append((part, is_copy & (act.memcpy_dir == d)))
-    known = np.isin(act.memcpy_dir, list(_DIR_PART))
+    known = member(act.memcpy_dir, list(_DIR_PART))
     masks.append(("memcpy_other", is_copy & ~known))
     masks.append(("memset", act.cls == 3))
     return masks

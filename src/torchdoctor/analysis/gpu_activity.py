@@ -12,6 +12,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from torchdoctor.analysis import intervals as iv
+from torchdoctor.analysis.arrays import member
 from torchdoctor.trace.kinds import GPU_ACTIVITY_KINDS, Kind
 from torchdoctor.trace.table import TraceTable
 
@@ -63,18 +64,18 @@ class GpuActivity:
         """Union of the intervals of the given classes (all classes when none given)."""
         if classes:
             codes = [DEVICE_CLASSES.index(c) for c in classes]
-            m = np.isin(self.cls, codes)
+            m = member(self.cls, codes)
             return iv.union(self.start_us[m], self.end_us[m])
         return iv.union(self.start_us, self.end_us)
 
 
 def gpu_activity(table: TraceTable) -> GpuActivity:
     """Classify device activity and tie each row to its launch (by CUDA correlation id)."""
-    rows = np.flatnonzero(np.isin(table.kind, np.array(GPU_ACTIVITY_KINDS, dtype=np.uint8)))
+    rows = np.flatnonzero(member(table.kind, np.array(GPU_ACTIVITY_KINDS, dtype=np.uint8)))
     kind = table.kind[rows]
     comm_codes = table.codes_matching(lambda n: bool(_COMM.search(n)))
     cls = np.zeros(len(rows), dtype=np.int8)
-    cls[(kind == Kind.KERNEL) & np.isin(table.name[rows], comm_codes)] = 1
+    cls[(kind == Kind.KERNEL) & member(table.name[rows], comm_codes)] = 1
     cls[kind == Kind.MEMCPY] = 2
     cls[kind == Kind.MEMSET] = 3
     # Direction and pageability are properties of a copy's name: decide once per unique name.

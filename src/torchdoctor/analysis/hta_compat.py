@@ -23,6 +23,7 @@ from typing import Any
 import numpy as np
 
 from torchdoctor.analysis import intervals as iv
+from torchdoctor.analysis.arrays import member
 from torchdoctor.trace.kinds import Kind
 from torchdoctor.trace.table import TraceTable
 
@@ -44,7 +45,7 @@ class HtaBreakdown:
 
 def hta_temporal_breakdown(table: TraceTable) -> HtaBreakdown | None:
     """HTA's idle / compute / non-compute percentages, or None for a trace without device events."""
-    dev = np.isin(table.kind, np.array((Kind.KERNEL, Kind.MEMCPY, Kind.MEMSET), dtype=np.uint8))
+    dev = member(table.kind, np.array((Kind.KERNEL, Kind.MEMCPY, Kind.MEMSET), dtype=np.uint8))
     dev |= (table.kind == Kind.GPU_SYNC) & (table.stream >= 0)
     rows = _launched_before_last_step(table, np.flatnonzero(dev))
     if not len(rows):
@@ -79,8 +80,8 @@ def _launched_before_last_step(table: TraceTable, rows: np.ndarray) -> np.ndarra
     step_codes = table.codes_matching(lambda n: "ProfilerStep" in n)
     if len(step_codes) <= 1:
         return rows
-    cpu = np.isin(table.kind, np.array(_CPU_KINDS, dtype=np.uint8))
-    markers = np.flatnonzero(cpu & np.isin(table.name, step_codes))
+    cpu = member(table.kind, np.array(_CPU_KINDS, dtype=np.uint8))
+    markers = np.flatnonzero(cpu & member(table.name, step_codes))
     last_start = table.ts[markers].max()
     launched = table.corr[np.flatnonzero(cpu & (table.ts < last_start))]
-    return rows[np.isin(table.corr[rows], launched[launched >= 0])]
+    return rows[member(table.corr[rows], launched[launched >= 0])]

@@ -13,6 +13,7 @@ from typing import Any
 import numpy as np
 
 from torchdoctor.analysis._join import gpu_rows, in_window, launch_of
+from torchdoctor.analysis.arrays import member
 from torchdoctor.analysis.kernel_names import (
     KERNEL_CATEGORIES,
     KERNEL_DTYPES,
@@ -100,7 +101,7 @@ def analyze_kernels(table: TraceTable, steps: Steps, top_n: int = 20) -> KernelS
     gpu = gpu_info(table, rows)
     dtype_idx, tc_idx = _row_dtype_and_tc(table, rows, codes, inv, cats, gpu)
     cat_idx = np.array([KERNEL_CATEGORIES.index(c) for c in cats], dtype=np.int64)[inv]
-    matmul = np.isin(cat_idx, [KERNEL_CATEGORIES.index(c) for c in MATMUL_CATEGORIES])
+    matmul = member(cat_idx, [KERNEL_CATEGORIES.index(c) for c in MATMUL_CATEGORIES])
     total = float(dur.sum())
     tc_ms = [float(dur[matmul & (tc_idx == i)].sum()) / 1e3 for i in range(3)]
     matmul_ms = float(dur[matmul].sum()) / 1e3
@@ -193,7 +194,7 @@ def _resolve_tc(tc: np.ndarray, dtype: np.ndarray, mm: np.ndarray, gpu: GpuInfo)
     if cc is not None and cc < (8, 0):
         out[open_ & fp32] = 0  # no TF32 before Ampere: fp32 math cannot use tensor cores
     if gpu.has_tensor_cores:
-        half = np.isin(dtype, [KERNEL_DTYPES.index(d) for d in _HALF_DTYPES])
+        half = member(dtype, [KERNEL_DTYPES.index(d) for d in _HALF_DTYPES])
         out[open_ & half] = 1
     return out
 

@@ -23,7 +23,7 @@ import numpy as np
 
 from torchdoctor.analysis import intervals as iv
 from torchdoctor.analysis._join import LAUNCH_KINDS, gpu_rows, in_window, launch_of, step_index
-from torchdoctor.analysis.arrays import distinct, median
+from torchdoctor.analysis.arrays import distinct, median, member
 from torchdoctor.trace.kinds import Kind
 from torchdoctor.trace.steps import Steps
 from torchdoctor.trace.table import TraceTable
@@ -91,7 +91,7 @@ def analyze_launch(table: TraceTable, steps: Steps) -> LaunchStats:
     acts = in_window(table, steps, gpu_rows(table))
     launch = launch_of(table, acts)
     graph_rows = _graph_launch_rows(table)
-    from_graph = (launch >= 0) & np.isin(launch, graph_rows)
+    from_graph = (launch >= 0) & member(launch, graph_rows)
     solo = (launch >= 0) & ~from_graph
     is_kernel = table.kind[acts] == Kind.KERNEL
     ts, dur = table.ts[acts], table.dur[acts]
@@ -135,7 +135,7 @@ def analyze_launch(table: TraceTable, steps: Steps) -> LaunchStats:
 def _graph_launch_rows(table: TraceTable) -> np.ndarray:
     codes = table.codes_matching(lambda s: bool(_GRAPH_LAUNCH.match(s)))
     kinds = np.array(LAUNCH_KINDS, dtype=np.uint8)
-    return np.flatnonzero(np.isin(table.name, codes) & np.isin(table.kind, kinds))
+    return np.flatnonzero(member(table.name, codes) & member(table.kind, kinds))
 
 
 def _stream_prev_end(table: TraceTable, rows: np.ndarray) -> np.ndarray:

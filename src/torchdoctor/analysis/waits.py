@@ -26,7 +26,7 @@ from typing import Any
 import numpy as np
 
 from torchdoctor.analysis import intervals as iv
-from torchdoctor.analysis.arrays import distinct
+from torchdoctor.analysis.arrays import distinct, member
 from torchdoctor.analysis.gpu_activity import SYNC_CALLS, GpuActivity
 from torchdoctor.rules.thresholds import KERNEL_LATENCY_US
 from torchdoctor.trace.kinds import Kind
@@ -232,7 +232,7 @@ def blocking_copy_calls(
     d2h = act.rows[act.pageable & (act.memcpy_dir == "DtoH")]
     corr = table.corr[d2h]
     runtime = table.of_kind(Kind.RUNTIME, Kind.DRIVER)
-    launches = runtime[np.isin(table.corr[runtime], corr[corr >= 0])]
+    launches = runtime[member(table.corr[runtime], corr[corr >= 0])]
     rows = distinct(np.concatenate((rows, launches))).astype(np.int64)  # np.union1d
     rows = rows[(table.ts[rows] >= window[0]) & (table.ts[rows] < window[1])]
     counts: dict[str, int] = {}

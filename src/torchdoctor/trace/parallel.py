@@ -1,36 +1,43 @@
-"""Map a function over a stream of byte chunks with the help of one forked worker process.
+"""Map a function over a file's chunks, in order, with the help of one forked process.
 
-Decoding JSON holds the GIL, so threads cannot share it; a forked child can, and it inherits the
-imported modules for free. The main process keeps producing chunks (reading, inflating, cutting)
-and computes some itself; it hands a chunk to the worker while the worker has fewer than
-``_IN_FLIGHT`` unfinished. Results come back in input order. If the worker fails in any way, the
-main process computes the worker's chunks itself, so the result never depends on the worker.
-Only on platforms with ``os.fork`` and two or more CPUs; elsewhere everything runs in-process.
+Decoding JSON holds the GIL, so threads cannot share the work; a forked child can, and it inherits
+the imported modules for free. The helper is sent nothing: it opens the file itself and cuts the
+same chunks (inflating 50 MB of gzip costs it 20 ms, less than piping the bytes over from a busy
+process would). Both processes walk the chunks in order and claim each one in a table of flags
+they share; whoever gets to a chunk first computes it, so the work splits itself by speed and a
+helper that gets no CPU costs the main process nothing but its claims. The helper puts each
+result in shared memory and says where through a pipe; the main process yields every result in
+input order and frees the memory it has read. If the helper fails in any way, the main process
+computes its chunks itself, so the result never depends on the helper.
+Only where ``os.fork`` exists and a CPU is idle; elsewhere everything runs in-process.
 """
 
 from __future__ import annotations
 
 import contextlib
-import itertools
+import mmap
 import os
+import pickle
+import struct
 from collections import deque
-from collections.abc import Callable, Generator, Iterable, Iterator
+from collections.abc import Callable, Generator, Iterable
 from typing import Any
 
-_IN_FLIGHT = 2
-_HEADER_BYTES = 8  # each message is preceded by its length, little-endian
+ENV_PARALLEL = "TORCHDOCTOR_PARALLEL_LOAD"
+"""0: load traces in one process; 1: always use a helper (where fork exists); unset: decide."""
+_SLOTS = 1 << 16  # chunks the helper may claim (256 GB of JSON at 4 MiB a chunk)
+_MAIN, _HELPER = 1, 2
+_MSG = struct.Struct("<qqqq")  # chunk index, offset in the arena, length (-1: failed), chunk bytes
 _PENDING = object()
 _FAILED = object()
-ENV_PARALLEL = "TORCHDOCTOR_PARALLEL_LOAD"
-"""0: load traces in one process; 1: always use a worker (where fork exists); unset: decide."""
 
 
 def parallel_available() -> bool:
-    """Whether a forked worker can help: fork exists, not switched off, and a CPU is idle.
+    """Whether a forked helper can help: fork exists, not switched off, and a CPU is idle.
 
-    A worker adds about 15% CPU (sending chunks, pickling columns back), which pays off only
-    when it runs on a core of its own; on a machine whose run queue already fills every core
-    (1-minute load average) it would only slow the load down.
+    A helper adds CPU (it reads the file too, and results are pickled across), which pays off
+    only when it runs on a core of its own; on a machine whose run queue already fills every
+    core (1-minute load average) it would only slow everything else down.
     """
     choice = os.environ.get(ENV_PARALLEL, "")
     if choice == "0" or not hasattr(os, "fork"):
@@ -48,174 +55,186 @@ def parallel_available() -> bool:
     return cpus >= 2 and busy < cpus - 0.5
 
 
-def ordered_map(
-    fn: Callable[[bytearray], Any], chunks: Iterable[bytearray], parallel: bool = True
-) -> Generator[tuple[bytearray, Any], None, None]:
-    """Yield ``(chunk, fn(chunk))`` in input order; a worker is forked at the second chunk."""
-    it = iter(chunks)
-    head = list(itertools.islice(it, 2))
-    if len(head) < 2 or not (parallel and parallel_available()):
-        yield from ((c, fn(c)) for c in itertools.chain(head, it))
-        return
-    with _Worker(fn) as worker:
-        yield from _run(fn, worker, itertools.chain(head, it))
+class Helper:
+    """A forked child computing ``fn`` on the chunks of ``source()`` that it claims first.
 
+    ``source`` must give the same chunks in the child as the main process's iterable gives it
+    (the file read again); a result whose chunk length differs is recomputed by the main process.
+    """
 
-def _run(
-    fn: Callable[[bytearray], Any], worker: _Worker, chunks: Iterator[bytearray]
-) -> Iterator[tuple[bytearray, Any]]:
-    pending: deque[list[Any]] = deque()  # [chunk, result or _PENDING], oldest first
-    for chunk in chunks:
-        if worker.alive and worker.in_flight < _IN_FLIGHT:
-            worker.submit(chunk)
-            pending.append([chunk, _PENDING])
-        else:
-            pending.append([chunk, fn(chunk)])
-        worker.collect(pending, block=False)
-        while pending and pending[0][1] is not _PENDING:
-            yield _settle(fn, pending.popleft())
-    while pending:
-        worker.collect(pending, block=True)
-        yield _settle(fn, pending.popleft())
-
-
-def _settle(fn: Callable[[bytearray], Any], entry: list[Any]) -> tuple[bytearray, Any]:
-    """The entry's result, computed here if the worker could not deliver it."""
-    chunk, result = entry
-    return chunk, fn(chunk) if result is _FAILED else result
-
-
-class _Worker:
-    """A forked child computing ``fn`` on chunks sent through a pipe, in order."""
-
-    def __init__(self, fn: Callable[[bytearray], Any]) -> None:
+    def __init__(self, fn: Callable[[bytearray], Any], arena_bytes: int) -> None:
         self.fn = fn
-        self.alive = False
-        self.in_flight = 0
         self.pid = -1
+        self.alive = False
+        self._claims = mmap.mmap(-1, _SLOTS)
+        self._arena = mmap.mmap(-1, max(arena_bytes, mmap.PAGESIZE))
+        self._msgs = bytearray()
+        self._ready: dict[int, tuple[int, int, int]] = {}  # index -> (offset, length, chunk bytes)
+        self._rfd = -1
 
-    def __enter__(self) -> _Worker:
-        to_child, self._to_child_w = os.pipe()
-        self._from_child_r, from_child = os.pipe()
-        # Imported here, not at the top: most traces fit one chunk and never need a worker,
-        # and ``torchdoctor analyze`` should not pay for these imports then.
-        import queue
-        import threading
+    def start(self, source: Callable[[], Iterable[bytearray]]) -> Helper:
+        rfd, wfd = os.pipe()
         import warnings
 
         with warnings.catch_warnings():
-            # Python 3.12+ warns about fork in a process with threads; the child below only
-            # decodes bytes and exits, it takes no lock another thread could hold.
+            # Python 3.12+ warns about fork in a process with threads; the child only reads the
+            # file and computes, it takes no lock another thread could hold.
             warnings.simplefilter("ignore", DeprecationWarning)
-            self.pid = os.fork()
-        if self.pid == 0:  # pragma: no cover - runs in the child, which exits via os._exit
-            os.close(self._to_child_w)
-            os.close(self._from_child_r)
-            _child_loop(self.fn, to_child, from_child)
-        os.close(to_child)
-        os.close(from_child)
-        self.alive = True
-        # Writes go through a thread so a busy child never blocks the main thread.
-        self._outbox: queue.Queue[bytearray | None] = queue.Queue()
-        self._sender = threading.Thread(target=self._send_loop, daemon=True)
-        self._sender.start()
+            pid = os.fork()
+        if pid == 0:  # pragma: no cover - runs in the child, which exits via os._exit
+            os.close(rfd)
+            _child_main(self.fn, source, self._claims, self._arena, wfd)
+        os.close(wfd)
+        self.pid, self._rfd, self.alive = pid, rfd, True
         return self
 
-    def __exit__(self, *exc: object) -> None:
-        if exc[0] is not None:  # stopped early (bad input, interrupt): the child's work is moot
-            _kill(self.pid)
-        self._outbox.put(None)
-        self._sender.join()
-        os.close(self._from_child_r)
-        os.waitpid(self.pid, 0)
-
-    def submit(self, chunk: bytearray) -> None:
-        self.in_flight += 1
-        self._outbox.put(chunk)
-
-    def _send_loop(self) -> None:
-        fd = self._to_child_w
-        try:
-            while (chunk := self._outbox.get()) is not None:
-                _write_all(fd, len(chunk).to_bytes(_HEADER_BYTES, "little"))
-                _write_all(fd, chunk)
-        except OSError:
-            pass  # the child died; collect() notices the closed result pipe
-        finally:
-            os.close(fd)
+    def claim(self, index: int) -> bool:
+        """True if the main process should compute chunk ``index`` (the helper has not)."""
+        if index >= _SLOTS or self._claims.closed:
+            return True
+        if self._claims[index]:  # the helper's (even if it has exited since: it may have sent it)
+            return False
+        # A race with the helper claiming the same chunk now costs one duplicate result, which
+        # collect() drops: the main process never waits for a chunk it saw unclaimed.
+        self._claims[index] = _MAIN
+        return True
 
     def collect(self, pending: deque[list[Any]], block: bool) -> None:
-        """Fill in the oldest pending results the child has sent (waiting if ``block``)."""
-        for entry in pending:
-            if entry[1] is not _PENDING:
-                continue
-            if not self.alive:
-                entry[1] = _FAILED
-                continue
-            if not block and not _readable(self._from_child_r):
+        """Fill in the pending entries ``[index, chunk, result]`` the helper has finished; with
+        ``block``, wait until the oldest is settled (by the helper, or as failed if it died)."""
+        self._read_messages(wait=False)
+        while True:
+            for entry in pending:
+                if entry[2] is _PENDING:
+                    entry[2] = self._result(entry[0], len(entry[1]))
+            if not block or not pending or pending[0][2] is not _PENDING:
                 return
-            entry[1] = self._receive()
-            block = False
+            self._read_messages(wait=True)
 
-    def _receive(self) -> Any:
-        import pickle
-
+    def _result(self, index: int, chunk_bytes: int) -> Any:
+        where = self._ready.pop(index, None)
+        if where is None:  # not sent yet; never, if the helper has exited
+            return _PENDING if self.alive else _FAILED
+        offset, length, size = where
+        if length < 0 or size != chunk_bytes:
+            return _FAILED  # the helper's fn raised, or it read a different file
         try:
-            size = int.from_bytes(_read_exact(self._from_child_r, _HEADER_BYTES), "little")
-            ok, value = pickle.loads(_read_exact(self._from_child_r, size))
-        except (OSError, EOFError, pickle.UnpicklingError):
-            ok, value = False, None
-        self.in_flight -= 1
-        if not ok:
-            self.alive = False
-            return _FAILED
+            value = pickle.loads(self._arena[offset : offset + length])
+        except Exception:  # pragma: no cover - the helper wrote what it pickled
+            value = _FAILED
+        self._free(offset, length)
         return value
 
+    def _free(self, offset: int, length: int) -> None:
+        """Give the arena's pages of a read result back to the system."""
+        remove = getattr(mmap, "MADV_REMOVE", None)
+        if remove is not None and length > 0:
+            with contextlib.suppress(OSError):
+                self._arena.madvise(remove, offset, length)
 
-def _child_loop(fn: Callable[[bytearray], Any], rfd: int, wfd: int) -> None:  # pragma: no cover
-    import pickle
+    def _read_messages(self, wait: bool) -> None:
+        import select
 
-    status = 0
+        if not self.alive:
+            return
+        if not wait and not select.select([self._rfd], [], [], 0)[0]:
+            return
+        data = os.read(self._rfd, _MSG.size * 256)
+        if not data:  # the helper exited: what it has not sent, the main process computes
+            self.alive = False
+            return
+        self._msgs += data
+        whole = len(self._msgs) - len(self._msgs) % _MSG.size
+        for index, offset, length, size in _MSG.iter_unpack(self._msgs[:whole]):
+            self._ready[index] = (offset, length, size)
+        del self._msgs[:whole]
+
+    def close(self) -> None:
+        """Stop the helper (its work is done or moot) and release what it shared."""
+        if self.pid > 0:
+            _kill(self.pid)
+            with contextlib.suppress(ChildProcessError):
+                os.waitpid(self.pid, 0)
+            self.pid = -1
+        if self._rfd >= 0:
+            os.close(self._rfd)
+            self._rfd = -1
+        self.alive = False
+        self._ready.clear()
+        self._claims.close()
+        self._arena.close()
+
+
+def start_helper(
+    fn: Callable[[bytearray], Any], source: Callable[[], Iterable[bytearray]], arena_bytes: int
+) -> Helper | None:
+    """A running helper, or None where one cannot help (see ``parallel_available``)."""
+    if not parallel_available():
+        return None
     try:
-        while True:
-            size = int.from_bytes(_read_exact(rfd, _HEADER_BYTES), "little")
-            chunk = _read_exact(rfd, size)
+        return Helper(fn, arena_bytes).start(source)
+    except OSError:  # no memory for the arena, no process left: work alone
+        return None
+
+
+def ordered_map(
+    fn: Callable[[bytearray], Any], chunks: Iterable[bytearray], helper: Helper | None = None
+) -> Generator[tuple[bytearray, Any], None, None]:
+    """Yield ``(chunk, fn(chunk))`` in input order, sharing the work with ``helper`` if given;
+    the helper is closed when the generator finishes or is closed."""
+    if helper is None:
+        yield from ((c, fn(c)) for c in chunks)
+        return
+    try:
+        pending: deque[list[Any]] = deque()  # [index, chunk, result or _PENDING], oldest first
+        for index, chunk in enumerate(chunks):
+            pending.append([index, chunk, fn(chunk) if helper.claim(index) else _PENDING])
+            helper.collect(pending, block=False)
+            while pending and pending[0][2] is not _PENDING:
+                yield _settle(fn, pending.popleft())
+        while pending:
+            helper.collect(pending, block=True)
+            yield _settle(fn, pending.popleft())
+    finally:
+        helper.close()
+
+
+def _settle(fn: Callable[[bytearray], Any], entry: list[Any]) -> tuple[bytearray, Any]:
+    """The entry's result, computed here if the helper could not deliver it."""
+    _, chunk, result = entry
+    return chunk, fn(chunk) if result is _FAILED else result
+
+
+def _child_main(  # pragma: no cover - runs in the forked child
+    fn: Callable[[bytearray], Any],
+    source: Callable[[], Iterable[bytearray]],
+    claims: mmap.mmap,
+    arena: mmap.mmap,
+    wfd: int,
+) -> None:
+    status, pos, page = 0, 0, mmap.PAGESIZE
+    try:
+        for index, chunk in enumerate(source()):
+            if index >= _SLOTS:
+                break
+            if claims[index]:
+                continue
+            claims[index] = _HELPER
             try:
-                msg = pickle.dumps((True, fn(chunk)), protocol=pickle.HIGHEST_PROTOCOL)
-            except Exception:  # the parent recomputes this chunk and sees the error itself
-                msg = pickle.dumps((False, None))
-            _write_all(wfd, len(msg).to_bytes(_HEADER_BYTES, "little"))
-            _write_all(wfd, msg)
-    except EOFError:
-        pass  # the parent closed the pipe: no more chunks
+                payload = pickle.dumps(fn(chunk), protocol=pickle.HIGHEST_PROTOCOL)
+            except Exception:  # the main process recomputes this chunk and sees the error itself
+                os.write(wfd, _MSG.pack(index, 0, -1, len(chunk)))
+                continue
+            if pos + len(payload) > len(arena):
+                os.write(wfd, _MSG.pack(index, 0, -1, len(chunk)))
+                break  # the arena is full: the main process does the rest
+            arena[pos : pos + len(payload)] = payload
+            os.write(wfd, _MSG.pack(index, pos, len(payload), len(chunk)))
+            pos = -(-(pos + len(payload)) // page) * page  # each result starts on a page
     except BaseException:
-        status = 1
+        status = 1  # a bad file: the main process reads it too and reports the error
     finally:
         os._exit(status)
-
-
-def _read_exact(fd: int, n: int) -> bytearray:
-    """Exactly ``n`` bytes from a pipe, read in place (no joining of parts)."""
-    buf = bytearray(n)
-    view, pos = memoryview(buf), 0
-    while pos < n:
-        got = os.readv(fd, [view[pos:]])
-        if not got:
-            raise EOFError
-        pos += got
-    return buf
-
-
-def _write_all(fd: int, data: bytes | bytearray) -> None:
-    view = memoryview(data)
-    while view:
-        view = view[os.write(fd, view) :]
-
-
-def _readable(fd: int) -> bool:
-    import select
-
-    return bool(select.select([fd], [], [], 0)[0])
 
 
 def _kill(pid: int) -> None:

@@ -11,7 +11,9 @@ Peak memory is a few chunks plus the columns built from them, not the file size.
 from __future__ import annotations
 
 import gzip
+import os
 import re
+import stat
 import zlib
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -24,7 +26,7 @@ import msgspec
 from torchdoctor.errors import TraceError
 from torchdoctor.trace.events import ANY_JSON
 
-CHUNK_BYTES = 4 << 20
+CHUNK_BYTES = 2 << 20
 """Decompressed bytes per read and (about) per chunk: small enough for two processes to share the
 work of a 50 MB trace evenly, big enough that per-chunk overhead stays under 1%."""
 _BOUNDARY = re.compile(rb"\}\s*(,)\s*\{")
@@ -81,6 +83,26 @@ def open_trace(path: Path) -> IO[bytes]:
     if magic == b"\x1f\x8b":
         return _gzip_impl.GzipFile(fileobj=fh, mode="rb")  # type: ignore[return-value]
     return fh
+
+
+def json_bytes_hint(path: Path) -> int | None:
+    """About how many JSON bytes a regular file holds (None for anything else: a pipe, a folder).
+
+    A gzip file's last four bytes are its size modulo 4 GiB; a file that compresses less than
+    usual, or wrapped past 4 GiB, is taken at 16 times its compressed size.
+    """
+    try:
+        with open(path, "rb") as fh:
+            st = os.fstat(fh.fileno())
+            if not stat.S_ISREG(st.st_mode):
+                return None
+            if fh.read(2) != b"\x1f\x8b" or st.st_size < 18:
+                return st.st_size
+            fh.seek(-4, os.SEEK_END)
+            isize = int.from_bytes(fh.read(4), "little")
+    except OSError:
+        return None
+    return isize if isize >= st.st_size * 4 else st.st_size * 16
 
 
 def iter_json_chunks(path: Path, stats: ReadStats) -> Iterator[bytearray]:
@@ -188,22 +210,25 @@ def _split_array(
     read: Callable[[], bytes], first: bytes, is_array: bool, path: Path, stats: ReadStats
 ) -> Iterator[bytearray]:
     """Cut the events array after the last event boundary of each buffer-full."""
-    # A bytearray deletes from the front in O(1), so the rest of a buffer is never copied.
-    buf = bytearray(first)
+    # The buffer starts with "[": a cut turns the boundary's comma into "]" and hands the buffer
+    # itself over as the chunk, so only the few bytes after the cut are ever copied.
+    buf = bytearray(b"[")
+    buf += first
     while True:
+        cut = _last_boundary(buf)
+        if cut is not None:
+            end, next_start = cut
+            rest = buf[next_start:]
+            buf[end] = 0x5D  # "]"
+            del buf[end + 1 :]
+            yield buf
+            buf = bytearray(b"[")
+            buf += rest
         more = read()
         if not more:
             break
         buf += more
-        cut = _last_boundary(buf)
-        if cut is not None:
-            end, next_start = cut
-            chunk = bytearray(b"[")
-            chunk += memoryview(buf)[:end]
-            chunk += b"]"
-            del buf[:next_start]
-            yield chunk
-    yield _tail_chunk(bytes(buf), is_array, stats)
+    yield _tail_chunk(bytes(memoryview(buf)[1:]), is_array, stats)
 
 
 def _last_boundary(buf: bytes | bytearray) -> tuple[int, int] | None:

@@ -14,6 +14,7 @@ from typing import Literal
 
 import numpy as np
 
+from torchdoctor.analysis.arrays import member
 from torchdoctor.trace.kinds import GPU_ACTIVITY_KINDS, Kind
 from torchdoctor.trace.table import TraceTable
 
@@ -78,12 +79,12 @@ def find_steps(table: TraceTable) -> Steps:
 
 
 def _step_rows(table: TraceTable) -> tuple[np.ndarray, StepSource, list[int]]:
-    cpu = np.isin(table.kind, np.array(_CPU_RANGE_KINDS, dtype=np.uint8))
+    cpu = member(table.kind, np.array(_CPU_RANGE_KINDS, dtype=np.uint8))
     codes = {
         c: int(m.group(1)) for c, n in enumerate(table.names) if (m := _PROFILER_STEP.match(n))
     }
     if codes:
-        rows = np.flatnonzero(cpu & np.isin(table.name, list(codes)))
+        rows = np.flatnonzero(cpu & member(table.name, list(codes)))
         rows = _first_per_number(rows, [codes[int(table.name[r])] for r in rows])
         if len(rows):
             return rows, "profiler-step", [codes[int(table.name[r])] for r in rows]
@@ -91,7 +92,7 @@ def _step_rows(table: TraceTable) -> tuple[np.ndarray, StepSource, list[int]]:
         ("optimizer-step", "Optimizer.step#"),
         ("dataloader", "enumerate(DataLoader)#"),
     ):
-        rows = np.flatnonzero(cpu & np.isin(table.name, table.codes_matching(_starts(prefix))))
+        rows = np.flatnonzero(cpu & member(table.name, table.codes_matching(_starts(prefix))))
         rows = _outermost(table, rows)
         if len(rows) >= 2:
             return rows, source, list(range(len(rows)))  # type: ignore[return-value]
@@ -127,11 +128,11 @@ def _device_end_after(table: TraceTable, start: float, cpu_end: float) -> float:
     """End of the device work launched between ``start`` and ``cpu_end`` (-inf if none)."""
     launch_kinds = np.array((Kind.RUNTIME, Kind.DRIVER), dtype=np.uint8)
     launches = np.flatnonzero(
-        np.isin(table.kind, launch_kinds) & (table.ts >= start) & (table.ts <= cpu_end)
+        member(table.kind, launch_kinds) & (table.ts >= start) & (table.ts <= cpu_end)
     )
     corr = table.corr[launches]
-    gpu = np.isin(table.kind, np.array(GPU_ACTIVITY_KINDS, dtype=np.uint8))
-    rows = np.flatnonzero(gpu & np.isin(table.corr, corr[corr >= 0]))
+    gpu = member(table.kind, np.array(GPU_ACTIVITY_KINDS, dtype=np.uint8))
+    rows = np.flatnonzero(gpu & member(table.corr, corr[corr >= 0]))
     return float((table.ts[rows] + table.dur[rows]).max()) if len(rows) else -np.inf
 
 

@@ -7,6 +7,7 @@ from typing import Any
 
 import numpy as np
 
+from torchdoctor.analysis.arrays import member
 from torchdoctor.trace.kinds import GPU_ACTIVITY_KINDS, Kind
 
 
@@ -97,7 +98,7 @@ class TraceTable:
 
     def of_kind(self, *kinds: Kind) -> np.ndarray:
         """Row indices of the given kinds, in time order."""
-        return np.flatnonzero(np.isin(self.kind, np.array(kinds, dtype=np.uint8)))
+        return np.flatnonzero(member(self.kind, np.array(kinds, dtype=np.uint8)))
 
     def gpu_rows(self) -> np.ndarray:
         """Row indices of kernels, memcpys and memsets."""
@@ -116,11 +117,11 @@ class TraceTable:
 
     def rows_named(self, predicate: Any, *kinds: Kind) -> np.ndarray:
         """Row indices whose name satisfies ``predicate`` (optionally of the given kinds)."""
-        mask = np.isin(self.name, self.codes_matching(predicate))
+        mask = member(self.name, self.codes_matching(predicate))
         if kinds:
-            mask &= np.isin(self.kind, np.array(kinds, dtype=np.uint8))
+            mask &= member(self.kind, np.array(kinds, dtype=np.uint8))
         return np.flatnonzero(mask)
 
     @property
     def has_gpu(self) -> bool:
-        return bool(np.isin(self.kind, np.array(GPU_ACTIVITY_KINDS, dtype=np.uint8)).any())
+        return bool(member(self.kind, np.array(GPU_ACTIVITY_KINDS, dtype=np.uint8)).any())
