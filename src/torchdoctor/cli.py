@@ -259,6 +259,9 @@ def main() -> None:
         if not (_done_early and exc.code in (None, 0)):
             raise
     if _done_early:
+        import atexit
+
+        atexit._run_exitfuncs()  # what was registered still runs; only the teardown is skipped
         try:
             sys.stdout.flush()
             sys.stderr.flush()
