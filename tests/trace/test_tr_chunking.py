@@ -194,3 +194,36 @@ def test_event_chunks_api_yields_every_event_once(
     assert [e.name for e in events if type(e) is Event] == [e["name"] for e in EVENTS]
     assert [e.ts for e in events if type(e) is Instant] == [3]
     assert stats.malformed_events == 1 and stats.top_level["traceName"] == "t"
+
+
+def test_chunks_the_helper_decoded_are_not_copied_and_are_read_again_if_needed(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The main process skips copying the chunks the helper has claimed; when one of them turns
+    out to be cut inside an event (a name that looks like a boundary), its bytes are needed to
+    join it with the next one, so the file is read again in one process: same table."""
+    monkeypatch.setattr(reader, "CHUNK_BYTES", 64)
+    monkeypatch.setenv(parallel.ENV_PARALLEL, "1")
+    path = _write(tmp_path / "t.json.gz", json.dumps({"traceEvents": EVENTS}), gz=True)
+    calls: list[bool] = []
+    real = load.load_trace
+
+    def spy(p: Any, parallel: bool = True) -> Any:
+        calls.append(parallel)
+        return real(p, parallel)
+
+    skipped: list[int] = []
+    real_split = reader._split_array
+
+    def count(*args: Any) -> Any:
+        for chunk in real_split(*args):
+            skipped.append(isinstance(chunk, reader.Skipped))
+            yield chunk
+
+    monkeypatch.setattr(load, "load_trace", spy)
+    monkeypatch.setattr(reader, "_split_array", count)
+    load.prefetch(path)
+    time.sleep(0.5)  # the helper claims every chunk before the main process starts
+    assert_matches(load.load_trace(path), EVENTS)
+    assert any(skipped)  # chunks were skipped, not copied
+    assert calls == [True, False]  # and one of them was needed: read again, in one process

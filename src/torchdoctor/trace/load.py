@@ -16,7 +16,15 @@ from torchdoctor.trace.columns import INT_COLS, ChunkColumns, Interned, chunk_co
 from torchdoctor.trace.events import BadChunk, decode_events
 from torchdoctor.trace.kinds import CATEGORY_KIND
 from torchdoctor.trace.parallel import Helper, ordered_map, start_helper
-from torchdoctor.trace.reader import ReadStats, footer_keys, iter_json_chunks, join_chunks
+from torchdoctor.trace.reader import (
+    NeedBytes,
+    ReadStats,
+    Skipped,
+    chunk_bytes,
+    footer_keys,
+    iter_json_chunks,
+    join_chunks,
+)
 from torchdoctor.trace.table import MemoryEvents, TraceMeta, TraceTable
 
 TRACE_SUFFIXES = (".json", ".json.gz", ".pt.trace.json", ".pt.trace.json.gz")
@@ -104,8 +112,11 @@ def load_trace(path: str | Path, parallel: bool = True) -> TraceTable:
     p = Path(path)
     stats = ReadStats()
     builder = _Builder()
-    for columns in _chunk_columns(p, stats, parallel):
-        builder.add(columns)
+    try:
+        for columns in _chunk_columns(p, stats, parallel):
+            builder.add(columns)
+    except NeedBytes:  # a chunk the helper had was needed here after all: read it all again
+        return load_trace(p, parallel=False)
     return _finish(p, builder, stats)
 
 
@@ -139,22 +150,25 @@ def decoded_chunks(
     carry: bytearray | None = None  # a chunk that ended inside an event, waiting for the next
     helper = _helper_for(p, decode) if parallel else None
     # closing(): on an error the helper is stopped now, not when the traceback is collected
-    with contextlib.closing(ordered_map(decode, iter_json_chunks(p, stats), helper)) as rs:
+    skip = helper.taken if helper is not None else None
+    chunks = iter_json_chunks(p, stats, skip)
+    with contextlib.closing(ordered_map(decode, chunks, helper)) as rs:
         for raw, result in rs:
             chunk = raw
             if carry is not None:
-                chunk, carry = join_chunks(carry, raw), None
+                chunk, carry = join_chunks(carry, chunk_bytes(raw)), None
                 result = decode(chunk)
             if not isinstance(result, BadChunk):
                 yield result
             elif result.trailing_at >= 0:
+                chunk = chunk_bytes(chunk)
                 end = chunk.rfind(b"]", 0, result.trailing_at) + 1  # the array's true end
                 yield _decoded(p, chunk[:end], decode)
                 rest = bytes(chunk[end:-1]) + _text_after(raw, rs, stats)
                 stats.tail_keys = footer_keys(rest, stats.is_array)
                 break
             elif result.truncated:
-                carry = chunk
+                carry = chunk_bytes(chunk)
             else:
                 raise TraceError(f"{p}: invalid JSON in traceEvents: {_reason(result)}")
     if carry is not None or stats.tail_keys is None:
@@ -215,13 +229,15 @@ def _decoded(p: Path, data: bytearray, decode: Callable[[bytearray], Any]) -> An
     return result
 
 
-def _text_after(raw: bytearray, rest: Iterator[tuple[bytearray, Any]], stats: ReadStats) -> bytes:
+def _text_after(
+    raw: bytearray | Skipped, rest: Iterator[tuple[bytearray | Skipped, Any]], stats: ReadStats
+) -> bytes:
     """The file's text after chunk ``raw``'s events (the chunks left, then the tail)."""
     parts = []
     while raw is not stats.tail_chunk:
         parts.append(b",")
         raw = next(rest)[0]
-        parts.append(bytes(raw[1:-1]))
+        parts.append(bytes(chunk_bytes(raw)[1:-1]))
     parts.append(stats.tail_rest)
     return b"".join(parts)
 

@@ -23,6 +23,8 @@ from collections import deque
 from collections.abc import Callable, Generator, Iterable
 from typing import Any
 
+from torchdoctor.trace.reader import Skipped, chunk_bytes
+
 ENV_PARALLEL = "TORCHDOCTOR_PARALLEL_LOAD"
 """0: load traces in one process; 1: always use a helper (where fork exists); unset: decide."""
 _SLOTS = 1 << 16  # chunks the helper may claim (256 GB of JSON at 4 MiB a chunk)
@@ -72,7 +74,7 @@ class Helper:
         self._ready: dict[int, tuple[int, int, int]] = {}  # index -> (offset, length, chunk bytes)
         self._rfd = -1
 
-    def start(self, source: Callable[[], Iterable[bytearray]]) -> Helper:
+    def start(self, source: Callable[[], Iterable[bytearray | Skipped]]) -> Helper:
         rfd, wfd = os.pipe()
         import warnings
 
@@ -87,6 +89,10 @@ class Helper:
         os.close(wfd)
         self.pid, self._rfd, self.alive = pid, rfd, True
         return self
+
+    def taken(self, index: int) -> bool:
+        """Whether the helper has claimed chunk ``index`` (so the main process need not copy it)."""
+        return index < _SLOTS and not self._claims.closed and self._claims[index] == _HELPER
 
     def claim(self, index: int) -> bool:
         """True if the main process should compute chunk ``index`` (the helper has not)."""
@@ -166,7 +172,9 @@ class Helper:
 
 
 def start_helper(
-    fn: Callable[[bytearray], Any], source: Callable[[], Iterable[bytearray]], arena_bytes: int
+    fn: Callable[[bytearray], Any],
+    source: Callable[[], Iterable[bytearray | Skipped]],
+    arena_bytes: int,
 ) -> Helper | None:
     """A running helper, or None where one cannot help (see ``parallel_available``)."""
     if not parallel_available():
@@ -178,17 +186,20 @@ def start_helper(
 
 
 def ordered_map(
-    fn: Callable[[bytearray], Any], chunks: Iterable[bytearray], helper: Helper | None = None
-) -> Generator[tuple[bytearray, Any], None, None]:
+    fn: Callable[[bytearray], Any],
+    chunks: Iterable[bytearray | Skipped],
+    helper: Helper | None = None,
+) -> Generator[tuple[bytearray | Skipped, Any], None, None]:
     """Yield ``(chunk, fn(chunk))`` in input order, sharing the work with ``helper`` if given;
     the helper is closed when the generator finishes or is closed."""
     if helper is None:
-        yield from ((c, fn(c)) for c in chunks)
+        yield from ((c, fn(chunk_bytes(c))) for c in chunks)
         return
     try:
         pending: deque[list[Any]] = deque()  # [index, chunk, result or _PENDING], oldest first
         for index, chunk in enumerate(chunks):
-            pending.append([index, chunk, fn(chunk) if helper.claim(index) else _PENDING])
+            mine = helper.claim(index)
+            pending.append([index, chunk, fn(chunk_bytes(chunk)) if mine else _PENDING])
             helper.collect(pending, block=False)
             while pending and pending[0][2] is not _PENDING:
                 yield _settle(fn, pending.popleft())
@@ -199,15 +210,16 @@ def ordered_map(
         helper.close()
 
 
-def _settle(fn: Callable[[bytearray], Any], entry: list[Any]) -> tuple[bytearray, Any]:
-    """The entry's result, computed here if the helper could not deliver it."""
+def _settle(fn: Callable[[bytearray], Any], entry: list[Any]) -> tuple[bytearray | Skipped, Any]:
+    """The entry's result, computed here if the helper could not deliver it (a skipped chunk's
+    bytes are not here: ``NeedBytes`` tells the caller to read again)."""
     _, chunk, result = entry
-    return chunk, fn(chunk) if result is _FAILED else result
+    return chunk, fn(chunk_bytes(chunk)) if result is _FAILED else result
 
 
 def _child_main(  # pragma: no cover - runs in the forked child
     fn: Callable[[bytearray], Any],
-    source: Callable[[], Iterable[bytearray]],
+    source: Callable[[], Iterable[bytearray | Skipped]],
     claims: mmap.mmap,
     arena: mmap.mmap,
     wfd: int,
@@ -221,7 +233,7 @@ def _child_main(  # pragma: no cover - runs in the forked child
                 continue
             claims[index] = _HELPER
             try:
-                payload = pickle.dumps(fn(chunk), protocol=pickle.HIGHEST_PROTOCOL)
+                payload = pickle.dumps(fn(chunk_bytes(chunk)), protocol=pickle.HIGHEST_PROTOCOL)
             except Exception:  # the main process recomputes this chunk and sees the error itself
                 os.write(wfd, _MSG.pack(index, 0, -1, len(chunk)))
                 continue

@@ -105,17 +105,48 @@ def json_bytes_hint(path: Path) -> int | None:
     return isize if isize >= st.st_size * 4 else st.st_size * 16
 
 
-def iter_json_chunks(path: Path, stats: ReadStats) -> Iterator[bytearray]:
+class NeedBytes(Exception):
+    """A ``Skipped`` chunk's bytes were needed after all (its decoder failed, or the chunk was
+    cut inside an event): the caller reads the file again without skipping."""
+
+
+def chunk_bytes(chunk: bytearray | Skipped) -> bytearray:
+    """The chunk's bytes; NeedBytes if it was skipped."""
+    if isinstance(chunk, Skipped):
+        raise NeedBytes
+    return chunk
+
+
+class Skipped:
+    """A chunk cut but not copied out, because another process decodes it (see ``skip``).
+
+    Only its length is kept; a consumer that needs its bytes after all reads the file again.
+    """
+
+    __slots__ = ("size",)
+
+    def __init__(self, size: int) -> None:
+        self.size = size
+
+    def __len__(self) -> int:
+        return self.size
+
+
+def iter_json_chunks(
+    path: Path, stats: ReadStats, skip: Callable[[int], bool] | None = None
+) -> Iterator[bytearray | Skipped]:
     """Yield the events array as a sequence of JSON arrays (``[{..}, {..}]``), in file order.
 
     Concatenating the chunks' contents gives the array back. Top-level keys before and after the
     array go to ``stats.top_level``. Raises TraceError (one line) on anything that is not a trace.
+    Where ``skip(i)`` is true, chunk ``i`` may come as a ``Skipped`` (same cut, bytes not
+    copied); the cuts are the same either way.
     """
     with open_trace(path) as fh:
         read = _make_reader(fh, path, stats)
         buf, is_array = _seek_events(read, path, stats)
         stats.is_array = is_array
-        yield from _split_array(read, buf, is_array, path, stats)
+        yield from _split_array(read, buf, is_array, stats, skip)
 
 
 def join_chunks(first: bytearray, second: bytearray) -> bytearray:
@@ -207,27 +238,42 @@ def _parse_object_part(body: bytes) -> dict[str, Any] | None:
 
 
 def _split_array(
-    read: Callable[[], bytes], first: bytes, is_array: bool, path: Path, stats: ReadStats
-) -> Iterator[bytearray]:
+    read: Callable[[], bytes],
+    first: bytes,
+    is_array: bool,
+    stats: ReadStats,
+    skip: Callable[[int], bool] | None,
+) -> Iterator[bytearray | Skipped]:
     """Cut the events array after the last event boundary of each buffer-full."""
     # The buffer starts with "[": a cut turns the boundary's comma into "]" and hands the buffer
     # itself over as the chunk, so only the few bytes after the cut are ever copied.
     buf = bytearray(b"[")
-    buf += first
+    more, index = first, 0
     while True:
-        cut = _last_boundary(buf)
+        # A chunk to skip is cut in the new bytes alone when they hold a boundary: the last
+        # boundary of buffer + new bytes is then theirs, so the cut is the same, with no copy.
+        cut = _last_boundary(more) if skip is not None and skip(index) else None
         if cut is not None:
             end, next_start = cut
-            rest = buf[next_start:]
-            buf[end] = 0x5D  # "]"
-            del buf[end + 1 :]
-            yield buf
+            yield Skipped(len(buf) + end + 1)
             buf = bytearray(b"[")
-            buf += rest
+            buf += memoryview(more)[next_start:]
+            index += 1
+        else:
+            buf += more
+            cut = _last_boundary(buf)
+            if cut is not None:
+                end, next_start = cut
+                rest = buf[next_start:]
+                buf[end] = 0x5D  # "]"
+                del buf[end + 1 :]
+                yield buf
+                buf = bytearray(b"[")
+                buf += rest
+                index += 1
         more = read()
         if not more:
             break
-        buf += more
     yield _tail_chunk(bytes(memoryview(buf)[1:]), is_array, stats)
 
 
