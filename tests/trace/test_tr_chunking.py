@@ -227,3 +227,21 @@ def test_chunks_the_helper_decoded_are_not_copied_and_are_read_again_if_needed(
     assert_matches(load.load_trace(path), EVENTS)
     assert any(skipped)  # chunks were skipped, not copied
     assert calls == [True, False]  # and one of them was needed: read again, in one process
+
+
+@pytest.mark.parametrize("odd", [False, True])
+def test_memory_instants_read_the_same_on_the_lenient_path(tmp_path: Path, odd: bool) -> None:
+    """An odd field anywhere sends the chunk down the untyped path; memory events (their own
+    args struct) must come out the same as on the typed path."""
+    mem = {"Total Allocated": 100, "Total Reserved": 256, "Device Id": 0, "Device Type": 1}
+    events = [
+        event(0),
+        {"ph": "i", "name": "[memory]", "ts": 150, "pid": 1, "args": mem | {"Bytes": 64}},
+        {"ph": "i", "name": "[memory]", "ts": 151, "args": mem | {"Bytes": "-32"}},
+        event(2, pid=[1] if odd else 1),
+    ]
+    table = load_trace(_write(tmp_path / "t.json", json.dumps({"traceEvents": events})))
+    assert table.memory.nbytes.tolist() == [64, -32]
+    assert table.memory.total_reserved.tolist() == [256, 256]
+    assert table.memory.device_type.tolist() == [1, 1]
+    assert len(table) == 2

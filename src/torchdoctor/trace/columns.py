@@ -127,7 +127,7 @@ def _intern_names(names: list[Any]) -> Interned:
         return intern([n if isinstance(n, str) else str(n) for n in names])
 
 
-def _float_column(events: Sequence[Event], attr: str) -> np.ndarray:
+def _float_column(events: Sequence[Event] | Sequence[Instant], attr: str) -> np.ndarray:
     """float64 column of a numeric attribute; None becomes NaN."""
     return np.fromiter(map(_get[attr], events), dtype=np.float64, count=len(events))
 
@@ -171,7 +171,7 @@ def _stream_of(tid: Any) -> int:
     return -1
 
 
-def _memory_block(events: Sequence[Event]) -> np.ndarray:
+def _memory_block(events: Sequence[Instant]) -> np.ndarray:
     """Memory events as a (n, 6) float64 block: ts, allocated, reserved, device, type, bytes."""
     block = np.empty((len(events), 6), dtype=np.float64)
     block[:, 0] = _float_column(events, "ts")

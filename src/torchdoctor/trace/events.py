@@ -16,8 +16,9 @@ Num = int | float
 Id = int | str
 
 
-class Args(msgspec.Struct, omit_defaults=True, gc=False, frozen=True):
-    """The ``args`` fields torchdoctor reads (Kineto spells some keys with spaces and capitals).
+class Args(msgspec.Struct, gc=False, frozen=True):
+    """The ``args`` fields torchdoctor reads of a complete event (Kineto spells some keys with
+    spaces and capitals).
 
     Missing numbers default to -1 so columns build without a None check per event.
     """
@@ -27,17 +28,26 @@ class Args(msgspec.Struct, omit_defaults=True, gc=False, frozen=True):
     device: Num | str = -1
     stream: Num | str = -1
     bytes: Num | str = -1
-    # [memory] instant events (profile_memory=True)
+    # record_shapes=True: kept raw, decoded only for the few ops that need a dtype
+    input_type: msgspec.Raw = msgspec.field(default=msgspec.Raw(b""), name="Input type")
+
+
+class MemoryArgs(msgspec.Struct, gc=False, frozen=True):
+    """The ``args`` of a ``[memory]`` instant event (profile_memory=True).
+
+    A struct of its own: the fields of both kinds in one would make every complete event's
+    decode slower (about 10%), and neither kind has the other's keys.
+    """
+
     total_allocated: Num | str = msgspec.field(default=-1, name="Total Allocated")
     total_reserved: Num | str = msgspec.field(default=-1, name="Total Reserved")
     device_id: Num | str = msgspec.field(default=-1, name="Device Id")
     device_type: Num | str = msgspec.field(default=-1, name="Device Type")
     alloc_bytes: Num | str = msgspec.field(default=-1, name="Bytes")
-    # record_shapes=True: kept raw, decoded only for the few ops that need a dtype
-    input_type: msgspec.Raw = msgspec.field(default=msgspec.Raw(b""), name="Input type")
 
 
 NO_ARGS = Args()
+NO_MEMORY_ARGS = MemoryArgs()
 
 
 class Event(msgspec.Struct, gc=False, tag_field="ph", tag="X"):
@@ -52,8 +62,12 @@ class Event(msgspec.Struct, gc=False, tag_field="ph", tag="X"):
     args: Args = NO_ARGS
 
 
-class Instant(Event, tag="i"):
+class Instant(msgspec.Struct, gc=False, tag_field="ph", tag="i"):
     """An instant event (``ph: "i"``); ``[memory]`` events from profile_memory are these."""
+
+    name: Any = ""
+    ts: Num | None = None
+    args: MemoryArgs = NO_MEMORY_ARGS
 
 
 # Every other phase of the Chrome trace format decodes to an empty struct: msgspec then skips its
@@ -121,7 +135,7 @@ def decode_events(data: bytes | bytearray | memoryview) -> tuple[list[Any], int]
 _OTHER = Event()  # what coerce_event returns for a valid event of another phase
 
 
-def coerce_event(obj: object) -> Event | None:
+def coerce_event(obj: object) -> Event | Instant | None:
     """Turn one untyped JSON value into an Event or Instant, or None if it is not an object.
 
     Events of other phases come back as the ``_OTHER`` placeholder. Used only on the slow
@@ -130,44 +144,50 @@ def coerce_event(obj: object) -> Event | None:
     if not isinstance(obj, dict):
         return None
     ph = obj.get("ph")
-    cls = _PHASE_TYPES.get(ph) if isinstance(ph, str) else None
-    if cls is None:
+    args = obj.get("args")
+    if ph == "i":
+        mem = _coerce_args(args, _MEMORY_KEYS) if isinstance(args, dict) else {}
+        return Instant(name=obj.get("name", ""), ts=_opt_num(obj.get("ts")), args=MemoryArgs(**mem))
+    if ph != "X":
         return _OTHER
-    ev = cls(cat=_opt_str(obj.get("cat")), name=obj.get("name", ""))
+    ev = Event(cat=_opt_str(obj.get("cat")), name=obj.get("name", ""))
     ev.pid = _opt_id(obj.get("pid"))
     ev.tid = _opt_id(obj.get("tid"))
     ev.ts = _opt_num(obj.get("ts"))
     ev.dur = _opt_num(obj.get("dur")) or 0.0
-    args = obj.get("args")
     if isinstance(args, dict):
-        ev.args = _coerce_args(args)
+        kw: dict[str, Any] = _coerce_args(args, _EVENT_KEYS)
+        it = args.get("Input type")
+        if it is not None:
+            kw["input_type"] = msgspec.Raw(msgspec.json.encode(it))
+        ev.args = Args(**kw)
     return ev
 
 
-_PHASE_TYPES: dict[str, type[Event]] = {"X": Event, "i": Instant}
+_EVENT_KEYS = (
+    ("correlation", "correlation"),
+    ("external_id", "External id"),
+    ("device", "device"),
+    ("stream", "stream"),
+    ("bytes", "bytes"),
+)
+_MEMORY_KEYS = (
+    ("total_allocated", "Total Allocated"),
+    ("total_reserved", "Total Reserved"),
+    ("device_id", "Device Id"),
+    ("device_type", "Device Type"),
+    ("alloc_bytes", "Bytes"),
+)
 
 
-def _coerce_args(d: dict[str, Any]) -> Args:
+def _coerce_args(d: dict[str, Any], keys: tuple[tuple[str, str], ...]) -> dict[str, Any]:
+    """The fields among ``keys`` (attribute, JSON key) whose values are numbers or strings."""
     kw: dict[str, Any] = {}
-    for attr, key in (
-        ("correlation", "correlation"),
-        ("external_id", "External id"),
-        ("device", "device"),
-        ("stream", "stream"),
-        ("bytes", "bytes"),
-        ("total_allocated", "Total Allocated"),
-        ("total_reserved", "Total Reserved"),
-        ("device_id", "Device Id"),
-        ("device_type", "Device Type"),
-        ("alloc_bytes", "Bytes"),
-    ):
+    for attr, key in keys:
         v = d.get(key)
         if isinstance(v, int | float | str) and not isinstance(v, bool):
             kw[attr] = v
-    it = d.get("Input type")
-    if it is not None:
-        kw["input_type"] = msgspec.Raw(msgspec.json.encode(it))
-    return Args(**kw)
+    return kw
 
 
 def _opt_str(v: object) -> str | None:
