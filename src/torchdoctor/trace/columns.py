@@ -8,7 +8,7 @@ The work per event is a handful of C-level ``map(attrgetter)`` passes, not Pytho
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from operator import attrgetter
 from typing import Any
@@ -90,10 +90,11 @@ def build_columns(events: list[Any], malformed: int = 0) -> ChunkColumns:
     negative = int(neg.sum())
     if negative:
         dur[neg] = 0.0
-    cats = intern(list(map(_get["cat"], xs)))
+    n = len(xs)
+    cats = intern(map(_get["cat"], xs), n)
     lut = np.array([CATEGORY_KIND.get(c, Kind.OTHER) for c in cats.values], dtype=np.uint8)
     kind = lut[cats.codes] if len(xs) else np.zeros(0, dtype=np.uint8)
-    names = _intern_names(list(map(_get["name"], xs)))
+    names = _intern_names(xs)
     args = list(map(_get["args"], xs))
     ints = {k: int_column(args, a) for k, a in zip(INT_COLS, _ARG_ATTRS, strict=True)}
     _fill_gpu_location(xs, kind, ints)
@@ -102,8 +103,8 @@ def build_columns(events: list[Any], malformed: int = 0) -> ChunkColumns:
         dur=dur,
         kind=kind,
         name=names,
-        pid=intern(list(map(_get["pid"], xs))),
-        tid=intern(list(map(_get["tid"], xs))),
+        pid=intern(map(_get["pid"], xs), n),
+        tid=intern(map(_get["tid"], xs), n),
         cats=cats.values,
         ints=ints,
         memory=_memory_block(mem),
@@ -113,18 +114,29 @@ def build_columns(events: list[Any], malformed: int = 0) -> ChunkColumns:
     )
 
 
-def intern(values: list[Any]) -> Interned:
-    """Dense codes for ``values`` in order of first appearance (values must be hashable)."""
-    table = {v: i for i, v in enumerate(dict.fromkeys(values))}
-    codes = np.fromiter(map(table.__getitem__, values), dtype=np.int32, count=len(values))
+class Codes(dict[Any, int]):
+    """A value's code is its order of first appearance; a new value gets the next code."""
+
+    def __missing__(self, value: Any) -> int:
+        code = self[value] = len(self)
+        return code
+
+
+def intern(values: Iterable[Any], count: int = -1) -> Interned:
+    """Dense codes for ``values`` in order of first appearance (values must be hashable).
+
+    One C-level pass: ``dict.__getitem__`` calls Python (``__missing__``) only for new values.
+    """
+    table = Codes()
+    codes = np.fromiter(map(table.__getitem__, values), dtype=np.int32, count=count)
     return Interned(codes, list(table))
 
 
-def _intern_names(names: list[Any]) -> Interned:
+def _intern_names(xs: list[Event]) -> Interned:
     try:
-        return intern(names)
+        return intern(map(_get["name"], xs), len(xs))
     except TypeError:  # an unhashable name (a list, an object): keep its text
-        return intern([n if isinstance(n, str) else str(n) for n in names])
+        return intern([n if isinstance(n, str) else str(n) for n in map(_get["name"], xs)])
 
 
 def _float_column(events: Sequence[Event] | Sequence[Instant], attr: str) -> np.ndarray:

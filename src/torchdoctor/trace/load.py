@@ -12,7 +12,7 @@ import numpy as np
 
 from torchdoctor.errors import TraceError
 from torchdoctor.trace import reader
-from torchdoctor.trace.columns import INT_COLS, ChunkColumns, Interned, chunk_columns
+from torchdoctor.trace.columns import INT_COLS, ChunkColumns, Codes, Interned, chunk_columns
 from torchdoctor.trace.events import BadChunk, decode_events
 from torchdoctor.trace.kinds import CATEGORY_KIND
 from torchdoctor.trace.parallel import Helper, ordered_map, start_helper
@@ -41,11 +41,9 @@ _DTYPES = {
 }
 
 
-def _remap(table: dict[Any, int], part: Interned) -> np.ndarray:
+def _remap(table: Codes, part: Interned) -> np.ndarray:
     """The chunk's codes translated into ``table``'s codes (new values appended in order)."""
-    lut = np.fromiter(
-        (table.setdefault(v, len(table)) for v in part.values), np.int32, count=len(part.values)
-    )
+    lut = np.fromiter(map(table.__getitem__, part.values), np.int32, count=len(part.values))
     return lut[part.codes]
 
 
@@ -53,9 +51,9 @@ class _Builder:
     """Joins the chunks' columns in file order, re-interning their strings into shared tables."""
 
     def __init__(self) -> None:
-        self.names: dict[Any, int] = {}
-        self.pids: dict[Any, int] = {}
-        self.tids: dict[Any, int] = {}
+        self.names = Codes()
+        self.pids = Codes()
+        self.tids = Codes()
         self.cats: dict[Any, int] = {}
         self.cols: dict[str, list[np.ndarray]] = {}
         self._small: dict[str, tuple[int, int]] = {}  # (index of first small part, their bytes)
