@@ -165,7 +165,7 @@ def analyze(
         os.environ.setdefault(var, "1")
     if os.path.isfile(path):
         # A helper process starts decoding the trace now, while the analyses are imported.
-        from torchdoctor.trace.load import prefetch
+        from torchdoctor.trace.prefetch import prefetch
 
         prefetch(path)
     from torchdoctor.api import analyze as analyze_trace

@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from tests.trace.tr_reference import assert_matches
-from torchdoctor.trace import load, parallel, reader
+from torchdoctor.trace import load, parallel, prefetch, reader
 from torchdoctor.trace.events import Event, Instant
 from torchdoctor.trace.load import iter_event_chunks, load_trace
 
@@ -173,14 +173,14 @@ def test_prefetch_starts_the_helper_that_load_trace_then_uses(
     monkeypatch.setattr(reader, "CHUNK_BYTES", 200)
     monkeypatch.setenv(parallel.ENV_PARALLEL, "1")
     path = _write(tmp_path / "t.json.gz", json.dumps({"traceEvents": EVENTS}), gz=True)
-    load.prefetch(path)
-    started = load._STARTED[str(path)][1]
+    prefetch.prefetch(path)
+    started = prefetch._STARTED[str(path)][1]
     assert started.alive
     assert_matches(load_trace(path), EVENTS)
-    assert str(path) not in load._STARTED and not started.alive  # used, then stopped
-    load.prefetch(tmp_path)  # a folder: nothing to start
-    load.prefetch(tmp_path / "missing.json")
-    assert not load._STARTED
+    assert str(path) not in prefetch._STARTED and not started.alive  # used, then stopped
+    prefetch.prefetch(tmp_path)  # a folder: nothing to start
+    prefetch.prefetch(tmp_path / "missing.json")
+    assert not prefetch._STARTED
 
 
 def test_event_chunks_api_yields_every_event_once(
@@ -222,7 +222,7 @@ def test_chunks_the_helper_decoded_are_not_copied_and_are_read_again_if_needed(
 
     monkeypatch.setattr(load, "load_trace", spy)
     monkeypatch.setattr(reader, "_split_array", count)
-    load.prefetch(path)
+    prefetch.prefetch(path)
     time.sleep(0.5)  # the helper claims every chunk before the main process starts
     assert_matches(load.load_trace(path), EVENTS)
     assert any(skipped)  # chunks were skipped, not copied

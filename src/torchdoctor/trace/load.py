@@ -11,11 +11,11 @@ from typing import Any
 import numpy as np
 
 from torchdoctor.errors import TraceError
-from torchdoctor.trace import reader
 from torchdoctor.trace.columns import INT_COLS, ChunkColumns, Codes, Interned, chunk_columns
 from torchdoctor.trace.events import BadChunk, decode_events
 from torchdoctor.trace.kinds import CATEGORY_KIND
-from torchdoctor.trace.parallel import Helper, ordered_map, start_helper
+from torchdoctor.trace.parallel import ordered_map
+from torchdoctor.trace.prefetch import helper_for
 from torchdoctor.trace.reader import (
     NeedBytes,
     ReadStats,
@@ -146,7 +146,7 @@ def decoded_chunks(
     trailing characters holds the array's true end; any other syntax error is in the file.
     """
     carry: bytearray | None = None  # a chunk that ended inside an event, waiting for the next
-    helper = _helper_for(p, decode) if parallel else None
+    helper = helper_for(p, decode) if parallel else None
     # closing(): on an error the helper is stopped now, not when the traceback is collected
     skip = helper.taken if helper is not None else None
     chunks = iter_json_chunks(p, stats, skip)
@@ -172,52 +172,6 @@ def decoded_chunks(
     if carry is not None or stats.tail_keys is None:
         raise TraceError(f"{p}: truncated or invalid JSON in traceEvents")
     stats.top_level.update(stats.tail_keys)
-
-
-_STARTED: dict[str, tuple[Callable[[bytearray], Any], Helper]] = {}
-
-
-def prefetch(path: str | Path) -> None:
-    """Start decoding a trace file in a forked helper now, for a ``load_trace`` of it to come.
-
-    ``analyze`` calls this before importing the analyses, so the helper's first chunks overlap
-    the main process's imports. Does nothing where a helper would not help.
-    """
-    p = Path(path)
-    key = str(p)
-    if key not in _STARTED:
-        helper = _start(p, chunk_columns)
-        if helper is not None:
-            import atexit
-
-            _STARTED[key] = (chunk_columns, helper)
-            atexit.register(_stop_started)
-
-
-def _stop_started() -> None:
-    for _, helper in _STARTED.values():
-        helper.close()
-    _STARTED.clear()
-
-
-def _helper_for(p: Path, decode: Callable[[bytearray], Any]) -> Helper | None:
-    started = _STARTED.pop(str(p), None)
-    if started is not None:
-        if started[0] is decode and started[1].alive:
-            return started[1]
-        started[1].close()
-    return _start(p, decode)
-
-
-def _start(p: Path, decode: Callable[[bytearray], Any]) -> Helper | None:
-    """A helper for a regular file of more than one chunk (a pipe cannot be read twice)."""
-    size = reader.json_bytes_hint(p)
-    if size is None or size <= reader.CHUNK_BYTES:
-        return None
-    # The helper's results (about a quarter of the JSON's bytes) go to an arena of shared memory,
-    # freed page by page as they are read; past its end the main process does the rest.
-    arena = min(max(size // 2, 64 << 20), 4 << 30)
-    return start_helper(decode, lambda: iter_json_chunks(p, ReadStats()), arena)
 
 
 def _decoded(p: Path, data: bytearray, decode: Callable[[bytearray], Any]) -> Any:

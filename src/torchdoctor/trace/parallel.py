@@ -64,7 +64,7 @@ class Helper:
     (the file read again); a result whose chunk length differs is recomputed by the main process.
     """
 
-    def __init__(self, fn: Callable[[bytearray], Any], arena_bytes: int) -> None:
+    def __init__(self, fn: Callable[[bytearray], Any] | str, arena_bytes: int) -> None:
         self.fn = fn
         self.pid = -1
         self.alive = False
@@ -172,7 +172,7 @@ class Helper:
 
 
 def start_helper(
-    fn: Callable[[bytearray], Any],
+    fn: Callable[[bytearray], Any] | str,
     source: Callable[[], Iterable[bytearray | Skipped]],
     arena_bytes: int,
 ) -> Helper | None:
@@ -218,7 +218,7 @@ def _settle(fn: Callable[[bytearray], Any], entry: list[Any]) -> tuple[bytearray
 
 
 def _child_main(  # pragma: no cover - runs in the forked child
-    fn: Callable[[bytearray], Any],
+    fn: Callable[[bytearray], Any] | str,
     source: Callable[[], Iterable[bytearray | Skipped]],
     claims: mmap.mmap,
     arena: mmap.mmap,
@@ -226,6 +226,12 @@ def _child_main(  # pragma: no cover - runs in the forked child
 ) -> None:
     status, pos, page = 0, 0, mmap.PAGESIZE
     try:
+        if isinstance(fn, str):  # "module:function", imported here rather than before the fork
+            import importlib
+
+            module, name = fn.split(":")
+            fn = getattr(importlib.import_module(module), name)
+        assert callable(fn)
         for index, chunk in enumerate(source()):
             if index >= _SLOTS:
                 break
