@@ -25,6 +25,7 @@ from bench_common import (
     LOAD_SCRIPT,
     TRACES,
     Series,
+    compile_bytecode,
     environment,
     fmt,
     hta_python,
@@ -44,6 +45,7 @@ def main() -> None:
     hta = None if args.no_hta else hta_python(args.hta_python)
     traces = _traces(args.traces)
     print(environment())
+    print(compile_bytecode())
     with tempfile.TemporaryDirectory(prefix="td-bench-") as tmp:
         dirs = _one_trace_dirs(traces, Path(tmp))
         series = _measure(dirs, hta, args.repeats, args.timeout)

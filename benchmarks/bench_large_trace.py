@@ -31,6 +31,7 @@ from bench_common import (
     LOAD_SCRIPT,
     TRACES,
     Run,
+    compile_bytecode,
     environment,
     fmt,
     hta_python,
@@ -54,6 +55,7 @@ def main() -> None:
         return
     hta = None if args.no_hta else hta_python(args.hta_python)
     print(environment())
+    print(compile_bytecode())
     with tempfile.TemporaryDirectory(prefix="td-large-") as tmp:
         trace_dir = Path(tmp) / "trace"
         trace_dir.mkdir()

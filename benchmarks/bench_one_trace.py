@@ -27,6 +27,7 @@ from pathlib import Path
 from bench_common import (
     HTA_SCRIPT,
     TRACES,
+    compile_bytecode,
     environment,
     hta_python,
     print_table,
@@ -73,6 +74,8 @@ def main() -> None:
     if hta is None:
         sys.exit("HTA is needed for this benchmark")
     print(environment())
+    extra = [Path(args.baseline_src).resolve()] if args.baseline_src else []
+    print(compile_bytecode(*extra))
     with tempfile.TemporaryDirectory(prefix="td-one-") as tmp:
         folder = Path(tmp) / "one"
         folder.mkdir()

@@ -30,7 +30,15 @@ from pathlib import Path
 from typing import Any
 
 import msgspec
-from bench_common import HTA_SCRIPT, TRACES, environment, fmt, hta_python, print_table
+from bench_common import (
+    HTA_SCRIPT,
+    TRACES,
+    compile_bytecode,
+    environment,
+    fmt,
+    hta_python,
+    print_table,
+)
 from bench_large_trace import _max_id, _shifter
 
 _PAGE = os.sysconf("SC_PAGE_SIZE")
@@ -40,6 +48,7 @@ def main() -> None:
     args = _parse_args()
     hta = None if args.no_hta else hta_python(args.hta_python)
     print(environment())
+    print(compile_bytecode())
     with tempfile.TemporaryDirectory(prefix="td-ranks-") as tmp:
         folder = Path(tmp) / "ranks"
         start = time.perf_counter()
