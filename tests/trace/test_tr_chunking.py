@@ -245,3 +245,23 @@ def test_memory_instants_read_the_same_on_the_lenient_path(tmp_path: Path, odd: 
     assert table.memory.total_reserved.tolist() == [256, 256]
     assert table.memory.device_type.tolist() == [1, 1]
     assert len(table) == 2
+
+
+def _stuck_in_helper(chunk: bytearray) -> int:
+    if os.getpid() != PARENT:
+        time.sleep(3600)  # the helper hangs
+    return int(bytes(chunk).strip(b"[]")) * 2
+
+
+def test_a_stuck_helper_is_given_up_on(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(parallel.ENV_PARALLEL, "1")
+    monkeypatch.setattr(parallel, "_STALL_S", 0.5)
+    chunks = [bytearray(b"[%d]" % i) for i in range(6)]
+    helper = parallel.start_helper(_stuck_in_helper, lambda: chunks, 1 << 20)
+    assert helper is not None
+    pid = helper.pid
+    time.sleep(0.2)  # the helper claims the first chunk and hangs on it
+    out = list(parallel.ordered_map(_stuck_in_helper, chunks, helper))
+    assert [r for _, r in out] == [2 * i for i in range(6)]
+    with pytest.raises(ChildProcessError):
+        os.waitpid(pid, os.WNOHANG)  # killed and reaped

@@ -29,6 +29,7 @@ ENV_PARALLEL = "TORCHDOCTOR_PARALLEL_LOAD"
 """0: load traces in one process; 1: always use a helper (where fork exists); unset: decide."""
 _SLOTS = 1 << 16  # chunks the helper may claim (256 GB of JSON at 4 MiB a chunk)
 _MAIN, _HELPER = 1, 2
+_STALL_S = 60.0  # seconds the main process waits for one chunk before doing it itself
 _MSG = struct.Struct("<qqqq")  # chunk index, offset in the arena, length (-1: failed), chunk bytes
 _PENDING = object()
 _FAILED = object()
@@ -143,7 +144,10 @@ class Helper:
 
         if not self.alive:
             return
-        if not wait and not select.select([self._rfd], [], [], 0)[0]:
+        if not select.select([self._rfd], [], [], _STALL_S if wait else 0)[0]:
+            if wait:  # a chunk takes milliseconds: a helper this late is stuck, do it here
+                _kill(self.pid)
+                self.alive = False
             return
         data = os.read(self._rfd, _MSG.size * 256)
         if not data:  # the helper exited: what it has not sent, the main process computes
