@@ -35,6 +35,7 @@ def median(values: np.ndarray) -> float:
 
 
 _LUT_MAX = 1 << 24
+_FEW = 8
 
 
 def member(values: np.ndarray, wanted: object) -> np.ndarray:
@@ -47,6 +48,13 @@ def member(values: np.ndarray, wanted: object) -> np.ndarray:
     want = np.asarray(wanted).ravel()
     if values.dtype.kind not in "iu" or want.dtype.kind not in "iu" or not len(values):
         return np.isin(values, want)
+    if values.dtype.itemsize == 1 and len(want) <= _FEW:
+        # A few kinds: byte comparisons (vectorised, no index conversion) beat a table lookup.
+        mask = np.zeros(len(values), dtype=bool)
+        for w in sorted(set(want.tolist())):
+            if np.iinfo(values.dtype).min <= w <= np.iinfo(values.dtype).max:
+                mask |= values == w
+        return mask
     if values.dtype == np.uint8:
         lo, hi = 0, 255
     else:
