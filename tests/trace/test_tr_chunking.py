@@ -265,3 +265,21 @@ def test_a_stuck_helper_is_given_up_on(monkeypatch: pytest.MonkeyPatch) -> None:
     assert [r for _, r in out] == [2 * i for i in range(6)]
     with pytest.raises(ChildProcessError):
         os.waitpid(pid, os.WNOHANG)  # killed and reaped
+
+
+def _raises_in_helper(chunk: bytearray) -> int:
+    if os.getpid() != PARENT and chunk.startswith(b"[2"):
+        raise ValueError("only in the helper")
+    return int(bytes(chunk).strip(b"[]")) * 2
+
+
+def test_a_chunk_the_helper_fails_on_is_done_by_the_main_process(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv(parallel.ENV_PARALLEL, "1")
+    chunks = [bytearray(b"[%d]" % i) for i in range(30)]
+    helper = parallel.start_helper(_raises_in_helper, lambda: chunks, 1 << 20)
+    assert helper is not None
+    time.sleep(0.2)  # the helper claims (and fails on) chunks 2 and 20-29 before we start
+    out = list(parallel.ordered_map(_raises_in_helper, chunks, helper))
+    assert [r for _, r in out] == [2 * i for i in range(30)]
