@@ -112,7 +112,9 @@ def _helper(chunks: list[bytearray]) -> parallel.Helper:
 def test_helper_death_falls_back_to_the_main_process(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv(parallel.ENV_PARALLEL, "1")
     chunks = [bytearray(b"[%d]" % i) for i in range(10)]
-    out = list(parallel.ordered_map(_double, chunks, _helper(chunks)))
+    helper = _helper(chunks)
+    _wait_for_exit(helper)  # it has sent chunks 0-2 and died on chunk 3
+    out = list(parallel.ordered_map(_double, chunks, helper))
     assert [bytes(c) for c, _ in out] == [bytes(c) for c in chunks]
     assert [r for _, r in out] == [2 * i for i in range(10)]
 
@@ -150,6 +152,7 @@ def test_a_helper_reading_another_file_is_not_trusted(monkeypatch: pytest.Monkey
     other = [bytearray(b"[%d ]" % (i + 100)) for i in range(10)]  # the file changed under it
     helper = parallel.start_helper(_double, lambda: other, 1 << 20)
     assert helper is not None
+    _wait_for_exit(helper)  # it has decoded every chunk of the other file
     out = list(parallel.ordered_map(_double, chunks, helper))
     assert [r for _, r in out] == [2 * i for i in range(10)]
 
@@ -223,7 +226,7 @@ def test_chunks_the_helper_decoded_are_not_copied_and_are_read_again_if_needed(
     monkeypatch.setattr(load, "load_trace", spy)
     monkeypatch.setattr(reader, "_split_array", count)
     prefetch.prefetch(path)
-    time.sleep(0.5)  # the helper claims every chunk before the main process starts
+    _wait_for_exit(prefetch._STARTED[str(path)][1])  # it claims every chunk before we start
     assert_matches(load.load_trace(path), EVENTS)
     assert any(skipped)  # chunks were skipped, not copied
     assert calls == [True, False]  # and one of them was needed: read again, in one process
@@ -280,6 +283,14 @@ def test_a_chunk_the_helper_fails_on_is_done_by_the_main_process(
     chunks = [bytearray(b"[%d]" % i) for i in range(30)]
     helper = parallel.start_helper(_raises_in_helper, lambda: chunks, 1 << 20)
     assert helper is not None
-    time.sleep(0.2)  # the helper claims (and fails on) chunks 2 and 20-29 before we start
+    _wait_for_exit(helper)  # it has claimed (and failed on) chunks 2 and 20-29 before we start
     out = list(parallel.ordered_map(_raises_in_helper, chunks, helper))
     assert [r for _, r in out] == [2 * i for i in range(30)]
+
+
+def _wait_for_exit(helper: parallel.Helper) -> None:
+    """Wait until the helper has gone through every chunk and exited (it is reaped here)."""
+    deadline = time.monotonic() + 30
+    while os.waitpid(helper.pid, os.WNOHANG)[0] == 0:
+        assert time.monotonic() < deadline, "the helper never finished"
+        time.sleep(0.01)

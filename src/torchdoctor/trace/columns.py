@@ -93,7 +93,7 @@ def build_columns(events: list[Any], malformed: int = 0) -> ChunkColumns:
     n = len(xs)
     cats = intern(map(_get["cat"], xs), n)
     lut = np.array([CATEGORY_KIND.get(c, Kind.OTHER) for c in cats.values], dtype=np.uint8)
-    kind = lut[cats.codes] if len(xs) else np.zeros(0, dtype=np.uint8)
+    kind = lut[cats.codes] if n else np.zeros(0, dtype=np.uint8)
     names = _intern_names(xs)
     args = list(map(_get["args"], xs))
     ints = {k: int_column(args, a) for k, a in zip(INT_COLS, _ARG_ATTRS, strict=True)}

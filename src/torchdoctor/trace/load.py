@@ -104,8 +104,8 @@ def load_trace(path: str | Path, parallel: bool = True) -> TraceTable:
 
     With ``parallel`` (the default), a forked helper decodes part of the chunks of a file bigger
     than one chunk when a CPU is idle (or the one ``prefetch`` started); the table is the same
-    either way. Raises TraceError with a one-line message
-    for anything that is not a readable trace.
+    either way. Raises TraceError with a one-line message for anything that is not a readable
+    trace.
     """
     p = Path(path)
     stats = ReadStats()
@@ -147,9 +147,9 @@ def decoded_chunks(
     """
     carry: bytearray | None = None  # a chunk that ended inside an event, waiting for the next
     helper = helper_for(p, decode) if parallel else None
+    # The chunks the helper has claimed are cut but not copied out (see ``Skipped``).
+    chunks = iter_json_chunks(p, stats, helper.taken if helper is not None else None)
     # closing(): on an error the helper is stopped now, not when the traceback is collected
-    skip = helper.taken if helper is not None else None
-    chunks = iter_json_chunks(p, stats, skip)
     with contextlib.closing(ordered_map(decode, chunks, helper)) as rs:
         for raw, result in rs:
             chunk = raw
