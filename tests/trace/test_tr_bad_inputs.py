@@ -54,6 +54,10 @@ BAD_FILES: dict[str, tuple[Callable[[Path], Path], str]] = {
         "gzip",
     ),
     "truncated JSON": (lambda d: _write(d / "t.json", GOOD[: len(GOOD) // 2]), "truncated"),
+    "truncated inside a number": (  # cut as a copy interrupted mid-write would be
+        lambda d: _write(d / "t.json", GOOD[: GOOD.rindex(b'"ts": ') + 8]),
+        "truncated",
+    ),
     "truncated after key": (
         lambda d: _write(d / "t.json", b'{"traceEvents":   '),
         "truncated JSON after traceEvents",

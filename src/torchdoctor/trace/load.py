@@ -167,6 +167,10 @@ def decoded_chunks(
                 break
             elif result.truncated:
                 carry = chunk_bytes(chunk)
+            elif raw is stats.tail_chunk and stats.tail_keys is None:
+                # The file ends inside an event (no "]" and closing keys after it): a file cut
+                # short, whatever msgspec says of the last bytes ("expected ',' or '}'").
+                raise TraceError(f"{p}: truncated or invalid JSON in traceEvents")
             else:
                 raise TraceError(f"{p}: invalid JSON in traceEvents: {_reason(result)}")
     if carry is not None or stats.tail_keys is None:
