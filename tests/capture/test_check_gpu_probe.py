@@ -133,8 +133,8 @@ class TestOomWatch:
         state, mocks = two_gpus
         watch = gpu_probe.OomWatch(torch.cuda, tmp_path, gpu_probe.snapshot_name(3))
         assert gpu_probe.attach_oom_watch(torch._C, watch)
-        (observer,) = state.observers
-        observer(1, 2 * GIB, 75 * GIB, GIB)  # the allocator's four arguments
+        assert len(state.observers) == 1
+        state.raise_oom(1, 2 * GIB, free_bytes=GIB)  # the allocator's four arguments
         assert (tmp_path / "memory_snapshot_rank3.pickle").exists()
         rec = watch.record()
         assert rec["observed_ooms"] == 1 and rec["snapshot_at"] == "oom observer"
@@ -142,7 +142,7 @@ class TestOomWatch:
             {
                 "device": 1,
                 "tried_bytes": 2 * GIB,
-                "device_allocated_bytes": 75 * GIB,
+                "device_limit_bytes": state.devices[1].total_bytes,  # not what is allocated
                 "device_free_bytes": GIB,
             }
         ]

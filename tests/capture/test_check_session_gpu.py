@@ -130,7 +130,7 @@ def test_oom_the_script_caught_is_recorded_with_its_snapshot(fake_gpu: Any, tmp_
         _train(2)
         # the allocator calls the observer, the script catches the OOM and carries on
         (observer,) = fake_gpu.state.observers
-        observer(1, 4 * GIB, 70 * GIB, GIB)
+        fake_gpu.state.raise_oom(1, 4 * GIB, free_bytes=GIB)
         _train(2)
     finally:
         session.uninstall()
@@ -140,6 +140,7 @@ def test_oom_the_script_caught_is_recorded_with_its_snapshot(fake_gpu: Any, tmp_
     rec = finish_record(session, outcome, "t.py", [])
     seen = rec["gpu"]["oom_observer"]
     assert seen["observed_ooms"] == 1 and seen["observed"][0]["tried_bytes"] == 4 * GIB
+    assert seen["observed"][0]["device_limit_bytes"] == 80 * GIB  # cuda:1's total memory
     assert seen["snapshot_file"] == "memory_snapshot_rank1.pickle"
     assert (tmp_path / "memory_snapshot_rank1.pickle").exists() and "oom" not in rec
     observer(1, GIB, 0, 0)  # after the run the observer (torch cannot detach it) does nothing

@@ -336,8 +336,10 @@ class OomWatch:
         self.error: str | None = None
         self.active = True
 
-    def __call__(self, device: int, alloc: int, device_alloc: int, device_free: int) -> None:
-        """The allocator calls this (with the GIL) before it raises OutOfMemoryError."""
+    def __call__(self, device: int, alloc: int, device_limit: int, device_free: int) -> None:
+        """The allocator calls this (with the GIL) before it raises OutOfMemoryError, with the
+        device, the request, the memory the process may use (the device's total, or its
+        per-process fraction) and the driver's free memory (c10/cuda/CUDACachingAllocator.cpp)."""
         if not self.active:
             return
         self.count += 1
@@ -346,7 +348,7 @@ class OomWatch:
                 {
                     "device": int(device),
                     "tried_bytes": int(alloc),
-                    "device_allocated_bytes": int(device_alloc),
+                    "device_limit_bytes": int(device_limit),
                     "device_free_bytes": int(device_free),
                 }
             )
