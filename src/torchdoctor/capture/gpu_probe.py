@@ -225,32 +225,39 @@ def is_oom(exc: BaseException) -> bool:
     return name == "OutOfMemoryError" or "out of memory" in str(exc).lower()[:200]
 
 
-_LIBRARY_DIRS = frozenset({"torch", "torchdoctor"})
-
-
-def user_frame(frames: list[dict[str, Any]]) -> str:
+def user_frame(frames: list[dict[str, Any]], library_dirs: tuple[str, ...] | None = None) -> str:
     """ "file:line" of the innermost Python frame outside torch and torchdoctor, or "".
 
-    C++ frames (a snapshot recorded with ``stacks="all"``), CPython's own and ``??`` frames are
-    skipped: only a ``.py`` file is a line a user can open."""
+    ``library_dirs``: the package folders to skip (default: where torch and torchdoctor are
+    installed; a user's folder that is merely named ``torch`` is not skipped). C++ frames (a
+    snapshot recorded with ``stacks="all"``), CPython's own and ``??`` frames are skipped: only a
+    ``.py`` file is a line a user can open."""
+    if library_dirs is None:
+        from torchdoctor.capture.syncs import library_dirs as installed
+
+        library_dirs = installed()
     for f in frames:
         filename = str(f.get("filename", ""))
-        if not filename.endswith(".py"):
-            continue
-        if _LIBRARY_DIRS.intersection(Path(filename).parts[:-1]):
+        if not filename.endswith(".py") or filename.startswith(library_dirs):
             continue
         return f"{filename}:{f.get('line', 0)}"
     return ""
 
 
-def largest_blocks(snapshot: dict[str, Any], top: int = 5) -> list[dict[str, Any]]:
+def largest_blocks(
+    snapshot: dict[str, Any], top: int = 5, library_dirs: tuple[str, ...] | None = None
+) -> list[dict[str, Any]]:
     """The largest live allocations in a memory snapshot, with their allocation frame if the
-    allocator history was recorded."""
+    allocator history was recorded (``library_dirs`` as for :func:`user_frame`)."""
+    if library_dirs is None:
+        from torchdoctor.capture.syncs import library_dirs as installed
+
+        library_dirs = installed()
     blocks: list[dict[str, Any]] = []
     for seg in snapshot.get("segments", []):
         for block in seg.get("blocks", []):
             if block.get("state") == "active_allocated":
-                where = user_frame(block.get("frames") or [])
+                where = user_frame(block.get("frames") or [], library_dirs)
                 blocks.append({"bytes": int(block.get("size", 0)), "where": where})
     blocks.sort(key=lambda b: -b["bytes"])
     return blocks[:top]
