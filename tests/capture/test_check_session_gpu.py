@@ -162,3 +162,33 @@ def test_no_cuda_probe_on_a_cpu_run(tmp_path: Path, monkeypatch: pytest.MonkeyPa
         session.uninstall()
     assert calls == [] and session.gpu == {}
     assert SimpleNamespace(**session.steps_record()).count == 2
+
+
+def test_a_rank_on_cuda_local_rank_without_set_device_reports_its_own_gpu(
+    fake_gpu: Any, tmp_path: Path
+) -> None:
+    # Rank 1 moved its model to cuda:1 but never called set_device: the current device is 0.
+    fake_gpu.state.current = 0
+    opts = CheckOptions(warmup_steps=1, profile_steps=1, full=True)
+    session = Session(opts, tmp_path, RankInfo(rank=1, local_rank=1, world_size=2))
+    session.install()
+    try:
+        _train(4)
+    finally:
+        session.uninstall()
+    rec = session.record({"status": "completed", "code": 0, "exception": None}, "t.py", [])
+    # cuda:1's allocator statistics and NVML handle, not device 0's
+    assert rec["gpu"]["memory"]["alloc_retries"] == 2
+    assert rec["gpu"]["memory"]["peak_allocated_bytes"] == 30 * GIB
+    fake_gpu.nvml.nvmlDeviceGetHandleByPciBusId.assert_called_once_with("00000000:3B:00.0")
+
+
+def test_rank_zero_and_single_processes_keep_the_current_device(
+    fake_gpu: Any, tmp_path: Path
+) -> None:
+    from torchdoctor.capture import gpu_probe
+
+    assert gpu_probe.script_device(torch.cuda, 0) == 1  # current (cuda:1) wins for local rank 0
+    fake_gpu.state.current = 0
+    assert gpu_probe.script_device(torch.cuda, 0) == 0
+    assert gpu_probe.script_device(torch.cuda, 7) == 0  # no such device: the current one

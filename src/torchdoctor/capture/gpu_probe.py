@@ -53,6 +53,25 @@ def device_record(cuda: Any, device: int | None = None) -> dict[str, Any]:
     }
 
 
+def script_device(cuda: Any, local_rank: int = 0) -> int:
+    """The CUDA ordinal the script works on: the current device, or ``cuda:LOCAL_RANK`` when a
+    torchrun rank put its tensors there without ``torch.cuda.set_device`` (its current device
+    stays 0, so reading "the current device" would report rank 0's GPU on every rank).
+
+    Decided by evidence: the device whose caching allocator reached the higher peak."""
+    current = int(cuda.current_device())
+    if local_rank == current or not 0 <= local_rank < int(cuda.device_count()):
+        return current
+
+    def peak(device: int) -> int:
+        stats = cuda.memory_stats(device)
+        return int(
+            stats.get("allocated_bytes.all.peak", 0) or stats.get("reserved_bytes.all.peak", 0)
+        )
+
+    return local_rank if peak(local_rank) > peak(current) else current
+
+
 class NvmlSampler:
     """Samples GPU utilisation and memory through NVML in a daemon thread."""
 
