@@ -18,7 +18,9 @@ from torchdoctor.runtime.runtime import Runtime
 
 @pytest.fixture
 def one_rank_group(tmp_path: Path) -> Iterator[None]:
-    dist.init_process_group("gloo", init_method=f"file://{tmp_path / 'store'}", rank=0, world_size=1)
+    dist.init_process_group(
+        "gloo", init_method=f"file://{tmp_path / 'store'}", rank=0, world_size=1
+    )
     try:
         yield
     finally:
@@ -81,3 +83,20 @@ def test_fsdp_runs_over_a_one_rank_group(one_rank_group: None, tmp_path: Path) -
 
 def test_auto_stays_single_on_one_rank(one_rank_group: None) -> None:
     assert Runtime(precision="fp32", device="cpu").strategy.name == "single"
+
+
+@pytest.mark.parametrize("strategy", ["ddp", "fsdp"])
+def test_the_gpu_checks_dist_collectors_on_gloo(
+    one_rank_group: None, tmp_path: Path, strategy: str
+) -> None:
+    # The same code the GPU check runs under torchrun on NCCL; here only "NCCL" can fail.
+    import importlib
+    import sys
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "scripts"))
+    paths = importlib.import_module("gpu_check_paths")
+    collect = paths.collect_ddp if strategy == "ddp" else paths.collect_fsdp
+    evidence = collect(tmp_path, width=32)
+    out = paths.judge.JUDGES[strategy](evidence)
+    failed = [name for name, ok in out["checks"].items() if not ok]
+    assert failed == ["NCCL, one rank"], out

@@ -19,8 +19,8 @@ import torch
 
 import torchdoctor
 from torchdoctor.config import RuntimeConfig
-from torchdoctor.tune.workload import Workload
 from torchdoctor.tune.worker import _Loop
+from torchdoctor.tune.workload import Workload
 
 OURS = str(Path(torchdoctor.__file__).parent) + os.sep
 READS = ("item", "tolist", "cpu", "numpy", "__float__", "__int__", "__bool__", "__index__")
