@@ -8,6 +8,7 @@ never per operator, so it costs nothing measurable per step.
 from __future__ import annotations
 
 import contextlib
+import functools
 from collections import Counter
 from collections.abc import Callable
 from typing import Any
@@ -128,7 +129,7 @@ def set_backend_flags(flags: dict[str, Any]) -> None:
         target = getattr(getattr(backends, backend, None), op, None)
         if value is None or target is None:
             continue
-        if _read(lambda target=target: target.fp32_precision) != value:
+        if _read(functools.partial(getattr, target, "fp32_precision")) != value:
             target.fp32_precision = value
     if flags.get("cudnn_benchmark") is not None:
         backends.cudnn.benchmark = bool(flags["cudnn_benchmark"])

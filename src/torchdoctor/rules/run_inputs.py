@@ -44,7 +44,7 @@ class StepStats:
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> StepStats:
         step_ms = tuple(float(x) for x in d.get("step_ms") or [])
-        window = d.get("window") or ()
+        window: list[Any] = list(d.get("window") or ())
         mean = d.get("mean_step_ms")
         if mean is None and step_ms:
             mean = sum(step_ms) / len(step_ms)
