@@ -105,7 +105,17 @@ def summary_text(rows: list[dict[str, Any]], meta: dict[str, Any]) -> str:
     return "\n".join([*head, *lines, tail]) + "\n"
 
 
-_SKIP_DIRS = frozenset({"inductor-cache", "triton-cache", "site", "analyze", "memory-history"})
+_SKIP_DIRS = frozenset(
+    {
+        "inductor-cache",
+        "triton-cache",
+        "cuda-cache",
+        "site",
+        "site-dry",
+        "analyze",
+        "memory-history",
+    }
+)
 
 
 def _wanted(rel: Path) -> bool:
