@@ -104,6 +104,7 @@ def test_the_deadline_skips_every_section_that_would_start_late(tmp_path: Path) 
     assert list(rows) == SECTIONS and all(" SKIPPED " in line for line in rows.values())
 
 
+@pytest.mark.slow  # two sections import torch for real
 def test_a_failing_section_leaves_its_reason_and_the_next_still_runs(tmp_path: Path) -> None:
     # No GPU and no dry run: env and fp16 fail with their reasons, and both are reported.
     proc, out = _gpu_check(tmp_path, GPU_CHECK_ONLY="env,fp16")

@@ -28,7 +28,8 @@ def _restore_flags() -> Iterator[None]:
 
 @pytest.mark.skipif(not NEW_API, reason="torch < 2.9 has no fp32_precision API")
 def test_flags_of_a_workload_on_the_new_tf32_api() -> None:
-    torch.backends.cuda.matmul.fp32_precision = "tf32"  # what the workload's setup does
+    torch.set_float32_matmul_precision("highest")  # strict fp32 through the legacy switch...
+    torch.backends.cuda.matmul.fp32_precision = "tf32"  # ...then the workload's setup
     with pytest.raises(RuntimeError):
         torch.backends.cuda.matmul.allow_tf32  # noqa: B018 - the legacy read torch refuses
     tf32_arm = global_flags()  # the arm's flags, read after its setup: must not raise
