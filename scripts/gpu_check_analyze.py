@@ -41,7 +41,10 @@ def _profile(path: Path, step: Callable[[], None], steps: int = 6) -> Path:
     sched = schedule(wait=1, warmup=2, active=steps, repeat=1)
     acts = [ProfilerActivity.CPU, ProfilerActivity.CUDA]
     with profile(
-        activities=acts, schedule=sched, on_trace_ready=lambda p: p.export_chrome_trace(str(path))
+        activities=acts,
+        schedule=sched,
+        record_shapes=True,  # "Input type": the dtype of a GEMM whose kernel name does not say it
+        on_trace_ready=lambda p: p.export_chrome_trace(str(path)),
     ) as prof:
         for _ in range(steps + 3):
             step()

@@ -85,6 +85,7 @@ def test_auto_stays_single_on_one_rank(one_rank_group: None) -> None:
     assert Runtime(precision="fp32", device="cpu").strategy.name == "single"
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("strategy", ["ddp", "fsdp"])
 def test_the_gpu_checks_dist_collectors_on_gloo(
     one_rank_group: None, tmp_path: Path, strategy: str
