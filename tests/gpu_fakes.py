@@ -100,6 +100,13 @@ class FakeCudaState:
     def device(self, device: Any = None) -> FakeDevice:
         return self.devices[self.index(device)]
 
+    def raise_oom(self, device: int, alloc_bytes: int, free_bytes: int = 0) -> None:
+        """Call the OOM observers as torch's caching allocator does before it raises: device,
+        requested bytes, the memory the process may use (the device's total when no
+        per-process fraction is set: not what is allocated) and the driver's free bytes."""
+        for observer in list(self.observers):
+            observer(device, alloc_bytes, self.devices[device].total_bytes, free_bytes)
+
     def set_sync_debug_mode(self, mode: int | str) -> None:
         self.sync_mode = {"default": 0, "warn": 1, "error": 2}.get(mode, mode)  # type: ignore[call-overload]
 

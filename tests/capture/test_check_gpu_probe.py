@@ -3,6 +3,7 @@ tests/gpu_fakes.py): a name or signature the libraries lack fails here as it wou
 
 from __future__ import annotations
 
+import os
 import pickle
 import time
 from pathlib import Path
@@ -22,9 +23,12 @@ STATS = {
     "num_alloc_retries": 2,
     "num_ooms": 1,
 }
+TORCH_DIR = os.path.dirname(torch.__file__)
+OUR_DIR = os.path.dirname(gpu_probe.__file__)
 USER_FRAMES = [
-    {"filename": "/usr/lib/python3/site-packages/torch/nn/functional.py", "line": 1},
-    {"filename": "/home/me/torchwork/train.py", "line": 42},  # "torch" in a user's folder name
+    {"filename": f"{TORCH_DIR}/nn/functional.py", "line": 1},
+    {"filename": f"{OUR_DIR}/session.py", "line": 9},
+    {"filename": "/home/me/torch/train.py", "line": 42},  # a user's project folder named torch
 ]
 SNAPSHOT = {
     "segments": [
@@ -99,7 +103,7 @@ def test_oom_record_uses_the_device_the_message_names(
     snap = pickle.loads((tmp_path / "memory_snapshot.pickle").read_bytes())
     assert len(snap["segments"][0]["blocks"]) == 3
     assert rec["largest_blocks"] == [
-        {"bytes": 8 * GIB, "where": "/home/me/torchwork/train.py:42"},
+        {"bytes": 8 * GIB, "where": "/home/me/torch/train.py:42"},
         {"bytes": GIB, "where": ""},
     ]
     assert rec["tried_bytes"] == 2 * GIB and "collect_error" not in rec
@@ -118,14 +122,27 @@ def test_user_frame_skips_cpp_cpython_and_library_frames() -> None:
         {"filename": "??", "line": 0, "name": "0x7f01"},
         {"filename": "/opt/conda/include/c10/cuda/CUDACachingAllocator.cpp", "line": 9},
         {"filename": "Python/ceval.c", "line": 4000},
-        {"filename": "/site-packages/torch/nn/modules/linear.py", "line": 125},
-        {"filename": "/repo/src/torchdoctor/runtime/module.py", "line": 50},
+        {"filename": f"{TORCH_DIR}/nn/modules/linear.py", "line": 125},
+        {"filename": f"{os.path.dirname(OUR_DIR)}/runtime/module.py", "line": 50},
         {"filename": "<frozen runpy>", "line": 1},
         {"filename": "/work/model.py", "line": 77},
         {"filename": "/work/train.py", "line": 12},
     ]
     assert gpu_probe.user_frame(frames) == "/work/model.py:77"
-    assert gpu_probe.user_frame(frames[:5]) == ""
+    assert gpu_probe.user_frame(frames[:6]) == ""
+
+
+@pytest.mark.parametrize(
+    "user_file",
+    ["/home/me/torch/train.py", "/srv/torchdoctor/experiments/run.py", "/data/torch/x/torch/m.py"],
+)
+def test_user_frame_keeps_user_folders_named_like_the_libraries(user_file: str) -> None:
+    # Only the installed packages are library code, not any folder called torch or torchdoctor.
+    frames = [
+        {"filename": f"{TORCH_DIR}/_tensor.py", "line": 3},
+        {"filename": user_file, "line": 5},
+    ]
+    assert gpu_probe.user_frame(frames) == f"{user_file}:5"
 
 
 class TestOomWatch:
@@ -133,8 +150,8 @@ class TestOomWatch:
         state, mocks = two_gpus
         watch = gpu_probe.OomWatch(torch.cuda, tmp_path, gpu_probe.snapshot_name(3))
         assert gpu_probe.attach_oom_watch(torch._C, watch)
-        (observer,) = state.observers
-        observer(1, 2 * GIB, 75 * GIB, GIB)  # the allocator's four arguments
+        assert len(state.observers) == 1
+        state.raise_oom(1, 2 * GIB, free_bytes=GIB)  # the allocator's four arguments
         assert (tmp_path / "memory_snapshot_rank3.pickle").exists()
         rec = watch.record()
         assert rec["observed_ooms"] == 1 and rec["snapshot_at"] == "oom observer"
@@ -142,11 +159,11 @@ class TestOomWatch:
             {
                 "device": 1,
                 "tried_bytes": 2 * GIB,
-                "device_allocated_bytes": 75 * GIB,
+                "device_limit_bytes": state.devices[1].total_bytes,  # not what is allocated
                 "device_free_bytes": GIB,
             }
         ]
-        assert rec["largest_blocks"][0]["where"] == "/home/me/torchwork/train.py:42"
+        assert rec["largest_blocks"][0]["where"] == "/home/me/torch/train.py:42"
         # a later crash keeps the snapshot taken at the OOM instead of taking another
         mocks["_snapshot"].reset_mock()
         out = gpu_probe.oom_record(

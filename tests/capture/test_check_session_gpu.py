@@ -130,7 +130,7 @@ def test_oom_the_script_caught_is_recorded_with_its_snapshot(fake_gpu: Any, tmp_
         _train(2)
         # the allocator calls the observer, the script catches the OOM and carries on
         (observer,) = fake_gpu.state.observers
-        observer(1, 4 * GIB, 70 * GIB, GIB)
+        fake_gpu.state.raise_oom(1, 4 * GIB, free_bytes=GIB)
         _train(2)
     finally:
         session.uninstall()
@@ -140,6 +140,7 @@ def test_oom_the_script_caught_is_recorded_with_its_snapshot(fake_gpu: Any, tmp_
     rec = finish_record(session, outcome, "t.py", [])
     seen = rec["gpu"]["oom_observer"]
     assert seen["observed_ooms"] == 1 and seen["observed"][0]["tried_bytes"] == 4 * GIB
+    assert seen["observed"][0]["device_limit_bytes"] == 80 * GIB  # cuda:1's total memory
     assert seen["snapshot_file"] == "memory_snapshot_rank1.pickle"
     assert (tmp_path / "memory_snapshot_rank1.pickle").exists() and "oom" not in rec
     observer(1, GIB, 0, 0)  # after the run the observer (torch cannot detach it) does nothing
@@ -161,3 +162,33 @@ def test_no_cuda_probe_on_a_cpu_run(tmp_path: Path, monkeypatch: pytest.MonkeyPa
         session.uninstall()
     assert calls == [] and session.gpu == {}
     assert SimpleNamespace(**session.steps_record()).count == 2
+
+
+def test_a_rank_on_cuda_local_rank_without_set_device_reports_its_own_gpu(
+    fake_gpu: Any, tmp_path: Path
+) -> None:
+    # Rank 1 moved its model to cuda:1 but never called set_device: the current device is 0.
+    fake_gpu.state.current = 0
+    opts = CheckOptions(warmup_steps=1, profile_steps=1, full=True)
+    session = Session(opts, tmp_path, RankInfo(rank=1, local_rank=1, world_size=2))
+    session.install()
+    try:
+        _train(4)
+    finally:
+        session.uninstall()
+    rec = session.record({"status": "completed", "code": 0, "exception": None}, "t.py", [])
+    # cuda:1's allocator statistics and NVML handle, not device 0's
+    assert rec["gpu"]["memory"]["alloc_retries"] == 2
+    assert rec["gpu"]["memory"]["peak_allocated_bytes"] == 30 * GIB
+    fake_gpu.nvml.nvmlDeviceGetHandleByPciBusId.assert_called_once_with("00000000:3B:00.0")
+
+
+def test_rank_zero_and_single_processes_keep_the_current_device(
+    fake_gpu: Any, tmp_path: Path
+) -> None:
+    from torchdoctor.capture import gpu_probe
+
+    assert gpu_probe.script_device(torch.cuda, 0) == 1  # current (cuda:1) wins for local rank 0
+    fake_gpu.state.current = 0
+    assert gpu_probe.script_device(torch.cuda, 0) == 0
+    assert gpu_probe.script_device(torch.cuda, 7) == 0  # no such device: the current one

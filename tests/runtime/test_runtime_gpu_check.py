@@ -1,5 +1,6 @@
-"""The GPU check script: importable and skipping cleanly without CUDA; its trace arithmetic and
-its GPT/MFU path work on the CPU with a tiny model."""
+"""The GPU check's runtime sections: importable and failing with a reason without CUDA; the trace
+arithmetic, the GPT/MFU path and the GradScaler path work on the CPU with tiny models, and what
+they return passes the same judges as on the GPU."""
 
 from __future__ import annotations
 
@@ -37,14 +38,26 @@ def test_overlap_from_trace() -> None:
     assert out["copy_us"] == 200 and out["copy_overlapped_with_kernels_us"] == 50
     assert out["overlap_share"] == pytest.approx(0.25)
     assert out["copy_streams"] == [20] and out["kernel_streams"] == [7, 20]
+    # compute: the union of kernels on streams without copies (50-130 us on stream 7)
+    assert out["compute_streams"] == [7] and out["compute_us"] == 80
+    o = gc.judge.prefetch_overlap(out)
+    assert o["separate_streams"] and o["overlap_of_min"] == pytest.approx(50 / 80)
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="checks the no-CUDA path")
-def test_skips_without_cuda(tmp_path: Path) -> None:
-    assert _load().main([str(tmp_path)]) == 0
-    assert (
-        json.loads((tmp_path / "gpu_check_runtime.json").read_text())["skipped"] == "no CUDA device"
-    )
+def test_every_section_fails_with_a_reason_without_cuda(tmp_path: Path) -> None:
+    assert _load().main([str(tmp_path), "--only", "precision,fp16"]) == 1
+    for name in ("precision", "fp16"):
+        v = json.loads((tmp_path / "verdicts" / f"{name}.json").read_text())
+        assert v["pass"] is False and v["evidence"]["error"] == "no CUDA device"
+
+
+def test_fp16_path_counts_one_skipped_step_on_cpu() -> None:
+    gc = _load()
+    out = gc.check_fp16(device="cpu", width=32)
+    assert out["skipped_steps"] == 1 and out["grad_scaler"]
+    assert out["scale_before_after"][1] == out["scale_before_after"][0] / 2
+    assert gc.judge.judge_fp16(out)["pass"]
 
 
 def test_gpt_mfu_path_on_cpu() -> None:

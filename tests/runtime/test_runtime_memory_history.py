@@ -33,7 +33,7 @@ def fake_cuda(tmp_path: Path) -> Any:
         yield record, dumped, attach
 
 
-def test_records_python_stacks_and_analyses_the_oom_snapshot(
+def test_records_python_stacks_and_analyses_the_oom_snapshot_later(
     tmp_path: Path, fake_cuda: Any
 ) -> None:
     record, dumped, attach = fake_cuda
@@ -44,15 +44,43 @@ def test_records_python_stacks_and_analyses_the_oom_snapshot(
         and record.call_args.kwargs["enabled"] == "all"
     )
     observer = attach.call_args.args[0]
-    observer(0, 256 << 20, 1 << 30, 2 << 20)  # what the allocator calls before raising OOM
+    # What the allocator passes before raising: device, request, the device's limit, free bytes.
+    observer(0, 256 << 20, 80 << 30, 2 << 20)
     assert dumped.call_args.args[0] == str(tmp_path / "out" / SNAPSHOT_NAME)
-    assert history.headline is not None
-    assert history.headline["oom"]["requested_bytes"] == 256 << 20
-    assert history.headline["top_holders"][0]["where"] == "model.py:41 (forward)"
-    assert history.headline["fixes"][0] == "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True"
-    assert "OOM asking 256 MiB" in history.headline["text"]
+    # Inside the allocator only the snapshot is written; reading it back waits until later.
+    assert history.pending and history.headline is None
+    assert history.ooms == [
+        {
+            "device": 0,
+            "tried_bytes": 256 << 20,
+            "device_limit_bytes": 80 << 30,
+            "device_free_bytes": 2 << 20,
+        }
+    ]
+    headline = history.report()
+    assert headline is history.headline and headline is not None and not history.pending
+    assert headline["oom"]["requested_bytes"] == 256 << 20
+    assert headline["top_holders"][0]["where"] == "model.py:41 (forward)"
+    assert headline["fixes"][0] == "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True"
+    assert "OOM asking 256 MiB" in headline["text"]
     history.stop()
     assert record.call_args.kwargs == {"enabled": None}
+
+
+def test_observer_is_capped_and_deactivated_on_stop(tmp_path: Path, fake_cuda: Any) -> None:
+    _, dumped, attach = fake_cuda
+    history = MemoryHistory(torch.device("cuda", 0), tmp_path)
+    history.start()
+    observer = attach.call_args.args[0]
+    for _ in range(10):  # cuDNN-style retries: caught OOMs, one after another
+        observer(0, 1 << 30, 80 << 30, 0)
+    assert history.observed_ooms == 10 and dumped.call_count == history.max_dumps == 3
+    assert history.headline is None  # still nothing analysed inside the allocator
+    history.stop()  # analyses the pending snapshot, then the observer goes quiet
+    assert history.headline is not None and not history.pending
+    observer(0, 1 << 30, 80 << 30, 0)  # torch keeps the callable: after stop it does nothing
+    assert history.observed_ooms == 10 and dumped.call_count == 3
+    assert history.record()["dumps"] == 3 and len(history.record()["ooms"]) == 10
 
 
 def test_observer_never_raises_into_the_allocator(tmp_path: Path, fake_cuda: Any) -> None:
@@ -61,7 +89,33 @@ def test_observer_never_raises_into_the_allocator(tmp_path: Path, fake_cuda: Any
     history = MemoryHistory(torch.device("cuda", 0), tmp_path)
     history.start()
     attach.call_args.args[0](0, 1, 2, 3)  # must not raise
-    assert history.headline is None
+    assert history.headline is None and not history.pending
+    assert history.report() is None and "disk full" in str(history.error)
+
+
+def test_runtime_step_analyses_a_caught_oom(tmp_path: Path) -> None:
+    from torchdoctor.runtime.runtime import Runtime
+
+    rt = Runtime(device="cpu")
+    reports: list[bool] = []
+
+    class Pending:
+        pending = True
+
+        def report(self) -> None:
+            reports.append(True)
+            self.pending = False
+
+        def stop(self) -> None: ...
+
+    rt.memory_history = Pending()  # type: ignore[assignment]
+    model = rt.setup(torch.nn.Linear(2, 1))
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    for _ in range(3):
+        rt.backward(model(torch.ones(4, 2)).sum())
+        rt.step(opt)
+    assert reports == [True]  # once, at the first step after the OOM
+    rt.close()
 
 
 def test_cpu_device_records_nothing(tmp_path: Path) -> None:

@@ -82,8 +82,15 @@ _TF32 = re.compile(r"tf32|tfloat32|s1688gemm|s1688")
 _FP64 = re.compile(r"dgemm|double|f64f64|_d884|dmma")
 _TENSOR_CORE = re.compile(
     r"tensorop|wmma|hmma|imma|xmma|gmma|wgmma|884|1688|16816|16832|161616|8816|8832"
-    r"|nvjet|tensor\d+x\d+x\d+|^sm9\d_|^sm1\d\d_|_mfma|mfma_"
+    r"|tensor\d+x\d+x\d+|^sm9\d_|^sm1\d\d_|_mfma|mfma_"
 )
+# cuBLASLt's Hopper/Blackwell GEMMs (nvjet_<types>_<tile>...). The family alone does not say
+# whether tensor cores ran, so the name decides only where it spells the math: "tf32"
+# (nvjet_sss_tf32_...), an fp16 triple (nvjet_hsh_, nvjet_sm90_hss_), or plain fp32 "sss"
+# without "tf32" (cuBLAS names its TF32 variants). Others (nvjet_tst_ runs bf16 and fp16 alike)
+# are left to the launching operator's input dtype.
+_NVJET = re.compile(r"^nvjet_(?:sm\d+_)?([a-z]{3})_")
+_NVJET_TYPES: dict[str, KernelDtype] = {"hsh": "fp16", "hss": "fp16", "sss": "fp32"}
 # SIMT fp32: cuBLAS sgemm (volta_/ampere_/maxwell_sgemm), cutlass simt, cuDNN scudnn and its
 # legacy float engines, magma, gemv; xmma with fp32 inputs and no tf32.
 _SIMT = re.compile(r"sgemm|simt|scudnn|magma|gemv|gemmk1|_f32f32_f32f32_|dgemm")
@@ -135,6 +142,9 @@ def _name_dtype(n: str) -> KernelDtype:
     m = _TENSILE_DTYPE.match(n)
     if m:
         return _TENSILE_FIRST.get(m.group(1)[0], "unknown")  # type: ignore[return-value]
+    nvjet = _NVJET.match(n)
+    if nvjet:
+        return "tf32" if _TF32.search(n) else _NVJET_TYPES.get(nvjet.group(1), "unknown")
     for pattern, dtype in (
         (_FP8, "fp8"),
         (_INT8, "int8"),
@@ -153,6 +163,10 @@ def _name_dtype(n: str) -> KernelDtype:
 def _name_tensor_core(n: str, dtype: KernelDtype) -> bool | None:
     if n.startswith("cijk_"):
         return "_mi" in n  # Tensile: MI<m>x<n>x<k> tiles are MFMA (matrix-core) instructions
+    if _NVJET.match(n):
+        if dtype == "unknown":
+            return None  # the launching operator's dtype and the GPU decide (analysis.kernels)
+        return dtype in ("tf32", "fp16", "bf16", "fp8", "int8")
     if "_f32f32_f32f32_" in n and "tf32" not in n:
         return False
     if _TENSOR_CORE.search(n) or dtype == "tf32":

@@ -8,6 +8,7 @@ never per operator, so it costs nothing measurable per step.
 from __future__ import annotations
 
 import contextlib
+import functools
 from collections import Counter
 from collections.abc import Callable
 from typing import Any
@@ -87,6 +88,8 @@ def backend_flags() -> dict[str, Any]:
     flags: dict[str, Any] = {
         "cuda_matmul_fp32_precision": matmul_new,
         "cudnn_conv_fp32_precision": conv_new,
+        # The CPU's oneDNN matmuls: the legacy precision sets it together with CUDA's.
+        "mkldnn_matmul_fp32_precision": _read(lambda: backends.mkldnn.matmul.fp32_precision),  # type: ignore[attr-defined]
         "cuda_matmul_allow_tf32": matmul_legacy,
         "cudnn_allow_tf32": cudnn_legacy,
         "float32_matmul_precision": precision,
@@ -98,6 +101,38 @@ def backend_flags() -> dict[str, Any]:
     flags["tf32_matmul"] = _uses_tf32(matmul_new, legacy_tf32)
     flags["tf32_conv"] = _uses_tf32(conv_new, cudnn_legacy)
     return flags
+
+
+_NEW_API = (
+    ("cuda_matmul_fp32_precision", ("cuda", "matmul")),
+    ("mkldnn_matmul_fp32_precision", ("mkldnn", "matmul")),
+    ("cudnn_conv_fp32_precision", ("cudnn", "conv")),
+)
+
+
+def set_backend_flags(flags: dict[str, Any]) -> None:
+    """Put back the settings :func:`backend_flags` read. The legacy switches first (the float32
+    matmul precision, else ``allow_tf32``; cuDNN's ``allow_tf32``), since each also writes the
+    per-backend ``fp32_precision`` values; then every per-backend value that differs from what
+    was read, through the new API. Values that could not be read (None) are left as they are."""
+    import torch
+
+    backends = torch.backends
+    if flags.get("float32_matmul_precision") is not None:
+        torch.set_float32_matmul_precision(flags["float32_matmul_precision"])
+    elif flags.get("cuda_matmul_allow_tf32") is not None:
+        backends.cuda.matmul.allow_tf32 = bool(flags["cuda_matmul_allow_tf32"])
+    if flags.get("cudnn_allow_tf32") is not None:
+        backends.cudnn.allow_tf32 = bool(flags["cudnn_allow_tf32"])
+    for key, (backend, op) in _NEW_API:
+        value = flags.get(key)
+        target = getattr(getattr(backends, backend, None), op, None)
+        if value is None or target is None:
+            continue
+        if _read(functools.partial(getattr, target, "fp32_precision")) != value:
+            target.fp32_precision = value
+    if flags.get("cudnn_benchmark") is not None:
+        backends.cudnn.benchmark = bool(flags["cudnn_benchmark"])
 
 
 class ConfigProbe:

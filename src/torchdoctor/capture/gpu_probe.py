@@ -53,6 +53,25 @@ def device_record(cuda: Any, device: int | None = None) -> dict[str, Any]:
     }
 
 
+def script_device(cuda: Any, local_rank: int = 0) -> int:
+    """The CUDA ordinal the script works on: the current device, or ``cuda:LOCAL_RANK`` when a
+    torchrun rank put its tensors there without ``torch.cuda.set_device`` (its current device
+    stays 0, so reading "the current device" would report rank 0's GPU on every rank).
+
+    Decided by evidence: the device whose caching allocator reached the higher peak."""
+    current = int(cuda.current_device())
+    if local_rank == current or not 0 <= local_rank < int(cuda.device_count()):
+        return current
+
+    def peak(device: int) -> int:
+        stats = cuda.memory_stats(device)
+        return int(
+            stats.get("allocated_bytes.all.peak", 0) or stats.get("reserved_bytes.all.peak", 0)
+        )
+
+    return local_rank if peak(local_rank) > peak(current) else current
+
+
 class NvmlSampler:
     """Samples GPU utilisation and memory through NVML in a daemon thread."""
 
@@ -225,32 +244,39 @@ def is_oom(exc: BaseException) -> bool:
     return name == "OutOfMemoryError" or "out of memory" in str(exc).lower()[:200]
 
 
-_LIBRARY_DIRS = frozenset({"torch", "torchdoctor"})
-
-
-def user_frame(frames: list[dict[str, Any]]) -> str:
+def user_frame(frames: list[dict[str, Any]], library_dirs: tuple[str, ...] | None = None) -> str:
     """ "file:line" of the innermost Python frame outside torch and torchdoctor, or "".
 
-    C++ frames (a snapshot recorded with ``stacks="all"``), CPython's own and ``??`` frames are
-    skipped: only a ``.py`` file is a line a user can open."""
+    ``library_dirs``: the package folders to skip (default: where torch and torchdoctor are
+    installed; a user's folder that is merely named ``torch`` is not skipped). C++ frames (a
+    snapshot recorded with ``stacks="all"``), CPython's own and ``??`` frames are skipped: only a
+    ``.py`` file is a line a user can open."""
+    if library_dirs is None:
+        from torchdoctor.capture.syncs import library_dirs as installed
+
+        library_dirs = installed()
     for f in frames:
         filename = str(f.get("filename", ""))
-        if not filename.endswith(".py"):
-            continue
-        if _LIBRARY_DIRS.intersection(Path(filename).parts[:-1]):
+        if not filename.endswith(".py") or filename.startswith(library_dirs):
             continue
         return f"{filename}:{f.get('line', 0)}"
     return ""
 
 
-def largest_blocks(snapshot: dict[str, Any], top: int = 5) -> list[dict[str, Any]]:
+def largest_blocks(
+    snapshot: dict[str, Any], top: int = 5, library_dirs: tuple[str, ...] | None = None
+) -> list[dict[str, Any]]:
     """The largest live allocations in a memory snapshot, with their allocation frame if the
-    allocator history was recorded."""
+    allocator history was recorded (``library_dirs`` as for :func:`user_frame`)."""
+    if library_dirs is None:
+        from torchdoctor.capture.syncs import library_dirs as installed
+
+        library_dirs = installed()
     blocks: list[dict[str, Any]] = []
     for seg in snapshot.get("segments", []):
         for block in seg.get("blocks", []):
             if block.get("state") == "active_allocated":
-                where = user_frame(block.get("frames") or [])
+                where = user_frame(block.get("frames") or [], library_dirs)
                 blocks.append({"bytes": int(block.get("size", 0)), "where": where})
     blocks.sort(key=lambda b: -b["bytes"])
     return blocks[:top]
@@ -336,8 +362,10 @@ class OomWatch:
         self.error: str | None = None
         self.active = True
 
-    def __call__(self, device: int, alloc: int, device_alloc: int, device_free: int) -> None:
-        """The allocator calls this (with the GIL) before it raises OutOfMemoryError."""
+    def __call__(self, device: int, alloc: int, device_limit: int, device_free: int) -> None:
+        """The allocator calls this (with the GIL) before it raises OutOfMemoryError, with the
+        device, the request, the memory the process may use (the device's total, or its
+        per-process fraction) and the driver's free memory (c10/cuda/CUDACachingAllocator.cpp)."""
         if not self.active:
             return
         self.count += 1
@@ -346,7 +374,7 @@ class OomWatch:
                 {
                     "device": int(device),
                     "tried_bytes": int(alloc),
-                    "device_allocated_bytes": int(device_alloc),
+                    "device_limit_bytes": int(device_limit),
                     "device_free_bytes": int(device_free),
                 }
             )

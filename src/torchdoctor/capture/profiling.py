@@ -48,7 +48,9 @@ class WindowProfiler:
         from torch.profiler import ProfilerActivity, profile, schedule
 
         activities = [ProfilerActivity.CPU]
-        self.with_cuda = torch.cuda.is_available()
+        # is_initialized first: is_available() would start the CUDA driver in a CPU-only script
+        # on a GPU machine (and break its forked children); a script that used CUDA initialised it.
+        self.with_cuda = torch.cuda.is_initialized() and torch.cuda.is_available()
         if self.with_cuda:
             activities.append(ProfilerActivity.CUDA)
         with warnings.catch_warnings():

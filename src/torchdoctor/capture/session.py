@@ -137,7 +137,7 @@ class Session:
                 self._nvml = gpu_probe.nvml_sampler(
                     pynvml,
                     torch.cuda,
-                    torch.cuda.current_device(),
+                    gpu_probe.script_device(torch.cuda, self.rank.local_rank),
                     self.options.nvml_interval_s,
                     os.environ.get("CUDA_VISIBLE_DEVICES"),
                 )
@@ -176,7 +176,7 @@ class Session:
         if _cuda_in_use() and "memory" not in self.gpu:
             import torch
 
-            device = torch.cuda.current_device()  # rank k's cuda:k under torchrun
+            device = gpu_probe.script_device(torch.cuda, self.rank.local_rank)  # rank k: cuda:k
             self.gpu["memory"] = gpu_probe.memory_record(torch.cuda, device)
             self.gpu["device"] = gpu_probe.device_record(torch.cuda, device)
 

@@ -30,6 +30,15 @@ def _torchdoctor_dir() -> str:
     return os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
 
 
+def library_dirs() -> tuple[str, ...]:
+    """torch's and torchdoctor's package folders (each ending in a separator, as given and with
+    links resolved): a frame whose file starts with one is library code, not the user's. A
+    folder merely *named* ``torch`` (``~/torch/train.py``) is the user's."""
+    dirs = (_torch_dir(), _torchdoctor_dir())
+    resolved = tuple(os.path.realpath(d) + os.sep for d in dirs)
+    return tuple(dict.fromkeys(dirs + resolved))
+
+
 _WARNINGS_MODULES = ("warnings", "_py_warnings")  # 3.14 moved the Python half to _py_warnings
 
 

@@ -38,10 +38,13 @@ class StepStats:
     """Mean of the measured steps; None when no step was measured."""
     mean_data_wait_ms: float = 0.0
     step_ms: tuple[float, ...] = ()
+    window_steps: int = 0
+    """Steps inside the profiled window (where CUDA's sync-debug mode counts); 0 if none."""
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> StepStats:
         step_ms = tuple(float(x) for x in d.get("step_ms") or [])
+        window: list[Any] = list(d.get("window") or ())
         mean = d.get("mean_step_ms")
         if mean is None and step_ms:
             mean = sum(step_ms) / len(step_ms)
@@ -51,6 +54,7 @@ class StepStats:
             mean_step_ms=float(mean) if mean else None,
             mean_data_wait_ms=_f(d.get("mean_data_wait_ms")),
             step_ms=step_ms,
+            window_steps=int(window[1]) - int(window[0]) + 1 if len(window) == 2 else 0,
         )
 
 

@@ -113,9 +113,14 @@ def host_syncs(run: RunRecord) -> list[Finding]:
     if not per_step and not debug:
         return []
     calls = sum(r["calls"] for r in per_step) / measured
+    # CUDA's sync-debug mode counts over the profiled window, and also sees the syncs torch makes
+    # for the user (GradScaler's found_inf): per window step, the larger count is the truth.
+    debug_steps = run.steps.window_steps or measured
+    debug_calls = sum(int(d.get("count") or 0) for d in debug) / debug_steps
     blocked_ms = sum(r["seconds"] for r in per_step) * 1e3 / measured
     on_device = any(r["device"] != "cpu" for r in per_step) or bool(debug)
-    kinds = ", ".join(sorted({r["kind"] for r in per_step})) or "sync"
+    kinds = ", ".join(sorted({r["kind"] for r in per_step})) or "found by CUDA sync-debug mode"
+    calls = max(calls, debug_calls)
     note = "" if on_device else " (CPU tensors here: free now, a full sync on a GPU)"
     return [
         make(
@@ -125,6 +130,7 @@ def host_syncs(run: RunRecord) -> list[Finding]:
             blocked_ms,
             {
                 "syncs_per_step": calls,
+                "sync_debug_per_step": debug_calls,
                 "blocked_ms_per_step": blocked_ms,
                 "sites": per_step[:8],
                 "sync_debug_sites": debug[:8],

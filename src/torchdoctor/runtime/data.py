@@ -3,7 +3,8 @@
 The prefetcher copies batch ``i + depth`` to the GPU on a side CUDA stream while batch ``i`` is
 computed. Two things make that race-free: the compute stream waits on an event recorded after
 each batch's copies, and ``record_stream`` tells the caching allocator that the compute stream
-uses the batch, so its memory is not handed out again until that stream is done with it.
+uses the batch, so its memory is not handed out again until that stream is done with it. A batch
+that is already on the GPU is read on the side stream only after the stream that produced it.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from torch.utils.data import DataLoader, Dataset, IterableDataset
 from torch.utils.data.distributed import DistributedSampler
 
 from torchdoctor.config import RuntimeConfig
-from torchdoctor.runtime.transfer import map_tensors, tensor_mover, to_channels_last
+from torchdoctor.runtime.transfer import iter_tensors, map_tensors, tensor_mover, to_channels_last
 
 BatchHook = Callable[[Any], None]
 
@@ -159,28 +160,38 @@ class DevicePrefetcher:
         stream = torch.cuda.Stream(self.device)
         move = tensor_mover(self.device, channels_last=self.channels_last)
         source = iter(self.source)
-        queue: deque[tuple[Any, Any]] = deque()
+        queue: deque[tuple[Any, Any, Any]] = deque()
 
         def load() -> None:
             try:
                 host = next(source)
             except StopIteration:
                 return
-            if self.on_batch is not None:
-                self.on_batch(host)
+            on_device = [t for t in iter_tensors(host) if not t.is_cpu]
+            if on_device:
+                # A batch already on the GPU was written by the stream that made it (the compute
+                # stream, or the loader's): the side stream's copy or channels_last conversion
+                # must not read it before that work is done.
+                stream.wait_stream(torch.cuda.current_stream(self.device))
             with torch.cuda.stream(stream):
                 batch = map_tensors(host, move)
                 copied = torch.cuda.Event()
                 copied.record(stream)
-            queue.append((batch, copied))
+            for t in on_device:  # the side stream reads them: keep their memory until it is done
+                _record(t, stream)
+            queue.append((host, batch, copied))
 
         for _ in range(self.depth):
             load()
         while queue:
-            batch, copied = queue.popleft()
+            host, batch, copied = queue.popleft()
             compute = torch.cuda.current_stream(self.device)
             compute.wait_event(copied)
             map_tensors(batch, functools.partial(_record, stream=compute))
+            # Counted when the loop takes it, not when it is copied ahead: a step's samples are
+            # the batch it trains on (counting at load put `depth` batches in the first step).
+            if self.on_batch is not None:
+                self.on_batch(host)
             load()  # start the next copy before handing this batch to the compute stream
             yield batch
 

@@ -75,14 +75,23 @@ def select_device(requested: str | torch.device | None, info: DistInfo) -> torch
 
 def init_process_group(info: DistInfo, device: torch.device) -> DistInfo:
     """Initialise the default process group if torchrun asked for one; returns ``info`` with the
-    backend. A group the application already created is used as is, and left for it to close."""
+    backend. A group the application already created is used as is (a one-process group too:
+    ``strategy="ddp"`` / ``"fsdp"`` then run over it), and left for it to close."""
+    if dist.is_available() and dist.is_initialized():
+        if device.type == "cuda":
+            torch.cuda.set_device(device)
+        return DistInfo(
+            rank=dist.get_rank(),
+            local_rank=info.local_rank,
+            world_size=dist.get_world_size(),
+            local_world_size=info.local_world_size,
+            backend=str(dist.get_backend()),
+        )
     if not info.distributed:
         return info
     if device.type == "cuda":
         # Bind before creating the group so NCCL's communicators land on this rank's GPU.
         torch.cuda.set_device(device)
-    if dist.is_initialized():
-        return DistInfo(**{**info.__dict__, "backend": str(dist.get_backend())})
     backend = "nccl" if device.type == "cuda" else "gloo"
     dist.init_process_group(backend=backend)
     _CREATED.append(True)

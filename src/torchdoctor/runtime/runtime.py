@@ -261,6 +261,8 @@ class Runtime:
         self.meter.step_end()
         if self._measure_flops and self.meter.steps == _FLOP_STEP:
             self._arm_flop_count()
+        if self.memory_history is not None and self.memory_history.pending:
+            self.memory_history.report()  # a caught OOM: analysed here, not in the allocator
         return True
 
     @contextlib.contextmanager

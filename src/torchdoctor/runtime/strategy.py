@@ -213,6 +213,11 @@ class FSDP2(Strategy):
         }
 
 
+def _processes(info: DistInfo) -> str:
+    n = info.world_size
+    return f"{n} process" if n == 1 else f"{n} processes"
+
+
 def select_strategy(
     requested: str,
     info: DistInfo,
@@ -225,7 +230,10 @@ def select_strategy(
     """The strategy for ``requested`` in this process layout, and one sentence why."""
     if requested not in STRATEGIES:
         raise UserError(f"strategy must be one of {', '.join(STRATEGIES)}; got {requested!r}")
-    if not info.distributed:
+    # An explicit ddp/fsdp over a process group that exists runs on it, one process included
+    # (a one-GPU job launched by torchrun, the GPU check); "auto" wraps only for several.
+    grouped = info.backend is not None and requested in ("ddp", "fsdp")
+    if not info.distributed and not grouped:
         why = (
             "one process"
             if requested in ("auto", "single")
@@ -236,10 +244,10 @@ def select_strategy(
         )
         return SingleDevice(), why
     if requested == "fsdp":
-        return FSDP2(precision, wrap_policy), f"FSDP2 over {info.world_size} processes"
+        return FSDP2(precision, wrap_policy), f"FSDP2 over {_processes(info)}"
     if requested == "single":
         raise UserError(
             f"strategy='single' under torchrun with {info.world_size} processes would train "
             "unsynchronised replicas; use 'ddp' or 'fsdp'"
         )
-    return DDP(device, bucket_cap_mb), f"DDP over {info.world_size} processes"
+    return DDP(device, bucket_cap_mb), f"DDP over {_processes(info)}"

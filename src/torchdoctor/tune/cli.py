@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+import signal
 import sys
 import time
 from pathlib import Path
@@ -204,13 +205,17 @@ def _tune(workload: str, **opts: Any) -> None:
         on_record=live.record,
     )
     live.search = search
+    previous = _on_sigterm(_terminated)
     try:
         summary = search.run()
     except BaselineFailed as exc:
         raise UserError(str(exc)) from None
+    except Terminated:
+        _interrupted(workload, opts, len(search.records), code=143, why="terminated")
     except KeyboardInterrupt:
         _interrupted(workload, opts, len(search.records))
     finally:
+        _on_sigterm(previous)
         db.close()
     report.render_table(summary, console)
     _write_outputs(summary, runner, opts, console)
@@ -232,8 +237,37 @@ _RESUME_OPTS = (
 )
 
 
-def _interrupted(workload: str, opts: dict[str, Any], trials: int) -> None:
-    """Ctrl-C: every finished trial is saved; say how to continue, exit 130 (128 + SIGINT)."""
+class Terminated(KeyboardInterrupt):
+    """SIGTERM (``timeout``, a job scheduler): raised in the main thread like Ctrl-C's
+    KeyboardInterrupt, so the trial runner's cleanup kills the running trial's process group (a
+    trial runs in its own session: the signal never reaches it, and it would keep the GPU)."""
+
+
+def _terminated(signum: int, frame: Any) -> None:
+    raise Terminated()
+
+
+def _on_sigterm(handler: Any) -> Any:
+    """Install ``handler`` for SIGTERM; the previous one (None outside the main thread, where
+    Python cannot set handlers, or when ``handler`` is None)."""
+    if handler is None:
+        return None
+    try:
+        return signal.signal(signal.SIGTERM, handler)
+    except ValueError:
+        return None
+
+
+def _interrupted(
+    workload: str,
+    opts: dict[str, Any],
+    trials: int,
+    *,
+    code: int = 130,
+    why: str = "interrupted",
+) -> None:
+    """Ctrl-C or SIGTERM: every finished trial is saved; say how to continue, exit 128 + the
+    signal (130 for SIGINT, 143 for SIGTERM)."""
     import shlex
 
     args = ["tune", workload]
@@ -241,11 +275,11 @@ def _interrupted(workload: str, opts: dict[str, Any], trials: int) -> None:
         if opts.get(name) is not None:
             args += [f"--{name.replace('_', '-')}", str(opts[name])]
     click.echo(
-        f"\ntorchdoctor: interrupted after {trials} trials (all saved in {opts['db']}); "
+        f"\ntorchdoctor: {why} after {trials} trials (all saved in {opts['db']}); "
         f"continue with: torchdoctor {shlex.join(args)} --resume",
         err=True,
     )
-    sys.exit(130)
+    sys.exit(code)
 
 
 def _checked(workload: str, opts: dict[str, Any]) -> tuple[dict[str, Any], float | None]:

@@ -47,23 +47,21 @@ class WindowClock:
         return time.perf_counter() - float(self._start)
 
 
-def global_flags() -> tuple[Any, ...]:
-    """Process-wide settings a configuration may change (TF32, cuDNN autotuning, matmul precision)."""
-    return (
-        torch.backends.cuda.matmul.allow_tf32,
-        torch.backends.cudnn.allow_tf32,
-        torch.backends.cudnn.benchmark,
-        torch.get_float32_matmul_precision(),
-    )
+def global_flags() -> dict[str, Any]:
+    """Process-wide settings a configuration may change (TF32 through either API, the float32
+    matmul precision, cuDNN autotuning), read by the one backend-flags reader: it never raises,
+    also after a workload switched to the ``fp32_precision`` API (reading the legacy flags then
+    raises)."""
+    from torchdoctor.capture.config_probe import backend_flags
+
+    return backend_flags()
 
 
-def set_global_flags(flags: tuple[Any, ...]) -> None:
+def set_global_flags(flags: dict[str, Any]) -> None:
     """Restore what :func:`global_flags` returned (each arm runs under its own settings)."""
-    matmul_tf32, cudnn_tf32, benchmark, precision = flags
-    torch.backends.cuda.matmul.allow_tf32 = matmul_tf32
-    torch.backends.cudnn.allow_tf32 = cudnn_tf32
-    torch.backends.cudnn.benchmark = benchmark
-    torch.set_float32_matmul_precision(precision)
+    from torchdoctor.capture.config_probe import set_backend_flags
+
+    set_backend_flags(flags)
 
 
 def rng_state() -> tuple[Any, ...]:
@@ -105,7 +103,7 @@ class Arm:
     """candidate, incumbent or baseline."""
     loop: Any
     """The worker's training loop (``step()`` returns the step's loss as a device tensor)."""
-    flags: tuple[Any, ...]
+    flags: dict[str, Any]
     """Process-wide settings as this arm's setup left them."""
     rng: tuple[Any, ...] = field(default_factory=rng_state)
     """This arm's random streams (dropout, augmentation): each arm draws the numbers it would
