@@ -20,6 +20,7 @@ from torchdoctor.errors import UserError
 
 VALUE_OPTIONS = (
     "--from",
+    "--only",
     "--json",
     "--html",
     "--min-gain",
@@ -53,6 +54,12 @@ class _FixCommand(click.Command):
     "run_folder",
     type=click.Path(path_type=str, file_okay=False),
     help="Read a `torchdoctor check` run folder instead of running the script.",
+)
+@click.option(
+    "--only",
+    default=None,
+    metavar="IDS",
+    help="Fix only these findings (comma-separated ids, e.g. host-syncs-in-step).",
 )
 @click.option("--diff", "mode", flag_value="diff", default=True, help="Print the patch (default).")
 @click.option(
@@ -94,7 +101,7 @@ class _FixCommand(click.Command):
 )
 @click.option(
     "--prove-steps",
-    default=20,
+    default=30,
     show_default=True,
     type=click.IntRange(1),
     help="With --prove: measured steps per process (after --warmup).",
@@ -124,6 +131,7 @@ def fix_command(
     script: str | None,
     script_args: tuple[str, ...],
     run_folder: str | None,
+    only: str | None,
     mode: str,
     json_path: str | None,
     html_path: str | None,
@@ -156,6 +164,7 @@ def fix_command(
             "prove_steps": prove_steps,
             "warmup": warmup,
             "seed": seed,
+            "only": [x.strip() for x in only.split(",") if x.strip()] if only else None,
         }
         result = run_fix(script, list(script_args), run_folder, opts, steps, out_dir)
         emit(result, mode, json_path, html_path)
@@ -232,6 +241,10 @@ def run_fix(
     ctx = FixContext(record, cwd, path)
     findings = [FindingRef.from_dict(f) for f in raw]
     notes = []
+    if opts.get("only"):
+        findings = [f for f in findings if f.id in opts["only"]]
+        if not findings:
+            notes.append(f"no finding of the run is one of --only {','.join(opts['only'])}")
     if path is None:
         notes.append(f"the script {name or '?'} is not here: run fix from the folder check ran in")
     p = plan(findings, ctx)

@@ -44,8 +44,10 @@ class ProveOptions:
     """Interleaved rounds (6 is the fewest with a 95% interval)."""
     warmup: int = 5
     """Steps each process runs before its measured steps (compile and allocator warm-up)."""
-    steps: int = 20
+    steps: int = 30
     """Measured steps per process."""
+    fidelity_steps: int = 20
+    """Losses compared from step 0 (tune's default: 20)."""
     min_gain: float = MIN_GAIN
     """A change is kept when its interval's lower end clears 1 + min_gain."""
     keep_unproven: bool = False
@@ -108,7 +110,7 @@ def run_arm(
         "sources": sources,
         "warmup": opts.warmup,
         "steps": opts.steps,
-        "loss_steps": opts.warmup + opts.steps,
+        "loss_steps": min(opts.fidelity_steps, opts.warmup + opts.steps),
         "seed": opts.seed,
         "out": str(out),
     }

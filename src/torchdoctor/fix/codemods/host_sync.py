@@ -132,12 +132,17 @@ class SyncEveryN:
             ]
         n = every_n(finding)
         out: list[Target | Refusal] = []
+        seen: set[tuple[str, int]] = set()
         for site in sites[:8]:
             where = located(ctx, site)
             if isinstance(where, Refusal):
                 out.append(where)
                 continue
-            out.append(Target(self.id, where[0], where[1], {"every": n}))
+            # two reads in one statement (a print over two lines) are one edit, at its start
+            key = (where[0], _statement_line(ctx.parsed(where[0]), where[1]))
+            if key not in seen:
+                seen.add(key)
+                out.append(Target(self.id, key[0], key[1], {"every": n}))
         return out
 
     def rewrite(self, source: str, target: Target) -> Rewrite | Refusal:
@@ -249,6 +254,14 @@ def _no_sync(p: Parsed, stmt: cst.BaseStatement, line: int) -> Refusal:
     if "% " in text or isinstance(p.parent.get(p.parent.get(stmt)), cst.If):  # type: ignore[arg-type]
         return Refusal(f"no host sync left at line {line}", already=True)
     return Refusal(f"no .item() / .cpu() / .tolist() at line {line} (was the file changed?)")
+
+
+def _statement_line(p: Parsed | None, line: int) -> int:
+    """The first line of the innermost simple statement spanning ``line``."""
+    if p is None:
+        return line
+    stmts = [st for st in p.all(cst.SimpleStatementLine) if p.spans(st, line)]
+    return p.line(max(stmts, key=p.line)) if stmts else line
 
 
 def _names(node: cst.CSTNode, name: str) -> list[cst.Name]:
