@@ -100,6 +100,10 @@ class Parsed:
         replaced: Any = self.module.deep_replace(old, new)  # type: ignore[type-var]
         return str(replaced.code)
 
+    def replace_many(self, repl: dict[Any, cst.CSTNode]) -> str:
+        """The file's new source with every key node replaced by its value (by identity)."""
+        return str(self.module.visit(_Replace(repl)).code)
+
     # -- names --------------------------------------------------------------------------------
     def _qn(self, node: cst.CSTNode) -> Any:
         v = self.qnames.get(node, ())
@@ -454,3 +458,14 @@ def contains_call(node: cst.CSTNode, attrs: Sequence[str]) -> cst.Call | None:
 
     node.visit(_V())
     return hits[0] if hits else None
+
+
+class _Replace(cst.CSTTransformer):
+    """Replace nodes by identity, several at once."""
+
+    def __init__(self, repl: dict[Any, cst.CSTNode]) -> None:
+        super().__init__()
+        self.repl = repl
+
+    def on_leave(self, original_node: Any, updated_node: Any) -> Any:
+        return self.repl.get(original_node, updated_node)

@@ -48,9 +48,15 @@ def line_map(old: str, new: str) -> Callable[[int], int]:
 
     def where(line: int) -> int:
         i = line - 1
-        for tag, i1, i2, j1, _j2 in ops:
-            if i1 <= i < i2:
-                return j1 + (i - i1) + 1 if tag == "equal" else j1 + 1
+        for tag, i1, i2, j1, j2 in ops:
+            if not i1 <= i < i2:
+                continue
+            if tag == "equal":
+                return j1 + (i - i1) + 1
+            # a replaced line that was only re-indented (moved into a new block) keeps its text
+            text = a[i].strip()
+            same = [j for j in range(j1, j2) if b[j].strip() == text and text]
+            return (same[0] if same else j1) + 1
         return min(line, len(b)) or 1
 
     return where

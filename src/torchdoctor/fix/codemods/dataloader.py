@@ -62,8 +62,13 @@ def wanted(finding: FindingRef, raw: dict[str, Any], ctx: FixContext) -> dict[st
         return {"pin_memory": "True"} if ctx.cuda and not raw.get("pin_memory") else {}
     workers = finding.evidence.get("suggested_num_workers")
     if not isinstance(workers, int):
-        workers = max(2, min(8, ctx.cpus))
+        workers = max(2, min(8, cpus(raw, ctx)))
     return loader_changes(raw, workers, ctx.cuda)
+
+
+def cpus(raw: dict[str, Any], ctx: FixContext) -> int:
+    """CPUs of the rank that built the loader (as check recorded them)."""
+    return int(raw.get("cpus_per_rank") or raw.get("cpu_count") or ctx.cpus)
 
 
 class DataLoaderArgs:
@@ -77,7 +82,7 @@ class DataLoaderArgs:
         if not changes:
             cur = int(raw.get("num_workers") or 0)
             why = (
-                f"num_workers={cur} already uses this rank's {ctx.cpus} CPUs: more workers "
+                f"num_workers={cur} already uses this rank's {cpus(raw, ctx)} CPUs: more workers "
                 "will not help; make each item cheaper (pre-process once, decode on the GPU)"
                 if cur
                 else "the loader already has the settings this finding asks for"

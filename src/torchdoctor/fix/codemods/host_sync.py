@@ -18,7 +18,7 @@ that leaves the remaining syncs under 1% of the step (from the finding's blocked
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import libcst as cst
 from libcst.metadata import ExpressionContext, ExpressionContextProvider
@@ -156,10 +156,12 @@ class SyncEveryN:
         if stmt is None:
             return Refusal(f"no statement at line {line}")
         if isinstance(stmt, cst.BaseCompoundStatement):
-            return Refusal(
-                f"the value read at line {line} decides what the step does (a condition)"
-            )
-        syncs = [c for c in _syncs_in(stmt)]
+            if _syncs_in(_header(stmt)):
+                return Refusal(
+                    f"the value read at line {line} decides what the step does (a condition)"
+                )
+            return _no_sync(p, stmt, line)
+        syncs = _syncs_in(stmt)
         if not syncs:
             return _no_sync(p, stmt, line)
         loop = p.enclosing(stmt, (cst.For, cst.While, cst.FunctionDef))
@@ -211,10 +213,9 @@ class SyncEveryN:
         repl: dict[cst.CSTNode, cst.CSTNode] = {value: detached}
         for n in loads:
             repl[n] = cst.Call(func=cst.Name("float"), args=[cst.Arg(value=n)])
-        new = p.module.visit(_Replace(repl))
         code = p.code_of(receiver)
         return Rewrite(
-            new.code,
+            p.replace_many(repl),
             f"{acc} += {code}.detach() on the device; float({acc}) where it is read "
             f"({len(loads)} place(s))",
         )
@@ -247,11 +248,24 @@ class SyncEveryN:
         return Rewrite(code, f"log line under `if {counter} % {every} == 0:`")
 
 
+def _header(stmt: cst.BaseCompoundStatement) -> cst.CSTNode:
+    """The part of a compound statement that runs to decide its body (test, iterable, items)."""
+    if isinstance(stmt, cst.If | cst.While):
+        return stmt.test
+    if isinstance(stmt, cst.For):
+        return stmt.iter
+    if isinstance(stmt, cst.With):
+        return cst.Tuple([cst.Element(i.item) for i in stmt.items])
+    return cst.Name("_")
+
+
 def _no_sync(p: Parsed, stmt: cst.BaseStatement, line: int) -> Refusal:
+    if isinstance(stmt, cst.If) and "%" in p.code_of(stmt.test):
+        return Refusal("the read already runs every N steps", already=True)
     text = p.code_of(stmt)
     if ".detach()" in text and "+=" in text:
         return Refusal("the value is already accumulated on the device", already=True)
-    if "% " in text or isinstance(p.parent.get(p.parent.get(stmt)), cst.If):  # type: ignore[arg-type]
+    if isinstance(p.parent.get(p.parent.get(stmt)), cst.If):  # type: ignore[arg-type]
         return Refusal(f"no host sync left at line {line}", already=True)
     return Refusal(f"no .item() / .cpu() / .tolist() at line {line} (was the file changed?)")
 
@@ -278,17 +292,6 @@ def _names(node: cst.CSTNode, name: str) -> list[cst.Name]:
 
 def _inside(p: Parsed, node: cst.CSTNode, outer: cst.CSTNode) -> bool:
     return node is outer or any(a is outer for a in p.ancestors(node))
-
-
-class _Replace(cst.CSTTransformer):
-    """Replace nodes by identity (several at once, which ``deep_replace`` cannot)."""
-
-    def __init__(self, repl: dict[Any, cst.CSTNode]) -> None:
-        super().__init__()
-        self.repl = repl
-
-    def on_leave(self, original: Any, updated: Any) -> Any:
-        return self.repl.get(original, updated)
 
 
 CODEMOD = SyncEveryN()

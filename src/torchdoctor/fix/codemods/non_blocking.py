@@ -8,7 +8,7 @@ pageable memory a non-blocking copy is synchronous anyway. The copies are the ``
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import libcst as cst
 
@@ -120,11 +120,9 @@ class NonBlockingCopies:
         todo = [c for c in batch_copies(loop) if arg_index(c, "non_blocking") is None]
         if not todo:
             return Refusal("the batch copies are already non_blocking", already=True)
-        new_loop: Any = loop
-        for call in todo:
-            new_loop = new_loop.deep_replace(call, set_args(call, {"non_blocking": "True"}))
         names = ", ".join(sorted({full_name(c.func) for c in todo}))
-        return Rewrite(p.replace(loop, new_loop), f"non_blocking=True on {names}")
+        repl = {c: set_args(c, {"non_blocking": "True"}) for c in todo}
+        return Rewrite(p.replace_many(repl), f"non_blocking=True on {names}")
 
 
 CODEMOD = NonBlockingCopies()

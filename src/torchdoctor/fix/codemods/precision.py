@@ -192,6 +192,7 @@ class Tf32Matmul:
             statement(f'{torch}.set_float32_matmul_precision("high")\n'),  # type: ignore[arg-type]
             "torchdoctor: TF32 tensor cores for fp32 matmuls",
         )
+        new = new.with_changes(leading_lines=[cst.EmptyLine()])  # set apart from the imports
         return Rewrite(insert_after(p, anchor, [new]), 'torch.set_float32_matmul_precision("high")')
 
 
