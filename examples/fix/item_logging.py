@@ -1,5 +1,5 @@
 """Planted problem for `torchdoctor fix`: every step logs the loss and each layer's gradient
-norm and largest entry with .item(). On a GPU each .item() waits for all queued work; on any
+norm, largest entry and mean with .item(). On a GPU each .item() waits for all queued work; on any
 device the reductions and the formatting are work the step does for a line nobody reads at
 this rate."""
 
@@ -28,6 +28,7 @@ def main() -> None:
             f"step {step} loss {loss.item():.5f} "
             + " ".join(
                 f"{n}={q.grad.norm().item():.2e}/{q.grad.abs().max().item():.2e}"
+                f"/{q.grad.mean().item():.2e}"
                 for n, q in model.named_parameters()
             )
         )

@@ -66,7 +66,10 @@ def test_the_patch_goes_to_stdout_and_the_summary_to_stderr(folder: Path) -> Non
     r = invoke("--from", str(folder))
     assert r.exit_code == 0, r.output
     assert r.stdout.startswith("--- a/train.py\n+++ b/train.py\n")
-    assert "+    num_workers=2,\n+    persistent_workers=True,\n+    prefetch_factor=4,\n )" in r.stdout
+    assert (
+        "+    num_workers=2,\n+    persistent_workers=True,\n+    prefetch_factor=4,\n )"
+        in r.stdout
+    )
     assert "-torch.autograd.set_detect_anomaly(True)  # </script><b>left on</b>" in r.stdout
     assert "torchdoctor fix: 2 finding(s) with a code remedy; 2 patched" in r.stderr
     assert "predicted: 5.00x (saves 20.0 of 25.0 ms per step)" in r.stderr
@@ -128,7 +131,9 @@ def test_bad_input_is_one_line_and_exit_2(folder: Path) -> None:
     assert r.exit_code == 2
 
 
-def test_an_empty_patch_for_a_run_without_code_findings(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_an_empty_patch_for_a_run_without_code_findings(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.chdir(tmp_path)
     folder = run_folder(tmp_path, [{"id": "graph-breaks", "evidence": {}}])
     r = invoke("--from", str(folder))

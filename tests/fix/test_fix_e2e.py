@@ -55,7 +55,12 @@ def proven(doc: dict[str, Any], codemod: str) -> dict[str, Any]:
 
 def runs(tmp: Path, script: Path) -> None:
     r = subprocess.run(
-        [sys.executable, script.name, "--steps", "12"], cwd=tmp, env=env(), capture_output=True, text=True, timeout=300
+        [sys.executable, script.name, "--steps", "12"],
+        cwd=tmp,
+        env=env(),
+        capture_output=True,
+        text=True,
+        timeout=300,
     )
     assert r.returncode == 0, r.stderr[-2000:]
 
@@ -63,7 +68,20 @@ def runs(tmp: Path, script: Path) -> None:
 @pytest.mark.slow
 def test_slow_loader_gets_workers_proven(tmp_path: Path) -> None:
     script = copy(tmp_path, "slow_loader.py")
-    r = td(tmp_path, "fix", "--prove", "--rounds", "6", "--prove-steps", "15", *FAST, "--write", "--json", "fix.json", script.name)
+    r = td(
+        tmp_path,
+        "fix",
+        "--prove",
+        "--rounds",
+        "6",
+        "--prove-steps",
+        "15",
+        *FAST,
+        "--write",
+        "--json",
+        "fix.json",
+        script.name,
+    )
     assert r.returncode == 0, r.stderr[-3000:]
     doc = json.loads((tmp_path / "fix.json").read_text())
     c = proven(doc, "dataloader-args")
@@ -83,9 +101,28 @@ def test_anomaly_mode_is_turned_off_proven(tmp_path: Path) -> None:
     assert r.returncode == 0, r.stderr[-3000:]
     (folder,) = (tmp_path / "runs").iterdir()
     report = json.loads((folder / "report.json").read_text())
-    report["findings"].append({"id": "anomaly-detection", "title": "anomaly mode on", "evidence": {}, "where": []})
+    report["findings"].append(
+        {"id": "anomaly-detection", "title": "anomaly mode on", "evidence": {}, "where": []}
+    )
     (folder / "report.json").write_text(json.dumps(report))
-    r = td(tmp_path, "fix", "--from", str(folder), "--only", "anomaly-detection", "--prove", "--rounds", "6", "--prove-steps", "15", "--warmup", "3", "--write", "--json", "fix.json")
+    r = td(
+        tmp_path,
+        "fix",
+        "--from",
+        str(folder),
+        "--only",
+        "anomaly-detection",
+        "--prove",
+        "--rounds",
+        "8",
+        "--prove-steps",
+        "15",
+        "--warmup",
+        "3",
+        "--write",
+        "--json",
+        "fix.json",
+    )
     assert r.returncode == 0, r.stderr[-3000:]
     proven(json.loads((tmp_path / "fix.json").read_text()), "anomaly-off")
     assert "torch.autograd.set_detect_anomaly(False)" in script.read_text()
@@ -95,7 +132,22 @@ def test_anomaly_mode_is_turned_off_proven(tmp_path: Path) -> None:
 @pytest.mark.slow
 def test_per_step_item_log_moves_to_every_n_steps_proven(tmp_path: Path) -> None:
     script = copy(tmp_path, "item_logging.py")
-    r = td(tmp_path, "fix", "--only", "host-syncs-in-step", "--prove", "--rounds", "8", "--prove-steps", "100", *FAST, "--write", "--json", "fix.json", script.name)
+    r = td(
+        tmp_path,
+        "fix",
+        "--only",
+        "host-syncs-in-step",
+        "--prove",
+        "--rounds",
+        "8",
+        "--prove-steps",
+        "100",
+        *FAST,
+        "--write",
+        "--json",
+        "fix.json",
+        script.name,
+    )
     assert r.returncode == 0, r.stderr[-3000:]
     c = proven(json.loads((tmp_path / "fix.json").read_text()), "sync-every-n")
     assert c["summary"].startswith("log line under `if step % ")

@@ -59,7 +59,12 @@ def test_loader_without_a_recorded_site_and_two_candidates_is_refused(tmp_path: 
         val = DataLoader(b, batch_size=8)
         """,
     )
-    c = only(planner.plan([finding("dataloader-config", dataloader=LOADER_RAW, suggested_num_workers=4)], ctx(tmp_path, p)).changes)
+    c = only(
+        planner.plan(
+            [finding("dataloader-config", dataloader=LOADER_RAW, suggested_num_workers=4)],
+            ctx(tmp_path, p),
+        ).changes
+    )
     assert c.status == "refused"
     assert "2 candidate sites for DataLoader(...) (train.py:2, train.py:3)" in c.reason
 
@@ -67,16 +72,35 @@ def test_loader_without_a_recorded_site_and_two_candidates_is_refused(tmp_path: 
 def test_loader_in_library_code_is_refused(tmp_path: Path) -> None:
     p = script(tmp_path, "import torch\n")
     lib = torch.utils.data.dataloader.__file__
-    raw = {**LOADER_RAW, "call": {"site": f"{lib}:10", "func": "DataLoader", "args": [], "kwargs": {}}}
-    c = only(planner.plan([finding("dataloader-config", dataloader=raw, suggested_num_workers=4)], ctx(tmp_path, p)).changes)
+    raw = {
+        **LOADER_RAW,
+        "call": {"site": f"{lib}:10", "func": "DataLoader", "args": [], "kwargs": {}},
+    }
+    c = only(
+        planner.plan(
+            [finding("dataloader-config", dataloader=raw, suggested_num_workers=4)],
+            ctx(tmp_path, p),
+        ).changes
+    )
     assert c.status == "refused"
     assert "comes from library code" in c.reason
 
 
 def test_loader_with_workers_at_the_cpu_count_needs_cheaper_items(tmp_path: Path) -> None:
     p = script(tmp_path, "from torch.utils.data import DataLoader\nDataLoader(a, num_workers=4)\n")
-    raw = {**LOADER_RAW, "num_workers": 4, "persistent_workers": True, "prefetch_factor": 4, "explicit": {"prefetch_factor": "4"}}
-    c = only(planner.plan([finding("dataloader-config", dataloader=raw, suggested_num_workers=4)], ctx(tmp_path, p)).changes)
+    raw = {
+        **LOADER_RAW,
+        "num_workers": 4,
+        "persistent_workers": True,
+        "prefetch_factor": 4,
+        "explicit": {"prefetch_factor": "4"},
+    }
+    c = only(
+        planner.plan(
+            [finding("dataloader-config", dataloader=raw, suggested_num_workers=4)],
+            ctx(tmp_path, p),
+        ).changes
+    )
     assert c.status == "already"
     assert "already uses this rank's 4 CPUs" in c.reason
 
@@ -92,18 +116,38 @@ def test_pinned_loader_on_cuda_also_gets_non_blocking_copies(tmp_path: Path) -> 
         """,
     )
     raw = {**LOADER_RAW, "call": {"site": f"{p}:2"}}
-    changes = planner.plan([finding("dataloader-config", dataloader=raw, suggested_num_workers=4)], ctx(tmp_path, p, {"gpu": GPU})).changes
-    assert [(c.codemod, c.status) for c in changes] == [("dataloader-args", "patched"), ("non-blocking-copies", "patched")]
+    changes = planner.plan(
+        [finding("dataloader-config", dataloader=raw, suggested_num_workers=4)],
+        ctx(tmp_path, p, {"gpu": GPU}),
+    ).changes
+    assert [(c.codemod, c.status) for c in changes] == [
+        ("dataloader-args", "patched"),
+        ("non-blocking-copies", "patched"),
+    ]
     assert "pin_memory=True" in changes[0].diff
-    patch = planner.patch_of(planner.plan([finding("dataloader-config", dataloader=raw, suggested_num_workers=4)], ctx(tmp_path, p, {"gpu": GPU})), changes)
-    assert '+loader = DataLoader(ds, batch_size=8, num_workers=4, persistent_workers=True, prefetch_factor=4, pin_memory=True)' in patch
+    patch = planner.patch_of(
+        planner.plan(
+            [finding("dataloader-config", dataloader=raw, suggested_num_workers=4)],
+            ctx(tmp_path, p, {"gpu": GPU}),
+        ),
+        changes,
+    )
+    assert (
+        "+loader = DataLoader(ds, batch_size=8, num_workers=4, persistent_workers=True, prefetch_factor=4, pin_memory=True)"
+        in patch
+    )
     assert '+    x, y = x.to("cuda", non_blocking=True), y.to("cuda", non_blocking=True)' in patch
 
 
 def test_non_blocking_is_not_proposed_without_a_gpu(tmp_path: Path) -> None:
-    p = script(tmp_path, "from torch.utils.data import DataLoader\nloader = DataLoader(ds)\nfor x in loader:\n    x = x.to('cpu')\n")
+    p = script(
+        tmp_path,
+        "from torch.utils.data import DataLoader\nloader = DataLoader(ds)\nfor x in loader:\n    x = x.to('cpu')\n",
+    )
     raw = {**LOADER_RAW, "call": {"site": f"{p}:2"}}
-    changes = planner.plan([finding("dataloader-config", dataloader=raw, suggested_num_workers=4)], ctx(tmp_path, p)).changes
+    changes = planner.plan(
+        [finding("dataloader-config", dataloader=raw, suggested_num_workers=4)], ctx(tmp_path, p)
+    ).changes
     assert [c.codemod for c in changes] == ["dataloader-args"]
     assert "pin_memory" not in changes[0].diff
 
@@ -116,16 +160,26 @@ def test_non_blocking_is_not_proposed_without_a_gpu(tmp_path: Path) -> None:
         ("LBFGS", "refused", "accepts neither fused=True nor foreach=True"),
     ],
 )
-def test_optimizer_option_follows_the_real_signature(tmp_path: Path, cls: str, status: str, expect: str) -> None:
+def test_optimizer_option_follows_the_real_signature(
+    tmp_path: Path, cls: str, status: str, expect: str
+) -> None:
     p = script(tmp_path, f"import torch\nopt = torch.optim.{cls}(model.parameters(), lr=0.1)\n")
     rows = [{"class": cls, "impl": "for-loop", "param_devices": ["cpu"]}]
-    c = only(planner.plan([finding("host-bound", for_loop_optimizers=rows)], ctx(tmp_path, p, {"compile": {"compile_calls": [{"mode": None}]}})).changes[:1])
+    c = only(
+        planner.plan(
+            [finding("host-bound", for_loop_optimizers=rows)],
+            ctx(tmp_path, p, {"compile": {"compile_calls": [{"mode": None}]}}),
+        ).changes[:1]
+    )
     assert c.status == status
     assert expect in (c.diff or c.reason)
 
 
 def test_optimizer_from_elsewhere_or_built_twice_is_refused(tmp_path: Path) -> None:
-    p = script(tmp_path, "import torch\na = torch.optim.SGD(m1.parameters(), lr=1)\nb = torch.optim.SGD(m2.parameters(), lr=1)\n")
+    p = script(
+        tmp_path,
+        "import torch\na = torch.optim.SGD(m1.parameters(), lr=1)\nb = torch.optim.SGD(m2.parameters(), lr=1)\n",
+    )
     rows = [{"class": "SGD", "impl": "for-loop"}]
     c = planner.plan([finding("host-bound", for_loop_optimizers=rows)], ctx(tmp_path, p)).changes[0]
     assert c.status == "refused" and "2 candidate sites for SGD(...)" in c.reason
@@ -137,12 +191,33 @@ def test_optimizer_from_elsewhere_or_built_twice_is_refused(tmp_path: Path) -> N
 def test_an_already_compiled_model_gets_the_next_mode_on_a_gpu_only(tmp_path: Path) -> None:
     p = script(tmp_path, "import torch\nc = torch.compile(model)\n")
     record = {"compile": {"compile_calls": [{"mode": None}]}}
-    cpu = [c for c in planner.plan([finding("host-bound")], ctx(tmp_path, p, record)).changes if c.codemod == "compile-model"]
+    cpu = [
+        c
+        for c in planner.plan([finding("host-bound")], ctx(tmp_path, p, record)).changes
+        if c.codemod == "compile-model"
+    ]
     assert only(cpu).status == "refused" and "no torch.compile mode adds more" in only(cpu).reason
-    gpu = [c for c in planner.plan([finding("host-bound")], ctx(tmp_path, p, {**record, "gpu": GPU})).changes if c.codemod == "compile-model"]
-    assert only(gpu).status == "patched" and '+c = torch.compile(model, mode="reduce-overhead")' in only(gpu).diff
-    breaks = {**record, "gpu": GPU, "compile": {**record["compile"], "graph_breaks": [{"site": "train.py:9"}]}}
-    gb = [c for c in planner.plan([finding("host-bound")], ctx(tmp_path, p, breaks)).changes if c.codemod == "compile-model"]
+    gpu = [
+        c
+        for c in planner.plan(
+            [finding("host-bound")], ctx(tmp_path, p, {**record, "gpu": GPU})
+        ).changes
+        if c.codemod == "compile-model"
+    ]
+    assert (
+        only(gpu).status == "patched"
+        and '+c = torch.compile(model, mode="reduce-overhead")' in only(gpu).diff
+    )
+    breaks = {
+        **record,
+        "gpu": GPU,
+        "compile": {**record["compile"], "graph_breaks": [{"site": "train.py:9"}]},
+    }
+    gb = [
+        c
+        for c in planner.plan([finding("host-bound")], ctx(tmp_path, p, breaks)).changes
+        if c.codemod == "compile-model"
+    ]
     assert "fix the graph breaks first" in only(gb).reason
 
 
@@ -168,21 +243,44 @@ for step in range(10):
 def test_mark_dynamic_maps_the_guarded_argument_to_each_call(tmp_path: Path) -> None:
     p = script(tmp_path, MODEL)
     events = [
-        {"function": "forward", "site": "train.py:6", "changed_dims": [{"tensor": "tokens", "dim": 1, "expected": 58, "actual": 28}]},
-        {"function": "", "site": "?:0", "changed_dims": [{"tensor": "tokens", "dim": 1, "expected": 28, "actual": 91}]},
+        {
+            "function": "forward",
+            "site": "train.py:6",
+            "changed_dims": [{"tensor": "tokens", "dim": 1, "expected": 58, "actual": 28}],
+        },
+        {
+            "function": "",
+            "site": "?:0",
+            "changed_dims": [{"tensor": "tokens", "dim": 1, "expected": 28, "actual": 91}],
+        },
     ]
-    changes = planner.plan([finding("recompiles")], ctx(tmp_path, p, {"compile": {"recompile_events": events}})).changes
+    changes = planner.plan(
+        [finding("recompiles")], ctx(tmp_path, p, {"compile": {"recompile_events": events}})
+    ).changes
     done = [c for c in changes if c.status == "patched"]
     assert len(done) == 1 and done[0].line == 14
-    assert "+    torch._dynamo.mark_dynamic(tokens, 1)  # torchdoctor: dim 1 takes sizes 58, 28, 91: one dynamic graph" in done[0].diff
+    assert (
+        "+    torch._dynamo.mark_dynamic(tokens, 1)  # torchdoctor: dim 1 takes sizes 58, 28, 91: one dynamic graph"
+        in done[0].diff
+    )
     refused = [c for c in changes if c.status == "refused"]
     assert len(refused) == 1 and "`tokens.long()` is computed inside the call" in refused[0].reason
 
 
 def test_mark_dynamic_refuses_a_dimension_that_took_size_one(tmp_path: Path) -> None:
     p = script(tmp_path, MODEL)
-    events = [{"function": "forward", "site": "train.py:6", "changed_dims": [{"tensor": "tokens", "dim": 0, "expected": 1, "actual": 8}]}]
-    c = only(planner.plan([finding("recompiles")], ctx(tmp_path, p, {"compile": {"recompile_events": events}})).changes)
+    events = [
+        {
+            "function": "forward",
+            "site": "train.py:6",
+            "changed_dims": [{"tensor": "tokens", "dim": 0, "expected": 1, "actual": 8}],
+        }
+    ]
+    c = only(
+        planner.plan(
+            [finding("recompiles")], ctx(tmp_path, p, {"compile": {"recompile_events": events}})
+        ).changes
+    )
     assert c.status == "refused" and "took size 1" in c.reason
 
 
@@ -217,14 +315,24 @@ def test_two_reads_in_one_statement_are_one_change(tmp_path: Path) -> None:
 def test_sync_every_n_from_the_blocked_time() -> None:
     from torchdoctor.fix.codemods.host_sync import every_n
 
-    assert every_n(FindingRef("x", evidence={"mean_step_ms": 10.0, "blocked_ms_per_step": 0.5})) == 10
-    assert every_n(FindingRef("x", evidence={"mean_step_ms": 10.0, "blocked_ms_per_step": 3.0})) == 50
-    assert every_n(FindingRef("x", evidence={"mean_step_ms": 10.0, "blocked_ms_per_step": 30.0})) == 100
+    assert (
+        every_n(FindingRef("x", evidence={"mean_step_ms": 10.0, "blocked_ms_per_step": 0.5})) == 10
+    )
+    assert (
+        every_n(FindingRef("x", evidence={"mean_step_ms": 10.0, "blocked_ms_per_step": 3.0})) == 50
+    )
+    assert (
+        every_n(FindingRef("x", evidence={"mean_step_ms": 10.0, "blocked_ms_per_step": 30.0}))
+        == 100
+    )
     assert every_n(FindingRef("x")) == 10
 
 
 def test_anomaly_with_two_calls_and_no_site_is_refused(tmp_path: Path) -> None:
-    p = script(tmp_path, "import torch\ntorch.autograd.set_detect_anomaly(True)\ntorch.autograd.set_detect_anomaly(True)\n")
+    p = script(
+        tmp_path,
+        "import torch\ntorch.autograd.set_detect_anomaly(True)\ntorch.autograd.set_detect_anomaly(True)\n",
+    )
     c = only(planner.plan([FindingRef("anomaly-detection")], ctx(tmp_path, p)).changes)
     assert c.status == "refused" and "2 candidate sites" in c.reason
 
@@ -232,8 +340,15 @@ def test_anomaly_with_two_calls_and_no_site_is_refused(tmp_path: Path) -> None:
 def test_the_same_edit_for_two_findings_is_one_change(tmp_path: Path) -> None:
     p = script(tmp_path, "from torch.utils.data import DataLoader\nloader = DataLoader(ds)\n")
     raw = {**LOADER_RAW, "call": {"site": f"{p}:2"}}
-    fs = [finding("unpinned-non-blocking", dataloader=raw), finding("pageable-h2d-copies", dataloader=raw)]
-    changes = [c for c in planner.plan(fs, ctx(tmp_path, p, {"gpu": GPU})).changes if c.codemod == "dataloader-args"]
+    fs = [
+        finding("unpinned-non-blocking", dataloader=raw),
+        finding("pageable-h2d-copies", dataloader=raw),
+    ]
+    changes = [
+        c
+        for c in planner.plan(fs, ctx(tmp_path, p, {"gpu": GPU})).changes
+        if c.codemod == "dataloader-args"
+    ]
     assert only(changes).also == ("pageable-h2d-copies",)
 
 
@@ -265,13 +380,18 @@ def test_changes_in_one_file_compose(tmp_path: Path) -> None:
     files, skipped = planner.compose(plan, plan.patched)
     assert not skipped
     text = files[str(p)]
-    assert "DataLoader(ds, batch_size=8, num_workers=2, persistent_workers=True, prefetch_factor=4)" in text
+    assert (
+        "DataLoader(ds, batch_size=8, num_workers=2, persistent_workers=True, prefetch_factor=4)"
+        in text
+    )
     assert "set_detect_anomaly(False)" in text
     assert "total += loss.detach()" in text and "print(float(total))" in text
     compile(text, "train.py", "exec")
 
 
-def test_a_codemod_that_raises_refuses_its_finding_only(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_codemod_that_raises_refuses_its_finding_only(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     p = script(tmp_path, "import torch\ntorch.autograd.set_detect_anomaly(True)\n")
 
     def boom(*_: Any) -> Any:

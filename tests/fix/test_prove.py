@@ -37,7 +37,11 @@ def plan(tmp_path: Path) -> planner.Plan:
     p.write_text(textwrap.dedent(SCRIPT).lstrip())
     raw = {"num_workers": 0, "cpus_per_rank": 2, "call": {"site": f"{p}:5"}}
     fs = [
-        FindingRef("dataloader-config", saving_ms_per_step=9.0, evidence={"mean_step_ms": 10.0, "dataloader": raw, "suggested_num_workers": 2}),
+        FindingRef(
+            "dataloader-config",
+            saving_ms_per_step=9.0,
+            evidence={"mean_step_ms": 10.0, "dataloader": raw, "suggested_num_workers": 2},
+        ),
         FindingRef("anomaly-detection"),
         FindingRef("host-syncs-in-step", evidence={"sites": [{"site": f"{p}:10"}]}),
     ]
@@ -107,7 +111,9 @@ def test_decisions(plan: planner.Plan, monkeypatch: pytest.MonkeyPatch) -> None:
     assert [c.id for c in proof.plan.patched] == ["c1"]
 
 
-def test_changed_losses_are_rejected_with_the_numbers(plan: planner.Plan, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_changed_losses_are_rejected_with_the_numbers(
+    plan: planner.Plan, monkeypatch: pytest.MonkeyPatch
+) -> None:
     drifted = [x * (1.0 + 0.01 * i) for i, x in enumerate(LOSSES)]
     behaviour = {"original": (10.0, LOSSES), "c1": (5.0, drifted), "default": (5.0, LOSSES)}
     monkeypatch.setattr(prove, "run_arm", fake_runs(behaviour, []))
@@ -119,13 +125,21 @@ def test_changed_losses_are_rejected_with_the_numbers(plan: planner.Plan, monkey
     assert [c.id for c in proof.plan.patched] == ["c2", "c3"]
 
 
-def test_keep_unproven_keeps_a_change_without_gain(plan: planner.Plan, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_keep_unproven_keeps_a_change_without_gain(
+    plan: planner.Plan, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.setattr(prove, "run_arm", fake_runs({"default": (10.0, LOSSES)}, []))
-    proof = prove.prove(plan, next(iter(plan.originals)), [], ProveOptions(rounds=6, keep_unproven=True))
-    assert all(c.status == "patched" and "kept (--keep-unproven)" in c.reason for c in proof.plan.changes)
+    proof = prove.prove(
+        plan, next(iter(plan.originals)), [], ProveOptions(rounds=6, keep_unproven=True)
+    )
+    assert all(
+        c.status == "patched" and "kept (--keep-unproven)" in c.reason for c in proof.plan.changes
+    )
 
 
-def test_an_original_that_is_not_reproducible_rejects(plan: planner.Plan, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_an_original_that_is_not_reproducible_rejects(
+    plan: planner.Plan, monkeypatch: pytest.MonkeyPatch
+) -> None:
     calls: list[str] = []
     inner = fake_runs({"default": (5.0, LOSSES)}, calls)
     seen = {"n": 0}
@@ -139,13 +153,21 @@ def test_an_original_that_is_not_reproducible_rejects(plan: planner.Plan, monkey
 
     monkeypatch.setattr(prove, "run_arm", run_arm)
     proof = prove.prove(plan, next(iter(plan.originals)), [], ProveOptions(rounds=6))
-    assert all(c.status == "rejected" and "not reproducible" in c.reason for c in proof.plan.changes)
+    assert all(
+        c.status == "rejected" and "not reproducible" in c.reason for c in proof.plan.changes
+    )
 
 
-def test_an_original_that_does_not_run_fails_every_change(plan: planner.Plan, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(prove, "run_arm", fake_runs({"original": "ImportError: no data", "default": (1.0, [])}, []))
+def test_an_original_that_does_not_run_fails_every_change(
+    plan: planner.Plan, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(
+        prove, "run_arm", fake_runs({"original": "ImportError: no data", "default": (1.0, [])}, [])
+    )
     proof = prove.prove(plan, next(iter(plan.originals)), [], ProveOptions(rounds=6))
-    assert all(c.status == "failed" and "the original did not run" in c.reason for c in proof.plan.changes)
+    assert all(
+        c.status == "failed" and "the original did not run" in c.reason for c in proof.plan.changes
+    )
 
 
 def test_no_loss_recorded_is_said_not_hidden() -> None:
@@ -160,3 +182,15 @@ def test_options_are_validated() -> None:
         ProveOptions(rounds=1)
     with pytest.raises(UserError):
         ProveOptions(min_gain=-0.1)
+
+
+def test_a_longer_warm_up_is_reported_apart_from_the_ratio() -> None:
+    from torchdoctor.fix.render import measured_text
+
+    base = [ArmRun(True, [10.0, 10.0], warmup_s=0.2) for _ in range(6)]
+    arm = [ArmRun(True, [5.0, 5.0], warmup_s=12.2) for _ in range(6)]
+    m = prove.measured(base, arm, 0.02)
+    assert (
+        m is not None and m.ratio == pytest.approx(2.0) and m.warmup_extra_s == pytest.approx(12.0)
+    )
+    assert "+12.0 s once, in the warm-up (not in the ratio)" in measured_text(m)

@@ -120,7 +120,11 @@ ALREADY = [
         "from torch.utils.data import DataLoader\nDataLoader(ds, num_workers=4, persistent_workers=True)  # target\n",
         LOADER,
     ),
-    ("fused-optimizer", "import torch\ntorch.optim.AdamW(ps, fused=True)  # target\n", {"class": "AdamW", "impl": "fused"}),
+    (
+        "fused-optimizer",
+        "import torch\ntorch.optim.AdamW(ps, fused=True)  # target\n",
+        {"class": "AdamW", "impl": "fused"},
+    ),
     ("anomaly-off", "import torch\ntorch.autograd.set_detect_anomaly(args.debug)  # target\n", {}),
     ("anomaly-off", "import torch\ntorch.autograd.set_detect_anomaly(False)  # target\n", {}),
     (

@@ -7,7 +7,7 @@ user's wrapping of a call survive; only the nodes a codemod replaces change.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from typing import Any, TypeVar
 
 import libcst as cst
@@ -100,7 +100,7 @@ class Parsed:
         replaced: Any = self.module.deep_replace(old, new)  # type: ignore[type-var]
         return str(replaced.code)
 
-    def replace_many(self, repl: dict[Any, cst.CSTNode]) -> str:
+    def replace_many(self, repl: Mapping[Any, cst.CSTNode]) -> str:
         """The file's new source with every key node replaced by its value (by identity)."""
         return str(self.module.visit(_Replace(repl)).code)
 
@@ -463,7 +463,7 @@ def contains_call(node: cst.CSTNode, attrs: Sequence[str]) -> cst.Call | None:
 class _Replace(cst.CSTTransformer):
     """Replace nodes by identity, several at once."""
 
-    def __init__(self, repl: dict[Any, cst.CSTNode]) -> None:
+    def __init__(self, repl: Mapping[Any, cst.CSTNode]) -> None:
         super().__init__()
         self.repl = repl
 

@@ -123,6 +123,9 @@ class Measured:
     original_ms: float
     """Median over rounds of the original's mean measured step (ms)."""
     patched_ms: float
+    warmup_extra_s: float = 0.0
+    """Median over rounds of the patched warm-up minus the original's (s): a one-time cost such
+    as compilation, which the steady-state ratio leaves out."""
 
     def format(self) -> str:
         """``1.84x [1.71-1.95]``."""

@@ -86,6 +86,8 @@ class ArmRun:
     """Measured steps only (after the warm-up), ms."""
     losses: list[float] = field(default_factory=list)
     error: str = ""
+    warmup_s: float = 0.0
+    """The warm-up steps' total (s): compilation and first-call costs land here."""
 
     @property
     def mean_ms(self) -> float:
@@ -153,7 +155,9 @@ def _tail(log: Path, lines: int = 6) -> str:
 
 
 def _result(r: dict[str, Any], opts: ProveOptions, log: Path) -> ArmRun:
-    steps = [float(x) for x in r.get("step_ms") or []][int(r.get("warmup") or 0) :]
+    every = [float(x) for x in r.get("step_ms") or []]
+    warm = int(r.get("warmup") or 0)
+    steps = every[warm:]
     losses = [float(x) for x in r.get("losses") or []]
     if r.get("status") not in ("stopped", "completed"):
         return ArmRun(
@@ -164,7 +168,7 @@ def _result(r: dict[str, Any], opts: ProveOptions, log: Path) -> ArmRun:
         return ArmRun(
             False, [], losses, f"only {seen} steps ran: fewer than --warmup {opts.warmup} + 1"
         )
-    return ArmRun(True, steps[: opts.steps], losses)
+    return ArmRun(True, steps[: opts.steps], losses, warmup_s=sum(every[:warm]) / 1e3)
 
 
 def interleave(
@@ -195,18 +199,19 @@ def interleave(
 # -- decisions --------------------------------------------------------------------------------
 def measured(base: list[ArmRun], arm: list[ArmRun], min_gain: float) -> Measured | None:
     """The paired comparison over the rounds both arms ran."""
-    pairs = [(b.mean_ms, a.mean_ms) for b, a in zip(base, arm, strict=False) if b.ok and a.ok]
-    if len(pairs) < 2:
+    both = [(b, a) for b, a in zip(base, arm, strict=False) if b.ok and a.ok]
+    if len(both) < 2:
         return None
-    ref, cand = [p[0] for p in pairs], [p[1] for p in pairs]
+    ref, cand = [b.mean_ms for b, _ in both], [a.mean_ms for _, a in both]
     c = compare(ref, cand, min_gain)
     return Measured(
         c.interval.ratio,
         c.interval.low,
         c.interval.high,
-        len(pairs),
+        len(both),
         stats.median(ref),
         stats.median(cand),
+        stats.median([a.warmup_s - b.warmup_s for b, a in both]),
     )
 
 

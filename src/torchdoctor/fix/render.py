@@ -14,6 +14,7 @@ from torchdoctor.fix.prove import Proof
 from torchdoctor.fix.sources import relative
 
 SCHEMA, SCHEMA_VERSION = "torchdoctor.fix", 1
+ONE_TIME_S = 0.5  # a warm-up this much longer is worth saying (compilation, worker start-up)
 
 
 @dataclass(frozen=True)
@@ -50,7 +51,10 @@ def predicted_text(c: Change) -> str:
 def measured_text(m: Measured | None) -> str:
     if m is None:
         return "not measured"
-    return f"{m.format()} over {m.rounds} rounds ({m.original_ms:.1f} -> {m.patched_ms:.1f} ms per step)"
+    text = f"{m.format()} over {m.rounds} rounds ({m.original_ms:.1f} -> {m.patched_ms:.1f} ms per step)"
+    if m.warmup_extra_s >= ONE_TIME_S:
+        text += f"; +{m.warmup_extra_s:.1f} s once, in the warm-up (not in the ratio)"
+    return text
 
 
 def fidelity_text(f: Fidelity | None) -> str:
@@ -115,6 +119,7 @@ def _measured(m: Measured | None) -> dict[str, Any] | None:
         "rounds": m.rounds,
         "original_ms": m.original_ms,
         "patched_ms": m.patched_ms,
+        "warmup_extra_s": m.warmup_extra_s,
     }
 
 
