@@ -139,3 +139,20 @@ def test_an_empty_patch_for_a_run_without_code_findings(
     r = invoke("--from", str(folder))
     assert r.exit_code == 0 and r.stdout == ""
     assert "nothing to change" in r.stderr
+
+
+def test_the_printed_patch_applies_with_git_apply(folder: Path, tmp_path: Path) -> None:
+    import shutil
+    import subprocess
+
+    git = shutil.which("git")
+    if git is None:
+        pytest.skip("git is not installed")
+    r = invoke("--from", str(folder))
+    (tmp_path / "fix.patch").write_text(r.stdout)
+    before = Path("train.py").read_text()
+    done = subprocess.run([git, "apply", "fix.patch"], cwd=tmp_path, capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    after = Path("train.py").read_text()
+    assert after != before and "num_workers=2," in after
+    compile(after, "train.py", "exec")

@@ -414,3 +414,20 @@ def test_site_relative_to_the_run_and_user_file_policy(tmp_path: Path) -> None:
     assert sources.is_user_file(str(p))
     assert not sources.is_user_file(torch.__file__)
     assert sources.is_library(torch.__file__)
+
+
+def test_files_named_by_sites_are_searched_too(tmp_path: Path) -> None:
+    p = script(tmp_path, "import helpers\nhelpers.run()\n")
+    (tmp_path / "pkg").mkdir()
+    lib = script(
+        tmp_path / "pkg", "import torch\nopt = torch.optim.Adam(model.parameters())\n", "opt.py"
+    )
+    c = ctx(tmp_path, p)
+    assert str(lib) not in c.files()
+    c.add_sites_of(
+        {"sites": [{"site": "pkg/opt.py:2"}], "other": ["not a site", torch.__file__ + ":1"]}
+    )
+    assert c.files() == [str(p), str(lib)]
+    rows = [{"class": "Adam", "impl": "for-loop", "param_devices": ["cpu"]}]
+    change = planner.plan([finding("host-bound", for_loop_optimizers=rows)], c).changes[0]
+    assert change.status == "patched" and change.file == str(lib)

@@ -240,6 +240,8 @@ def run_fix(
         args = [str(a) for a in record.get("argv") or []]
     ctx = FixContext(record, cwd, path)
     findings = [FindingRef.from_dict(f) for f in raw]
+    for f in findings:
+        ctx.add_sites_of([f.evidence, list(f.where)])
     notes = []
     if opts.get("only"):
         findings = [f for f in findings if f.id in opts["only"]]

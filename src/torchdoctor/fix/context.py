@@ -81,6 +81,21 @@ class FixContext:
         out += [f for f in self.extra_files if sources.is_user_file(f)]
         return list(dict.fromkeys(out))
 
+    def add_sites_of(self, evidence: Any) -> None:
+        """Search also the user files that recorded sites name (``file:line`` strings anywhere in
+        a finding's evidence), beside the script's own modules."""
+        stack = [evidence]
+        while stack:
+            v = stack.pop()
+            if isinstance(v, dict):
+                stack += list(v.values())
+            elif isinstance(v, list | tuple):
+                stack += list(v)
+            elif isinstance(v, str) and ":" in v and len(v) < 4096:
+                found = self.site(v)
+                if found and sources.is_user_file(found[0]) and found[0] not in self.extra_files:
+                    self.extra_files.append(found[0])
+
     def site(self, site: str) -> tuple[str, int] | None:
         """``(absolute path, line)`` of a recorded ``file:line``, when the file exists."""
         parsed = sources.parse_site(site)
