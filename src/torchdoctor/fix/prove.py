@@ -20,7 +20,6 @@ import random
 import subprocess
 import sys
 import tempfile
-import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -332,7 +331,3 @@ def _decide(
 def _with(plan: Plan, changed: list[Change]) -> Plan:
     by_id = {c.id: c for c in changed}
     return replace(plan, changes=tuple(by_id.get(c.id, c) for c in plan.changes))
-
-
-def elapsed(start: float) -> str:
-    return f"{time.monotonic() - start:.0f} s"
