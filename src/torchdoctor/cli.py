@@ -71,6 +71,10 @@ class LazyGroup(click.Group):
             "torchdoctor.compare.cli:compare_command",
             "Compare two traces, rank folders, check runs or tune results; gate on slowdowns.",
         ),
+        "fix": (
+            "torchdoctor.fix.cli:fix_command",
+            "Turn check's findings into a patch of the script, proven by interleaved runs.",
+        ),
     }
 
     def list_commands(self, ctx: click.Context) -> list[str]:
@@ -108,6 +112,7 @@ def cli() -> None:
       torchdoctor tune workload.py     measure configurations, keep the fastest faithful one
       torchdoctor memory SNAPSHOT      explain a CUDA memory snapshot: peak, holders, fragmentation, OOM
       torchdoctor compare BASE NEW     before/after, with a regression gate for CI
+      torchdoctor fix train.py ARGS    patch the script for what check found (--prove to measure)
       torchdoctor demo                 profile a small bundled training loop, then analyse it
     """
 

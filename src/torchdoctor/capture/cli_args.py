@@ -47,8 +47,9 @@ def _json_takes_next(token: str | None) -> bool:
     return token is not None and not token.startswith("-") and not token.endswith(".py")
 
 
-def normalize_args(args: list[str]) -> list[str]:
-    """``args`` with an explicit ``-`` after a bare ``--json`` (only before the script)."""
+def normalize_args(args: list[str], value_options: tuple[str, ...] = VALUE_OPTIONS) -> list[str]:
+    """``args`` with an explicit ``-`` after a bare ``--json`` (only before the script);
+    ``value_options``: the command's options that take a value (``fix`` has more)."""
     out: list[str] = []
     i = 0
     while i < len(args):
@@ -60,7 +61,7 @@ def normalize_args(args: list[str]) -> list[str]:
                 out.append(JSON_STDOUT)
                 i += 1
                 continue
-        if tok in VALUE_OPTIONS and i + 1 < len(args):
+        if tok in value_options and i + 1 < len(args):
             out.append(args[i + 1])
             i += 2
             continue

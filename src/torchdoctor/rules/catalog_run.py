@@ -23,6 +23,7 @@ RUN_SPECS: tuple[FindingSpec, ...] = (
         explanation="Each recompile stops the step to trace and compile again; a guard on a size "
         "that changes every step means the compiled code is rarely reused.",
         doc_url=COMPILER_DOCS,
+        codemods=("mark-dynamic",),
     ),
     FindingSpec(
         id="recompile-limit-hit",
@@ -35,6 +36,7 @@ RUN_SPECS: tuple[FindingSpec, ...] = (
         explanation="After recompile_limit recompiles of one function dynamo stops compiling it "
         "and falls back to eager for the rest of the run; the speed-up is gone without an error.",
         doc_url=COMPILER_DOCS,
+        codemods=("mark-dynamic",),
     ),
     FindingSpec(
         id="graph-breaks",
@@ -73,6 +75,7 @@ RUN_SPECS: tuple[FindingSpec, ...] = (
         doc_url=f"{D}/data.html#multi-process-data-loading",
         knobs=("num_workers",),
         aliases=("data-loading-bound",),
+        codemods=("dataloader-args", "non-blocking-copies"),
     ),
     FindingSpec(
         id="unpinned-non-blocking",
@@ -87,6 +90,7 @@ RUN_SPECS: tuple[FindingSpec, ...] = (
         "pinned; from pageable memory the copy is staged and blocks the host.",
         doc_url=f"{D}/notes/cuda.html#use-pinned-memory-buffers",
         knobs=("pin_memory",),
+        codemods=("dataloader-args",),
     ),
     FindingSpec(
         id="host-syncs-in-step",
@@ -100,6 +104,7 @@ RUN_SPECS: tuple[FindingSpec, ...] = (
         "stops queueing work and the GPU idles at the start of the next step.",
         doc_url=f"{D}/generated/torch.cuda.set_sync_debug_mode.html",
         aliases=("sync-stalls",),
+        codemods=("sync-every-n",),
     ),
     FindingSpec(
         id="fp16-without-grad-scaler",
@@ -137,6 +142,7 @@ RUN_SPECS: tuple[FindingSpec, ...] = (
         doc_url=f"{D}/amp.html",
         knobs=("precision",),
         aliases=("fp32-gemm-no-tensor-cores",),
+        codemods=("bf16-autocast",),
     ),
     FindingSpec(
         id="tf32-off",
@@ -149,6 +155,7 @@ RUN_SPECS: tuple[FindingSpec, ...] = (
         explanation="TF32 keeps fp32 storage and range and runs matmuls on tensor cores.",
         doc_url=f"{D}/notes/cuda.html#tensorfloat-32-tf32-on-ampere-and-later-devices",
         knobs=("precision",),
+        codemods=("tf32-matmul",),
     ),
     FindingSpec(
         id="memory-fragmentation",

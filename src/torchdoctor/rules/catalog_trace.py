@@ -28,6 +28,7 @@ TRACE_SPECS: tuple[FindingSpec, ...] = (
         "one; worker processes prepare them ahead while the GPU computes.",
         doc_url=f"{D}/data.html#multi-process-data-loading",
         knobs=("num_workers", "device_prefetch", "pin_memory"),
+        codemods=("dataloader-args", "non-blocking-copies"),
     ),
     FindingSpec(
         id="host-bound",
@@ -43,6 +44,7 @@ TRACE_SPECS: tuple[FindingSpec, ...] = (
         "launches.",
         doc_url=f"{D}/generated/torch.compile.html",
         knobs=("compile", "optimizer_impl"),
+        codemods=("fused-optimizer", "compile-model"),
     ),
     FindingSpec(
         id="dependency-waits",
@@ -86,6 +88,7 @@ TRACE_SPECS: tuple[FindingSpec, ...] = (
         explanation="A synchronising call (.item(), .cpu(), torch.cuda.synchronize, a blocking "
         "copy) makes the CPU wait until the GPU finishes, so nothing is queued when it does.",
         doc_url=f"{D}/generated/torch.cuda.set_sync_debug_mode.html",
+        codemods=("sync-every-n",),
     ),
     FindingSpec(
         id="pageable-h2d-copies",
@@ -100,6 +103,7 @@ TRACE_SPECS: tuple[FindingSpec, ...] = (
         "and block the CPU; pinned memory copies at full speed and overlaps with compute.",
         doc_url=f"{D}/notes/cuda.html#use-pinned-memory-buffers",
         knobs=("pin_memory",),
+        codemods=("dataloader-args", "non-blocking-copies"),
     ),
     FindingSpec(
         id="synchronous-copies",
@@ -114,6 +118,7 @@ TRACE_SPECS: tuple[FindingSpec, ...] = (
         "ahead.",
         doc_url=f"{D}/notes/cuda.html#use-pinned-memory-buffers",
         knobs=("device_prefetch", "pin_memory"),
+        codemods=("non-blocking-copies",),
     ),
     FindingSpec(
         id="fp32-gemm-no-tensor-cores",
@@ -128,6 +133,7 @@ TRACE_SPECS: tuple[FindingSpec, ...] = (
         "on the tensor cores at several times the throughput.",
         doc_url=f"{D}/amp.html",
         knobs=("precision",),
+        codemods=("bf16-autocast", "tf32-matmul"),
     ),
     FindingSpec(
         id="exposed-communication",

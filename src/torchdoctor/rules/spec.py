@@ -83,6 +83,9 @@ class FindingSpec:
     """``torchdoctor tune`` knobs this finding points at, most relevant first."""
     aliases: tuple[str, ...] = ()
     """Ids of other findings that describe the same problem; ``check`` keeps one, this one."""
+    codemods: tuple[str, ...] = ()
+    """Ids of the ``torchdoctor fix`` codemods that rewrite the user's code for this finding
+    (``fix/registry.py``), in the order they are tried; empty when the remedy is not code."""
 
     def format_title(self, **values: Any) -> str:
         """The title with the measured values filled in."""

@@ -1,0 +1,306 @@
+"""``torchdoctor fix SCRIPT [ARGS...]`` / ``torchdoctor fix --from RUN``: findings to a patch.
+
+Standard output carries only the patch (``--diff``, the default: ``git apply``-able) or only
+the JSON document (a bare ``--json``); the summary, the script's own output and progress go
+to standard error.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+import click
+
+from torchdoctor.capture.cli_args import JSON_STDOUT, check_json_path, normalize_args
+from torchdoctor.errors import UserError
+
+VALUE_OPTIONS = (
+    "--from",
+    "--only",
+    "--json",
+    "--html",
+    "--min-gain",
+    "--rounds",
+    "--prove-steps",
+    "--warmup",
+    "--steps",
+    "--out",
+    "--seed",
+)
+
+
+class _FixCommand(click.Command):
+    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+        return super().parse_args(ctx, normalize_args(args, VALUE_OPTIONS))
+
+
+@click.command(
+    "fix",
+    cls=_FixCommand,
+    context_settings={
+        "ignore_unknown_options": True,
+        "allow_interspersed_args": False,
+        "help_option_names": ["-h", "--help"],
+    },
+)
+@click.argument("script", required=False, type=click.Path(path_type=str, dir_okay=False))
+@click.argument("script_args", nargs=-1, type=click.UNPROCESSED)
+@click.option(
+    "--from",
+    "run_folder",
+    type=click.Path(path_type=str, file_okay=False),
+    help="Read a `torchdoctor check` run folder instead of running the script.",
+)
+@click.option(
+    "--only",
+    default=None,
+    metavar="IDS",
+    help="Fix only these findings (comma-separated ids, e.g. host-syncs-in-step).",
+)
+@click.option("--diff", "mode", flag_value="diff", default=True, help="Print the patch (default).")
+@click.option(
+    "--write",
+    "mode",
+    flag_value="write",
+    help="Apply the patch; each original is kept as FILE.orig.",
+)
+@click.option(
+    "--json",
+    "json_path",
+    default=None,
+    type=click.Path(path_type=str, dir_okay=False),
+    help="Write every change (finding, file, line, status) as JSON to this file; a bare --json "
+    "prints only the JSON on stdout.",
+)
+@click.option(
+    "--html", "html_path", type=click.Path(path_type=str), help="Also write an HTML page."
+)
+@click.option(
+    "--prove", is_flag=True, help="Measure each change against the original, interleaved."
+)
+@click.option(
+    "--min-gain",
+    default=0.02,
+    show_default=True,
+    type=click.FloatRange(0),
+    help="With --prove: a change is kept when its speed-up interval clears 1 + this.",
+)
+@click.option(
+    "--keep-unproven", is_flag=True, help="With --prove: keep changes without a measured gain."
+)
+@click.option(
+    "--rounds",
+    default=8,
+    show_default=True,
+    type=click.IntRange(2, 200),
+    help="With --prove: interleaved rounds.",
+)
+@click.option(
+    "--prove-steps",
+    default=30,
+    show_default=True,
+    type=click.IntRange(1),
+    help="With --prove: measured steps per process (after --warmup).",
+)
+@click.option(
+    "--seed", default=0, show_default=True, type=int, help="With --prove: the script's seed."
+)
+@click.option(
+    "--warmup",
+    default=5,
+    show_default=True,
+    type=click.IntRange(0),
+    help="Warm-up steps (check and prove).",
+)
+@click.option(
+    "--steps", default=5, show_default=True, type=click.IntRange(1), help="Steps check profiles."
+)
+@click.option(
+    "--out",
+    "out_dir",
+    default="torchdoctor-runs",
+    show_default=True,
+    type=click.Path(path_type=str, file_okay=False),
+    help="Parent folder of check's run folders.",
+)
+def fix_command(
+    script: str | None,
+    script_args: tuple[str, ...],
+    run_folder: str | None,
+    only: str | None,
+    mode: str,
+    json_path: str | None,
+    html_path: str | None,
+    prove: bool,
+    min_gain: float,
+    keep_unproven: bool,
+    rounds: int,
+    prove_steps: int,
+    seed: int,
+    warmup: int,
+    steps: int,
+    out_dir: str,
+) -> None:
+    """Turn check's findings into a patch of SCRIPT's own files (runs `check` first, or reads
+    --from RUN), optionally proven by interleaved runs.
+
+    \b
+      torchdoctor fix train.py --lr 3e-4              print the patch
+      torchdoctor fix --prove --write train.py        measure, apply what is faster
+      torchdoctor fix --from torchdoctor-runs/train-20261201-120000 --json fix.json
+    """
+    try:
+        check_json_path(json_path)
+        opts = {
+            "mode": mode,
+            "prove": prove,
+            "min_gain": min_gain,
+            "keep_unproven": keep_unproven,
+            "rounds": rounds,
+            "prove_steps": prove_steps,
+            "warmup": warmup,
+            "seed": seed,
+            "only": [x.strip() for x in only.split(",") if x.strip()] if only else None,
+        }
+        result = run_fix(script, list(script_args), run_folder, opts, steps, out_dir)
+        emit(result, mode, json_path, html_path)
+    except UserError as exc:
+        click.echo(f"torchdoctor: error: {exc}", err=True)
+        sys.exit(exc.exit_code)
+
+
+def _say(line: str) -> None:
+    click.echo(f"torchdoctor: {line}", err=True)
+
+
+def load_run(folder: str) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    """``run.json`` (rank 0's record under torchrun) and the merged findings of a run folder."""
+    base = Path(folder)
+    if not (base / "run.json").is_file():
+        raise UserError(f"{folder}: not a torchdoctor check run folder (no run.json)")
+    try:
+        record = json.loads((base / "run.json").read_text(encoding="utf-8"))
+        rank0 = base / "ranks" / "rank0.json"
+        if "config" not in record and rank0.is_file():
+            record = {
+                **json.loads(rank0.read_text(encoding="utf-8")),
+                "script": record.get("script"),
+            }
+        report = base / "report.json"
+        doc = json.loads(report.read_text(encoding="utf-8")) if report.is_file() else record
+    except (OSError, ValueError) as exc:
+        raise UserError(f"{folder}: cannot read the run: {exc}") from None
+    findings = [f for f in doc.get("findings") or [] if isinstance(f, dict)]
+    return record, findings
+
+
+def _check(script: str, args: list[str], warmup: int, steps: int, out_dir: str) -> str:
+    from torchdoctor.api import run_check
+    from torchdoctor.capture.options import CheckOptions
+    from torchdoctor.capture.streams import stdout_to_stderr
+
+    if not os.path.isfile(script):
+        raise UserError(f"{script}: no such script")
+    options = CheckOptions(warmup_steps=warmup, profile_steps=steps, out_dir=out_dir)
+    _say(f"running check on {script} ...")
+    with stdout_to_stderr():
+        result = run_check(script, args, options, echo=False)
+    _say(f"run folder: {result.folder}")
+    return str(result.folder)
+
+
+def run_fix(
+    script: str | None,
+    args: list[str],
+    run_folder: str | None,
+    opts: dict[str, Any],
+    check_steps: int = 5,
+    out_dir: str = "torchdoctor-runs",
+) -> Any:
+    """Check (or read the run), plan the changes, prove them when asked; the ``FixResult``."""
+    from torchdoctor.fix.context import FixContext
+    from torchdoctor.fix.model import FindingRef
+    from torchdoctor.fix.planner import plan
+    from torchdoctor.fix.render import FixResult
+
+    if (script is None) == (run_folder is None):
+        raise UserError("give a script to check, or --from RUN_FOLDER (one of the two)")
+    if run_folder is None:
+        assert script is not None
+        run_folder = _check(script, args, opts["warmup"], check_steps, out_dir)
+    record, raw = load_run(run_folder)
+    cwd = os.getcwd()
+    name = script or str(record.get("script") or "")
+    path = os.path.abspath(name) if name and os.path.isfile(name) else None
+    if script is None and not args:
+        args = [str(a) for a in record.get("argv") or []]
+    ctx = FixContext(record, cwd, path)
+    findings = [FindingRef.from_dict(f) for f in raw]
+    for f in findings:
+        ctx.add_sites_of([f.evidence, list(f.where)])
+    notes = []
+    if opts.get("only"):
+        findings = [f for f in findings if f.id in opts["only"]]
+        if not findings:
+            notes.append(f"no finding of the run is one of --only {','.join(opts['only'])}")
+    if path is None:
+        notes.append(f"the script {name or '?'} is not here: run fix from the folder check ran in")
+    p = plan(findings, ctx)
+    result = FixResult(p, path, run_folder, notes=notes, options=opts)
+    if opts.get("prove") and p.patched:
+        if path is None:
+            raise UserError("--prove needs the script: run fix from the folder check ran in")
+        result = _prove(result, path, args, opts)
+    return result
+
+
+def _prove(result: Any, script: str, args: list[str], opts: dict[str, Any]) -> Any:
+    from dataclasses import replace
+
+    from torchdoctor.fix.prove import ProveOptions, prove
+
+    po = ProveOptions(
+        rounds=opts["rounds"],
+        warmup=opts["warmup"],
+        steps=opts["prove_steps"],
+        min_gain=opts["min_gain"],
+        keep_unproven=opts["keep_unproven"],
+        seed=opts["seed"],
+    )
+    arms = len(result.plan.patched) + 1 + (len(result.plan.patched) > 1)
+    _say(f"proving {len(result.plan.patched)} change(s): {po.rounds} rounds of {arms} processes")
+    proof = prove(result.plan, script, args, po, progress=_say)
+    return replace(result, plan=proof.plan, proof=proof)
+
+
+def emit(result: Any, mode: str, json_path: str | None, html_path: str | None) -> None:
+    """Write, print the patch or the JSON, the summary on stderr, the HTML page."""
+    from dataclasses import replace
+
+    from torchdoctor.fix import diff
+    from torchdoctor.fix.planner import compose
+    from torchdoctor.fix.render import summary_lines, to_json, write_json
+
+    if mode == "write" and result.kept:
+        files, _ = compose(result.plan, result.kept)
+        written = diff.write_patched(result.plan.originals, files)
+        result = replace(result, written=[(f, str(b)) for f, b in written])
+    if json_path == JSON_STDOUT:
+        click.echo(to_json(result))
+    elif mode == "diff":
+        patch = result.patch
+        if patch:
+            click.echo(patch, nl=False)
+    if json_path and json_path != JSON_STDOUT:
+        write_json(result, json_path)
+    for line in summary_lines(result):
+        click.echo(line, err=True)
+    if html_path:
+        from torchdoctor.fix.html import write_page
+
+        written_html = write_page(result, html_path)
+        _say(f"wrote {written_html}")

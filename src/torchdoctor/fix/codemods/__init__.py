@@ -1,0 +1,1 @@
+"""One module per remedy; ``fix/registry.py`` lists them by id."""

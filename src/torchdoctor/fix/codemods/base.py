@@ -1,0 +1,102 @@
+"""The shape of a codemod: ``plan`` finds where (from the finding and the run), ``rewrite``
+edits one file's source there, or says why not.
+
+``plan`` runs on the original files; ``rewrite`` may run on a file another change already
+edited (the planner composes changes), so it finds its node again from the target's line
+(mapped through the earlier edits) and never relies on a node found by ``plan``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Protocol
+
+import libcst as cst
+
+from torchdoctor.fix import sources
+from torchdoctor.fix.cst_tools import Parsed
+from torchdoctor.fix.model import FindingRef, Precision, Refusal, Rewrite, Target
+
+if TYPE_CHECKING:
+    from torchdoctor.fix.context import FixContext
+
+
+class Codemod(Protocol):
+    """One remedy as a concrete syntax tree edit."""
+
+    id: str
+    """Stable id, named by the finding registry's ``codemods`` field."""
+    title: str
+    """What it changes, in a few words (docs and the report)."""
+    precision: Precision
+    """The arithmetic after the change (the fidelity gate's tolerance)."""
+
+    def plan(self, finding: FindingRef, ctx: FixContext) -> list[Target | Refusal]:
+        """Where to rewrite for this finding (one target per place), or why nowhere."""
+        ...
+
+    def rewrite(self, source: str, target: Target) -> Rewrite | Refusal:
+        """The file's new source with the edit at ``target``, or a refusal (``already`` when
+        the code already does it: a second run changes nothing)."""
+        ...
+
+
+@dataclass(frozen=True)
+class Hit:
+    """A node a codemod's search found in one of the user's files."""
+
+    file: str
+    line: int
+    node: cst.CSTNode
+
+
+def search(
+    ctx: FixContext, files: Iterable[str], match: type[cst.CSTNode], keep: object
+) -> list[Hit]:
+    """Nodes of type ``match`` in ``files`` for which ``keep(parsed, node)`` is true."""
+    hits = []
+    for f in files:
+        p = ctx.parsed(f)
+        if p is None:
+            continue
+        for node in p.all(match):
+            if keep(p, node):  # type: ignore[operator]
+                hits.append(Hit(f, p.line(node), node))
+    return hits
+
+
+def one_site(hits: list[Hit], ctx: FixContext, what: str) -> Hit | Refusal:
+    """The single hit, or a refusal naming none or every candidate."""
+    if not hits:
+        shown = ", ".join(ctx.rel(f) for f in ctx.files()) or "no user file"
+        return Refusal(f"no {what} found in the user's files ({shown}): built by a library?")
+    if len(hits) > 1:
+        where = ", ".join(f"{ctx.rel(h.file)}:{h.line}" for h in hits[:4])
+        return Refusal(f"{len(hits)} candidate sites for {what} ({where}): cannot tell which one")
+    return hits[0]
+
+
+def library_refusal(path: str, what: str, ctx: FixContext) -> Refusal:
+    return Refusal(
+        f"{what} comes from library code ({ctx.rel(path)}): only the user's own files are "
+        "rewritten",
+        path,
+    )
+
+
+def located(ctx: FixContext, site: str) -> tuple[str, int] | Refusal:
+    """A recorded site as ``(file, line)`` in a user file, or the refusal that says why not."""
+    found = ctx.site(site)
+    if found is None:
+        return Refusal(f"the recorded site {site} is not a file here")
+    if sources.is_library(found[0]):
+        return library_refusal(found[0], "the code at " + site, ctx)
+    return found
+
+
+def parse_or_refuse(source: str) -> Parsed | Refusal:
+    try:
+        return Parsed(source)
+    except Exception as exc:  # libcst's ParserSyntaxError and friends
+        return Refusal(f"the file does not parse: {type(exc).__name__}")

@@ -1,0 +1,202 @@
+"""``compile-model``: compile a launch-bound model, or take an already compiled one to the next
+mode.
+
+Not compiled yet: ``model.compile()`` after the model is built (``nn.Module.compile`` compiles
+in place, so ``state_dict`` keys and ``isinstance`` checks stay as they were, unlike
+``model = torch.compile(model)``). The model is the module whose ``.parameters()`` the
+optimizer takes. Already compiled: the ``torch.compile`` call gets the next mode on a GPU
+(default -> ``reduce-overhead``, whose CUDA graphs replay the step's launches; then
+``max-autotune``); on a CPU no mode adds anything, so that is refused with the next step.
+"""
+
+from __future__ import annotations
+
+import shutil
+from typing import TYPE_CHECKING, Any
+
+import libcst as cst
+
+from torchdoctor.fix.codemods.base import Hit, one_site, parse_or_refuse, search
+from torchdoctor.fix.cst_tools import (
+    NOT_LITERAL,
+    Parsed,
+    arg_index,
+    full_name,
+    innermost_spanning,
+    insert_after,
+    literal,
+    set_args,
+    statement,
+    with_comment,
+)
+from torchdoctor.fix.model import FindingRef, Refusal, Rewrite, Target
+
+if TYPE_CHECKING:
+    from torchdoctor.fix.context import FixContext
+
+NEXT_MODE: dict[Any, str] = {
+    None: "reduce-overhead",
+    "default": "reduce-overhead",
+    "reduce-overhead": "max-autotune",
+    "max-autotune-no-cudagraphs": "max-autotune",
+}
+
+
+def _is_optimizer(p: Parsed, node: cst.CSTNode) -> bool:
+    if not isinstance(node, cst.Call):
+        return False
+    return any(q.startswith("torch.optim.") for q in p.qualified(node))
+
+
+def _is_compile(p: Parsed, node: cst.CSTNode) -> bool:
+    return (
+        isinstance(node, cst.Call)
+        and p.is_call_to(node, ("torch.compile",), "compile")
+        and ("torch.compile" in p.qualified(node))
+    )
+
+
+def _model_name(call: cst.Call) -> str | None:
+    """``model`` for ``Opt(model.parameters(), ...)``."""
+    if not call.args or call.args[0].keyword is not None:
+        return None
+    first = call.args[0].value
+    if (
+        isinstance(first, cst.Call)
+        and isinstance(first.func, cst.Attribute)
+        and first.func.attr.value == "parameters"
+        and isinstance(first.func.value, cst.Name)
+    ):
+        return first.func.value.value
+    return None
+
+
+def _anchor(p: Parsed, opt_call: cst.Call, name: str) -> cst.BaseStatement | None:
+    """The statement after which ``name.compile()`` goes: the last assignment of ``name`` in
+    the optimizer's block before it, else the optimizer's own statement."""
+    opt_stmt = p.statement(opt_call)
+    if opt_stmt is None or not p.in_block(opt_stmt):
+        return None
+    block: Any = p.parent[opt_stmt]
+    found: cst.BaseStatement = opt_stmt
+    for stmt in block.body:
+        if stmt is opt_stmt:
+            break
+        if isinstance(stmt, cst.SimpleStatementLine) and any(
+            isinstance(s, cst.Assign) and any(full_name(t.target) == name for t in s.targets)
+            for s in stmt.body
+        ):
+            found = stmt
+    return found
+
+
+class CompileModel:
+    id = "compile-model"
+    title = "torch.compile (or the next mode) for a launch-bound step"
+    precision = "fp32"
+
+    def plan(self, finding: FindingRef, ctx: FixContext) -> list[Target | Refusal]:
+        rec = ctx.compile_record
+        calls = [c for c in rec.get("compile_calls") or [] if isinstance(c, dict)]
+        if calls or rec.get("compiles"):
+            return [self._next_mode(calls, rec, ctx)]
+        if not ctx.cuda and not (shutil.which("g++") or shutil.which("c++")):
+            return [Refusal("torch.compile needs a C++ compiler on the CPU; none is on PATH")]
+        hit = one_site(
+            search(ctx, ctx.files(), cst.Call, _is_optimizer), ctx, "an optimizer construction"
+        )
+        if isinstance(hit, Refusal):
+            return [hit]
+        assert isinstance(hit, Hit) and isinstance(hit.node, cst.Call)
+        name = _model_name(hit.node)
+        if name is None:
+            return [
+                Refusal(
+                    "the optimizer does not take `model.parameters()`: cannot tell which module is the model"
+                )
+            ]
+        p = ctx.parsed(hit.file)
+        anchor = _anchor(p, hit.node, name) if p is not None else None
+        if anchor is None:
+            return [
+                Refusal("the optimizer is built inside a one-line block: cannot place the compile")
+            ]
+        return [Target(self.id, hit.file, p.line(anchor), {"model": name})]  # type: ignore[union-attr]
+
+    def _next_mode(
+        self, calls: list[dict[str, Any]], rec: dict[str, Any], ctx: FixContext
+    ) -> Target | Refusal:
+        breaks = {b.get("site") for b in rec.get("graph_breaks") or [] if isinstance(b, dict)}
+        if breaks:
+            return Refusal(
+                f"the model is compiled but breaks into pieces at {len(breaks)} place(s): fix "
+                "the graph breaks first (see graph-breaks)"
+            )
+        if not ctx.cuda:
+            return Refusal(
+                "already compiled, and on a CPU no torch.compile mode adds more (CUDA graphs need "
+                "a GPU): a fused optimizer or more work per operator is the next step"
+            )
+        mode = calls[0].get("mode") if calls else None
+        nxt = NEXT_MODE.get(mode)
+        if nxt is None:
+            return Refusal(f"already compiled with mode={mode!r}, the last mode", already=True)
+        hit = one_site(search(ctx, ctx.files(), cst.Call, _is_compile), ctx, "torch.compile(...)")
+        if isinstance(hit, Refusal):
+            return hit
+        assert isinstance(hit, Hit)
+        return Target(self.id, hit.file, hit.line, {"mode": nxt})
+
+    def rewrite(self, source: str, target: Target) -> Rewrite | Refusal:
+        p = parse_or_refuse(source)
+        if isinstance(p, Refusal):
+            return p
+        if "mode" in target.params:
+            return self._set_mode(p, target)
+        name = target.params["model"]
+        for c in p.all(cst.Call):
+            f = c.func
+            if (
+                isinstance(f, cst.Attribute)
+                and f.attr.value == "compile"
+                and full_name(f.value) == name
+            ):
+                return Refusal(f"{name}.compile() is already called", already=True)
+            if _is_compile(p, c) and c.args and full_name(c.args[0].value) == name:
+                return Refusal(f"torch.compile({name}) is already called", already=True)
+        anchor = next(
+            (
+                s
+                for s in p.all(cst.SimpleStatementLine)
+                if p.line(s) == target.line and p.in_block(s)
+            ),
+            None,
+        )
+        if anchor is None:
+            return Refusal(f"no statement at line {target.line}")
+        new = with_comment(
+            statement(f"{name}.compile()\n"),  # type: ignore[arg-type]
+            "torchdoctor: fuse the step's many small operators (compiles at the first call)",
+        )
+        return Rewrite(insert_after(p, anchor, [new]), f"{name}.compile()")
+
+    def _set_mode(self, p: Parsed, target: Target) -> Rewrite | Refusal:
+        calls = [c for c in p.all(cst.Call) if _is_compile(p, c)]
+        call = innermost_spanning(p, calls, target.line)
+        if call is None:
+            return Refusal(f"no torch.compile(...) call at line {target.line}")
+        mode = target.params["mode"]
+        i = arg_index(call, "mode")
+        if i is not None:
+            now = literal(call.args[i].value)
+            if now is NOT_LITERAL:
+                return Refusal(f"mode is set from `{p.code_of(call.args[i].value)}`: set it there")
+            if now == mode:
+                return Refusal(f"torch.compile already has mode={mode!r}", already=True)
+        return Rewrite(
+            p.replace(call, set_args(call, {"mode": repr(mode).replace("'", '"')})),
+            f'torch.compile(..., mode="{mode}")',
+        )
+
+
+CODEMOD = CompileModel()

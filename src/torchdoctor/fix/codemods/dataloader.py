@@ -1,0 +1,167 @@
+"""``dataloader-args``: the user's ``DataLoader(...)`` call with workers, persistence, prefetch
+and (on CUDA) pinned memory, every other argument kept as written.
+
+The values are check's (``rules/user_fixes.loader_changes``): the same function builds the
+text fix of ``dataloader-config``, so the patch and the report never disagree. Workers come
+from the finding's ``suggested_num_workers`` (the rank's CPUs, 2 to 8); an argument the call
+sets from an expression (``num_workers=args.workers``) is the user's to change, and refused.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+import libcst as cst
+
+from torchdoctor.fix.codemods.base import (
+    Hit,
+    located,
+    one_site,
+    parse_or_refuse,
+    search,
+)
+from torchdoctor.fix.cst_tools import (
+    NOT_LITERAL,
+    Parsed,
+    arg_index,
+    has_star_args,
+    innermost_spanning,
+    literal,
+    set_args,
+)
+from torchdoctor.fix.model import FindingRef, Refusal, Rewrite, Target
+from torchdoctor.rules.user_fixes import _DL_POSITIONAL as DL_POSITIONAL
+from torchdoctor.rules.user_fixes import loader_changes
+
+if TYPE_CHECKING:
+    from torchdoctor.fix.context import FixContext
+
+QUALIFIED = ("torch.utils.data.DataLoader", "torch.utils.data.dataloader.DataLoader")
+_PIN_ONLY = ("unpinned-non-blocking", "pageable-h2d-copies")
+
+
+def is_loader_call(p: Parsed, node: cst.CSTNode) -> bool:
+    """A call of torch's ``DataLoader`` (however imported)."""
+    return isinstance(node, cst.Call) and p.is_call_to(node, QUALIFIED, "DataLoader")
+
+
+def loader_record(finding: FindingRef, ctx: FixContext) -> dict[str, Any]:
+    """What check recorded about the loader: the finding's evidence, else the run's first."""
+    raw = finding.evidence.get("dataloader")
+    if isinstance(raw, dict):
+        return raw
+    loaders = (ctx.record.get("config") or {}).get("dataloaders") or []
+    return loaders[0] if loaders and isinstance(loaders[0], dict) else {}
+
+
+def wanted(finding: FindingRef, raw: dict[str, Any], ctx: FixContext) -> dict[str, str]:
+    """The arguments to set (name -> source text), from the finding and the machine."""
+    if finding.id in _PIN_ONLY or (
+        finding.id == "dataloader-config" and "suggested_num_workers" not in finding.evidence
+    ):
+        return {"pin_memory": "True"} if ctx.cuda and not raw.get("pin_memory") else {}
+    workers = finding.evidence.get("suggested_num_workers")
+    if not isinstance(workers, int):
+        workers = max(2, min(8, cpus(raw, ctx)))
+    return loader_changes(raw, workers, ctx.cuda)
+
+
+def cpus(raw: dict[str, Any], ctx: FixContext) -> int:
+    """CPUs of the rank that built the loader (as check recorded them)."""
+    return int(raw.get("cpus_per_rank") or raw.get("cpu_count") or ctx.cpus)
+
+
+class DataLoaderArgs:
+    id = "dataloader-args"
+    title = "DataLoader workers, persistence, prefetch, pinned memory"
+    precision = "fp32"
+
+    def plan(self, finding: FindingRef, ctx: FixContext) -> list[Target | Refusal]:
+        raw = loader_record(finding, ctx)
+        changes = wanted(finding, raw, ctx)
+        if not changes:
+            cur = int(raw.get("num_workers") or 0)
+            why = (
+                f"num_workers={cur} already uses this rank's {cpus(raw, ctx)} CPUs: more workers "
+                "will not help; make each item cheaper (pre-process once, decode on the GPU)"
+                if cur
+                else "the loader already has the settings this finding asks for"
+            )
+            return [Refusal(why, already=bool(cur) or bool(raw))]
+        site = (raw.get("call") or {}).get("site")
+        if site:
+            where = located(ctx, str(site))
+            if isinstance(where, Refusal):
+                return [where]
+            file, line = where
+        else:
+            hit = one_site(
+                search(ctx, ctx.files(), cst.Call, is_loader_call), ctx, "DataLoader(...)"
+            )
+            if isinstance(hit, Refusal):
+                return [hit]
+            assert isinstance(hit, Hit)
+            file, line = hit.file, hit.line
+        return [Target(self.id, file, line, {"changes": changes})]
+
+    def rewrite(self, source: str, target: Target) -> Rewrite | Refusal:
+        p = parse_or_refuse(source)
+        if isinstance(p, Refusal):
+            return p
+        calls = [c for c in p.all(cst.Call) if is_loader_call(p, c)]
+        call = innermost_spanning(p, calls, target.line)
+        if call is None:
+            other = [c for c in p.all(cst.Call) if p.spans(c, target.line) and p.imported_from(c)]
+            lib = next(
+                (p.imported_from(c) for c in other if "DataLoader" in (p.imported_from(c) or "")),
+                None,
+            )
+            if lib:
+                return Refusal(f"the loader at line {target.line} is {lib}, not torch's DataLoader")
+            return Refusal(f"no DataLoader(...) call at line {target.line}")
+        if has_star_args(call):
+            return Refusal("the call passes *args / **kwargs: its arguments are built at run time")
+        todo: dict[str, str] = {}
+        for name, code in target.params["changes"].items():
+            i = arg_index(call, name, DL_POSITIONAL)
+            if i is None:
+                todo[name] = code
+                continue
+            now = literal(call.args[i].value)
+            if now is NOT_LITERAL:
+                return Refusal(
+                    f"{name} is set from `{p.code_of(call.args[i].value)}`: set it to {code} "
+                    "where that value comes from"
+                )
+            new = literal(cst.parse_expression(code))
+            if name == "num_workers" and isinstance(now, int) and now >= new:
+                continue
+            if name == "prefetch_factor" and isinstance(now, int) and now >= new:
+                continue
+            if now != new:
+                todo[name] = code
+        if _workers_after(call, todo) == 0:
+            # persistent_workers / prefetch_factor without workers make DataLoader raise
+            todo = {
+                k: v for k, v in todo.items() if k not in ("persistent_workers", "prefetch_factor")
+            }
+        if not todo:
+            return Refusal("the DataLoader call already passes these arguments", already=True)
+        summary = ", ".join(f"{k}={v}" for k, v in todo.items())
+        return Rewrite(
+            p.replace(call, set_args(call, todo, DL_POSITIONAL)), f"DataLoader({summary})"
+        )
+
+
+def _workers_after(call: cst.Call, todo: dict[str, str]) -> int | None:
+    """num_workers once the edit is made (None when the call sets it from an expression)."""
+    if "num_workers" in todo:
+        return int(todo["num_workers"])
+    i = arg_index(call, "num_workers", DL_POSITIONAL)
+    if i is None:
+        return 0
+    now = literal(call.args[i].value)
+    return now if isinstance(now, int) else None
+
+
+CODEMOD = DataLoaderArgs()

@@ -1,0 +1,200 @@
+"""``bf16-autocast`` and ``tf32-matmul``: tensor-core arithmetic on GPUs that have it (sm80+).
+
+``bf16-autocast`` wraps the forward and the loss of the training step, the statements that
+compute the name whose ``.backward()`` is called, in ``torch.autocast("cuda",
+dtype=torch.bfloat16)``: not the batch's copy to the device, not ``zero_grad``, not the
+backward (autocast is for the forward only). bf16 has fp32's range, so no GradScaler is
+needed; the fidelity gate then uses tune's bf16 tolerance. ``tf32-matmul`` adds
+``torch.set_float32_matmul_precision("high")`` after the imports (the call every torch from
+1.12 on accepts; 2.9+ maps it onto the ``fp32_precision`` settings).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+import libcst as cst
+
+from torchdoctor.fix.codemods.base import Hit, one_site, parse_or_refuse, search
+from torchdoctor.fix.cst_tools import (
+    Parsed,
+    contains_call,
+    ensure_import,
+    full_name,
+    insert_after,
+    last_import,
+    statement,
+    with_comment,
+    wrap,
+)
+from torchdoctor.fix.model import FindingRef, Refusal, Rewrite, Target
+
+if TYPE_CHECKING:
+    from torchdoctor.fix.context import FixContext
+
+_MOVES = ("to", "cuda", "pin_memory")
+
+
+def _is_backward(p: Parsed, node: cst.CSTNode) -> bool:
+    return (
+        isinstance(node, cst.Call)
+        and isinstance(node.func, cst.Attribute)
+        and node.func.attr.value == "backward"
+    )
+
+
+def _loss_name(call: cst.Call) -> str | None:
+    """``loss`` of ``loss.backward()`` and of ``scaler.scale(loss).backward()``."""
+    assert isinstance(call.func, cst.Attribute)
+    obj = call.func.value
+    if isinstance(obj, cst.Call) and full_name(obj.func).endswith(".scale") and obj.args:
+        obj = obj.args[0].value
+    return obj.value if isinstance(obj, cst.Name) else None
+
+
+def _assigns(stmt: cst.CSTNode, name: str) -> bool:
+    if not isinstance(stmt, cst.SimpleStatementLine):
+        return False
+    for s in stmt.body:
+        if isinstance(s, cst.Assign) and any(name in _target_names(t.target) for t in s.targets):
+            return True
+        if isinstance(s, cst.AnnAssign | cst.AugAssign) and full_name(s.target) == name:
+            return True
+    return False
+
+
+def _target_names(t: cst.CSTNode) -> set[str]:
+    if isinstance(t, cst.Name):
+        return {t.value}
+    if isinstance(t, cst.Tuple | cst.List):
+        return set().union(*(_target_names(e.value) for e in t.elements))
+    return set()
+
+
+def _only_moves(stmt: cst.SimpleStatementLine) -> bool:
+    """``x, y = x.to(device), y.to(device)``: copying the batch, not computing on it."""
+    s = stmt.body[0]
+    if not isinstance(s, cst.Assign):
+        return False
+    values = s.value.elements if isinstance(s.value, cst.Tuple) else [s.value]
+    exprs = [v.value if isinstance(v, cst.Element) else v for v in values]
+    return all(
+        isinstance(e, cst.Call)
+        and isinstance(e.func, cst.Attribute)
+        and e.func.attr.value in _MOVES
+        for e in exprs
+    )
+
+
+def _is_autocast(p: Parsed, stmt: cst.CSTNode) -> bool:
+    if not isinstance(stmt, cst.With):
+        return False
+    return any(
+        full_name(i.item.func if isinstance(i.item, cst.Call) else i.item).rsplit(".", 1)[-1]
+        in ("autocast",)
+        for i in stmt.items
+    )
+
+
+class Bf16Autocast:
+    id = "bf16-autocast"
+    title = "bf16 autocast of the forward on bf16 tensor cores"
+    precision = "bf16-mixed"
+
+    def plan(self, finding: FindingRef, ctx: FixContext) -> list[Target | Refusal]:
+        if not ctx.cuda:
+            return [Refusal("the run's GPU is not known (bf16 autocast only pays on tensor cores)")]
+        if not ctx.bf16_tensor_cores:
+            return [
+                Refusal(
+                    "this GPU has no bf16 tensor cores: fp16 with a GradScaler is the remedy, not rewritten"
+                )
+            ]
+        hit = one_site(search(ctx, ctx.files(), cst.Call, _is_backward), ctx, "a .backward() call")
+        if isinstance(hit, Refusal):
+            return [hit]
+        assert isinstance(hit, Hit)
+        return [Target(self.id, hit.file, hit.line)]
+
+    def rewrite(self, source: str, target: Target) -> Rewrite | Refusal:
+        p = parse_or_refuse(source)
+        if isinstance(p, Refusal):
+            return p
+        call = next(
+            (c for c in p.all(cst.Call) if _is_backward(p, c) and p.spans(c, target.line)), None
+        )
+        if call is None:
+            return Refusal(f"no .backward() call at line {target.line}")
+        loss = _loss_name(call)  # type: ignore[arg-type]
+        stmt = p.statement(call)
+        if loss is None or stmt is None or not p.in_block(stmt):
+            return Refusal("the backward is not `loss.backward()` on a line of its own")
+        if any(_is_autocast(p, a) for a in p.ancestors(stmt)):
+            return Refusal("the step already runs under autocast", already=True)
+        parent: Any = p.parent[stmt]
+        body = list(parent.body)
+        i = next(k for k, s in enumerate(body) if s is stmt)
+        before = body[:i]
+        if any(_is_autocast(p, s) for s in before):
+            return Refusal("autocast already wraps the forward", already=True)
+        last = next((k for k in range(len(before) - 1, -1, -1) if _assigns(before[k], loss)), None)
+        if last is None:
+            return Refusal(f"`{loss}` is not computed in the same block as its backward")
+        first = last
+        while first > 0:
+            prev = before[first - 1]
+            if not isinstance(prev, cst.SimpleStatementLine) or _only_moves(prev):
+                break
+            if contains_call(prev, ("zero_grad", "backward", "step")) is not None:
+                break
+            first -= 1
+        torch = p.torch_name() or "torch"
+        code = wrap(
+            p,
+            before[first : last + 1],
+            f'with {torch}.autocast(device_type="cuda", dtype={torch}.bfloat16):',
+            "torchdoctor: bf16 tensor cores, fp32 range (no GradScaler needed)",
+        )
+        if p.torch_name() is None:
+            code = ensure_import(code, "torch")
+        return Rewrite(
+            code, f"forward and loss under bf16 autocast ({last - first + 1} statement(s))"
+        )
+
+
+class Tf32Matmul:
+    id = "tf32-matmul"
+    title = "TF32 for fp32 matmuls"
+    precision = "tf32"
+
+    def plan(self, finding: FindingRef, ctx: FixContext) -> list[Target | Refusal]:
+        if not (ctx.cuda and ctx.tf32_capable):
+            return [Refusal("TF32 needs an sm80+ GPU; the run's GPU is not one (or not known)")]
+        if not ctx.script:
+            return [Refusal("no script to set it in")]
+        return [Target(self.id, ctx.script, 1)]
+
+    def rewrite(self, source: str, target: Target) -> Rewrite | Refusal:
+        p = parse_or_refuse(source)
+        if isinstance(p, Refusal):
+            return p
+        text = source
+        if "set_float32_matmul_precision(" in text or "matmul.allow_tf32 = True" in text:
+            return Refusal("the script already sets the fp32 matmul precision", already=True)
+        if p.torch_name() is None:
+            text = ensure_import(text, "torch")
+            p = Parsed(text)
+        anchor = last_import(p)
+        if anchor is None:
+            return Refusal("the script has no module-level import to place it after")
+        torch = p.torch_name() or "torch"
+        new = with_comment(
+            statement(f'{torch}.set_float32_matmul_precision("high")\n'),  # type: ignore[arg-type]
+            "torchdoctor: TF32 tensor cores for fp32 matmuls",
+        )
+        new = new.with_changes(leading_lines=[cst.EmptyLine()])  # set apart from the imports
+        return Rewrite(insert_after(p, anchor, [new]), 'torch.set_float32_matmul_precision("high")')
+
+
+BF16 = Bf16Autocast()
+TF32 = Tf32Matmul()

@@ -1,0 +1,175 @@
+"""What ``fix`` works on: a finding as fix reads it, a codemod's target, its result, a change.
+
+Findings are read from ``report.json`` / ``run.json`` as plain dicts (``FindingRef``), not as
+``rules.finding.Finding``: a run folder written by a newer ``check`` may carry ids this version
+has not registered, and fix still reads them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+Status = Literal["patched", "refused", "already", "no-gain", "rejected", "failed"]
+"""What became of a change.
+
+patched: in the patch (proven with ``--prove``, else proposed); refused: the code cannot be
+rewritten safely (the reason says why); already: the code already does it; no-gain: measured,
+but its interval does not clear ``--min-gain``; rejected: the losses left the tolerance;
+failed: the patched script did not run.
+"""
+
+STATUS_WORDS: dict[str, str] = {
+    "patched": "patched",
+    "refused": "refused",
+    "already": "already done",
+    "no-gain": "no measured gain",
+    "rejected": "rejected (losses)",
+    "failed": "failed to run",
+}
+
+Precision = Literal["fp32", "tf32", "bf16-mixed"]
+"""The arithmetic a change runs in: picks ``tune``'s loss tolerance for the fidelity gate."""
+
+
+@dataclass(frozen=True)
+class FindingRef:
+    """One finding, read from a report's plain data."""
+
+    id: str
+    title: str = ""
+    severity: str = "info"
+    saving_ms_per_step: float = 0.0
+    share_of_step: float = 0.0
+    evidence: dict[str, Any] = field(default_factory=dict)
+    where: tuple[str, ...] = ()
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> FindingRef:
+        """Read a ``Finding.to_dict()`` document; missing keys read as their defaults."""
+
+        def num(key: str) -> float:
+            v = d.get(key)
+            return float(v) if isinstance(v, int | float) and not isinstance(v, bool) else 0.0
+
+        evidence = d.get("evidence")
+        where = d.get("where")
+        return cls(
+            id=str(d.get("id") or ""),
+            title=str(d.get("title") or ""),
+            severity=str(d.get("severity") or "info"),
+            saving_ms_per_step=num("saving_ms_per_step"),
+            share_of_step=num("share_of_step"),
+            evidence=evidence if isinstance(evidence, dict) else {},
+            where=tuple(str(w) for w in where) if isinstance(where, list) else (),
+        )
+
+    @property
+    def step_ms(self) -> float | None:
+        """The mean step the saving was estimated against (ms), when the evidence has it."""
+        v = self.evidence.get("mean_step_ms")
+        return float(v) if isinstance(v, int | float) and v > 0 else None
+
+    @property
+    def predicted_speedup(self) -> float | None:
+        """step / (step - saving): the speed-up the finding's saving predicts."""
+        step = self.step_ms
+        if step is None or self.saving_ms_per_step <= 0:
+            return None
+        return step / max(step - min(self.saving_ms_per_step, step * 0.99), 1e-9)
+
+
+@dataclass(frozen=True)
+class Target:
+    """Where one codemod is asked to rewrite, and with what (from the finding's evidence)."""
+
+    codemod: str
+    file: str
+    """Absolute path of a user file."""
+    line: int
+    """1-based line in the original file the edit is anchored at."""
+    params: dict[str, Any] = field(default_factory=dict)
+    """What the codemod needs beyond the place: the arguments to set, the dimension, N..."""
+
+
+@dataclass(frozen=True)
+class Rewrite:
+    """A codemod's edit: the whole new source of the file."""
+
+    source: str
+    summary: str
+    """One line: what changed (``num_workers=0 -> 2, persistent_workers=True``)."""
+
+
+@dataclass(frozen=True)
+class Refusal:
+    """Why a codemod writes nothing for a finding (or, with ``already``, needs not)."""
+
+    reason: str
+    file: str | None = None
+    line: int | None = None
+    already: bool = False
+
+
+@dataclass(frozen=True)
+class Measured:
+    """An interleaved measurement of one arm against the original."""
+
+    ratio: float
+    """Original step time / patched step time, per round (Hodges-Lehmann estimate)."""
+    low: float
+    high: float
+    rounds: int
+    original_ms: float
+    """Median over rounds of the original's mean measured step (ms)."""
+    patched_ms: float
+    warmup_extra_s: float = 0.0
+    """Median over rounds of the patched warm-up minus the original's (s): a one-time cost such
+    as compilation, which the steady-state ratio leaves out."""
+
+    def format(self) -> str:
+        """``1.84x [1.71-1.95]``."""
+        if self.low <= 0 or self.high == float("inf"):
+            return f"{self.ratio:.2f}x [?]"
+        return f"{self.ratio:.2f}x [{self.low:.2f}-{self.high:.2f}]"
+
+
+@dataclass(frozen=True)
+class Fidelity:
+    """The loss gate's verdict for one arm against the original (same seed, same steps)."""
+
+    ok: bool
+    steps: int
+    """Losses compared (0: the script recorded no loss, nothing to compare)."""
+    max_rel_dev: float
+    tolerance: float
+    reason: str = ""
+
+
+@dataclass(frozen=True)
+class Change:
+    """One codemod applied for one finding at one place, and what became of it."""
+
+    id: str
+    """``c1``, ``c2``... in the order of the findings (largest saving first)."""
+    codemod: str
+    finding: FindingRef
+    status: Status
+    reason: str = ""
+    """Why refused / already / no gain / rejected / failed ('' when patched)."""
+    file: str | None = None
+    line: int | None = None
+    summary: str = ""
+    precision: Precision = "fp32"
+    target: Target | None = None
+    diff: str = ""
+    """This change alone, as a unified diff against the original."""
+    also: tuple[str, ...] = ()
+    """Other findings whose remedy is this same edit."""
+    measured: Measured | None = None
+    fidelity: Fidelity | None = None
+
+    @property
+    def applicable(self) -> bool:
+        """It has an edit (patched, or measured and left out)."""
+        return self.target is not None and self.status not in ("refused", "already")

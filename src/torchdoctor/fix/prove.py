@@ -1,0 +1,333 @@
+"""``fix --prove``: the original against each change, and against all of them, interleaved.
+
+Each round runs every arm once, in a fresh process (``probe.py``), in an order shuffled per
+round, so a change in the machine's load falls on all arms alike; an arm's value in a round
+is the mean of its measured steps (check's step clock, after the warm-up, the profiler off).
+Decisions are tune's: the interval of the per-round ratio original / arm
+(``tune.measure.compare``, from ``torchdoctor.stats``) must lie above ``1 + min_gain``.
+Fidelity is tune's gate too (``tune.fidelity``): the losses of the first steps, same seed,
+against the original's, within the tolerance of the change's arithmetic.
+
+The interleaved runner is ``interleave`` + ``run_arm``, kept small so that it can be shared
+with compare's re-run of two scripts.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import subprocess
+import sys
+import tempfile
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+from torchdoctor import stats
+from torchdoctor.fix.model import Change, Fidelity, Measured
+from torchdoctor.fix.planner import Plan, compose
+from torchdoctor.tune import fidelity as tune_fidelity
+from torchdoctor.tune.measure import MIN_GAIN, compare
+
+PRECISION_ORDER = ("fp32", "tf32", "bf16-mixed")
+"""Loosest last: a set of changes is held to the loosest tolerance among them."""
+
+
+@dataclass(frozen=True)
+class ProveOptions:
+    """How the patch is measured."""
+
+    rounds: int = 8
+    """Interleaved rounds (6 is the fewest with a 95% interval)."""
+    warmup: int = 5
+    """Steps each process runs before its measured steps (compile and allocator warm-up)."""
+    steps: int = 30
+    """Measured steps per process."""
+    fidelity_steps: int = 20
+    """Losses compared from step 0 (tune's default: 20)."""
+    min_gain: float = MIN_GAIN
+    """A change is kept when its interval's lower end clears 1 + min_gain."""
+    keep_unproven: bool = False
+    """Keep a change whose interval does not clear the gain (never one that breaks the losses)."""
+    seed: int = 0
+    """Seed of the script's random streams (every arm) and of the per-round shuffle."""
+    timeout_s: float = 600.0
+    """Per process."""
+
+    def __post_init__(self) -> None:
+        from torchdoctor.errors import UserError
+
+        if self.rounds < 2:
+            raise UserError(f"--rounds must be at least 2; got {self.rounds}")
+        if self.steps < 1 or self.warmup < 0:
+            raise UserError("--prove-steps must be >= 1 and --warmup >= 0")
+        if self.min_gain < 0:
+            raise UserError(f"--min-gain must be >= 0; got {self.min_gain}")
+
+
+@dataclass(frozen=True)
+class Arm:
+    """One version of the user's files."""
+
+    label: str
+    sources: dict[str, str]
+    """Absolute path -> text, for every file that differs from disk (and the script)."""
+
+
+@dataclass
+class ArmRun:
+    """One process of one arm."""
+
+    ok: bool
+    step_ms: list[float] = field(default_factory=list)
+    """Measured steps only (after the warm-up), ms."""
+    losses: list[float] = field(default_factory=list)
+    error: str = ""
+    warmup_s: float = 0.0
+    """The warm-up steps' total (s): compilation and first-call costs land here."""
+
+    @property
+    def mean_ms(self) -> float:
+        return sum(self.step_ms) / len(self.step_ms)
+
+
+# -- the interleaved runner ---------------------------------------------------------------------
+def run_arm(
+    script: str, args: Sequence[str], arm: Arm, opts: ProveOptions, workdir: Path
+) -> ArmRun:
+    """Run ``arm`` once in a fresh process; never raises for the script's sake."""
+    n = len(list(workdir.glob("spec-*.json")))
+    sources = {}
+    for i, (path, text) in enumerate(arm.sources.items()):
+        f = workdir / f"src-{n}-{i}.py"
+        f.write_text(text, encoding="utf-8")
+        sources[path] = str(f)
+    out, log = workdir / f"result-{n}.json", workdir / f"log-{n}.txt"
+    spec = {
+        "script": script,
+        "args": list(args),
+        "sources": sources,
+        "warmup": opts.warmup,
+        "steps": opts.steps,
+        "loss_steps": min(opts.fidelity_steps, opts.warmup + opts.steps),
+        "seed": opts.seed,
+        "out": str(out),
+    }
+    spec_path = workdir / f"spec-{n}.json"
+    spec_path.write_text(json.dumps(spec), encoding="utf-8")
+    env = _child_env()
+    try:
+        with log.open("w") as lf:
+            subprocess.run(
+                [sys.executable, "-m", "torchdoctor.fix.probe", str(spec_path)],
+                stdout=lf,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                cwd=os.getcwd(),
+                env=env,
+                timeout=opts.timeout_s,
+                check=False,
+            )
+    except subprocess.TimeoutExpired:
+        return ArmRun(False, error=f"no result after {opts.timeout_s:.0f} s")
+    if not out.is_file():
+        return ArmRun(False, error="the process died: " + _tail(log))
+    return _result(json.loads(out.read_text(encoding="utf-8")), opts, log)
+
+
+def _child_env() -> dict[str, str]:
+    env = dict(os.environ)
+    here = str(Path(__file__).resolve().parents[2])  # the folder holding torchdoctor
+    env["PYTHONPATH"] = os.pathsep.join([here, *filter(None, [env.get("PYTHONPATH")])])
+    env["PYTHONHASHSEED"] = "0"  # set and dict order the same in every arm
+    return env
+
+
+def _tail(log: Path, lines: int = 6) -> str:
+    try:
+        text = log.read_text(encoding="utf-8", errors="replace").strip().splitlines()
+    except OSError:
+        return "(no output)"
+    return " | ".join(text[-lines:]) or "(no output)"
+
+
+def _result(r: dict[str, Any], opts: ProveOptions, log: Path) -> ArmRun:
+    every = [float(x) for x in r.get("step_ms") or []]
+    warm = int(r.get("warmup") or 0)
+    steps = every[warm:]
+    losses = [float(x) for x in r.get("losses") or []]
+    if r.get("status") not in ("stopped", "completed"):
+        return ArmRun(
+            False, steps, losses, f"{r.get('exception') or r.get('status')}: {_tail(log)}"
+        )
+    if not steps:
+        seen = len(r.get("step_ms") or [])
+        return ArmRun(
+            False, [], losses, f"only {seen} steps ran: fewer than --warmup {opts.warmup} + 1"
+        )
+    return ArmRun(True, steps[: opts.steps], losses, warmup_s=sum(every[:warm]) / 1e3)
+
+
+def interleave(
+    arms: Sequence[Arm],
+    rounds: int,
+    seed: int,
+    run: Callable[[Arm], ArmRun],
+    progress: Callable[[int, dict[str, ArmRun]], None] | None = None,
+) -> dict[str, list[ArmRun]]:
+    """``rounds`` rounds of every arm, order shuffled per round (A B / B A ...). An arm that
+    fails is not run again (its first failure says why)."""
+    shuffle = random.Random(seed)
+    results: dict[str, list[ArmRun]] = {a.label: [] for a in arms}
+    for r in range(rounds):
+        order = [a for a in arms if all(x.ok for x in results[a.label])]
+        if len(order) < 2:
+            break
+        shuffle.shuffle(order)
+        this = {}
+        for arm in order:
+            this[arm.label] = run(arm)
+            results[arm.label].append(this[arm.label])
+        if progress is not None:
+            progress(r, this)
+    return results
+
+
+# -- decisions --------------------------------------------------------------------------------
+def measured(base: list[ArmRun], arm: list[ArmRun], min_gain: float) -> Measured | None:
+    """The paired comparison over the rounds both arms ran."""
+    both = [(b, a) for b, a in zip(base, arm, strict=False) if b.ok and a.ok]
+    if len(both) < 2:
+        return None
+    ref, cand = [b.mean_ms for b, _ in both], [a.mean_ms for _, a in both]
+    c = compare(ref, cand, min_gain)
+    return Measured(
+        c.interval.ratio,
+        c.interval.low,
+        c.interval.high,
+        len(both),
+        stats.median(ref),
+        stats.median(cand),
+        stats.median([a.warmup_s - b.warmup_s for b, a in both]),
+    )
+
+
+def loosest(precisions: Sequence[str]) -> str:
+    return max(precisions, key=PRECISION_ORDER.index) if precisions else "fp32"
+
+
+def fidelity(base: list[ArmRun], arm: list[ArmRun], precision: str) -> Fidelity:
+    """The first losses of the arm's first run against the original's."""
+    ref = next((r.losses for r in base if r.ok), [])
+    cand = next((r.losses for r in arm if r.ok), [])
+    tol = tune_fidelity.TOLERANCE.get(precision, tune_fidelity.TOLERANCE["fp32"])
+    if not ref:
+        return Fidelity(True, 0, 0.0, tol, "no loss recorded (no Tensor.backward): not compared")
+    again = [r.losses for r in base if r.ok][1:2]
+    if again:
+        v = tune_fidelity.check(ref, again[0], "fp32", steps=len(ref))
+        if not v.ok:
+            return Fidelity(
+                False,
+                v.steps,
+                v.max_rel_dev,
+                tol,
+                "the original's own losses differ between runs ("
+                f"{v.max_rel_dev:.2e}): the script is not reproducible with a fixed seed",
+            )
+    v = tune_fidelity.check(ref, cand, precision, steps=len(ref))
+    reason = v.reason.replace("from the fp32 reference", "from the original") if not v.ok else ""
+    return Fidelity(v.ok, v.steps, v.max_rel_dev, tol, reason)
+
+
+@dataclass(frozen=True)
+class Proof:
+    """What the rounds measured, per change and for the patch as a whole."""
+
+    plan: Plan
+    together: Measured | None = None
+    together_fidelity: Fidelity | None = None
+    together_ids: tuple[str, ...] = ()
+    rounds: int = 0
+    original_error: str = ""
+
+
+def prove(
+    plan: Plan,
+    script: str,
+    args: Sequence[str],
+    opts: ProveOptions,
+    progress: Callable[[str], None] | None = None,
+) -> Proof:
+    """Measure every patched change alone and all of them together; returns the plan with
+    each change's measurement, fidelity and final status."""
+    candidates = [c for c in plan.changes if c.status == "patched"]
+    if not candidates:
+        return Proof(plan)
+    base = {script: plan.originals.get(script) or Path(script).read_text(encoding="utf-8")}
+    arms = [Arm("original", base)]
+    for c in candidates:
+        files, _ = compose(plan, [c])
+        arms.append(Arm(c.id, {**base, **files}))
+    together_files, skipped = compose(plan, candidates)
+    if len(candidates) > 1:
+        arms.append(Arm("all", {**base, **together_files}))
+
+    def show(r: int, this: dict[str, ArmRun]) -> None:
+        if progress is not None:
+            parts = [f"{k} {v.mean_ms:.1f} ms" if v.ok else f"{k} failed" for k, v in this.items()]
+            progress(f"round {r + 1}/{opts.rounds}: " + ", ".join(sorted(parts)))
+
+    with tempfile.TemporaryDirectory(prefix="torchdoctor-fix-") as tmp:
+        results = interleave(
+            arms, opts.rounds, opts.seed, lambda a: run_arm(script, args, a, opts, Path(tmp)), show
+        )
+    orig = results["original"]
+    if not any(r.ok for r in orig):
+        err = orig[0].error if orig else "not run"
+        failed = [
+            replace(c, status="failed", reason=f"the original did not run: {err}")
+            for c in candidates
+        ]
+        return Proof(_with(plan, failed), rounds=len(orig), original_error=err)
+    decided = [_decide(c, orig, results[c.id], opts, skipped) for c in candidates]
+    together = results.get("all")
+    proof = Proof(_with(plan, decided), rounds=len(orig))
+    if together is not None:
+        prec = loosest([c.precision for c in candidates])
+        proof = replace(
+            proof,
+            together=measured(orig, together, opts.min_gain),
+            together_fidelity=fidelity(orig, together, prec),
+            together_ids=tuple(c.id for c in candidates if c.id not in skipped),
+        )
+    return proof
+
+
+def _decide(
+    c: Change, orig: list[ArmRun], runs: list[ArmRun], opts: ProveOptions, skipped: dict[str, str]
+) -> Change:
+    failed = next((r for r in runs if not r.ok), None)
+    if failed is not None:
+        return replace(c, status="failed", reason=f"the patched script did not run: {failed.error}")
+    m = measured(orig, runs, opts.min_gain)
+    f = fidelity(orig, runs, c.precision)
+    c = replace(c, measured=m, fidelity=f)
+    if not f.ok:
+        return replace(c, status="rejected", reason=f.reason)
+    if m is None or not (m.low > 1.0 + opts.min_gain):
+        shown = m.format() if m else "not measured"
+        why = f"{shown} does not clear {1 + opts.min_gain:.2f}x"
+        if opts.keep_unproven:
+            return replace(c, reason=f"{why}; kept (--keep-unproven)")
+        return replace(c, status="no-gain", reason=why)
+    if c.id in skipped:
+        return replace(c, reason=skipped[c.id])
+    return c
+
+
+def _with(plan: Plan, changed: list[Change]) -> Plan:
+    by_id = {c.id: c for c in changed}
+    return replace(plan, changes=tuple(by_id.get(c.id, c) for c in plan.changes))

@@ -1,0 +1,164 @@
+"""End to end on the CPU: check, patch, prove (interleaved fresh processes), write, run.
+
+The scripts are ``examples/fix/``: a slow loader, autograd anomaly mode left on, a per-step
+``.item()`` log line, and a well-tuned script whose patch must be empty. Each patch must apply,
+run, keep the losses, and measure a gain whose interval clears 1.1x.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+EXAMPLES = REPO / "examples" / "fix"
+FAST = ["--warmup", "3", "--steps", "3"]
+
+
+def env() -> dict[str, str]:
+    e = dict(os.environ)
+    e["PYTHONPATH"] = os.pathsep.join([str(REPO / "src"), *filter(None, [e.get("PYTHONPATH")])])
+    e["OMP_NUM_THREADS"] = "1"  # the change is the subject, not the thread count
+    return e
+
+
+def td(cwd: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "torchdoctor", *args],
+        cwd=cwd,
+        env=env(),
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
+
+
+def copy(tmp: Path, name: str) -> Path:
+    shutil.copy(EXAMPLES / name, tmp / name)
+    return tmp / name
+
+
+def proven(doc: dict[str, Any], codemod: str) -> dict[str, Any]:
+    c = next(c for c in doc["changes"] if c["codemod"] == codemod)
+    assert c["status"] == "patched", c
+    assert c["measured"]["low"] > 1.1, c["measured"]
+    assert c["fidelity"]["ok"] and c["fidelity"]["steps"] > 0, c["fidelity"]
+    return c
+
+
+def runs(tmp: Path, script: Path) -> None:
+    r = subprocess.run(
+        [sys.executable, script.name, "--steps", "12"],
+        cwd=tmp,
+        env=env(),
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert r.returncode == 0, r.stderr[-2000:]
+
+
+@pytest.mark.slow
+def test_slow_loader_gets_workers_proven(tmp_path: Path) -> None:
+    script = copy(tmp_path, "slow_loader.py")
+    r = td(
+        tmp_path,
+        "fix",
+        "--prove",
+        "--rounds",
+        "6",
+        "--prove-steps",
+        "15",
+        *FAST,
+        "--write",
+        "--json",
+        "fix.json",
+        script.name,
+    )
+    assert r.returncode == 0, r.stderr[-3000:]
+    doc = json.loads((tmp_path / "fix.json").read_text())
+    c = proven(doc, "dataloader-args")
+    assert c["finding"] == "dataloader-config"
+    assert (tmp_path / "slow_loader.py.orig").is_file()
+    text = script.read_text()
+    assert "collate_fn=collate,  # labels as a LongTensor" in text and "num_workers=2," in text
+    runs(tmp_path, script)
+
+
+@pytest.mark.slow
+def test_anomaly_mode_is_turned_off_proven(tmp_path: Path) -> None:
+    """Today no rule names anomaly mode: the run folder is check's own, with the finding the
+    ``anomaly-detection`` rule reports added to its report."""
+    script = copy(tmp_path, "anomaly_mode.py")
+    r = td(tmp_path, "check", *FAST, "--out", "runs", script.name)
+    assert r.returncode == 0, r.stderr[-3000:]
+    (folder,) = (tmp_path / "runs").iterdir()
+    report = json.loads((folder / "report.json").read_text())
+    report["findings"].append(
+        {"id": "anomaly-detection", "title": "anomaly mode on", "evidence": {}, "where": []}
+    )
+    (folder / "report.json").write_text(json.dumps(report))
+    r = td(
+        tmp_path,
+        "fix",
+        "--from",
+        str(folder),
+        "--only",
+        "anomaly-detection",
+        "--prove",
+        "--rounds",
+        "8",
+        "--prove-steps",
+        "15",
+        "--warmup",
+        "3",
+        "--write",
+        "--json",
+        "fix.json",
+    )
+    assert r.returncode == 0, r.stderr[-3000:]
+    proven(json.loads((tmp_path / "fix.json").read_text()), "anomaly-off")
+    assert "torch.autograd.set_detect_anomaly(False)" in script.read_text()
+    runs(tmp_path, script)
+
+
+@pytest.mark.slow
+def test_per_step_item_log_moves_to_every_n_steps_proven(tmp_path: Path) -> None:
+    script = copy(tmp_path, "item_logging.py")
+    r = td(
+        tmp_path,
+        "fix",
+        "--only",
+        "host-syncs-in-step",
+        "--prove",
+        "--rounds",
+        "8",
+        "--prove-steps",
+        "100",
+        *FAST,
+        "--write",
+        "--json",
+        "fix.json",
+        script.name,
+    )
+    assert r.returncode == 0, r.stderr[-3000:]
+    c = proven(json.loads((tmp_path / "fix.json").read_text()), "sync-every-n")
+    assert c["summary"].startswith("log line under `if step % ")
+    runs(tmp_path, script)
+
+
+@pytest.mark.slow
+def test_well_tuned_script_gets_an_empty_patch(tmp_path: Path) -> None:
+    script = copy(tmp_path, "well_tuned.py")
+    r = td(tmp_path, "fix", *FAST, "--json", "fix.json", script.name)
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert r.stdout == ""
+    doc = json.loads((tmp_path / "fix.json").read_text())
+    assert doc["patch"] == "" and [c for c in doc["changes"] if c["status"] == "patched"] == []
