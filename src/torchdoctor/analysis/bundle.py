@@ -31,14 +31,34 @@ class TraceAnalysis:
     memory: Any
     waits: DependencyWaits | None = None
     """Idle gaps where queued work did not start, with evidence (None for CPU-only traces)."""
+    graphs: Any = None
+    """CUDA/HIP graph capture and replay (``analysis/graphs.py``); None without graph events."""
+    serving: Any = None
+    """An inference engine's iterations (``analysis/serving.py``); None for other traces."""
 
     @property
     def n_steps(self) -> int:
         return len(self.per_step)
 
     @property
+    def not_recorded_ms(self) -> float:
+        """Step time in which the device ran work the trace does not hold (summed over steps)."""
+        return self.total.idle_ms.get("not_recorded", 0.0)
+
+    @property
+    def accounted_ms(self) -> float:
+        """The steps' time the trace accounts for: their windows less ``not_recorded_ms``."""
+        return self.total.step_ms - self.not_recorded_ms
+
+    @property
     def mean_step_ms(self) -> float:
-        return self.total.step_ms / max(self.n_steps, 1)
+        """Mean step time the trace accounts for (the window where nothing is unrecorded)."""
+        return self.accounted_ms / max(self.n_steps, 1)
+
+    @property
+    def gpu_busy_share(self) -> float:
+        """Device busy time over the time the trace accounts for (0 for an empty window)."""
+        return self.total.gpu_busy_ms / self.accounted_ms if self.accounted_ms > 0 else 0.0
 
     @property
     def has_gpu(self) -> bool:
@@ -51,10 +71,12 @@ class TraceAnalysis:
 
 def analyze_table(table: TraceTable) -> TraceAnalysis:
     """Run every analysis on a loaded trace."""
+    from torchdoctor.analysis.graphs import analyze_graphs
     from torchdoctor.analysis.kernels import analyze_kernels
     from torchdoctor.analysis.launch import analyze_launch
     from torchdoctor.analysis.memory import analyze_memory
     from torchdoctor.analysis.operators import analyze_operators
+    from torchdoctor.analysis.serving import analyze_serving
 
     steps = find_steps(table)
     act = gpu_activity(table)
@@ -72,4 +94,6 @@ def analyze_table(table: TraceTable) -> TraceAnalysis:
         operators=analyze_operators(table, steps),
         memory=analyze_memory(table, steps),
         waits=dependency_waits(table, act, idle_gaps(steps, act)) if len(act.rows) else None,
+        graphs=analyze_graphs(table, steps),
+        serving=analyze_serving(table, steps, act, per_step),
     )

@@ -1,0 +1,377 @@
+"""Trace rules for inference engines and CUDA/HIP graphs (registry: ``catalog_inference.py``).
+
+A capture trace (every analysed step holds a graph capture) gets only ``graph-capture``: its
+launches were recorded, not run, so no host-bound or idle verdict applies. On an engine's
+iterations the inference findings replace the generic ones they refine (a blocking copy per
+decode step is ``sync-d2h-per-token``, not ``synchronous-copies``), and no fix advises
+``torch.compile`` or CUDA graphs to a trace that already replays graphs.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+from torchdoctor.analysis import intervals as iv
+from torchdoctor.analysis.bandwidth import Bandwidth
+from torchdoctor.analysis.breakdown import gap_causes
+from torchdoctor.analysis.bundle import TraceAnalysis
+from torchdoctor.analysis.graphs import graph_owner
+from torchdoctor.analysis.serving import ServingStep
+from torchdoctor.rules import thresholds as th
+from torchdoctor.rules.finding import Finding
+from torchdoctor.rules.registry import spec
+from torchdoctor.rules.trace_common import finding, grade
+from torchdoctor.trace.server_steps import graph_launch_rows
+
+InferenceRule = Callable[[TraceAnalysis], "Finding | None"]
+_HOST = ("host_overhead", "input_pipeline")
+_HOST_SYNC = ("host_overhead", "input_pipeline", "synchronization")
+REPLACES: dict[str, tuple[str, ...]] = {
+    "sync-d2h-per-token": ("synchronous-copies", "sync-stalls"),
+    "eager-decode-launch-bound": ("host-bound",),
+    "host-work-between-replays": ("host-bound",),
+    "low-graph-coverage": ("host-bound",),
+}
+"""A fired inference finding drops the generic findings that describe the same time."""
+
+
+def is_capture_trace(a: TraceAnalysis) -> bool:
+    """Every analysed step holds a graph capture: start-up, no steady-state step."""
+    return a.graphs is not None and bool(a.graphs.is_capture_trace)
+
+
+def engine(a: TraceAnalysis) -> str:
+    """The serving engine that wrote the trace ("unknown" when none is recognised)."""
+    if a.serving is not None:
+        return a.serving.engine
+    from torchdoctor.analysis.serving import detect_engine
+
+    return detect_engine(a.table)
+
+
+def graph_capture(a: TraceAnalysis) -> Finding | None:
+    """The trace records graph capture: say what and how long, per graph."""
+    g = a.graphs
+    if g is None or not g.captures:
+        return None
+    costs = np.array([c.cost_ms for c in g.captures])
+    labels = ", ".join(g.capture_labels)
+    what = f" (batch size and mode: {labels})" if labels else ""
+    evidence: dict[str, Any] = {
+        "graphs_captured": len(g.captures),
+        "capture_ms": round(g.capture_ms, 3),
+        "capture_span_ms": round(g.capture_span_ms, 3),
+        "median_capture_ms": round(float(np.median(costs)), 3),
+        "longest_capture_ms": round(float(costs.max()), 3),
+        "instantiate_ms": round(sum(c.instantiate_ms for c in g.captures), 3),
+        "recorded_launches": sum(c.recorded_launches for c in g.captures),
+        "capture_labels": list(g.capture_labels),
+    }
+    s = spec("graph-capture")
+    title = s.format_title(n=len(g.captures), what=what, ms=g.capture_ms)
+    return finding(a, s.id, title, 0.0, "info", evidence, fix=s.fix(engine(a)))
+
+
+def graph_kernels_not_recorded(a: TraceAnalysis) -> Finding | None:
+    """Graph launches without any of their kernels: the GPU time inside them is not known."""
+    g = a.graphs
+    if g is None or not g.launches_without_kernels:
+        return None
+    ms = a.per_step_ms(a.not_recorded_ms)
+    evidence = {
+        "graph_launches": g.launch_count,
+        "launches_without_kernels": g.launches_without_kernels,
+        "graph_activities_recorded": g.graph_activity_count,
+        "not_recorded_ms_per_step": round(ms, 3),
+    }
+    s = spec("graph-kernels-not-recorded")
+    title = s.format_title(n=g.launch_count, missing=g.launches_without_kernels, ms=ms)
+    return finding(a, s.id, title, 0.0, "warning", evidence, fix=s.fix(engine(a)))
+
+
+def _steps(a: TraceAnalysis, want: Callable[[ServingStep], bool]) -> list[int]:
+    if a.serving is None:
+        return []
+    return [i for i, s in enumerate(a.serving.steps) if want(s)]
+
+
+def _idle(a: TraceAnalysis, idx: list[int], parts: tuple[str, ...]) -> float:
+    return sum(a.per_step[i].idle_ms.get(p, 0.0) for i in idx for p in parts)
+
+
+def _accounted(a: TraceAnalysis, idx: list[int]) -> float:
+    assert a.serving is not None
+    return sum(a.serving.steps[i].accounted_ms for i in idx)
+
+
+def eager_decode_launch_bound(a: TraceAnalysis) -> Finding | None:
+    """Decode steps without graph replay whose GPU waits for the CPU's launches."""
+    idx = _steps(a, lambda s: s.kind in ("decode", "unknown") and s.graph_launches == 0)
+    acc = _accounted(a, idx) if idx else 0.0
+    if not idx or acc <= 0 or not a.has_gpu:
+        return None
+    host = _idle(a, idx, ("host_overhead",))
+    share = host / acc
+    if share < th.HOST_WARN:
+        return None
+    each = a.launch.kernels_each_step
+    kernels = sum(each[i] for i in idx if i < len(each)) / len(idx)
+    assert a.serving is not None
+    batch = a.serving.steps[idx[0]].batch_size
+    evidence = {
+        "decode_steps": len(idx),
+        "host_late_idle_ms_per_decode_step": round(host / len(idx), 3),
+        "share_of_decode_step": round(share, 4),
+        "kernels_per_decode_step": round(kernels, 1),
+        "median_kernel_us": a.launch.median_kernel_us,
+        "median_launch_cost_us": a.launch.median_launch_cost_us,
+        "engine": engine(a),
+    }
+    s = spec("eager-decode-launch-bound")
+    title = s.format_title(ms=host / len(idx), share=share, kernels=kernels)
+    saving = a.per_step_ms(host)
+    return finding(
+        a, s.id, title, saving, grade(s.id, share), evidence, fix=s.fix(engine(a), batch)
+    )
+
+
+def _eager_host_ms(a: TraceAnalysis) -> float:
+    """GPU idle waiting on the host, in gaps that end at eager (non-graph) work."""
+    act, t = a.activity, a.table
+    owner = graph_owner(t, act.rows, graph_launch_rows(t))
+    total = 0.0
+    for lo, hi in zip(a.steps.starts_us, a.steps.ends_us, strict=True):
+        g0, g1 = iv.gaps(act.busy(), float(lo), float(hi))
+        if not len(g0):
+            continue
+        parts = gap_causes((g0, g1), act, float(lo))
+        k = np.searchsorted(act.start_us, g1, side="left")
+        ok = k < len(act.start_us)
+        eager = np.zeros(len(g1), dtype=bool)
+        eager[ok] = owner[k[ok]] < 0
+        total += float(sum(parts[p][eager].sum() for p in _HOST)) / 1e3
+    return total
+
+
+def low_graph_coverage(a: TraceAnalysis) -> Finding | None:
+    """Graphs are replayed, but much device work runs eagerly beside them."""
+    g = a.graphs
+    if g is None or g.coverage is None or g.coverage >= th.GRAPH_COVERAGE_WARN:
+        return None
+    host = _eager_host_ms(a)
+    share = host / a.accounted_ms if a.accounted_ms > 0 else 0.0
+    ops = [o.name for o in g.eager_ops[:3]]
+    attention = any("attention" in o.name.lower() for o in g.eager_ops[:3])
+    evidence = {
+        "graph_coverage": round(g.coverage, 4),
+        "graph_gpu_ms_per_step": round(a.per_step_ms(g.graph_gpu_ms), 3),
+        "eager_gpu_ms_per_step": round(a.per_step_ms(g.eager_gpu_ms), 3),
+        "graph_launches": g.launch_count,
+        "eager_ops": [{"op": o.name, "activities": o.activities, "gpu_ms": o.gpu_ms} for o in g.eager_ops],
+        "host_late_idle_before_eager_work_ms_per_step": round(a.per_step_ms(host), 3),
+    }
+    s = spec("low-graph-coverage")
+    title = s.format_title(
+        coverage=g.coverage, eager_ms=a.per_step_ms(g.eager_gpu_ms), ops=", ".join(ops)
+    )
+    return finding(
+        a,
+        s.id,
+        title,
+        a.per_step_ms(host),
+        grade(s.id, share),
+        evidence,
+        fix=s.fix(engine(a), attention),
+        where=ops,
+    )
+
+
+def _split_host_idle(a: TraceAnalysis, i: int) -> tuple[float, float]:
+    """(host idle before the step's first blocking device-to-host copy returned, after it), ms,
+    for step ``i``; everything is "before" in a step without such a copy."""
+    act = a.activity
+    lo, hi = float(a.steps.starts_us[i]), float(a.steps.ends_us[i])
+    g0, g1 = iv.gaps(act.busy(), lo, hi)
+    if not len(g0):
+        return 0.0, 0.0
+    parts = gap_causes((g0, g1), act, lo)
+    host = sum(parts[p] for p in _HOST_SYNC)
+    ret = _first_copy_return(a, lo, hi)
+    after = g1 > ret
+    return float(host[~after].sum()) / 1e3, float(host[after].sum()) / 1e3
+
+
+def _first_copy_return(a: TraceAnalysis, lo: float, hi: float) -> float:
+    copies = a.serving.d2h_copies_us if a.serving is not None else ()
+    mine = [t0 + held for t0, held in copies if lo <= t0 < hi]
+    return min(mine) if mine else np.inf
+
+
+def host_work_between_replays(a: TraceAnalysis) -> Finding | None:
+    """Steps that replay graphs, with the GPU waiting for the engine's host work."""
+    idx = _steps(a, lambda s: s.graph_launches > 0)
+    acc = _accounted(a, idx) if idx else 0.0
+    if not idx or acc <= 0:
+        return None
+    host = sum(_split_host_idle(a, i)[0] for i in idx)
+    share = host / acc
+    if share < th.NOISE_FLOOR:
+        return None
+    assert a.serving is not None
+    evidence = {
+        "graph_steps": len(idx),
+        "host_wait_ms_per_step": round(host / len(idx), 3),
+        "share_of_step": round(share, 4),
+        "between_steps_cpu_ms": list(a.serving.between_steps_ms[:16]),
+        "engine": engine(a),
+    }
+    s = spec("host-work-between-replays")
+    title = s.format_title(ms=host / len(idx), share=share)
+    return finding(
+        a, s.id, title, a.per_step_ms(host), grade(s.id, share), evidence, fix=s.fix(engine(a))
+    )
+
+
+def sync_d2h_per_token(a: TraceAnalysis) -> Finding | None:
+    """Decode steps that read results back with a blocking copy before the next launch."""
+    idx = _steps(a, lambda s: s.kind in ("decode", "mixed", "unknown") and s.blocking_d2h > 0)
+    acc = _accounted(a, idx) if idx else 0.0
+    if not idx or acc <= 0:
+        return None
+    assert a.serving is not None
+    stall = sum(_split_host_idle(a, i)[1] for i in idx)
+    share = stall / acc
+    if share < th.NOISE_FLOOR:
+        return None
+    steps = [a.serving.steps[i] for i in idx]
+    per_step = sum(s.blocking_d2h for s in steps) / len(steps)
+    frame = a.serving.d2h_frames[0] if a.serving.d2h_frames else ""
+    evidence = {
+        "steps_with_copies": len(idx),
+        "copies_per_step": round(per_step, 2),
+        "cpu_held_ms_per_step": round(sum(s.cpu_blocked_ms for s in steps) / len(steps), 3),
+        "gpu_idle_after_copy_ms_per_step": round(stall / len(idx), 3),
+        "share_of_step": round(share, 4),
+        "python_frames": list(a.serving.d2h_frames),
+        "cpu_held_includes_not_recorded_work": a.not_recorded_ms > 0,
+    }
+    s = spec("sync-d2h-per-token")
+    title = s.format_title(per_step=per_step, ms=stall / len(idx), share=share)
+    return finding(
+        a,
+        s.id,
+        title,
+        a.per_step_ms(stall),
+        grade(s.id, share),
+        evidence,
+        fix=s.fix(engine(a), frame),
+        where=list(a.serving.d2h_frames[:3]),
+    )
+
+
+def prefill_chunk_size(a: TraceAnalysis) -> Finding | None:
+    """Prefill steps too long for the decodes waiting on them, or too short to pay off."""
+    idx = _steps(a, lambda s: s.kind in ("prefill", "mixed") and s.tokens is not None)
+    if not idx:
+        return None
+    assert a.serving is not None
+    steps = [a.serving.steps[i] for i in idx]
+    ms = sum(s.accounted_ms for s in steps) / len(steps)
+    tokens = round(sum(s.tokens or 0 for s in steps) / len(steps))
+    evidence: dict[str, Any] = {
+        "prefill_steps": len(steps),
+        "tokens_per_step": tokens,
+        "step_ms": round(ms, 3),
+        "decode_requests_in_step": [s.decode_requests for s in steps][:8],
+        "max_step_ms": float(th.PREFILL_STEP_MAX_MS),
+    }
+    s = spec("prefill-chunk-size")
+    if ms > th.PREFILL_STEP_MAX_MS:
+        target = max(512, _pow2_floor(tokens * th.PREFILL_STEP_MAX_MS / ms))
+        evidence["suggested_tokens"] = target
+        what = f"too large for interactive decode (about {target} tokens fit in {th.PREFILL_STEP_MAX_MS:.0f} ms)"
+        fix = s.fix(engine(a), target, True)
+    elif tokens < th.PREFILL_MIN_TOKENS and _host_share(a, idx) >= th.HOST_WARN:
+        target = min(8192, _pow2_floor(8 * max(tokens, 1)))
+        evidence["suggested_tokens"] = target
+        what = "too small to amortise the step's fixed cost"
+        fix = s.fix(engine(a), target, False)
+    else:
+        return None
+    title = s.format_title(what=what, tokens=tokens, ms=ms)
+    return finding(a, s.id, title, 0.0, "info", evidence, fix=fix)
+
+
+def _host_share(a: TraceAnalysis, idx: list[int]) -> float:
+    acc = _accounted(a, idx)
+    return _idle(a, idx, _HOST_SYNC) / acc if acc > 0 else 0.0
+
+
+def _pow2_floor(x: float) -> int:
+    return 1 << max(int(np.floor(np.log2(max(x, 1.0)))), 0)
+
+
+def memory_bound_decode(a: TraceAnalysis) -> Finding | None:
+    """Decode GEMM/attention traffic against the device's memory bandwidth."""
+    if a.serving is None:
+        return None
+    bw: Bandwidth | None = a.serving.bandwidth.get("decode")
+    if bw is None or bw.share_of_peak is None or bw.peak_gb_per_s is None:
+        return None
+    n = sum(1 for st in a.serving.steps if st.kind == "decode")
+    gap = max(0.0, 1.0 - bw.share_of_peak / th.DECODE_BANDWIDTH_TARGET)
+    saving = a.per_step_ms(bw.kernel_ms * gap)
+    share = saving / a.mean_step_ms if a.mean_step_ms > 0 else 0.0
+    evidence = {
+        "decode_steps": n,
+        "bytes_moved_per_step": round(bw.bytes_moved / max(n, 1)),
+        "kernel_ms_per_step": round(bw.kernel_ms / max(n, 1), 3),
+        "covered_share_of_kernel_time": round(bw.covered_share, 4),
+        "achieved_gb_per_s": round(bw.achieved_gb_per_s or 0.0, 1),
+        "peak_gb_per_s": round(bw.peak_gb_per_s, 1),
+        "share_of_peak": round(bw.share_of_peak, 4),
+        "arithmetic_intensity_flop_per_byte": bw.arithmetic_intensity,
+        "ridge_point_flop_per_byte": bw.ridge_point,
+        "peak_source": bw.peak_source,
+    }
+    s = spec("memory-bound-decode")
+    title = s.format_title(
+        share=bw.share_of_peak,
+        gb=bw.bytes_moved / max(n, 1) / 1e9,
+        gbps=bw.achieved_gb_per_s or 0.0,
+        peak=bw.peak_gb_per_s,
+    )
+    return finding(a, s.id, title, saving, grade(s.id, share), evidence, fix=s.fix(engine(a)))
+
+
+INFERENCE_RULES: tuple[InferenceRule, ...] = (
+    graph_capture,
+    graph_kernels_not_recorded,
+    eager_decode_launch_bound,
+    low_graph_coverage,
+    host_work_between_replays,
+    sync_d2h_per_token,
+    prefill_chunk_size,
+    memory_bound_decode,
+)
+
+
+def inference_findings(a: TraceAnalysis) -> list[Finding]:
+    """The inference findings that fire on ``a``."""
+    return [f for f in (rule(a) for rule in INFERENCE_RULES) if f is not None]
+
+
+def merge(a: TraceAnalysis, generic: list[Finding]) -> list[Finding]:
+    """The generic findings plus the inference ones, less the generic ones they replace."""
+    mine = inference_findings(a)
+    dropped = {old for f in mine for old in REPLACES.get(f.id, ())}
+    return [f for f in generic if f.id not in dropped] + mine
+
+
+def capture_findings(a: TraceAnalysis) -> list[Finding]:
+    """What a capture trace gets: the capture itself, and graph kernels it may lack."""
+    keep = (graph_capture, graph_kernels_not_recorded)
+    return [f for f in (rule(a) for rule in keep) if f is not None]
