@@ -67,6 +67,8 @@ class Bandwidth:
     share_of_peak: float | None
     arithmetic_intensity: float | None
     """FLOPs per byte."""
+    peak_tflops: float | None
+    """Dense peak of the dominant dtype (``hardware.py``), TFLOP/s."""
     ridge_point: float | None
     """Peak FLOP/s over peak bytes/s for the dominant dtype: below it, memory-bound."""
     peak_source: str
@@ -171,6 +173,7 @@ def _result(
         peak_gb_per_s=peak[0] / 1e9 if peak else None,
         share_of_peak=achieved / peak[0] if peak else None,
         arithmetic_intensity=flops / nbytes if nbytes > 0 else None,
+        peak_tflops=flop_peak / 1e12 if flop_peak else None,
         ridge_point=ridge,
         peak_source=peak[1] if peak else "",
     )

@@ -1,7 +1,8 @@
 """An inference engine's iterations: prefill vs decode, batch, tokens, and the host around them.
 
 Computed for traces whose steps are the engine's own (``server-step``, ``graph-replay`` or
-``forward`` steps, see ``trace/server_steps.py``). Per step:
+``forward`` steps, see ``trace/server_steps.py``), and for ``torchdoctor check`` traces whose
+steps were top-level model calls (marked ``FORWARD_STEP_MARK``). Per step:
 
 * **kind and sizes** from the annotations: SGLang's ``step[DECODE bs=32]`` /
   ``step[EXTEND bs=15 toks=15360]`` (EXTEND is a prefill), and the
@@ -32,7 +33,12 @@ from torchdoctor.analysis.bandwidth import Bandwidth, bandwidth_in
 from torchdoctor.analysis.breakdown import StepBreakdown
 from torchdoctor.analysis.gpu_activity import SYNC_CALLS, GpuActivity
 from torchdoctor.trace.kinds import Kind
-from torchdoctor.trace.server_steps import EXECUTE_STEP, SGLANG_STEP, graph_launch_rows
+from torchdoctor.trace.server_steps import (
+    EXECUTE_STEP,
+    FORWARD_STEP_MARK,
+    SGLANG_STEP,
+    graph_launch_rows,
+)
 from torchdoctor.trace.steps import Steps
 from torchdoctor.trace.table import TraceTable
 
@@ -145,7 +151,7 @@ def analyze_serving(
     table: TraceTable, steps: Steps, act: GpuActivity, per_step: list[StepBreakdown]
 ) -> ServingStats | None:
     """The serving view of a trace whose steps are an engine's iterations, else None."""
-    if steps.source not in SERVING_SOURCES:
+    if steps.source not in SERVING_SOURCES and table.name_code(FORWARD_STEP_MARK) < 0:
         return None
     copies = blocking_d2h(table, act)
     graphs = table.ts[graph_launch_rows(table)]

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -79,14 +79,25 @@ def render_serving(con: Console, a: TraceAnalysis) -> None:
     for kind, bw in s.bandwidth.items():
         if bw.covered_share < 0.05:  # a few operators' shapes say little about the step
             continue
-        peak = f" ({bw.share_of_peak:.0%} of {bw.peak_gb_per_s:.0f} GB/s)" if bw.share_of_peak else ""
-        con.print(
-            f"  {kind} GEMM/attention ({bw.covered_share:.0%} of kernel time): "
-            f"{bw.bytes_moved / 1e9:.2f} GB at {bw.achieved_gb_per_s:.0f} GB/s{peak}, "
-            f"{bw.achieved_tflops:.1f} TFLOP/s, {bw.arithmetic_intensity:.0f} FLOP/byte"
-        )
+        con.print(f"  {kind} GEMM/attention ({bw.covered_share:.0%} of kernel time): {_bound(bw)}")
     con.print()
 
 
 def _num(x: float | None) -> str:
     return "-" if x is None else f"{x:,.0f}"
+
+
+def _bound(bw: Any) -> str:
+    """Memory- or compute-bound by the roofline, with the rate against its peak."""
+    mem = f"{bw.bytes_moved / 1e9:.2f} GB at {bw.achieved_gb_per_s:.0f} GB/s"
+    if bw.share_of_peak is not None:
+        mem += f" ({bw.share_of_peak:.0%} of {bw.peak_gb_per_s:.0f} GB/s)"
+    flop = f"{bw.achieved_tflops:.1f} TFLOP/s"
+    if bw.peak_tflops:
+        flop += f" ({bw.achieved_tflops / bw.peak_tflops:.0%} of {bw.peak_tflops:.0f})"
+    ai = f"{bw.arithmetic_intensity:.0f} FLOP/byte"
+    if bw.ridge_point is None:
+        return f"{mem}, {flop}, {ai}"
+    if bw.arithmetic_intensity >= bw.ridge_point:
+        return f"compute-bound ({ai}, ridge {bw.ridge_point:.0f}): {flop}"
+    return f"memory-bound ({ai}, ridge {bw.ridge_point:.0f}): {mem}"

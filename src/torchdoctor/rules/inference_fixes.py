@@ -79,12 +79,12 @@ def graph_coverage_fix(engine: str = "unknown", eager_attention: bool = False) -
         return "# batches above the largest captured size run eagerly: raise --cuda-graph-max-bs"
     if eager_attention:
         return (
-            "# attention runs outside the graphs: capture it too where its shapes are fixed\n"
-            "# (a static KV cache), or fuse the rest: torch.compile(..., mode='reduce-overhead')"
+            "# attention runs outside the graphs: capture it in the same graph where its\n"
+            "# shapes can be fixed (a static, preallocated KV cache and padded batch sizes)"
         )
     return (
-        "# capture the operators listed in the evidence with the rest of the step, or fuse\n"
-        "# them into the graph: torch.compile(..., mode='reduce-overhead')"
+        "# capture the operators listed in the evidence in the same graph as the rest of the\n"
+        "# step where their shapes are fixed; collectives and copies to the host can stay out"
     )
 
 
@@ -104,16 +104,21 @@ def host_between_replays_fix(engine: str = "unknown") -> str:
     )
 
 
-def sync_d2h_fix(engine: str = "unknown", frame: str = "") -> str:
-    """Keep sampled tokens on the device; read them back without blocking the next launch."""
+def sync_d2h_fix(engine: str = "unknown", frame: str = "", overlap: bool = False) -> str:
+    """Keep sampled tokens on the device; read them back without blocking the next launch.
+    ``overlap``: the engine's overlap scheduling is already on (seen in the trace)."""
     where = f"# the copy is made at {frame}\n" if frame else ""
-    if engine in ("SGLang", "vLLM"):
-        hint = (
-            "# it is the engine's own: keep its overlap scheduling on (SGLang: without\n"
-            "# --disable-overlap-schedule; vLLM: --async-scheduling) so it waits on the\n"
-            "# previous step's GPU work, not on this one's"
+    if engine in ("SGLang", "vLLM") and overlap:
+        return where + (
+            "# it is the engine's own, with its overlap scheduler already on: nothing in your\n"
+            "# code to change. Keep it on, and report the stall upstream with this trace"
         )
-        return where + hint
+    if engine in ("SGLang", "vLLM"):
+        return where + (
+            "# it is the engine's own: turn its overlap scheduling on so it waits on the\n"
+            "# previous step's GPU work, not on this one's (SGLang: do not pass\n"
+            "# --disable-overlap-schedule; vLLM: vllm serve MODEL --async-scheduling)"
+        )
     return where + (
         "next_token = logits[:, -1].argmax(-1)  # stays on the GPU: no .item()/.tolist()\n"
         "tokens.append(next_token)\n"

@@ -267,9 +267,15 @@ def sync_d2h_per_token(a: TraceAnalysis) -> Finding | None:
         a.per_step_ms(stall),
         grade(s.id, share),
         evidence,
-        fix=s.fix(engine(a), frame),
+        fix=s.fix(engine(a), frame, _overlap_scheduling(a)),
         where=list(a.serving.d2h_frames[:3]),
     )
+
+
+def _overlap_scheduling(a: TraceAnalysis) -> bool:
+    """The engine already overlaps scheduling with the GPU: SGLang's overlap scheduler resolves
+    the previous batch's tokens on the device (``resolve_future_token_ids``)."""
+    return any("resolve_future_token_ids" in n for n in a.table.names)
 
 
 def prefill_chunk_size(a: TraceAnalysis) -> Finding | None:

@@ -27,6 +27,8 @@ from torchdoctor.trace.table import TraceTable
 SGLANG_STEP = re.compile(r"^step\[([A-Za-z_]+)([^\]]*)\]$")
 EXECUTE_STEP = re.compile(r"^execute_(\d+)_context_(\d+)\((.*?)\)_generation_(\d+)\((.*?)\)$")
 EXECUTE_MODEL = re.compile(r"(^|[\s:.])execute_model$")
+FORWARD_STEP_MARK = "torchdoctor: model-call step"
+"""What ``torchdoctor check`` writes into a trace whose steps are top-level model calls."""
 GRAPH_LAUNCH = re.compile(r"^(cuda|hip|cu)GraphLaunch")
 _MODULE = "nn.Module: "
 _LAUNCH_KINDS = np.array((Kind.RUNTIME, Kind.DRIVER), dtype=np.uint8)
