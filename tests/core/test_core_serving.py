@@ -111,9 +111,10 @@ def test_sglang_prefill_is_compute_bound() -> None:
     # before: "GPU busy 50%", synchronous copies 50% (a wait that precedes the step)
     assert "GPU busy 100%" in r.verdict and "31,116 tokens/s" in r.verdict
     assert not [f for f in r.findings if f.severity != "info"]
-    assert next(f for f in r.findings if f.id == "prefill-chunk-size").evidence[
-        "suggested_tokens"
-    ] == 2048  # 15360 * 100 / 493.6 = 3111 -> 2048
+    assert (
+        next(f for f in r.findings if f.id == "prefill-chunk-size").evidence["suggested_tokens"]
+        == 2048
+    )  # 15360 * 100 / 493.6 = 3111 -> 2048
 
 
 def test_vllm_capture_is_start_up_not_a_host_bound_step() -> None:

@@ -132,7 +132,9 @@ def analyze_graphs(table: TraceTable, steps: Steps) -> GraphStats | None:
         launch_count=len(window),
         launches_without_kernels=len(empty),
         graph_activity_count=int(in_graph.sum()),
-        by_stream_window=int((in_graph & (table.corr[acts] != table.corr[np.maximum(owner, 0)])).sum()),
+        by_stream_window=int(
+            (in_graph & (table.corr[acts] != table.corr[np.maximum(owner, 0)])).sum()
+        ),
         graph_gpu_ms=graph_ms,
         eager_gpu_ms=eager_ms,
         coverage=graph_ms / work if len(window) and work > 0 else None,
@@ -184,7 +186,11 @@ def find_captures(table: TraceTable) -> list[Capture]:
         lo, rec_end = float(table.ts[b]), float(table.ts[e] + table.dur[e])
         after = inst[(table.ts[inst] >= rec_end) & (table.tid[inst] == table.tid[b])]
         nxt = begins[table.ts[begins] > table.ts[b]]
-        i = int(after[0]) if len(after) and (not len(nxt) or table.ts[after[0]] < table.ts[nxt[0]]) else -1
+        i = (
+            int(after[0])
+            if len(after) and (not len(nxt) or table.ts[after[0]] < table.ts[nxt[0]])
+            else -1
+        )
         inst_ms = float(table.dur[i]) / 1e3 if i >= 0 else 0.0
         end = float(table.ts[i] + table.dur[i]) if i >= 0 else rec_end
         inside = launch_calls[(table.ts[launch_calls] > lo) & (table.ts[launch_calls] < rec_end)]
@@ -248,4 +254,4 @@ def short_kernel_name(name: str) -> str:
     for stop in ("<", "("):
         if stop in n:
             n = n[: n.index(stop)]
-    return n.rsplit("::", 1)[-1] or name
+    return n.rsplit("::", 1)[-1].strip() or name

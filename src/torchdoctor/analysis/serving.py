@@ -134,7 +134,7 @@ class ServingStats:
     bandwidth: dict[str, Bandwidth] = field(default_factory=dict)
     """GEMM/attention traffic per step kind, where the shapes were recorded."""
     d2h_copies_us: tuple[tuple[float, float], ...] = ()
-    """(call start, CPU-held time) of each blocking device-to-host copy, microseconds."""
+    """(call start, return) of each blocking device-to-host copy, microseconds."""
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -184,7 +184,7 @@ def analyze_serving(
         between_steps_ms=_between(steps),
         d2h_frames=tuple(dict.fromkeys(c[2] for c in copies if c[2]))[:4],
         bandwidth=_bandwidth(table, steps, out),
-        d2h_copies_us=tuple((c[0], c[1]) for c in copies),
+        d2h_copies_us=tuple((c[0], c[3]) for c in copies),
     )
 
 
@@ -257,10 +257,11 @@ def _execute_at(table: TraceTable, rows: np.ndarray, lo: float, hi: float) -> st
     return ""
 
 
-def blocking_d2h(table: TraceTable, act: GpuActivity) -> list[tuple[float, float, str]]:
-    """(call start µs, CPU-held µs, Python frame) of each blocking device-to-host copy: the copy's
-    launch call is a synchronising one, or a synchronising call follows it inside the same
-    operator (``.item()``, ``.tolist()``, ``.cpu()``)."""
+def blocking_d2h(table: TraceTable, act: GpuActivity) -> list[tuple[float, float, str, float]]:
+    """(call start µs, CPU-held µs, Python frame, return µs) of each blocking device-to-host
+    copy: the copy's launch call is a synchronising one, or a synchronising call follows it
+    inside the same operator (``.item()``, ``.tolist()``, ``.cpu()``); it returns when the last
+    of those calls does."""
     d2h = act.rows[act.memcpy_dir == "DtoH"]
     if not len(d2h):
         return []
@@ -272,6 +273,7 @@ def blocking_d2h(table: TraceTable, act: GpuActivity) -> list[tuple[float, float
         if c < 0:
             continue
         t0, held = float(table.ts[c]), float(table.dur[c])
+        back = t0 + held
         if table.names[int(table.name[c])] not in SYNC_CALLS:
             around = ops[(table.ts[ops] <= t0) & (table.ts[ops] + table.dur[ops] >= t0)]
             if not len(around):
@@ -282,7 +284,8 @@ def blocking_d2h(table: TraceTable, act: GpuActivity) -> list[tuple[float, float
             if not len(after):
                 continue
             held += float(table.dur[after].sum())
-        out.append((t0, held, _user_frame(table, t0)))
+            back = max(back, float((table.ts[after] + table.dur[after]).max()))
+        out.append((t0, held, _user_frame(table, t0), back))
     return out
 
 

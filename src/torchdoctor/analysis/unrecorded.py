@@ -29,6 +29,7 @@ from torchdoctor.trace.kinds import GPU_ACTIVITY_KINDS, Kind
 from torchdoctor.trace.server_steps import graph_launch_rows
 from torchdoctor.trace.table import TraceTable
 
+
 def behind_unrecorded(table: TraceTable, rows: np.ndarray) -> np.ndarray:
     """For device activity ``rows`` (in start order): True where the activity was queued behind
     device work the trace does not hold (see the module docstring)."""
@@ -52,7 +53,9 @@ def behind_unrecorded(table: TraceTable, rows: np.ndarray) -> np.ndarray:
     has_prev = prev >= 0
     prev_call[order[has_prev]] = call_ts[prev[has_prev]]
     candidates = np.flatnonzero(first & known & (call_end < start - KERNEL_LATENCY_US))
-    out[candidates] = _nothing_in_trace_held(table, rows[candidates], call_ts[candidates], start[candidates])
+    out[candidates] = _nothing_in_trace_held(
+        table, rows[candidates], call_ts[candidates], start[candidates]
+    )
     out |= known & _after_unrecorded_graph(table, prev_call, call_ts)
     return out
 
@@ -86,8 +89,11 @@ def _after_unrecorded_graph(
     graphs = graph_launch_rows(table)
     if not len(graphs):
         return np.zeros(len(call_ts), dtype=bool)
+    from torchdoctor.analysis.graphs import graph_owner
+
     gpu = np.flatnonzero(member(table.kind, np.array(GPU_ACTIVITY_KINDS, dtype=np.uint8)))
-    empty = graphs[~member(table.corr[graphs], table.corr[gpu])]
+    owner = graph_owner(table, gpu, graphs)  # by correlation, else by stream and time window
+    empty = graphs[~np.isin(graphs, owner[owner >= 0])]
     if not len(empty):
         return np.zeros(len(call_ts), dtype=bool)
     t = np.sort(table.ts[empty])

@@ -87,7 +87,7 @@ class ForwardSteps:
         """From now on only ``model``'s own calls tick; the wrapper leaves other classes."""
         self.patcher.restore()
         cls = type(model)
-        orig = getattr(cls, "__call__")
+        orig = cls.__call__
         root = weakref.ref(model)
         self._root, self.model = root, cls.__name__
         state = self

@@ -14,14 +14,18 @@ def capture_verdict(a: TraceAnalysis) -> str:
     n = len(g.captures)
     return (
         f"Graph capture (start-up), not a serving step: {n} CUDA/HIP graph{'s' * (n != 1)}"
-        f"{what} captured in {g.capture_ms:.1f} ms ({g.capture_ms / n:.2f} ms per graph, "
-        f"{g.capture_span_ms:.1f} ms from the first to the last). Profile replay steps to see "
+        f"{what} captured in {_ms(g.capture_ms)} ms ({g.capture_ms / n:.2f} ms per graph, "
+        f"{_ms(g.capture_span_ms)} ms from the first to the last). Profile replay steps to see "
         "how the engine serves."
     )
 
 
+def _ms(x: float) -> str:
+    return f"{x:.2f}" if x < 10 else f"{x:.1f}"
+
+
 def serving_head(a: TraceAnalysis) -> str:
-    """"SGLang decode (bs 32)" / "vLLM mixed prefill+decode (46 requests, 8192 tokens)"..."""
+    """ "SGLang decode (bs 32)" / "vLLM mixed prefill+decode (46 requests, 8192 tokens)"..."""
     s = a.serving
     assert s is not None
     kinds = []
@@ -31,7 +35,9 @@ def serving_head(a: TraceAnalysis) -> str:
             sizes.append(f"batch {k.mean_batch_size:.0f}")
         if k.mean_tokens is not None and kind != "decode":
             sizes.append(f"{k.mean_tokens:.0f} tokens")
-        name = {"mixed": "prefill+decode", "unknown": "inference"}.get(kind, kind)
+        calls = a.steps.source in ("forward", "profiler-step")  # check's model-call steps
+        unknown = "model-call steps" if calls else "inference steps"
+        name = {"mixed": "prefill+decode", "unknown": unknown}.get(kind, kind)
         kinds.append(name + (f" ({', '.join(sizes)})" if sizes else ""))
     engine = "" if s.engine == "unknown" else f"{s.engine} "
     return f"{engine}{'; '.join(kinds)}: "

@@ -113,7 +113,7 @@ def eager_decode_launch_bound(a: TraceAnalysis) -> Finding | None:
     acc = _accounted(a, idx) if idx else 0.0
     if not idx or acc <= 0 or not a.has_gpu:
         return None
-    host = _idle(a, idx, ("host_overhead",))
+    host = sum(_split_host_idle(a, i, ("host_overhead",))[0] for i in idx)
     share = host / acc
     if share < th.HOST_WARN:
         return None
@@ -170,7 +170,9 @@ def low_graph_coverage(a: TraceAnalysis) -> Finding | None:
         "graph_gpu_ms_per_step": round(a.per_step_ms(g.graph_gpu_ms), 3),
         "eager_gpu_ms_per_step": round(a.per_step_ms(g.eager_gpu_ms), 3),
         "graph_launches": g.launch_count,
-        "eager_ops": [{"op": o.name, "activities": o.activities, "gpu_ms": o.gpu_ms} for o in g.eager_ops],
+        "eager_ops": [
+            {"op": o.name, "activities": o.activities, "gpu_ms": o.gpu_ms} for o in g.eager_ops
+        ],
         "host_late_idle_before_eager_work_ms_per_step": round(a.per_step_ms(host), 3),
     }
     s = spec("low-graph-coverage")
@@ -189,16 +191,19 @@ def low_graph_coverage(a: TraceAnalysis) -> Finding | None:
     )
 
 
-def _split_host_idle(a: TraceAnalysis, i: int) -> tuple[float, float]:
-    """(host idle before the step's first blocking device-to-host copy returned, after it), ms,
-    for step ``i``; everything is "before" in a step without such a copy."""
+def _split_host_idle(
+    a: TraceAnalysis, i: int, parts: tuple[str, ...] = _HOST_SYNC
+) -> tuple[float, float]:
+    """(idle of ``parts`` in gaps ending before the step's first blocking device-to-host copy
+    returned, in gaps ending after it), ms, for step ``i``; all "before" without such a copy.
+    The gaps after it are the blocking copy's (the CPU could not queue the next work ahead)."""
     act = a.activity
     lo, hi = float(a.steps.starts_us[i]), float(a.steps.ends_us[i])
     g0, g1 = iv.gaps(act.busy(), lo, hi)
     if not len(g0):
         return 0.0, 0.0
-    parts = gap_causes((g0, g1), act, lo)
-    host = sum(parts[p] for p in _HOST_SYNC)
+    causes = gap_causes((g0, g1), act, lo)
+    host = np.sum([causes[p] for p in parts], axis=0)
     ret = _first_copy_return(a, lo, hi)
     after = g1 > ret
     return float(host[~after].sum()) / 1e3, float(host[after].sum()) / 1e3
@@ -206,7 +211,7 @@ def _split_host_idle(a: TraceAnalysis, i: int) -> tuple[float, float]:
 
 def _first_copy_return(a: TraceAnalysis, lo: float, hi: float) -> float:
     copies = a.serving.d2h_copies_us if a.serving is not None else ()
-    mine = [t0 + held for t0, held in copies if lo <= t0 < hi]
+    mine = [back for t0, back in copies if lo <= t0 < hi]
     return min(mine) if mine else np.inf
 
 
@@ -216,7 +221,7 @@ def host_work_between_replays(a: TraceAnalysis) -> Finding | None:
     acc = _accounted(a, idx) if idx else 0.0
     if not idx or acc <= 0:
         return None
-    host = sum(_split_host_idle(a, i)[0] for i in idx)
+    host = sum(_split_host_idle(a, i, _HOST)[0] for i in idx)
     share = host / acc
     if share < th.NOISE_FLOOR:
         return None

@@ -86,7 +86,10 @@ def _launch_signatures(table: TraceTable, launches: np.ndarray) -> list[tuple[in
     want = table.corr[launches]
     lo, hi = np.searchsorted(corr, want, "left"), np.searchsorted(corr, want, "right")
     count = np.where(want >= 0, hi - lo, 0)
-    first = [int(table.name[gpu[a]]) if c else -1 for a, c in zip(lo.tolist(), count.tolist())]
+    first = [
+        int(table.name[gpu[a]]) if c else -1
+        for a, c in zip(lo.tolist(), count.tolist(), strict=True)
+    ]
     return list(zip(count.tolist(), first, strict=True))
 
 

@@ -95,8 +95,7 @@ def find_steps(table: TraceTable) -> Steps:
         "ProfilerStep markers)",
         "graph-replay": f"{n} from repeating CUDA/HIP graph launches (no ProfilerStep markers "
         "or iteration ranges)",
-        "forward": f"{n} from the model's top-level forward ({labels[0]}; no ProfilerStep "
-        "markers)",
+        "forward": f"{n} from the model's top-level forward ({labels[0]}; no ProfilerStep markers)",
     }[source]
     return Steps(source, numbers, starts, ends, note, labels, cpu_ends)
 
