@@ -251,9 +251,7 @@ HBM_BANDWIDTH: dict[str, tuple[float, str]] = {
 _SMALL_MEMORY = {"A100 SXM": (48 << 30, 1.555 * _TB), "A100 PCIe": (48 << 30, 1.555 * _TB)}
 
 
-def memory_bandwidth(
-    name: str, total_memory_bytes: int | None = None
-) -> tuple[float, str] | None:
+def memory_bandwidth(name: str, total_memory_bytes: int | None = None) -> tuple[float, str] | None:
     """(peak device-memory bandwidth in bytes/s, its source) for a device name, or None.
 
     A MIG slice or an unknown GPU returns None: no bandwidth share beats one against the

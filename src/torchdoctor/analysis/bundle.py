@@ -10,6 +10,7 @@ from torchdoctor.analysis.communication import CommStats, analyze_communication
 from torchdoctor.analysis.gpu_activity import GpuActivity, gpu_activity
 from torchdoctor.analysis.hta_compat import HtaBreakdown, hta_temporal_breakdown
 from torchdoctor.analysis.waits import DependencyWaits, dependency_waits, idle_gaps
+from torchdoctor.trace import server_steps
 from torchdoctor.trace.steps import Steps, find_steps
 from torchdoctor.trace.table import TraceTable
 
@@ -71,12 +72,10 @@ class TraceAnalysis:
 
 def analyze_table(table: TraceTable) -> TraceAnalysis:
     """Run every analysis on a loaded trace."""
-    from torchdoctor.analysis.graphs import analyze_graphs
     from torchdoctor.analysis.kernels import analyze_kernels
     from torchdoctor.analysis.launch import analyze_launch
     from torchdoctor.analysis.memory import analyze_memory
     from torchdoctor.analysis.operators import analyze_operators
-    from torchdoctor.analysis.serving import analyze_serving
 
     steps = find_steps(table)
     act = gpu_activity(table)
@@ -94,6 +93,24 @@ def analyze_table(table: TraceTable) -> TraceAnalysis:
         operators=analyze_operators(table, steps),
         memory=analyze_memory(table, steps),
         waits=dependency_waits(table, act, idle_gaps(steps, act)) if len(act.rows) else None,
-        graphs=analyze_graphs(table, steps),
-        serving=analyze_serving(table, steps, act, per_step),
+        graphs=_graphs(table, steps),
+        serving=_serving(table, steps, act, per_step),
     )
+
+
+def _graphs(table: TraceTable, steps: Steps) -> Any:
+    """Graph capture and replay; the module is imported only by traces that have graphs."""
+    if not server_steps.has_graph_events(table):
+        return None
+    from torchdoctor.analysis.graphs import analyze_graphs
+
+    return analyze_graphs(table, steps)
+
+
+def _serving(table: TraceTable, steps: Steps, act: GpuActivity, per_step: Any) -> Any:
+    """The engine's iterations; imported only for traces whose steps are an engine's."""
+    if not server_steps.is_serving(table, steps.source):
+        return None
+    from torchdoctor.analysis.serving import analyze_serving
+
+    return analyze_serving(table, steps, act, per_step)

@@ -16,7 +16,7 @@
 from __future__ import annotations
 
 import re
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
 import numpy as np
@@ -95,6 +95,9 @@ class GraphStats:
     """graph_gpu_ms / (graph_gpu_ms + eager_gpu_ms); None without graph launches or work."""
     eager_ops: tuple[EagerOp, ...]
     """The device work outside graphs, most device time first."""
+    owner: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64), repr=False)
+    """For every device activity of the trace (``gpu_rows`` order), the graph launch row that
+    ran it, else -1 (for the rules; not in the JSON)."""
 
     @property
     def is_capture_trace(self) -> bool:
@@ -102,7 +105,8 @@ class GraphStats:
         return bool(self.captures) and self.steps_in_capture == self.steps
 
     def to_dict(self) -> dict[str, Any]:
-        d = asdict(self)
+        d = {f.name: getattr(self, f.name) for f in fields(self) if f.name != "owner"}
+        d["eager_ops"] = [asdict(o) for o in self.eager_ops]
         d["captures"] = [{**asdict(c), "cost_ms": c.cost_ms} for c in self.captures]
         d["is_capture_trace"] = self.is_capture_trace
         return d
@@ -114,12 +118,16 @@ def analyze_graphs(table: TraceTable, steps: Steps) -> GraphStats | None:
     launches = graph_launch_rows(table)
     if not captures and not len(launches):
         return None
-    acts = in_window(table, steps, gpu_rows(table))
-    owner = graph_owner(table, acts, launches)
+    every = gpu_rows(table)
+    owner_all = graph_owner(table, every, launches)
+    lo, hi = steps.window
+    ts = table.ts[every]
+    inside = (ts >= lo) & (ts < hi) if hi > lo else ts == lo  # as _join.in_window
+    acts, owner = every[inside], owner_all[inside]
     in_graph = owner >= 0
     dur = table.dur[acts]
     window = in_window(table, steps, launches)
-    empty = np.setdiff1d(window, owner[in_graph]) if len(window) else window
+    empty = window[~member(window, owner[in_graph])] if len(window) else window
     graph_ms, eager_ms = float(dur[in_graph].sum()) / 1e3, float(dur[~in_graph].sum()) / 1e3
     work = graph_ms + eager_ms
     return GraphStats(
@@ -139,6 +147,7 @@ def analyze_graphs(table: TraceTable, steps: Steps) -> GraphStats | None:
         eager_gpu_ms=eager_ms,
         coverage=graph_ms / work if len(window) and work > 0 else None,
         eager_ops=_eager_ops(table, acts[~in_graph]),
+        owner=owner_all,
     )
 
 
@@ -158,8 +167,10 @@ def graph_owner(table: TraceTable, acts: np.ndarray, launches: np.ndarray) -> np
     hit = (corr_sorted[k] == want) & (want >= 0)
     out[hit] = by_corr[k[hit]]
     empty = launches[~member(table.corr[launches], table.corr[acts[hit]])]
+    if not len(empty):
+        return out
     orphan = np.flatnonzero((launch_of(table, acts) < 0) & ~hit)
-    if len(empty) and len(orphan):
+    if len(orphan):
         t_all = table.ts[launches]  # launches are in time order
         for i in orphan.tolist():
             j = int(np.searchsorted(t_all, table.ts[acts[i]], side="right")) - 1
@@ -171,6 +182,8 @@ def graph_owner(table: TraceTable, acts: np.ndarray, launches: np.ndarray) -> np
 def find_captures(table: TraceTable) -> list[Capture]:
     """Capture windows in time order (a begin without its end is left out)."""
     kinds = (Kind.RUNTIME, Kind.DRIVER)
+    if not len(table.codes_matching(lambda n: bool(_BEGIN.match(n)))):
+        return []  # most traces: no pass over the rows
     begins = table.rows_named(lambda n: bool(_BEGIN.match(n)), *kinds)
     if not len(begins):
         return []
@@ -233,17 +246,21 @@ def _eager_ops(table: TraceTable, rows: np.ndarray) -> tuple[EagerOp, ...]:
     op_ext = table.ext_id[ops]
     order = np.argsort(op_ext, kind="stable")
     op_ext, ops = op_ext[order], ops[order]
+    # a name code per row: the operator's where its External id is known, else the kernel's
+    code = table.name[rows].astype(np.int64)
+    known = np.zeros(len(rows), dtype=bool)
+    if len(op_ext):
+        k = np.clip(np.searchsorted(op_ext, ext), 0, len(op_ext) - 1)
+        known = (ext >= 0) & (op_ext[k] == ext)
+        code = np.where(known, table.name[ops[k]], code)
     acc: dict[str, list[float]] = {}
-    for r, x in zip(rows.tolist(), ext.tolist(), strict=True):
-        name = ""
-        if x >= 0 and len(op_ext):
-            k = int(np.searchsorted(op_ext, x))
-            if k < len(op_ext) and op_ext[k] == x:
-                name = table.names[int(table.name[ops[k]])]
-        name = name or short_kernel_name(table.names[int(table.name[r])])
-        slot = acc.setdefault(name, [0, 0.0])
-        slot[0] += 1
-        slot[1] += float(table.dur[r]) / 1e3
+    order = np.argsort(code, kind="stable")
+    bounds = np.flatnonzero(np.diff(code[order])) + 1
+    for group in np.split(order, bounds):
+        name = table.names[int(code[group[0]])]
+        slot = acc.setdefault(name if known[group[0]] else short_kernel_name(name), [0, 0.0])
+        slot[0] += len(group)
+        slot[1] += float(table.dur[rows[group]].sum()) / 1e3
     top = sorted(acc.items(), key=lambda kv: -kv[1][1])[:_TOP_EAGER]
     return tuple(EagerOp(n, int(c), round(ms, 4)) for n, (c, ms) in top)
 

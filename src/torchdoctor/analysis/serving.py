@@ -29,22 +29,22 @@ from typing import Any, Literal
 import numpy as np
 
 from torchdoctor.analysis._join import launch_of
+from torchdoctor.analysis.arrays import member
 from torchdoctor.analysis.bandwidth import Bandwidth, bandwidth_in
 from torchdoctor.analysis.breakdown import StepBreakdown
 from torchdoctor.analysis.gpu_activity import SYNC_CALLS, GpuActivity
 from torchdoctor.trace.kinds import Kind
 from torchdoctor.trace.server_steps import (
     EXECUTE_STEP,
-    FORWARD_STEP_MARK,
     SGLANG_STEP,
     graph_launch_rows,
+    is_serving,
 )
 from torchdoctor.trace.steps import Steps
 from torchdoctor.trace.table import TraceTable
 
 StepKind = Literal["prefill", "decode", "mixed", "unknown"]
 Engine = Literal["vLLM", "SGLang", "transformers", "TensorRT-LLM", "unknown"]
-SERVING_SOURCES = ("server-step", "graph-replay", "forward")
 _SGLANG_KIND: dict[str, StepKind] = {
     "DECODE": "decode",
     "EXTEND": "prefill",
@@ -151,7 +151,7 @@ def analyze_serving(
     table: TraceTable, steps: Steps, act: GpuActivity, per_step: list[StepBreakdown]
 ) -> ServingStats | None:
     """The serving view of a trace whose steps are an engine's iterations, else None."""
-    if steps.source not in SERVING_SOURCES and table.name_code(FORWARD_STEP_MARK) < 0:
+    if not is_serving(table, steps.source):
         return None
     copies = blocking_d2h(table, act)
     graphs = table.ts[graph_launch_rows(table)]
@@ -266,7 +266,7 @@ def blocking_d2h(table: TraceTable, act: GpuActivity) -> list[tuple[float, float
     if not len(d2h):
         return []
     runtime = table.of_kind(Kind.RUNTIME, Kind.DRIVER)
-    syncs = runtime[np.isin(table.name[runtime], table.codes_matching(lambda n: n in SYNC_CALLS))]
+    syncs = runtime[member(table.name[runtime], table.codes_matching(lambda n: n in SYNC_CALLS))]
     ops = table.of_kind(Kind.CPU_OP)
     out = []
     for c in launch_of(table, d2h).tolist():

@@ -36,33 +36,40 @@ def behind_unrecorded(table: TraceTable, rows: np.ndarray) -> np.ndarray:
     out = np.zeros(len(rows), dtype=bool)
     if not len(rows):
         return out
-    launch = launch_of(table, rows)
-    known = launch >= 0
-    start = table.ts[rows]
-    call_ts = np.where(known, table.ts[np.maximum(launch, 0)], np.nan)
-    call_end = call_ts + np.where(known, table.dur[np.maximum(launch, 0)], np.nan)
     key = table.device[rows].astype(np.int64) * (1 << 32) + table.stream[rows].astype(np.int64)
-    order = np.lexsort((np.arange(len(rows)), key))  # by stream, then start (rows are sorted)
-    first = np.zeros(len(rows), dtype=bool)
-    prev_call = np.full(len(rows), -np.inf)
+    order = np.argsort(key, kind="stable")  # by stream, then start (rows are in start order)
     k_sorted = key[order]
     new_stream = np.ones(len(order), dtype=bool)
     new_stream[1:] = k_sorted[1:] != k_sorted[:-1]
-    first[order[new_stream]] = True
-    prev = np.where(new_stream, -1, np.roll(order, 1))
-    has_prev = prev >= 0
-    prev_call[order[has_prev]] = call_ts[prev[has_prev]]
-    candidates = np.flatnonzero(first & known & (call_end < start - KERNEL_LATENCY_US))
-    out[candidates] = _nothing_in_trace_held(
-        table, rows[candidates], call_ts[candidates], start[candidates]
-    )
-    out |= known & _after_unrecorded_graph(table, prev_call, call_ts)
+    first = order[new_stream]  # the first activity of each stream: a few rows
+    out[first] = _queued_from_before(table, rows[first])
+    empty = _empty_graphs(table, graph_launch_rows(table))
+    if len(empty):  # the launch join of every activity: only traces with such graphs pay it
+        launch = launch_of(table, rows)
+        known = launch >= 0
+        call_ts = np.where(known, table.ts[np.maximum(launch, 0)], np.nan)
+        prev = np.where(new_stream, -1, np.roll(order, 1))
+        prev_call = np.full(len(rows), -np.inf)
+        has_prev = prev >= 0
+        prev_call[order[has_prev]] = call_ts[prev[has_prev]]
+        out |= known & _after_unrecorded_graph(table, empty, prev_call, call_ts)
     return out
 
 
-def _nothing_in_trace_held(
-    table: TraceTable, rows: np.ndarray, call_ts: np.ndarray, start: np.ndarray
-) -> np.ndarray:
+def _queued_from_before(table: TraceTable, rows: np.ndarray) -> np.ndarray:
+    """For first-on-their-stream activities: queued (launch call returned more than the
+    latency before the start) with nothing in the trace that can have held them."""
+    launch = launch_of(table, rows)
+    known = launch >= 0
+    start = table.ts[rows]
+    call_end = np.where(known, table.ts[launch] + table.dur[launch], np.nan)
+    out = np.zeros(len(rows), dtype=bool)
+    cand = np.flatnonzero(known & (call_end < start - KERNEL_LATENCY_US))
+    out[cand] = _nothing_in_trace_held(table, rows[cand], start[cand])
+    return out
+
+
+def _nothing_in_trace_held(table: TraceTable, rows: np.ndarray, start: np.ndarray) -> np.ndarray:
     """Nothing recorded can have held the queued activity: no recorded device work on another
     stream ended within ``KERNEL_LATENCY_US`` before it started (the event it may have waited
     for), and no GPU-side wait record precedes it on its stream."""
@@ -81,21 +88,23 @@ def _nothing_in_trace_held(
     return ok
 
 
-def _after_unrecorded_graph(
-    table: TraceTable, prev_call: np.ndarray, call_ts: np.ndarray
-) -> np.ndarray:
-    """A graph launch that ran no recorded activity was issued between the previous activity's
-    launch on the stream and this activity's launch."""
-    graphs = graph_launch_rows(table)
+def _empty_graphs(table: TraceTable, graphs: np.ndarray) -> np.ndarray:
+    """The graph launches that ran no recorded activity (by correlation, else by stream and
+    time window)."""
     if not len(graphs):
-        return np.zeros(len(call_ts), dtype=bool)
+        return graphs
     from torchdoctor.analysis.graphs import graph_owner
 
     gpu = np.flatnonzero(member(table.kind, np.array(GPU_ACTIVITY_KINDS, dtype=np.uint8)))
-    owner = graph_owner(table, gpu, graphs)  # by correlation, else by stream and time window
-    empty = graphs[~np.isin(graphs, owner[owner >= 0])]
-    if not len(empty):
-        return np.zeros(len(call_ts), dtype=bool)
+    owner = graph_owner(table, gpu, graphs)
+    return graphs[~member(graphs, owner[owner >= 0])]
+
+
+def _after_unrecorded_graph(
+    table: TraceTable, empty: np.ndarray, prev_call: np.ndarray, call_ts: np.ndarray
+) -> np.ndarray:
+    """A graph launch that ran no recorded activity (``empty``) was issued between the
+    previous activity's launch on the stream and this activity's launch."""
     t = np.sort(table.ts[empty])
     # the latest empty graph launch before each call, compared with the previous call
     k = np.searchsorted(t, np.nan_to_num(call_ts, nan=-np.inf), side="left") - 1

@@ -18,13 +18,15 @@ def build_report(a: TraceAnalysis, extra: list[Finding] | None = None) -> Report
 
 def verdict(a: TraceAnalysis, findings: list[Finding]) -> str:
     """One line: the step time, how busy the device was, and the most valuable fix."""
-    from torchdoctor.report import inference_verdict as iv
-
     if a.graphs is not None and a.graphs.is_capture_trace:
-        return iv.capture_verdict(a)
+        from torchdoctor.report.inference_verdict import capture_verdict
+
+        return capture_verdict(a)
     head = f"{a.n_steps} step{'s' if a.n_steps != 1 else ''}, {a.mean_step_ms:.1f} ms per step"
     if a.serving is not None:
-        head = iv.serving_head(a) + head
+        from torchdoctor.report.inference_verdict import serving_head
+
+        head = serving_head(a) + head
     if a.not_recorded_ms > 0:
         head += (
             f" accounted for (+{a.per_step_ms(a.not_recorded_ms):.1f} ms behind GPU work the "
@@ -35,7 +37,9 @@ def verdict(a: TraceAnalysis, findings: list[Finding]) -> str:
     else:
         head += " (CPU only)"
     if a.serving is not None or a.graphs is not None:
-        head += iv.serving_tail(a)
+        from torchdoctor.report.inference_verdict import serving_tail
+
+        head += serving_tail(a)
     actionable = [f for f in findings if f.severity != "info" and f.saving_ms_per_step > 0]
     if not actionable:
         return f"{head}. No bottleneck worth fixing found."

@@ -61,14 +61,17 @@ def render_text(report: Report, top: int = 10, console: Console | None = None) -
 
     con = console or make_console()
     _header(con, report)
-    from torchdoctor.report import inference_text
-
     a = report.analysis
     if a.graphs is not None and a.graphs.is_capture_trace:
-        inference_text.render_capture(con, a)  # an idle breakdown would mean nothing here
+        from torchdoctor.report.inference_text import render_capture
+
+        render_capture(con, a)  # an idle breakdown would mean nothing here
     else:
         _breakdown(con, report)
-        inference_text.render_serving(con, a)
+        if a.serving is not None:
+            from torchdoctor.report.inference_text import render_serving
+
+            render_serving(con, a)
     _findings(con, report)
     _ranks(con, report)
     from torchdoctor.report.tables import kernel_table, operator_tables

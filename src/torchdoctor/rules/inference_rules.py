@@ -10,28 +10,29 @@ decode step is ``sync-d2h-per-token``, not ``synchronous-copies``), and no fix a
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from torchdoctor.analysis import intervals as iv
-from torchdoctor.analysis.bandwidth import Bandwidth
+from torchdoctor.analysis.arrays import median
 from torchdoctor.analysis.breakdown import gap_causes
 from torchdoctor.analysis.bundle import TraceAnalysis
-from torchdoctor.analysis.graphs import graph_owner
-from torchdoctor.analysis.serving import ServingStep
 from torchdoctor.rules import thresholds as th
 from torchdoctor.rules.finding import Finding
 from torchdoctor.rules.registry import spec
 from torchdoctor.rules.trace_common import finding, grade
-from torchdoctor.trace.server_steps import graph_launch_rows
+
+if TYPE_CHECKING:  # the serving module is imported only by traces that have engine steps
+    from torchdoctor.analysis.bandwidth import Bandwidth
+    from torchdoctor.analysis.serving import ServingStep
 
 InferenceRule = Callable[[TraceAnalysis], "Finding | None"]
 _HOST = ("host_overhead", "input_pipeline")
 _HOST_SYNC = ("host_overhead", "input_pipeline", "synchronization")
 REPLACES: dict[str, tuple[str, ...]] = {
     "sync-d2h-per-token": ("synchronous-copies", "sync-stalls"),
-    "eager-decode-launch-bound": ("host-bound",),
+    "eager-decode-launch-bound": ("host-bound", "input-pipeline"),
     "host-work-between-replays": ("host-bound",),
     "low-graph-coverage": ("host-bound",),
 }
@@ -64,7 +65,7 @@ def graph_capture(a: TraceAnalysis) -> Finding | None:
         "graphs_captured": len(g.captures),
         "capture_ms": round(g.capture_ms, 3),
         "capture_span_ms": round(g.capture_span_ms, 3),
-        "median_capture_ms": round(float(np.median(costs)), 3),
+        "median_capture_ms": round(median(costs), 3),
         "longest_capture_ms": round(float(costs.max()), 3),
         "instantiate_ms": round(sum(c.instantiate_ms for c in g.captures), 3),
         "recorded_launches": sum(c.recorded_launches for c in g.captures),
@@ -113,7 +114,8 @@ def eager_decode_launch_bound(a: TraceAnalysis) -> Finding | None:
     acc = _accounted(a, idx) if idx else 0.0
     if not idx or acc <= 0 or not a.has_gpu:
         return None
-    host = sum(_split_host_idle(a, i, ("host_overhead",))[0] for i in idx)
+    split = _host_splits(a, _HOST)
+    host = sum(split[i][0] for i in idx)
     share = host / acc
     if share < th.HOST_WARN:
         return None
@@ -138,22 +140,38 @@ def eager_decode_launch_bound(a: TraceAnalysis) -> Finding | None:
     )
 
 
+def _step_gaps(a: TraceAnalysis) -> tuple[np.ndarray, np.ndarray, dict[str, np.ndarray]]:
+    """Every idle gap of every step (its end and its step's index) with its causes, in one pass.
+
+    Summed as host_overhead + input_pipeline (+ synchronization) the causes do not depend on
+    which gap opens a step, so one call over all steps' gaps gives each step's exact sums.
+    """
+    act = a.activity
+    busy = act.busy()
+    g0s, g1s, idx = [], [], []
+    for i, (lo, hi) in enumerate(zip(a.steps.starts_us, a.steps.ends_us, strict=True)):
+        g0, g1 = iv.gaps(busy, float(lo), float(hi))
+        g0s.append(g0)
+        g1s.append(g1)
+        idx.append(np.full(len(g0), i))
+    if not g0s or not sum(len(g) for g in g0s):
+        return np.zeros(0), np.zeros(0, dtype=np.int64), {}
+    g0, g1 = np.concatenate(g0s), np.concatenate(g1s)
+    return g1, np.concatenate(idx), gap_causes((g0, g1), act, float(a.steps.starts_us[0]))
+
+
 def _eager_host_ms(a: TraceAnalysis) -> float:
     """GPU idle waiting on the host, in gaps that end at eager (non-graph) work."""
-    act, t = a.activity, a.table
-    owner = graph_owner(t, act.rows, graph_launch_rows(t))
-    total = 0.0
-    for lo, hi in zip(a.steps.starts_us, a.steps.ends_us, strict=True):
-        g0, g1 = iv.gaps(act.busy(), float(lo), float(hi))
-        if not len(g0):
-            continue
-        parts = gap_causes((g0, g1), act, float(lo))
-        k = np.searchsorted(act.start_us, g1, side="left")
-        ok = k < len(act.start_us)
-        eager = np.zeros(len(g1), dtype=bool)
-        eager[ok] = owner[k[ok]] < 0
-        total += float(sum(parts[p][eager].sum() for p in _HOST)) / 1e3
-    return total
+    act = a.activity
+    g1, _, causes = _step_gaps(a)
+    if not len(g1) or a.graphs is None or len(a.graphs.owner) != len(act.rows):
+        return 0.0
+    owner = a.graphs.owner
+    k = np.searchsorted(act.start_us, g1, side="left")
+    ok = k < len(act.start_us)
+    eager = np.zeros(len(g1), dtype=bool)
+    eager[ok] = owner[k[ok]] < 0
+    return float(sum(causes[p][eager].sum() for p in _HOST)) / 1e3
 
 
 def low_graph_coverage(a: TraceAnalysis) -> Finding | None:
@@ -191,22 +209,28 @@ def low_graph_coverage(a: TraceAnalysis) -> Finding | None:
     )
 
 
-def _split_host_idle(
-    a: TraceAnalysis, i: int, parts: tuple[str, ...] = _HOST_SYNC
-) -> tuple[float, float]:
-    """(idle of ``parts`` in gaps ending before the step's first blocking device-to-host copy
-    returned, in gaps ending after it), ms, for step ``i``; all "before" without such a copy.
-    The gaps after it are the blocking copy's (the CPU could not queue the next work ahead)."""
-    act = a.activity
-    lo, hi = float(a.steps.starts_us[i]), float(a.steps.ends_us[i])
-    g0, g1 = iv.gaps(act.busy(), lo, hi)
-    if not len(g0):
-        return 0.0, 0.0
-    causes = gap_causes((g0, g1), act, lo)
+def _host_splits(
+    a: TraceAnalysis, parts: tuple[str, ...] = _HOST_SYNC
+) -> list[tuple[float, float]]:
+    """Per step: (idle of ``parts`` in gaps ending before the step's first blocking
+    device-to-host copy returned, in gaps ending after it), ms; all "before" without such a
+    copy. The gaps after it are the blocking copy's (the CPU could not queue work ahead)."""
+    g1, idx, causes = _step_gaps(a)
+    out = [(0.0, 0.0)] * len(a.steps)
+    if not len(g1):
+        return out
     host = np.sum([causes[p] for p in parts], axis=0)
-    ret = _first_copy_return(a, lo, hi)
-    after = g1 > ret
-    return float(host[~after].sum()) / 1e3, float(host[after].sum()) / 1e3
+    back = np.array(
+        [
+            _first_copy_return(a, float(lo), float(hi))
+            for lo, hi in zip(a.steps.starts_us, a.steps.ends_us, strict=True)
+        ]
+    )
+    after = g1 > back[idx]
+    n = len(a.steps)
+    before_ms = np.bincount(idx[~after], host[~after], minlength=n) / 1e3
+    after_ms = np.bincount(idx[after], host[after], minlength=n) / 1e3
+    return [(float(b), float(x)) for b, x in zip(before_ms, after_ms, strict=True)]
 
 
 def _first_copy_return(a: TraceAnalysis, lo: float, hi: float) -> float:
@@ -221,7 +245,8 @@ def host_work_between_replays(a: TraceAnalysis) -> Finding | None:
     acc = _accounted(a, idx) if idx else 0.0
     if not idx or acc <= 0:
         return None
-    host = sum(_split_host_idle(a, i, _HOST)[0] for i in idx)
+    split = _host_splits(a, _HOST)
+    host = sum(split[i][0] for i in idx)
     share = host / acc
     if share < th.NOISE_FLOOR:
         return None
@@ -247,7 +272,8 @@ def sync_d2h_per_token(a: TraceAnalysis) -> Finding | None:
     if not idx or acc <= 0:
         return None
     assert a.serving is not None
-    stall = sum(_split_host_idle(a, i)[1] for i in idx)
+    split = _host_splits(a)
+    stall = sum(split[i][1] for i in idx)
     share = stall / acc
     if share < th.NOISE_FLOOR:
         return None

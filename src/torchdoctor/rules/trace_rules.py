@@ -267,9 +267,11 @@ def evaluate(a: TraceAnalysis, rules: tuple[Rule, ...] = TRACE_RULES) -> list[Fi
     A trace of CUDA-graph capture gets only the capture findings (its launches were recorded,
     not run); every other trace gets the inference findings too (``rules/inference_rules.py``).
     """
+    found = [f for f in (rule(a) for rule in rules) if f is not None]
+    if a.graphs is None and a.serving is None:
+        return rank_findings(found)  # no inference rule applies: not even imported
     from torchdoctor.rules import inference_rules
 
     if inference_rules.is_capture_trace(a):
         return rank_findings(inference_rules.capture_findings(a))
-    found = [f for f in (rule(a) for rule in rules) if f is not None]
     return rank_findings(inference_rules.merge(a, found))

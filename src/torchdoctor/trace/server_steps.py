@@ -59,6 +59,8 @@ def step_annotation_rows(table: TraceTable) -> np.ndarray:
 def graph_launch_rows(table: TraceTable) -> np.ndarray:
     """Rows of ``cudaGraphLaunch`` / ``hipGraphLaunch`` (runtime or driver) calls."""
     codes = table.codes_matching(lambda n: bool(GRAPH_LAUNCH.match(n)))
+    if not len(codes):  # most traces: no pass over the rows
+        return np.zeros(0, dtype=np.int64)
     return np.flatnonzero(member(table.name, codes) & member(table.kind, _LAUNCH_KINDS))
 
 
@@ -118,3 +120,17 @@ def outermost(table: TraceTable, rows: np.ndarray) -> np.ndarray:
             keep.append(r)
             last_end = table.ts[r] + table.dur[r]
     return np.array(keep, dtype=np.int64)
+
+
+_GRAPH_EVENT = re.compile(r"^(cuda|hip|cu)(GraphLaunch|StreamBeginCapture)")
+SERVING_SOURCES = ("server-step", "graph-replay", "forward")
+
+
+def has_graph_events(table: TraceTable) -> bool:
+    """The trace names a graph launch or a capture (a pass over the names, not the rows)."""
+    return any(_GRAPH_EVENT.match(n) for n in table.names)
+
+
+def is_serving(table: TraceTable, source: str) -> bool:
+    """Steps that are an engine's iterations, or ``check``'s model-call steps."""
+    return source in SERVING_SOURCES or FORWARD_STEP_MARK in table.names
