@@ -92,7 +92,8 @@ class GraphStats:
     eager_gpu_ms: float
     """Summed device time of the other activities in the window."""
     coverage: float | None
-    """graph_gpu_ms / (graph_gpu_ms + eager_gpu_ms); None without graph launches or work."""
+    """graph_gpu_ms / (graph_gpu_ms + eager_gpu_ms); None without graph launches or work, or
+    when some launches ran no recorded kernel (their device time is not in the trace)."""
     eager_ops: tuple[EagerOp, ...]
     """The device work outside graphs, most device time first."""
     owner: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64), repr=False)
@@ -145,7 +146,8 @@ def analyze_graphs(table: TraceTable, steps: Steps) -> GraphStats | None:
         ),
         graph_gpu_ms=graph_ms,
         eager_gpu_ms=eager_ms,
-        coverage=graph_ms / work if len(window) and work > 0 else None,
+        # unknown when some launches' kernels are missing: their device time is not in the trace
+        coverage=graph_ms / work if len(window) and work > 0 and not len(empty) else None,
         eager_ops=_eager_ops(table, acts[~in_graph]),
         owner=owner_all,
     )

@@ -31,7 +31,7 @@ InferenceRule = Callable[[TraceAnalysis], "Finding | None"]
 _HOST = ("host_overhead", "input_pipeline")
 _HOST_SYNC = ("host_overhead", "input_pipeline", "synchronization")
 REPLACES: dict[str, tuple[str, ...]] = {
-    "sync-d2h-per-token": ("synchronous-copies", "sync-stalls"),
+    "sync-d2h-per-token": ("synchronous-copies", "sync-stalls", "host-bound"),
     "eager-decode-launch-bound": ("host-bound", "input-pipeline"),
     "host-work-between-replays": ("host-bound",),
     "low-graph-coverage": ("host-bound",),
@@ -160,17 +160,25 @@ def _step_gaps(a: TraceAnalysis) -> tuple[np.ndarray, np.ndarray, dict[str, np.n
     return g1, np.concatenate(idx), gap_causes((g0, g1), act, float(a.steps.starts_us[0]))
 
 
-def _eager_host_ms(a: TraceAnalysis) -> float:
-    """GPU idle waiting on the host, in gaps that end at eager (non-graph) work."""
+def _ends_at_eager_kernel(a: TraceAnalysis, g1: np.ndarray) -> np.ndarray:
+    """For gaps ending at ``g1``: the work that ends it is a kernel run outside any graph (a
+    copy or memset is not: inputs and outputs cross the host boundary in any case)."""
     act = a.activity
-    g1, _, causes = _step_gaps(a)
-    if not len(g1) or a.graphs is None or len(a.graphs.owner) != len(act.rows):
-        return 0.0
-    owner = a.graphs.owner
+    out = np.zeros(len(g1), dtype=bool)
+    if a.graphs is None or len(a.graphs.owner) != len(act.rows):
+        return out
     k = np.searchsorted(act.start_us, g1, side="left")
     ok = k < len(act.start_us)
-    eager = np.zeros(len(g1), dtype=bool)
-    eager[ok] = owner[k[ok]] < 0
+    out[ok] = (a.graphs.owner[k[ok]] < 0) & (act.cls[k[ok]] <= 1)  # compute, communication
+    return out
+
+
+def _eager_host_ms(a: TraceAnalysis) -> float:
+    """GPU idle waiting on the host, in gaps that end at eager (non-graph) kernels."""
+    g1, _, causes = _step_gaps(a)
+    if not len(g1):
+        return 0.0
+    eager = _ends_at_eager_kernel(a, g1)
     return float(sum(causes[p][eager].sum() for p in _HOST)) / 1e3
 
 
@@ -178,7 +186,7 @@ def low_graph_coverage(a: TraceAnalysis) -> Finding | None:
     """Graphs are replayed, but much device work runs eagerly beside them."""
     g = a.graphs
     if g is None or g.coverage is None or g.coverage >= th.GRAPH_COVERAGE_WARN:
-        return None
+        return None  # (None as well when some graphs' kernels are missing: share unknown)
     host = _eager_host_ms(a)
     share = host / a.accounted_ms if a.accounted_ms > 0 else 0.0
     ops = [o.name for o in g.eager_ops[:3]]
@@ -210,16 +218,20 @@ def low_graph_coverage(a: TraceAnalysis) -> Finding | None:
 
 
 def _host_splits(
-    a: TraceAnalysis, parts: tuple[str, ...] = _HOST_SYNC
+    a: TraceAnalysis, parts: tuple[str, ...] = _HOST_SYNC, skip_eager_kernels: bool = False
 ) -> list[tuple[float, float]]:
     """Per step: (idle of ``parts`` in gaps ending before the step's first blocking
     device-to-host copy returned, in gaps ending after it), ms; all "before" without such a
-    copy. The gaps after it are the blocking copy's (the CPU could not queue work ahead)."""
+    copy. The gaps after it are the blocking copy's (the CPU could not queue work ahead).
+    ``skip_eager_kernels`` leaves out the gaps before kernels run outside graphs (those are
+    ``low-graph-coverage``'s)."""
     g1, idx, causes = _step_gaps(a)
     out = [(0.0, 0.0)] * len(a.steps)
     if not len(g1):
         return out
     host = np.sum([causes[p] for p in parts], axis=0)
+    if skip_eager_kernels:
+        host = np.where(_ends_at_eager_kernel(a, g1), 0.0, host)
     back = np.array(
         [
             _first_copy_return(a, float(lo), float(hi))
@@ -245,7 +257,7 @@ def host_work_between_replays(a: TraceAnalysis) -> Finding | None:
     acc = _accounted(a, idx) if idx else 0.0
     if not idx or acc <= 0:
         return None
-    split = _host_splits(a, _HOST)
+    split = _host_splits(a, _HOST, skip_eager_kernels=True)
     host = sum(split[i][0] for i in idx)
     share = host / acc
     if share < th.NOISE_FLOOR:
