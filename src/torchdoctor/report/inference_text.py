@@ -72,7 +72,8 @@ def render_serving(con: Console, a: TraceAnalysis) -> None:
         outside = ", ".join(f"{o.name} {o.gpu_ms:.2f} ms" for o in g.eager_ops[:3])
         con.print(
             escape(
-                f"  graphs: {g.launch_count} replays, {g.graph_activity_count} activities, "
+                f"  graphs: {g.launch_count} replay{'s' * (g.launch_count != 1)}, "
+                f"{g.graph_activity_count} activities, "
                 f"{g.coverage:.0%} of GPU time; outside them: {outside or 'nothing'}"
             )
         )
