@@ -108,8 +108,13 @@ def test_training_loop_is_still_counted_by_optimizer_steps(tmp_path: Path) -> No
     run = check_inprocess(tmp_path / "out", script)
     assert run.code == 0, run.stdout
     assert run.run["steps"]["source"] == "optimizer"
-    assert run.run["steps"]["signal_switches"] == ["forward->optimizer after 1 steps"]
-    assert run.run["config"]["forward_steps"]["top_level_calls"] == 2  # then it stepped aside
+    assert run.run["steps"]["signal_switches"] == []  # no forward step was ever ticked
+    # the first backward pass through the model's output turned the signal off
+    assert run.run["config"]["forward_steps"] == {
+        "top_level_calls": 1,
+        "model": None,
+        "backward_seen": True,
+    }
 
 
 class FakeClock:
@@ -136,12 +141,14 @@ def test_only_top_level_calls_of_the_model_tick_and_the_patch_narrows() -> None:
     x = torch.randn(2, 4)
     steps.install()
     try:
-        model(x)  # 1 tick (its two children are nested: no tick)
+        model(x)  # its two children are nested: one top-level call
         probe(x)  # a top-level call of another module: counted while discovering
         model(x)  # the model is known now: only its class keeps the wrapper
         assert torch.nn.Module.__call__ is original
         assert "__call__" in vars(torch.nn.Sequential)
+        assert clock.ticks == []  # a step is ticked when the model's next call begins
         probe(x)  # no longer counted
+        model(x)  # ends the step of the previous model call: the first tick
         model(x)
         seen: list[int] = []
         t = threading.Thread(target=lambda: seen.append(len(model(x))))
@@ -152,8 +159,8 @@ def test_only_top_level_calls_of_the_model_tick_and_the_patch_narrows() -> None:
             bad(x)  # a failing forward does not tick
     finally:
         steps.uninstall()
-    assert clock.ticks == ["forward"] * 4
-    assert steps.snapshot() == {"top_level_calls": 4, "model": "Sequential"}
+    assert clock.ticks == ["forward"] * 2
+    assert steps.snapshot() == {"top_level_calls": 5, "model": "Sequential", "backward_seen": False}
     assert "__call__" not in vars(torch.nn.Sequential) and torch.nn.Module.__call__ is original
 
 

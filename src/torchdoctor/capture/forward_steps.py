@@ -3,8 +3,12 @@
 An inference script has no optimizer and often no DataLoader: a decode loop calls the model
 once per token, ``model.generate(...)`` calls it once per token inside, an evaluation loop once
 per batch. Each outermost ``nn.Module`` call (one not made from inside another module's call)
-ends a step. The clock ranks this signal below all the others, so a training loop is still
-counted by its optimizer steps (or DataLoader batches) and this signal then removes itself.
+is a step, ticked when the next one begins, once the model is known (the first module called
+twice at the top level; the calls before are warm-up). The clock ranks this signal below all,
+and a training loop never sees a tick from it: a backward pass through a model call's output
+(noticed by a pre-hook on its ``grad_fn``) turns the signal off before the step it would have
+ended is ticked, so gradient accumulation or checkpoint recomputation cannot open a window
+early; an optimizer step or DataLoader batch does too.
 
 Cost. ``nn.Module.__call__`` is wrapped for every module only until the model is known: the
 first module called at the top level twice (normally after the first iteration). From then on
@@ -27,7 +31,7 @@ from torchdoctor.trace.server_steps import FORWARD_STEP_MARK
 
 
 class ForwardSteps:
-    """Ticks ``clock`` with ``"forward"`` at the end of each top-level model call."""
+    """Ticks ``clock`` with ``"forward"`` for each top-level model call of an inference loop."""
 
     def __init__(self, clock: StepClock, after_patch: Callable[[], None] | None = None) -> None:
         self.clock = clock
@@ -36,8 +40,11 @@ class ForwardSteps:
         """Top-level module calls seen (all modules while discovering, then the model's)."""
         self.model: str | None = None
         """The class name of the module whose calls are the steps, once known."""
+        self.backward_seen = False
+        """A backward pass ran through a model call's output: a training loop, not ours."""
         self._after_patch = after_patch or (lambda: None)
         self._depth = 0
+        self._pending = False
         self._seen: dict[int, int] = {}
         self._root: weakref.ref[Any] | None = None
         self._pid = os.getpid()
@@ -54,6 +61,8 @@ class ForwardSteps:
         def __call__(module: Any, *args: Any, **kwargs: Any) -> Any:
             if threading.get_ident() != state._thread:
                 return orig(module, *args, **kwargs)
+            if not state._depth and state._pending:
+                state._flush()  # the previous top-level call's step ends here
             state._depth += 1
             try:
                 out = orig(module, *args, **kwargs)
@@ -62,13 +71,15 @@ class ForwardSteps:
                 raise
             state._depth -= 1
             if not state._depth:
-                state._top_level(module)
+                state._top_level(module, out)
             return out
 
         self.patcher.patch(base, "__call__", __call__)
         self._after_patch()
 
-    def _top_level(self, module: Any) -> None:
+    def _top_level(self, module: Any, out: Any) -> None:
+        """A top-level call ended: its step is ticked when the next one begins, unless a
+        backward pass runs through its output first (then this is a training loop)."""
         if os.getpid() != self._pid:  # a forked DataLoader worker calling a transform
             return
         self.calls += 1
@@ -77,14 +88,24 @@ class ForwardSteps:
         try:
             if self._seen[key] >= 2 and self._root is None:
                 self._narrow(module)
+            _on_backward(out, self._saw_backward)
         except Exception as exc:  # never let our bookkeeping break the user's forward
             self.clock.errors.append(f"forward steps: {type(exc).__name__}: {exc}")
-        self.clock.tick("forward")  # may raise StopScript, as the optimizer hook does
-        if self.clock.source not in (None, "forward"):
+        self._pending = True
+
+    def _flush(self) -> None:
+        self._pending = False
+        if self.backward_seen or self.clock.source not in (None, "forward"):
             self.uninstall()  # a stronger signal counts the steps: stop paying for this one
+        elif self._root is not None:  # only the model's calls, once it is known, are steps
+            self.clock.tick("forward")  # may raise StopScript, as the optimizer hook does
+
+    def _saw_backward(self, *_: Any) -> None:
+        self.backward_seen = True
+        self.uninstall()  # a training loop: the optimizer or batches will count its steps
 
     def _narrow(self, model: Any) -> None:
-        """From now on only ``model``'s own calls tick; the wrapper leaves other classes."""
+        """From now on only ``model``'s own calls count; the wrapper leaves other classes."""
         self.patcher.restore()
         cls = type(model)
         orig = cls.__call__
@@ -93,9 +114,12 @@ class ForwardSteps:
         state = self
 
         def __call__(module: Any, *args: Any, **kwargs: Any) -> Any:
+            mine = module is root() and threading.get_ident() == state._thread
+            if mine and state._pending:
+                state._flush()
             out = orig(module, *args, **kwargs)
-            if module is root() and threading.get_ident() == state._thread:
-                state._top_level(module)
+            if mine:
+                state._top_level(module, out)
             return out
 
         self.patcher.patch(cls, "__call__", __call__)
@@ -113,8 +137,27 @@ class ForwardSteps:
 
     def uninstall(self) -> None:
         """Put ``__call__`` back (idempotent)."""
+        self._pending = False
         self.patcher.restore()
 
     def snapshot(self) -> dict[str, Any]:
         """For run.json: how many top-level calls were seen and which module they were."""
-        return {"top_level_calls": self.calls, "model": self.model}
+        return {
+            "top_level_calls": self.calls,
+            "model": self.model,
+            "backward_seen": self.backward_seen,
+        }
+
+
+def _on_backward(out: Any, callback: Callable[..., None]) -> None:
+    """Call ``callback`` when a backward pass reaches the first tensor of ``out`` with a
+    ``grad_fn`` (a tensor, or one inside a tuple, list or dict such as a ModelOutput)."""
+    import torch
+
+    items = (
+        out.values() if isinstance(out, dict) else out if isinstance(out, list | tuple) else (out,)
+    )
+    for t in items:
+        if isinstance(t, torch.Tensor) and t.grad_fn is not None:
+            t.grad_fn.register_prehook(callback)
+            return
