@@ -138,6 +138,8 @@ def test_replayed_kernels_are_attributed_and_host_work_between_replays_found(
     assert "host-bound" not in _ids(r)  # replaced, and it would have said torch.compile
     _no_graph_advice(r)
     assert "88% of GPU time in 3 graph replays" in r.verdict
+    # CPU between iterations: each step's range ends at +900, the next begins at +1000
+    assert a.serving.between_steps_ms == pytest.approx((0.1, 0.1))
 
 
 def test_kernels_tied_by_stream_window_when_correlation_is_missing(tmp_path: Path) -> None:

@@ -20,6 +20,7 @@ it does nothing in other processes (DataLoader workers) or threads.
 from __future__ import annotations
 
 import os
+import sys
 import threading
 import weakref
 from collections.abc import Callable
@@ -45,6 +46,7 @@ class ForwardSteps:
         self._after_patch = after_patch or (lambda: None)
         self._depth = 0
         self._pending = False
+        self._discovering = False
         self._seen: dict[int, int] = {}
         self._root: weakref.ref[Any] | None = None
         self._pid = os.getpid()
@@ -59,7 +61,9 @@ class ForwardSteps:
         state = self
 
         def __call__(module: Any, *args: Any, **kwargs: Any) -> Any:
-            if threading.get_ident() != state._thread:
+            # Discovery over (or a stale reference: torch.compile binds ``_orig_mod.__call__``
+            # when the module is wrapped): a plain call.
+            if not state._discovering or threading.get_ident() != state._thread:
                 return orig(module, *args, **kwargs)
             if not state._depth and state._pending:
                 state._flush()  # the previous top-level call's step ends here
@@ -75,7 +79,29 @@ class ForwardSteps:
             return out
 
         self.patcher.patch(base, "__call__", __call__)
+        self._discovering = True
+        self._registered()
+
+    def _registered(self) -> None:
+        """Tell dynamo to leave our code alone: the wrappers (through ``after_patch``) and the
+        methods they call, which run in a resumed frame when a compiled model graph-breaks."""
         self._after_patch()
+        if "torch._dynamo" not in sys.modules:
+            return
+        try:
+            from torch._dynamo.eval_frame import skip_code
+
+            for fn in (
+                ForwardSteps._top_level,
+                ForwardSteps._flush,
+                ForwardSteps._narrow,
+                ForwardSteps._saw_backward,
+                ForwardSteps.uninstall,
+                _on_backward,
+            ):
+                skip_code(fn.__code__)
+        except Exception as exc:  # an older or newer dynamo: the wrapper still works
+            self.clock.errors.append(f"forward steps: {type(exc).__name__}: {exc}")
 
     def _top_level(self, module: Any, out: Any) -> None:
         """A top-level call ended: its step is ticked when the next one begins, unless a
@@ -106,6 +132,7 @@ class ForwardSteps:
 
     def _narrow(self, model: Any) -> None:
         """From now on only ``model``'s own calls count; the wrapper leaves other classes."""
+        self._discovering = False
         self.patcher.restore()
         cls = type(model)
         orig = cls.__call__
@@ -123,7 +150,7 @@ class ForwardSteps:
             return out
 
         self.patcher.patch(cls, "__call__", __call__)
-        self._after_patch()
+        self._registered()
 
     def mark_step(self) -> None:
         """Write ``FORWARD_STEP_MARK`` into the trace: the step just begun is a model call."""
@@ -137,7 +164,7 @@ class ForwardSteps:
 
     def uninstall(self) -> None:
         """Put ``__call__`` back (idempotent)."""
-        self._pending = False
+        self._pending = self._discovering = False
         self.patcher.restore()
 
     def snapshot(self) -> dict[str, Any]:

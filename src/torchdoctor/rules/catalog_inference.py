@@ -41,8 +41,8 @@ INFERENCE_SPECS: tuple[FindingSpec, ...] = (
     FindingSpec(
         id="eager-decode-launch-bound",
         label="eager decode (launch bound)",
-        title="Eager decode is launch bound: the GPU waits {ms:.1f} ms per decode step "
-        "({share:.0%}) for the CPU to launch {kernels:.0f} kernels; no CUDA graph replayed",
+        title="Eager {what} is launch bound: the GPU waits {ms:.1f} ms per step ({share:.0%}) "
+        "for the CPU to launch {kernels:.0f} kernels; no CUDA graph replayed",
         sources=("trace",),
         severity=SeverityPolicy(th.HOST_WARN, th.HOST_CRITICAL),
         threshold=th.HOST_WARN,

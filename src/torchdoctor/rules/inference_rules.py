@@ -133,7 +133,10 @@ def eager_decode_launch_bound(a: TraceAnalysis) -> Finding | None:
         "engine": engine(a),
     }
     s = spec("eager-decode-launch-bound")
-    title = s.format_title(ms=host / len(idx), share=share, kernels=kernels)
+    decode = all(a.serving.steps[i].kind == "decode" for i in idx)
+    title = s.format_title(
+        what="decode" if decode else "inference", ms=host / len(idx), share=share, kernels=kernels
+    )
     saving = a.per_step_ms(host)
     return finding(
         a, s.id, title, saving, grade(s.id, share), evidence, fix=s.fix(engine(a), batch)
