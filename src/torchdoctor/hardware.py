@@ -219,3 +219,51 @@ def peak_flops(name: str, dtype: str, sm_count: int | None = None) -> float | No
     (see ``lookup_gpu`` for MIG slices and ``sm_count``)."""
     spec = lookup_gpu(name, sm_count)
     return spec.peak(dtype) if spec is not None else None
+
+
+# -- memory bandwidth --------------------------------------------------------------------------
+_TB = 1e12  # one TB/s in bytes/s
+
+HBM_BANDWIDTH: dict[str, tuple[float, str]] = {
+    # spec name: (peak device-memory bandwidth in bytes/s, source). Where one model ships with
+    # two memory sizes of different bandwidth, the larger size's figure is here and
+    # ``memory_bandwidth`` picks the smaller one's from the device's memory (_SMALL_MEMORY).
+    "V100 SXM2": (0.900 * _TB, "NVIDIA V100 datasheet: 900 GB/s"),
+    "V100 PCIe": (0.900 * _TB, "NVIDIA V100 datasheet: 900 GB/s"),
+    "V100S PCIe": (1.134 * _TB, "NVIDIA V100S datasheet: 1134 GB/s"),
+    "T4": (0.320 * _TB, "NVIDIA T4 datasheet: 320 GB/s"),
+    "A10G": (0.600 * _TB, "AWS G5 documentation: 600 GB/s (GDDR6)"),
+    "A10": (0.600 * _TB, "NVIDIA A10 datasheet: 600 GB/s"),
+    "A40": (0.696 * _TB, "NVIDIA A40 datasheet: 696 GB/s"),
+    "A100 SXM": (2.039 * _TB, "NVIDIA A100 datasheet: 2039 GB/s (80GB SXM), 1555 GB/s (40GB)"),
+    "A100 PCIe": (1.935 * _TB, "NVIDIA A100 datasheet: 1935 GB/s (80GB PCIe), 1555 GB/s (40GB)"),
+    "L4": (0.300 * _TB, "NVIDIA L4 datasheet: 300 GB/s"),
+    "L40S": (0.864 * _TB, "NVIDIA L40S datasheet: 864 GB/s"),
+    "H100 SXM": (3.35 * _TB, "NVIDIA H100 datasheet, SXM column: 3.35 TB/s"),
+    "H100 PCIe": (2.0 * _TB, "NVIDIA H100 datasheet, PCIe column: 2 TB/s"),
+    "H100 NVL": (3.9 * _TB, "NVIDIA H100 NVL datasheet: 3.9 TB/s"),
+    "GH200": (4.0 * _TB, "NVIDIA GH200 datasheet: 4 TB/s (96 GB HBM3)"),
+    "H200 SXM": (4.8 * _TB, "NVIDIA H200 datasheet: 4.8 TB/s"),
+    "H200 NVL": (4.8 * _TB, "NVIDIA H200 datasheet: 4.8 TB/s"),
+    "B200": (8.0 * _TB, "NVIDIA HGX B200 datasheet, per GPU: 8 TB/s"),
+    "MI300X": (5.3 * _TB, "AMD Instinct MI300X datasheet: 5.3 TB/s"),
+}
+_SMALL_MEMORY = {"A100 SXM": (48 << 30, 1.555 * _TB), "A100 PCIe": (48 << 30, 1.555 * _TB)}
+
+
+def memory_bandwidth(name: str, total_memory_bytes: int | None = None) -> tuple[float, str] | None:
+    """(peak device-memory bandwidth in bytes/s, its source) for a device name, or None.
+
+    A MIG slice or an unknown GPU returns None: no bandwidth share beats one against the
+    wrong peak. ``total_memory_bytes`` tells an A100 40GB (1555 GB/s) from an 80GB one.
+    """
+    if is_mig(name):
+        return None
+    spec = _whole_gpu(name)
+    if spec is None or spec.name not in HBM_BANDWIDTH:
+        return None
+    rate, source = HBM_BANDWIDTH[spec.name]
+    small = _SMALL_MEMORY.get(spec.name)
+    if small and total_memory_bytes and total_memory_bytes < small[0]:
+        rate = small[1]
+    return rate, source

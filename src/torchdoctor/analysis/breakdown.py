@@ -16,6 +16,10 @@ Definitions (also in docs/analyses.md):
   ``KERNEL_LATENCY_US`` per gap) and dependency waits (queued work that did not start for longer
   than that: a stream waiting on an event, a collective waiting for other ranks, a blocking copy
   behind queued work, a first launch loading its module; see ``analysis/waits.py``).
+* One more cause comes first, and only in traces that have it: ``not_recorded``, a gap that
+  ends at work queued behind device work the trace does not hold (launched before the profiler
+  started, or a graph replay whose kernels were not recorded; ``analysis/unrecorded.py``). The
+  device was busy then, with work the trace cannot show: the whole gap counts there.
 * The parts add up to the step time exactly.
 """
 
@@ -52,6 +56,8 @@ IDLE_PARTS = (
     "short_gaps",
     "dependency_wait",
 )
+NOT_RECORDED = "not_recorded"
+"""The idle part of traces that hold queued-behind-unrecorded work (absent from the others)."""
 CPU_PARTS = ("cpu_operators", "communication", "data_loading", "input_pipeline", "other")
 _NOT_WORK = ("ProfilerStep#", "enumerate(DataLoader)#")
 _DIR_PART = {"HtoD": "memcpy_h2d", "DtoH": "memcpy_d2h", "DtoD": "memcpy_d2d"}
@@ -107,10 +113,14 @@ def step_breakdowns(table: TraceTable, steps: Steps, act: GpuActivity) -> list[S
         "HtoD": _sorted_copies(act, act.pageable & (act.memcpy_dir == "HtoD")),
         "DtoH": _sorted_copies(act, act.pageable & (act.memcpy_dir == "DtoH")),
     }
-    return [
+    out = [
         _gpu_step(n, float(lo), float(hi), parts, claimed, copies, act)
         for n, lo, hi in zip(steps.numbers, steps.starts_us, steps.ends_us, strict=True)
     ]
+    if not any(s.idle_ms.get(NOT_RECORDED, 0.0) > 0 for s in out):
+        for s in out:  # the part appears only where it holds time
+            s.idle_ms.pop(NOT_RECORDED, None)
+    return out
 
 
 def total_breakdown(per_step: list[StepBreakdown]) -> StepBreakdown:
@@ -194,10 +204,13 @@ def _clipped_total(copies: iv.Intervals, lo: float, hi: float) -> float:
 
 
 def _idle_causes(gaps: iv.Intervals, act: GpuActivity, step_start_us: float) -> dict[str, float]:
-    """Split idle gaps by cause (see the module docstring); milliseconds."""
+    """Split idle gaps by cause (see the module docstring); milliseconds. ``not_recorded`` is
+    present only in traces that hold work queued behind unrecorded device work."""
+    keys = (*IDLE_PARTS, NOT_RECORDED) if act.unrecorded.any() else IDLE_PARTS
     if not len(gaps[0]):
-        return dict.fromkeys(IDLE_PARTS, 0.0)
-    return {k: float(v.sum()) / 1000.0 for k, v in gap_causes(gaps, act, step_start_us).items()}
+        return dict.fromkeys(keys, 0.0)
+    parts = gap_causes(gaps, act, step_start_us)
+    return {k: float(parts[k].sum()) / 1000.0 for k in keys}
 
 
 def gap_causes(gaps: iv.Intervals, act: GpuActivity, step_start_us: float) -> dict[str, np.ndarray]:
@@ -207,7 +220,8 @@ def gap_causes(gaps: iv.Intervals, act: GpuActivity, step_start_us: float) -> di
     ``step_start_us`` is where the step begins (for causes that depend on a gap's place in it).
     """
     g0, g1 = gaps
-    length = g1 - g0
+    hidden = _ends_behind_unrecorded(g1, act)
+    length = np.where(hidden, 0.0, g1 - g0)
     data = np.minimum(_overlap_per_gap(gaps, act.dataloader), length)
     rest = length - data
     launch = _next_launch(g1, act)
@@ -237,7 +251,19 @@ def gap_causes(gaps: iv.Intervals, act: GpuActivity, step_start_us: float) -> di
         "host_overhead": host,
         "short_gaps": short,
         "dependency_wait": queued - short,
+        NOT_RECORDED: np.where(hidden, g1 - g0, 0.0),
     }
+
+
+def _ends_behind_unrecorded(gap_end: np.ndarray, act: GpuActivity) -> np.ndarray:
+    """True for gaps that end at an activity queued behind work the trace does not hold."""
+    if not act.unrecorded.any():
+        return np.zeros(len(gap_end), dtype=bool)
+    k = np.searchsorted(act.start_us, gap_end, side="left")
+    ok = k < len(act.start_us)
+    out = np.zeros(len(gap_end), dtype=bool)
+    out[ok] = act.unrecorded[k[ok]]
+    return out
 
 
 def _first_gap_of_step(g0: np.ndarray, step_start_us: float, act: GpuActivity) -> np.ndarray:

@@ -10,6 +10,7 @@ from torchdoctor.analysis.communication import CommStats, analyze_communication
 from torchdoctor.analysis.gpu_activity import GpuActivity, gpu_activity
 from torchdoctor.analysis.hta_compat import HtaBreakdown, hta_temporal_breakdown
 from torchdoctor.analysis.waits import DependencyWaits, dependency_waits, idle_gaps
+from torchdoctor.trace import server_steps
 from torchdoctor.trace.steps import Steps, find_steps
 from torchdoctor.trace.table import TraceTable
 
@@ -31,14 +32,34 @@ class TraceAnalysis:
     memory: Any
     waits: DependencyWaits | None = None
     """Idle gaps where queued work did not start, with evidence (None for CPU-only traces)."""
+    graphs: Any = None
+    """CUDA/HIP graph capture and replay (``analysis/graphs.py``); None without graph events."""
+    serving: Any = None
+    """An inference engine's iterations (``analysis/serving.py``); None for other traces."""
 
     @property
     def n_steps(self) -> int:
         return len(self.per_step)
 
     @property
+    def not_recorded_ms(self) -> float:
+        """Step time in which the device ran work the trace does not hold (summed over steps)."""
+        return self.total.idle_ms.get("not_recorded", 0.0)
+
+    @property
+    def accounted_ms(self) -> float:
+        """The steps' time the trace accounts for: their windows less ``not_recorded_ms``."""
+        return self.total.step_ms - self.not_recorded_ms
+
+    @property
     def mean_step_ms(self) -> float:
-        return self.total.step_ms / max(self.n_steps, 1)
+        """Mean step time the trace accounts for (the window where nothing is unrecorded)."""
+        return self.accounted_ms / max(self.n_steps, 1)
+
+    @property
+    def gpu_busy_share(self) -> float:
+        """Device busy time over the time the trace accounts for (0 for an empty window)."""
+        return self.total.gpu_busy_ms / self.accounted_ms if self.accounted_ms > 0 else 0.0
 
     @property
     def has_gpu(self) -> bool:
@@ -72,4 +93,24 @@ def analyze_table(table: TraceTable) -> TraceAnalysis:
         operators=analyze_operators(table, steps),
         memory=analyze_memory(table, steps),
         waits=dependency_waits(table, act, idle_gaps(steps, act)) if len(act.rows) else None,
+        graphs=_graphs(table, steps),
+        serving=_serving(table, steps, act, per_step),
     )
+
+
+def _graphs(table: TraceTable, steps: Steps) -> Any:
+    """Graph capture and replay; the module is imported only by traces that have graphs."""
+    if not server_steps.has_graph_events(table):
+        return None
+    from torchdoctor.analysis.graphs import analyze_graphs
+
+    return analyze_graphs(table, steps)
+
+
+def _serving(table: TraceTable, steps: Steps, act: GpuActivity, per_step: Any) -> Any:
+    """The engine's iterations; imported only for traces whose steps are an engine's."""
+    if not server_steps.is_serving(table, steps.source):
+        return None
+    from torchdoctor.analysis.serving import analyze_serving
+
+    return analyze_serving(table, steps, act, per_step)

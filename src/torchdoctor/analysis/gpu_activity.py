@@ -7,12 +7,13 @@ the table twice for the same thing.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
 from torchdoctor.analysis import intervals as iv
 from torchdoctor.analysis.arrays import member
+from torchdoctor.analysis.unrecorded import behind_unrecorded
 from torchdoctor.trace.kinds import GPU_ACTIVITY_KINDS, Kind
 from torchdoctor.trace.table import TraceTable
 
@@ -59,6 +60,10 @@ class GpuActivity:
     """Union of CPU ranges of collectives (``gloo:all_reduce``, ``c10d::allreduce_``...)."""
     cpu_ops: iv.Intervals
     """Union of CPU ranges inside torch operators or runtime calls (not the step annotations)."""
+    unrecorded: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=bool))
+    """True per row where the activity was queued behind device work the trace does not hold
+    (launched before the profiler started, or a graph whose kernels were not recorded); see
+    ``analysis/unrecorded.py``. Empty means none."""
 
     def busy(self, *classes: str) -> iv.Intervals:
         """Union of the intervals of the given classes (all classes when none given)."""
@@ -100,6 +105,7 @@ def gpu_activity(table: TraceTable) -> GpuActivity:
         cpu_ops=_cpu_ranges(
             table, lambda n: not n.startswith(_NOT_OPS), Kind.CPU_OP, Kind.RUNTIME, Kind.DRIVER
         ),
+        unrecorded=behind_unrecorded(table, rows),
     )
 
 

@@ -78,7 +78,8 @@ class DependencyWaits:
 
 
 def idle_gaps(steps: Steps, act: GpuActivity) -> iv.Intervals:
-    """Device-idle intervals inside the step windows (no activity on any stream)."""
+    """Device-idle intervals inside the step windows (no activity on any stream), leaving out
+    the gaps in which the device ran work the trace does not hold (``analysis/unrecorded.py``)."""
     busy = act.busy()
     parts = [
         iv.gaps(busy, float(lo), float(hi))
@@ -86,7 +87,14 @@ def idle_gaps(steps: Steps, act: GpuActivity) -> iv.Intervals:
     ]
     if not parts:
         return iv.EMPTY
-    return np.concatenate([p[0] for p in parts]), np.concatenate([p[1] for p in parts])
+    g0, g1 = np.concatenate([p[0] for p in parts]), np.concatenate([p[1] for p in parts])
+    if act.unrecorded.any():
+        k = np.searchsorted(act.start_us, g1, side="left")
+        ok = k < len(act.start_us)
+        hidden = np.zeros(len(g1), dtype=bool)
+        hidden[ok] = act.unrecorded[k[ok]]
+        g0, g1 = g0[~hidden], g1[~hidden]
+    return g0, g1
 
 
 def dependency_waits(table: TraceTable, act: GpuActivity, gaps: iv.Intervals) -> DependencyWaits:

@@ -1,9 +1,10 @@
 """Step detection and the profiling schedule.
 
-Three signals can mark a step: an explicit ``torchdoctor.step()`` marker, an optimizer step,
-and a DataLoader batch. The strongest signal seen so far wins (marker > optimizer > batch), so a
-training loop is counted by optimizer steps even though its batches arrive first, and an
-inference loop without an optimizer falls back to batches. ``tick`` is on every step's path, so
+Four signals can mark a step: an explicit ``torchdoctor.step()`` marker, an optimizer step,
+a DataLoader batch and a top-level model call (``capture/forward_steps.py``). The strongest
+signal seen so far wins (marker > optimizer > batch > forward), so a training loop is counted by
+optimizer steps even though its batches and forwards come first, an inference loop without an
+optimizer falls back to batches, and a decode loop with neither to its model calls. ``tick`` is on every step's path, so
 outside the profiled window it does a few appends and one comparison.
 """
 
@@ -16,8 +17,8 @@ from typing import Literal, Protocol
 
 from torchdoctor.capture.options import CheckOptions
 
-StepSource = Literal["dataloader", "optimizer", "marker"]
-_PRIORITY: dict[str, int] = {"dataloader": 0, "optimizer": 1, "marker": 2}
+StepSource = Literal["forward", "dataloader", "optimizer", "marker"]
+_PRIORITY: dict[str, int] = {"forward": 0, "dataloader": 1, "optimizer": 2, "marker": 3}
 
 
 class StopScript(BaseException):

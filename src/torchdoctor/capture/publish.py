@@ -23,8 +23,9 @@ from torchdoctor.integrations.hints import framework_hint
 from torchdoctor.rules.finding import Finding
 
 NO_STEPS = (
-    "torchdoctor: no step was seen: the script never finished an optimizer.step() and never "
-    "iterated a DataLoader, so there is nothing to profile.\n"
+    "torchdoctor: no step was seen: the script never finished an optimizer.step(), never "
+    "iterated a DataLoader and never called a model (nn.Module), so there is nothing to "
+    "profile.\n"
     "Mark the end of each iteration explicitly:\n"
     "    import torchdoctor\n"
     "    torchdoctor.step()\n"

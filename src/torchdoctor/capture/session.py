@@ -17,6 +17,7 @@ from torchdoctor.capture.clock import StepClock
 from torchdoctor.capture.compile_watch import CompileWatch
 from torchdoctor.capture.config_probe import ConfigProbe
 from torchdoctor.capture.dynamo_aside import DynamoAside
+from torchdoctor.capture.forward_steps import ForwardSteps
 from torchdoctor.capture.hooks import StepHooks
 from torchdoctor.capture.options import CheckOptions
 from torchdoctor.capture.profiling import WindowProfiler
@@ -46,7 +47,10 @@ class Session:
         self.checkpoints = CheckpointWatch()
         # The tensor-method and checkpoint wrappers come off while dynamo traces (no graph
         # break of ours); SyncRecorder keeps its Patcher private, it is shared here only.
-        self.aside = DynamoAside([self.syncs._patcher, self.checkpoints._patcher])
+        self.forward = ForwardSteps(self.clock, lambda: self.aside.ensure_registered())
+        self.aside = DynamoAside(
+            [self.syncs._patcher, self.checkpoints._patcher, self.forward.patcher]
+        )
         self.compile = CompileWatch(on_compile_call=self.aside.ensure_registered)
         self.profiler = WindowProfiler(options)
         self.measure_start_unix_s: float | None = None
@@ -64,6 +68,7 @@ class Session:
         self.config.install()
         self.syncs.install()
         self.hooks.install()
+        self.forward.install()
         self.aside.ensure_registered()
         markers.set_clock(self.clock)
         if self.rank.rank == 0:
@@ -111,6 +116,7 @@ class Session:
         """Remove every hook (idempotent); the profiler stops if the window is still open."""
         markers.set_clock(None)
         self.hooks.uninstall()
+        self.forward.uninstall()
         self.aside.uninstall()
         self.syncs.uninstall()
         self.config.uninstall()
@@ -144,8 +150,11 @@ class Session:
                 self._nvml.start()
 
     def window_step(self) -> None:
-        """Mark a step boundary in the trace."""
+        """Mark a step boundary in the trace (and, for model-call steps, that they are
+        inference iterations, so the trace analysis reads them as such)."""
         self.profiler.step()
+        if self.clock.source == "forward":
+            self.forward.mark_step()
 
     def window_end(self) -> None:
         """Stop the profiler and the GPU probes; say what happens next."""
@@ -235,6 +244,7 @@ class Session:
             "config": {
                 **self.config.snapshot(),
                 **self.hooks.snapshot(),
+                "forward_steps": self.forward.snapshot(),
                 "checkpointing": self.checkpoints.snapshot(),
             },
             "syncs": self.syncs.snapshot(),

@@ -18,12 +18,28 @@ def build_report(a: TraceAnalysis, extra: list[Finding] | None = None) -> Report
 
 def verdict(a: TraceAnalysis, findings: list[Finding]) -> str:
     """One line: the step time, how busy the device was, and the most valuable fix."""
-    t = a.total
+    if a.graphs is not None and a.graphs.is_capture_trace:
+        from torchdoctor.report.inference_verdict import capture_verdict
+
+        return capture_verdict(a)
     head = f"{a.n_steps} step{'s' if a.n_steps != 1 else ''}, {a.mean_step_ms:.1f} ms per step"
+    if a.serving is not None:
+        from torchdoctor.report.inference_verdict import serving_head
+
+        head = serving_head(a) + head
+    if a.not_recorded_ms > 0:
+        head += (
+            f" accounted for (+{a.per_step_ms(a.not_recorded_ms):.1f} ms behind GPU work the "
+            "trace does not hold)"
+        )
     if a.has_gpu:
-        head += f"; GPU busy {t.share(t.gpu_busy_ms):.0%}"
+        head += f"; GPU busy {a.gpu_busy_share:.0%}"
     else:
         head += " (CPU only)"
+    if a.serving is not None or a.graphs is not None:
+        from torchdoctor.report.inference_verdict import serving_tail
+
+        head += serving_tail(a)
     actionable = [f for f in findings if f.severity != "info" and f.saving_ms_per_step > 0]
     if not actionable:
         return f"{head}. No bottleneck worth fixing found."

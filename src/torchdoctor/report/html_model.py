@@ -152,6 +152,8 @@ def step_bars(a: TraceAnalysis) -> Bars | None:
         return None
     if a.has_gpu:
         parts = [*(f"busy:{p}" for p in BUSY_PARTS), *(f"idle:{p}" for p in IDLE_PARTS)]
+        if "not_recorded" in a.total.idle_ms:  # GPU work the trace does not hold
+            parts.append("idle:not_recorded")
     else:
         parts = [f"cpu:{p}" for p in CPU_PARTS]
 

@@ -36,6 +36,7 @@ COLORS = {
     "idle:collective_wait": "#9467bd",
     "idle:input_pipeline": "#f7b6d2",
     "idle:dependency_wait": "#8c564b",
+    "idle:not_recorded": "#dbdbdb",
     "cpu:input_pipeline": "#f7b6d2",
     # CPU side
     "cpu:cpu_operators": "#3b7dd8",

@@ -30,6 +30,7 @@ _PART_LABEL = {
     "input_pipeline": "idle: step starts outside torch (input?)",
     "short_gaps": "idle: kernel-to-kernel latency",
     "dependency_wait": "idle: queued work waiting on a dependency",
+    "not_recorded": "GPU work not in the trace (queued behind it)",
     "cpu_operators": "CPU operators",
     "communication_cpu": "CPU collectives (gloo)",
     "input_pipeline_cpu": "step starts outside torch (input?)",
@@ -60,7 +61,17 @@ def render_text(report: Report, top: int = 10, console: Console | None = None) -
 
     con = console or make_console()
     _header(con, report)
-    _breakdown(con, report)
+    a = report.analysis
+    if a.graphs is not None and a.graphs.is_capture_trace:
+        from torchdoctor.report.inference_text import render_capture
+
+        render_capture(con, a)  # an idle breakdown would mean nothing here
+    else:
+        _breakdown(con, report)
+        if a.serving is not None:
+            from torchdoctor.report.inference_text import render_serving
+
+            render_serving(con, a)
     _findings(con, report)
     _ranks(con, report)
     from torchdoctor.report.tables import kernel_table, operator_tables
@@ -103,13 +114,21 @@ def _breakdown(con: Console, report: Report) -> None:
     table.add_column("part")
     table.add_column("ms/step", justify="right")
     table.add_column("share", justify="right")
+    # With GPU work the trace does not hold, shares are of the time it accounts for.
+    hidden = a.not_recorded_ms
+    base = a.accounted_ms if hidden > 0 else t.step_ms
     for key, ms in [*t.busy_ms.items(), *t.idle_ms.items()]:
-        if ms <= 0:
+        if ms <= 0 or key == "not_recorded":
             continue
         per = a.per_step_ms(ms)
         label_key = f"{key}_cpu" if not a.has_gpu and key in _CPU_LABELS else key
-        table.add_row(_PART_LABEL.get(label_key, key), f"{per:.2f}", f"{t.share(ms):.1%}")
-    table.add_row("[bold]step[/bold]", f"[bold]{a.mean_step_ms:.2f}[/bold]", "100%")
+        share = ms / base if base > 0 else 0.0
+        table.add_row(_PART_LABEL.get(label_key, key), f"{per:.2f}", f"{share:.1%}")
+    if hidden > 0:
+        table.add_row("[bold]accounted for[/bold]", f"[bold]{a.mean_step_ms:.2f}[/bold]", "100%")
+        table.add_row(_PART_LABEL["not_recorded"], f"{a.per_step_ms(hidden):.2f}", "")
+    window_ms = a.per_step_ms(t.step_ms)  # the parts add up to the window
+    table.add_row("[bold]step[/bold]", f"[bold]{window_ms:.2f}[/bold]", "" if hidden else "100%")
     con.print(table)
     if t.pageable_h2d_ms > 0:
         con.print(

@@ -63,6 +63,8 @@ def report_dict(r: Report) -> dict[str, Any]:
         "operators": _maybe(a.operators),
         "memory": _maybe(a.memory),
         "dependency_waits": _maybe(a.waits),
+        "graphs": _maybe(a.graphs),
+        "serving": _maybe(a.serving),
         "findings": [f.to_dict() for f in r.findings],
         "ranks": [row.to_dict() for row in r.ranks],
         "cross_rank": _maybe(r.cross_rank),

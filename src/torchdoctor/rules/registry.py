@@ -25,6 +25,7 @@ Adding a finding
 
 from __future__ import annotations
 
+from torchdoctor.rules.catalog_inference import INFERENCE_SPECS
 from torchdoctor.rules.catalog_run import RUN_SPECS
 from torchdoctor.rules.catalog_trace import TRACE_SPECS
 from torchdoctor.rules.spec import FindingSpec
@@ -39,8 +40,8 @@ def _index(*groups: tuple[FindingSpec, ...]) -> dict[str, FindingSpec]:
     return out
 
 
-REGISTRY: dict[str, FindingSpec] = _index(TRACE_SPECS, RUN_SPECS)
-"""Every finding by id, in documentation order (trace findings first)."""
+REGISTRY: dict[str, FindingSpec] = _index(TRACE_SPECS, INFERENCE_SPECS, RUN_SPECS)
+"""Every finding by id, in documentation order (trace findings first, then inference ones)."""
 
 
 def spec(fid: str) -> FindingSpec:

@@ -162,3 +162,27 @@ COMPUTE_BOUND_GEMM_SHARE = Threshold(
 RECOMPUTE_WARN = Threshold(
     0.05, "activation checkpointing recomputing forward work worth 5% of the step or more"
 )
+
+# -- inference and CUDA graphs -----------------------------------------------------------------
+GRAPH_COVERAGE_WARN = Threshold(
+    0.90,
+    "under 90% of the device time inside CUDA/HIP graphs while graphs are replayed: the eager "
+    "rest pays a launch per kernel (vLLM's piecewise mode leaves attention out by design)",
+)
+PREFILL_STEP_MAX_MS = Threshold(
+    100.0,
+    "a prefill step longer than 100 ms holds every decode request batched with or queued "
+    "behind it for as long: under 10 tokens/s for them (interactive serving budgets 20-100 ms "
+    "per output token)",
+)
+PREFILL_MIN_TOKENS = Threshold(
+    256,
+    "prefill chunks under 256 tokens leave the GEMMs memory-bound (a few rows against all the "
+    "weights), so the fixed per-step cost is amortised over few tokens",
+)
+DECODE_BANDWIDTH_TARGET = Threshold(
+    0.80,
+    "decode GEMMs and attention that stream weights and the KV cache reach about 80% of peak "
+    "memory bandwidth when well tuned; the gap to it is what faster kernels or a larger batch "
+    "can win",
+)

@@ -14,6 +14,7 @@ from torchdoctor.rules import thresholds as th
 from torchdoctor.rules.device_rules import fp32_gemms, memory_pressure
 from torchdoctor.rules.finding import Finding, rank_findings
 from torchdoctor.rules.fsdp_rules import exposed_all_gather, fsdp_gradient_reduction
+from torchdoctor.rules.inference_fixes import graphs_already_fix
 from torchdoctor.rules.registry import spec
 from torchdoctor.rules.trace_common import finding, grade
 from torchdoctor.rules.wait_rules import (
@@ -57,7 +58,7 @@ def host_bound(a: TraceAnalysis) -> Finding | None:
     evidence: dict[str, Any] = {
         "host_late_idle_ms_per_step": round(ms, 3),
         "share_of_step": round(share, 4),
-        "gpu_busy_share": round(a.total.share(a.total.gpu_busy_ms), 4),
+        "gpu_busy_share": round(a.gpu_busy_share, 4),
     }
     evidence.update(_launch_evidence(launch))
     return finding(
@@ -67,6 +68,7 @@ def host_bound(a: TraceAnalysis) -> Finding | None:
         ms,
         grade("host-bound", share),
         evidence,
+        fix=graphs_already_fix(launch.graph_launch_count) if launch.graph_launch_count else None,
     )
 
 
@@ -260,6 +262,16 @@ TRACE_RULES: tuple[Rule, ...] = (
 
 
 def evaluate(a: TraceAnalysis, rules: tuple[Rule, ...] = TRACE_RULES) -> list[Finding]:
-    """Run the rules and rank what fired by estimated saving."""
+    """Run the rules and rank what fired by estimated saving.
+
+    A trace of CUDA-graph capture gets only the capture findings (its launches were recorded,
+    not run); every other trace gets the inference findings too (``rules/inference_rules.py``).
+    """
     found = [f for f in (rule(a) for rule in rules) if f is not None]
-    return rank_findings(found)
+    if a.graphs is None and a.serving is None:
+        return rank_findings(found)  # no inference rule applies: not even imported
+    from torchdoctor.rules import inference_rules
+
+    if inference_rules.is_capture_trace(a):
+        return rank_findings(inference_rules.capture_findings(a))
+    return rank_findings(inference_rules.merge(a, found))

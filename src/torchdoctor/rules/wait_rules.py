@@ -11,6 +11,7 @@ from torchdoctor.analysis.bundle import TraceAnalysis
 from torchdoctor.analysis.waits import blocking_copy_calls, idle_gaps, idle_touching, innermost
 from torchdoctor.rules import thresholds as th
 from torchdoctor.rules.finding import Finding
+from torchdoctor.rules.inference_fixes import graphs_already_fix
 from torchdoctor.rules.registry import spec
 from torchdoctor.rules.trace_common import finding, grade
 from torchdoctor.trace.kinds import Kind
@@ -144,7 +145,7 @@ def low_utilization(a: TraceAnalysis) -> Finding | None:
     """
     if not a.has_gpu or a.total.step_ms <= 0:
         return None
-    busy = a.total.share(a.total.gpu_busy_ms)
+    busy = a.gpu_busy_share
     if busy >= th.LOW_UTIL_BUSY:
         return None
     idle = a.total.idle_ms
@@ -154,9 +155,13 @@ def low_utilization(a: TraceAnalysis) -> Finding | None:
     share = _share(a, gaps_ms)
     evidence = {
         "gpu_busy_share": round(busy, 4),
-        "gpu_idle_ms_per_step": round(a.per_step_ms(a.total.gpu_idle_ms), 3),
+        "gpu_idle_ms_per_step": round(a.per_step_ms(a.total.gpu_idle_ms - a.not_recorded_ms), 3),
         "idle_by_cause_ms_per_step": {k: round(a.per_step_ms(v), 3) for k, v in idle.items()},
     }
     s = spec("low-gpu-utilization")
     level = grade(s.id, share) if gaps_ms >= explained else "info"
-    return finding(a, s.id, s.format_title(busy=busy, ms=gaps_ms), gaps_ms, level, evidence)
+    graphs = a.launch.graph_launch_count if a.launch is not None else 0
+    fix = graphs_already_fix(graphs) if graphs else None  # never "use CUDA graphs" to a replay
+    return finding(
+        a, s.id, s.format_title(busy=busy, ms=gaps_ms), gaps_ms, level, evidence, fix=fix
+    )

@@ -27,6 +27,16 @@ DTYPE_OPS = frozenset(
         *("aten::mm_", "aten::scaled_dot_product_attention"),
     }
 )
+# Operators whose recorded shapes give the bytes a GEMM or attention kernel moves (the ops that
+# launch the kernels: the innermost ones, so a linear -> addmm chain is counted once).
+SHAPE_OPS = frozenset(
+    {
+        *("aten::mm", "aten::addmm", "aten::bmm", "aten::baddbmm", "aten::_scaled_mm"),
+        *("aten::_scaled_dot_product_flash_attention", "aten::_flash_attention_forward"),
+        *("aten::_scaled_dot_product_efficient_attention", "aten::_efficient_attention_forward"),
+        *("aten::_scaled_dot_product_cudnn_attention", "aten::_scaled_dot_product_attention_math"),
+    }
+)
 INT_COLS = ("corr", "ext_id", "device", "stream", "nbytes")
 _ARG_ATTRS = ("correlation", "external_id", "device", "stream", "bytes")
 _MEM_ATTRS = ("total_allocated", "total_reserved", "device_id", "device_type", "alloc_bytes")
@@ -62,6 +72,8 @@ class ChunkColumns:
     memory: np.ndarray
     """(n, 6) float64: ts, allocated, reserved, device id, device type, bytes."""
     input_types: dict[int, bytes] = field(default_factory=dict)
+    shapes: dict[int, tuple[str, bytes, bytes]] = field(default_factory=dict)
+    """``SHAPE_OPS`` rows by External id: (operator, raw ``Input Dims``, raw ``Input type``)."""
     malformed: int = 0
     negative_durations: int = 0
 
@@ -109,6 +121,7 @@ def build_columns(events: list[Any], malformed: int = 0) -> ChunkColumns:
         ints=ints,
         memory=_memory_block(mem),
         input_types=_input_types(args, kind, names, ints["ext_id"]),
+        shapes=_shapes(args, kind, names, ints["ext_id"]),
         malformed=malformed,
         negative_durations=negative,
     )
@@ -206,4 +219,21 @@ def _input_types(
         raw = args[i].input_type
         if len(raw):
             out[int(ext_id[i])] = bytes(raw)
+    return out
+
+
+def _shapes(
+    args: list[Any], kind: np.ndarray, names: Interned, ext_id: np.ndarray
+) -> dict[int, tuple[str, bytes, bytes]]:
+    """Raw ``Input Dims`` and ``Input type`` of the ``SHAPE_OPS`` operators, by External id."""
+    codes = [i for i, n in enumerate(names.values) if n in SHAPE_OPS]
+    if not codes:
+        return {}
+    rows = np.flatnonzero((kind == Kind.CPU_OP) & np.isin(names.codes, codes))
+    out: dict[int, tuple[str, bytes, bytes]] = {}
+    for i in rows.tolist():
+        a = args[i]
+        if len(a.input_dims):
+            name = names.values[int(names.codes[i])]
+            out[int(ext_id[i])] = (name, bytes(a.input_dims), bytes(a.input_type))
     return out

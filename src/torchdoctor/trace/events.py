@@ -30,6 +30,8 @@ class Args(msgspec.Struct, gc=False, frozen=True):
     bytes: Num | str = -1
     # record_shapes=True: kept raw, decoded only for the few ops that need a dtype
     input_type: msgspec.Raw = msgspec.field(default=msgspec.Raw(b""), name="Input type")
+    # and the shapes, decoded only for the GEMM/attention ops whose bytes moved are estimated
+    input_dims: msgspec.Raw = msgspec.field(default=msgspec.Raw(b""), name="Input Dims")
 
 
 class MemoryArgs(msgspec.Struct, gc=False, frozen=True):
@@ -157,9 +159,10 @@ def coerce_event(obj: object) -> Event | Instant | None:
     ev.dur = _opt_num(obj.get("dur")) or 0.0
     if isinstance(args, dict):
         kw: dict[str, Any] = _coerce_args(args, _EVENT_KEYS)
-        it = args.get("Input type")
-        if it is not None:
-            kw["input_type"] = msgspec.Raw(msgspec.json.encode(it))
+        for attr, key in (("input_type", "Input type"), ("input_dims", "Input Dims")):
+            raw = args.get(key)
+            if raw is not None:
+                kw[attr] = msgspec.Raw(msgspec.json.encode(raw))
         ev.args = Args(**kw)
     return ev
 

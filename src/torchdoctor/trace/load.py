@@ -59,6 +59,7 @@ class _Builder:
         self._small: dict[str, tuple[int, int]] = {}  # (index of first small part, their bytes)
         self.mem: list[np.ndarray] = []
         self.input_types: dict[int, bytes] = {}
+        self.shapes: dict[int, tuple[str, bytes, bytes]] = {}
         self.malformed = 0
         self.negative_durations = 0
 
@@ -77,6 +78,7 @@ class _Builder:
         if len(c.memory):
             self.mem.append(c.memory)
         self.input_types.update(c.input_types)
+        self.shapes.update(c.shapes)
         self.malformed += c.malformed
         self.negative_durations += c.negative_durations
 
@@ -220,6 +222,7 @@ def _finish(p: Path, b: _Builder, stats: ReadStats) -> TraceTable:
         tids=list(b.tids),
         memory=_memory(b.mem, base),
         input_types=b.input_types,
+        shapes=b.shapes,
         notes=_notes(b, stats),
         **cols,
     )

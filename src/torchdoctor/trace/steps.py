@@ -1,9 +1,11 @@
 """Find the training (or inference) steps in a trace.
 
 The profiler marks each step with a ``ProfilerStep#N`` range when the user calls
-``prof.step()``. Without those marks, torchdoctor falls back to the optimizer's
-``Optimizer.step#...`` ranges, then to DataLoader ``__next__`` calls, then to one window over the
-whole trace, and says which signal it used.
+``prof.step()``. Without those marks, torchdoctor falls back to an inference engine's iteration
+ranges (``step[DECODE bs=32]``, ``execute_model``...: see ``trace/server_steps.py``), the
+optimizer's ``Optimizer.step#...`` ranges, DataLoader ``__next__`` calls, repeating CUDA/HIP graph
+launches, the model's repeating top-level forward, then to one window over the whole trace, and
+says which signal it used.
 """
 
 from __future__ import annotations
@@ -15,10 +17,19 @@ from typing import Literal
 import numpy as np
 
 from torchdoctor.analysis.arrays import member
+from torchdoctor.trace import server_steps
 from torchdoctor.trace.kinds import GPU_ACTIVITY_KINDS, Kind
 from torchdoctor.trace.table import TraceTable
 
-StepSource = Literal["profiler-step", "optimizer-step", "dataloader", "whole-trace"]
+StepSource = Literal[
+    "profiler-step",
+    "server-step",
+    "optimizer-step",
+    "dataloader",
+    "graph-replay",
+    "forward",
+    "whole-trace",
+]
 _PROFILER_STEP = re.compile(r"^ProfilerStep#(\d+)$")
 _CPU_RANGE_KINDS = (Kind.CPU_OP, Kind.USER_ANNOTATION)
 
@@ -34,6 +45,11 @@ class Steps:
     ends_us: np.ndarray
     note: str
     """How the steps were found, for the report."""
+    labels: tuple[str, ...] = ()
+    """The name of the range that opened each step (``step[DECODE bs=32]``...), in step order;
+    empty for the whole-trace window."""
+    cpu_ends_us: np.ndarray | None = None
+    """Where each step's own CPU range ends (None for the whole-trace window)."""
 
     def __len__(self) -> int:
         return len(self.numbers)
@@ -62,6 +78,7 @@ def find_steps(table: TraceTable) -> Steps:
     order = np.argsort(starts, kind="stable")
     starts, cpu_ends = starts[order], cpu_ends[order]
     numbers = [numbers[i] for i in order]
+    labels = tuple(table.names[int(table.name[r])] for r in rows[order])
     ends = np.empty_like(starts)
     ends[:-1] = starts[1:]
     # A step range can outlive the recorded events (the profiler closes it late): stop the last
@@ -74,8 +91,22 @@ def find_steps(table: TraceTable) -> Steps:
         "optimizer-step": f"{n} from optimizer.step() calls (no ProfilerStep markers: call "
         "prof.step() each iteration for exact steps)",
         "dataloader": f"{n} from DataLoader batches (no ProfilerStep markers)",
+        "server-step": f"{n} from the engine's iteration ranges ({_label_kind(labels)}; no "
+        "ProfilerStep markers)",
+        "graph-replay": f"{n} from repeating CUDA/HIP graph launches (no ProfilerStep markers "
+        "or iteration ranges)",
+        "forward": f"{n} from the model's top-level forward ({labels[0]}; no ProfilerStep markers)",
     }[source]
-    return Steps(source, numbers, starts, ends, note)
+    return Steps(source, numbers, starts, ends, note, labels, cpu_ends)
+
+
+def _label_kind(labels: tuple[str, ...]) -> str:
+    first = labels[0]
+    if server_steps.SGLANG_STEP.match(first):
+        return "step[...] annotations"
+    if server_steps.EXECUTE_STEP.match(first):
+        return "execute_<tokens>_... annotations"
+    return "execute_model"
 
 
 def _step_rows(table: TraceTable) -> tuple[np.ndarray, StepSource, list[int]]:
@@ -88,12 +119,22 @@ def _step_rows(table: TraceTable) -> tuple[np.ndarray, StepSource, list[int]]:
         rows = _first_per_number(rows, [codes[int(table.name[r])] for r in rows])
         if len(rows):
             return rows, "profiler-step", [codes[int(table.name[r])] for r in rows]
+    rows = server_steps.step_annotation_rows(table)
+    if len(rows):
+        return rows, "server-step", list(range(len(rows)))
     for source, prefix in (
         ("optimizer-step", "Optimizer.step#"),
         ("dataloader", "enumerate(DataLoader)#"),
     ):
         rows = np.flatnonzero(cpu & member(table.name, table.codes_matching(_starts(prefix))))
         rows = _outermost(table, rows)
+        if len(rows) >= 2:
+            return rows, source, list(range(len(rows)))  # type: ignore[return-value]
+    for source, finder in (
+        ("graph-replay", server_steps.graph_replay_rows),
+        ("forward", server_steps.forward_rows),
+    ):
+        rows = finder(table)
         if len(rows) >= 2:
             return rows, source, list(range(len(rows)))  # type: ignore[return-value]
     return np.zeros(0, dtype=np.int64), "whole-trace", [0]

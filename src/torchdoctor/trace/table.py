@@ -86,6 +86,9 @@ class TraceTable:
     memory: MemoryEvents
     input_types: dict[int, bytes] = field(default_factory=dict)
     """Raw JSON of ``Input type`` for GEMM/convolution operators, keyed by External id."""
+    shapes: dict[int, tuple[str, bytes, bytes]] = field(default_factory=dict)
+    """GEMM/attention operators that launch kernels (``columns.SHAPE_OPS``), by External id:
+    (operator name, raw ``Input Dims`` JSON, raw ``Input type`` JSON)."""
     notes: list[str] = field(default_factory=list)
     """What the loader had to work around (skipped events, negative durations...)."""
 
