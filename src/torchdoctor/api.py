@@ -110,11 +110,11 @@ class Report:
         from rich.console import Console
 
         from torchdoctor.report.render import render_text
+        from torchdoctor.terminal import inert
 
         buf = io.StringIO()
-        render_text(
-            self._report, top=top, console=Console(file=buf, width=width, color_system=None)
-        )
+        console = inert(Console(file=buf, width=width, color_system=None))
+        render_text(self._report, top=top, console=console)
         return buf.getvalue()
 
     def __str__(self) -> str:

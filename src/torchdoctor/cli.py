@@ -8,54 +8,18 @@ from __future__ import annotations
 
 import os
 import sys
-from collections.abc import Callable
-from typing import Any, ClassVar, TypeVar
+from typing import ClassVar
 
 import click
 
 from torchdoctor import __version__
-from torchdoctor.errors import UserError
+from torchdoctor.exits import EXIT_INTERNAL, OneLineErrors, broken_pipe, guarded
 
-F = TypeVar("F", bound=Callable[..., Any])
-
-EXIT_OK, EXIT_INTERNAL, EXIT_USAGE = 0, 1, 2
-
-
-def _guarded(func: F) -> F:
-    """Turn a UserError into one line and exit 2, any other exception into one line and exit 1.
-
-    ``TORCHDOCTOR_DEBUG=1`` re-raises so developers get the traceback.
-    """
-    import functools
-
-    @functools.wraps(func)
-    def wrapper(*args: Any, **kwargs: Any) -> Any:
-        try:
-            return func(*args, **kwargs)
-        except UserError as exc:
-            if os.environ.get("TORCHDOCTOR_DEBUG"):
-                raise
-            click.echo(f"torchdoctor: error: {exc}", err=True)
-            sys.exit(exc.exit_code)
-        except (KeyboardInterrupt, click.exceptions.Exit, click.ClickException, SystemExit):
-            raise
-        except MemoryError:
-            click.echo("torchdoctor: error: out of memory while analysing", err=True)
-            sys.exit(EXIT_INTERNAL)
-        except Exception as exc:  # a bug: one line, not a traceback
-            if os.environ.get("TORCHDOCTOR_DEBUG"):
-                raise
-            click.echo(
-                f"torchdoctor: internal error: {type(exc).__name__}: {exc} "
-                "(set TORCHDOCTOR_DEBUG=1 for the traceback)",
-                err=True,
-            )
-            sys.exit(EXIT_INTERNAL)
-
-    return wrapper  # type: ignore[return-value]
+# One error path for every command (see torchdoctor.exits for the statuses).
+_guarded = guarded
 
 
-class LazyGroup(click.Group):
+class LazyGroup(OneLineErrors, click.Group):
     """A group whose heavier subcommands are imported only when they run (or show their help)."""
 
     lazy: ClassVar[dict[str, tuple[str, str]]] = {
@@ -241,7 +205,9 @@ def memory(snapshot: str, as_json: bool, stream: bool | None, html_path: str | N
     path = Path(snapshot)
     data = ingest(path, stream=stream)
     report = analyze_ingested(path, data)
-    click.echo(render_json(report) if as_json else render_text(report))
+    from torchdoctor.terminal import clean_report
+
+    click.echo(render_json(report) if as_json else clean_report(render_text(report)))
     if html_path:
         from torchdoctor.memory.page import page_from_memory
         from torchdoctor.report.html import write_html
@@ -265,8 +231,10 @@ def main() -> None:
         try:
             sys.stdout.flush()
             sys.stderr.flush()
-        except (BrokenPipeError, ValueError):
-            raise SystemExit(1) from None  # let Python report it the usual way
+        except BrokenPipeError:
+            broken_pipe()
+        except (OSError, ValueError):
+            os._exit(EXIT_INTERNAL)
         os._exit(0)
 
 

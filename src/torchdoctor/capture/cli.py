@@ -17,12 +17,13 @@ from torchdoctor.capture.cli_args import (
     reject_option_as_script,
 )
 from torchdoctor.errors import UserError
+from torchdoctor.exits import OneLineErrors
 
 if TYPE_CHECKING:
     from torchdoctor.capture.options import CheckOptions
 
 
-class _CheckCommand(click.Command):
+class _CheckCommand(OneLineErrors, click.Command):
     def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
         return super().parse_args(ctx, normalize_args(args))
 
