@@ -12,7 +12,7 @@ from typing import ClassVar
 
 import click
 
-from torchdoctor import __version__
+from torchdoctor import __version__, exits
 from torchdoctor.exits import EXIT_INTERNAL, OneLineErrors, broken_pipe, guarded
 
 # One error path for every command (see torchdoctor.exits for the statuses).
@@ -127,6 +127,7 @@ def analyze(
     # The analyser does no matrix algebra: starting a BLAS thread pool would only cost start-up.
     for var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
         os.environ.setdefault(var, "1")
+    _outputs(html_path, "HTML report", export_trace, "exported trace")
     if os.path.isfile(path):
         # A helper process starts decoding the trace now, while the analyses are imported.
         from torchdoctor.trace.prefetch import prefetch
@@ -202,6 +203,7 @@ def memory(snapshot: str, as_json: bool, stream: bool | None, html_path: str | N
     from torchdoctor.memory.ingest import ingest
     from torchdoctor.memory.render import render_json, render_text
 
+    _outputs(html_path, "HTML page")
     path = Path(snapshot)
     data = ingest(path, stream=stream)
     report = analyze_ingested(path, data)
@@ -216,9 +218,19 @@ def memory(snapshot: str, as_json: bool, stream: bool | None, html_path: str | N
         click.echo(f"wrote {written}", err=True)
 
 
+def _outputs(*pairs: str | None) -> None:
+    """Check each (path, what) output before any work starts (a typo must not cost the work)."""
+    from torchdoctor.inputs import output_path
+
+    for path, what in zip(pairs[::2], pairs[1::2], strict=True):
+        if path:
+            output_path(path, what or "output")
+
+
 def main() -> None:
     """The console script. Only here (never under click's test runner, which calls ``cli``)
     does a finished ``analyze`` leave through ``os._exit`` once its output is flushed."""
+    exits.console_script = True  # `check` runs the script in a child watched by this process
     try:
         cli(prog_name="torchdoctor")
     except SystemExit as exc:

@@ -35,6 +35,9 @@ EXIT_TERMINATED = 143
 EXIT_BROKEN_PIPE = 141  # what a shell shows for a writer whose reader went away (128 + SIGPIPE)
 
 F = TypeVar("F", bound=Callable[..., Any])
+console_script = False
+"""True in the console script (``torchdoctor`` / ``python -m``), never under a test runner that
+calls a command in-process: ``check`` forks a watching parent only then."""
 
 
 def say(line: str) -> None:

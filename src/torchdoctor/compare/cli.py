@@ -56,6 +56,10 @@ def _compare(
     from torchdoctor.compare import render
     from torchdoctor.compare.diff import compare
     from torchdoctor.compare.sides import load_side
+    from torchdoctor.inputs import output_path
+
+    if html_path:
+        output_path(html_path, "HTML page")
 
     c = compare(load_side(base), load_side(new))
     if as_json:
