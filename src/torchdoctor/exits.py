@@ -94,6 +94,11 @@ def guarded(func: F) -> F:
 
     @functools.wraps(func)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
+        import warnings
+
+        # numpy's overflow and invalid-value warnings on odd input are noise on a terminal
+        # (the numbers they concern are reported, or the input refused, on their own).
+        warnings.simplefilter("ignore", RuntimeWarning)
         try:
             return func(*args, **kwargs)
         except UserError as exc:

@@ -146,6 +146,17 @@ class StepClock:
         self.owner = -1
         self.log = None
 
+    def before_fork(self) -> None:
+        """The script is about to fork: a window being recorded is discarded, for good."""
+        if self.window_opened and not self.window_closed:
+            self.window_closed = True
+            self.profiles = False
+            self._call("window_abort")
+            self.errors.append(
+                "the script forked while the profiler recorded: the window was discarded (a "
+                "running profiler cannot be forked); steps are timed, the script runs to its end"
+            )
+
     def _switch(self, source: str, prio: int) -> None:
         if self.log is not None:
             if self.source is not None:

@@ -30,7 +30,7 @@ from torchdoctor.capture.runfolder import (
     trace_path,
     write_json,
 )
-from torchdoctor.capture.stopping import StopSignals, on_fork_in_child
+from torchdoctor.capture.stopping import StopSignals, on_fork
 from torchdoctor.capture.streams import stdout_to_stderr
 
 EXIT_INTERRUPTED = 130  # what a shell reports for a process ended by SIGINT
@@ -170,7 +170,8 @@ def _watch(
     spy = FrameworkSpy()  # which framework's trainer steps the optimizer, for the hint
     stop = StopSignals(options.timeout_s, watched=PRESET_FOLDER is not None)
     pid = os.getpid()
-    forget_fork = on_fork_in_child(session.clock.quiet)  # a forked child never counts steps
+    # A fork stops a recording profiler first; a forked child never counts steps.
+    forget_fork = on_fork(session.clock.before_fork, session.clock.quiet)
     session.install()
     spy.install()
     stop.install()
@@ -184,9 +185,7 @@ def _watch(
             session.uninstall()
             forget_fork()
     if os.getpid() != pid:
-        # A child the script forked returned from the script: it is not the watched run and
-        # must not write the run folder; it ends with its own status.
-        raise SystemExit(outcome.code)
+        _leave_forked_child(outcome.code)
     try:
         record = finish_record(session, outcome, script, args)
         record["frameworks"] = spy.seen
@@ -202,6 +201,22 @@ def _watch(
     log.close()
     _close_process_group()
     return outcome.code, folder, record
+
+
+def _leave_forked_child(code: int) -> None:
+    """A child the script forked came back from the script: it is not the watched run and must
+    not write the run folder. It ends with its own status, its atexit handlers run and its
+    output flushed, but without the interpreter's full teardown: in a fork of a process that
+    ran torch's profiler, that teardown hangs on a lock of a profiler thread the fork did not
+    copy (plain torch does the same)."""
+    import atexit
+
+    with contextlib.suppress(Exception):
+        atexit._run_exitfuncs()
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(Exception):
+            stream.flush()
+    os._exit(code)
 
 
 def finish_record(session: Any, outcome: Outcome, script: str, args: list[str]) -> dict[str, Any]:

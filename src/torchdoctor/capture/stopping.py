@@ -10,7 +10,9 @@ then the script's handler decides, as it would without us.
 
 A script that forks (``os.fork``, multiprocessing's fork start method) gets a child that
 inherits the whole session; in the child the session goes quiet, so the child never counts
-steps, never stops, never writes the parent's run folder.
+steps, never stops, never writes the parent's run folder. A profiler recording at the fork is
+stopped and its window discarded first: torch's profiler does not survive a fork (the parent
+crashes at exit, or the child hangs), and the script must run as it would without us.
 """
 
 from __future__ import annotations
@@ -100,24 +102,30 @@ class StopSignals:
 
 
 _in_child: list[Callable[[], None]] = []
+_before: list[Callable[[], None]] = []
 
 
-def _after_fork_in_child() -> None:
-    for quiet in list(_in_child):
+def _run_all(callbacks: list[Callable[[], None]]) -> None:
+    for callback in list(callbacks):
         with contextlib.suppress(Exception):
-            quiet()
+            callback()
 
 
 if hasattr(os, "register_at_fork"):
-    os.register_at_fork(after_in_child=_after_fork_in_child)
+    os.register_at_fork(
+        before=lambda: _run_all(_before), after_in_child=lambda: _run_all(_in_child)
+    )
 
 
-def on_fork_in_child(quiet: Callable[[], None]) -> Callable[[], None]:
-    """Call ``quiet`` in every child forked from now on; returns the function that stops it."""
-    _in_child.append(quiet)
+def on_fork(before: Callable[[], None], in_child: Callable[[], None]) -> Callable[[], None]:
+    """Call ``before`` in this process just before each fork from now on, and ``in_child`` in
+    each child; returns the function that stops both."""
+    _before.append(before)
+    _in_child.append(in_child)
 
     def stop() -> None:
-        with contextlib.suppress(ValueError):
-            _in_child.remove(quiet)
+        for registry, callback in ((_before, before), (_in_child, in_child)):
+            with contextlib.suppress(ValueError):
+                registry.remove(callback)
 
     return stop

@@ -81,7 +81,8 @@ def build_columns(events: list[Any], malformed: int = 0) -> ChunkColumns:
     xs = [e for e in events if type(e) is Event]
     ts = _float_column(xs, "ts")
     dur = _float_column(xs, "dur")
-    placed = np.isfinite(ts + dur)
+    with np.errstate(over="ignore", invalid="ignore"):  # inf + -inf, 1e308 + 1e308
+        placed = np.isfinite(ts + dur)
     if not placed.all():
         # ts was null, absent, "nan", infinite or beyond a double (an int over 1e308), or dur
         # was not a finite number: such an event cannot be placed in time.

@@ -110,6 +110,8 @@ def json_bytes_hint(path: Path) -> int | None:
     usual, or wrapped past 4 GiB, is taken at 16 times its compressed size.
     """
     try:
+        if not stat.S_ISREG(os.stat(path).st_mode):
+            return None  # opening a FIFO would block until a writer comes
         with open(path, "rb") as fh:
             st = os.fstat(fh.fileno())
             if not stat.S_ISREG(st.st_mode):
