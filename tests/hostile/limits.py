@@ -30,7 +30,10 @@ class Ran:
 
 def env(**extra: str) -> dict[str, str]:
     """The environment a child needs to import this checkout's torchdoctor."""
-    path = os.pathsep.join([str(REPO / "src"), str(REPO), os.environ.get("PYTHONPATH", "")])
+    # TORCHDOCTOR_TEST_SRC runs the children on another src/ (an older commit's, to see a case
+    # fail there).
+    src = os.environ.get("TORCHDOCTOR_TEST_SRC", str(REPO / "src"))
+    path = os.pathsep.join([src, str(REPO), os.environ.get("PYTHONPATH", "")])
     base = {k: v for k, v in os.environ.items() if k != "TORCHDOCTOR_DEBUG"}
     return {**base, "PYTHONPATH": path, "COLUMNS": "120", **extra}
 
@@ -72,6 +75,25 @@ def run(
         )
     except subprocess.TimeoutExpired:
         raise AssertionError(f"torchdoctor {args[:3]} ran past {timeout_s:.0f} s") from None
+    return Ran(proc.returncode, proc.stdout, proc.stderr, time.monotonic() - start)
+
+
+def run_python(
+    code: str, *args: str, timeout_s: float = 60.0, memory_mib: int | None = 2048
+) -> Ran:
+    """``python -c CODE ARGS`` with this checkout importable, under the limits."""
+    start = time.monotonic()
+    try:
+        proc = subprocess.run(
+            [sys.executable, "-c", code, *args],
+            capture_output=True,
+            text=True,
+            timeout=timeout_s,
+            env=env(),
+            preexec_fn=_limits(memory_mib, None),
+        )
+    except subprocess.TimeoutExpired:
+        raise AssertionError(f"python -c ran past {timeout_s:.0f} s") from None
     return Ran(proc.returncode, proc.stdout, proc.stderr, time.monotonic() - start)
 
 

@@ -73,7 +73,9 @@ def shared_frames(blocks: int = 20_000, frames: int = 2_000) -> bytes:
     blks = [
         synth.block((1 << 30) + i * 4096, 4096, "active_allocated", stack) for i in range(blocks)
     ]
-    return _dump(snapshot(segments=[synth.segment(1 << 30, blks)], traces=[[]]))
+    # One history entry, so the holders of the blocks allocated before it are looked up.
+    entry = synth.entry("alloc", (1 << 30) + blocks * 4096, 4096, 1, stack)
+    return _dump(snapshot(segments=[synth.segment(1 << 30, blks)], traces=[[entry]]))
 
 
 def shared_entry(refs: int = 30_000) -> bytes:
@@ -89,8 +91,9 @@ def ints_as_segments(n: int = 4_000_000) -> bytes:
     return _dump(snapshot(segments=list(range(n)), traces=[[]]))
 
 
-def field(where: str, value: Any) -> Callable[[], bytes]:
-    """A snapshot with one field replaced by ``value`` (segment, block, entry or frame)."""
+def field(where: str, value: Any, **also: Any) -> Callable[[], bytes]:
+    """A snapshot with one field replaced by ``value`` (segment, block, entry or frame), and
+    the fields in ``also`` set on the same object."""
 
     def build() -> bytes:
         doc = snapshot(
@@ -104,6 +107,7 @@ def field(where: str, value: Any) -> Callable[[], bytes]:
             "frame": doc["device_traces"][0][0]["frames"][1],
         }[where.split(".")[0]]
         target[where.split(".")[1]] = value
+        target.update(also)
         return _dump(doc)
 
     return build

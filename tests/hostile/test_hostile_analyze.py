@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from tests.hostile.limits import MIB, env, one_line_error, run
+from tests.hostile.limits import MIB, env, one_line_error, run, run_python
 
 EV = {"ph": "X", "cat": "cpu_op", "name": "aten::mm", "pid": 1, "tid": 1, "ts": 1, "dur": 1}
 GOOD = json.dumps(EV)
@@ -143,13 +143,20 @@ def test_gzip_bombs_stop_early(tmp_path: Path, head: bytes, filler: bytes, needl
 
 
 def test_a_name_of_closing_braces_is_cut_in_linear_time(tmp_path: Path) -> None:
-    """One event whose 16 MB name is all "}": the cutter used to rescan every "}" per read."""
-    body = b'{"ph":"X","cat":"cpu_op","pid":1,"tid":1,"ts":2,"dur":1,"name":"' + b"}" * (16 * MIB)
+    """One event whose 32 MB name is all "}": the cutter used to rescan every "}" it had seen at
+    each 2 MiB read (quadratic: a 64 MB name never finished); now each byte is scanned once."""
+    body = b'{"ph":"X","cat":"cpu_op","pid":1,"tid":1,"ts":2,"dur":1,"name":"' + b"}" * (32 * MIB)
     path = _write(
         tmp_path / "braces.json", b'{"traceEvents":[' + GOOD.encode() + b"," + body + b'"}]}'
     )
-    ran = run(["analyze", str(path), "--json"], timeout_s=60, memory_mib=2048)
+    code = (
+        "import sys; from pathlib import Path; from torchdoctor.trace.reader import "
+        "ReadStats, iter_json_chunks; "
+        "print(sum(len(c) for c in iter_json_chunks(Path(sys.argv[1]), ReadStats())))"
+    )
+    ran = run_python(code, str(path), timeout_s=25, memory_mib=1536)
     assert ran.code == 0, ran.stderr[-500:]
+    assert int(ran.stdout) >= 32 * MIB
 
 
 def test_cpu_only_steps_cost_linear_time(tmp_path: Path) -> None:
