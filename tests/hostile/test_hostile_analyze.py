@@ -223,3 +223,23 @@ def test_a_reader_that_goes_away_ends_it_quietly(traces_dir: Path) -> None:
     err = proc.stderr.read().decode()
     assert proc.wait(timeout=60) == 128 + signal.SIGPIPE, err
     assert "Traceback" not in err and "Exception ignored" not in err
+
+
+HOSTILE_NAME = "\x1b]0;owned\x07\x1b[2J\x1b]52;c;aGVsbG8=\x07\x9b31m\u202eaten::mm"
+
+
+def test_names_reach_the_terminal_inert_and_json_exact(tmp_path: Path) -> None:
+    """Before: a trace set the window title, cleared the screen and wrote the clipboard."""
+    events = [{**EV, "name": HOSTILE_NAME, "dur": 100}, {**EV, "name": "aten::add", "ts": 200}]
+    path = _write(tmp_path / "esc.json", _trace(events))
+    for args in (["analyze", str(path)], ["compare", str(path), str(path)]):
+        ran = run(args, timeout_s=40)
+        assert ran.code == 0, ran.stderr
+        for bad in "\x1b\x07\x9b\u202e":
+            assert bad not in ran.stdout, (args[0], repr(bad))
+        if args[0] == "analyze":  # the name is there, made visible
+            assert "\\x1b]0;owned" in ran.stdout
+    exact = run(["analyze", str(path), "--json"], timeout_s=40)
+    assert HOSTILE_NAME in exact.stdout.encode().decode("unicode_escape") or HOSTILE_NAME in (
+        json.dumps(json.loads(exact.stdout), ensure_ascii=False)
+    )
