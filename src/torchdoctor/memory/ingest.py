@@ -103,20 +103,18 @@ class _Sink:
     def __init__(self) -> None:
         self.holders = HolderTable()
         self.replays: dict[Any, DeviceReplay] = {}
-        self._counts: dict[Any, int] = {}
 
     def event(self, key: Any, raw: Any, device: int | None = None) -> None:
         """Feed one trace entry of the list ``key`` (its device, where already known)."""
         replay = self.replays.get(key)
         if replay is None:
             replay = self.replays[key] = DeviceReplay()
-        index = self._counts.get(key, 0)
-        self._counts[key] = index + 1
-        e = shape.entry(raw, len(self.replays) - 1 if device is None else device, index)
-        if e.action == "oom":
-            replay.oom(e.size, e.device_free, e.time_us)
+        dev = len(self.replays) - 1 if device is None else device
+        action, addr, size, time_us, free, frames = shape.entry(raw, dev, replay.entries)
+        if action == "oom":
+            replay.oom(size, free, time_us)
         # every entry's stack is looked up (cached), so its frames list can be let go at the next sweep
-        replay.feed(e.action, e.addr, e.size, e.time_us, self.holders.of_frames(e.frames))
+        replay.feed(action, addr, size, time_us, self.holders.of_frames(frames))
 
 
 def _check_shape(path: Path, top: Any) -> dict[str, Any]:

@@ -87,12 +87,16 @@ class LiveAt:
         """The moment is now (what ``live`` holds now)."""
         self._journal, self._copy, self.marked = [], None, True
 
-    def before_change(self, live: dict[int, tuple[int, int]], addr: int) -> None:
+    def before_change(self, live: dict[int, tuple[int, int]], addr: int) -> bool:
+        """Journal a change to ``live[addr]``; False once the journal became a copy."""
         journal = self._journal
-        if journal is not None:
-            journal.append((addr, live.get(addr, _MISSING)))
-            if len(journal) > len(live) + 64:
-                self._copy, self._journal = self.state(live), None
+        if journal is None:
+            return False
+        journal.append((addr, live.get(addr, _MISSING)))
+        if len(journal) > len(live) + 64:
+            self._copy, self._journal = self.state(live), None
+            return False
+        return True
 
     def state(self, live: dict[int, tuple[int, int]]) -> dict[int, tuple[int, int]]:
         """The live set at the marked moment."""
@@ -132,6 +136,8 @@ class DeviceReplay:
     """Every ``oom`` entry seen (``ooms`` itemises at most ``OOMS_LISTED``)."""
     _at_peak: LiveAt = field(default_factory=LiveAt)
     _at_last_oom: LiveAt = field(default_factory=LiveAt)
+    _journaling: list[LiveAt] = field(default_factory=list)
+    """The moments whose journal is open (most of a history has none: no cost then)."""
 
     def feed(self, action: str, addr: int, size: int, time_us: int, holder: int) -> None:
         """Apply one history entry; ``holder`` is the interned holder of its stack."""
@@ -153,13 +159,18 @@ class DeviceReplay:
         self.series.add(time_us, self.allocated, self.reserved)
 
     def _change(self, addr: int) -> None:
-        self._at_peak.before_change(self.live, addr)
-        self._at_last_oom.before_change(self.live, addr)
+        self._journaling = [j for j in self._journaling if j.before_change(self.live, addr)]
+
+    def _mark(self, moment: LiveAt) -> None:
+        moment.mark()
+        if moment not in self._journaling:
+            self._journaling.append(moment)
 
     def _alloc(self, addr: int, size: int, holder: int) -> None:
         self.allocated += size
         self.active += size
-        self._change(addr)
+        if self._journaling:
+            self._change(addr)
         self.live[addr] = (size, holder)
         self.largest_request_bytes = max(self.largest_request_bytes, size)
         if self.allocated > self.peak:
@@ -168,13 +179,14 @@ class DeviceReplay:
                 self.entries,
                 self.last_time_us,
             )
-            self._at_peak.mark()
+            self._mark(self._at_peak)
             self.unknown_freed_at_peak = self.unknown_freed
 
     def _free(self, addr: int, size: int) -> None:
         self.allocated -= size
         if addr in self.live:
-            self._change(addr)
+            if self._journaling:
+                self._change(addr)
             del self.live[addr]
         else:
             self.unknown_freed += size  # allocated before the recorded window
@@ -201,7 +213,7 @@ class DeviceReplay:
             self.ooms[-1] = moment
         else:
             self.ooms.append(moment)
-        self._at_last_oom.mark()
+        self._mark(self._at_last_oom)
 
     def finish(self) -> None:
         if self._at_peak.marked:

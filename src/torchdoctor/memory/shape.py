@@ -163,20 +163,34 @@ def _segment(i: int, seg: dict[str, Any], seen: set[int]) -> Segment:
     )
 
 
-@dataclass(frozen=True)
-class Entry:
-    """One history entry with checked fields."""
-
-    action: str
-    addr: int
-    size: int
-    time_us: int
-    device_free: int
-    frames: Any
+Entry = tuple[str, int, int, int, int, Any]
+"""(action, addr, size, time_us, device_free, frames) of one history entry, checked."""
+_ADDR_END = 1 << 64
+_TIME_LO, _TIME_HI = -(1 << 63), 1 << 63
 
 
 def entry(raw: Any, device: int, index: int) -> Entry:
-    """A ``device_traces`` entry, every field the replay reads checked."""
+    """A ``device_traces`` entry, every field the replay reads checked (a tuple, see ``Entry``:
+    this runs once per history entry, millions of times for a large snapshot)."""
+    if type(raw) is dict:
+        action, addr = raw.get("action"), raw.get("addr", 0)
+        size, t = raw.get("size", 0), raw.get("time_us", 0)
+        if (
+            type(action) is str
+            and action != "oom"
+            and type(addr) is int
+            and 0 <= addr < _ADDR_END
+            and type(size) is int
+            and 0 <= size < MAX_BYTES
+            and type(t) is int
+            and _TIME_LO <= t < _TIME_HI
+        ):
+            return action, addr, size, t, 0, raw.get("frames")
+    return _entry_checked(raw, device, index)
+
+
+def _entry_checked(raw: Any, device: int, index: int) -> Entry:
+    """``entry`` the slow way: an OOM entry, or a field that is wrong (named in the error)."""
     where = f"trace entry {index} of device {device}"
     if raw is HANDED:
         raise SnapshotError(f"not a memory snapshot: {where} is {_ALREADY}")
@@ -191,4 +205,4 @@ def entry(raw: Any, device: int, index: int) -> Entry:
     free = 0
     if action == "oom":  # older versions put the device's free bytes in addr
         free = byte_count(raw.get("device_free", addr), f"{where}'s device_free")
-    return Entry(action, addr, size, t, free, raw.get("frames"))
+    return action, addr, size, t, free, raw.get("frames")

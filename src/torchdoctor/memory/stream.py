@@ -124,13 +124,14 @@ class StreamingReader:
             # One marker stays in the list: a later reference to it (as frames, say) then
             # reads as the other reader reads a list of entries, not as an empty list.
             target.append(HANDED)
-        emitted = self._emitted
+        emitted, on_event = self._emitted, self.on_event
         for item in items:
-            if id(item) in emitted:
+            k = id(item)
+            if k in emitted:
                 item = HANDED  # the same entry twice: the sink refuses it, as the other reader
-            elif type(item) is dict:
-                emitted[id(item)] = item
-            self.on_event(key, item)
+            else:
+                emitted[k] = item
+            on_event(key, item)
         return True
 
     def _in_device_traces(self, stack: list[Any]) -> bool:
