@@ -107,3 +107,14 @@ def one_line_error(ran: Ran, status: int = 2, *needles: str) -> str:
     for needle in needles:
         assert needle in line, (needle, line)
     return line
+
+
+def strings(value: object) -> list[str]:
+    """Every string in a decoded JSON document (keys and values)."""
+    if isinstance(value, str):
+        return [value]
+    if isinstance(value, dict):
+        return [s for k, v in value.items() for s in (str(k), *strings(v))]
+    if isinstance(value, list):
+        return [s for v in value for s in strings(v)]
+    return []

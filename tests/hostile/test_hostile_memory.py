@@ -15,7 +15,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from tests.hostile import snapshots as S
-from tests.hostile.limits import one_line_error, run
+from tests.hostile.limits import one_line_error, run, strings
 from tests.memory import synth
 
 READERS = ("--no-stream", "--stream")
@@ -200,6 +200,4 @@ def test_frame_names_reach_the_terminal_inert(tmp_path: Path) -> None:
     assert not any(c in ran.stdout for c in "\x1b\x07\x9b"), repr(ran.stdout[:400])
     assert "\\x1b]0;owned" in ran.stdout
     exact = run(["memory", str(path), "--json"], timeout_s=30)
-    assert (
-        hostile in json.loads(exact.stdout)["devices"][0]["history"]["holders_at_peak"][0]["label"]
-    )
+    assert any(hostile in text for text in strings(json.loads(exact.stdout)))  # exact in JSON
