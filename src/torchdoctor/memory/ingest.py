@@ -32,13 +32,20 @@ class HolderTable:
     _by_frames: dict[tuple[int, ...], int] = field(default_factory=dict)
     _by_ops: dict[bytes, int] = field(default_factory=dict)
     _unsettled: list[int] = field(default_factory=list)
+    _id_objects: list[HolderId] = field(default_factory=list)
 
     def intern(self, holder: Holder) -> int:
         found = self._ids.get(holder)
         if found is None:
             found = self._ids[holder] = len(self.holders)
             self.holders.append(holder)
+            self._id_objects.append(HolderId(found))
         return found
+
+    def holder_id(self, holder: int) -> HolderId:
+        """The one ``HolderId`` object of a holder (the memo holds millions of references to a
+        few holders: one object each, not one per reference)."""
+        return self._id_objects[holder]
 
     def of_frames(self, frames: Any) -> int:
         """Holder id of a frames list; a ``HolderId`` is one the streaming reader swapped in."""
@@ -65,7 +72,7 @@ class HolderTable:
         found = self._by_ops.get(ops)
         if found is None:
             found = self._by_ops[ops] = self.intern(classify(memo_refs(ops, memo)))
-        return HolderId(found)
+        return self.holder_id(found)
 
     def sweep(self, memo: list[Any], start: int) -> None:
         """Swap frames lists already classified for their holder id and forget them.
@@ -80,7 +87,7 @@ class HolderTable:
                 continue
             found = by_list.pop(id(value), None)
             if found is not None:
-                memo[i] = HolderId(found[1])
+                memo[i] = self.holder_id(found[1])
             elif value and type(value[0]) is dict and "filename" in value[0]:
                 waiting.append(i)
         self._unsettled = waiting

@@ -195,7 +195,10 @@ def _seek_events(read: Callable[[], bytes], path: Path, stats: ReadStats) -> tup
         return first[1:], True
     if first[:1] != b"{":
         raise TraceError(f"{path}: not a JSON trace (starts with {first[:12]!r})")
-    buf, start = bytearray(first), 0  # a bytearray grows in place: no copy per read
+    # The first read holds the key in real traces; a bytearray (which grows in place, with no
+    # copy per read) is made only when the header runs on.
+    buf: bytes | bytearray = first
+    start = 0
     while True:
         idx = buf.find(_KEY, start)
         if idx < 0:
@@ -205,6 +208,7 @@ def _seek_events(read: Callable[[], bytes], path: Path, stats: ReadStats) -> tup
             if not more:
                 _no_events(buf, path)
             start = max(0, len(buf) - len(_KEY))
+            buf = buf if isinstance(buf, bytearray) else bytearray(buf)
             buf += more
             continue
         head = _parse_object_part(buf[1:idx], path)
@@ -217,12 +221,12 @@ def _seek_events(read: Callable[[], bytes], path: Path, stats: ReadStats) -> tup
             more = read()
             if not more:
                 raise TraceError(f"{path}: truncated JSON after traceEvents")
-            buf += more
+            buf = buf + more
             m = _OPEN.match(buf, after)
         if not (m.group(1) and m.group(2)):
             raise TraceError(f"{path}: traceEvents is not an array")
         stats.top_level.update(head)
-        return bytes(memoryview(buf)[m.end() :]), False
+        return bytes(buf[m.end() :]), False
 
 
 def _first_bytes(read: Callable[[], bytes], path: Path) -> bytes:
@@ -249,7 +253,7 @@ def _no_events(buf: bytes | bytearray, path: Path) -> None:
     raise TraceError(f"{path}: no traceEvents in this JSON: not a torch.profiler trace")
 
 
-def _too_long_header(buf: bytearray, path: Path) -> None:
+def _too_long_header(buf: bytes | bytearray, path: Path) -> None:
     nul = buf.find(b"\x00")
     if nul >= 0:
         raise TraceError(f"{path}: byte {nul} of the JSON is a NUL: not JSON text")
@@ -341,6 +345,7 @@ def _check_growth(buf: bytearray, more: bytes, stats: ReadStats, path: Path) -> 
 
 _BOUNDARY_SPAN = 2 * 4096 + 3  # the longest text a boundary match can cover
 _FIRST_WINDOW = 4096
+_FAST_TRIES = 64
 
 
 def _last_boundary(buf: bytes | bytearray, lo: int) -> tuple[int, int] | None:
@@ -349,11 +354,25 @@ def _last_boundary(buf: bytes | bytearray, lo: int) -> tuple[int, int] | None:
 
     Cutting at the comma keeps every other byte in one chunk or the other, so joining two
     chunks with a comma gives back the original text, even if the cut was inside a string.
-    The search runs backwards through windows that double in size, each scanned forwards by
-    the regular expression engine: one pass over the bytes at worst, whatever they hold (a
-    name made of a million "}" costs no more than any other text).
+    The last few "}" are tried first (in a real trace the last boundary is a few hundred bytes
+    from the end); past ``_FAST_TRIES`` of them the rest is scanned once (``_scan_back``).
     """
-    hi, width = len(buf), _FIRST_WINDOW
+    pos = len(buf)
+    for _ in range(_FAST_TRIES):
+        pos = buf.rfind(b"}", lo, pos)
+        if pos < 0:
+            return None  # one event bigger than the buffer so far: read more
+        m = _BOUNDARY.match(buf, pos)
+        if m is not None:
+            return m.start(1), m.start(1) + 1
+    return _scan_back(buf, lo, pos)
+
+
+def _scan_back(buf: bytes | bytearray, lo: int, hi: int) -> tuple[int, int] | None:
+    """The last boundary starting in ``[lo, hi)``: backwards through windows that double in
+    size, each scanned forwards by the regular expression engine, so the bytes are scanned once
+    at worst whatever they hold (a name made of a million "}" costs no more than other text)."""
+    width = _FIRST_WINDOW
     while hi > lo:
         start = max(lo, hi - width)
         last = None
