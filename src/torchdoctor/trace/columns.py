@@ -146,7 +146,7 @@ def _intern_names(xs: list[Event]) -> Interned:
         names = intern(map(_get["name"], xs), len(xs))
     except TypeError:  # an unhashable name (a list, an object): keep its JSON text
         return intern([name_text(n) for n in map(_get["name"], xs)])
-    if all(type(v) is str for v in names.values):
+    if not names.values or set(map(type, names.values)) == {str}:  # one C-level pass
         return names
     # A number or null as a name: every name is a string from here on (5 and "5" are one name).
     again = intern(name_text(v) for v in names.values)
