@@ -30,6 +30,7 @@ from bench_common import (
     fmt,
     hta_python,
     print_table,
+    python_cmd,
     ratio,
     result_line,
     run_child,
@@ -88,7 +89,7 @@ def _one_trace_dirs(traces: list[Path], tmp: Path) -> dict[Path, Path]:
 def _commands(trace_dir: Path, trace: Path, hta: str | None) -> dict[str, list[str]]:
     cmds = {
         "torchdoctor": [*torchdoctor_cmd(), "analyze", "--json", str(trace)],
-        "load only": [sys.executable, "-c", LOAD_SCRIPT, str(trace)],
+        "load only": [*python_cmd(), "-c", LOAD_SCRIPT, str(trace)],
     }
     if hta:
         cmds["HTA"] = [hta, "-c", HTA_SCRIPT, str(trace_dir)]

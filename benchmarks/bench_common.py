@@ -131,10 +131,13 @@ def _can_import_hta(python: str) -> bool:
     return probe.returncode == 0
 
 
-def torchdoctor_cmd() -> list[str]:
-    """The installed console script, run exactly as a user would."""
+def torchdoctor_cmd(src: Path | None = None) -> list[str]:
+    """The installed console script, run exactly as a user would, on the bytecode-compiled copy
+    of ``src`` (this checkout's ``src/`` by default) that ``compile_bytecode`` made."""
     script = Path(sys.executable).with_name("torchdoctor")
-    return [str(script)] if script.exists() else [sys.executable, "-m", "torchdoctor"]
+    cmd = [str(script)] if script.exists() else [sys.executable, "-m", "torchdoctor"]
+    copy = _STAGED.get((src or REPO / "src").resolve())
+    return ["env", f"PYTHONPATH={copy}", *cmd] if copy is not None else cmd
 
 
 @dataclass
@@ -189,20 +192,40 @@ def print_table(header: list[str], rows: list[list[str]]) -> None:
         print("  ".join(str(c).rjust(w) for c, w in zip(line, widths, strict=True)))
 
 
+_STAGED: dict[Path, Path] = {}
+
+
+def python_cmd(src: Path | None = None) -> list[str]:
+    """This interpreter, importing torchdoctor from the compiled copy of ``src`` (see above)."""
+    copy = _STAGED.get((src or REPO / "src").resolve())
+    return ["env", f"PYTHONPATH={copy}", sys.executable] if copy is not None else [sys.executable]
+
+
 def compile_bytecode(*src_dirs: Path) -> str:
-    """Compile torchdoctor's sources (and any other ``src`` folders measured) to bytecode.
+    """Copy torchdoctor's sources (and any other ``src`` folders measured) into a temporary
+    folder and compile them to bytecode there; ``torchdoctor_cmd`` runs those copies.
 
     Every other package in these measurements (HTA, numpy, pandas, click) was installed by pip,
     which compiles bytecode at install time, as it would for a torchdoctor wheel. An editable
     install run with PYTHONDONTWRITEBYTECODE=1 (set on some machines) would otherwise compile
     all of torchdoctor's modules from source in every process, which measured 10-15% of an
-    ``analyze`` process. Returns a line for the output saying it was done.
+    ``analyze`` process. The checkout itself is never written to (the copies go when this
+    process exits). Returns a line for the output saying it was done.
     """
+    import atexit
     import compileall
+    import shutil
 
-    dirs = [REPO / "src", *src_dirs]
-    ok = all(compileall.compile_dir(str(d), quiet=1) for d in dirs)
-    return "bytecode compiled for " + ", ".join(str(d) for d in dirs) + ("" if ok else " (failed)")
+    tmp = Path(tempfile.mkdtemp(prefix="td-bench-src-"))
+    atexit.register(shutil.rmtree, tmp, True)
+    ok = True
+    for i, src in enumerate([REPO / "src", *src_dirs]):
+        copy = tmp / f"src{i}"
+        shutil.copytree(src, copy, ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
+        ok = compileall.compile_dir(str(copy), quiet=1) and ok
+        _STAGED[src.resolve()] = copy
+    names = ", ".join(f"{s} -> {c}" for s, c in _STAGED.items())
+    return f"bytecode compiled in temporary copies: {names}" + ("" if ok else " (failed)")
 
 
 def environment() -> str:

@@ -36,6 +36,7 @@ from bench_common import (
     fmt,
     hta_python,
     print_table,
+    python_cmd,
     ratio,
     run_child,
     torchdoctor_cmd,
@@ -163,7 +164,7 @@ def _measure(
         "torchdoctor analyze": run_child(
             [*torchdoctor_cmd(), "analyze", "--json", str(big)], args.timeout
         ),
-        "load only": run_child([sys.executable, "-c", LOAD_SCRIPT, str(big)], args.timeout),
+        "load only": run_child([*python_cmd(), "-c", LOAD_SCRIPT, str(big)], args.timeout),
     }
     for name, run in runs.items():
         print(f"{name}: {run.wall_s:.1f} s, {run.peak_mib:.0f} MiB, exit {run.status}", flush=True)

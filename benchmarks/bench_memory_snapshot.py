@@ -1,6 +1,7 @@
 """A ~1 GB CUDA memory snapshot: torchdoctor's streaming reader vs torch.cuda._memory_viz.
 
     python benchmarks/bench_memory_snapshot.py [--size-gb 1.0] [--rounds 2] [--file PATH]
+        [--baseline-src DIR] [--no-torch]
 
 Builds the file (unless --file names one) by repeating the history of the real snapshot in
 ../shared/snapshots (or $TORCHDOCTOR_SNAPSHOTS): each copy later in time, fresh entry dicts and
@@ -10,6 +11,10 @@ separate processes, alternating in a shuffled order each round: ``torchdoctor me
 (streams: the file is over 64 MiB) and ``python -m torch.cuda._memory_viz stats FILE`` (torch's
 own reader: ``pickle.load`` of the whole file, then segment statistics), under an address-space
 limit so that a reader that outgrows the machine fails instead of taking it down.
+
+``--baseline-src DIR`` adds an arm: the same ``torchdoctor memory`` on an older ``src/`` folder
+(``git archive COMMIT src | tar -x -C /tmp/base``), in the same shuffled rounds, with the per-round
+ratio baseline / torchdoctor. Both ``src/`` folders run from bytecode-compiled temporary copies.
 """
 
 from __future__ import annotations
@@ -31,6 +36,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from benchmarks.bench_common import (
     Series,
+    compile_bytecode,
     environment,
     fmt,
     print_table,
@@ -112,7 +118,11 @@ def main() -> None:
     )
     parser.add_argument("--timeout", type=float, default=1200)
     parser.add_argument("--mem-gb", type=float, default=16.0, help="address-space limit per reader")
+    parser.add_argument("--baseline-src", type=Path, default=None, help="an older src/ folder")
+    parser.add_argument("--no-torch", action="store_true", help="leave out torch's reader")
     args = parser.parse_args()
+    base = args.baseline_src.resolve() if args.baseline_src else None
+    print(compile_bytecode(*([base] if base else [])))
     with tempfile.TemporaryDirectory() as tmp:
         path = args.file or Path(tmp) / "big_snapshot.pickle"
         if args.file is None:
@@ -120,16 +130,17 @@ def main() -> None:
             print(
                 f"built {path.stat().st_size / (1 << 30):.2f} GiB, {entries} history entries, in {secs:.0f} s"
             )
-        arms = {
-            "torchdoctor memory --json": [*torchdoctor_cmd(), "memory", str(path), "--json"],
-            "torch.cuda._memory_viz stats": [
+        arms = {"torchdoctor memory --json": [*torchdoctor_cmd(), "memory", str(path), "--json"]}
+        if not args.no_torch:
+            arms["torch.cuda._memory_viz stats"] = [
                 sys.executable,
                 "-m",
                 "torch.cuda._memory_viz",
                 "stats",
                 str(path),
-            ],
-        }
+            ]
+        if base is not None:
+            arms["baseline memory --json"] = [*torchdoctor_cmd(base), "memory", str(path), "--json"]
         results = {name: Series() for name in arms}
         for _ in range(args.rounds):
             order = list(arms)
@@ -156,12 +167,27 @@ def main() -> None:
         print_table(
             ["reader", "wall s (median)", "min-max", "CPU s", "peak RSS MiB", "status"], rows
         )
-        td, viz = results["torchdoctor memory --json"], results["torch.cuda._memory_viz stats"]
-        peak_ratio = (viz.median_peak() or 0) / (td.median_peak() or 1)
-        print(
-            f"peak RSS: torchdoctor {fmt(td.median_peak(), '.0f')} MiB vs _memory_viz {fmt(viz.median_peak(), '.0f')} MiB "
-            f"({peak_ratio:.1f}x less); wall {fmt(td.median_wall(), '.1f')} s vs {fmt(viz.median_wall(), '.1f')} s"
-        )
+        td = results["torchdoctor memory --json"]
+        if "baseline memory --json" in results:
+            b = results["baseline memory --json"]
+            walls = sorted(
+                x.wall_s / y.wall_s for x, y in zip(b.runs, td.runs, strict=True) if y.wall_s
+            )
+            cpus = sorted(
+                x.cpu_s / y.cpu_s for x, y in zip(b.runs, td.runs, strict=True) if y.cpu_s
+            )
+            print(
+                f"baseline / torchdoctor per round: wall {', '.join(f'{w:.2f}' for w in walls)}; "
+                f"CPU {', '.join(f'{c:.2f}' for c in cpus)}"
+            )
+        if "torch.cuda._memory_viz stats" in results:
+            viz = results["torch.cuda._memory_viz stats"]
+            peak_ratio = (viz.median_peak() or 0) / (td.median_peak() or 1)
+            print(
+                f"peak RSS: torchdoctor {fmt(td.median_peak(), '.0f')} MiB vs _memory_viz "
+                f"{fmt(viz.median_peak(), '.0f')} MiB ({peak_ratio:.1f}x less); wall "
+                f"{fmt(td.median_wall(), '.1f')} s vs {fmt(viz.median_wall(), '.1f')} s"
+            )
 
 
 if __name__ == "__main__":

@@ -31,6 +31,7 @@ from bench_common import (
     environment,
     hta_python,
     print_table,
+    python_cmd,
     result_line,
     run_child,
     torchdoctor_cmd,
@@ -83,14 +84,13 @@ def main() -> None:
         arms = {
             "torchdoctor": [*torchdoctor_cmd(), "analyze", "--json", str(trace)],
             "HTA": [hta, "-c", HTA_SCRIPT, str(folder)],
-            "stages": [sys.executable, "-c", STAGE_SCRIPT, str(trace)],
+            "stages": [*python_cmd(), "-c", STAGE_SCRIPT, str(trace)],
         }
         if args.baseline_src:
             base = Path(args.baseline_src).resolve()
             if not (base / "torchdoctor" / "__init__.py").is_file():
                 sys.exit(f"{base}: not a src/ folder holding torchdoctor")
-            env = ["env", f"PYTHONPATH={base}"]
-            arms["baseline"] = [*env, *torchdoctor_cmd(), "analyze", "--json", str(trace)]
+            arms["baseline"] = [*torchdoctor_cmd(base), "analyze", "--json", str(trace)]
         rounds = _rounds(arms, args.rounds, args.timeout)
     _report(rounds, args.trace)
 

@@ -5,7 +5,7 @@
 # click, rich (with markdown-it-py, mdurl, pygments) and nvidia-ml-py; it lacks msgspec, tomli-w
 # and isal. No torchdoctor wheel: the check runs the current source from src/.
 #
-#   bash scripts/fetch_gpu_wheels.sh            # then: run(..., carry=[".whl"])
+#   bash scripts/fetch_gpu_wheels.sh            # then copy .whl/ with the checkout
 #   GPU_WHEELS_EXTRA="somepkg==1.2" bash scripts/fetch_gpu_wheels.sh   # one more package
 #
 # --no-deps: each package is named, one version each (two versions of one stop the install).

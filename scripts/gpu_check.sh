@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The GPU check: one short run on one CUDA GPU (built for an H200 lent for a few minutes) that
+# The GPU check: one short run on one CUDA GPU (built for an H200 borrowed for a few minutes) that
 # decides, on evidence, whether each of torchdoctor's GPU paths works, and returns it in three
 # files: $OUT/summary.txt (one line per section: PASS/FAIL/TIMEOUT/SKIPPED, seconds, the figure
 # that decided it; also printed to standard output), $OUT/verdicts.json (every verdict with its
@@ -10,16 +10,16 @@
 #   bash scripts/gpu_check.sh                       # OUT defaults to /tmp/gpu-check-out
 #   GPU_CHECK_DRY=1 OUT=/tmp/x bash scripts/gpu_check.sh   # no GPU: every verdict on faked inputs
 #
-# On the H200 machine, one call of the device tool, from the repository root, with the wheels
-# that scripts/fetch_gpu_wheels.sh built here (msgspec, tomli-w, isal for cp312 manylinux):
+# On the H200 machine: copy the checkout there with the wheels that scripts/fetch_gpu_wheels.sh
+# built in .whl/ (msgspec, tomli-w, isal for cp312 manylinux), then from the repository root, under
+# a 450 s wall-clock limit:
 #
-#   run(command="bash scripts/gpu_check.sh", carry=[".whl"], timeout_s=450)
+#   timeout 450 bash scripts/gpu_check.sh
 #
 # The sections stop starting at GPU_CHECK_DEADLINE_S (390 s); packing takes seconds, so 450 s
 # holds the run. With a cold start of 1-2 minutes that is about 9.5 of the 15 device minutes,
 # which leaves one immediate rerun of what failed, e.g.
-#   run(command="GPU_CHECK_ONLY=meter,tune GPU_CHECK_DEADLINE_S=180 bash scripts/gpu_check.sh",
-#       carry=[".whl"], timeout_s=240)
+#   GPU_CHECK_ONLY=meter,tune GPU_CHECK_DEADLINE_S=180 timeout 240 bash scripts/gpu_check.sh
 # (docs/gpu-check.md lists the sections and what each decides on).
 #
 # It runs the current source (src/ first on PYTHONPATH); the wheels only supply missing

@@ -110,11 +110,11 @@ class Report:
         from rich.console import Console
 
         from torchdoctor.report.render import render_text
+        from torchdoctor.terminal import inert
 
         buf = io.StringIO()
-        render_text(
-            self._report, top=top, console=Console(file=buf, width=width, color_system=None)
-        )
+        console = inert(Console(file=buf, width=width, color_system=None))
+        render_text(self._report, top=top, console=console)
         return buf.getvalue()
 
     def __str__(self) -> str:
@@ -223,10 +223,18 @@ def run_check(
 ) -> CheckResult:
     """``check`` with a built ``CheckOptions``; ``echo`` prints the report (the CLI's way);
     ``json_path`` as for ``torchdoctor check --json`` (``"-"``: only JSON on stdout)."""
+    from torchdoctor.capture.evidence import EvidenceLog, evidence_path
     from torchdoctor.capture.publish import publish
     from torchdoctor.capture.runfolder import RankInfo
     from torchdoctor.capture.runner import check_callable, check_script, internal_error
+    from torchdoctor.exits import EXIT_INTERNAL, say
+    from torchdoctor.inputs import output_path
 
+    # Where the report goes is checked before the run: a typo must not cost a training run.
+    if html_path:
+        output_path(html_path, "HTML report")
+    if json_path and json_path != "-":
+        output_path(json_path, "JSON report")
     if callable(target):
         code, folder, record = check_callable(target, options)
     else:
@@ -248,8 +256,13 @@ def run_check(
                     html_path=html_path,
                 )
             text = (folder / "report.txt").read_text(encoding="utf-8")
+            EvidenceLog(evidence_path(folder, RankInfo.from_env())).published()
+        except UserError as exc:  # an output that could not be written: one line, exit 2
+            say(f"torchdoctor: error: {exc}")
+            code = code or UserError.exit_code
         except Exception as exc:
             if os.environ.get("TORCHDOCTOR_DEBUG"):
                 raise
             internal_error("while writing the report", exc)
+            code = code or EXIT_INTERNAL  # the script's own status first, ours if it had none
     return CheckResult(code, folder, record, report, text)

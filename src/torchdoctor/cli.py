@@ -8,54 +8,18 @@ from __future__ import annotations
 
 import os
 import sys
-from collections.abc import Callable
-from typing import Any, ClassVar, TypeVar
+from typing import ClassVar
 
 import click
 
-from torchdoctor import __version__
-from torchdoctor.errors import UserError
+from torchdoctor import __version__, exits
+from torchdoctor.exits import EXIT_INTERNAL, OneLineErrors, broken_pipe, guarded
 
-F = TypeVar("F", bound=Callable[..., Any])
-
-EXIT_OK, EXIT_INTERNAL, EXIT_USAGE = 0, 1, 2
-
-
-def _guarded(func: F) -> F:
-    """Turn a UserError into one line and exit 2, any other exception into one line and exit 1.
-
-    ``TORCHDOCTOR_DEBUG=1`` re-raises so developers get the traceback.
-    """
-    import functools
-
-    @functools.wraps(func)
-    def wrapper(*args: Any, **kwargs: Any) -> Any:
-        try:
-            return func(*args, **kwargs)
-        except UserError as exc:
-            if os.environ.get("TORCHDOCTOR_DEBUG"):
-                raise
-            click.echo(f"torchdoctor: error: {exc}", err=True)
-            sys.exit(exc.exit_code)
-        except (KeyboardInterrupt, click.exceptions.Exit, click.ClickException, SystemExit):
-            raise
-        except MemoryError:
-            click.echo("torchdoctor: error: out of memory while analysing", err=True)
-            sys.exit(EXIT_INTERNAL)
-        except Exception as exc:  # a bug: one line, not a traceback
-            if os.environ.get("TORCHDOCTOR_DEBUG"):
-                raise
-            click.echo(
-                f"torchdoctor: internal error: {type(exc).__name__}: {exc} "
-                "(set TORCHDOCTOR_DEBUG=1 for the traceback)",
-                err=True,
-            )
-            sys.exit(EXIT_INTERNAL)
-
-    return wrapper  # type: ignore[return-value]
+# One error path for every command (see torchdoctor.exits for the statuses).
+_guarded = guarded
 
 
-class LazyGroup(click.Group):
+class LazyGroup(OneLineErrors, click.Group):
     """A group whose heavier subcommands are imported only when they run (or show their help)."""
 
     lazy: ClassVar[dict[str, tuple[str, str]]] = {
@@ -168,6 +132,7 @@ def analyze(
     # The analyser does no matrix algebra: starting a BLAS thread pool would only cost start-up.
     for var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
         os.environ.setdefault(var, "1")
+    _outputs(html_path, "HTML report", export_trace, "exported trace")
     if os.path.isfile(path):
         # A helper process starts decoding the trace now, while the analyses are imported.
         from torchdoctor.trace.prefetch import prefetch
@@ -243,10 +208,13 @@ def memory(snapshot: str, as_json: bool, stream: bool | None, html_path: str | N
     from torchdoctor.memory.ingest import ingest
     from torchdoctor.memory.render import render_json, render_text
 
+    _outputs(html_path, "HTML page")
     path = Path(snapshot)
     data = ingest(path, stream=stream)
     report = analyze_ingested(path, data)
-    click.echo(render_json(report) if as_json else render_text(report))
+    from torchdoctor.terminal import clean_report
+
+    click.echo(render_json(report) if as_json else clean_report(render_text(report)))
     if html_path:
         from torchdoctor.memory.page import page_from_memory
         from torchdoctor.report.html import write_html
@@ -255,9 +223,19 @@ def memory(snapshot: str, as_json: bool, stream: bool | None, html_path: str | N
         click.echo(f"wrote {written}", err=True)
 
 
+def _outputs(*pairs: str | None) -> None:
+    """Check each (path, what) output before any work starts (a typo must not cost the work)."""
+    from torchdoctor.inputs import output_path
+
+    for path, what in zip(pairs[::2], pairs[1::2], strict=True):
+        if path:
+            output_path(path, what or "output")
+
+
 def main() -> None:
     """The console script. Only here (never under click's test runner, which calls ``cli``)
     does a finished ``analyze`` leave through ``os._exit`` once its output is flushed."""
+    exits.console_script = True  # `check` runs the script in a child watched by this process
     try:
         cli(prog_name="torchdoctor")
     except SystemExit as exc:
@@ -270,8 +248,10 @@ def main() -> None:
         try:
             sys.stdout.flush()
             sys.stderr.flush()
-        except (BrokenPipeError, ValueError):
-            raise SystemExit(1) from None  # let Python report it the usual way
+        except BrokenPipeError:
+            broken_pipe()
+        except (OSError, ValueError):
+            os._exit(EXIT_INTERNAL)
         os._exit(0)
 
 

@@ -50,12 +50,18 @@ def read_events(path: Path) -> tuple[dict[str, Any], list[Any]]:
 
 
 def number(v: Any) -> float | None:
-    """A JSON number (or numeric string) as float; None for anything else."""
-    if type(v) is int or type(v) is float:  # the common case, first
-        return float(v)
+    """A JSON number (or numeric string) as float (inf past a double's range); None for
+    anything else."""
+    if type(v) is float:  # the common case, first
+        return v
     if isinstance(v, bool) or v is None:
         return None
-    if isinstance(v, int | float):
+    if isinstance(v, int):
+        try:
+            return float(v)
+        except OverflowError:
+            return math.inf if v > 0 else -math.inf
+    if isinstance(v, float):
         return float(v)
     if isinstance(v, str):
         try:
@@ -63,6 +69,11 @@ def number(v: Any) -> float | None:
         except ValueError:
             return None
     return None
+
+
+def name_of(v: Any) -> str:
+    """A name as the table keeps it: a string as it is, anything else as compact JSON."""
+    return v if isinstance(v, str) else json.dumps(v, separators=(",", ":"), ensure_ascii=False)
 
 
 def int_arg(args: Any, key: str) -> int:
@@ -103,10 +114,11 @@ def expected_rows(events: list[Any]) -> tuple[list[dict[str, Any]], int, int]:
         if ev.get("ph") != "X":
             continue
         ts = number(ev.get("ts"))
-        if ts is None or math.isnan(ts):
+        dur = number(ev.get("dur")) or 0.0
+        # an event is placed in time only by finite numbers ("nan", 1e400, inf are not)
+        if ts is None or not math.isfinite(ts + dur):
             malformed += 1
             continue
-        dur = number(ev.get("dur")) or 0.0
         if dur < 0:
             negative += 1
             dur = 0.0
@@ -117,7 +129,7 @@ def expected_rows(events: list[Any]) -> tuple[list[dict[str, Any]], int, int]:
             "dur": dur,
             "cat": cat,
             "kind": CATEGORY_KIND.get(cat, 0),  # type: ignore[arg-type]
-            "name": ev.get("name", ""),
+            "name": name_of(ev.get("name", "")),
             "pid": ident(ev.get("pid")),
             "tid": ident(ev.get("tid")),
             **{col: int_arg(args, key) for col, key in ARG_KEYS.items()},
@@ -182,7 +194,8 @@ def memory_count(events: list[Any]) -> int:
         if isinstance(e, dict)
         and e.get("ph") == "i"
         and e.get("name") == "[memory]"
-        and number(e.get("ts")) is not None
+        and (ts := number(e.get("ts"))) is not None
+        and math.isfinite(ts)
     )
 
 

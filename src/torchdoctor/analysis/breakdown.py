@@ -98,8 +98,12 @@ class StepBreakdown:
 def step_breakdowns(table: TraceTable, steps: Steps, act: GpuActivity) -> list[StepBreakdown]:
     """A breakdown for each step window, in step order."""
     if not len(act.rows):
+        # The operators' union is built once and each step clips its slice (a binary search):
+        # building it per step made a CPU-only trace quadratic in its step count.
+        rows = table.rows_named(lambda n: not n.startswith(_NOT_WORK), Kind.CPU_OP)
+        ops = iv.union(table.ts[rows], table.ts[rows] + table.dur[rows])
         return [
-            _cpu_step(n, float(lo), float(hi), table, act)
+            _cpu_step(n, float(lo), float(hi), ops, act)
             for n, lo, hi in zip(steps.numbers, steps.starts_us, steps.ends_us, strict=True)
         ]
     # Exclusive attribution is local in time, so it is done once over the whole trace and each
@@ -315,11 +319,13 @@ def _sync_ended_inside(calls: iv.Intervals, g0: np.ndarray, g1: np.ndarray) -> n
     return out
 
 
-def _cpu_step(n: int, lo: float, hi: float, table: TraceTable, act: GpuActivity) -> StepBreakdown:
-    """CPU-only trace: time inside DataLoader, in CPU collectives (gloo), in other operators,
-    and everything else (Python and glue), exclusive in that order."""
-    rows = table.rows_named(lambda n: not n.startswith(_NOT_WORK), Kind.CPU_OP)
-    ops = iv.clip(iv.union(table.ts[rows], table.ts[rows] + table.dur[rows]), lo, hi)
+def _cpu_step(
+    n: int, lo: float, hi: float, all_ops: iv.Intervals, act: GpuActivity
+) -> StepBreakdown:
+    """CPU-only trace: time inside DataLoader, in CPU collectives (gloo), in other operators
+    (``all_ops``: the union of every operator's span), and everything else (Python and glue),
+    exclusive in that order."""
+    ops = iv.clip(all_ops, lo, hi)
     data = iv.clip(act.dataloader, lo, hi)
     comm = iv.subtract(iv.clip(act.cpu_collectives, lo, hi), data)
     taken = iv.union(np.concatenate([data[0], comm[0]]), np.concatenate([data[1], comm[1]]))

@@ -17,12 +17,13 @@ from torchdoctor.capture.cli_args import (
     reject_option_as_script,
 )
 from torchdoctor.errors import UserError
+from torchdoctor.exits import OneLineErrors
 
 if TYPE_CHECKING:
     from torchdoctor.capture.options import CheckOptions
 
 
-class _CheckCommand(click.Command):
+class _CheckCommand(OneLineErrors, click.Command):
     def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
         return super().parse_args(ctx, normalize_args(args))
 
@@ -90,6 +91,15 @@ class _CheckCommand(click.Command):
     "--html", "html_path", type=click.Path(path_type=str), help="Also write an HTML report."
 )
 @click.option(
+    "--timeout",
+    "timeout_s",
+    default=None,
+    type=click.FloatRange(0, min_open=True),
+    metavar="SECONDS",
+    help="Stop the script after this many seconds (as Ctrl-C would) and report the steps "
+    "measured so far; exit status 124.",
+)
+@click.option(
     "--rank-timeout",
     default=120.0,
     show_default=True,
@@ -110,6 +120,7 @@ def check_command(
     json_path: str | None,
     rank_timeout: float,
     html_path: str | None = None,
+    timeout_s: float | None = None,
 ) -> None:
     """Run SCRIPT (with its own arguments) as __main__, profile a window of its steps, and
     report what slows it down, including what no trace shows.
@@ -118,9 +129,13 @@ def check_command(
       torchdoctor check train.py --lr 3e-4
       torchrun --nproc_per_node=2 -m torchdoctor check train.py
 
-    Exits with the script's own exit status.
+    Exits with the script's own exit status (128 + N when a signal N ended it, 124 at
+    --timeout); a torchdoctor error exits 2 (bad input) or 3 (internal) before the script runs.
+    A parent process watches the script, so the steps measured so far are reported however it
+    ends (os._exit, a segfault, SIGKILL, SIGTERM).
     """
     from torchdoctor.capture.options import CheckOptions
+    from torchdoctor.exits import fail
 
     try:
         reject_option_as_script(script)
@@ -134,12 +149,38 @@ def check_command(
             profile_memory=memory,
             out_dir=out_dir,
             rank_timeout_s=rank_timeout,
+            timeout_s=timeout_s,
         )
-        code = run_check(script, list(script_args), options, top, json_path, html_path)
+        code = _run_watched(script, list(script_args), options, top, json_path, html_path)
     except UserError as exc:
-        click.echo(f"torchdoctor: error: {exc}", err=True)
-        sys.exit(exc.exit_code)
+        fail(str(exc), exc.exit_code)
     sys.exit(code)
+
+
+def _run_watched(
+    script: str,
+    args: list[str],
+    options: CheckOptions,
+    top: int,
+    json_path: str | None,
+    html_path: str | None,
+) -> int:
+    """``run_check`` in a child process watched by this one, where the console script runs."""
+    from torchdoctor.capture import runner, watcher
+    from torchdoctor.inputs import input_path, output_path
+
+    if not watcher.available():
+        return run_check(script, args, options, top, json_path, html_path)
+    input_path(script, "script")  # errors come from the parent, before any fork
+    if html_path:
+        output_path(html_path, "HTML report")
+    if json_path and json_path != "-":
+        output_path(json_path, "JSON report")
+    status, folder = watcher.fork_watched(script, options, top, json_path, html_path)
+    if status is not None:
+        return status  # the parent: the child ran the script and is gone
+    runner.PRESET_FOLDER = folder
+    return run_check(script, args, options, top, json_path, html_path)
 
 
 def run_check(
@@ -165,4 +206,7 @@ def run_check(
 
 
 if __name__ == "__main__":
+    from torchdoctor import exits
+
+    exits.console_script = True
     check_command(prog_name="torchdoctor check")

@@ -6,14 +6,20 @@ signal seen so far wins (marker > optimizer > batch > forward), so a training lo
 optimizer steps even though its batches and forwards come first, an inference loop without an
 optimizer falls back to batches, and a decode loop with neither to its model calls. ``tick`` is on every step's path, so
 outside the profiled window it does a few appends and one comparison.
+
+Steps are counted in one thread: the first that ticks. Other threads stepping their own
+optimizers are not this loop's steps (their ticks are counted apart). When that thread is not
+the main one, the profiler is never started from it (torch's profiler must start where its
+client registered) and the script is never stopped: its steps are timed, it runs to its end.
 """
 
 from __future__ import annotations
 
 import math
+import threading
 from array import array
 from time import perf_counter
-from typing import Literal, Protocol
+from typing import Any, Literal, Protocol
 
 from torchdoctor.capture.options import CheckOptions
 
@@ -57,6 +63,13 @@ class StepClock:
         self.source: str | None = None
         self.switches: list[str] = []
         self.errors: list[str] = []
+        self.log: Any = None
+        """An ``EvidenceLog`` that gets every step as it ends (None: no log)."""
+        self.owner: int | None = None
+        """The thread whose steps are counted (the first that ticks)."""
+        self.other_thread_ticks = 0
+        self.profiles = True
+        """False when the counted thread is not the main one (no window, no StopScript)."""
         self._prio = -1
         self._reset()
 
@@ -90,6 +103,12 @@ class StepClock:
 
     def tick(self, source: str) -> None:
         """Mark the end of a step seen by ``source``; may raise ``StopScript``."""
+        ident = threading.get_ident()
+        if ident != self.owner:
+            if self.owner is not None:
+                self.other_thread_ticks += 1
+                return
+            self._adopt(ident)
         prio = _PRIORITY[source]
         if prio != self._prio:
             if prio < self._prio:
@@ -98,6 +117,8 @@ class StepClock:
         now = perf_counter()
         self.step_s.append(now - self._step_start)
         self.data_wait_s.append(self._pending_wait)
+        if self.log is not None:
+            self.log.step(now - self._step_start, self._pending_wait)
         self._pending_wait = 0.0
         n = len(self.step_s)
         if n >= self._next_event:
@@ -109,7 +130,39 @@ class StepClock:
         """Steps seen so far by the winning signal."""
         return len(self.step_s)
 
+    def _adopt(self, ident: int) -> None:
+        self.owner = ident
+        if ident != threading.main_thread().ident:
+            # No window from this thread: the profiler is left to the main thread (which
+            # stops it at the end if it opened at the start), and no StopScript, which would
+            # end this thread alone.
+            self.profiles = False
+            self.errors.append(
+                "steps come from a thread other than the main one: timed, not profiled, "
+                "and the script runs to its end"
+            )
+
+    def quiet(self) -> None:
+        """Count nothing from now on (in a forked child of the script)."""
+        self.owner = -1
+        self.log = None
+
+    def before_fork(self) -> None:
+        """The script is about to fork: a window being recorded is discarded, for good."""
+        if self.window_opened and not self.window_closed:
+            self.window_closed = True
+            self.profiles = False
+            self._call("window_abort")
+            self.errors.append(
+                "the script forked while the profiler recorded: the window was discarded (a "
+                "running profiler cannot be forked); steps are timed, the script runs to its end"
+            )
+
     def _switch(self, source: str, prio: int) -> None:
+        if self.log is not None:
+            if self.source is not None:
+                self.log.restart(f"{self.source}->{source} after {len(self.step_s)} steps")
+            self.log.source(source)
         if self.source is None:  # the first signal: the first step started with the script
             self.source, self._prio = source, prio
             return
@@ -127,6 +180,11 @@ class StepClock:
 
     def _advance(self, n: int) -> None:
         opts = self.options
+        if not self.profiles:  # steps from a thread other than the main one
+            if n == opts.warmup_steps:
+                self._call("set_measuring", True)
+            self._next_event = n + 1 if n < opts.warmup_steps else math.inf
+            return
         if n == self._start_at and not self.window_opened:
             self._open()
         if n == opts.warmup_steps:
@@ -143,6 +201,8 @@ class StepClock:
         self._next_event = n + 1
 
     def _open(self) -> None:
+        if self.log is not None:
+            self.log.window_opened()
         self.window_opened = True
         self._next_event = self._start_at + 1
         self._call("window_start", self._profiler_warmup)

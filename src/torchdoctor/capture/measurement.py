@@ -63,6 +63,12 @@ def _ending(record: dict[str, Any]) -> str:
         return f"the script failed ({ex.get('exception') or 'an exception'})"
     if status == "interrupted":
         return "the script was interrupted"
+    if status == "terminated":
+        return "the script was terminated (SIGTERM)"
+    if status == "timeout":
+        return "the script was stopped at --timeout"
+    if status in ("killed", "lost"):
+        return f"the script's process ended abruptly ({ex.get('exception')})"
     if status == "exited":
         return f"the script exited with status {ex.get('code')}"
     return "the script ended"

@@ -31,6 +31,8 @@ class CheckOptions:
     """How long rank 0 waits for the other ranks' results before summarising without them."""
     nvml_interval_s: float = 0.1
     """Sampling period of the NVML thread (GPU utilisation and memory)."""
+    timeout_s: float | None = None
+    """Stop the script after this many seconds, as Ctrl-C would (None: no limit)."""
 
     def __post_init__(self) -> None:
         if self.warmup_steps < 0:
@@ -41,6 +43,8 @@ class CheckOptions:
             raise UserError(f"rank timeout must be >= 0; got {self.rank_timeout_s}")
         if self.nvml_interval_s <= 0:
             raise UserError(f"NVML interval must be > 0; got {self.nvml_interval_s}")
+        if self.timeout_s is not None and not 0 < self.timeout_s < 1e9:
+            raise UserError(f"--timeout must be more than 0 seconds; got {self.timeout_s}")
 
     @property
     def last_profiled_step(self) -> int:

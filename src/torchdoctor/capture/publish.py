@@ -21,6 +21,7 @@ from torchdoctor.capture.runfolder import (
 from torchdoctor.capture.summary import build_report, render_analysis, summary_text
 from torchdoctor.integrations.hints import framework_hint
 from torchdoctor.rules.finding import Finding
+from torchdoctor.terminal import clean_report
 
 NO_STEPS = (
     "torchdoctor: no step was seen: the script never finished an optimizer.step(), never "
@@ -82,6 +83,7 @@ def publish(
         text = NO_STEPS + text
     text += framework_hint(record.get("frameworks") or [])
     text += f"run folder: {folder}\n"
+    text = clean_report(text)  # names and paths from the run reach a terminal
     write_json(folder / "report.json", doc)
     (folder / "report.txt").write_text(text, encoding="utf-8")
     release_pointer(options.out_dir, rank)

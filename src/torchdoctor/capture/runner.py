@@ -21,6 +21,7 @@ from types import TracebackType
 from typing import Any
 
 from torchdoctor.capture.clock import StopScript
+from torchdoctor.capture.evidence import EvidenceLog, evidence_path
 from torchdoctor.capture.options import CheckOptions
 from torchdoctor.capture.runfolder import (
     RankInfo,
@@ -29,8 +30,8 @@ from torchdoctor.capture.runfolder import (
     trace_path,
     write_json,
 )
+from torchdoctor.capture.stopping import StopSignals, on_fork
 from torchdoctor.capture.streams import stdout_to_stderr
-from torchdoctor.errors import UserError
 
 EXIT_INTERRUPTED = 130  # what a shell reports for a process ended by SIGINT
 
@@ -40,7 +41,9 @@ class Outcome:
     """How the script ended."""
 
     status: str
-    """completed | stopped (by check, after the profiled steps) | exited | error | interrupted"""
+    """completed | stopped (by check, after the profiled steps) | exited | error | interrupted
+    | terminated (SIGTERM) | timeout (--timeout); a watching parent adds killed (by a signal)
+    and lost (the process ended before writing its record)"""
     code: int
     """The exit status the script would have had on its own."""
     exception: BaseException | None = None
@@ -88,18 +91,18 @@ def show_traceback(exc: BaseException) -> None:
     traceback.print_exception(type(exc), exc, tb, file=sys.stderr)
 
 
-def run_script(script: str, args: list[str]) -> Outcome:
+def run_script(script: str, args: list[str], stop: StopSignals | None = None) -> Outcome:
     """Execute ``script`` as ``__main__`` with ``args``; never raises for the script's sake."""
     saved_argv, saved_path0 = sys.argv[:], sys.path[:]
     sys.argv = [script, *args]
     sys.path.insert(0, os.path.dirname(os.path.abspath(script)))
     try:
-        return run_function(lambda: runpy.run_path(script, run_name="__main__"))
+        return run_function(lambda: runpy.run_path(script, run_name="__main__"), stop)
     finally:
         sys.argv, sys.path[:] = saved_argv, saved_path0
 
 
-def run_function(main: Callable[[], Any]) -> Outcome:
+def run_function(main: Callable[[], Any], stop: StopSignals | None = None) -> Outcome:
     """Call ``main`` and say how it ended; never raises for its sake."""
     try:
         main()
@@ -110,8 +113,13 @@ def run_function(main: Callable[[], Any]) -> Outcome:
         code = _exit_code(exc)
         return Outcome("completed" if code == 0 else "exited", code, exc if code else None)
     except KeyboardInterrupt as exc:
-        show_traceback(exc)
-        return Outcome("interrupted", EXIT_INTERRUPTED, exc)
+        status, code = (stop or StopSignals(None)).outcome(exc)
+        if status == "interrupted":
+            show_traceback(exc)
+        else:
+            why = "SIGTERM" if status == "terminated" else "--timeout"
+            print(f"torchdoctor: stopped the script ({why})", file=sys.stderr)
+        return Outcome(status, code, exc)
     except BaseException as exc:
         show_traceback(exc)
         return Outcome("error", 1, exc)
@@ -125,9 +133,10 @@ def check_script(
     ``quiet_stdout`` sends the script's standard output to standard error (``check --json``).
     Returns the script's exit status, the run folder and this rank's record (``run.json``).
     """
-    if not os.path.isfile(script):
-        raise UserError(f"{script}: no such script")
-    return _watch(script, args, options, lambda: run_script(script, args), quiet_stdout)
+    from torchdoctor.inputs import input_path
+
+    input_path(script, "script")  # a FIFO would block runpy
+    return _watch(script, args, options, lambda stop: run_script(script, args, stop), quiet_stdout)
 
 
 def check_callable(
@@ -135,34 +144,52 @@ def check_callable(
 ) -> tuple[int, Path, dict[str, Any]]:
     """``check_script`` for a function called with no arguments (notebooks)."""
     name = re.sub(r"\W+", "_", getattr(main, "__qualname__", "") or "").strip("_") or "function"
-    return _watch(f"{name}.py", [], options, lambda: run_function(main))
+    return _watch(f"{name}.py", [], options, lambda stop: run_function(main, stop))
+
+
+PRESET_FOLDER: Path | None = None
+"""The run folder, when a watching parent made it before forking this process."""
 
 
 def _watch(
     script: str,
     args: list[str],
     options: CheckOptions,
-    run: Callable[[], Outcome],
+    run: Callable[[StopSignals], Outcome],
     quiet_stdout: bool = False,
 ) -> tuple[int, Path, dict[str, Any]]:
     rank = RankInfo.from_env()
-    folder = create_run_folder(options.out_dir, script, rank)
+    folder = PRESET_FOLDER or create_run_folder(options.out_dir, script, rank)
     from torchdoctor.capture.session import Session
     from torchdoctor.integrations.hints import FrameworkSpy
 
     session = Session(options, folder, rank)
+    log = EvidenceLog(evidence_path(folder, rank))
+    log.header(script, args, options.to_dict(), rank)
+    session.clock.log = log
     spy = FrameworkSpy()  # which framework's trainer steps the optimizer, for the hint
+    stop = StopSignals(options.timeout_s, watched=PRESET_FOLDER is not None)
+    pid = os.getpid()
+    # A fork stops a recording profiler first; a forked child never counts steps.
+    forget_fork = on_fork(session.clock.before_fork, session.clock.quiet)
     session.install()
     spy.install()
+    stop.install()
     try:
         with stdout_to_stderr() if quiet_stdout else contextlib.nullcontext():
-            outcome = run()
+            outcome = run(stop)
     finally:
-        spy.uninstall()
-        session.uninstall()
+        if os.getpid() == pid:
+            stop.uninstall()
+            spy.uninstall()
+            session.uninstall()
+            forget_fork()
+    if os.getpid() != pid:
+        _leave_forked_child(outcome.code)
     try:
         record = finish_record(session, outcome, script, args)
         record["frameworks"] = spy.seen
+        record["steps"]["other_thread_steps"] = session.clock.other_thread_ticks
     except Exception as exc:
         # Our bug must not replace the script's exit status; say so in one line.
         if os.environ.get("TORCHDOCTOR_DEBUG"):
@@ -170,8 +197,26 @@ def _watch(
         internal_error("while collecting the results", exc)
         record = {"exit": outcome.to_dict(), "steps": {}, "findings": [], "error": repr(exc)}
     write_json(rank_result_path(folder, rank), record)
+    log.record_written()
+    log.close()
     _close_process_group()
     return outcome.code, folder, record
+
+
+def _leave_forked_child(code: int) -> None:
+    """A child the script forked came back from the script: it is not the watched run and must
+    not write the run folder. It ends with its own status, its atexit handlers run and its
+    output flushed, but without the interpreter's full teardown: in a fork of a process that
+    ran torch's profiler, that teardown hangs on a lock of a profiler thread the fork did not
+    copy (plain torch does the same)."""
+    import atexit
+
+    with contextlib.suppress(Exception):
+        atexit._run_exitfuncs()
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(Exception):
+            stream.flush()
+    os._exit(code)
 
 
 def finish_record(session: Any, outcome: Outcome, script: str, args: list[str]) -> dict[str, Any]:

@@ -1,4 +1,5 @@
-"""The ``compare`` command: exit 0 (no gate, or it passed), 1 (the gate failed), 2 (bad input)."""
+"""The ``compare`` command: exit 0 (no gate, or it passed), 1 (the gate failed), 2 (bad input),
+3 (an internal error: never read as "slower")."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ from typing import Any
 
 import click
 
-EXIT_GATE_FAILED = 1
+from torchdoctor.exits import EXIT_SLOWER as EXIT_GATE_FAILED
 
 
 @click.command("compare", context_settings={"help_option_names": ["-h", "--help"]})
@@ -55,12 +56,18 @@ def _compare(
     from torchdoctor.compare import render
     from torchdoctor.compare.diff import compare
     from torchdoctor.compare.sides import load_side
+    from torchdoctor.inputs import output_path
+
+    if html_path:
+        output_path(html_path, "HTML page")
 
     c = compare(load_side(base), load_side(new))
     if as_json:
         click.echo(json.dumps(_clean(render.to_dict(c, fail_pct, top)), indent=1))
     else:
-        click.echo(render.render_text(c, fail_pct, top), nl=False)
+        from torchdoctor.terminal import clean_report
+
+        click.echo(clean_report(render.render_text(c, fail_pct, top)), nl=False)
     if html_path:
         from torchdoctor.report.html import write_html
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, TypeGuard
 
 import numpy as np
 
@@ -41,9 +41,9 @@ class Side:
 
 def load_side(path: str) -> Side:
     """Recognise and load one side; a UserError (exit 2) when it is none of the four kinds."""
-    p = Path(path)
-    if not p.exists():
-        raise UserError(f"{p}: no such file or directory")
+    from torchdoctor.inputs import input_path
+
+    p = input_path(path, "file or folder", folder_ok=True)  # a FIFO would block the read
     if p.is_dir():
         if (p / "run.json").is_file():
             return _check_run(p)
@@ -151,21 +151,69 @@ def _str_or_none(v: Any) -> str | None:
 
 
 def _read_json(p: Path) -> Any:
+    from torchdoctor.inputs import input_path
+
+    input_path(p, "JSON file")
     try:
         return json.loads(p.read_text(encoding="utf-8"))
     except (OSError, ValueError) as exc:
         raise UserError(f"{p}: not readable JSON ({exc})") from None
+    except RecursionError:
+        raise UserError(f"{p}: the JSON nests too deeply to be a torchdoctor file") from None
+
+
+def _dict(value: Any, where: str) -> dict[str, Any]:
+    """``value`` if it is a JSON object (None counts as an empty one), else a UserError."""
+    if value is None:
+        return {}
+    if not isinstance(value, dict):
+        raise UserError(f"{where} is a {type(value).__name__}, not an object")
+    return value
+
+
+def _times(value: Any, where: str) -> np.ndarray:
+    """A list of finite, non-negative numbers as float64; anything else is a UserError."""
+    if value is None:
+        return np.zeros(0)
+    if not isinstance(value, list) or not all(_is_number(v) for v in value):
+        raise UserError(f"{where} is not a list of numbers")
+    arr = np.asarray(value, dtype=np.float64)
+    if not np.isfinite(arr).all() or (arr < 0).any():
+        raise UserError(f"{where} holds a negative, infinite or NaN time")
+    return arr
+
+
+def _is_number(v: Any) -> TypeGuard[float]:
+    return isinstance(v, int | float) and not isinstance(v, bool) and abs(v) < 1e300
+
+
+def _count(value: Any, where: str) -> int:
+    if value is None:
+        return 0
+    if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+        raise UserError(f"{where} is not a count")
+    return value
+
+
+def _rank0_record(folder: Path, run: dict[str, Any]) -> dict[str, Any]:
+    """Rank 0's record of a torchrun run folder (its path is kept inside the folder)."""
+    ranks = _dict(run["ranks"], f"{folder}/run.json: 'ranks'")
+    name = ranks.get("0", "ranks/rank0.json")
+    path = (folder / str(name)).resolve()
+    if not isinstance(name, str) or not path.is_relative_to(folder.resolve()):
+        raise UserError(f"{folder}/run.json: rank 0's record is not a file of the run folder")
+    return _dict(_read_json(path), str(path))
 
 
 def _check_run(folder: Path) -> Side:
     """A ``check`` run folder: the run's own step clock (many steps), the trace's details."""
-    run = _read_json(folder / "run.json")
+    run = _dict(_read_json(folder / "run.json"), f"{folder}/run.json")
     record = run
-    if "ranks" in run and isinstance(run["ranks"], dict):  # torchrun: rank 0's record
-        record = _read_json(folder / run["ranks"].get("0", "ranks/rank0.json"))
-    steps = record.get("steps") or {}
-    warm = int(steps.get("warmup_steps") or 0)
-    step_ms = np.asarray((steps.get("step_ms") or [])[warm:], dtype=np.float64)
+    if "ranks" in run:  # torchrun: rank 0's record
+        record = _rank0_record(folder, run)
+    steps = _dict(record.get("steps"), f"{folder}: the record's 'steps'")
+    warm = _count(steps.get("warmup_steps"), f"{folder}: 'steps.warmup_steps'")
+    step_ms = _times(steps.get("step_ms"), f"{folder}: 'steps.step_ms'")[warm:]
     trace = folder / "trace.json.gz" if (folder / "trace.json.gz").is_file() else folder / "traces"
     if trace.exists():
         from torchdoctor.report.build import analyze_path
@@ -186,19 +234,37 @@ def _with_record(base: Side, folder: Path, record: dict[str, Any], step_ms: np.n
     report = folder / "report.json"
     findings = base.findings
     if report.is_file():
-        findings = {f["id"]: f for f in _read_json(report).get("findings", []) if "id" in f}
-    gpu = ((record.get("gpu") or {}).get("device") or {}).get("name") or base.gpu
-    loaders = (record.get("config") or {}).get("dataloaders") or []
-    batch = next((d.get("batch_size") for d in loaders if d.get("batch_size")), None)
+        doc = _dict(_read_json(report), str(report))
+        findings = _findings(doc.get("findings"), str(report))
+    gpu = _dict(_dict(record.get("gpu"), "'gpu'").get("device"), "'gpu.device'").get("name")
+    loaders = _dict(record.get("config"), "'config'").get("dataloaders") or []
+    if not isinstance(loaders, list):
+        loaders = []
+    batch = next(
+        (
+            d["batch_size"]
+            for d in loaders
+            if isinstance(d, dict) and _is_number(d.get("batch_size")) and d["batch_size"] > 0
+        ),
+        None,
+    )
     return replace(
         base,
         step_ms=step_ms if len(step_ms) else base.step_ms,
         findings=findings,
-        gpu=gpu,
-        torch_version=record.get("torch_version") or base.torch_version,
+        gpu=_str_or_none(gpu) or base.gpu,
+        torch_version=_str_or_none(record.get("torch_version")) or base.torch_version,
         batch_size=batch,
         samples_per_step=float(batch) if batch else None,
     )
+
+
+def _findings(value: Any, where: str) -> dict[str, dict[str, Any]]:
+    if value is None:
+        return {}
+    if not isinstance(value, list):
+        raise UserError(f"{where}: 'findings' is not a list")
+    return {f["id"]: f for f in value if isinstance(f, dict) and isinstance(f.get("id"), str)}
 
 
 def _tune_doc(p: Path) -> dict[str, Any] | None:
@@ -207,31 +273,37 @@ def _tune_doc(p: Path) -> dict[str, Any] | None:
         return None
     try:
         doc = json.loads(p.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return None
+    except (OSError, ValueError, RecursionError):
+        return None  # then it is read as a trace, which says what is wrong with it
     return doc if isinstance(doc, dict) and "best" in doc and "ranked" in doc else None
 
 
 def _tune(p: Path, doc: dict[str, Any]) -> Side:
     """A ``tune`` result: the picked configuration's step times."""
-    best = doc.get("best") or {}
-    times = best.get("step_times_s")
+    best = _dict(doc.get("best"), f"{p}: 'best'")
+    times = _times(best.get("step_times_s"), f"{p}: 'best.step_times_s'")
+    median = best.get("median_step_s")
     notes = []
-    if times:
-        step_ms = np.asarray(times, dtype=np.float64) * 1000.0
-    elif best.get("median_step_s"):
-        step_ms = np.asarray([best["median_step_s"] * 1000.0])
+    if len(times):
+        step_ms = times * 1000.0
+    elif _is_number(median) and 0 < median < 1e9:
+        step_ms = np.asarray([median * 1000.0])
         notes.append("tune result without per-step times: the median only, no noise estimate")
     else:
         raise UserError(f"{p}: the tune result has no timed pick")
     sps = best.get("samples_per_s")
+    sps = sps if _is_number(sps) and sps > 0 else None
     med = float(np.median(step_ms)) / 1000.0
+    ids = doc.get("finding_ids") or []
+    if not isinstance(ids, list):
+        raise UserError(f"{p}: 'finding_ids' is not a list")
+    batch = _dict(best.get("assignment"), f"{p}: 'best.assignment'").get("batch_size")
     return Side(
         path=str(p),
         kind="tune",
         step_ms=step_ms,
-        findings={i: {"id": i, "title": i} for i in doc.get("finding_ids") or []},
-        batch_size=(best.get("assignment") or {}).get("batch_size"),
+        findings={str(i): {"id": str(i), "title": str(i)} for i in ids},
+        batch_size=int(batch) if _is_number(batch) and batch > 0 else None,
         samples_per_step=sps * med if sps else None,
-        notes=[f"tune pick: {best.get('config', '?')}", *notes],
+        notes=[f"tune pick: {_str_or_none(best.get('config')) or '?'}", *notes],
     )

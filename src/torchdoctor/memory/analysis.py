@@ -8,7 +8,7 @@ from typing import Any
 
 from torchdoctor.memory.advice import fixes, fragmentation_matters, read_settings
 from torchdoctor.memory.errors import HISTORY_HINT
-from torchdoctor.memory.frames import NO_STACK, classify
+from torchdoctor.memory.frames import NO_STACK
 from torchdoctor.memory.ingest import HolderTable, Ingested, ingest
 from torchdoctor.memory.model import (
     DeviceHistory,
@@ -20,6 +20,7 @@ from torchdoctor.memory.model import (
 )
 from torchdoctor.memory.replay import DeviceReplay
 from torchdoctor.memory.segments import DeviceSegments, by_device, device_segments
+from torchdoctor.memory.shape import Segment
 
 BEFORE_HISTORY = "<allocated before the recorded history>"
 TOP_HOLDERS = 12
@@ -38,11 +39,11 @@ def _rows(
 
 
 def _holder_of_block(frames: Any, table: HolderTable) -> tuple[str, str]:
-    """Holder of a block allocated before the history; no stack means before recording started."""
-    if isinstance(frames, int) and 0 <= frames < len(table.holders):
-        h = table.holders[frames]
-    else:
-        h = classify(frames if isinstance(frames, list) else [])
+    """Holder of a block allocated before the history; no stack means before recording started.
+
+    Looked up through the holder table, which classifies each frames list once: blocks that
+    share one list cost one classification, not one each."""
+    h = table.holders[table.of_frames(frames)]
     return (BEFORE_HISTORY, "other") if h.label == NO_STACK else (h.label, h.category)
 
 
@@ -143,7 +144,7 @@ def _history(replay: DeviceReplay, seg: DeviceSegments, table: HolderTable) -> D
     )
 
 
-def _device(device: int, segs: list[dict[str, Any]], data: Ingested, settings: Any) -> DeviceMemory:
+def _device(device: int, segs: list[Segment], data: Ingested, settings: Any) -> DeviceMemory:
     seg = device_segments(device, segs)
     replay = data.replays.get(device)
     history = _history(replay, seg, data.holders) if replay and replay.entries else None
@@ -170,10 +171,16 @@ def _device(device: int, segs: list[dict[str, Any]], data: Ingested, settings: A
 
 def analyze_ingested(path: Path, data: Ingested) -> MemoryReport:
     settings = read_settings(data.top.get("allocator_settings"))
-    groups = by_device(data.top.get("segments", []))
+    groups = by_device(data.segments)
     devices = sorted(set(groups) | set(data.replays))
     report = tuple(_device(d, groups.get(d, []), data, settings) for d in devices)
     notes = []
+    for dev, replay in sorted(data.replays.items()):
+        if replay.oom_entries > len(replay.ooms):
+            notes.append(
+                f"device {dev}: {replay.oom_entries} OOM entries; the first "
+                f"{len(replay.ooms) - 1} and the last are itemised"
+            )
     if not any(d.history for d in report):
         notes.append(f"no allocation history in this snapshot (recording was off): {HISTORY_HINT}")
     if not settings.known:
@@ -206,7 +213,7 @@ def series_of_ingested(
     data: Ingested, device: int | None = None
 ) -> dict[int, tuple[SeriesPoint, ...]]:
     """:func:`memory_series` of a snapshot already read (so ``memory --html`` reads it once)."""
-    groups = by_device(data.top.get("segments", []))
+    groups = by_device(data.segments)
     out: dict[int, tuple[SeriesPoint, ...]] = {}
     for dev, replay in sorted(data.replays.items()):
         if device is not None and dev != device:

@@ -43,60 +43,78 @@ class Holder:
     category: Category
 
 
+Frame = tuple[str, str, int]
+"""(name, filename, line) of one stack frame."""
+
+
+def frame_fields(frame: Any) -> Frame:
+    """(name, filename, line) of a frame; a field of the wrong type (or a frame that is not a
+    dict) reads as empty, so an odd value can neither fail the report nor run into ``str()``
+    of a deeply nested structure."""
+    if type(frame) is not dict:
+        return ("", "", 0)
+    name, filename, line = frame.get("name", ""), frame.get("filename", ""), frame.get("line", 0)
+    return (
+        name if type(name) is str else "",
+        filename if type(filename) is str else "",
+        line if type(line) is int and -(2**31) <= line < 2**31 else 0,
+    )
+
+
 def is_python(filename: str) -> bool:
     return filename.endswith(".py") or filename.startswith("<")
 
 
-def is_inductor_call(frame: dict[str, Any]) -> bool:
-    return frame.get("name") == "call" and bool(_INDUCTOR_FILE.search(frame.get("filename", "")))
+def is_inductor_call(frame: Frame) -> bool:
+    return frame[0] == "call" and bool(_INDUCTOR_FILE.search(frame[1]))
 
 
 def is_library(filename: str) -> bool:
     return any(part in filename for part in _LIBRARY_PARTS)
 
 
-def _short(frame: dict[str, Any]) -> str:
-    filename = str(frame.get("filename", "?")).rsplit("/", 1)[-1]
-    return f"{filename}:{frame.get('line', 0)} ({frame.get('name', '?')})"
+def _short(frame: Frame) -> str:
+    filename = (frame[1] or "?").rsplit("/", 1)[-1]
+    return f"{filename}:{frame[2]} ({frame[0] or '?'})"
 
 
-def holder_label(frames: Sequence[dict[str, Any]]) -> str:
+def holder_label(frames: Sequence[Frame]) -> str:
     """The first user Python frame as ``file.py:LINE (function)``, prefixed when compiled."""
     if not frames:
         return NO_STACK
     compiled = False
     for frame in frames:
-        filename = str(frame.get("filename", ""))
-        if not is_python(filename):
+        if not is_python(frame[1]):
             continue
         if is_inductor_call(frame):
             compiled = True
-        elif not is_library(filename):
+        elif not is_library(frame[1]):
             return f"compiled graph of {_short(frame)}" if compiled else _short(frame)
-    if any("torch::autograd::Engine" in str(f.get("name", "")) for f in frames):
+    if any("torch::autograd::Engine" in f[0] for f in frames):
         return BACKWARD_THREAD
     return CPP_ONLY
 
 
-def category(frames: Sequence[dict[str, Any]]) -> Category:
+def category(frames: Sequence[Frame]) -> Category:
     """What the allocation holds, from the functions on its stack (first match wins).
 
     Optimizer ``step`` -> optimizer state; ``backward`` (Python or the autograd engine) ->
     gradients; module ``_apply``/``to``/``load_state_dict`` outside a forward -> parameters;
     module ``forward`` -> activations.
     """
-    names = [(str(f.get("name", "")), str(f.get("filename", ""))) for f in frames]
-    if any(n == "step" and "optim" in fn.lower() for n, fn in names):
+    if any(n == "step" and "optim" in fn.lower() for n, fn, _ in frames):
         return "optimizer state"
-    if any("backward" in n.lower() or "autograd::Engine" in n for n, _ in names):
+    if any("backward" in n.lower() or "autograd::Engine" in n for n, _, _ in frames):
         return "gradients"
-    in_forward = any(n in ("forward", "_call_impl") for n, fn in names if is_python(fn))
-    if not in_forward and any(n in _PARAM_FUNCS for n, fn in names if is_python(fn)):
+    in_forward = any(n in ("forward", "_call_impl") for n, fn, _ in frames if is_python(fn))
+    if not in_forward and any(n in _PARAM_FUNCS for n, fn, _ in frames if is_python(fn)):
         return "parameters"
     if in_forward or any(is_inductor_call(f) for f in frames):
         return "activations"
     return "other"
 
 
-def classify(frames: Sequence[dict[str, Any]]) -> Holder:
-    return Holder(holder_label(frames), category(frames))
+def classify(frames: Any) -> Holder:
+    """The holder of a stack: a list of frame dicts (anything else reads as no stack)."""
+    fields = [frame_fields(f) for f in frames] if type(frames) is list else []
+    return Holder(holder_label(fields), category(fields))

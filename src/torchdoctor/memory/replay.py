@@ -14,6 +14,10 @@ from collections import Counter
 from dataclasses import dataclass, field
 
 SERIES_POINTS = 2048
+OOMS_LISTED = 32
+"""OOM entries itemised per device: the first 31 and the last (a log of thousands of retries
+would otherwise cost the live set once per entry)."""
+_MISSING = object()
 
 _RESERVE = {"segment_alloc": 1, "segment_map": 1, "segment_free": -1, "segment_unmap": -1}
 
@@ -63,6 +67,50 @@ class Series:
             self.stride *= 2
 
 
+class LiveAt:
+    """The live set as it was at one moment, kept as an undo journal of the changes since.
+
+    Copying the live set at every new peak (or OOM) costs the set's size each time: a history
+    that reaches a new peak, frees, and reaches a higher one made the replay quadratic. The
+    journal costs one entry per change; it becomes a copy once it outgrows the set, so the
+    work stays linear in the history.
+    """
+
+    __slots__ = ("_copy", "_journal", "marked")
+
+    def __init__(self) -> None:
+        self._journal: list[tuple[int, object]] | None = None
+        self._copy: dict[int, tuple[int, int]] | None = None
+        self.marked = False
+
+    def mark(self) -> None:
+        """The moment is now (what ``live`` holds now)."""
+        self._journal, self._copy, self.marked = [], None, True
+
+    def before_change(self, live: dict[int, tuple[int, int]], addr: int) -> bool:
+        """Journal a change to ``live[addr]``; False once the journal became a copy."""
+        journal = self._journal
+        if journal is None:
+            return False
+        journal.append((addr, live.get(addr, _MISSING)))
+        if len(journal) > len(live) + 64:
+            self._copy, self._journal = self.state(live), None
+            return False
+        return True
+
+    def state(self, live: dict[int, tuple[int, int]]) -> dict[int, tuple[int, int]]:
+        """The live set at the marked moment."""
+        if self._copy is not None:
+            return self._copy
+        out = dict(live)
+        for addr, old in reversed(self._journal or []):
+            if old is _MISSING:
+                out.pop(addr, None)
+            else:
+                out[addr] = old  # type: ignore[assignment]
+        return out
+
+
 @dataclass
 class DeviceReplay:
     """Running counters and the live allocations of one device's history."""
@@ -84,7 +132,12 @@ class DeviceReplay:
     counts: Counter[str] = field(default_factory=Counter)
     ooms: list[OomMoment] = field(default_factory=list)
     series: Series = field(default_factory=Series)
-    _peak_pending: bool = False
+    oom_entries: int = 0
+    """Every ``oom`` entry seen (``ooms`` itemises at most ``OOMS_LISTED``)."""
+    _at_peak: LiveAt = field(default_factory=LiveAt)
+    _at_last_oom: LiveAt = field(default_factory=LiveAt)
+    _journaling: list[LiveAt] = field(default_factory=list)
+    """The moments whose journal is open (most of a history has none: no cost then)."""
 
     def feed(self, action: str, addr: int, size: int, time_us: int, holder: int) -> None:
         """Apply one history entry; ``holder`` is the interned holder of its stack."""
@@ -105,9 +158,19 @@ class DeviceReplay:
         self.entries += 1
         self.series.add(time_us, self.allocated, self.reserved)
 
+    def _change(self, addr: int) -> None:
+        self._journaling = [j for j in self._journaling if j.before_change(self.live, addr)]
+
+    def _mark(self, moment: LiveAt) -> None:
+        moment.mark()
+        if moment not in self._journaling:
+            self._journaling.append(moment)
+
     def _alloc(self, addr: int, size: int, holder: int) -> None:
         self.allocated += size
         self.active += size
+        if self._journaling:
+            self._change(addr)
         self.live[addr] = (size, holder)
         self.largest_request_bytes = max(self.largest_request_bytes, size)
         if self.allocated > self.peak:
@@ -116,39 +179,52 @@ class DeviceReplay:
                 self.entries,
                 self.last_time_us,
             )
-            self._peak_pending = True  # copy the live set lazily, before it next shrinks
+            self._mark(self._at_peak)
+            self.unknown_freed_at_peak = self.unknown_freed
 
     def _free(self, addr: int, size: int) -> None:
-        if self._peak_pending:
-            self.capture_peak()
         self.allocated -= size
-        if self.live.pop(addr, None) is None:
+        if addr in self.live:
+            if self._journaling:
+                self._change(addr)
+            del self.live[addr]
+        else:
             self.unknown_freed += size  # allocated before the recorded window
-
-    def capture_peak(self) -> None:
-        self.live_at_peak = dict(self.live)
-        self.unknown_freed_at_peak = self.unknown_freed
-        self._peak_pending = False
 
     def oom(self, requested: int, device_free: int, time_us: int) -> None:
         self.largest_request_bytes = max(self.largest_request_bytes, requested)  # it was asked for
-        by_holder: Counter[int] = Counter()
-        for size, holder in self.live.values():
-            by_holder[holder] += size
-        self.ooms.append(
-            OomMoment(
-                self.entries,
-                time_us,
-                requested,
-                device_free,
-                self.allocated,
-                self.reserved,
-                dict(by_holder),
-                self.unknown_freed,
-            )
+        self.oom_entries += 1
+        last = len(self.ooms) >= OOMS_LISTED - 1
+        moment = OomMoment(
+            self.entries,
+            time_us,
+            requested,
+            device_free,
+            self.allocated,
+            self.reserved,
+            {} if last else _by_holder(self.live),
+            self.unknown_freed,
         )
+        if not last:
+            self.ooms.append(moment)
+            return
+        # Past the first ones only the latest is kept; its holders are read at the end.
+        if len(self.ooms) == OOMS_LISTED:
+            self.ooms[-1] = moment
+        else:
+            self.ooms.append(moment)
+        self._mark(self._at_last_oom)
 
     def finish(self) -> None:
-        if self._peak_pending:
-            self.capture_peak()
+        if self._at_peak.marked:
+            self.live_at_peak = self._at_peak.state(self.live)
+        if self._at_last_oom.marked:
+            self.ooms[-1].live_by_holder = _by_holder(self._at_last_oom.state(self.live))
         self.series.flush()
+
+
+def _by_holder(live: dict[int, tuple[int, int]]) -> dict[int, int]:
+    by: Counter[int] = Counter()
+    for size, holder in live.values():
+        by[holder] += size
+    return dict(by)

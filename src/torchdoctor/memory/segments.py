@@ -13,6 +13,8 @@ from collections import defaultdict
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from torchdoctor.memory.shape import Segment
+
 SizeClass = Literal["small", "large", "expandable"]
 SIZE_CLASSES: tuple[SizeClass, ...] = ("small", "large", "expandable")
 # A segment with under half its bytes allocated keeps more cache than it uses.
@@ -52,51 +54,48 @@ class DeviceSegments:
     """(address, size, frames) of each allocated block, for holders of memory made before the history."""
 
 
-def size_class(segment: dict[str, Any]) -> SizeClass:
-    if segment.get("is_expandable"):
+def size_class(segment: Segment) -> SizeClass:
+    if segment.is_expandable:
         return "expandable"
-    return "small" if segment.get("segment_type") == "small" else "large"
+    return "small" if segment.segment_type == "small" else "large"
 
 
-def _free_blocks(segment: dict[str, Any]) -> list[int]:
-    return [
-        int(b.get("size", 0)) for b in segment.get("blocks", []) if b.get("state") == "inactive"
-    ]
+def _free_blocks(segment: Segment) -> list[int]:
+    return [b.size for b in segment.blocks if b.state == "inactive"]
 
 
-def _class_rows(segments: list[dict[str, Any]]) -> tuple[ClassFree, ...]:
+def _class_rows(segments: list[Segment]) -> tuple[ClassFree, ...]:
     acc: dict[SizeClass, list[int]] = defaultdict(lambda: [0, 0, 0, 0])
     for seg in segments:
         row = acc[size_class(seg)]
-        total, allocated = int(seg.get("total_size", 0)), int(seg.get("allocated_size", 0))
         row[0] += 1
-        row[1] += total
-        row[2] += total - allocated
+        row[1] += seg.total_size
+        row[2] += seg.total_size - seg.allocated_size
         row[3] = max([row[3], *_free_blocks(seg)])
     return tuple(ClassFree(c, *acc[c]) for c in SIZE_CLASSES if c in acc)
 
 
-def device_segments(device: int, segments: list[dict[str, Any]]) -> DeviceSegments:
+def device_segments(device: int, segments: list[Segment]) -> DeviceSegments:
     """Sums and fragmentation evidence over ``segments`` (those of one device)."""
-    total = [int(s.get("total_size", 0)) for s in segments]
-    allocated = [int(s.get("allocated_size", 0)) for s in segments]
+    total = [s.total_size for s in segments]
+    allocated = [s.allocated_size for s in segments]
     empty = [t for t, a in zip(total, allocated, strict=True) if a == 0]
     mostly = sum(
         1 for t, a in zip(total, allocated, strict=True) if t and a < MOSTLY_EMPTY_SHARE * t
     )
     blocks = [
-        (int(b.get("address", 0)), int(b.get("size", 0)), b.get("frames", []))
+        (b.address, b.size, b.frames)
         for s in segments
-        for b in s.get("blocks", [])
-        if b.get("state") == "active_allocated"
+        for b in s.blocks
+        if b.state == "active_allocated"
     ]
     return DeviceSegments(
         device=device,
         segments=len(segments),
         reserved_bytes=sum(total),
         allocated_bytes=sum(allocated),
-        active_bytes=sum(int(s.get("active_size", 0)) for s in segments),
-        requested_bytes=sum(int(s.get("requested_size", 0)) for s in segments),
+        active_bytes=sum(s.active_size for s in segments),
+        requested_bytes=sum(s.requested_size for s in segments),
         free_bytes=sum(total) - sum(allocated),
         split_free_bytes=sum(total) - sum(allocated) - sum(empty),
         largest_free_block_bytes=max((b for s in segments for b in _free_blocks(s)), default=0),
@@ -108,10 +107,8 @@ def device_segments(device: int, segments: list[dict[str, Any]]) -> DeviceSegmen
     )
 
 
-def by_device(segments: list[dict[str, Any]]) -> dict[int, list[dict[str, Any]]]:
-    groups: dict[int, list[dict[str, Any]]] = defaultdict(list)
+def by_device(segments: list[Segment]) -> dict[int, list[Segment]]:
+    groups: dict[int, list[Segment]] = defaultdict(list)
     for seg in segments:
-        if not isinstance(seg, dict):
-            continue
-        groups[int(seg.get("device", 0))].append(seg)
+        groups[seg.device].append(seg)
     return dict(groups)

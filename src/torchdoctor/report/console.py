@@ -20,9 +20,18 @@ def report_width(stream: Any = None) -> int | None:
 
 
 def make_console(stderr: bool = False) -> Console:
-    """A console for reports on stdout (or stderr), without rich's automatic highlighting."""
+    """A console for reports on stdout (or stderr), without rich's automatic highlighting.
+
+    Control characters in what it prints are escaped (names come from files: see
+    ``torchdoctor.terminal``); a closed pipe ends the process quietly (exit 141).
+    """
     from rich.console import Console
 
-    return Console(
+    from torchdoctor.exits import broken_pipe
+    from torchdoctor.terminal import inert
+
+    console = Console(
         stderr=stderr, highlight=False, width=report_width(sys.stderr if stderr else sys.stdout)
     )
+    console.on_broken_pipe = broken_pipe  # type: ignore[method-assign]
+    return inert(console)

@@ -1,12 +1,16 @@
 """Render a ``Page`` as one self-contained HTML file (inline style and script, no requests).
 
 A Content-Security-Policy that allows nothing from outside the page backs the promise: even a
-link in a trace's name cannot make the page fetch anything. Data for the script is embedded as
-JSON with ``<``, ``>`` and ``&`` escaped, so no string can close the ``<script>`` element.
+link in a trace's name cannot make the page fetch anything, and the only script allowed to run
+is the page's own, named by its SHA-256 hash (no ``'unsafe-inline'``). Data for the script is
+embedded as JSON with ``<``, ``>`` and ``&`` escaped, so no string can close the ``<script>``
+element.
 """
 
 from __future__ import annotations
 
+import base64
+import hashlib
 import json
 import math
 from pathlib import Path
@@ -17,9 +21,12 @@ from torchdoctor.report.html_assets import CSS, JS
 from torchdoctor.report.html_model import Page, Section, Table
 from torchdoctor.report.html_svg import COLORS, esc, legend, line_chart, stacked_bars
 
+# The page's one script runs by its hash: no inline script the page did not write itself (a
+# name that slipped past escaping, say) could run, and nothing can be loaded from outside.
+SCRIPT_HASH = "sha256-" + base64.b64encode(hashlib.sha256(JS.encode("utf-8")).digest()).decode()
 CSP = (
-    "default-src 'none'; style-src 'unsafe-inline'; script-src 'unsafe-inline'; "
-    "img-src data:; base-uri 'none'; form-action 'none'"
+    f"default-src 'none'; style-src 'unsafe-inline'; script-src '{SCRIPT_HASH}'; "
+    "img-src data:; base-uri 'none'; form-action 'none'; object-src 'none'"
 )
 
 

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from operator import attrgetter
 from typing import Any
 
+import msgspec
 import numpy as np
 
 from torchdoctor.trace.events import BadChunk, Event, Instant, decode_events
@@ -91,13 +92,21 @@ def build_columns(events: list[Any], malformed: int = 0) -> ChunkColumns:
     """Columns of the complete and memory events in ``events`` (others are ignored)."""
     xs = [e for e in events if type(e) is Event]
     ts = _float_column(xs, "ts")
-    if np.isnan(ts).any():  # ts was null or absent: such an event cannot be placed in time
-        keep = [e for e in xs if e.ts is not None]
-        malformed += len(xs) - len(keep)
-        xs = keep
-        ts = _float_column(xs, "ts")
-    mem = [e for e in events if type(e) is Instant and e.name == "[memory]" and e.ts is not None]
     dur = _float_column(xs, "dur")
+    with np.errstate(over="ignore", invalid="ignore"):  # inf + -inf, 1e308 + 1e308
+        placed = np.isfinite(ts + dur)
+    if not placed.all():
+        # ts was null, absent, "nan", infinite or beyond a double (an int over 1e308), or dur
+        # was not a finite number: such an event cannot be placed in time.
+        keep = np.flatnonzero(placed).tolist()
+        malformed += len(xs) - len(keep)
+        xs = [xs[i] for i in keep]
+        ts, dur = ts[keep], dur[keep]
+    mem = [e for e in events if type(e) is Instant and e.name == "[memory]" and e.ts is not None]
+    if mem:  # a memory sample without a finite time is dropped, as one without a time is
+        mem_ts = _float_column(mem, "ts")
+        if not np.isfinite(mem_ts).all():
+            mem = [mem[i] for i in np.flatnonzero(np.isfinite(mem_ts)).tolist()]
     neg = dur < 0
     negative = int(neg.sum())
     if negative:
@@ -147,14 +156,39 @@ def intern(values: Iterable[Any], count: int = -1) -> Interned:
 
 def _intern_names(xs: list[Event]) -> Interned:
     try:
-        return intern(map(_get["name"], xs), len(xs))
-    except TypeError:  # an unhashable name (a list, an object): keep its text
-        return intern([n if isinstance(n, str) else str(n) for n in map(_get["name"], xs)])
+        names = intern(map(_get["name"], xs), len(xs))
+    except TypeError:  # an unhashable name (a list, an object): keep its JSON text
+        return intern([name_text(n) for n in map(_get["name"], xs)])
+    if not names.values or set(map(type, names.values)) == {str}:  # one C-level pass
+        return names
+    # A number or null as a name: every name is a string from here on (5 and "5" are one name).
+    again = intern(name_text(v) for v in names.values)
+    return Interned(again.codes[names.codes], again.values)
+
+
+def name_text(value: Any) -> str:
+    """A name as a string: a string as it is, anything else as its JSON text."""
+    if isinstance(value, str):
+        return value
+    try:
+        return msgspec.json.encode(value).decode()
+    except (TypeError, RecursionError, msgspec.EncodeError):
+        return f"<{type(value).__name__}>"
 
 
 def _float_column(events: Sequence[Event] | Sequence[Instant], attr: str) -> np.ndarray:
-    """float64 column of a numeric attribute; None becomes NaN."""
-    return np.fromiter(map(_get[attr], events), dtype=np.float64, count=len(events))
+    """float64 column of a numeric attribute; None becomes NaN, an int beyond a double inf."""
+    try:
+        return np.fromiter(map(_get[attr], events), dtype=np.float64, count=len(events))
+    except OverflowError:  # an integer above 1.8e308: msgspec keeps it a Python int
+        return np.array([_as_float(v) for v in map(_get[attr], events)], dtype=np.float64)
+
+
+def _as_float(v: Any) -> float:
+    try:
+        return float("nan") if v is None else float(v)
+    except OverflowError:
+        return float("inf")
 
 
 def int_column(objs: list[Any], attr: str) -> np.ndarray:

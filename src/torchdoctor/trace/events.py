@@ -100,6 +100,8 @@ class BadChunk(msgspec.Struct, frozen=True):
     trailing_at: int = -1
 
 
+TOO_DEEP = BadChunk(False, "the JSON nests too deeply (hundreds of levels)")
+"""msgspec stops at Python's recursion limit; real events nest a few levels."""
 _TRAILING = re.compile(r"trailing characters \(byte (\d+)\)")
 
 
@@ -124,10 +126,14 @@ def decode_events(data: bytes | bytearray | memoryview) -> tuple[list[Any], int]
         pass  # valid JSON with an odd field somewhere: take the slow, lenient path
     except msgspec.DecodeError as exc:
         return _bad_chunk(exc)
+    except RecursionError:
+        return TOO_DEEP
     try:  # the typed decode stops at the first odd field, before it has seen all the syntax
         items = ANY_JSON.decode(data)
     except msgspec.DecodeError as exc:
         return _bad_chunk(exc)
+    except RecursionError:
+        return TOO_DEEP
     if not isinstance(items, list):  # pragma: no cover - the typed decode saw an array
         return [], 1
     out = [ev for ev in map(coerce_event, items) if ev is not None]
@@ -207,7 +213,10 @@ def _opt_num(v: object) -> float | None:
     if isinstance(v, bool):
         return None
     if isinstance(v, int | float):
-        return float(v)
+        try:
+            return float(v)
+        except OverflowError:  # an integer beyond a double: not a usable time
+            return float("inf")
     if isinstance(v, str):
         try:
             return float(v)

@@ -12,7 +12,7 @@ import numpy as np
 
 from torchdoctor.errors import TraceError
 from torchdoctor.trace.columns import INT_COLS, ChunkColumns, Codes, Interned, chunk_columns
-from torchdoctor.trace.events import BadChunk, decode_events
+from torchdoctor.trace.events import TOO_DEEP, BadChunk, decode_events
 from torchdoctor.trace.kinds import CATEGORY_KIND
 from torchdoctor.trace.parallel import ordered_map
 from torchdoctor.trace.prefetch import helper_for
@@ -24,6 +24,7 @@ from torchdoctor.trace.reader import (
     footer_keys,
     iter_json_chunks,
     join_chunks,
+    too_deep,
 )
 from torchdoctor.trace.table import MemoryEvents, TraceMeta, TraceTable
 
@@ -165,10 +166,12 @@ def decoded_chunks(
                 end = chunk.rfind(b"]", 0, result.trailing_at) + 1  # the array's true end
                 yield _decoded(p, chunk[:end], decode)
                 rest = bytes(chunk[end:-1]) + _text_after(raw, rs, stats)
-                stats.tail_keys = footer_keys(rest, stats.is_array)
+                stats.tail_keys = footer_keys(rest, stats.is_array, p)
                 break
             elif result.truncated:
                 carry = chunk_bytes(chunk)
+            elif result is TOO_DEEP:
+                raise too_deep(p)
             elif raw is stats.tail_chunk and stats.tail_keys is None:
                 # The file ends inside an event (no "]" and closing keys after it): a file cut
                 # short, whatever msgspec says of the last bytes ("expected ',' or '}'").

@@ -181,8 +181,7 @@ def _open_run(store: Any, settings: dict[str, Any], resume: bool) -> int:
 
 def _tune(workload: str, **opts: Any) -> None:
     from torchdoctor.report.console import make_console
-    from torchdoctor.tune import diagnosis, report, store
-    from torchdoctor.tune.search import BaselineFailed, Search, Settings
+    from torchdoctor.tune import store
 
     settings, budget_s = _checked(workload, opts)
     console = make_console(stderr=opts["json_path"] == "-")
@@ -190,6 +189,25 @@ def _tune(workload: str, **opts: Any) -> None:
         raise UserError(f"cannot resume: {opts['db']} does not exist (nothing to resume)")
     db = store.Store(opts["db"])
     run_id = _open_run(db, settings, opts["resume"])
+    lock = store.RunLock(db.path, run_id).acquire(settings["workload"])
+    try:
+        _search(db, run_id, workload, opts, settings, budget_s, console)
+    finally:
+        lock.release()
+
+
+def _search(
+    db: Any,
+    run_id: int,
+    workload: str,
+    opts: dict[str, Any],
+    settings: dict[str, Any],
+    budget_s: float | None,
+    console: Any,
+) -> None:
+    from torchdoctor.tune import diagnosis, report, store
+    from torchdoctor.tune.search import BaselineFailed, Search, Settings
+
     runner = _runner(workload, opts, run_id)
     live = _Live(console, runner)
     search = Search(

@@ -78,6 +78,7 @@ class TrialRunner:
             "min_gain": self.min_gain,
             "seed": self.seed,
             "result_path": str(result_path),
+            "parent_pid": os.getpid(),  # the trial ends (and cleans up) if the tuner dies
             "probe": baseline,
             "trace_path": str(wd / "baseline-trace.json") if baseline else None,
         }

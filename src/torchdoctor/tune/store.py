@@ -7,7 +7,9 @@ the moment its process ends, so ``kill -9`` of the tuner loses at most the trial
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
 import sqlite3
 import time
 from collections.abc import Callable
@@ -115,6 +117,51 @@ class Store:
         """Record the diagnosis, so a resumed run orders its knobs the same way."""
         self.db.execute("UPDATE runs SET finding_ids = ? WHERE id = ?", (json.dumps(ids), run_id))
         self.db.commit()
+
+
+class RunLock:
+    """An exclusive lock on one run of a results file, held while this process measures it.
+
+    Two ``--resume`` of one run at once would each re-run the missing trials, measure each
+    other's load and write the same rows. The lock is an ``flock`` on a file beside the
+    database: the kernel releases it when the holder dies, even by ``kill -9``, so a crashed
+    tuner never leaves a run locked.
+    """
+
+    def __init__(self, db: Path, run_id: int) -> None:
+        self.path = db.with_name(f"{db.name}.run{run_id}.lock")
+        self._fh: Any = None
+        self.run_id = run_id
+
+    def acquire(self, workload: str) -> RunLock:
+        try:
+            import fcntl
+        except ImportError:  # pragma: no cover - no flock on this platform: no lock
+            return self
+        fh = self.path.open("a+", encoding="utf-8")
+        try:
+            fcntl.flock(fh.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            fh.seek(0)
+            holder = fh.read().strip() or "another process"
+            fh.close()
+            raise UserError(
+                f"run {self.run_id} of {workload} is being measured by {holder} right now; "
+                "wait for it to finish (two at once would measure each other's load)"
+            ) from None
+        fh.seek(0)
+        fh.truncate()
+        fh.write(f"torchdoctor tune (pid {os.getpid()})")
+        fh.flush()
+        self._fh = fh
+        return self
+
+    def release(self) -> None:
+        if self._fh is not None:
+            self._fh.close()  # closing drops the flock
+            self._fh = None
+            with contextlib.suppress(OSError):
+                self.path.unlink()
 
 
 class StoredRunner:

@@ -243,9 +243,64 @@ def classify(exc: BaseException) -> TrialResult:
     return TrialResult(status="error", reason=text)
 
 
+def _parent_gone(parent: int) -> bool:
+    """Whether the tuner that started this trial has died (a zombie counts as dead)."""
+    if os.getppid() == 1 or (os.getppid() != parent and _is_direct_child):
+        return True
+    try:
+        os.kill(parent, 0)
+    except ProcessLookupError:
+        return True
+    except PermissionError:
+        return False
+    try:  # a dead process not yet reaped by its own parent still answers kill(0)
+        stat = Path(f"/proc/{parent}/stat").read_text()
+        return stat.rsplit(")", 1)[1].split()[0] in ("Z", "X")
+    except (OSError, IndexError):
+        return False
+
+
+_is_direct_child = True
+
+
+def watch_parent(spec: dict[str, Any], poll_s: float = 0.5) -> None:
+    """End this trial when the tuner dies (``kill -9`` included): a daemon thread polls the
+    tuner; once it is gone, the trial's folder is removed and the trial's process group
+    (this process, its DataLoader workers, a torchrun agent and its ranks) is killed. A
+    thread, not the parent-death signal: it also watches through torchrun, whose ranks'
+    parent is the agent, and it cleans up before it kills."""
+    import shutil
+    import signal
+    import threading
+
+    global _is_direct_child
+    parent = spec.get("parent_pid")
+    if not isinstance(parent, int) or parent <= 1:
+        return
+    _is_direct_child = os.getppid() == parent
+    folder = Path(spec["result_path"]).parent
+    try:  # the tuner starts each trial in a session of its own: only then kill the group
+        own_group = os.getpgrp() != os.getpgid(parent)
+    except OSError:
+        own_group = False
+
+    def loop() -> None:
+        while not _parent_gone(parent):
+            time.sleep(poll_s)
+        shutil.rmtree(folder, ignore_errors=True)
+        try:
+            if own_group:
+                os.killpg(os.getpgrp(), signal.SIGKILL)
+        finally:
+            os._exit(1)
+
+    threading.Thread(target=loop, name="torchdoctor-tuner-watch", daemon=True).start()
+
+
 def main(argv: list[str]) -> int:
     """Entry point: read the spec, run the trial, write the result; exit 0 unless the spec is bad."""
     spec = json.loads(Path(argv[0]).read_text(encoding="utf-8"))
+    watch_parent(spec)
     try:
         result = run_trial(spec)
     except Exception as exc:
