@@ -8,26 +8,10 @@ from pathlib import Path
 from statistics import median
 from typing import Any
 
+from torchdoctor.analysis.op_classes import classify_op
 from torchdoctor.capture.options import CheckOptions
 from torchdoctor.rules.thresholds import TINY_OP_THRESHOLD_US
 
-# Operators whose time is dominated by matrix multiplies or convolutions (tensor-core work).
-GEMM_OPS = frozenset(
-    {
-        "aten::mm",
-        "aten::addmm",
-        "aten::bmm",
-        "aten::baddbmm",
-        "aten::matmul",
-        "aten::linear",
-        "aten::conv1d",
-        "aten::conv2d",
-        "aten::conv3d",
-        "aten::convolution",
-        "aten::_convolution",
-        "aten::scaled_dot_product_attention",
-    }
-)
 TINY_OP_US = float(TINY_OP_THRESHOLD_US)  # one thresholds module: rules/thresholds.py
 
 
@@ -125,18 +109,31 @@ def _is_top_level(event: Any) -> bool:
 
 def summarise_ops(events: Any, steps: int) -> dict[str, Any]:
     """Top-level operators per step, their median CPU duration (us), the share of their time in
-    tiny ops, and the share of operator time in GEMM/convolution ops (device time if any)."""
+    tiny ops, and what the operator time does: ``gemm_share`` (matrix multiplies and
+    convolutions) and ``compute_share`` (those plus recurrent layers and attention), forward and
+    backward, classified by what each operator does (``analysis/op_classes.py``); on device
+    time when the window has any, else on top-level CPU time."""
     top = [e for e in events if _is_top_level(e)]
     durs = [float(e.cpu_time_total) for e in top]
     total_us = sum(durs)
     tiny_us = sum(d for d in durs if d < TINY_OP_US)
     device_total = sum(float(_self_device_us(e)) for e in events)
+    by_class: dict[str, float] = {}
     if device_total > 0:
-        gemm = sum(_self_device_us(e) for e in events if _is_gemm_family(e))
-        gemm_share, basis = gemm / device_total, "device"
+        for e in events:
+            us = _self_device_us(e)
+            if us:
+                cls = _device_class(e.name)
+                by_class[cls] = by_class.get(cls, 0.0) + us
+        basis, denominator = "device", device_total
     else:
-        gemm = sum(float(e.cpu_time_total) for e in top if e.name in GEMM_OPS)
-        gemm_share, basis = (gemm / total_us if total_us else 0.0), "cpu"
+        for e, d in zip(top, durs, strict=True):
+            cls = classify_op(e.name)
+            by_class[cls] = by_class.get(cls, 0.0) + d
+        basis, denominator = "cpu", total_us
+    gemm = by_class.get("matmul", 0.0) + by_class.get("convolution", 0.0)
+    compute = gemm + by_class.get("recurrent", 0.0) + by_class.get("attention", 0.0)
+    share = (lambda us: us / denominator if denominator else 0.0)
     return {
         "steps": steps,
         "top_level_ops_per_step": len(top) / steps,
@@ -144,10 +141,26 @@ def summarise_ops(events: Any, steps: int) -> dict[str, Any]:
         "op_time_ms_per_step": total_us / steps / 1e3,
         "tiny_op_time_ms_per_step": tiny_us / steps / 1e3,
         "tiny_op_threshold_us": float(TINY_OP_US),
-        "gemm_share": gemm_share,
+        "gemm_share": share(gemm),
+        "compute_share": share(compute),
+        "compute_ms_per_step": compute / steps / 1e3,
+        "time_by_class_ms_per_step": {k: v / steps / 1e3 for k, v in sorted(by_class.items())},
         "gemm_share_basis": basis,
         "collective_time_ms_per_step": _collective_us(events, top) / steps / 1e3,
     }
+
+
+def _device_class(name: str) -> str:
+    """An operator's class from its name, or a kernel's from the kernel-name rules."""
+    cls = classify_op(name)
+    if cls != "other" or name.startswith("aten::"):
+        return cls
+    from torchdoctor.analysis.kernel_names import kernel_category
+
+    kind = kernel_category(name.lower())
+    return {"gemm": "matmul", "convolution": "convolution", "attention": "attention"}.get(
+        kind, "other"
+    )
 
 
 def _collective_us(events: Any, top: list[Any]) -> float:
@@ -173,8 +186,3 @@ def _self_device_us(event: Any) -> float:
     if value is None:  # torch < 2.4 named it after CUDA
         value = getattr(event, "self_cuda_time_total", 0.0)
     return float(value or 0.0)
-
-
-def _is_gemm_family(event: Any) -> bool:
-    name = event.name
-    return name in GEMM_OPS or "gemm" in name.lower() or "conv" in name.lower()

@@ -272,8 +272,10 @@ def tiny_ops(run: RunRecord) -> list[Finding]:
     python_ms = max(0.0, step - float(ops["op_time_ms_per_step"]) - paused_ms)
     if n < th.TINY_OPS_PER_STEP or ops["median_op_us"] >= ops["tiny_op_threshold_us"]:
         return []
-    if float(ops.get("gemm_share") or 0.0) >= th.COMPUTE_BOUND_GEMM_SHARE:
-        return []  # GEMMs hold the step: compute, not overhead (checkpointing is named apart)
+    compute = float(ops.get("compute_share", ops.get("gemm_share")) or 0.0)
+    compute_ms = float(ops.get("compute_ms_per_step") or compute * float(ops["op_time_ms_per_step"]))
+    if max(compute, compute_ms / step) >= th.COMPUTE_BOUND_GEMM_SHARE:
+        return []  # dense math holds the step: compute, not overhead (forward and backward)
     optim = [o for o in run.config.optimizers if o.get("impl") == "for-loop"]
     c = run.compile
     fix = (
@@ -290,8 +292,10 @@ def tiny_ops(run: RunRecord) -> list[Finding]:
         make(
             run,
             "host-bound",
-            f"{n:.0f} operators per step, median {ops['median_op_us']:.1f} us: framework "
-            "overhead, not compute, sets the step time",
+            f"{n:.0f} operators per step, median {ops['median_op_us']:.1f} us: "
+            f"{tiny + python_ms:.1f} ms per step in tiny operators and the Python between them "
+            f"(matmul, convolution, recurrent and attention ops: {compute_ms / step:.0%} of the "
+            "step)",
             th.TINY_OP_SAVING * (tiny + python_ms),
             {**ops, "python_between_ops_ms_per_step": python_ms, "for_loop_optimizers": optim},
             fix,
