@@ -26,7 +26,7 @@ model = Tagger()
 opt = torch.optim.Adam(model.parameters(), lr=1e-3)
 x = torch.randn(16, 8, 64)
 y = torch.randint(0, 5, (16, 64))
-for step in range(40):
+for _step in range(40):
     loss = nn.functional.cross_entropy(model(x).reshape(-1, 5), y.reshape(-1))
     opt.zero_grad()
     loss.backward()

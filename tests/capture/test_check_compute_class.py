@@ -34,8 +34,17 @@ FORWARD_AND_BACKWARD = {
     "aten::_efficient_attention_backward": "attention",
     "aten::_flash_attention_forward": "attention",
 }
-NOT_COMPUTE = ["aten::add_", "aten::_to_copy", "aten::convert_element_type", "aten::sum",
-               "aten::mul", "aten::copy_", "aten::addcmul_", "aten::lerp_", "aten::mean"]
+NOT_COMPUTE = [
+    "aten::add_",
+    "aten::_to_copy",
+    "aten::convert_element_type",
+    "aten::sum",
+    "aten::mul",
+    "aten::copy_",
+    "aten::addcmul_",
+    "aten::lerp_",
+    "aten::mean",
+]
 
 
 @pytest.mark.parametrize(("name", "cls"), sorted(FORWARD_AND_BACKWARD.items()))
@@ -53,7 +62,9 @@ def test_profiled_conv_and_lstm_steps_count_their_backward() -> None:
 
     from torchdoctor.capture.profiling import summarise_ops
 
-    conv = torch.nn.Sequential(torch.nn.Conv2d(3, 16, 3), torch.nn.ReLU(), torch.nn.Conv2d(16, 16, 3))
+    conv = torch.nn.Sequential(
+        torch.nn.Conv2d(3, 16, 3), torch.nn.ReLU(), torch.nn.Conv2d(16, 16, 3)
+    )
     lstm = torch.nn.LSTM(16, 32, num_layers=2)
     x, s = torch.randn(4, 3, 16, 16), torch.randn(12, 2, 16)
 
@@ -71,9 +82,14 @@ def test_profiled_conv_and_lstm_steps_count_their_backward() -> None:
 
 
 def _record(**ops: float) -> dict[str, object]:
-    base = {"gemm_share_basis": "cpu", "top_level_ops_per_step": 400.0, "median_op_us": 3.0,
-            "op_time_ms_per_step": 40.0, "tiny_op_time_ms_per_step": 1.0,
-            "tiny_op_threshold_us": 20.0}
+    base = {
+        "gemm_share_basis": "cpu",
+        "top_level_ops_per_step": 400.0,
+        "median_op_us": 3.0,
+        "op_time_ms_per_step": 40.0,
+        "tiny_op_time_ms_per_step": 1.0,
+        "tiny_op_threshold_us": 20.0,
+    }
     return {
         "exit": {"status": "stopped"},
         "steps": {"count": 6, "measured_steps": 3, "mean_step_ms": 60.0, "step_ms": [60.0] * 6},

@@ -133,7 +133,10 @@ def summarise_ops(events: Any, steps: int) -> dict[str, Any]:
         basis, denominator = "cpu", total_us
     gemm = by_class.get("matmul", 0.0) + by_class.get("convolution", 0.0)
     compute = gemm + by_class.get("recurrent", 0.0) + by_class.get("attention", 0.0)
-    share = (lambda us: us / denominator if denominator else 0.0)
+
+    def share(us: float) -> float:
+        return us / denominator if denominator else 0.0
+
     return {
         "steps": steps,
         "top_level_ops_per_step": len(top) / steps,

@@ -273,7 +273,9 @@ def tiny_ops(run: RunRecord) -> list[Finding]:
     if n < th.TINY_OPS_PER_STEP or ops["median_op_us"] >= ops["tiny_op_threshold_us"]:
         return []
     compute = float(ops.get("compute_share", ops.get("gemm_share")) or 0.0)
-    compute_ms = float(ops.get("compute_ms_per_step") or compute * float(ops["op_time_ms_per_step"]))
+    compute_ms = float(
+        ops.get("compute_ms_per_step") or compute * float(ops["op_time_ms_per_step"])
+    )
     if max(compute, compute_ms / step) >= th.COMPUTE_BOUND_GEMM_SHARE:
         return []  # dense math holds the step: compute, not overhead (forward and backward)
     optim = [o for o in run.config.optimizers if o.get("impl") == "for-loop"]
