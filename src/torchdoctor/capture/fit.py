@@ -17,7 +17,7 @@ _COMPILE_ADVICE = "torch.compile(model"
 
 def _next_step(run: RunRecord) -> str:
     c = run.compile
-    optim = [str(o.get("class")) for o in run.config.optimizers if o.get("impl") == "for-loop"]
+    optim = [o for o in run.config.optimizers if o.get("impl") == "for-loop"]
     sites = len({b.get("site") for b in c.graph_breaks})
     return compiled_next_step(c.compile_calls, sites, run.gpu is not None, optim)
 

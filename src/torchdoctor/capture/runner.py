@@ -180,6 +180,7 @@ def finish_record(session: Any, outcome: Outcome, script: str, args: list[str]) 
     from torchdoctor.capture.own_frames import scrub
     from torchdoctor.rules.run_rules import run_findings
 
+    _probe_threads(session)
     exported = session.profiler.export(trace_path(session.folder, session.rank))
     record: dict[str, Any] = scrub(session.record(outcome.to_dict(), script, args))
     record["trace"] = None if exported is None else str(exported.relative_to(session.folder))
@@ -199,6 +200,23 @@ def finish_record(session: Any, outcome: Outcome, script: str, args: list[str]) 
     outcome.exception = None  # drop the traceback: it keeps DataLoader workers alive
     record["findings"] = [f.to_dict() for f in run_findings(record)]
     return record
+
+
+def _probe_threads(session: Any) -> None:
+    """When the window's counters say more threads ran than there were free cores, measure
+    what that costs now: the same small work with the script's thread count and with fewer,
+    interleaved (``cpu_usage.thread_probe``). The script's steps are over by now."""
+    from torchdoctor.capture.cpu_usage import thread_probe
+    from torchdoctor.rules.cpu_rules import cpu_demand
+
+    cpu: Any = getattr(session, "cpu", None)
+    d = cpu_demand(cpu) if isinstance(cpu, dict) else None
+    if d is None or not d.oversubscribed:
+        return
+    try:
+        cpu["thread_probe"] = thread_probe(d.threads, d.suggested_threads)
+    except Exception as exc:  # a measurement of ours: never the script's problem
+        cpu["thread_probe"] = {"error": f"{type(exc).__name__}: {exc}"}
 
 
 def _oom(exc: BaseException, session: Any) -> dict[str, Any]:

@@ -11,7 +11,7 @@ from statistics import median
 from typing import Any
 
 from torchdoctor import __version__
-from torchdoctor.capture import gpu_probe, markers
+from torchdoctor.capture import cpu_usage, gpu_probe, markers
 from torchdoctor.capture.checkpointing import CheckpointWatch
 from torchdoctor.capture.clock import StepClock
 from torchdoctor.capture.compile_watch import CompileWatch
@@ -55,6 +55,12 @@ class Session:
         self.started_unix_s = time.time()
         self.memory_history = False
         self.oom_watch: gpu_probe.OomWatch | None = None
+        self.cpu: dict[str, Any] | None = None
+        """Who had the CPU during the window (``capture/cpu_usage.py``)."""
+        self._cpu_start: cpu_usage.CpuSample | None = None
+        self._window_batches: dict[int, float] = {}
+        self._cpu_pids: dict[int, list[int]] = {}
+        self.main_tid = cpu_usage.main_thread_id()
 
     # -- lifetime -----------------------------------------------------------------------------
     def install(self) -> None:
@@ -150,11 +156,45 @@ class Session:
     def window_end(self) -> None:
         """Stop the profiler and the GPU probes; say what happens next."""
         self.profiler.stop()
+        self._cpu_window_end()
         self._stop_gpu_sampling()
         if self.rank.rank == 0:
             first, last = self.clock.window_steps or (0, 0)
             then = "continuing (--full)" if self.options.full else "stopping the script"
             print(f"torchdoctor: steps {first}-{last} profiled; {then}", file=sys.stderr)
+
+    def _cpu_window_start(self) -> None:
+        pids = self.hooks.worker_pids()
+        self._window_batches = {k: u["measured_batches"] for k, u in self.hooks.usage.items()}
+        self._cpu_start = cpu_usage.sample([p for ps in pids.values() for p in ps])
+        self._cpu_pids = pids
+
+    def _cpu_window_end(self) -> None:
+        """The window's CPU record, and per loader its workers' CPU time and batches."""
+        a = self._cpu_start
+        if a is None:
+            return
+        import torch
+
+        pids = self.hooks.worker_pids()
+        b = cpu_usage.sample([p for ps in pids.values() for p in ps])
+        self.cpu = cpu_usage.window_record(
+            a, b, self.main_tid, torch.get_num_threads(), torch.get_num_interop_threads()
+        )
+        import os
+
+        self.cpu["omp_num_threads_env"] = os.environ.get("OMP_NUM_THREADS")
+        for key, use in self.hooks.usage.items():
+            worker_pids = set(pids.get(key, [])) | set(self._cpu_pids.get(key, []))
+            ran = [
+                b.workers[p][0] - a.workers.get(p, (0, 0))[0] for p in worker_pids if p in b.workers
+            ]
+            use["window_batches"] = use["measured_batches"] - self._window_batches.get(key, 0.0)
+            use["window_s"] = self.cpu["wall_s"]
+            if ran:
+                use["window_workers"] = len(ran)
+                use["window_worker_cpu_s"] = sum(ran) / 1e9
+        self._cpu_start = None
 
     def window_abort(self) -> None:
         """Discard the profiler's recording and stop the GPU probes."""
@@ -165,8 +205,12 @@ class Session:
         """Record host syncs and copies only during the measured steps."""
         self.syncs.measuring = on
         self.checkpoints.measuring = on
+        self.hooks.measuring = on
         if on:
             self.measure_start_unix_s = time.time()
+            self._cpu_window_start()  # the measured steps are the profiled ones
+        else:
+            self._cpu_start = None
 
     def _stop_gpu_sampling(self) -> None:
         self.syncs.stop_sync_debug()
@@ -238,6 +282,7 @@ class Session:
                 "checkpointing": self.checkpoints.snapshot(),
             },
             "syncs": self.syncs.snapshot(),
+            "cpu": self.cpu,
             "gpu": self.gpu or None,
             "cuda_available": bool(torch.cuda.is_available()),
         }

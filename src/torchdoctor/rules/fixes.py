@@ -134,6 +134,35 @@ def pin_memory_fix(loader: LoaderConfig) -> str:
     return f"{call}\n# then batch.to(device, non_blocking=True)"
 
 
+def torch_warning_fix(loader: LoaderConfig, text: str) -> str | None:
+    """The user's DataLoader call changed as torch's warning asks; None for a warning we do not
+    know how to fix."""
+    import re
+
+    if "worker processes in total" in text:
+        m = re.search(r"suggested max number of worker in current system is (\d+)", text)
+        workers = m.group(1) if m else str(max(1, loader.cpus))
+        call = rebuilt_loader_call(loader.raw, {"num_workers": workers})
+        return f"{call}\n# more worker processes than cores compete with the training process"
+    if "'pin_memory' argument is set as true but no accelerator" in text:
+        call = rebuilt_loader_call(loader.raw, {"pin_memory": "False"})
+        return f"{call}\n# nothing to pin for without an accelerator: the flag only warns"
+    return None
+
+
+def cpu_threads_fix(threads: int, current: int, workers: int, free_cores: float) -> str:
+    """Fewer intra-op threads (in the script or from the shell), and workers that fit."""
+    lines = [
+        f"torch.set_num_threads({threads})  # at the top of the script: {current} threads "
+        f"share {free_cores:.1f} free cores",
+        f"# or from the shell: OMP_NUM_THREADS={threads} python train.py",
+    ]
+    if workers:
+        fit = max(0, int(free_cores) - threads)
+        lines.append(f"# and DataLoader workers that fit beside them: num_workers={fit}")
+    return "\n".join(lines)
+
+
 def recompile_fix(reasons: list[str], events: list[dict[str, Any]] | None = None) -> str:
     """mark_dynamic on the tensor and dimension the guards name; otherwise keep the guarded
     values constant."""
@@ -198,14 +227,15 @@ OOM = (
 
 def host_bound_fix(for_loop_optimizers: list[dict[str, Any]] | None = None) -> str:
     """Without optimizers: the GPU fix (compile + CUDA graphs). With the run's for-loop
-    optimizers (a CPU run): compile, plus the fused optimizer."""
+    optimizers (a CPU run): compile, plus the faster implementation each optimizer really has
+    (``fused`` or ``foreach``, see ``rules/optimizer_fixes.py``)."""
+    from torchdoctor.rules.optimizer_fixes import optimizer_line
+
     if for_loop_optimizers is None:
         return HOST_BOUND
-    fix = "model = torch.compile(model)  # fuses chains of small ops into a few kernels"
-    if for_loop_optimizers:
-        name = for_loop_optimizers[0]["class"]
-        fix += f"\n{name}(params, ..., fused=True)  # one kernel, not a loop per tensor"
-    return fix
+    lines = ["model = torch.compile(model)  # fuses chains of small ops into a few kernels"]
+    lines += [line for line in map(optimizer_line, for_loop_optimizers[:2]) if line]
+    return "\n".join(lines)
 
 
 ACTIVATION_RECOMPUTE = (

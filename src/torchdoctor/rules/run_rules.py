@@ -285,7 +285,7 @@ def tiny_ops(run: RunRecord) -> list[Finding]:
             c.compile_calls,
             len({b.get("site") for b in c.graph_breaks}),
             run.gpu is not None,
-            [str(o.get("class")) for o in optim],
+            optim,
         )
         if c.compiled
         else spec("host-bound").fix(optim)
@@ -353,7 +353,9 @@ def run_findings(run: RunRecord | dict[str, Any]) -> list[Finding]:
     """Every run-level finding for one rank's record (typed, or the ``run.json`` dict), most
     valuable first."""
     record = run if isinstance(run, RunRecord) else RunRecord.from_dict(run)
+    from torchdoctor.rules.host_rules import HOST_RULES
+
     found: list[Finding] = []
-    for rule in RULES:
+    for rule in (*RULES, *HOST_RULES):
         found.extend(rule(record))
     return rank_findings(found)

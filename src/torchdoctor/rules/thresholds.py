@@ -162,3 +162,18 @@ COMPUTE_BOUND_GEMM_SHARE = Threshold(
 RECOMPUTE_WARN = Threshold(
     0.05, "activation checkpointing recomputing forward work worth 5% of the step or more"
 )
+OVERSUBSCRIBED_MARGIN = Threshold(
+    0.5,
+    "runnable threads (intra-op threads plus busy DataLoader workers) above the free cores by "
+    "half a core or more: some of them wait for a core in every parallel region",
+)
+OVERSUBSCRIBED_RATIO = Threshold(
+    1.2,
+    "the same matmul and elementwise work measured at least 1.2x slower with the script's "
+    "thread count than with the suggested one (interleaved rounds, after the steps)",
+)
+STARVED_SHARE = Threshold(
+    0.3,
+    "the main thread runnable but waiting for a core for 30% of the measured steps or more: "
+    "the step times are those of a machine shared with other work",
+)

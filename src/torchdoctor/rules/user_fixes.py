@@ -72,10 +72,10 @@ def rebuilt_loader_call(raw: dict[str, Any], changes: dict[str, str]) -> str:
     parts = [*args, *(f"{k}={v}" for k, v in merged.items())]
     text = f"{func}({', '.join(parts)})"
     site = (raw.get("call") or {}).get("site")
-    return text + (f"  # at {_relative(site)}" if site else "")
+    return text + (f"  # at {relative_site(site)}" if site else "")
 
 
-def _relative(site: str) -> str:
+def relative_site(site: str) -> str:
     """``/abs/dir/train.py:36`` as ``train.py:36`` when it lies under the working directory."""
     path, sep, line = site.rpartition(":")
     if not sep or not os.path.isabs(path):
@@ -146,9 +146,15 @@ def recompile_user_fix(events: list[dict[str, Any]], fallback: str) -> str:
 
 
 def compiled_next_step(
-    calls: list[dict[str, Any]], graph_break_sites: int, cuda: bool, for_loop_optim: list[str]
+    calls: list[dict[str, Any]],
+    graph_break_sites: int,
+    cuda: bool,
+    for_loop_optim: list[dict[str, Any]],
 ) -> str:
-    """For an already compiled model: the next step that applies (never torch.compile again)."""
+    """For an already compiled model: the next step that applies (never torch.compile again).
+    ``for_loop_optim``: the run's optimizer records whose implementation is the for-loop one."""
+    from torchdoctor.rules.optimizer_fixes import optimizer_line
+
     modes = {c.get("mode") for c in calls} or {None}
     lines = []
     if graph_break_sites:
@@ -161,10 +167,7 @@ def compiled_next_step(
             'model = torch.compile(model, mode="reduce-overhead")  # already compiled: add CUDA '
             "graphs, which replay the step's launches at once"
         )
-    if for_loop_optim:
-        lines.append(
-            f"{for_loop_optim[0]}(params, ..., fused=True)  # one kernel, not a loop per tensor"
-        )
+    lines += [line for line in map(optimizer_line, for_loop_optim[:2]) if line]
     if not lines:
         lines.append(
             "# already compiled: raise the work per operator instead (a larger batch, or "

@@ -1,0 +1,15 @@
+"""The run rules about the host (CPU threads, torch's warnings, rare long steps, housekeeping
+calls in the step), run after ``run_rules.RULES``."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from torchdoctor.rules.cpu_rules import cpu_oversubscribed, torch_warnings
+from torchdoctor.rules.finding import Finding
+from torchdoctor.rules.run_inputs import RunRecord
+
+HOST_RULES: tuple[Callable[[RunRecord], list[Finding]], ...] = (
+    cpu_oversubscribed,
+    torch_warnings,
+)
