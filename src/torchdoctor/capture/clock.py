@@ -57,6 +57,7 @@ class StepClock:
         self.switches: list[str] = []
         self.errors: list[str] = []
         self._prio = -1
+        self._begin_pending = False
         self._reset()
 
     def _reset(self) -> None:
@@ -77,6 +78,7 @@ class StepClock:
 
     def begin(self) -> None:
         """Start timing; with zero warm-up steps the window opens now."""
+        self._begin_pending = False
         self._step_start = perf_counter()
         if self._start_at == 0:
             self._open()
@@ -90,10 +92,21 @@ class StepClock:
     def tick(self, source: str) -> None:
         """Mark the end of a step seen by ``source``; may raise ``StopScript``."""
         prio = _PRIORITY[source]
+        if self._begin_pending and prio == self._prio:
+            self._begin_pending = False
+            step_start = self._step_start
+            self.begin()
+            self._step_start = step_start
         if prio != self._prio:
             if prio < self._prio:
                 return
-            self._switch(source, prio)
+            if self._switch(source, prio):
+                # A window was discarded inside this very hook (an optimizer step runs its
+                # hooks inside the profiler range torch opened for it): opening the next one
+                # here would end that range in another profiler session, which crashes torch.
+                # This partial step is dropped; counting starts at the next signal.
+                self._step_start = perf_counter()
+                return
         now = perf_counter()
         self.step_s.append(now - self._step_start)
         self.data_wait_s.append(self._pending_wait)
@@ -108,21 +121,27 @@ class StepClock:
         """Steps seen so far by the winning signal."""
         return len(self.step_s)
 
-    def _switch(self, source: str, prio: int) -> None:
+    def _switch(self, source: str, prio: int) -> bool:
+        """Count ``source``'s steps from now on; True when an opened window was discarded."""
         if self.source is None:  # the first signal: the first step started with the script
             self.source, self._prio = source, prio
-            return
+            return False
         # A stronger signal appeared: what was counted so far measured something else (batches,
         # not optimizer steps), so start counting again.
         self.switches.append(f"{self.source}->{source} after {len(self.step_s)} steps")
-        if self.window_opened:  # even a finished window counted the wrong steps: discard it
+        aborted = self.window_opened
+        if aborted:  # even a finished window counted the wrong steps: discard it
             self._call("window_abort")
         self._call("set_measuring", False)
         self.source, self._prio = source, prio
         step_start = self._step_start
         self._reset()
+        if aborted:
+            self._begin_pending = True  # at the next signal, outside this hook's range
+            return True
         self.begin()
         self._step_start = step_start  # this step began at the last weaker signal
+        return False
 
     def _advance(self, n: int) -> None:
         opts = self.options

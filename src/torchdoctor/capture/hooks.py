@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import functools
 import os
+import types
 import warnings
 import weakref
 from time import perf_counter
@@ -69,6 +70,12 @@ def _own_dir() -> str:
     return PACKAGE_DIR
 
 
+def _usable_cores() -> int:
+    from torchdoctor.capture.cpu_usage import usable_cores
+
+    return usable_cores()
+
+
 def loader_settings(loader: Any) -> dict[str, Any]:
     """The DataLoader settings that decide input throughput, as plain data."""
     try:
@@ -86,11 +93,10 @@ def loader_settings(loader: Any) -> dict[str, Any]:
         "dataset": type(loader.dataset).__name__,
         "dataset_len": dataset_len,
         "multiprocessing_context": None if context is None else str(context.get_start_method()),
-        "cpu_count": os.cpu_count(),
-        # torchrun's processes on one node share its CPUs between their workers.
-        "cpus_per_rank": max(
-            1, (os.cpu_count() or 1) // int(os.environ.get("LOCAL_WORLD_SIZE", 1))
-        ),
+        "cpu_count": _usable_cores(),
+        # torchrun's processes on one node share its CPUs between their workers (the CPUs
+        # this process may use: a cpuset or taskset counts, not the machine's total).
+        "cpus_per_rank": max(1, _usable_cores() // int(os.environ.get("LOCAL_WORLD_SIZE", 1))),
     }
 
 
@@ -105,9 +111,11 @@ class StepHooks:
         )
         self.measuring = False
         """Steps after the warm-up are running: per-loader batches and waits are counted."""
-        self.usage: dict[int, dict[str, float]] = {}
+        self.usage: dict[int, dict[str, Any]] = {}
         """Loader key -> epochs started, and batches, waits and epoch starts while measuring."""
         self.worker_iters: dict[int, weakref.ref[Any]] = {}
+        self.loader_parts: dict[int, Any] = {}
+        """Loader key -> its dataset, collate_fn and batch size (for ``loader_probe``)."""
         self._user_calls: dict[int, dict[str, Any]] = {}
         self._warn_registry: dict[Any, Any] = {}  # once per location, as the default filter
         """id(dataset) -> the user's own DataLoader construction over it."""
@@ -169,14 +177,14 @@ class StepHooks:
                 warnings.simplefilter("always")
                 it = orig_iter(loader)
             started = perf_counter() - t0
-            hooks._started(key, it, started, caught)
+            hooks._started(key, loader, it, started, caught)
             return it
 
         self._patcher.patch(_BaseDataLoaderIter, "__next__", __next__)
         self._patcher.patch(DataLoader, "__iter__", __iter__)
         self._patcher.patch(DataLoader, "__init__", __init__)
 
-    def _started(self, key: int, it: Any, seconds: float, caught: list[Any]) -> None:
+    def _started(self, key: int, loader: Any, it: Any, seconds: float, caught: list[Any]) -> None:
         """An epoch began: count it (and its start-up time while measuring), remember the
         iterator's worker processes, and pass torch's warnings on as the script would see them."""
         try:
@@ -185,6 +193,12 @@ class StepHooks:
             if self.measuring:
                 use["measured_iters"] += 1
                 use["measured_iter_s"] += seconds
+            if key not in self.loader_parts:  # the dataset outlives a stopped script's frames
+                self.loader_parts[key] = types.SimpleNamespace(
+                    dataset=loader.dataset,
+                    collate_fn=loader.collate_fn,
+                    batch_size=loader.batch_size,
+                )
             it._torchdoctor_loader = key
             it._torchdoctor_first = True
             if getattr(it, "_workers", None):

@@ -12,7 +12,10 @@ from torchdoctor.analysis.op_classes import classify_op
 from torchdoctor.capture.options import CheckOptions
 from torchdoctor.rules.thresholds import TINY_OP_THRESHOLD_US
 
-TINY_OP_US = float(TINY_OP_THRESHOLD_US)  # one thresholds module: rules/thresholds.py
+TINY_OP_US = float(TINY_OP_THRESHOLD_US)
+_DISCARDED: list[
+    Any
+] = []  # aborted profiler sessions, never freed before the process ends  # one thresholds module: rules/thresholds.py
 
 
 class WindowProfiler:
@@ -67,8 +70,15 @@ class WindowProfiler:
 
     def abort(self) -> None:
         """Stop and forget what was recorded (the step signal changed under it)."""
+        import gc
+
         self.stop()
         self.prof, self.stopped, self.steps_recorded = None, False, 0
+        # Free the discarded session now, before another one starts: torch's profiler objects
+        # sit in reference cycles, and a garbage collection that frees their results while a
+        # later session records or is read crashes (a segfault in ~vector<KinetoEvent>,
+        # torch 2.13, seen when the step signal switched from batches to optimizer steps).
+        gc.collect()
 
     @property
     def active_steps(self) -> int:

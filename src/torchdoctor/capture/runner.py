@@ -181,6 +181,7 @@ def finish_record(session: Any, outcome: Outcome, script: str, args: list[str]) 
     from torchdoctor.rules.run_rules import run_findings
 
     _probe_threads(session)
+    _probe_loader(session)
     exported = session.profiler.export(trace_path(session.folder, session.rank))
     record: dict[str, Any] = scrub(session.record(outcome.to_dict(), script, args))
     record["trace"] = None if exported is None else str(exported.relative_to(session.folder))
@@ -217,6 +218,30 @@ def _probe_threads(session: Any) -> None:
         cpu["thread_probe"] = thread_probe(d.threads, d.suggested_threads)
     except Exception as exc:  # a measurement of ours: never the script's problem
         cpu["thread_probe"] = {"error": f"{type(exc).__name__}: {exc}"}
+
+
+def _probe_loader(session: Any) -> None:
+    """Time a batch of the loader that kept the measured steps waiting longest, made in this
+    process (``loader_probe``), when that wait was worth a finding."""
+    from torchdoctor.capture.loader_probe import time_batches
+    from torchdoctor.rules.thresholds import DATA_WAIT_MIN_MS
+
+    hooks = session.hooks
+    measured = max(1, len(session.clock.step_s) - session.options.warmup_steps)
+    waits = {k: u["measured_wait_s"] for k, u in hooks.usage.items() if u["measured_wait_s"] > 0}
+    if not waits:
+        return
+    key = max(waits, key=waits.__getitem__)
+    loader = hooks.loader_parts.pop(key, None)
+    hooks.loader_parts.clear()  # release the datasets
+    if loader is None or waits[key] * 1e3 / measured < DATA_WAIT_MIN_MS:
+        return
+    try:
+        probe = time_batches(loader)
+    except Exception as exc:  # the dataset's own error: say so, never raise
+        probe = {"error": f"{type(exc).__name__}: {exc}"[:300]}
+    if probe is not None:
+        hooks.usage[key]["main_process_batch"] = probe
 
 
 def _oom(exc: BaseException, session: Any) -> dict[str, Any]:

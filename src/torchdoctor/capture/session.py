@@ -186,14 +186,15 @@ class Session:
         self.cpu["omp_num_threads_env"] = os.environ.get("OMP_NUM_THREADS")
         for key, use in self.hooks.usage.items():
             worker_pids = set(pids.get(key, [])) | set(self._cpu_pids.get(key, []))
-            ran = [
-                b.workers[p][0] - a.workers.get(p, (0, 0))[0] for p in worker_pids if p in b.workers
-            ]
+            live = [p for p in worker_pids if p in b.workers]
+            ran = [b.workers[p][0] - a.workers.get(p, (0, 0))[0] for p in live]
+            waited = [b.workers[p][1] - a.workers.get(p, (0, 0))[1] for p in live]
             use["window_batches"] = use["measured_batches"] - self._window_batches.get(key, 0.0)
             use["window_s"] = self.cpu["wall_s"]
             if ran:
                 use["window_workers"] = len(ran)
                 use["window_worker_cpu_s"] = sum(ran) / 1e9
+                use["window_worker_runqueue_wait_s"] = sum(waited) / 1e9
         self._cpu_start = None
 
     def window_abort(self) -> None:

@@ -121,11 +121,17 @@ INPUT_PIPELINE = (
 
 # -- run-level findings ------------------------------------------------------------------------
 def dataloader_fix(
-    loader: LoaderConfig, workers: int, cuda: bool, step_ms: float = 0.0, wait_ms: float = 0.0
+    loader: LoaderConfig,
+    workers: int,
+    cuda: bool,
+    step_ms: float = 0.0,
+    wait_ms: float = 0.0,
+    item_ms: float | None = None,
 ) -> str:
     """The user's own DataLoader call with ``workers`` worker processes (pinned memory on a
-    GPU), every other argument kept; only values not already set are suggested."""
-    return dataloader_user_fix(loader.raw, workers, cuda, step_ms, wait_ms)
+    GPU), every other argument kept; only values not already set are suggested. ``item_ms``:
+    the measured cost of an item, quoted when more workers cannot help."""
+    return dataloader_user_fix(loader.raw, workers, cuda, step_ms, wait_ms, item_ms)
 
 
 def pin_memory_fix(loader: LoaderConfig) -> str:

@@ -19,67 +19,13 @@ from torchdoctor.rules.compile_rules import (
     recompiles,
 )
 from torchdoctor.rules.finding import Finding, rank_findings
+from torchdoctor.rules.loader_rules import dataloader_config
 from torchdoctor.rules.registry import spec
 from torchdoctor.rules.run_common import make
-from torchdoctor.rules.run_inputs import LoaderConfig, RunRecord
-from torchdoctor.rules.user_fixes import compiled_next_step, item_cost_ms
+from torchdoctor.rules.run_inputs import RunRecord
+from torchdoctor.rules.user_fixes import compiled_next_step
 
 RunRule = Callable[[RunRecord], list[Finding]]
-
-
-def dataloader_config(run: RunRecord) -> list[Finding]:
-    """DataLoader settings when batches keep the step waiting; saving (ms/step): the data wait."""
-    step, wait = run.step_ms, run.steps.mean_data_wait_ms
-    if not run.config.dataloaders or not step:
-        return []
-    dl = run.config.dataloaders[0]
-    workers = max(2, min(8, dl.cpus))
-    cuda = run.gpu is not None
-    if wait / step < th.DATA_WAIT_SHARE or wait < th.DATA_WAIT_MIN_MS:
-        if cuda and not dl.pin_memory:
-            return [_pin_memory_only(run, dl)]
-        return []
-    s = spec("dataloader-config")
-    if dl.num_workers == 0:
-        why = "num_workers=0 loads every batch in the training process, between steps."
-    elif dl.num_workers >= workers:
-        why = f"{dl.num_workers} workers, as many as the CPUs, cannot keep up: each item costs too much."
-    else:
-        why = (
-            f"{dl.num_workers} workers cannot keep up: add workers (up to the CPU count) or "
-            "make __getitem__ cheaper (decode/augment on the GPU, pre-process once)."
-        )
-    return [
-        make(
-            run,
-            s.id,
-            s.format_title(wait=wait, share=wait / step, workers=dl.num_workers),
-            wait,
-            {
-                "data_wait_ms_per_step": wait,
-                "dataloader": dl.raw,
-                "suggested_num_workers": workers,
-                "item_ms_estimate": item_cost_ms(dl.raw, step, wait),
-            },
-            s.fix(dl, workers, cuda, step, wait),
-            f"{why} {s.explanation}",
-        )
-    ]
-
-
-def _pin_memory_only(run: RunRecord, dl: LoaderConfig) -> Finding:
-    from torchdoctor.rules.fixes import pin_memory_fix
-
-    return make(
-        run,
-        "dataloader-config",
-        "DataLoader without pin_memory on a CUDA run: host-to-device copies cannot overlap",
-        0.0,
-        {"dataloader": dl.raw},
-        pin_memory_fix(dl),
-        "Copies from pageable memory are staged and synchronous; pinned batches copy "
-        "asynchronously while the previous step computes.",
-    )
 
 
 def unpinned_non_blocking(run: RunRecord) -> list[Finding]:

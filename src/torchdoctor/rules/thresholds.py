@@ -177,3 +177,11 @@ STARVED_SHARE = Threshold(
     "the main thread runnable but waiting for a core for 30% of the measured steps or more: "
     "the step times are those of a machine shared with other work",
 )
+WORKERS_IDLE = Threshold(
+    0.5,
+    "DataLoader workers that ran (or waited for a core) less than half of the window are idle: "
+    "more of them cannot help, and a batch made in the training process may be cheaper",
+)
+RESTART_SHARE_OF_WAIT = Threshold(
+    0.5, "worker start-up at epoch starts is at least half of the data wait: keep the workers"
+)

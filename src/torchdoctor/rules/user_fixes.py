@@ -95,16 +95,25 @@ def item_cost_ms(raw: dict[str, Any], step_ms: float, wait_ms: float) -> float |
 
 
 def dataloader_user_fix(
-    raw: dict[str, Any], workers: int, cuda: bool, step_ms: float, wait_ms: float
+    raw: dict[str, Any],
+    workers: int,
+    cuda: bool,
+    step_ms: float,
+    wait_ms: float,
+    item_ms: float | None = None,
 ) -> str:
-    """The fix for a loader that keeps the step waiting, built from the user's call."""
+    """The fix for a loader that keeps the step waiting, built from the user's call;
+    ``item_ms`` is the measured cost of an item (the estimate from the step time otherwise)."""
     changes = loader_changes(raw, workers, cuda)
     current = int(raw.get("num_workers") or 0)
     lines = []
     if current >= workers:
         cpus = raw.get("cpus_per_rank") or raw.get("cpu_count")
-        cost = item_cost_ms(raw, step_ms, wait_ms)
-        per_item = f" (about {cost:.2f} ms per item)" if cost is not None else ""
+        if item_ms is not None:
+            per_item = f" ({item_ms:.3f} ms per item, measured)"
+        else:
+            cost = item_cost_ms(raw, step_ms, wait_ms)
+            per_item = f" (about {cost:.2f} ms per item, if every worker is busy)" if cost else ""
         lines.append(
             f"# num_workers={current} already uses this rank's {cpus} CPUs: more workers will "
             f"not help (unless items wait on I/O). Make each item cheaper{per_item}: "
