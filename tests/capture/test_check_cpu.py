@@ -66,6 +66,7 @@ def test_no_slowdown_measured_no_oversubscription_finding() -> None:
 
 
 def test_a_machine_busy_with_others_is_said_but_claims_no_saving() -> None:
+    """Only when nothing else was found: the numbers are those of a busy machine."""
     (f,) = [
         f for f in run_findings(_record(_cpu(intra_op_threads=1))) if f.id == "cpu-oversubscribed"
     ]
@@ -117,3 +118,10 @@ def test_check_four_threads_on_one_core(tmp_path: Path) -> None:
     f = found["cpu-oversubscribed"]
     assert f["fix"].startswith("torch.set_num_threads(1)"), f
     assert f["severity"] != "info"
+
+
+def test_the_busy_machine_caveat_stays_out_of_the_way_of_real_findings() -> None:
+    rec = _record(_cpu(intra_op_threads=1))
+    rec["steps"]["mean_data_wait_ms"] = 30.0  # type: ignore[index]
+    rec["config"] = {"dataloaders": [{"num_workers": 0, "batch_size": 8}]}
+    assert [f.id for f in run_findings(rec)] == ["dataloader-config"]

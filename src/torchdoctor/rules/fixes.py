@@ -64,13 +64,13 @@ def fp32_gemm_fix(bf16: bool = True) -> str:
     if bf16:
         return (
             'with torch.autocast(device_type="cuda", dtype=torch.bfloat16):  # fp16 + GradScaler '
-            "before Ampere\n    loss = model(x)\n"
+            "before Ampere\n    loss = criterion(model(x), y)\n"
             "torch.backends.cuda.matmul.allow_tf32 = True; torch.backends.cudnn.allow_tf32 = True"
         )
     return (
         'scaler = torch.amp.GradScaler("cuda")\n'
         'with torch.autocast(device_type="cuda", dtype=torch.float16):\n'
-        "    loss = model(x)\n"
+        "    loss = criterion(model(x), y)\n"
         "scaler.scale(loss).backward(); scaler.step(optimizer); scaler.update()"
     )
 
@@ -81,10 +81,10 @@ def exposed_comm_fix(cpu: bool = False) -> str:
         return (
             "# the wait includes the slowest rank's lateness: analyse all ranks' traces together\n"
             "torchdoctor analyze TRACE_FOLDER/\n"
-            "model = DDP(model, bucket_cap_mb=25, gradient_as_bucket_view=True)  # overlap backward"
+            "model = DDP(model, gradient_as_bucket_view=True)  # buckets are views: no copy"
         )
     return (
-        "model = DDP(model, device_ids=[local_rank], bucket_cap_mb=25,\n"
+        "model = DDP(model, device_ids=[local_rank],\n"
         "            gradient_as_bucket_view=True, static_graph=True)\n"
         "# with accumulation: with model.no_sync(): ... on the inner micro-batches"
     )
@@ -95,7 +95,8 @@ _DEPENDENCY_FIXES = {
     "# load modules eagerly: CUDA_MODULE_LOADING=EAGER (or HIP: run one warm-up step)",
     "collective": "# a collective waits for the slowest rank: compare ranks with\n"
     "torchdoctor analyze TRACE_FOLDER/\n"
-    "# and overlap it: DDP(model, bucket_cap_mb=25, gradient_as_bucket_view=True)",
+    "# and overlap it with backward:\n"
+    "model = DDP(model, gradient_as_bucket_view=True)",
     "stream-wait": "# a stream waits on an event from another stream: record the event earlier or\n"
     "# move the dependent work later (torch.cuda.Stream / event.wait placement)",
     "blocking-copy": "x = x.pin_memory().to(device, non_blocking=True)  # no blocking copy\n"
@@ -151,8 +152,8 @@ def torch_warning_fix(loader: LoaderConfig, text: str) -> str | None:
         call = rebuilt_loader_call(loader.raw, {"num_workers": workers})
         return f"{call}\n# more worker processes than cores compete with the training process"
     if "'pin_memory' argument is set as true but no accelerator" in text:
-        call = rebuilt_loader_call(loader.raw, {"pin_memory": "False"})
-        return f"{call}\n# nothing to pin for without an accelerator: the flag only warns"
+        call = rebuilt_loader_call(loader.raw, {"pin_memory": None})
+        return f"{call}\n# without pin_memory: nothing to pin for without an accelerator"
     return None
 
 
@@ -181,8 +182,8 @@ def recompile_fix(reasons: list[str], events: list[dict[str, Any]] | None = None
             "# or pad/bucket inputs to a few fixed sizes"
         )
     return (
-        "Keep the guarded values constant across steps (see the reasons), or move them out "
-        "of the compiled function"
+        "# keep the guarded values constant across steps (see the reasons), or move them out\n"
+        "# of the compiled function"
     )
 
 
@@ -195,19 +196,21 @@ RECOMPILE_LIMIT = (
 def graph_break_fix(site: str) -> str:
     """Point at the first break's line."""
     return (
-        f"Change the line at {site} so dynamo can trace it (no print/.item()/numpy/"
-        "data-dependent Python branch inside the compiled function), or move it out; "
-        "check with torch.compile(model, fullgraph=True)"
+        f"# change the line at {site} so dynamo can trace it (no print/.item()/numpy/\n"
+        "# data-dependent Python branch inside the compiled function), or move it out; check:\n"
+        "model = torch.compile(model, fullgraph=True)  # raises at the first graph break"
     )
 
 
 COMPILE_NOT_REPAID = (
-    "Run eager for short jobs, or reuse compiled artifacts across runs:\n"
+    "# run eager for short jobs, or reuse compiled artifacts across runs:\n"
     "export TORCHINDUCTOR_CACHE_DIR=/persistent/cache  # warm cache: seconds, not minutes"
 )
-UNPINNED = "DataLoader(..., pin_memory=True)  # or x = x.pin_memory() once for reused tensors"
+UNPINNED = (
+    "DataLoader(dataset, ..., pin_memory=True)  # or x = x.pin_memory() once for reused tensors"
+)
 HOST_SYNCS = (
-    "Keep values on the device and read them every N steps:\n"
+    "# keep values on the device and read them every N steps:\n"
     "running += loss.detach()  # no .item() in the loop\n"
     "if step % 100 == 0: print((running / 100).item()); running.zero_()"
 )
@@ -217,7 +220,9 @@ FP16_SCALER = (
     "# or use dtype=torch.bfloat16 (no scaler needed) on sm80+"
 )
 BF16_SCALER = "loss.backward(); optimizer.step()  # drop the GradScaler with bfloat16"
-FP32_BF16_GPU = "with torch.autocast('cuda', dtype=torch.bfloat16):\n    loss = model(x)"
+FP32_BF16_GPU = (
+    "with torch.autocast('cuda', dtype=torch.bfloat16):\n    loss = criterion(model(x), y)"
+)
 TF32 = "torch.backends.cuda.matmul.allow_tf32 = True\ntorch.backends.cudnn.allow_tf32 = True"
 DATA_PARALLEL_RUN = (
     "torchrun --nproc_per_node=NGPU train.py  # with\n"
@@ -225,9 +230,9 @@ DATA_PARALLEL_RUN = (
 )
 FRAGMENTATION = "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True python train.py"
 OOM = (
-    "Smaller batch (with gradient accumulation), torch.autocast(dtype=torch.bfloat16), "
-    "activation checkpointing (torch.utils.checkpoint); if much is reserved but unused: "
-    "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True"
+    "# a smaller batch (with gradient accumulation), torch.autocast(dtype=torch.bfloat16),\n"
+    "# activation checkpointing (torch.utils.checkpoint); if much is reserved but unused:\n"
+    "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True python train.py"
 )
 
 
@@ -267,7 +272,7 @@ def fsdp_prefetch_fix(cpu: bool = False) -> str:
         "for b, prev in zip(blocks[::-1], blocks[::-1][1:]):\n"
         "    b.set_modules_to_backward_prefetch([prev])\n"
         "# backward starts with the last block: keep it gathered after forward\n"
-        "fully_shard(blocks[-1], reshard_after_forward=False)"
+        "blocks[-1].set_reshard_after_forward(False)"
     )
 
 

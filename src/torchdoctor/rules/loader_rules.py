@@ -185,10 +185,12 @@ def _fewer_workers(
         f"making a batch in the training process takes {batch_ms:.2f} ms (measured): fewer "
         "workers"
     )
-    call = rebuilt_loader_call(dl.raw, {"num_workers": "0"})
+    call = rebuilt_loader_call(
+        dl.raw, {"num_workers": None, "prefetch_factor": None, "persistent_workers": None}
+    )
     fix = (
-        f"{call}\n# a batch costs {batch_ms:.2f} ms to make here; handing it over from a worker "
-        "costs more, and idle workers compete for the cores"
+        f"{call}\n# no workers: a batch costs {batch_ms:.2f} ms to make in the training process; "
+        "handing it over\n# from a worker costs more, and idle workers compete for the cores"
     )
     return make(
         run,

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import re
+from collections.abc import Mapping
 from typing import Any
 
 # DataLoader's positional parameters, in order (torch.utils.data.DataLoader.__init__).
@@ -63,12 +64,22 @@ def _user_arguments(raw: dict[str, Any]) -> tuple[str, list[str], dict[str, str]
     return func, args[:1], {**named, **kwargs}
 
 
-def rebuilt_loader_call(raw: dict[str, Any], changes: dict[str, str]) -> str:
+def rebuilt_loader_call(raw: dict[str, Any], changes: Mapping[str, str | None]) -> str:
     """The user's DataLoader call with ``changes`` applied: every other argument kept as
-    written (collate_fn, shuffle, sampler, drop_last...), changed values replaced in place."""
+    written (collate_fn, shuffle, sampler, drop_last...), changed values replaced in place,
+    an argument changed to None removed (its default is the fix)."""
     func, args, kwargs = _user_arguments(raw)
+    if (
+        {"persistent_workers", "prefetch_factor"} & {k for k, v in changes.items() if v}
+        and "num_workers" not in changes
+        and "num_workers" not in kwargs
+        and int(raw.get("num_workers") or 0) > 0
+    ):
+        # the call passed its workers some other way: state them, the options need them
+        changes = {**changes, "num_workers": str(int(raw["num_workers"]))}
     merged = {**kwargs, **{k: v for k, v in changes.items() if k in kwargs}}
     merged.update({k: v for k, v in changes.items() if k not in kwargs})
+    merged = {k: v for k, v in merged.items() if v is not None}
     parts = [*args, *(f"{k}={v}" for k, v in merged.items())]
     text = f"{func}({', '.join(parts)})"
     site = (raw.get("call") or {}).get("site")
