@@ -349,6 +349,8 @@ def namespace(gpu: bool = False) -> dict[str, Any]:
         "optimizer": torch.optim.SGD(model.parameters(), lr=0.1),
         "running": torch.zeros(()),
         "step": 100,
+        "scale": 0.5,
+        "path": os.path.join(tempfile.gettempdir(), "fixexec-checkpoint.pt"),
         "block": model.layers[0],
         "policy": lambda ctx, op, *a, **k: _policy(op),
         "create_selective_checkpoint_contexts": create_selective_checkpoint_contexts,

@@ -67,7 +67,7 @@ VALUE_EVENTS = [
     {
         "function": "forward",
         "reason": "L['scale'] == 0.5",
-        "changed_values": [{"name": "L['scale']", "kind": "float"}],
+        "changed_values": [{"name": "L['scale']", "value": "0.5", "kind": "float"}],
     }
 ]
 

@@ -1,9 +1,10 @@
 """Step detection and the profiling schedule.
 
-Three signals can mark a step: an explicit ``torchdoctor.step()`` marker, an optimizer step,
-and a DataLoader batch. The strongest signal seen so far wins (marker > optimizer > batch), so a
-training loop is counted by optimizer steps even though its batches arrive first, and an
-inference loop without an optimizer falls back to batches. ``tick`` is on every step's path, so
+Four signals can mark a step: an explicit ``torchdoctor.step()`` marker, an optimizer step,
+a ``backward()`` call, and a DataLoader batch. The strongest signal seen so far wins (marker >
+optimizer > backward > batch), so a training loop is counted by optimizer steps even though its
+batches arrive first, a hand-written SGD loop (no optimizer, no DataLoader) by its backward
+calls, and an inference loop without either falls back to batches. ``tick`` is on every step's path, so
 outside the profiled window it does a few appends and one comparison.
 """
 
@@ -16,8 +17,8 @@ from typing import Literal, Protocol
 
 from torchdoctor.capture.options import CheckOptions
 
-StepSource = Literal["dataloader", "optimizer", "marker"]
-_PRIORITY: dict[str, int] = {"dataloader": 0, "optimizer": 1, "marker": 2}
+StepSource = Literal["dataloader", "backward", "optimizer", "marker"]
+_PRIORITY: dict[str, int] = {"dataloader": 0, "backward": 1, "optimizer": 2, "marker": 3}
 
 
 class StopScript(BaseException):

@@ -121,10 +121,15 @@ class StepHooks:
         """id(dataset) -> the user's own DataLoader construction over it."""
         self.batches = 0
         self.optimizer_steps = 0
+        self.measured_optimizer_steps = 0
+        self.backward_calls = 0
+        self.measured_backward_calls = 0
         self._patcher = Patcher()
         self._handle: Any = None
         self._primary: weakref.ref[Any] | None = None
         self._is_compiling: Any = lambda: False
+        self.optimizer_built: Any = lambda: False
+        """Whether the script has built a torch.optim optimizer (set by the session)."""
 
     def install(self) -> None:
         """Register the optimizer hook and wrap ``DataLoader.__iter__`` / ``__next__``."""
@@ -180,6 +185,21 @@ class StepHooks:
             hooks._started(key, loader, it, started, caught)
             return it
 
+        orig_backward = torch.autograd.backward
+
+        @functools.wraps(orig_backward)
+        def backward(*args: Any, **kwargs: Any) -> Any:
+            out = orig_backward(*args, **kwargs)
+            if not hooks._is_compiling():
+                hooks.backward_calls += 1
+                if hooks.measuring:
+                    hooks.measured_backward_calls += 1
+                if not hooks.optimizer_built():  # an optimizer's steps mark the steps then
+                    hooks.clock.tick("backward")
+            return out
+
+        # Tensor.backward calls torch.autograd.backward through the module: one patch sees both.
+        self._patcher.patch(torch.autograd, "backward", backward)
         self._patcher.patch(_BaseDataLoaderIter, "__next__", __next__)
         self._patcher.patch(DataLoader, "__iter__", __iter__)
         self._patcher.patch(DataLoader, "__init__", __init__)
@@ -261,6 +281,8 @@ class StepHooks:
             self._primary = weakref.ref(optimizer)
         elif primary is not optimizer:
             return
+        if self.measuring:
+            self.measured_optimizer_steps += 1  # of the counted optimizer
         self.clock.tick("optimizer")
 
     def uninstall(self) -> None:
@@ -280,4 +302,7 @@ class StepHooks:
             "dataloaders": loaders,
             "batches": self.batches,
             "optimizer_steps": self.optimizer_steps,
+            "backward_calls": self.backward_calls,
+            "measured_backward_calls": self.measured_backward_calls,
+            "measured_optimizer_steps": self.measured_optimizer_steps,
         }

@@ -44,13 +44,17 @@ class Outcome:
     code: int
     """The exit status the script would have had on its own."""
     exception: BaseException | None = None
+    phase: str = "run"
+    """``parse``: the script's own source did not compile (nothing of it ran); ``run``: it
+    ran (a SyntaxError raised by ``ast.literal_eval`` or ``eval`` at run time is a crash)."""
 
     def to_dict(self) -> dict[str, Any]:
-        """Plain data for ``run.json``: status, exit code and the exception as one line."""
+        """Plain data for ``run.json``: status, exit code, phase and the exception as one line."""
         exc = self.exception
         return {
             "status": self.status,
             "code": self.code,
+            "phase": self.phase,
             "exception": None if exc is None else f"{type(exc).__name__}: {exc}"[:2000],
         }
 
@@ -94,9 +98,28 @@ def run_script(script: str, args: list[str]) -> Outcome:
     sys.argv = [script, *args]
     sys.path.insert(0, os.path.dirname(os.path.abspath(script)))
     try:
+        parsed = _parse_error(script)
+        if parsed is not None:
+            return parsed
         return run_function(lambda: runpy.run_path(script, run_name="__main__"))
     finally:
         sys.argv, sys.path[:] = saved_argv, saved_path0
+
+
+def _parse_error(script: str) -> Outcome | None:
+    """The script's source compiled as runpy would: an Outcome for a SyntaxError (shown as
+    python shows it), None when it compiles. Nothing of the script runs here."""
+    import tokenize
+
+    try:
+        with tokenize.open(script) as f:
+            compile(f.read(), script, "exec", dont_inherit=True)
+    except SyntaxError as exc:
+        traceback.print_exception(type(exc), exc, None, file=sys.stderr)
+        return Outcome("error", 1, exc, phase="parse")
+    except (OSError, ValueError):  # unreadable or odd bytes: runpy says what is wrong
+        return None
+    return None
 
 
 def run_function(main: Callable[[], Any]) -> Outcome:
@@ -183,6 +206,7 @@ def finish_record(session: Any, outcome: Outcome, script: str, args: list[str]) 
     _probe_threads(session)
     _probe_loader(session)
     exported = session.profiler.export(trace_path(session.folder, session.rank))
+    session.trace_file = exported
     record: dict[str, Any] = scrub(session.record(outcome.to_dict(), script, args))
     record["trace"] = None if exported is None else str(exported.relative_to(session.folder))
     exc = outcome.exception

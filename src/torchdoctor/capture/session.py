@@ -18,6 +18,8 @@ from torchdoctor.capture.compile_watch import CompileWatch
 from torchdoctor.capture.config_probe import ConfigProbe
 from torchdoctor.capture.dynamo_aside import DynamoAside
 from torchdoctor.capture.hooks import StepHooks
+from torchdoctor.capture.housekeeping import HousekeepingWatch
+from torchdoctor.capture.monitor import Monitor
 from torchdoctor.capture.options import CheckOptions
 from torchdoctor.capture.profiling import WindowProfiler
 from torchdoctor.capture.runfolder import RUN_SCHEMA, RUN_SCHEMA_VERSION, RankInfo
@@ -41,14 +43,17 @@ class Session:
         self.rank = rank
         self.clock = StepClock(options, self)
         self.hooks = StepHooks(self.clock)
+        self.hooks.optimizer_built = lambda: bool(self.config.optimizers)
         self.config = ConfigProbe()
         self.syncs = SyncRecorder()
         self.checkpoints = CheckpointWatch()
+        self.housekeeping = HousekeepingWatch()
         # The tensor-method and checkpoint wrappers come off while dynamo traces (no graph
         # break of ours); SyncRecorder keeps its Patcher private, it is shared here only.
         self.aside = DynamoAside([self.syncs._patcher, self.checkpoints._patcher])
         self.compile = CompileWatch(on_compile_call=self.aside.ensure_registered)
         self.profiler = WindowProfiler(options)
+        self.monitor = Monitor(self)
         self.measure_start_unix_s: float | None = None
         self.gpu: dict[str, Any] = {}
         self._nvml: gpu_probe.NvmlSampler | None = None
@@ -61,12 +66,15 @@ class Session:
         self._window_batches: dict[int, float] = {}
         self._cpu_pids: dict[int, list[int]] = {}
         self.main_tid = cpu_usage.main_thread_id()
+        self.trace_file: Path | None = None
+        """The exported trace, once written (the operator summary is read from it)."""
 
     # -- lifetime -----------------------------------------------------------------------------
     def install(self) -> None:
         """Install every hook and start the clock."""
         self.compile.install()
         self.checkpoints.install()
+        self.housekeeping.install()
         self.config.install()
         self.syncs.install()
         self.hooks.install()
@@ -80,6 +88,7 @@ class Session:
                 file=sys.stderr,
             )
         self.clock.begin()
+        self.monitor.start()
 
     @property
     def snapshot_file(self) -> str:
@@ -116,12 +125,14 @@ class Session:
     def uninstall(self) -> None:
         """Remove every hook (idempotent); the profiler stops if the window is still open."""
         markers.set_clock(None)
+        self.monitor.stop()
         self.hooks.uninstall()
         self.aside.uninstall()
         self.syncs.uninstall()
         self.config.uninstall()
         self.compile.uninstall()
         self.checkpoints.uninstall()
+        self.housekeeping.uninstall()
         self.profiler.stop()
         self._stop_gpu_sampling()
 
@@ -206,6 +217,7 @@ class Session:
         """Record host syncs and copies only during the measured steps."""
         self.syncs.measuring = on
         self.checkpoints.measuring = on
+        self.housekeeping.measuring = on
         self.hooks.measuring = on
         if on:
             self.measure_start_unix_s = time.time()
@@ -281,15 +293,27 @@ class Session:
                 **self.config.snapshot(),
                 **self.hooks.snapshot(),
                 "checkpointing": self.checkpoints.snapshot(),
+                "housekeeping": self.housekeeping.snapshot(),
             },
             "syncs": self.syncs.snapshot(),
             "cpu": self.cpu,
+            "monitor": self.monitor.record(),
+            "profiler": self._profiler_record(),
             "gpu": self.gpu or None,
             "cuda_available": bool(torch.cuda.is_available()),
         }
 
+    def _profiler_record(self) -> dict[str, Any]:
+        budget = getattr(self.profiler, "budget_record", None)  # a test's fake may lack it
+        return {
+            **(budget() if budget is not None else {}),
+            "peak_growth_mib": round(self.monitor.peak_window_growth / 2**20, 1),
+        }
+
     def _op_summary(self) -> dict[str, Any] | None:
         try:
-            return self.profiler.op_summary()
+            if self.trace_file is None:
+                return self.profiler.op_summary()
+            return self.profiler.op_summary(self.trace_file)
         except Exception as exc:  # the summary is a bonus; the trace is still written
             return {"error": f"{type(exc).__name__}: {exc}"}

@@ -191,6 +191,9 @@ def summary_text(
     note = (doc.get("measurement") or {}).get("note")
     if note:
         w(f"measured: {note}\n")
+    early = (primary.get("profiler") or {}).get("stopped_early")
+    if early:
+        w(f"profiling stopped early: {early}; the report covers what was recorded\n")
     for err in steps.get("clock_errors") or []:  # e.g. the script runs its own profiler
         w(f"profiling problem: {err}\n")
     if doc.get("analysis_unavailable"):

@@ -36,4 +36,30 @@ HOST_SPECS: tuple[FindingSpec, ...] = (
         "iterator; the fix is the setting it names.",
         doc_url=f"{D}/data.html#multi-process-data-loading",
     ),
+    FindingSpec(
+        id="rare-long-steps",
+        label="rare long steps",
+        title="{k} of {n} steps ran long: step {step} took {ms:.1f} ms against a {median:.1f} ms "
+        "median ({ratio:.1f}x), {per_step:.1f} ms per step on average{ran}",
+        sources=("run",),
+        severity=SeverityPolicy(),
+        threshold=th.RARE_LONG_RATIO,
+        fix=static("# run the periodic work in the loop less often, or outside it"),
+        explanation="A step many times the median is not the loop's own work: something ran "
+        "in it now and then (evaluation, a checkpoint, logging). Its cost per step is its "
+        "excess over the median, averaged over the steps.",
+        doc_url=f"{D}/profiler.html",
+    ),
+    FindingSpec(
+        id="housekeeping-in-step",
+        label="housekeeping in the step",
+        title="{what} at {site}: {ms:.1f} ms per step ({share:.0%})",
+        sources=("run",),
+        severity=SeverityPolicy(),
+        threshold=th.HOUSEKEEPING_SHARE,
+        fix=static("# call it every N steps, not every step"),
+        explanation="Saving a checkpoint or running a full garbage collection is not training "
+        "work; done every step it adds its whole time to every step.",
+        doc_url=f"{D}/notes/serialization.html",
+    ),
 )

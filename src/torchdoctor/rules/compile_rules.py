@@ -9,7 +9,7 @@ from torchdoctor.rules.finding import Finding
 from torchdoctor.rules.registry import spec
 from torchdoctor.rules.run_common import make
 from torchdoctor.rules.run_inputs import RunRecord
-from torchdoctor.rules.user_fixes import recompile_user_fix
+from torchdoctor.rules.user_fixes import reason_line, recompile_user_fix
 
 
 def _recompile_saving_ms(run: RunRecord) -> float:
@@ -39,7 +39,7 @@ def recompiles(run: RunRecord) -> list[Finding]:
                 n=c.recompiles,
                 seconds=c.recompile_s,
                 late=late,
-                first=reasons[0] if reasons else "see evidence",
+                first=reason_line(reasons[0]) if reasons else "see evidence",
             ),
             _recompile_saving_ms(run),
             {

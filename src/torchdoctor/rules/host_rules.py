@@ -8,8 +8,11 @@ from collections.abc import Callable
 from torchdoctor.rules.cpu_rules import cpu_oversubscribed, torch_warnings
 from torchdoctor.rules.finding import Finding
 from torchdoctor.rules.run_inputs import RunRecord
+from torchdoctor.rules.step_rules import housekeeping_in_step, rare_long_steps
 
 HOST_RULES: tuple[Callable[[RunRecord], list[Finding]], ...] = (
     cpu_oversubscribed,
     torch_warnings,
+    rare_long_steps,
+    housekeeping_in_step,
 )

@@ -185,3 +185,19 @@ WORKERS_IDLE = Threshold(
 RESTART_SHARE_OF_WAIT = Threshold(
     0.5, "worker start-up at epoch starts is at least half of the data wait: keep the workers"
 )
+RARE_LONG_RATIO = Threshold(
+    5.0,
+    "a step five times the median or longer is not noise on a busy machine (scheduling "
+    "spikes here stay within 2-3x): something else ran in it (evaluation, a checkpoint)",
+)
+RARE_LONG_MIN_MS = Threshold(
+    5.0,
+    "and at least 5 ms longer than the median, so that a sub-millisecond step's hiccup (a "
+    "garbage collection, a page fault, a descheduled thread) is not called a finding",
+)
+RARE_LONG_MAX_SHARE = Threshold(
+    0.49, "long steps are rare while they are fewer than half: the median is still a normal step"
+)
+HOUSEKEEPING_SHARE = Threshold(
+    0.02, "torch.save or gc.collect() in the loop costing 2% of the step or more"
+)

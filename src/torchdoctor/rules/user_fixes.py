@@ -141,9 +141,44 @@ def _tensor_expr(name: str) -> str:
     return m.group("name") + name[m.end() :] if m else name
 
 
+def reason_line(reason: str) -> str:
+    """A recompile reason on one line for a title: the first guard failure, without its
+    compile id, dynamo's padded source comment and the user stack that follow it."""
+    first = next((ln.strip() for ln in reason.splitlines() if ln.strip()), "")
+    first = re.sub(r"^\d+/\d+: ", "", first.split("  #", 1)[0].strip())
+    return first if len(first) <= 160 else first[:157] + "..."
+
+
+def value_guard_fix(events: list[dict[str, Any]]) -> str:
+    """For guards on Python values (``scale == 0.5``): what stops the recompiles. A float or
+    int passed as a tensor is an input, not a constant; mark_dynamic applies to tensors only."""
+    values: dict[str, list[str]] = {}
+    kinds: dict[str, str] = {}
+    for e in events:
+        for v in e.get("changed_values") or []:
+            seen = values.setdefault(_tensor_expr(v["name"]), [])
+            if v["value"] not in seen:
+                seen.append(v["value"])
+            kinds[_tensor_expr(v["name"])] = v["kind"]
+    lines = []
+    for name, seen in values.items():
+        shown = ", ".join(seen[:4]) + (", ..." if len(seen) > 4 else "")
+        if kinds[name] in ("float", "int"):
+            lines.append(
+                f"{name} = torch.tensor({name})  # a Python {kinds[name]} is compiled in as a "
+                f"constant ({shown}): every new value recompiles; as a tensor it is an input"
+            )
+        else:
+            lines.append(
+                f"# '{name}' was compiled in as a constant ({shown}): keep it fixed, or branch "
+                "on it outside the compiled function"
+            )
+    return "\n".join(lines)
+
+
 def recompile_user_fix(events: list[dict[str, Any]], fallback: str) -> str:
     """``mark_dynamic`` for each (tensor, dimension) the guards say changed, with the values
-    seen; ``fallback`` when no guard named a size or stride."""
+    seen; the tensor form of a guarded Python value; ``fallback`` when neither was named."""
     seen: dict[tuple[str, int], list[int]] = {}
     functions: dict[str, str] = {}
     for e in events:
@@ -151,9 +186,10 @@ def recompile_user_fix(events: list[dict[str, Any]], fallback: str) -> str:
             sizes = seen.setdefault((_tensor_expr(d["tensor"]), int(d["dim"])), [])
             sizes.extend(x for x in (d["expected"], d["actual"]) if x not in sizes)
             functions.setdefault(_tensor_expr(d["tensor"]), str(e.get("function") or ""))
+    values = value_guard_fix(events)
     if not seen:
-        return fallback
-    lines = []
+        return values or fallback
+    lines = [values] if values else []
     for (tensor, dim), sizes in seen.items():
         shown = ", ".join(str(s) for s in sizes[:4]) + (", ..." if len(sizes) > 4 else "")
         fn = functions.get(tensor)
