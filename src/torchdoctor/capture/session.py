@@ -43,8 +43,8 @@ class Session:
         self.rank = rank
         self.clock = StepClock(options, self)
         self.hooks = StepHooks(self.clock)
-        self.hooks.optimizer_built = lambda: bool(self.config.optimizers)
         self.config = ConfigProbe()
+        self.hooks.optimizer_built = lambda: bool(self.config.optimizers)
         self.syncs = SyncRecorder()
         self.checkpoints = CheckpointWatch()
         self.housekeeping = HousekeepingWatch()
