@@ -90,6 +90,15 @@ class _CheckCommand(click.Command):
     "--html", "html_path", type=click.Path(path_type=str), help="Also write an HTML report."
 )
 @click.option(
+    "--profile-memory-budget",
+    "memory_budget_mb",
+    default=1024.0,
+    show_default=True,
+    type=click.FloatRange(min=1),
+    help="MiB the profiler's recording may add (then it stops and the report covers what "
+    "was recorded).",
+)
+@click.option(
     "--rank-timeout",
     default=120.0,
     show_default=True,
@@ -110,6 +119,7 @@ def check_command(
     json_path: str | None,
     rank_timeout: float,
     html_path: str | None = None,
+    memory_budget_mb: float = 1024.0,
 ) -> None:
     """Run SCRIPT (with its own arguments) as __main__, profile a window of its steps, and
     report what slows it down, including what no trace shows.
@@ -134,6 +144,7 @@ def check_command(
             profile_memory=memory,
             out_dir=out_dir,
             rank_timeout_s=rank_timeout,
+            profile_memory_budget_mb=memory_budget_mb,
         )
         code = run_check(script, list(script_args), options, top, json_path, html_path)
     except UserError as exc:
