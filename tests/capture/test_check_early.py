@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.capture.check_helpers import EXAMPLES, FAST, REPO, check_inprocess
+from tests.capture.check_helpers import EXAMPLES, REPO, check_inprocess
 from torchdoctor.rules.run_rules import run_findings
 
 

@@ -201,3 +201,8 @@ RARE_LONG_MAX_SHARE = Threshold(
 HOUSEKEEPING_SHARE = Threshold(
     0.02, "torch.save or gc.collect() in the loop costing 2% of the step or more"
 )
+SKEW_SHARE_OF_COMM = Threshold(
+    0.5,
+    "exposed communication that is half or more a rank waiting for later arrivals is rank "
+    "skew: the fix is the late rank's work, not the collectives",
+)
