@@ -12,6 +12,7 @@ from statistics import median
 from typing import Any
 
 from torchdoctor.analysis.op_classes import classify_op
+from torchdoctor.capture.kineto_quiet import kineto_quiet
 from torchdoctor.capture.options import CheckOptions
 from torchdoctor.rules.thresholds import TINY_OP_THRESHOLD_US
 
@@ -72,7 +73,8 @@ class WindowProfiler:
         self.stopped_early = self._stop_requested = None
         self._set_budget()
         self._install_stop_signal()
-        self.prof.start()
+        with kineto_quiet():
+            self.prof.start()
 
     def _profile(self, profile: Any, schedule: Any, activities: list[Any], warmup: int) -> Any:
         opts = self.options
@@ -104,7 +106,8 @@ class WindowProfiler:
         step boundary when the next step would take the recording past its memory budget."""
         if self.prof is None or self.stopped:
             return
-        self.prof.step()
+        with kineto_quiet():  # the schedule starts and stops Kineto's session inside step()
+            self.prof.step()
         self.steps_recorded += 1
         if self._stop_requested:
             self.stop_early(self._stop_requested)
@@ -167,7 +170,8 @@ class WindowProfiler:
         self._remove_stop_signal()
         if self.prof is not None and not self.stopped:
             self.stopped = True
-            self.prof.stop()
+            with kineto_quiet():
+                self.prof.stop()
 
     def abort(self) -> None:
         """Stop and forget what was recorded (the step signal changed under it)."""
