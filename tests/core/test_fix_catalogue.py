@@ -283,6 +283,15 @@ def _records() -> list[dict[str, Any]]:
         {"steps": steps, "config": {"dataloaders": [idle]}},
         {"steps": {**steps, "mean_data_wait_ms": 0}, "cpu": cpu},
         {"steps": steps, "config": {"data_parallel": [{"device_ids": [0, 1]}]}},
+        {
+            "steps": steps,
+            "job": {"name": "max_iters", "value": 20, "unit": "steps"},
+            "compile": {
+                "compiles": 1,
+                "compile_s": 14.0,
+                "compile_calls": [{"mode": "max-autotune"}],
+            },
+        },
     ]
 
 
@@ -294,3 +303,22 @@ def test_fixes_built_inside_rules_run_too(rec: dict[str, Any]) -> None:
     assert found
     for f in found:
         fixexec.run_fix(f.fix, gpu=f.id == "data-parallel")
+
+
+def test_no_sync_under_accumulation_runs_on_a_ddp_model() -> None:
+    from torch.nn.parallel import DistributedDataParallel
+
+    fixexec.ensure_process_group()
+    model = DistributedDataParallel(fixexec.Net())
+    import torch
+
+    batches = [(torch.randn(4, 8), torch.randn(4, 8))] * 3
+    fixexec.run_fix(
+        fx.no_sync_fix(3),
+        {
+            "model": model,
+            "micro_batches": batches,
+            "contextlib": __import__("contextlib"),
+            "optimizer": torch.optim.SGD(model.parameters(), lr=0.1),
+        },
+    )

@@ -67,6 +67,8 @@ class Session:
         self._cpu_pids: dict[int, list[int]] = {}
         self.main_tid = cpu_usage.main_thread_id()
         self.trace_file: Path | None = None
+        self.job: dict[str, Any] | None = None
+        """The job's length as the script names it (``capture/job_length.py``)."""
         """The exported trace, once written (the operator summary is read from it)."""
 
     # -- lifetime -----------------------------------------------------------------------------
@@ -168,11 +170,22 @@ class Session:
         """Stop the profiler and the GPU probes; say what happens next."""
         self.profiler.stop()
         self._cpu_window_end()
+        self._read_job_length()
         self._stop_gpu_sampling()
         if self.rank.rank == 0:
             first, last = self.clock.window_steps or (0, 0)
             then = "continuing (--full)" if self.options.full else "stopping the script"
             print(f"torchdoctor: steps {first}-{last} profiled; {then}", file=sys.stderr)
+
+    def _read_job_length(self) -> None:
+        """The script's own step or epoch count, while its module is still ``__main__``."""
+        try:
+            from torchdoctor.capture.job_length import job_length
+
+            main = sys.modules.get("__main__")
+            self.job = job_length(vars(main)) if main is not None else None
+        except Exception:
+            self.job = None
 
     def _cpu_window_start(self) -> None:
         pids = self.hooks.worker_pids()
@@ -285,6 +298,7 @@ class Session:
             "exit": outcome,
             "steps": self.steps_record(),
             "ops": self._op_summary(),
+            "job": self.job,
             "compile": {
                 **self.compile.snapshot(self.measure_start_unix_s),
                 "traced_with_wrappers_off": self.aside.compilations,

@@ -90,6 +90,19 @@ def exposed_comm_fix(cpu: bool = False) -> str:
     )
 
 
+def no_sync_fix(micro_batches: float) -> str:
+    """DDP under gradient accumulation: all-reduce on the last micro-batch only."""
+    return (
+        f"# {micro_batches:.0f} backward passes per optimizer step, each all-reducing the "
+        "gradients: reduce on the last one only\n"
+        "for i, (x, y) in enumerate(micro_batches):\n"
+        "    last = i == len(micro_batches) - 1\n"
+        "    with contextlib.nullcontext() if last else model.no_sync():\n"
+        "        criterion(model(x), y).backward()\n"
+        "optimizer.step()"
+    )
+
+
 _DEPENDENCY_FIXES = {
     "first-launch": "# the first launch of each kernel loads its code: warm up before timing, and\n"
     "# load modules eagerly: CUDA_MODULE_LOADING=EAGER (or HIP: run one warm-up step)",

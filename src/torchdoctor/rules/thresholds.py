@@ -206,3 +206,8 @@ SKEW_SHARE_OF_COMM = Threshold(
     "exposed communication that is half or more a rank waiting for later arrivals is rank "
     "skew: the fix is the late rank's work, not the collectives",
 )
+COMPILE_BREAK_EVEN_STEPS = Threshold(
+    100,
+    "a compile worth 100 steps or more is said (as info) when the job's length is unknown: "
+    "shorter jobs never repay it",
+)
