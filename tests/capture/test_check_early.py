@@ -168,3 +168,39 @@ def test_a_million_small_ops_per_step_stays_within_the_memory_budget(tmp_path: P
     assert before / 1024 < peak_mib < 512 + 1024, peak_mib  # torch itself, the budget, the read
     assert "profiling stopped early" in proc.stdout
     assert (next(tmp_path.iterdir()) / "report.json").is_file()
+
+
+def _deep(n: int) -> tuple[str, ...]:
+    import sys as _sys
+
+    from torchdoctor.capture.monitor import user_stack
+
+    if n:
+        return _deep(n - 1)
+    return user_stack(_sys._getframe())
+
+
+def test_a_deep_sample_keeps_the_loop_line() -> None:
+    """Sampled ten calls deep, the stack keeps the two innermost user frames and the outermost
+    (the loop's own line), so a long step is named where the script called into it."""
+    stack = _deep(10)
+    assert len(stack) == 3
+    assert stack[0].endswith("in _deep") and stack[1].endswith("in _deep")
+    # the outermost user frame: this test, where the recursion was called, not an 11th _deep
+    assert stack[-1].endswith("in test_a_deep_sample_keeps_the_loop_line")
+
+
+def test_long_steps_name_the_loop_line_and_the_innermost_one() -> None:
+    times = [900.0, 55.0, 54.0, 56.0, 747.0, 55.0, 53.0, 57.0, 55.0]
+    stack = [
+        "/w/model.py:64 in forward",
+        "/w/model.py:88 in forward",
+        "/w/train.py:264 in <module>",
+    ]
+    rec = _long_step_record(times, {"5": [{"stack": stack, "samples": 12}]})
+    (f,) = [f for f in run_findings(rec) if f.id == "rare-long-steps"]
+    assert f.evidence["sampled_stacks"] == [
+        "/w/train.py:264 in <module>",
+        "/w/model.py:64 in forward",
+    ]
+    assert "train.py:264 in <module>" in f.where[0] and "model.py:64 in forward" in f.where[1]

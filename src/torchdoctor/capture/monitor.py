@@ -46,17 +46,19 @@ def available_bytes() -> int | None:
 
 
 def user_stack(frame: Any, depth: int = _STACK_DEPTH) -> tuple[str, ...]:
-    """The innermost ``depth`` frames of user code (outside every library), innermost first,
-    as ``file:line in function``."""
+    """Frames of user code (outside every library) as ``file:line in function``, innermost
+    first: the innermost ``depth - 1`` and the outermost one (the script's own loop line)."""
     from torchdoctor.capture.callsource import is_library_file
 
     out: list[str] = []
-    while frame is not None and len(out) < depth:
+    while frame is not None and len(out) < 64:
         name = frame.f_code.co_filename
         if not name.startswith("<") and not is_library_file(name):
             out.append(f"{name}:{frame.f_lineno} in {frame.f_code.co_name}")
         frame = frame.f_back
-    return tuple(out)
+    if len(out) <= depth:
+        return tuple(out)
+    return (*out[: depth - 1], out[-1])
 
 
 class Monitor:

@@ -96,8 +96,9 @@ def _stacks(run: RunRecord, steps: list[int]) -> list[str]:
         for row in samples.get(str(step)) or []:
             stack = row.get("stack") or []
             if stack:
-                line = stack[-1]  # the outermost user frame sampled: the loop's line
-                counts[line] = counts.get(line, 0) + int(row.get("samples") or 0)
+                # the outermost user frame (the loop's own line), then the innermost one
+                for line in dict.fromkeys((stack[-1], stack[0])):
+                    counts[line] = counts.get(line, 0) + int(row.get("samples") or 0)
     return sorted(counts, key=lambda k: -counts[k])
 
 
