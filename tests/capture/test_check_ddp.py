@@ -45,3 +45,26 @@ def test_ddp_example_under_torchrun(tmp_path: Path) -> None:
     assert proc.stdout.count("torchdoctor check:") == 1
     assert "rank 0: 6 steps" in proc.stdout and "rank 1: 6 steps" in proc.stdout
     assert "data-parallel" not in {f["id"] for f in report["findings"]}  # it is DDP
+
+
+@pytest.mark.slow
+def test_ddp_gradient_accumulation_gets_no_sync(tmp_path: Path) -> None:
+    out = tmp_path / "runs"
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    cmd = [
+        sys.executable, "-m", "torch.distributed.run", "--nproc_per_node=2",
+        f"--master_port={port}", "-m", "torchdoctor", "check", "--warmup", "3", "--steps", "3",
+        "--out", str(out), str(EXAMPLES / "ddp_accumulation.py"),
+    ]  # fmt: skip
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1"}
+    proc = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=240, env=env)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    (folder,) = [p for p in out.iterdir() if p.is_dir()]
+    rec = json.loads((folder / "ranks" / "rank0.json").read_text())
+    assert rec["config"]["measured_backward_calls"] == 4 * rec["config"]["measured_optimizer_steps"]
+    report = json.loads((folder / "report.json").read_text())
+    (f,) = [f for f in report["findings"] if f["id"] == "exposed-communication"]
+    assert "model.no_sync()" in f["fix"] and "4 backward passes per optimizer step" in f["fix"]
+    assert "bucket_cap_mb=25" not in f["fix"]

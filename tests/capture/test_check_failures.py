@@ -46,6 +46,7 @@ def test_sys_exit_status_is_passed_through(tmp_path: Path) -> None:
     assert r.code == 3 and r.run["exit"] == {
         "status": "exited",
         "code": 3,
+        "phase": "run",
         "exception": "SystemExit: 3",
     }
 

@@ -50,7 +50,7 @@ def test_short_run_says_what_was_measured() -> None:
     assert m.note.startswith("2 steps measured of 5 requested: the script ended after 7 steps")
     assert "try --warmup 2" in m.note and "not a clean bill of health" in m.note
     crashed = measure(rec(3, 0, "error", "RuntimeError: diverged"))
-    assert "the script failed (RuntimeError: diverged) after 3 steps" in crashed.note
+    assert "the script crashed (RuntimeError: diverged) after 3 steps" in crashed.note
     assert measure(rec(10, 5, "stopped")).complete
 
 
@@ -61,7 +61,7 @@ def test_short_run_says_what_was_measured() -> None:
         ("IndentationError: unexpected indent (prog.py, line 2)", "syntax-error"),
         ("ModuleNotFoundError: No module named 'tranformers'", "import-error"),
         ("ImportError: cannot import name 'Foo' from 'bar'", "import-error"),
-        ("RuntimeError: boom", None),
+        ("RuntimeError: boom", "crash"),
     ],
 )
 def test_failures_before_any_step_are_named(exc: str, kind: str | None) -> None:

@@ -59,7 +59,8 @@ def test_dataloader_fix_rewrites_the_users_call_keeping_every_argument() -> None
     assert fix.startswith("data.DataLoader(train_set, batch_size=32, shuffle=True, ")
     for kept in ("collate_fn=pad_batch", "sampler=None", "drop_last=True"):
         assert kept in fix
-    assert "num_workers=4" in fix and "persistent_workers=True" in fix
+    # 40 ms per batch made in the training process, 60 ms of compute: two workers suffice
+    assert "num_workers=2" in fix and "persistent_workers=True" in fix
     assert fix.count("batch_size") == 1 and f"# at {SITE}" in fix
 
 

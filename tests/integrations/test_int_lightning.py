@@ -82,4 +82,8 @@ def test_check_on_a_lightning_script_works_and_points_at_the_callback(tmp_path: 
     assert result.record["frameworks"] == ["lightning"]
     assert "torchdoctor.integrations.lightning import DoctorCallback" in result.text
     assert result.findings[0].id == "dataloader-config"
-    assert result.findings[0].fix.startswith("DataLoader(dataset")  # loop-level advice
+    # the loader is built by Lightning's loop: the fix is the LightningDataModule's, and the
+    # loop-level one (into the loader Lightning rebuilt) is kept in the evidence
+    assert "train_dataloader()" in result.findings[0].fix
+    assert "lightning/" not in result.findings[0].fix
+    assert "pytorch_fix" in result.findings[0].evidence

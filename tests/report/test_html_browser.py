@@ -196,3 +196,27 @@ def test_check_page(browser_context: Any, tmp_path: Path) -> None:
     assert loaded.page.eval_on_selector_all("#table-run-ranks tbody tr", "r => r.length") == 2
     assert loaded.page.eval_on_selector_all("#timeline rect.ev", "r => r.length") > 0
     screenshot(loaded, "check")
+
+
+def test_copy_button_never_covers_a_fix_line(browser_context: Any, tmp_path: Path) -> None:
+    """No text of a fix lies under its copy button, for a line that wraps to the box's edge
+    (before, the button sat on the end of such lines)."""
+    from torchdoctor.report.html_sources import page_from_check
+
+    report = analyze_path(corpus_file("v100_resnet50_train_workers0"))
+    long_fix = "/" + "a" * 400  # one long token from the first column: breaks only at the edge
+    finding = {**report.findings[0].to_dict(), "fix": long_fix + "\n# second line"}
+    doc = {"script": "train.py", "world_size": 1, "findings": [finding], "ranks": []}
+    html = _render(page_from_check(doc, report, {"steps": {"count": 4}}), tmp_path / "f.html")
+    loaded = load(browser_context, html)
+    overlaps = loaded.page.eval_on_selector_all(
+        ".fix",
+        """fixes => fixes.map(f => {
+            const b = f.querySelector('button.copy').getBoundingClientRect();
+            const r = document.createRange();
+            r.selectNodeContents(f.querySelector('pre'));
+            return Array.from(r.getClientRects()).some(t =>
+                t.right > b.left && t.left < b.right && t.bottom > b.top && t.top < b.bottom);
+        })""",
+    )
+    assert overlaps and not any(overlaps)

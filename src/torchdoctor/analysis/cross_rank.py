@@ -57,6 +57,8 @@ class RankWork:
     """Collectives this rank reached last."""
     caused_wait_ms: float
     """Per step: the others' summed wait in collectives this rank reached last."""
+    skew_wait_ms: float = 0.0
+    """Per step: this rank's wait in collectives for a rank that arrived later (rank skew)."""
 
 
 @dataclass(frozen=True)
@@ -80,6 +82,8 @@ class CollectiveSkew:
     """Last start minus first start."""
     others_wait_ms: float
     """Sum over the other ranks of (last start - their start)."""
+    waits_ms: tuple[tuple[int, float], ...] = ()
+    """(rank, last start - that rank's start) for every rank: what each waited for the last."""
 
 
 @dataclass(frozen=True)
@@ -309,6 +313,10 @@ def _match_collectives(
             last_rank=_rank(summaries[int(k)]),
             skew_ms=round(float(start[k, j] - start[:, j].min()) / 1000.0, 3),
             others_wait_ms=round(float((start[k, j] - start[:, j]).sum()) / 1000.0, 3),
+            waits_ms=tuple(
+                (_rank(summaries[i]), round(float(start[k, j] - start[i, j]) / 1000.0, 3))
+                for i in range(len(summaries))
+            ),
         )
         for j, (key, k) in enumerate(zip(keys, last, strict=True))
     ]
@@ -343,8 +351,11 @@ def _rows(
     strag = Counter(s.rank for s in stragglers)
     last = Counter(c.last_rank for c in matched)
     caused: dict[int, float] = {}
+    skew_wait: dict[int, float] = {}
     for c in matched:
         caused[c.last_rank] = caused.get(c.last_rank, 0.0) + c.others_wait_ms
+        for rank, waited in c.waits_ms:
+            skew_wait[rank] = skew_wait.get(rank, 0.0) + waited
     rows = []
     for i, s in enumerate(summaries):
         r = _rank(s)
@@ -358,6 +369,7 @@ def _rows(
                 straggler_steps=strag[r],
                 last_arrivals=last[r],
                 caused_wait_ms=round(caused.get(r, 0.0) / n, 3),
+                skew_wait_ms=round(skew_wait.get(r, 0.0) / n, 3),
             )
         )
     return rows

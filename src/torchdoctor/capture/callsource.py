@@ -68,13 +68,49 @@ def call_arguments(filename: str, lineno: int, names: tuple[str, ...]) -> dict[s
     }
 
 
-def user_frame_site(skip_dirs: tuple[str, ...]) -> tuple[str, int] | None:
-    """``(file, line)`` of the innermost caller outside ``skip_dirs`` (torch, torchdoctor)."""
+def user_frame_site(skip_dirs: tuple[str, ...] | None = None) -> tuple[str, int] | None:
+    """``(file, line)`` of the innermost caller outside ``skip_dirs`` (by default every
+    library: torch, torchdoctor, site-packages, the standard library)."""
+    dirs = library_dirs() if skip_dirs is None else skip_dirs
     frame = sys._getframe(1)
     while frame is not None:
         raw = frame.f_code.co_filename
         filename = os.path.abspath(raw)
-        if not raw.startswith("<") and not filename.startswith(skip_dirs):
+        if not raw.startswith("<") and not filename.startswith(dirs):
             return filename, frame.f_lineno
         frame = frame.f_back  # type: ignore[assignment]
     return None
+
+
+@functools.lru_cache(maxsize=1)
+def library_dirs() -> tuple[str, ...]:
+    """Folders of code that is not the user's to change: torch, torchdoctor, every
+    site-packages folder (Lightning, transformers, accelerate, torchvision...) and the standard
+    library. A fix lands in the user's code or a framework's settings, never in these."""
+    import site
+    import sysconfig
+
+    from torchdoctor.capture.own_frames import PACKAGE_DIR
+
+    dirs = {PACKAGE_DIR}
+    try:
+        import torch
+
+        dirs.add(os.path.dirname(os.path.abspath(torch.__file__)) + os.sep)
+    except ImportError:
+        pass
+    paths = sysconfig.get_paths()
+    for key in ("purelib", "platlib", "stdlib", "platstdlib"):
+        if paths.get(key):
+            dirs.add(os.path.abspath(paths[key]) + os.sep)
+    try:
+        dirs.update(os.path.abspath(p) + os.sep for p in site.getsitepackages())
+        dirs.add(os.path.abspath(site.getusersitepackages()) + os.sep)
+    except Exception:  # a virtualenv's old site module lacks these
+        pass
+    return tuple(sorted(dirs))
+
+
+def is_library_file(filename: str) -> bool:
+    """True when ``filename`` lies in one of ``library_dirs()``."""
+    return os.path.abspath(filename).startswith(library_dirs())

@@ -100,6 +100,15 @@ class _CheckCommand(OneLineErrors, click.Command):
     "measured so far; exit status 124.",
 )
 @click.option(
+    "--profile-memory-budget",
+    "memory_budget_mb",
+    default=1024.0,
+    show_default=True,
+    type=click.FloatRange(min=1),
+    help="MiB the profiler's recording may add (then it stops and the report covers what "
+    "was recorded).",
+)
+@click.option(
     "--rank-timeout",
     default=120.0,
     show_default=True,
@@ -121,6 +130,7 @@ def check_command(
     rank_timeout: float,
     html_path: str | None = None,
     timeout_s: float | None = None,
+    memory_budget_mb: float = 1024.0,
 ) -> None:
     """Run SCRIPT (with its own arguments) as __main__, profile a window of its steps, and
     report what slows it down, including what no trace shows.
@@ -150,6 +160,7 @@ def check_command(
             out_dir=out_dir,
             rank_timeout_s=rank_timeout,
             timeout_s=timeout_s,
+            profile_memory_budget_mb=memory_budget_mb,
         )
         code = _run_watched(script, list(script_args), options, top, json_path, html_path)
     except UserError as exc:

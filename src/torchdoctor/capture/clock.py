@@ -1,10 +1,12 @@
 """Step detection and the profiling schedule.
 
-Four signals can mark a step: an explicit ``torchdoctor.step()`` marker, an optimizer step,
-a DataLoader batch and a top-level model call (``capture/forward_steps.py``). The strongest
-signal seen so far wins (marker > optimizer > batch > forward), so a training loop is counted by
-optimizer steps even though its batches and forwards come first, an inference loop without an
-optimizer falls back to batches, and a decode loop with neither to its model calls. ``tick`` is on every step's path, so
+Five signals can mark a step: an explicit ``torchdoctor.step()`` marker, an optimizer step,
+a DataLoader batch, a ``backward()`` call and a top-level model call
+(``capture/forward_steps.py``). The strongest signal seen so far wins (marker > optimizer >
+backward > batch > forward), so a training loop is counted by optimizer steps even though its
+batches and forwards come first, a hand-written SGD loop (no optimizer, no DataLoader) by its
+backward calls, an inference loop without either falls back to batches, and a decode loop with
+none of them to its model calls. ``tick`` is on every step's path, so
 outside the profiled window it does a few appends and one comparison.
 
 Steps are counted in one thread: the first that ticks. Other threads stepping their own
@@ -23,8 +25,14 @@ from typing import Any, Literal, Protocol
 
 from torchdoctor.capture.options import CheckOptions
 
-StepSource = Literal["forward", "dataloader", "optimizer", "marker"]
-_PRIORITY: dict[str, int] = {"forward": 0, "dataloader": 1, "optimizer": 2, "marker": 3}
+StepSource = Literal["forward", "dataloader", "backward", "optimizer", "marker"]
+_PRIORITY: dict[str, int] = {
+    "forward": 0,
+    "dataloader": 1,
+    "backward": 2,
+    "optimizer": 3,
+    "marker": 4,
+}
 
 
 class StopScript(BaseException):
@@ -71,6 +79,7 @@ class StepClock:
         self.profiles = True
         """False when the counted thread is not the main one (no window, no StopScript)."""
         self._prio = -1
+        self._begin_pending = False
         self._reset()
 
     def _reset(self) -> None:
@@ -91,6 +100,7 @@ class StepClock:
 
     def begin(self) -> None:
         """Start timing; with zero warm-up steps the window opens now."""
+        self._begin_pending = False
         self._step_start = perf_counter()
         if self._start_at == 0:
             self._open()
@@ -110,10 +120,21 @@ class StepClock:
                 return
             self._adopt(ident)
         prio = _PRIORITY[source]
+        if self._begin_pending and prio == self._prio:
+            self._begin_pending = False
+            step_start = self._step_start
+            self.begin()
+            self._step_start = step_start
         if prio != self._prio:
             if prio < self._prio:
                 return
-            self._switch(source, prio)
+            if self._switch(source, prio):
+                # A window was discarded inside this very hook (an optimizer step runs its
+                # hooks inside the profiler range torch opened for it): opening the next one
+                # here would end that range in another profiler session, which crashes torch.
+                # This partial step is dropped; counting starts at the next signal.
+                self._step_start = perf_counter()
+                return
         now = perf_counter()
         self.step_s.append(now - self._step_start)
         self.data_wait_s.append(self._pending_wait)
@@ -158,25 +179,31 @@ class StepClock:
                 "running profiler cannot be forked); steps are timed, the script runs to its end"
             )
 
-    def _switch(self, source: str, prio: int) -> None:
+    def _switch(self, source: str, prio: int) -> bool:
+        """Count ``source``'s steps from now on; True when an opened window was discarded."""
         if self.log is not None:
             if self.source is not None:
                 self.log.restart(f"{self.source}->{source} after {len(self.step_s)} steps")
             self.log.source(source)
         if self.source is None:  # the first signal: the first step started with the script
             self.source, self._prio = source, prio
-            return
+            return False
         # A stronger signal appeared: what was counted so far measured something else (batches,
         # not optimizer steps), so start counting again.
         self.switches.append(f"{self.source}->{source} after {len(self.step_s)} steps")
-        if self.window_opened:  # even a finished window counted the wrong steps: discard it
+        aborted = self.window_opened
+        if aborted:  # even a finished window counted the wrong steps: discard it
             self._call("window_abort")
         self._call("set_measuring", False)
         self.source, self._prio = source, prio
         step_start = self._step_start
         self._reset()
+        if aborted:
+            self._begin_pending = True  # at the next signal, outside this hook's range
+            return True
         self.begin()
         self._step_start = step_start  # this step began at the last weaker signal
+        return False
 
     def _advance(self, n: int) -> None:
         opts = self.options

@@ -56,6 +56,41 @@ def guard_dims(reason: str) -> list[dict[str, Any]]:
     return out
 
 
+# "0/0: scale == 0.5     # return lin(x) * scale  # train.py:6 in f" (a guard on a value).
+_GUARD_VALUE_RE = re.compile(
+    r"^(?:\d+/\d+: )?(?P<name>[A-Za-z_][\w\[\]'\".]*) == (?P<value>True|False|None|-?[\d.eE+-]+)\s*(?:#|$)"
+)
+
+
+def guard_values(reason: str) -> list[dict[str, Any]]:
+    """The Python values a recompile reason says were guarded: ``name`` (``L['lr']`` as
+    ``lr``), ``value`` (the value compiled for, as text) and ``kind`` (float, int, bool)."""
+    out = []
+    for line in reason.splitlines():
+        m = _GUARD_VALUE_RE.match(line.strip())
+        if m is None:
+            continue
+        value = m.group("value")
+        kind = (
+            "bool"
+            if value in ("True", "False")
+            else "none"
+            if value == "None"
+            else "int"
+            if re.fullmatch(r"-?\d+", value)
+            else "float"
+        )
+        local = _LOCAL_RE.match(m.group("name"))
+        out.append(
+            {
+                "name": local.group("name") if local else m.group("name"),
+                "value": value,
+                "kind": kind,
+            }
+        )
+    return out
+
+
 def compile_call(args: tuple[Any, ...], kwargs: dict[str, Any]) -> dict[str, Any]:
     """One ``torch.compile`` call's settings as plain data (what was compiled, mode, backend,
     dynamic, fullgraph, option names)."""
@@ -228,6 +263,7 @@ def _summary(
             {
                 **{k: m[k] for k in ("compile_id", "function", "site", "reason", "seconds")},
                 "changed_dims": guard_dims(m["reason"]),
+                "changed_values": guard_values(m["reason"]),
             }
             for m in recompiles[:50]
         ],

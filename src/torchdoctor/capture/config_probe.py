@@ -41,6 +41,7 @@ def optimizer_record(optimizer: Any) -> dict[str, Any]:
     return {
         "class": type(optimizer).__name__,
         "impl": impl,
+        "impl_options": impl_options(optimizer, devices, dtypes),
         "fused": fused,
         "foreach": foreach,
         "param_tensors": len(params),
@@ -49,6 +50,47 @@ def optimizer_record(optimizer: Any) -> dict[str, Any]:
         "param_devices": devices,
         "param_dtypes": dtypes,
     }
+
+
+def impl_options(optimizer: Any, devices: list[str], dtypes: list[str]) -> list[str]:
+    """The implementations (``foreach``, ``fused``) this optimizer's class accepts and that run
+    for its parameters in the torch version in use: ``fused`` only where the constructor takes
+    it, every parameter's device has fused kernels and every dtype is floating point."""
+    import inspect
+
+    import torch
+
+    try:
+        params = inspect.signature(type(optimizer).__init__).parameters
+    except (TypeError, ValueError):
+        return []
+    defaults = getattr(optimizer, "defaults", {}) or {}
+    out = []
+    if "foreach" in params:
+        out.append("foreach")
+    if "fused" in params and not defaults.get("differentiable"):
+        try:
+            from torch.utils._foreach_utils import _get_fused_kernels_supported_devices
+
+            fused_devices = set(_get_fused_kernels_supported_devices())
+        except Exception:  # an older torch: CUDA only
+            fused_devices = {"cuda"}
+        floating = all(getattr(torch, d).is_floating_point for d in dtypes if hasattr(torch, d))
+        if devices and set(devices) <= fused_devices and floating:
+            out.append("fused")
+    return out
+
+
+def construction_call(cls_name: str) -> dict[str, Any] | None:
+    """The user's call that built an object of class ``cls_name``: ``{"site", "func", "args",
+    "kwargs"}`` (arguments as source text), or None when it was built in library code."""
+    from torchdoctor.capture import callsource
+
+    site = callsource.user_frame_site()
+    if site is None:
+        return None
+    call = callsource.call_arguments(site[0], site[1], (cls_name,))
+    return {"site": f"{site[0]}:{site[1]}", **(call or {})}
 
 
 def _read(get: Callable[[], Any]) -> Any:
@@ -201,7 +243,11 @@ class ConfigProbe:
 
     def _on_optimizer(self, optimizer: Any) -> None:
         if len(self.optimizers) < _MAX_OBJECTS:
-            self.optimizers[id(optimizer)] = optimizer_record(optimizer)
+            record = optimizer_record(optimizer)
+            call = construction_call(record["class"])
+            if call is not None:
+                record["call"] = call
+            self.optimizers[id(optimizer)] = record
 
     def note_window(self) -> None:
         """Read the backend flags while the profiled steps run (the script may set them late)."""

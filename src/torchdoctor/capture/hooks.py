@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import functools
 import os
+import types
+import warnings
 import weakref
 from time import perf_counter
 from typing import Any
@@ -16,6 +18,15 @@ from torchdoctor.capture.clock import StepClock
 from torchdoctor.capture.patches import Patcher
 
 _MAX_LOADERS = 16
+_USAGE_KEYS = (
+    "iters",
+    "measured_iters",
+    "measured_iter_s",
+    "measured_batches",
+    "measured_wait_s",
+    "measured_first_batches",
+    "measured_first_wait_s",
+)
 
 
 def _short(value: Any) -> str:
@@ -29,22 +40,40 @@ def _short(value: Any) -> str:
 
 def construction(loader_init: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> dict[str, Any]:
     """What the user's ``DataLoader(...)`` call passed: ``explicit`` (name -> short label,
-    from the call's values) and ``call`` (the call's source text and site, when readable)."""
+    from the call's values) and ``call`` (the call's source text and site, when readable).
+
+    The site is the innermost frame outside every library (torch, torchdoctor, site-packages):
+    a loader that Lightning or accelerate rebuilds in its own code is marked ``built_in``
+    with the library's frame, and ``call`` is then the user's line that led there."""
     import inspect
 
     from torchdoctor.capture import callsource
-    from torchdoctor.capture.own_frames import PACKAGE_DIR
 
     bound = inspect.signature(loader_init).bind_partial(None, *args, **kwargs)
     explicit = {k: _short(v) for k, v in list(bound.arguments.items())[1:] if k != "kwargs"}
     out: dict[str, Any] = {"explicit": explicit}
     import torch
 
-    site = callsource.user_frame_site((os.path.dirname(torch.__file__) + os.sep, PACKAGE_DIR))
+    inner = callsource.user_frame_site((os.path.dirname(torch.__file__) + os.sep, _own_dir()))
+    if inner is not None and callsource.is_library_file(inner[0]):
+        out["built_in"] = f"{inner[0]}:{inner[1]}"
+    site = callsource.user_frame_site()
     if site is not None:
         call = callsource.call_arguments(site[0], site[1], ("DataLoader",))
         out["call"] = {"site": f"{site[0]}:{site[1]}", **(call or {})}
     return out
+
+
+def _own_dir() -> str:
+    from torchdoctor.capture.own_frames import PACKAGE_DIR
+
+    return PACKAGE_DIR
+
+
+def _usable_cores() -> int:
+    from torchdoctor.capture.cpu_usage import usable_cores
+
+    return usable_cores()
 
 
 def loader_settings(loader: Any) -> dict[str, Any]:
@@ -64,11 +93,10 @@ def loader_settings(loader: Any) -> dict[str, Any]:
         "dataset": type(loader.dataset).__name__,
         "dataset_len": dataset_len,
         "multiprocessing_context": None if context is None else str(context.get_start_method()),
-        "cpu_count": os.cpu_count(),
-        # torchrun's processes on one node share its CPUs between their workers.
-        "cpus_per_rank": max(
-            1, (os.cpu_count() or 1) // int(os.environ.get("LOCAL_WORLD_SIZE", 1))
-        ),
+        "cpu_count": _usable_cores(),
+        # torchrun's processes on one node share its CPUs between their workers (the CPUs
+        # this process may use: a cpuset or taskset counts, not the machine's total).
+        "cpus_per_rank": max(1, _usable_cores() // int(os.environ.get("LOCAL_WORLD_SIZE", 1))),
     }
 
 
@@ -81,12 +109,27 @@ class StepHooks:
         self.constructions: weakref.WeakKeyDictionary[Any, dict[str, Any]] = (
             weakref.WeakKeyDictionary()
         )
+        self.measuring = False
+        """Steps after the warm-up are running: per-loader batches and waits are counted."""
+        self.usage: dict[int, dict[str, Any]] = {}
+        """Loader key -> epochs started, and batches, waits and epoch starts while measuring."""
+        self.worker_iters: dict[int, weakref.ref[Any]] = {}
+        self.loader_parts: dict[int, Any] = {}
+        """Loader key -> its dataset, collate_fn and batch size (for ``loader_probe``)."""
+        self._user_calls: dict[int, dict[str, Any]] = {}
+        self._warn_registry: dict[Any, Any] = {}  # once per location, as the default filter
+        """id(dataset) -> the user's own DataLoader construction over it."""
         self.batches = 0
         self.optimizer_steps = 0
+        self.measured_optimizer_steps = 0
+        self.backward_calls = 0
+        self.measured_backward_calls = 0
         self._patcher = Patcher()
         self._handle: Any = None
         self._primary: weakref.ref[Any] | None = None
         self._is_compiling: Any = lambda: False
+        self.optimizer_built: Any = lambda: False
+        """Whether the script has built a torch.optim optimizer (set by the session)."""
 
     def install(self) -> None:
         """Register the optimizer hook and wrap ``DataLoader.__iter__`` / ``__next__``."""
@@ -107,15 +150,20 @@ class StepHooks:
             orig_init(loader, *args, **kwargs)
             if len(hooks.constructions) < _MAX_LOADERS:
                 try:
-                    hooks.constructions[loader] = construction(orig_init, args, kwargs)
+                    hooks.constructions[loader] = hooks._linked(
+                        construction(orig_init, args, kwargs), loader
+                    )
                 except Exception as exc:  # never let our bookkeeping break the user's loader
                     hooks.constructions[loader] = {"error": f"{type(exc).__name__}: {exc}"}
 
         def __next__(it: Any) -> Any:
             t0 = perf_counter()
             batch = orig_next(it)  # StopIteration ends the epoch without a tick
+            waited = perf_counter() - t0
             hooks.batches += 1
-            hooks.clock.add_wait(perf_counter() - t0)
+            if hooks.measuring:
+                hooks._count_batch(it, waited)
+            hooks.clock.add_wait(waited)
             hooks.clock.tick("dataloader")
             return batch
 
@@ -129,11 +177,98 @@ class StepHooks:
                     }
                 except Exception as exc:  # an unusual loader subclass: note it, keep going
                     hooks.loaders[key] = {"error": f"{type(exc).__name__}: {exc}"}
-            return orig_iter(loader)
+            t0 = perf_counter()
+            with warnings.catch_warnings(record=True) as caught:
+                warnings.simplefilter("always")
+                it = orig_iter(loader)
+            started = perf_counter() - t0
+            hooks._started(key, loader, it, started, caught)
+            return it
 
+        orig_backward = torch.autograd.backward
+
+        @functools.wraps(orig_backward)
+        def backward(*args: Any, **kwargs: Any) -> Any:
+            out = orig_backward(*args, **kwargs)
+            if not hooks._is_compiling():
+                hooks.backward_calls += 1
+                if hooks.measuring:
+                    hooks.measured_backward_calls += 1
+                if not hooks.optimizer_built():  # an optimizer's steps mark the steps then
+                    hooks.clock.tick("backward")
+            return out
+
+        # Tensor.backward calls torch.autograd.backward through the module: one patch sees both.
+        self._patcher.patch(torch.autograd, "backward", backward)
         self._patcher.patch(_BaseDataLoaderIter, "__next__", __next__)
         self._patcher.patch(DataLoader, "__iter__", __iter__)
         self._patcher.patch(DataLoader, "__init__", __init__)
+
+    def _started(self, key: int, loader: Any, it: Any, seconds: float, caught: list[Any]) -> None:
+        """An epoch began: count it (and its start-up time while measuring), remember the
+        iterator's worker processes, and pass torch's warnings on as the script would see them."""
+        try:
+            use = self.usage.setdefault(key, dict.fromkeys(_USAGE_KEYS, 0.0))
+            use["iters"] += 1
+            if self.measuring:
+                use["measured_iters"] += 1
+                use["measured_iter_s"] += seconds
+            if key not in self.loader_parts:  # the dataset outlives a stopped script's frames
+                self.loader_parts[key] = types.SimpleNamespace(
+                    dataset=loader.dataset,
+                    collate_fn=loader.collate_fn,
+                    batch_size=loader.batch_size,
+                )
+            it._torchdoctor_loader = key
+            it._torchdoctor_first = True
+            if getattr(it, "_workers", None):
+                self.worker_iters[key] = weakref.ref(it)
+            settings = self.loaders.get(key)
+            if caught and settings is not None:
+                seen = settings.setdefault("torch_warnings", [])
+                for w in caught:
+                    if len(seen) < 4 and str(w.message) not in seen:
+                        seen.append(str(w.message))
+        except Exception:  # bookkeeping only
+            pass
+        for w in caught:  # as if we had not looked: the script's filters decide
+            warnings.warn_explicit(
+                w.message, w.category, w.filename, w.lineno, registry=self._warn_registry
+            )
+
+    def _count_batch(self, it: Any, waited: float) -> None:
+        use = self.usage.get(getattr(it, "_torchdoctor_loader", -1))
+        if use is None:
+            return
+        use["measured_batches"] += 1
+        use["measured_wait_s"] += waited
+        if getattr(it, "_torchdoctor_first", False):
+            it._torchdoctor_first = False
+            use["measured_first_batches"] += 1
+            use["measured_first_wait_s"] += waited
+
+    def worker_pids(self) -> dict[int, list[int]]:
+        """Loader key -> pids of the worker processes of its live iterator."""
+        out: dict[int, list[int]] = {}
+        for key, ref in list(self.worker_iters.items()):
+            it = ref()
+            workers = getattr(it, "_workers", None) or []
+            pids = [int(w.pid) for w in workers if getattr(w, "pid", None)]
+            if pids:
+                out[key] = pids
+        return out
+
+    def _linked(self, built: dict[str, Any], loader: Any) -> dict[str, Any]:
+        """A loader a library rebuilt (Lightning adds its sampler, accelerate shards it) gets
+        the user's own construction of a loader over the same dataset: that is the call to fix."""
+        key = id(getattr(loader, "dataset", None))
+        if "built_in" not in built and "kwargs" in (built.get("call") or {}):
+            self._user_calls[key] = built
+            return built
+        user = self._user_calls.get(key)
+        if user is None:
+            return built
+        return {**built, "call": user["call"], "explicit": user["explicit"]}
 
     def _on_optimizer_step(self, optimizer: Any, args: Any, kwargs: Any) -> None:
         if self._is_compiling():  # inside a compiled optimizer step: tracing, not stepping
@@ -146,6 +281,8 @@ class StepHooks:
             self._primary = weakref.ref(optimizer)
         elif primary is not optimizer:
             return
+        if self.measuring:
+            self.measured_optimizer_steps += 1  # of the counted optimizer
         self.clock.tick("optimizer")
 
     def uninstall(self) -> None:
@@ -157,8 +294,15 @@ class StepHooks:
 
     def snapshot(self) -> dict[str, Any]:
         """DataLoader settings seen (one entry per loader) and raw signal counts."""
+        loaders = []
+        for key, settings in self.loaders.items():
+            use = self.usage.get(key)
+            loaders.append({**settings, "usage": dict(use)} if use else settings)
         return {
-            "dataloaders": list(self.loaders.values()),
+            "dataloaders": loaders,
             "batches": self.batches,
             "optimizer_steps": self.optimizer_steps,
+            "backward_calls": self.backward_calls,
+            "measured_backward_calls": self.measured_backward_calls,
+            "measured_optimizer_steps": self.measured_optimizer_steps,
         }

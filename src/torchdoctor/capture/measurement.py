@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 from typing import Any, Literal
 
-Failure = Literal["syntax-error", "import-error"]
+Failure = Literal["syntax-error", "import-error", "crash"]
 _SYNTAX = ("SyntaxError", "IndentationError", "TabError")
 _IMPORT = ("ImportError", "ModuleNotFoundError")
 
@@ -37,10 +37,14 @@ class Measurement:
         return asdict(self)
 
 
-def failure_kind(exception: str | None) -> Failure | None:
-    """``syntax-error`` / ``import-error`` from ``run.json``'s ``exit.exception`` line."""
+def failure_kind(exception: str | None, phase: str | None = None) -> Failure | None:
+    """``syntax-error`` / ``import-error`` from ``run.json``'s ``exit.exception`` line.
+
+    With the recorded ``phase``, a SyntaxError is a parse error only when the script's own
+    source did not compile (``phase == "parse"``); one raised while the script ran
+    (``ast.literal_eval`` of a bad string) is not. Records without a phase keep the name rule."""
     name = (exception or "").split(":", 1)[0].strip()
-    if name in _SYNTAX:
+    if name in _SYNTAX and phase in (None, "parse"):
         return "syntax-error"
     if name in _IMPORT:
         return "import-error"
@@ -60,7 +64,7 @@ def _ending(record: dict[str, Any]) -> str:
     ex = record.get("exit") or {}
     status = ex.get("status")
     if status == "error":
-        return f"the script failed ({ex.get('exception') or 'an exception'})"
+        return f"the script crashed ({ex.get('exception') or 'an exception'})"
     if status == "interrupted":
         return "the script was interrupted"
     if status == "terminated":
@@ -81,11 +85,15 @@ def measure(record: dict[str, Any]) -> Measurement:
     measured = int(steps.get("measured_steps") or 0)
     seen = int(steps.get("count") or 0)
     ex = record.get("exit") or {}
-    failure = failure_kind(ex.get("exception"))
+    failure = failure_kind(ex.get("exception"), ex.get("phase"))
     if failure is not None and seen == 0:
         what = "does not parse" if failure == "syntax-error" else "failed to import a module"
         note = f"the script {what}: {ex.get('exception')}; nothing was measured"
         return Measurement(requested, measured, seen, False, failure, note)
+    if seen == 0 and ex.get("status") in ("error", "interrupted", "exited"):
+        # a crash before the first step is a crash: no step advice, no findings
+        note = f"{_ending(record)} before its first step; nothing was measured"
+        return Measurement(requested, measured, seen, False, "crash", note)
     if measured >= requested:
         return Measurement(requested, measured, seen, True, None, "")
     hint = suggested_options(seen, requested)

@@ -33,6 +33,14 @@ class CheckOptions:
     """Sampling period of the NVML thread (GPU utilisation and memory)."""
     timeout_s: float | None = None
     """Stop the script after this many seconds, as Ctrl-C would (None: no limit)."""
+    profile_memory_budget_mb: float = 1024.0
+    """What the profiler's recording may add to the process's resident memory (MiB; never
+    more than a quarter of the memory available when the window opens). torch keeps about
+    8 kB per operator while recording: a step of a million small operators would need 8 GB a
+    step. At the budget the window ends (at a step boundary when the next step would cross
+    it, else at the next model call) and the report covers what was recorded."""
+    no_step_notice_s: float = 60.0
+    """Say on standard error when no step has been seen for this long (seconds)."""
 
     def __post_init__(self) -> None:
         if self.warmup_steps < 0:
@@ -41,6 +49,12 @@ class CheckOptions:
             raise UserError(f"--steps must be >= 1; got {self.profile_steps}")
         if self.rank_timeout_s < 0:
             raise UserError(f"rank timeout must be >= 0; got {self.rank_timeout_s}")
+        if self.profile_memory_budget_mb <= 0:
+            raise UserError(
+                f"profiler memory budget must be > 0; got {self.profile_memory_budget_mb}"
+            )
+        if self.no_step_notice_s <= 0:
+            raise UserError(f"no-step notice must be > 0 s; got {self.no_step_notice_s}")
         if self.nvml_interval_s <= 0:
             raise UserError(f"NVML interval must be > 0; got {self.nvml_interval_s}")
         if self.timeout_s is not None and not 0 < self.timeout_s < 1e9:

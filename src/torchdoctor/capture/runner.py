@@ -47,13 +47,17 @@ class Outcome:
     code: int
     """The exit status the script would have had on its own."""
     exception: BaseException | None = None
+    phase: str = "run"
+    """``parse``: the script's own source did not compile (nothing of it ran); ``run``: it
+    ran (a SyntaxError raised by ``ast.literal_eval`` or ``eval`` at run time is a crash)."""
 
     def to_dict(self) -> dict[str, Any]:
-        """Plain data for ``run.json``: status, exit code and the exception as one line."""
+        """Plain data for ``run.json``: status, exit code, phase and the exception as one line."""
         exc = self.exception
         return {
             "status": self.status,
             "code": self.code,
+            "phase": self.phase,
             "exception": None if exc is None else f"{type(exc).__name__}: {exc}"[:2000],
         }
 
@@ -97,9 +101,28 @@ def run_script(script: str, args: list[str], stop: StopSignals | None = None) ->
     sys.argv = [script, *args]
     sys.path.insert(0, os.path.dirname(os.path.abspath(script)))
     try:
+        parsed = _parse_error(script)
+        if parsed is not None:
+            return parsed
         return run_function(lambda: runpy.run_path(script, run_name="__main__"), stop)
     finally:
         sys.argv, sys.path[:] = saved_argv, saved_path0
+
+
+def _parse_error(script: str) -> Outcome | None:
+    """The script's source compiled as runpy would: an Outcome for a SyntaxError (shown as
+    python shows it), None when it compiles. Nothing of the script runs here."""
+    import tokenize
+
+    try:
+        with tokenize.open(script) as f:
+            compile(f.read(), script, "exec", dont_inherit=True)
+    except SyntaxError as exc:
+        traceback.print_exception(type(exc), exc, None, file=sys.stderr)
+        return Outcome("error", 1, exc, phase="parse")
+    except (OSError, ValueError):  # unreadable or odd bytes: runpy says what is wrong
+        return None
+    return None
 
 
 def run_function(main: Callable[[], Any], stop: StopSignals | None = None) -> Outcome:
@@ -225,7 +248,10 @@ def finish_record(session: Any, outcome: Outcome, script: str, args: list[str]) 
     from torchdoctor.capture.own_frames import scrub
     from torchdoctor.rules.run_rules import run_findings
 
+    for probe in (_probe_threads, _probe_loader):  # extra evidence: never worth the report
+        _optional(probe, session)
     exported = session.profiler.export(trace_path(session.folder, session.rank))
+    session.trace_file = exported
     record: dict[str, Any] = scrub(session.record(outcome.to_dict(), script, args))
     record["trace"] = None if exported is None else str(exported.relative_to(session.folder))
     exc = outcome.exception
@@ -244,6 +270,57 @@ def finish_record(session: Any, outcome: Outcome, script: str, args: list[str]) 
     outcome.exception = None  # drop the traceback: it keeps DataLoader workers alive
     record["findings"] = [f.to_dict() for f in run_findings(record)]
     return record
+
+
+def _probe_threads(session: Any) -> None:
+    """When the window's counters say more threads ran than there were free cores, measure
+    what that costs now: the same small work with the script's thread count and with fewer,
+    interleaved (``cpu_usage.thread_probe``). The script's steps are over by now."""
+    from torchdoctor.capture.cpu_usage import thread_probe
+    from torchdoctor.rules.cpu_rules import cpu_demand
+
+    cpu: Any = getattr(session, "cpu", None)
+    d = cpu_demand(cpu) if isinstance(cpu, dict) else None
+    if d is None or not d.oversubscribed:
+        return
+    try:
+        cpu["thread_probe"] = thread_probe(d.threads, d.suggested_threads)
+    except Exception as exc:  # a measurement of ours: never the script's problem
+        cpu["thread_probe"] = {"error": f"{type(exc).__name__}: {exc}"}
+
+
+def _probe_loader(session: Any) -> None:
+    """Time a batch of the loader that kept the measured steps waiting longest, made in this
+    process (``loader_probe``), when that wait was worth a finding."""
+    from torchdoctor.capture.loader_probe import time_batches
+    from torchdoctor.rules.thresholds import DATA_WAIT_MIN_MS
+
+    hooks = session.hooks
+    measured = max(1, len(session.clock.step_s) - session.options.warmup_steps)
+    waits = {k: u["measured_wait_s"] for k, u in hooks.usage.items() if u["measured_wait_s"] > 0}
+    if not waits:
+        return
+    key = max(waits, key=waits.__getitem__)
+    loader = hooks.loader_parts.pop(key, None)
+    hooks.loader_parts.clear()  # release the datasets
+    if loader is None or waits[key] * 1e3 / measured < DATA_WAIT_MIN_MS:
+        return
+    try:
+        probe = time_batches(loader)
+    except Exception as exc:  # the dataset's own error: say so, never raise
+        probe = {"error": f"{type(exc).__name__}: {exc}"[:300]}
+    if probe is not None:
+        hooks.usage[key]["main_process_batch"] = probe
+
+
+def _optional(probe: Callable[[Any], None], session: Any) -> None:
+    """Run one of the probes after the steps; its error becomes a note, never the report's."""
+    try:
+        probe(session)
+    except Exception as exc:
+        with contextlib.suppress(Exception):
+            name = probe.__name__.lstrip("_").replace("_", " ")
+            session.clock.errors.append(f"{name} failed: {type(exc).__name__}: {exc}"[:300])
 
 
 def _oom(exc: BaseException, session: Any) -> dict[str, Any]:

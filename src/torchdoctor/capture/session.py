@@ -11,7 +11,7 @@ from statistics import median
 from typing import Any
 
 from torchdoctor import __version__
-from torchdoctor.capture import gpu_probe, markers
+from torchdoctor.capture import cpu_usage, gpu_probe, markers
 from torchdoctor.capture.checkpointing import CheckpointWatch
 from torchdoctor.capture.clock import StepClock
 from torchdoctor.capture.compile_watch import CompileWatch
@@ -19,6 +19,8 @@ from torchdoctor.capture.config_probe import ConfigProbe
 from torchdoctor.capture.dynamo_aside import DynamoAside
 from torchdoctor.capture.forward_steps import ForwardSteps
 from torchdoctor.capture.hooks import StepHooks
+from torchdoctor.capture.housekeeping import HousekeepingWatch
+from torchdoctor.capture.monitor import Monitor
 from torchdoctor.capture.options import CheckOptions
 from torchdoctor.capture.profiling import WindowProfiler
 from torchdoctor.capture.runfolder import RUN_SCHEMA, RUN_SCHEMA_VERSION, RankInfo
@@ -43,8 +45,10 @@ class Session:
         self.clock = StepClock(options, self)
         self.hooks = StepHooks(self.clock)
         self.config = ConfigProbe()
+        self.hooks.optimizer_built = lambda: bool(self.config.optimizers)
         self.syncs = SyncRecorder()
         self.checkpoints = CheckpointWatch()
+        self.housekeeping = HousekeepingWatch()
         # The tensor-method and checkpoint wrappers come off while dynamo traces (no graph
         # break of ours); SyncRecorder keeps its Patcher private, it is shared here only.
         self.forward = ForwardSteps(self.clock, lambda: self.aside.ensure_registered())
@@ -53,18 +57,30 @@ class Session:
         )
         self.compile = CompileWatch(on_compile_call=self.aside.ensure_registered)
         self.profiler = WindowProfiler(options)
+        self.monitor = Monitor(self)
         self.measure_start_unix_s: float | None = None
         self.gpu: dict[str, Any] = {}
         self._nvml: gpu_probe.NvmlSampler | None = None
         self.started_unix_s = time.time()
         self.memory_history = False
         self.oom_watch: gpu_probe.OomWatch | None = None
+        self.cpu: dict[str, Any] | None = None
+        """Who had the CPU during the window (``capture/cpu_usage.py``)."""
+        self._cpu_start: cpu_usage.CpuSample | None = None
+        self._window_batches: dict[int, float] = {}
+        self._cpu_pids: dict[int, list[int]] = {}
+        self.main_tid = cpu_usage.main_thread_id()
+        self.trace_file: Path | None = None
+        """The exported trace, once written (the operator summary is read from it)."""
+        self.job: dict[str, Any] | None = None
+        """The job's length as the script names it (``capture/job_length.py``)."""
 
     # -- lifetime -----------------------------------------------------------------------------
     def install(self) -> None:
         """Install every hook and start the clock."""
         self.compile.install()
         self.checkpoints.install()
+        self.housekeeping.install()
         self.config.install()
         self.syncs.install()
         self.hooks.install()
@@ -79,6 +95,7 @@ class Session:
                 file=sys.stderr,
             )
         self.clock.begin()
+        self.monitor.start()
 
     @property
     def snapshot_file(self) -> str:
@@ -115,6 +132,7 @@ class Session:
     def uninstall(self) -> None:
         """Remove every hook (idempotent); the profiler stops if the window is still open."""
         markers.set_clock(None)
+        self.monitor.stop()
         self.hooks.uninstall()
         self.forward.uninstall()
         self.aside.uninstall()
@@ -122,6 +140,7 @@ class Session:
         self.config.uninstall()
         self.compile.uninstall()
         self.checkpoints.uninstall()
+        self.housekeeping.uninstall()
         self.profiler.stop()
         self._stop_gpu_sampling()
 
@@ -159,11 +178,57 @@ class Session:
     def window_end(self) -> None:
         """Stop the profiler and the GPU probes; say what happens next."""
         self.profiler.stop()
+        self._cpu_window_end()
+        self._read_job_length()
         self._stop_gpu_sampling()
         if self.rank.rank == 0:
             first, last = self.clock.window_steps or (0, 0)
             then = "continuing (--full)" if self.options.full else "stopping the script"
             print(f"torchdoctor: steps {first}-{last} profiled; {then}", file=sys.stderr)
+
+    def _read_job_length(self) -> None:
+        """The script's own step or epoch count, while its module is still ``__main__``."""
+        try:
+            from torchdoctor.capture.job_length import job_length
+
+            main = sys.modules.get("__main__")
+            self.job = job_length(vars(main)) if main is not None else None
+        except Exception:
+            self.job = None
+
+    def _cpu_window_start(self) -> None:
+        pids = self.hooks.worker_pids()
+        self._window_batches = {k: u["measured_batches"] for k, u in self.hooks.usage.items()}
+        self._cpu_start = cpu_usage.sample([p for ps in pids.values() for p in ps])
+        self._cpu_pids = pids
+
+    def _cpu_window_end(self) -> None:
+        """The window's CPU record, and per loader its workers' CPU time and batches."""
+        a = self._cpu_start
+        if a is None:
+            return
+        import torch
+
+        pids = self.hooks.worker_pids()
+        b = cpu_usage.sample([p for ps in pids.values() for p in ps])
+        self.cpu = cpu_usage.window_record(
+            a, b, self.main_tid, torch.get_num_threads(), torch.get_num_interop_threads()
+        )
+        import os
+
+        self.cpu["omp_num_threads_env"] = os.environ.get("OMP_NUM_THREADS")
+        for key, use in self.hooks.usage.items():
+            worker_pids = set(pids.get(key, [])) | set(self._cpu_pids.get(key, []))
+            live = [p for p in worker_pids if p in b.workers]
+            ran = [b.workers[p][0] - a.workers.get(p, (0, 0))[0] for p in live]
+            waited = [b.workers[p][1] - a.workers.get(p, (0, 0))[1] for p in live]
+            use["window_batches"] = use["measured_batches"] - self._window_batches.get(key, 0.0)
+            use["window_s"] = self.cpu["wall_s"]
+            if ran:
+                use["window_workers"] = len(ran)
+                use["window_worker_cpu_s"] = sum(ran) / 1e9
+                use["window_worker_runqueue_wait_s"] = sum(waited) / 1e9
+        self._cpu_start = None
 
     def window_abort(self) -> None:
         """Discard the profiler's recording and stop the GPU probes."""
@@ -174,8 +239,13 @@ class Session:
         """Record host syncs and copies only during the measured steps."""
         self.syncs.measuring = on
         self.checkpoints.measuring = on
+        self.housekeeping.measuring = on
+        self.hooks.measuring = on
         if on:
             self.measure_start_unix_s = time.time()
+            self._cpu_window_start()  # the measured steps are the profiled ones
+        else:
+            self._cpu_start = None
 
     def _stop_gpu_sampling(self) -> None:
         self.syncs.stop_sync_debug()
@@ -237,6 +307,7 @@ class Session:
             "exit": outcome,
             "steps": self.steps_record(),
             "ops": self._op_summary(),
+            "job": self.job,
             "compile": {
                 **self.compile.snapshot(self.measure_start_unix_s),
                 "traced_with_wrappers_off": self.aside.compilations,
@@ -246,14 +317,27 @@ class Session:
                 **self.hooks.snapshot(),
                 "forward_steps": self.forward.snapshot(),
                 "checkpointing": self.checkpoints.snapshot(),
+                "housekeeping": self.housekeeping.snapshot(),
             },
             "syncs": self.syncs.snapshot(),
+            "cpu": self.cpu,
+            "monitor": self.monitor.record(),
+            "profiler": self._profiler_record(),
             "gpu": self.gpu or None,
             "cuda_available": bool(torch.cuda.is_available()),
         }
 
+    def _profiler_record(self) -> dict[str, Any]:
+        budget = getattr(self.profiler, "budget_record", None)  # a test's fake may lack it
+        return {
+            **(budget() if budget is not None else {}),
+            "peak_growth_mib": round(self.monitor.peak_window_growth / 2**20, 1),
+        }
+
     def _op_summary(self) -> dict[str, Any] | None:
         try:
-            return self.profiler.op_summary()
+            if self.trace_file is None:
+                return self.profiler.op_summary()
+            return self.profiler.op_summary(self.trace_file)
         except Exception as exc:  # the summary is a bonus; the trace is still written
             return {"error": f"{type(exc).__name__}: {exc}"}

@@ -58,8 +58,16 @@ def _combine(kept: Finding, other: Finding) -> Finding:
     best = max((kept, other), key=lambda f: f.saving_ms_per_step)
     evidence = {**kept.evidence, f"{other.id}_evidence": other.evidence}
     where = list(dict.fromkeys([*kept.where, *other.where]))
+    title = kept.title
+    if best is other and other.saving_ms_per_step > 1.05 * kept.saving_ms_per_step:
+        # the saving shown is the other analysis's: the title says where that number is from
+        title += (
+            f"; the trace shows {other.saving_ms_per_step:.1f} ms per step "
+            f"({other.share_of_step:.0%}) lost to it"
+        )
     return dataclasses.replace(
         kept,
+        title=title,
         saving_ms_per_step=best.saving_ms_per_step,
         share_of_step=best.share_of_step,
         severity=min(kept.severity, other.severity, key=["critical", "warning", "info"].index),
@@ -191,6 +199,9 @@ def summary_text(
     note = (doc.get("measurement") or {}).get("note")
     if note:
         w(f"measured: {note}\n")
+    early = (primary.get("profiler") or {}).get("stopped_early")
+    if early:
+        w(f"profiling stopped early: {early}; the report covers what was recorded\n")
     for err in steps.get("clock_errors") or []:  # e.g. the script runs its own profiler
         w(f"profiling problem: {err}\n")
     if doc.get("analysis_unavailable"):

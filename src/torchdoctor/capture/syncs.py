@@ -74,6 +74,14 @@ def target_device_type(args: tuple[Any, ...], kwargs: dict[str, Any]) -> str | N
     return None
 
 
+def _package_of(filename: str, roots: tuple[str, ...]) -> str:
+    """``lightning`` for ``.../site-packages/lightning/pytorch/loops/x.py``."""
+    for root in sorted(roots, key=len, reverse=True):
+        if filename.startswith(root):
+            return filename[len(root) :].split("/", 1)[0] or filename
+    return filename
+
+
 class SyncRecorder:
     """Counts host syncs (``item``/``tolist``/``cpu``/``to(cpu)`` of device tensors) and
     ``non_blocking`` copies from unpinned memory, keyed by the user's ``file:line``."""
@@ -89,6 +97,7 @@ class SyncRecorder:
         self._patcher = Patcher()
         self._torch_dir = ""
         self._library_dirs: tuple[str, ...] = ()
+        self._other_libraries: tuple[str, ...] = ()
         self._saved_filters: list[Any] | None = None
         self._saved_showwarning: Callable[..., Any] | None = None
         self._saved_sync_mode: int = 0
@@ -102,7 +111,24 @@ class SyncRecorder:
         filename = frame.f_code.co_filename
         if filename.startswith(self._library_dirs):  # torch's or our own (the meter's) calls
             return None
+        if filename.startswith(self._other_libraries):
+            return self._via_library(frame)
         return f"{filename}:{frame.f_lineno}"
+
+    def _via_library(self, frame: Any) -> str | None:
+        """A call made by another library (Lightning's loop, torchvision's FakeData): the
+        user's line that led there, naming the library; None when the way out passes through
+        torch itself (the DataLoader fetching a batch: input time, not a step sync)."""
+        library = frame.f_code.co_filename
+        while frame is not None:
+            name = frame.f_code.co_filename
+            if name.startswith(self._library_dirs):
+                return None
+            if not name.startswith(self._other_libraries) and not name.startswith("<"):
+                package = _package_of(library, self._other_libraries)
+                return f"{name}:{frame.f_lineno} (inside {package})"
+            frame = frame.f_back
+        return None
 
     def _record(self, kind: str, device: str, site: str, seconds: float) -> None:
         entry = self.calls.setdefault((kind, device, site), [0, 0.0])
@@ -120,8 +146,11 @@ class SyncRecorder:
         """Wrap the tensor methods that synchronise or copy."""
         import torch
 
+        from torchdoctor.capture.callsource import library_dirs
+
         self._torch_dir = _torch_dir()
         self._library_dirs = (self._torch_dir, _torchdoctor_dir())
+        self._other_libraries = tuple(d for d in library_dirs() if d not in self._library_dirs)
         base = torch._C.TensorBase
         for name in ("item", "tolist"):
             self._patcher.patch(torch.Tensor, name, self._wrap_scalar(name, getattr(base, name)))

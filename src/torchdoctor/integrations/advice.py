@@ -45,8 +45,7 @@ LIGHTNING: dict[str, FixFor] = {
     "tf32-off": lambda f: 'torch.set_float32_matmul_precision("high")  # before Trainer.fit',
     "exposed-communication": lambda f: (
         "from lightning.pytorch.strategies import DDPStrategy\n"
-        "Trainer(strategy=DDPStrategy(bucket_cap_mb=25, gradient_as_bucket_view=True,\n"
-        "                             static_graph=True))\n"
+        "Trainer(strategy=DDPStrategy(gradient_as_bucket_view=True, static_graph=True))\n"
         "# or fewer reductions per sample: Trainer(accumulate_grad_batches=4)"
     ),
     "exposed-all-gather": lambda f: (
@@ -72,13 +71,12 @@ LIGHTNING: dict[str, FixFor] = {
 
 TRANSFORMERS: dict[str, FixFor] = {
     "dataloader-config": lambda f: (
-        f"TrainingArguments(..., dataloader_num_workers={_workers(f)}, "
-        "dataloader_pin_memory=True,\n"
-        "                  dataloader_persistent_workers=True)"
+        f"TrainingArguments(..., dataloader_num_workers={_workers(f)},\n"
+        "                  dataloader_persistent_workers=True)  # pinned by default"
     ),
     "data-loading-bound": lambda f: (
-        "TrainingArguments(..., dataloader_num_workers=4, dataloader_pin_memory=True,\n"
-        "                  dataloader_persistent_workers=True)"
+        "TrainingArguments(..., dataloader_num_workers=4,\n"
+        "                  dataloader_persistent_workers=True)  # pinned by default"
     ),
     "fp32-on-bf16-gpu": lambda f: "TrainingArguments(..., bf16=True)",
     "fp32-gemm-no-tensor-cores": lambda f: "TrainingArguments(..., bf16=True, tf32=True)",
@@ -89,7 +87,7 @@ TRANSFORMERS: dict[str, FixFor] = {
     "grad-scaler-with-bf16": lambda f: "TrainingArguments(..., bf16=True)  # no scaler with bf16",
     "tf32-off": lambda f: "TrainingArguments(..., tf32=True)",
     "exposed-communication": lambda f: (
-        "TrainingArguments(..., ddp_bucket_cap_mb=25, gradient_accumulation_steps=4)\n"
+        "TrainingArguments(..., gradient_accumulation_steps=4)\n"
         "# accumulation all-reduces once per optimizer step, not once per micro-batch"
     ),
     "exposed-all-gather": lambda f: (
@@ -100,7 +98,7 @@ TRANSFORMERS: dict[str, FixFor] = {
     "host-bound": lambda f: "TrainingArguments(..., torch_compile=True)",
     "low-gpu-utilization": lambda f: "TrainingArguments(..., torch_compile=True)",
     "recompiles": lambda f: (
-        "TrainingArguments(..., torch_compile=True, group_by_length=False)\n"
+        "TrainingArguments(..., torch_compile=True)\n"
         "# pad to a fixed length so shapes stay the same: tokenizer(..., padding='max_length')"
     ),
     "host-syncs-in-step": lambda f: (

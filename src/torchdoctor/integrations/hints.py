@@ -18,14 +18,15 @@ trainer runs the loop (the Hugging Face Trainer steps through accelerate's optim
 
 HINTS = {
     "lightning": (
-        "this script trains with PyTorch Lightning: for fixes phrased as Trainer and "
-        "LightningDataModule settings, add the callback:\n"
+        "this script trains with PyTorch Lightning: the fixes above are Trainer and "
+        "LightningDataModule settings; to measure from inside the Trainer (its precision, "
+        "strategy and loaders recorded), add the callback:\n"
         "    from torchdoctor.integrations.lightning import DoctorCallback\n"
         "    Trainer(..., callbacks=[DoctorCallback()])"
     ),
     "transformers": (
-        "this script trains with the Hugging Face Trainer: for fixes phrased as "
-        "TrainingArguments, add the callback:\n"
+        "this script trains with the Hugging Face Trainer: the fixes above are "
+        "TrainingArguments; to measure from inside the Trainer, add the callback:\n"
         "    from torchdoctor.integrations.transformers import DoctorCallback\n"
         "    Trainer(..., callbacks=[DoctorCallback()])"
     ),

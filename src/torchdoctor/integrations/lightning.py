@@ -18,7 +18,7 @@ import logging
 from pathlib import Path
 from typing import Any
 
-from torchdoctor.integrations.watch import RunWatch, WatchResult, make_options, say
+from torchdoctor.integrations.watch import RunWatch, WatchResult, make_options, run_name, say
 
 NAMESPACES = ("lightning.pytorch", "pytorch_lightning")
 
@@ -89,7 +89,7 @@ class _DoctorCallback:
     def on_train_start(self, trainer: Any, pl_module: Any) -> None:
         from torchdoctor.capture.hooks import loader_settings
 
-        self._watch = RunWatch("lightning", self.options, type(pl_module).__name__)
+        self._watch = RunWatch("lightning", self.options, run_name(type(pl_module).__name__))
         self._watch.start()
         hooks = self._watch.session.hooks
         # The first epoch's iterator may predate our hooks: read the loaders' settings now.

@@ -22,7 +22,7 @@ except ImportError as exc:  # pragma: no cover - depends on the installation
         "pip install 'torchdoctor[transformers]'"
     ) from exc
 
-from torchdoctor.integrations.watch import RunWatch, WatchResult, make_options, say
+from torchdoctor.integrations.watch import RunWatch, WatchResult, make_options, run_name, say
 
 _ARGS = (
     "bf16",
@@ -71,7 +71,7 @@ class DoctorCallback(TrainerCallback):  # type: ignore[misc]
 
         model = kwargs.get("model")
         name = type(model).__name__ if model is not None else "Trainer"
-        self._watch = RunWatch("transformers", self.options, name)
+        self._watch = RunWatch("transformers", self.options, run_name(name))
         self._watch.start()
         loader = kwargs.get("train_dataloader")
         if loader is not None and hasattr(loader, "num_workers"):

@@ -128,6 +128,17 @@ def headline(record: dict[str, Any], report: dict[str, Any] | None) -> str:
     return f"torchdoctor: {head}; fix first: {worth[0]['title']}"
 
 
+def run_name(fallback: str) -> str:
+    """The run folder's name: the script that runs the training (``train.py`` -> ``train``),
+    as ``check`` names it; ``fallback`` (the model's class) in a notebook or an interpreter."""
+    main = sys.modules.get("__main__")
+    path = getattr(main, "__file__", None) or (sys.argv[0] if sys.argv and sys.argv[0] else "")
+    stem = Path(path).stem if path else ""
+    if not stem or stem in ("-c", "ipykernel_launcher", "__main__", "pytest", "python"):
+        return fallback
+    return stem
+
+
 def say(line: str) -> None:
     """Print a line on standard error (rank 0 only), where ``check`` prints its progress."""
     if os.environ.get("RANK", "0") == "0":

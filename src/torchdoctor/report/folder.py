@@ -8,6 +8,7 @@ the detailed part of the report.
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -20,7 +21,7 @@ from torchdoctor.report.assemble import build_report
 from torchdoctor.report.executors import make_executor
 from torchdoctor.report.model import Report
 from torchdoctor.rules.finding import Finding, rank_findings
-from torchdoctor.rules.rank_rules import rank_rows, straggler
+from torchdoctor.rules.rank_rules import rank_rows, skew_or_comm, straggler
 from torchdoctor.rules.trace_rules import evaluate
 from torchdoctor.trace.load import find_rank_files, load_trace
 
@@ -138,6 +139,7 @@ def _report(
     slow = straggler(cr)
     extra: list[Finding] = [slow] if slow else []
     base = build_report(a, extra)
+    base = dataclasses.replace(base, findings=[skew_or_comm(f, cr, rank) for f in base.findings])
     verdict = base.verdict
     if cr.failed:
         lost = "; ".join(f"rank {f.rank}: {f.reason}" for f in cr.failed)

@@ -41,6 +41,8 @@ pre { background: #1d2330; color: #e8ecf3; padding: 10px 12px; border-radius: 4p
 .fix { position: relative; }
 button { font: inherit; font-size: 12px; padding: 2px 8px; cursor: pointer; }
 .fix button.copy { position: absolute; top: 6px; right: 6px; }
+/* the copy button never covers the end of a line: lines wrap (long tokens too) short of it */
+.fix pre { padding-right: 72px; overflow-wrap: anywhere; }
 svg text { font-size: 12px; fill: var(--fg); }
 svg .axis { stroke: #888; }
 .legend { display: flex; flex-wrap: wrap; gap: 4px 14px; margin: 4px 0 10px; font-size: 12px; }

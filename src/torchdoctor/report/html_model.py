@@ -203,33 +203,30 @@ def analysis_tables(a: TraceAnalysis) -> list[Table]:
         )
     ops = a.operators
     if ops is not None and (ops.top_by_self_device or ops.top_by_self_cpu):
-        rows = {r.name: r for r in [*ops.top_by_self_device, *ops.top_by_self_cpu]}
-        out.append(
-            Table(
-                "operators",
-                "Top operators (by self device time, then self CPU time)",
-                [
-                    "operator",
-                    "calls",
-                    "self device ms",
-                    "total device ms",
-                    "self CPU ms",
-                    "total CPU ms",
-                ],
-                [
-                    [
-                        r.name,
-                        r.calls,
-                        r.self_device_ms,
-                        r.total_device_ms,
-                        r.self_cpu_ms,
-                        r.total_cpu_ms,
-                    ]
-                    for r in rows.values()
-                ],
-            )
-        )
+        out.append(_operator_table(ops, bool(a.has_gpu)))
     return out
+
+
+def _operator_table(ops: Any, device: bool) -> Table:
+    """The operator table; device columns only when the trace has device activity (a CPU-only
+    run would show columns of zeros)."""
+    rows = {r.name: r for r in [*ops.top_by_self_device, *ops.top_by_self_cpu]}
+    if not device:
+        return Table(
+            "operators",
+            "Top operators (by self CPU time)",
+            ["operator", "calls", "self CPU ms", "total CPU ms"],
+            [[r.name, r.calls, r.self_cpu_ms, r.total_cpu_ms] for r in rows.values()],
+        )
+    return Table(
+        "operators",
+        "Top operators (by self device time, then self CPU time)",
+        ["operator", "calls", "self device ms", "total device ms", "self CPU ms", "total CPU ms"],
+        [
+            [r.name, r.calls, r.self_device_ms, r.total_device_ms, r.self_cpu_ms, r.total_cpu_ms]
+            for r in rows.values()
+        ],
+    )
 
 
 def rank_table(report: Report) -> Table:

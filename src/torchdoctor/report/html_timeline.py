@@ -19,6 +19,7 @@ from torchdoctor.analysis.breakdown import IDLE_PARTS, gap_causes
 from torchdoctor.analysis.bundle import TraceAnalysis
 from torchdoctor.analysis.gpu_activity import DEVICE_CLASSES
 from torchdoctor.analysis.kernel_names import kernel_category
+from torchdoctor.rules.thresholds import RARE_LONG_MIN_MS, RARE_LONG_RATIO
 from torchdoctor.trace.kinds import Kind
 
 BINS = 4000
@@ -76,14 +77,28 @@ class Timeline:
 
 
 def representative_step(a: TraceAnalysis) -> tuple[int, str]:
-    """Index of the step whose time is the median: the upper one for an even count, because a
-    trace's last step is often cut short (closed by its own work's end) and of two steps the
-    lower median would be that stub."""
+    """Index of the step to draw, and why: the longest step when it is a rare long one (at
+    least RARE_LONG_RATIO times the median, the step a finding is about), else the step whose
+    time is the median: the upper one for an even count, because a trace's last step is often
+    cut short (closed by its own work's end) and of two steps the lower median would be that
+    stub."""
     times = a.steps.durations_ms
     if len(times) == 0:
         raise ValueError("no steps to draw")
     order = np.argsort(times, kind="stable")
     k = int(order[len(times) // 2])
+    longest = int(order[-1])
+    typical = float(times[k])
+    if (
+        len(times) >= 3
+        and times[longest] >= RARE_LONG_RATIO * typical
+        and times[longest] - typical >= RARE_LONG_MIN_MS
+    ):
+        # A stall in one step is what the page must show: the median step would hide it.
+        return longest, (
+            f"the longest step ({times[longest]:.2f} ms, {times[longest] / typical:.1f}x the "
+            f"median step's {typical:.2f} ms, of {len(times)} steps)"
+        )
     return k, f"the median step ({times[k]:.2f} ms of {len(times)} steps)"
 
 

@@ -53,7 +53,8 @@ RUN_SPECS: tuple[FindingSpec, ...] = (
     FindingSpec(
         id="compile-not-repaid",
         label="compile time not repaid",
-        title="torch.compile took {seconds:.1f} s in a run of {count} steps",
+        title="torch.compile took {seconds:.1f} s for a job of {count} steps ({known}): more "
+        "than all its steps take",
         sources=("run",),
         severity=SeverityPolicy(),
         threshold=None,

@@ -9,7 +9,7 @@ from torchdoctor.rules.finding import Finding
 from torchdoctor.rules.registry import spec
 from torchdoctor.rules.run_common import make
 from torchdoctor.rules.run_inputs import RunRecord
-from torchdoctor.rules.user_fixes import recompile_user_fix
+from torchdoctor.rules.user_fixes import reason_line, recompile_user_fix
 
 
 def _recompile_saving_ms(run: RunRecord) -> float:
@@ -39,7 +39,7 @@ def recompiles(run: RunRecord) -> list[Finding]:
                 n=c.recompiles,
                 seconds=c.recompile_s,
                 late=late,
-                first=reasons[0] if reasons else "see evidence",
+                first=reason_line(reasons[0]) if reasons else "see evidence",
             ),
             _recompile_saving_ms(run),
             {
@@ -107,23 +107,88 @@ def graph_breaks(run: RunRecord) -> list[Finding]:
     ]
 
 
+def _job_steps(run: RunRecord) -> tuple[int, str] | None:
+    """The job's length in steps, and how it is known: the script's step count, or its epoch
+    count times the feeding loader's batches per epoch."""
+    job = run.raw.get("job") or {}
+    value = job.get("value")
+    if not isinstance(value, int) or value <= 0:
+        return None
+    if job.get("unit") == "steps":
+        return value, f"{job['name']} = {value}"
+    for dl in run.config.dataloaders:
+        n, batch = dl.raw.get("dataset_len"), dl.batch_size
+        if n and batch:
+            per_epoch = -(-int(n) // int(batch))
+            return value * per_epoch, f"{job['name']} = {value} epochs of {per_epoch} batches"
+    return None
+
+
+def _compile_fix(run: RunRecord) -> str:
+    modes = {c.get("mode") for c in run.compile.compile_calls}
+    tuned = sorted(m for m in modes if isinstance(m, str) and m.startswith("max-autotune"))
+    if not tuned:
+        return fx.COMPILE_NOT_REPAID
+    return (
+        f"model = torch.compile(model)  # not mode={tuned[0]!r}: its tuning is a one-time cost "
+        "a short job never repays\n" + fx.COMPILE_NOT_REPAID
+    )
+
+
 def compile_not_repaid(run: RunRecord) -> list[Finding]:
-    """Compile time above the whole run's step time; saving (ms/step): compile per step - step."""
+    """Compile time above the whole job's step time (the run's own when it ended by itself,
+    else the length the script names); saving (ms/step): compile per step - step."""
     compile_ms = run.compile.compile_s * 1e3
     step_ms, count = run.step_ms, run.steps.count
-    if not (run.completed and compile_ms and step_ms and count):
+    if not (compile_ms and step_ms and count):
         return []
-    run_ms = sum(run.steps.step_ms) - compile_ms
+    s = spec("compile-not-repaid")
+    if run.completed:
+        run_ms, steps, known = sum(run.steps.step_ms) - compile_ms, count, f"{count} steps run"
+    else:
+        job = _job_steps(run)
+        if job is None:
+            return _break_even(run, compile_ms, step_ms)
+        steps, known = job
+        run_ms = steps * step_ms
     # Even a 2x speed-up saves at most one step time per step: compile time above the total
-    # step time can never be repaid by this run.
+    # step time can never be repaid by this job.
     if compile_ms <= max(run_ms, 0.0):
         return []
     return [
         make(
             run,
+            s.id,
+            s.format_title(seconds=compile_ms / 1e3, count=steps, known=known),
+            compile_ms / steps - step_ms,
+            {
+                "compile_s": compile_ms / 1e3,
+                "steps": steps,
+                "job_length": known,
+                "step_time_total_s": run_ms / 1e3,
+            },
+            _compile_fix(run),
+        )
+    ]
+
+
+def _break_even(run: RunRecord, compile_ms: float, step_ms: float) -> list[Finding]:
+    """A stopped run that does not say its length: the job length compile needs (info)."""
+    steps = compile_ms / step_ms
+    if steps < th.COMPILE_BREAK_EVEN_STEPS:
+        return []
+    title = (
+        f"torch.compile took {compile_ms / 1e3:.1f} s, as long as {steps:.0f} steps of "
+        f"{step_ms:.1f} ms: a job shorter than that never repays it"
+    )
+    return [
+        make(
+            run,
             "compile-not-repaid",
-            spec("compile-not-repaid").format_title(seconds=compile_ms / 1e3, count=count),
-            compile_ms / count - step_ms,
-            {"compile_s": compile_ms / 1e3, "steps": count, "step_time_total_s": run_ms / 1e3},
+            title,
+            0.0,
+            {"compile_s": compile_ms / 1e3, "break_even_steps": steps},
+            _compile_fix(run),
+            severity="info",
         )
     ]

@@ -64,13 +64,13 @@ def fp32_gemm_fix(bf16: bool = True) -> str:
     if bf16:
         return (
             'with torch.autocast(device_type="cuda", dtype=torch.bfloat16):  # fp16 + GradScaler '
-            "before Ampere\n    loss = model(x)\n"
+            "before Ampere\n    loss = criterion(model(x), y)\n"
             "torch.backends.cuda.matmul.allow_tf32 = True; torch.backends.cudnn.allow_tf32 = True"
         )
     return (
         'scaler = torch.amp.GradScaler("cuda")\n'
         'with torch.autocast(device_type="cuda", dtype=torch.float16):\n'
-        "    loss = model(x)\n"
+        "    loss = criterion(model(x), y)\n"
         "scaler.scale(loss).backward(); scaler.step(optimizer); scaler.update()"
     )
 
@@ -81,12 +81,25 @@ def exposed_comm_fix(cpu: bool = False) -> str:
         return (
             "# the wait includes the slowest rank's lateness: analyse all ranks' traces together\n"
             "torchdoctor analyze TRACE_FOLDER/\n"
-            "model = DDP(model, bucket_cap_mb=25, gradient_as_bucket_view=True)  # overlap backward"
+            "model = DDP(model, gradient_as_bucket_view=True)  # buckets are views: no copy"
         )
     return (
-        "model = DDP(model, device_ids=[local_rank], bucket_cap_mb=25,\n"
+        "model = DDP(model, device_ids=[local_rank],\n"
         "            gradient_as_bucket_view=True, static_graph=True)\n"
         "# with accumulation: with model.no_sync(): ... on the inner micro-batches"
+    )
+
+
+def no_sync_fix(micro_batches: float) -> str:
+    """DDP under gradient accumulation: all-reduce on the last micro-batch only."""
+    return (
+        f"# {micro_batches:.0f} backward passes per optimizer step, each all-reducing the "
+        "gradients: reduce on the last one only\n"
+        "for i, (x, y) in enumerate(micro_batches):\n"
+        "    last = i == len(micro_batches) - 1\n"
+        "    with contextlib.nullcontext() if last else model.no_sync():\n"
+        "        criterion(model(x), y).backward()\n"
+        "optimizer.step()"
     )
 
 
@@ -95,7 +108,8 @@ _DEPENDENCY_FIXES = {
     "# load modules eagerly: CUDA_MODULE_LOADING=EAGER (or HIP: run one warm-up step)",
     "collective": "# a collective waits for the slowest rank: compare ranks with\n"
     "torchdoctor analyze TRACE_FOLDER/\n"
-    "# and overlap it: DDP(model, bucket_cap_mb=25, gradient_as_bucket_view=True)",
+    "# and overlap it with backward:\n"
+    "model = DDP(model, gradient_as_bucket_view=True)",
     "stream-wait": "# a stream waits on an event from another stream: record the event earlier or\n"
     "# move the dependent work later (torch.cuda.Stream / event.wait placement)",
     "blocking-copy": "x = x.pin_memory().to(device, non_blocking=True)  # no blocking copy\n"
@@ -121,17 +135,52 @@ INPUT_PIPELINE = (
 
 # -- run-level findings ------------------------------------------------------------------------
 def dataloader_fix(
-    loader: LoaderConfig, workers: int, cuda: bool, step_ms: float = 0.0, wait_ms: float = 0.0
+    loader: LoaderConfig,
+    workers: int,
+    cuda: bool,
+    step_ms: float = 0.0,
+    wait_ms: float = 0.0,
+    item_ms: float | None = None,
 ) -> str:
     """The user's own DataLoader call with ``workers`` worker processes (pinned memory on a
-    GPU), every other argument kept; only values not already set are suggested."""
-    return dataloader_user_fix(loader.raw, workers, cuda, step_ms, wait_ms)
+    GPU), every other argument kept; only values not already set are suggested. ``item_ms``:
+    the measured cost of an item, quoted when more workers cannot help."""
+    return dataloader_user_fix(loader.raw, workers, cuda, step_ms, wait_ms, item_ms)
 
 
 def pin_memory_fix(loader: LoaderConfig) -> str:
     """Only pin_memory is missing: the user's call with it added."""
     call = rebuilt_loader_call(loader.raw, {"pin_memory": "True"})
     return f"{call}\n# then batch.to(device, non_blocking=True)"
+
+
+def torch_warning_fix(loader: LoaderConfig, text: str) -> str | None:
+    """The user's DataLoader call changed as torch's warning asks; None for a warning we do not
+    know how to fix."""
+    import re
+
+    if "worker processes in total" in text:
+        m = re.search(r"suggested max number of worker in current system is (\d+)", text)
+        workers = m.group(1) if m else str(max(1, loader.cpus))
+        call = rebuilt_loader_call(loader.raw, {"num_workers": workers})
+        return f"{call}\n# more worker processes than cores compete with the training process"
+    if "'pin_memory' argument is set as true but no accelerator" in text:
+        call = rebuilt_loader_call(loader.raw, {"pin_memory": None})
+        return f"{call}\n# without pin_memory: nothing to pin for without an accelerator"
+    return None
+
+
+def cpu_threads_fix(threads: int, current: int, workers: int, free_cores: float) -> str:
+    """Fewer intra-op threads (in the script or from the shell), and workers that fit."""
+    lines = [
+        f"torch.set_num_threads({threads})  # at the top of the script: {current} threads "
+        f"share {free_cores:.1f} free cores",
+        f"# or from the shell: OMP_NUM_THREADS={threads} python train.py",
+    ]
+    if workers:
+        fit = max(0, int(free_cores) - threads)
+        lines.append(f"# and DataLoader workers that fit beside them: num_workers={fit}")
+    return "\n".join(lines)
 
 
 def recompile_fix(reasons: list[str], events: list[dict[str, Any]] | None = None) -> str:
@@ -146,8 +195,8 @@ def recompile_fix(reasons: list[str], events: list[dict[str, Any]] | None = None
             "# or pad/bucket inputs to a few fixed sizes"
         )
     return (
-        "Keep the guarded values constant across steps (see the reasons), or move them out "
-        "of the compiled function"
+        "# keep the guarded values constant across steps (see the reasons), or move them out\n"
+        "# of the compiled function"
     )
 
 
@@ -160,19 +209,21 @@ RECOMPILE_LIMIT = (
 def graph_break_fix(site: str) -> str:
     """Point at the first break's line."""
     return (
-        f"Change the line at {site} so dynamo can trace it (no print/.item()/numpy/"
-        "data-dependent Python branch inside the compiled function), or move it out; "
-        "check with torch.compile(model, fullgraph=True)"
+        f"# change the line at {site} so dynamo can trace it (no print/.item()/numpy/\n"
+        "# data-dependent Python branch inside the compiled function), or move it out; check:\n"
+        "model = torch.compile(model, fullgraph=True)  # raises at the first graph break"
     )
 
 
 COMPILE_NOT_REPAID = (
-    "Run eager for short jobs, or reuse compiled artifacts across runs:\n"
+    "# run eager for short jobs, or reuse compiled artifacts across runs:\n"
     "export TORCHINDUCTOR_CACHE_DIR=/persistent/cache  # warm cache: seconds, not minutes"
 )
-UNPINNED = "DataLoader(..., pin_memory=True)  # or x = x.pin_memory() once for reused tensors"
+UNPINNED = (
+    "DataLoader(dataset, ..., pin_memory=True)  # or x = x.pin_memory() once for reused tensors"
+)
 HOST_SYNCS = (
-    "Keep values on the device and read them every N steps:\n"
+    "# keep values on the device and read them every N steps:\n"
     "running += loss.detach()  # no .item() in the loop\n"
     "if step % 100 == 0: print((running / 100).item()); running.zero_()"
 )
@@ -182,7 +233,9 @@ FP16_SCALER = (
     "# or use dtype=torch.bfloat16 (no scaler needed) on sm80+"
 )
 BF16_SCALER = "loss.backward(); optimizer.step()  # drop the GradScaler with bfloat16"
-FP32_BF16_GPU = "with torch.autocast('cuda', dtype=torch.bfloat16):\n    loss = model(x)"
+FP32_BF16_GPU = (
+    "with torch.autocast('cuda', dtype=torch.bfloat16):\n    loss = criterion(model(x), y)"
+)
 TF32 = "torch.backends.cuda.matmul.allow_tf32 = True\ntorch.backends.cudnn.allow_tf32 = True"
 DATA_PARALLEL_RUN = (
     "torchrun --nproc_per_node=NGPU train.py  # with\n"
@@ -190,22 +243,23 @@ DATA_PARALLEL_RUN = (
 )
 FRAGMENTATION = "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True python train.py"
 OOM = (
-    "Smaller batch (with gradient accumulation), torch.autocast(dtype=torch.bfloat16), "
-    "activation checkpointing (torch.utils.checkpoint); if much is reserved but unused: "
-    "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True"
+    "# a smaller batch (with gradient accumulation), torch.autocast(dtype=torch.bfloat16),\n"
+    "# activation checkpointing (torch.utils.checkpoint); if much is reserved but unused:\n"
+    "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True python train.py"
 )
 
 
 def host_bound_fix(for_loop_optimizers: list[dict[str, Any]] | None = None) -> str:
     """Without optimizers: the GPU fix (compile + CUDA graphs). With the run's for-loop
-    optimizers (a CPU run): compile, plus the fused optimizer."""
+    optimizers (a CPU run): compile, plus the faster implementation each optimizer really has
+    (``fused`` or ``foreach``, see ``rules/optimizer_fixes.py``)."""
+    from torchdoctor.rules.optimizer_fixes import optimizer_line
+
     if for_loop_optimizers is None:
         return HOST_BOUND
-    fix = "model = torch.compile(model)  # fuses chains of small ops into a few kernels"
-    if for_loop_optimizers:
-        name = for_loop_optimizers[0]["class"]
-        fix += f"\n{name}(params, ..., fused=True)  # one kernel, not a loop per tensor"
-    return fix
+    lines = ["model = torch.compile(model)  # fuses chains of small ops into a few kernels"]
+    lines += [line for line in map(optimizer_line, for_loop_optimizers[:2]) if line]
+    return "\n".join(lines)
 
 
 ACTIVATION_RECOMPUTE = (
@@ -231,7 +285,7 @@ def fsdp_prefetch_fix(cpu: bool = False) -> str:
         "for b, prev in zip(blocks[::-1], blocks[::-1][1:]):\n"
         "    b.set_modules_to_backward_prefetch([prev])\n"
         "# backward starts with the last block: keep it gathered after forward\n"
-        "fully_shard(blocks[-1], reshard_after_forward=False)"
+        "blocks[-1].set_reshard_after_forward(False)"
     )
 
 

@@ -25,6 +25,7 @@ Adding a finding
 
 from __future__ import annotations
 
+from torchdoctor.rules.catalog_host import HOST_SPECS
 from torchdoctor.rules.catalog_inference import INFERENCE_SPECS
 from torchdoctor.rules.catalog_run import RUN_SPECS
 from torchdoctor.rules.catalog_trace import TRACE_SPECS
@@ -40,7 +41,7 @@ def _index(*groups: tuple[FindingSpec, ...]) -> dict[str, FindingSpec]:
     return out
 
 
-REGISTRY: dict[str, FindingSpec] = _index(TRACE_SPECS, INFERENCE_SPECS, RUN_SPECS)
+REGISTRY: dict[str, FindingSpec] = _index(TRACE_SPECS, INFERENCE_SPECS, RUN_SPECS, HOST_SPECS)
 """Every finding by id, in documentation order (trace findings first, then inference ones)."""
 
 

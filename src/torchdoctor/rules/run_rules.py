@@ -19,67 +19,13 @@ from torchdoctor.rules.compile_rules import (
     recompiles,
 )
 from torchdoctor.rules.finding import Finding, rank_findings
+from torchdoctor.rules.loader_rules import dataloader_config
 from torchdoctor.rules.registry import spec
 from torchdoctor.rules.run_common import make
-from torchdoctor.rules.run_inputs import LoaderConfig, RunRecord
-from torchdoctor.rules.user_fixes import compiled_next_step, item_cost_ms
+from torchdoctor.rules.run_inputs import RunRecord
+from torchdoctor.rules.user_fixes import compiled_next_step
 
 RunRule = Callable[[RunRecord], list[Finding]]
-
-
-def dataloader_config(run: RunRecord) -> list[Finding]:
-    """DataLoader settings when batches keep the step waiting; saving (ms/step): the data wait."""
-    step, wait = run.step_ms, run.steps.mean_data_wait_ms
-    if not run.config.dataloaders or not step:
-        return []
-    dl = run.config.dataloaders[0]
-    workers = max(2, min(8, dl.cpus))
-    cuda = run.gpu is not None
-    if wait / step < th.DATA_WAIT_SHARE or wait < th.DATA_WAIT_MIN_MS:
-        if cuda and not dl.pin_memory:
-            return [_pin_memory_only(run, dl)]
-        return []
-    s = spec("dataloader-config")
-    if dl.num_workers == 0:
-        why = "num_workers=0 loads every batch in the training process, between steps."
-    elif dl.num_workers >= workers:
-        why = f"{dl.num_workers} workers, as many as the CPUs, cannot keep up: each item costs too much."
-    else:
-        why = (
-            f"{dl.num_workers} workers cannot keep up: add workers (up to the CPU count) or "
-            "make __getitem__ cheaper (decode/augment on the GPU, pre-process once)."
-        )
-    return [
-        make(
-            run,
-            s.id,
-            s.format_title(wait=wait, share=wait / step, workers=dl.num_workers),
-            wait,
-            {
-                "data_wait_ms_per_step": wait,
-                "dataloader": dl.raw,
-                "suggested_num_workers": workers,
-                "item_ms_estimate": item_cost_ms(dl.raw, step, wait),
-            },
-            s.fix(dl, workers, cuda, step, wait),
-            f"{why} {s.explanation}",
-        )
-    ]
-
-
-def _pin_memory_only(run: RunRecord, dl: LoaderConfig) -> Finding:
-    from torchdoctor.rules.fixes import pin_memory_fix
-
-    return make(
-        run,
-        "dataloader-config",
-        "DataLoader without pin_memory on a CUDA run: host-to-device copies cannot overlap",
-        0.0,
-        {"dataloader": dl.raw},
-        pin_memory_fix(dl),
-        "Copies from pageable memory are staged and synchronous; pinned batches copy "
-        "asynchronously while the previous step computes.",
-    )
 
 
 def unpinned_non_blocking(run: RunRecord) -> list[Finding]:
@@ -278,8 +224,12 @@ def tiny_ops(run: RunRecord) -> list[Finding]:
     python_ms = max(0.0, step - float(ops["op_time_ms_per_step"]) - paused_ms)
     if n < th.TINY_OPS_PER_STEP or ops["median_op_us"] >= ops["tiny_op_threshold_us"]:
         return []
-    if float(ops.get("gemm_share") or 0.0) >= th.COMPUTE_BOUND_GEMM_SHARE:
-        return []  # GEMMs hold the step: compute, not overhead (checkpointing is named apart)
+    compute = float(ops.get("compute_share", ops.get("gemm_share")) or 0.0)
+    compute_ms = float(
+        ops.get("compute_ms_per_step") or compute * float(ops["op_time_ms_per_step"])
+    )
+    if max(compute, compute_ms / step) >= th.COMPUTE_BOUND_GEMM_SHARE:
+        return []  # dense math holds the step: compute, not overhead (forward and backward)
     optim = [o for o in run.config.optimizers if o.get("impl") == "for-loop"]
     c = run.compile
     fix = (
@@ -287,7 +237,7 @@ def tiny_ops(run: RunRecord) -> list[Finding]:
             c.compile_calls,
             len({b.get("site") for b in c.graph_breaks}),
             run.gpu is not None,
-            [str(o.get("class")) for o in optim],
+            optim,
         )
         if c.compiled
         else spec("host-bound").fix(optim)
@@ -296,8 +246,10 @@ def tiny_ops(run: RunRecord) -> list[Finding]:
         make(
             run,
             "host-bound",
-            f"{n:.0f} operators per step, median {ops['median_op_us']:.1f} us: framework "
-            "overhead, not compute, sets the step time",
+            f"{n:.0f} operators per step, median {ops['median_op_us']:.1f} us: "
+            f"{tiny + python_ms:.1f} ms per step in tiny operators and the Python between them "
+            f"(matmul, convolution, recurrent and attention ops: {compute_ms / step:.0%} of the "
+            "step)",
             th.TINY_OP_SAVING * (tiny + python_ms),
             {**ops, "python_between_ops_ms_per_step": python_ms, "for_loop_optimizers": optim},
             fix,
@@ -353,7 +305,18 @@ def run_findings(run: RunRecord | dict[str, Any]) -> list[Finding]:
     """Every run-level finding for one rank's record (typed, or the ``run.json`` dict), most
     valuable first."""
     record = run if isinstance(run, RunRecord) else RunRecord.from_dict(run)
+    from torchdoctor.rules.host_rules import HOST_RULES
+
     found: list[Finding] = []
-    for rule in RULES:
+    for rule in (*RULES, *HOST_RULES):
         found.extend(rule(record))
-    return rank_findings(found)
+    return rank_findings(without_caveats(found))
+
+
+def without_caveats(found: list[Finding]) -> list[Finding]:
+    """A finding that only says the numbers were taken on a busy machine (saving 0) is kept
+    when nothing else was found, so that a starved run never reads as a clean bill; beside a
+    finding that saves time it would only push that one down the list."""
+    if not any(f.saving_ms_per_step > 0 for f in found):
+        return found
+    return [f for f in found if not (f.id == "cpu-oversubscribed" and f.saving_ms_per_step == 0)]

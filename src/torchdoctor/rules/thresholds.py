@@ -186,3 +186,52 @@ DECODE_BANDWIDTH_TARGET = Threshold(
     "memory bandwidth when well tuned; the gap to it is what faster kernels or a larger batch "
     "can win",
 )
+OVERSUBSCRIBED_MARGIN = Threshold(
+    0.5,
+    "runnable threads (intra-op threads plus busy DataLoader workers) above the free cores by "
+    "half a core or more: some of them wait for a core in every parallel region",
+)
+OVERSUBSCRIBED_RATIO = Threshold(
+    1.2,
+    "the same matmul and elementwise work measured at least 1.2x slower with the script's "
+    "thread count than with the suggested one (interleaved rounds, after the steps)",
+)
+STARVED_SHARE = Threshold(
+    0.3,
+    "the main thread runnable but waiting for a core for 30% of the measured steps or more: "
+    "the step times are those of a machine shared with other work",
+)
+WORKERS_IDLE = Threshold(
+    0.5,
+    "DataLoader workers that ran (or waited for a core) less than half of the window are idle: "
+    "more of them cannot help, and a batch made in the training process may be cheaper",
+)
+RESTART_SHARE_OF_WAIT = Threshold(
+    0.5, "worker start-up at epoch starts is at least half of the data wait: keep the workers"
+)
+RARE_LONG_RATIO = Threshold(
+    5.0,
+    "a step five times the median or longer is not noise on a busy machine (scheduling "
+    "spikes here stay within 2-3x): something else ran in it (evaluation, a checkpoint)",
+)
+RARE_LONG_MIN_MS = Threshold(
+    5.0,
+    "and at least 5 ms longer than the median, so that a sub-millisecond step's hiccup (a "
+    "garbage collection, a page fault, a descheduled thread) is not called a finding",
+)
+RARE_LONG_MAX_SHARE = Threshold(
+    0.49, "long steps are rare while they are fewer than half: the median is still a normal step"
+)
+HOUSEKEEPING_SHARE = Threshold(
+    0.02, "torch.save or gc.collect() in the loop costing 2% of the step or more"
+)
+SKEW_SHARE_OF_COMM = Threshold(
+    0.5,
+    "exposed communication that is half or more a rank waiting for later arrivals is rank "
+    "skew: the fix is the late rank's work, not the collectives",
+)
+COMPILE_BREAK_EVEN_STEPS = Threshold(
+    100,
+    "a compile worth 100 steps or more is said (as info) when the job's length is unknown: "
+    "shorter jobs never repay it",
+)

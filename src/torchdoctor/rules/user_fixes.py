@@ -7,9 +7,11 @@ hand-written records.
 
 from __future__ import annotations
 
-import os
 import re
+from collections.abc import Mapping
 from typing import Any
+
+from torchdoctor.rules.sites import relative_site
 
 # DataLoader's positional parameters, in order (torch.utils.data.DataLoader.__init__).
 _DL_POSITIONAL = (
@@ -63,25 +65,26 @@ def _user_arguments(raw: dict[str, Any]) -> tuple[str, list[str], dict[str, str]
     return func, args[:1], {**named, **kwargs}
 
 
-def rebuilt_loader_call(raw: dict[str, Any], changes: dict[str, str]) -> str:
+def rebuilt_loader_call(raw: dict[str, Any], changes: Mapping[str, str | None]) -> str:
     """The user's DataLoader call with ``changes`` applied: every other argument kept as
-    written (collate_fn, shuffle, sampler, drop_last...), changed values replaced in place."""
+    written (collate_fn, shuffle, sampler, drop_last...), changed values replaced in place,
+    an argument changed to None removed (its default is the fix)."""
     func, args, kwargs = _user_arguments(raw)
+    if (
+        {"persistent_workers", "prefetch_factor"} & {k for k, v in changes.items() if v}
+        and "num_workers" not in changes
+        and "num_workers" not in kwargs
+        and int(raw.get("num_workers") or 0) > 0
+    ):
+        # the call passed its workers some other way: state them, the options need them
+        changes = {**changes, "num_workers": str(int(raw["num_workers"]))}
     merged = {**kwargs, **{k: v for k, v in changes.items() if k in kwargs}}
     merged.update({k: v for k, v in changes.items() if k not in kwargs})
+    merged = {k: v for k, v in merged.items() if v is not None}
     parts = [*args, *(f"{k}={v}" for k, v in merged.items())]
     text = f"{func}({', '.join(parts)})"
     site = (raw.get("call") or {}).get("site")
-    return text + (f"  # at {_relative(site)}" if site else "")
-
-
-def _relative(site: str) -> str:
-    """``/abs/dir/train.py:36`` as ``train.py:36`` when it lies under the working directory."""
-    path, sep, line = site.rpartition(":")
-    if not sep or not os.path.isabs(path):
-        return site
-    cwd = os.getcwd()
-    return f"{os.path.relpath(path, cwd)}:{line}" if path.startswith(cwd + os.sep) else site
+    return text + (f"  # at {relative_site(site)}" if site else "")
 
 
 def item_cost_ms(raw: dict[str, Any], step_ms: float, wait_ms: float) -> float | None:
@@ -95,16 +98,25 @@ def item_cost_ms(raw: dict[str, Any], step_ms: float, wait_ms: float) -> float |
 
 
 def dataloader_user_fix(
-    raw: dict[str, Any], workers: int, cuda: bool, step_ms: float, wait_ms: float
+    raw: dict[str, Any],
+    workers: int,
+    cuda: bool,
+    step_ms: float,
+    wait_ms: float,
+    item_ms: float | None = None,
 ) -> str:
-    """The fix for a loader that keeps the step waiting, built from the user's call."""
+    """The fix for a loader that keeps the step waiting, built from the user's call;
+    ``item_ms`` is the measured cost of an item (the estimate from the step time otherwise)."""
     changes = loader_changes(raw, workers, cuda)
     current = int(raw.get("num_workers") or 0)
     lines = []
     if current >= workers:
         cpus = raw.get("cpus_per_rank") or raw.get("cpu_count")
-        cost = item_cost_ms(raw, step_ms, wait_ms)
-        per_item = f" (about {cost:.2f} ms per item)" if cost is not None else ""
+        if item_ms is not None:
+            per_item = f" ({item_ms:.3f} ms per item, measured)"
+        else:
+            cost = item_cost_ms(raw, step_ms, wait_ms)
+            per_item = f" (about {cost:.2f} ms per item, if every worker is busy)" if cost else ""
         lines.append(
             f"# num_workers={current} already uses this rank's {cpus} CPUs: more workers will "
             f"not help (unless items wait on I/O). Make each item cheaper{per_item}: "
@@ -121,9 +133,44 @@ def _tensor_expr(name: str) -> str:
     return m.group("name") + name[m.end() :] if m else name
 
 
+def reason_line(reason: str) -> str:
+    """A recompile reason on one line for a title: the first guard failure, without its
+    compile id, dynamo's padded source comment and the user stack that follow it."""
+    first = next((ln.strip() for ln in reason.splitlines() if ln.strip()), "")
+    first = re.sub(r"^\d+/\d+: ", "", first.split("  #", 1)[0].strip())
+    return first if len(first) <= 160 else first[:157] + "..."
+
+
+def value_guard_fix(events: list[dict[str, Any]]) -> str:
+    """For guards on Python values (``scale == 0.5``): what stops the recompiles. A float or
+    int passed as a tensor is an input, not a constant; mark_dynamic applies to tensors only."""
+    values: dict[str, list[str]] = {}
+    kinds: dict[str, str] = {}
+    for e in events:
+        for v in e.get("changed_values") or []:
+            seen = values.setdefault(_tensor_expr(v["name"]), [])
+            if v["value"] not in seen:
+                seen.append(v["value"])
+            kinds[_tensor_expr(v["name"])] = v["kind"]
+    lines = []
+    for name, seen in values.items():
+        shown = ", ".join(seen[:4]) + (", ..." if len(seen) > 4 else "")
+        if kinds[name] in ("float", "int"):
+            lines.append(
+                f"{name} = torch.tensor({name})  # a Python {kinds[name]} is compiled in as a "
+                f"constant ({shown}): every new value recompiles; as a tensor it is an input"
+            )
+        else:
+            lines.append(
+                f"# '{name}' was compiled in as a constant ({shown}): keep it fixed, or branch "
+                "on it outside the compiled function"
+            )
+    return "\n".join(lines)
+
+
 def recompile_user_fix(events: list[dict[str, Any]], fallback: str) -> str:
     """``mark_dynamic`` for each (tensor, dimension) the guards say changed, with the values
-    seen; ``fallback`` when no guard named a size or stride."""
+    seen; the tensor form of a guarded Python value; ``fallback`` when neither was named."""
     seen: dict[tuple[str, int], list[int]] = {}
     functions: dict[str, str] = {}
     for e in events:
@@ -131,9 +178,10 @@ def recompile_user_fix(events: list[dict[str, Any]], fallback: str) -> str:
             sizes = seen.setdefault((_tensor_expr(d["tensor"]), int(d["dim"])), [])
             sizes.extend(x for x in (d["expected"], d["actual"]) if x not in sizes)
             functions.setdefault(_tensor_expr(d["tensor"]), str(e.get("function") or ""))
+    values = value_guard_fix(events)
     if not seen:
-        return fallback
-    lines = []
+        return values or fallback
+    lines = [values] if values else []
     for (tensor, dim), sizes in seen.items():
         shown = ", ".join(str(s) for s in sizes[:4]) + (", ..." if len(sizes) > 4 else "")
         fn = functions.get(tensor)
@@ -146,9 +194,15 @@ def recompile_user_fix(events: list[dict[str, Any]], fallback: str) -> str:
 
 
 def compiled_next_step(
-    calls: list[dict[str, Any]], graph_break_sites: int, cuda: bool, for_loop_optim: list[str]
+    calls: list[dict[str, Any]],
+    graph_break_sites: int,
+    cuda: bool,
+    for_loop_optim: list[dict[str, Any]],
 ) -> str:
-    """For an already compiled model: the next step that applies (never torch.compile again)."""
+    """For an already compiled model: the next step that applies (never torch.compile again).
+    ``for_loop_optim``: the run's optimizer records whose implementation is the for-loop one."""
+    from torchdoctor.rules.optimizer_fixes import optimizer_line
+
     modes = {c.get("mode") for c in calls} or {None}
     lines = []
     if graph_break_sites:
@@ -161,10 +215,7 @@ def compiled_next_step(
             'model = torch.compile(model, mode="reduce-overhead")  # already compiled: add CUDA '
             "graphs, which replay the step's launches at once"
         )
-    if for_loop_optim:
-        lines.append(
-            f"{for_loop_optim[0]}(params, ..., fused=True)  # one kernel, not a loop per tensor"
-        )
+    lines += [line for line in map(optimizer_line, for_loop_optim[:2]) if line]
     if not lines:
         lines.append(
             "# already compiled: raise the work per operator instead (a larger batch, or "

@@ -1,0 +1,203 @@
+"""Who had the CPU during the profiled window: this process's threads (time running and time
+waiting for a core, from the scheduler's own counters), the DataLoader workers, and the rest
+of the machine.
+
+A step can be slow because its threads wait for a core: intra-op threads times processes beyond
+the cores, or other jobs on a shared machine. The kernel counts, per thread, the nanoseconds it
+ran and the nanoseconds it was runnable but waited on a run queue (``/proc/<pid>/task/<tid>/
+schedstat``); ``/proc/stat`` says how busy every core was. Two samples, one at each end of the
+window, give the window's figures. Linux only; elsewhere only process CPU time is recorded.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import threading
+import time
+from dataclasses import dataclass, field
+from statistics import median
+from typing import Any
+
+_PROC = "/proc"
+
+
+def _read_schedstat(path: str) -> tuple[int, int] | None:
+    try:
+        with open(path, encoding="ascii") as f:
+            run_ns, wait_ns, _ = f.read().split()
+        return int(run_ns), int(wait_ns)
+    except (OSError, ValueError):
+        return None
+
+
+def _machine_ticks() -> tuple[int, int] | None:
+    """(busy, total) clock ticks since boot, summed over the cores this process may run on
+    (the ``cpuN`` lines of /proc/stat): other jobs on cores we cannot use do not count."""
+    try:
+        allowed = {f"cpu{n}" for n in os.sched_getaffinity(0)}
+        with open(f"{_PROC}/stat", encoding="ascii") as f:
+            lines = [ln.split() for ln in f if ln.startswith("cpu") and not ln.startswith("cpu ")]
+    except (AttributeError, OSError):
+        return None
+    busy = total = 0
+    for parts in lines:
+        if parts[0] not in allowed:
+            continue
+        fields = [int(x) for x in parts[1:9]]
+        idle = fields[3] + fields[4]  # idle + iowait
+        busy, total = busy + sum(fields) - idle, total + sum(fields)
+    return (busy, total) if total else None
+
+
+def usable_cores() -> int:
+    """Cores this process may run on (its affinity mask: taskset, cgroups cpusets)."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        return os.cpu_count() or 1
+
+
+@dataclass
+class CpuSample:
+    """One reading of the counters."""
+
+    wall_s: float
+    process_cpu_s: float
+    threads: dict[int, tuple[int, int]] = field(default_factory=dict)
+    """tid -> (ns running, ns waiting for a core), since each thread started."""
+    machine: tuple[int, int] | None = None
+    workers: dict[int, tuple[int, int]] = field(default_factory=dict)
+    """Worker pid -> (ns running, ns waiting), summed over its threads."""
+
+
+def _process_threads(pid: str = "self") -> dict[int, tuple[int, int]]:
+    out: dict[int, tuple[int, int]] = {}
+    try:
+        tids = os.listdir(f"{_PROC}/{pid}/task")
+    except OSError:
+        return out
+    for tid in tids:
+        stat = _read_schedstat(f"{_PROC}/{pid}/task/{tid}/schedstat")
+        if stat is not None:
+            out[int(tid)] = stat
+    return out
+
+
+def sample(worker_pids: list[int] = ()) -> CpuSample:  # type: ignore[assignment]
+    """Read the counters now (cheap: a few small /proc reads per thread)."""
+    workers = {}
+    for pid in worker_pids:
+        threads = _process_threads(str(pid))
+        if threads:
+            workers[pid] = (
+                sum(r for r, _ in threads.values()),
+                sum(w for _, w in threads.values()),
+            )
+    return CpuSample(
+        wall_s=time.perf_counter(),
+        process_cpu_s=time.process_time(),
+        threads=_process_threads(),
+        machine=_machine_ticks(),
+        workers=workers,
+    )
+
+
+def window_record(
+    a: CpuSample, b: CpuSample, main_tid: int, intra_op_threads: int, interop_threads: int
+) -> dict[str, Any]:
+    """The window between two samples as plain data for ``run.json`` (seconds and cores)."""
+    wall = max(b.wall_s - a.wall_s, 1e-9)
+    run = wait = 0.0
+    busy_threads = 0
+    main_run = main_wait = None
+    for tid, (r1, w1) in b.threads.items():
+        r0, w0 = a.threads.get(tid, (0, 0))  # a thread started in the window: all of it
+        dr, dw = (r1 - r0) / 1e9, (w1 - w0) / 1e9
+        run, wait = run + dr, wait + dw
+        busy_threads += dr >= 0.1 * wall
+        if tid == main_tid:
+            main_run, main_wait = dr, dw
+    wr = ww = 0.0
+    for pid, (r1, w1) in b.workers.items():
+        r0, w0 = a.workers.get(pid, (0, 0))
+        wr, ww = wr + (r1 - r0) / 1e9, ww + (w1 - w0) / 1e9
+    cores = usable_cores()
+    out: dict[str, Any] = {
+        "wall_s": wall,
+        "process_cpu_s": b.process_cpu_s - a.process_cpu_s,
+        "cores": cores,
+        "cpu_count": os.cpu_count(),
+        "intra_op_threads": intra_op_threads,
+        "interop_threads": interop_threads,
+        "threads_running": busy_threads,
+        "threads_run_s": run if b.threads else None,
+        "threads_runqueue_wait_s": wait if b.threads else None,
+        "main_thread_run_s": main_run,
+        "main_thread_runqueue_wait_s": main_wait,
+        "workers": len(b.workers),
+        "workers_cpu_s": wr if b.workers else None,
+        "workers_runqueue_wait_s": ww if b.workers else None,
+        "machine_busy_cores": None,
+        "other_busy_cores": None,
+    }
+    if a.machine and b.machine and b.machine[1] > a.machine[1]:
+        share = (b.machine[0] - a.machine[0]) / (b.machine[1] - a.machine[1])
+        busy = share * cores
+        ours = (run if b.threads else out["process_cpu_s"]) / wall + wr / wall
+        out["machine_busy_cores"] = busy
+        out["other_busy_cores"] = max(0.0, busy - ours)
+    return out
+
+
+def thread_probe(
+    threads_a: int, threads_b: int, rounds: int = 9, budget_s: float = 1.5
+) -> dict[str, Any] | None:
+    """Time the same small matmul and elementwise work with ``threads_a`` and ``threads_b``
+    intra-op threads, interleaved (A B or B A, shuffled per round), and return the per-round
+    ratios (A / B). The thread count is restored; None when torch is not importable.
+
+    Run only after the script's steps, when the window suggested oversubscription: it measures
+    what the current thread count costs on this machine now, against fewer threads."""
+    try:
+        import torch
+    except ImportError:
+        return None
+    before = torch.get_num_threads()
+    x, y = torch.randn(192, 192), torch.randn(1 << 16)
+
+    def work() -> float:
+        t0 = time.perf_counter()
+        for _ in range(4):
+            torch.mm(x, x)
+            torch.add(y, 1.0)
+        return time.perf_counter() - t0
+
+    ratios: list[float] = []
+    deadline = time.perf_counter() + budget_s
+    try:
+        for _ in range(rounds):
+            times = {}
+            for n in random.sample([threads_a, threads_b], 2):
+                torch.set_num_threads(n)
+                work()  # let the thread pool settle on the new size
+                times[n] = work()
+            ratios.append(times[threads_a] / max(times[threads_b], 1e-9))
+            if time.perf_counter() > deadline and len(ratios) >= 3:
+                break
+    finally:
+        torch.set_num_threads(before)
+    ratios.sort()
+    return {
+        "threads_a": threads_a,
+        "threads_b": threads_b,
+        "rounds": len(ratios),
+        "ratio_median": median(ratios),
+        "ratio_low": ratios[0],
+        "ratio_high": ratios[-1],
+    }
+
+
+def main_thread_id() -> int:
+    """The kernel's id of the calling thread (the script's main thread when called at install)."""
+    return threading.get_native_id()

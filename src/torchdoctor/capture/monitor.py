@@ -1,0 +1,173 @@
+"""A watcher thread beside the script: where the main thread is during a step that runs far
+longer than the others, a word on standard error when no step has been seen for a minute, and
+the profiler's memory during the window.
+
+It wakes every ``interval_s`` and reads state (the clock's step times, the process's resident
+memory); it never calls into torch and never blocks the script. Sampling the main thread is
+``sys._current_frames()``: cheap, and only done while a step is already long.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import threading
+from collections import Counter
+from statistics import median
+from time import perf_counter
+from typing import Any
+
+from torchdoctor.rules import thresholds as th
+
+_MAX_LONG_STEPS = 32
+_MAX_SAMPLES_PER_STEP = 40
+_STACK_DEPTH = 3
+
+
+def rss_bytes() -> int | None:
+    """Resident memory of this process (Linux ``/proc/self/statm``), None elsewhere."""
+    try:
+        with open("/proc/self/statm", encoding="ascii") as f:
+            return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def available_bytes() -> int | None:
+    """MemAvailable from /proc/meminfo, None elsewhere."""
+    try:
+        with open("/proc/meminfo", encoding="ascii") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError):
+        return None
+    return None
+
+
+def user_stack(frame: Any, depth: int = _STACK_DEPTH) -> tuple[str, ...]:
+    """Frames of user code (outside every library) as ``file:line in function``, innermost
+    first: the innermost ``depth - 1`` and the outermost one (the script's own loop line)."""
+    from torchdoctor.capture.callsource import is_library_file
+
+    out: list[str] = []
+    while frame is not None and len(out) < 64:
+        name = frame.f_code.co_filename
+        if not name.startswith("<") and not is_library_file(name):
+            out.append(f"{name}:{frame.f_lineno} in {frame.f_code.co_name}")
+        frame = frame.f_back
+    if len(out) <= depth:
+        return tuple(out)
+    return (*out[: depth - 1], out[-1])
+
+
+class Monitor:
+    """The watcher thread (daemon: it never keeps the process alive)."""
+
+    def __init__(self, session: Any, interval_s: float = 0.05) -> None:
+        self.session = session
+        self.interval_s = interval_s
+        self.main_ident = threading.main_thread().ident
+        self.samples: dict[int, Counter[tuple[str, ...]]] = {}
+        """Step number (1-based, as the clock counts) -> sampled user stacks while it ran long."""
+        self.sampled_source: str | None = None
+        self.noticed = False
+        self.peak_window_growth = 0
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._started = perf_counter()
+
+    def start(self) -> None:
+        """Start watching (idempotent)."""
+        if self._thread is None:
+            self._started = perf_counter()
+            self._thread = threading.Thread(
+                target=self._run, name="torchdoctor-monitor", daemon=True
+            )
+            self._thread.start()
+
+    def stop(self) -> None:
+        """Stop and join the thread (idempotent)."""
+        self._stop.set()
+        if self._thread is not None and self._thread is not threading.current_thread():
+            self._thread.join(timeout=1.0)
+        self._thread = None
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.interval_s):
+            try:
+                self._tick()
+            except Exception:  # a watcher never breaks the script; it just stops looking
+                return
+
+    def _tick(self) -> None:
+        clock = self.session.clock
+        self._watch_memory()
+        n = clock.steps
+        if n == 0 and clock.source is None:
+            self._notice_no_step()
+            return
+        if n < 3:
+            return
+        times = clock.step_s[-50:]
+        typical = median(times)
+        elapsed = perf_counter() - clock._step_start
+        if elapsed < max(th.RARE_LONG_RATIO * typical, th.RARE_LONG_MIN_MS / 1e3):
+            return
+        step = n + 1
+        if clock.source != self.sampled_source:  # counting restarted on a stronger signal
+            self.samples.clear()
+            self.sampled_source = clock.source
+        if step not in self.samples and len(self.samples) >= _MAX_LONG_STEPS:
+            return
+        counts = self.samples.setdefault(step, Counter())
+        if sum(counts.values()) < _MAX_SAMPLES_PER_STEP:
+            frame = sys._current_frames().get(self.main_ident)  # type: ignore[arg-type]
+            counts[user_stack(frame)] += 1
+
+    def _notice_no_step(self) -> None:
+        after = self.session.options.no_step_notice_s
+        if self.noticed or perf_counter() - self._started < after:
+            return
+        self.noticed = True
+        frame = sys._current_frames().get(self.main_ident)  # type: ignore[arg-type]
+        where = user_stack(frame, 1)
+        at = f"; the script is at {where[0]}" if where else ""
+        print(
+            f"torchdoctor: no step seen after {after:.0f} s (no optimizer.step(), backward(), "
+            f"DataLoader batch or torchdoctor.step()){at}. Still watching; mark each iteration "
+            "with torchdoctor.step() if this loop is the one to measure.",
+            file=sys.stderr,
+            flush=True,
+        )
+
+    def _watch_memory(self) -> None:
+        prof = self.session.profiler
+        start = prof.rss_at_start
+        if start is None or not prof.recording:
+            return
+        now = rss_bytes()
+        if now is None:
+            return
+        growth = now - start
+        self.peak_window_growth = max(self.peak_window_growth, growth)
+        if growth >= prof.budget_bytes:
+            prof.request_stop(
+                f"recording grew the process by {growth / 2**20:.0f} MiB, about "
+                f"{prof.total_budget_bytes / 2**20:.0f} MiB once torch assembles the events "
+                "(the budget): profiling stopped"
+            )
+
+    def record(self) -> dict[str, Any]:
+        """Sampled long steps for ``run.json``: step -> the user stacks seen, most frequent first."""
+        return {
+            "interval_s": self.interval_s,
+            "source": self.sampled_source,
+            "long_step_samples": {
+                str(step): [
+                    {"stack": list(stack), "samples": k} for stack, k in counts.most_common(5)
+                ]
+                for step, counts in sorted(self.samples.items())
+            },
+            "no_step_notice": self.noticed,
+        }

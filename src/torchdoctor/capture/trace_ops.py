@@ -1,0 +1,115 @@
+"""The window's operator summary read from the exported trace, not from the profiler's events.
+
+``torch.profiler``'s ``events()`` builds one Python object per event (about 15 kB per
+operator: 3 GB and two minutes for 200k operators on a 2-core machine); the trace file, read
+into columns by ``trace/load.py``, costs a few hundred bytes per event. Same definitions as
+``profiling.summarise_ops``: top-level operators are ``aten::`` operators whose enclosing
+operator is not an ``aten::`` one and that do not run inside ``enumerate(DataLoader)`` (batch
+assembly is input time); compute is classified by ``analysis/op_classes.py``.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from torchdoctor.analysis import intervals as iv
+from torchdoctor.analysis.gpu_activity import is_cpu_collective
+from torchdoctor.analysis.kernel_names import kernel_category
+from torchdoctor.analysis.op_classes import classify_op
+from torchdoctor.analysis.operators import _nest, _thread_key
+from torchdoctor.rules.thresholds import TINY_OP_THRESHOLD_US
+from torchdoctor.trace.kinds import Kind
+from torchdoctor.trace.load import load_trace
+from torchdoctor.trace.steps import find_steps
+
+_DEVICE_KINDS = (Kind.KERNEL, Kind.MEMCPY, Kind.MEMSET)
+_KERNEL_CLASS = {"gemm": "matmul", "convolution": "convolution", "attention": "attention"}
+
+
+def summarise_trace(path: Path, steps: int) -> dict[str, Any]:
+    """Top-level operators per step, their median duration (us), tiny-op time, and the share
+    of operator (or device) time in matmul, convolution, recurrent and attention work."""
+    table = load_trace(path)
+    names = table.names
+    ops = _nest(table)
+    lo, hi = find_steps(table).window
+    op_names = [names[c] for c in table.name[ops.rows]]
+    aten = np.array([n.startswith("aten::") for n in op_names], dtype=bool)
+    parent_aten = np.where(ops.parent >= 0, aten[np.maximum(ops.parent, 0)], False)
+    top = aten & ~parent_aten & (ops.ts >= lo) & (ops.ts < hi if hi > lo else True)
+    top &= ~_inside_loader(table, ops)
+    idx = np.flatnonzero(top)
+    durs = (ops.end - ops.ts)[idx]
+    total_us = float(durs.sum())
+    tiny_us = float(durs[durs < float(TINY_OP_THRESHOLD_US)].sum())
+    by_class: dict[str, float] = {}
+    device = np.flatnonzero(np.isin(table.kind, [int(k) for k in _DEVICE_KINDS]))
+    device = device[(table.ts[device] >= lo) & (table.ts[device] < hi)] if hi > lo else device
+    if len(device) and float(table.dur[device].sum()) > 0:
+        for r in device:
+            cls = _KERNEL_CLASS.get(kernel_category(names[table.name[r]].lower()), "other")
+            by_class[cls] = by_class.get(cls, 0.0) + float(table.dur[r])
+        basis, denominator = "device", float(table.dur[device].sum())
+    else:
+        for i, d in zip(idx, durs, strict=True):
+            cls = classify_op(op_names[i])
+            by_class[cls] = by_class.get(cls, 0.0) + float(d)
+        basis, denominator = "cpu", total_us
+    gemm = by_class.get("matmul", 0.0) + by_class.get("convolution", 0.0)
+    compute = gemm + by_class.get("recurrent", 0.0) + by_class.get("attention", 0.0)
+    steps = max(1, steps)
+    return {
+        "steps": steps,
+        "top_level_ops_per_step": len(idx) / steps,
+        "median_op_us": float(np.median(durs)) if len(durs) else 0.0,
+        "op_time_ms_per_step": total_us / steps / 1e3,
+        "tiny_op_time_ms_per_step": tiny_us / steps / 1e3,
+        "tiny_op_threshold_us": float(TINY_OP_THRESHOLD_US),
+        "gemm_share": gemm / denominator if denominator else 0.0,
+        "compute_share": compute / denominator if denominator else 0.0,
+        "compute_ms_per_step": compute / steps / 1e3,
+        "time_by_class_ms_per_step": {k: v / steps / 1e3 for k, v in sorted(by_class.items())},
+        "gemm_share_basis": basis,
+        "collective_time_ms_per_step": _collective_us(table, ops, idx) / steps / 1e3,
+        "read_from": "trace",
+        "events": len(table),
+    }
+
+
+def _inside_loader(table: Any, ops: Any) -> np.ndarray:
+    """Operators that start inside an ``enumerate(DataLoader)`` range of their thread."""
+    names = table.names
+    rows = np.flatnonzero(table.kind == int(Kind.USER_ANNOTATION))
+    rows = np.array(
+        [r for r in rows if names[table.name[r]].startswith("enumerate(DataLoader)")],
+        dtype=np.int64,
+    )
+    inside = np.zeros(len(ops.rows), dtype=bool)
+    if not len(rows):
+        return inside
+    keys = _thread_key(table, rows)
+    for key in np.unique(keys):
+        mine = rows[keys == key]
+        starts = table.ts[mine]
+        order = np.argsort(starts)
+        starts, ends = starts[order], (table.ts[mine] + table.dur[mine])[order]
+        sel = np.flatnonzero(ops.thread == key)
+        pos = np.searchsorted(starts, ops.ts[sel], side="right") - 1
+        ok = pos >= 0
+        inside[sel[ok]] = ops.ts[sel[ok]] <= ends[pos[ok]]
+    return inside
+
+
+def _collective_us(table: Any, ops: Any, top: np.ndarray) -> float:
+    """Time inside CPU collectives (operators or annotations, any thread: with gloo the
+    transfer runs on the backend's thread) that no top-level operator overlaps."""
+    names = table.names
+    host = np.flatnonzero(np.isin(table.kind, [int(Kind.CPU_OP), int(Kind.USER_ANNOTATION)]))
+    coll = np.array([r for r in host if is_cpu_collective(names[table.name[r]])], dtype=np.int64)
+    if not len(coll):
+        return 0.0
+    spans = iv.union(table.ts[coll], table.ts[coll] + table.dur[coll])
+    return iv.total(iv.subtract(spans, iv.union(ops.ts[top], ops.end[top])))

@@ -1,0 +1,176 @@
+"""Run-level rules about the CPU itself: more runnable threads than free cores
+(``cpu-oversubscribed``), and torch's own warnings about the DataLoader (``torch-warning``).
+
+The evidence is what the kernel counted during the measured steps (``run.json``'s ``cpu``:
+each thread's time running and waiting for a core, the workers' CPU time, how busy the machine
+was) and, when that suggests oversubscription, a short interleaved A/B measured after the steps
+(``cpu.thread_probe``): the same small matmul with the script's thread count and with fewer.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+from torchdoctor.rules import thresholds as th
+from torchdoctor.rules.finding import Finding
+from torchdoctor.rules.registry import spec
+from torchdoctor.rules.run_common import make
+from torchdoctor.rules.run_inputs import RunRecord
+
+
+@dataclass(frozen=True)
+class CpuDemand:
+    """Runnable threads against free cores during the measured steps."""
+
+    threads: int
+    """Intra-op threads of the training process."""
+    busy_workers: float
+    """Cores' worth of CPU the DataLoader workers used (workers' CPU time / wall time)."""
+    other_cores: float
+    """Cores' worth of CPU other processes used."""
+    cores: int
+    """Cores this process may run on."""
+
+    @property
+    def free_cores(self) -> float:
+        """Cores left for this process and its workers."""
+        return max(0.0, self.cores - self.other_cores)
+
+    @property
+    def demand(self) -> float:
+        return self.threads + self.busy_workers
+
+    @property
+    def oversubscribed(self) -> bool:
+        return self.threads > 1 and self.demand >= self.free_cores + th.OVERSUBSCRIBED_MARGIN
+
+    @property
+    def suggested_threads(self) -> int:
+        """Intra-op threads that fit in the free cores beside the busy workers (at least 1)."""
+        fit = math.floor(self.free_cores - self.busy_workers + 0.25)
+        return max(1, min(self.threads - 1, fit))
+
+
+def cpu_demand(cpu: dict[str, Any]) -> CpuDemand | None:
+    """Demand and supply from ``run.json``'s ``cpu`` record; None without a window."""
+    wall = float(cpu.get("wall_s") or 0.0)
+    if wall <= 0 or not cpu.get("intra_op_threads"):
+        return None
+    workers = float(cpu.get("workers_cpu_s") or 0.0) / wall
+    return CpuDemand(
+        threads=int(cpu["intra_op_threads"]),
+        busy_workers=workers,
+        other_cores=float(cpu.get("other_busy_cores") or 0.0),
+        cores=int(cpu.get("cores") or 1),
+    )
+
+
+def cpu_oversubscribed(run: RunRecord) -> list[Finding]:
+    """Threads waiting for cores; saving (ms/step): the operator time the measured slow-down of
+    the script's thread count over the suggested one accounts for."""
+    cpu = run.raw.get("cpu") or {}
+    d = cpu_demand(cpu) if isinstance(cpu, dict) else None
+    step = run.step_ms
+    if d is None or not step:
+        return []
+    probe = cpu.get("thread_probe") or {}
+    ratio = float(probe.get("ratio_median") or 0.0)
+    if d.oversubscribed and ratio >= th.OVERSUBSCRIBED_RATIO:
+        return [_oversubscribed(run, cpu, d, probe, step)]
+    return _starved(run, cpu, d, step)
+
+
+def _evidence(cpu: dict[str, Any], d: CpuDemand) -> dict[str, Any]:
+    return {
+        "cpu": cpu,
+        "free_cores": round(d.free_cores, 2),
+        "runnable_threads": round(d.demand, 2),
+        "process_cpu_per_wall": round(float(cpu.get("process_cpu_s") or 0.0) / cpu["wall_s"], 3),
+    }
+
+
+def _oversubscribed(
+    run: RunRecord, cpu: dict[str, Any], d: CpuDemand, probe: dict[str, Any], step: float
+) -> Finding:
+    ratio = float(probe["ratio_median"])
+    k = int(probe.get("threads_b") or d.suggested_threads)
+    op_ms = float(run.ops.get("op_time_ms_per_step") or step)
+    saving = min(op_ms, step) * (1.0 - 1.0 / ratio)
+    s = spec("cpu-oversubscribed")
+    title = s.format_title(
+        threads=d.threads,
+        workers=f" + {d.busy_workers:.1f} busy workers" if d.busy_workers >= 0.1 else "",
+        free=d.free_cores,
+        cores=d.cores,
+        ratio=ratio,
+        k=k,
+    )
+    fix = s.fix(k, d.threads, int(cpu.get("workers") or 0), d.free_cores)
+    return make(run, s.id, title, saving, {**_evidence(cpu, d), "thread_probe": probe}, fix)
+
+
+def _starved(run: RunRecord, cpu: dict[str, Any], d: CpuDemand, step: float) -> list[Finding]:
+    """The main thread waited for a core because other processes held them: no fix in the
+    script (saving 0, info), but never a clean bill on numbers taken on a busy machine."""
+    wait = cpu.get("main_thread_runqueue_wait_s")
+    if wait is None:
+        return []
+    share = float(wait) / float(cpu["wall_s"])
+    if share < th.STARVED_SHARE:
+        return []
+    title = (
+        f"the main thread waited for a CPU core {share:.0%} of the measured time: other "
+        f"processes kept {d.other_cores:.1f} of {d.cores} cores busy (step times here are inflated)"
+    )
+    fix = (
+        f"# other processes used {d.other_cores:.1f} of {d.cores} cores: measure again where "
+        "the cores are free,\n# or give this job cores of its own (a cpuset, a less busy "
+        "machine); nothing in the script causes this"
+    )
+    return [
+        make(
+            run,
+            "cpu-oversubscribed",
+            title,
+            0.0,
+            {**_evidence(cpu, d), "main_thread_wait_share": round(share, 3)},
+            fix,
+            "A thread that is runnable but has no core waits on the run queue; the kernel "
+            "counts that time per thread. It was counted here, on the step's own thread.",
+            severity="info",
+        )
+    ]
+
+
+def torch_warnings(run: RunRecord) -> list[Finding]:
+    """torch's own DataLoader warnings (too many workers for the CPUs, pin_memory without an
+    accelerator), as findings with the fix; saving not measured (0)."""
+    from torchdoctor.rules.fixes import torch_warning_fix
+
+    out = []
+    for dl in run.config.dataloaders:
+        for text in dl.raw.get("torch_warnings") or []:
+            fix = torch_warning_fix(dl, text)
+            if fix is None:
+                continue
+            out.append(
+                make(
+                    run,
+                    "torch-warning",
+                    spec("torch-warning").format_title(text=_first_sentence(text)),
+                    0.0,
+                    {"warning": text, "dataloader": dl.raw},
+                    fix,
+                )
+            )
+    return out
+
+
+def _first_sentence(text: str) -> str:
+    """The warning's first two sentences on one line."""
+    line = " ".join(text.split())
+    cut = line.find(". ", line.find(". ") + 2)
+    line = line if cut < 0 else line[: cut + 1]
+    return line if len(line) <= 200 else line[:197] + "..."

@@ -1,0 +1,18 @@
+"""The run rules about the host (CPU threads, torch's warnings, rare long steps, housekeeping
+calls in the step), run after ``run_rules.RULES``."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from torchdoctor.rules.cpu_rules import cpu_oversubscribed, torch_warnings
+from torchdoctor.rules.finding import Finding
+from torchdoctor.rules.run_inputs import RunRecord
+from torchdoctor.rules.step_rules import housekeeping_in_step, rare_long_steps
+
+HOST_RULES: tuple[Callable[[RunRecord], list[Finding]], ...] = (
+    cpu_oversubscribed,
+    torch_warnings,
+    rare_long_steps,
+    housekeeping_in_step,
+)

@@ -1,0 +1,148 @@
+"""Run rules about single steps and calls: a step many times the median (``rare-long-steps``),
+and ``torch.save`` / ``gc.collect()`` inside the loop (``housekeeping-in-step``)."""
+
+from __future__ import annotations
+
+import itertools
+from statistics import median
+from typing import Any
+
+from torchdoctor.rules import thresholds as th
+from torchdoctor.rules.finding import Finding
+from torchdoctor.rules.registry import spec
+from torchdoctor.rules.run_common import make
+from torchdoctor.rules.run_inputs import RunRecord
+from torchdoctor.rules.user_fixes import relative_site
+
+
+def _candidates(run: RunRecord) -> tuple[int, list[float]]:
+    """(index of the first step considered, step times less their data wait): the first step
+    (start-up) is never a candidate, nor are the warm-up steps of a run that compiled
+    (compilation is named apart); waiting for a batch is the DataLoader finding's."""
+    waits = list((run.raw.get("steps") or {}).get("data_wait_ms") or [])
+    waits += [0.0] * (len(run.steps.step_ms) - len(waits))
+    times = [max(0.0, t - w) for t, w in zip(run.steps.step_ms, waits, strict=False)]
+    skip = 1
+    if run.compile.compiles:
+        skip = max(skip, int((run.raw.get("steps") or {}).get("warmup_steps") or 0))
+    return skip, times[skip:]
+
+
+def rare_long_steps(run: RunRecord) -> list[Finding]:
+    """Steps at least RARE_LONG_RATIO times the median; saving (ms/step): their excess over
+    the median, averaged over every step considered."""
+    skip, times = _candidates(run)
+    if len(times) < 3:
+        return []
+    typical = median(times)
+    long = [
+        (skip + i, t)
+        for i, t in enumerate(times)
+        if t >= th.RARE_LONG_RATIO * typical and t - typical >= th.RARE_LONG_MIN_MS
+    ]
+    if not long or len(long) > th.RARE_LONG_MAX_SHARE * len(times):
+        return []
+    excess = sum(t - typical for _, t in long)
+    per_step = excess / len(times)
+    worst_i, worst = max(long, key=lambda x: x[1])
+    stacks = _stacks(run, [i + 1 for i, _ in long])
+    where = [relative_site(s.split(" in ")[0]) + " in " + s.split(" in ")[-1] for s in stacks]
+    ran = f"; in it: {where[0]}" if where else ""
+    s = spec("rare-long-steps")
+    title = s.format_title(
+        k=len(long),
+        n=len(times),
+        step=worst_i + 1,
+        ms=worst,
+        median=typical,
+        ratio=worst / typical if typical else float("inf"),
+        per_step=per_step,
+        ran=ran,
+    )
+    every = _period([i for i, _ in long])
+    evidence = {
+        "long_steps": [{"step": i + 1, "ms": round(t, 3)} for i, t in long],
+        "median_step_ms": typical,
+        "steps_considered": len(times),
+        "excess_ms_per_step": per_step,
+        "every_n_steps": every,
+        "sampled_stacks": stacks,
+    }
+    how_often = f"every {every} steps" if every else f"{len(long)} of {len(times)} steps"
+    fix = (
+        f"# {how_often} ran up to {worst / typical:.0f}x the median step"
+        + (f", in {where[0]}" if where else "")
+        + ":\n# periodic work in the loop (evaluation, checkpointing, logging): run it less often,"
+        "\n# on fewer batches, or outside the timed loop"
+    )
+    return [make(run, s.id, title, per_step, evidence, fix, where=where[:3])]
+
+
+def _period(indices: list[int]) -> int | None:
+    """The step interval between long steps when it is regular (two or more gaps alike)."""
+    gaps = {b - a for a, b in itertools.pairwise(indices)}
+    return gaps.pop() if len(indices) >= 3 and len(gaps) == 1 else None
+
+
+def _stacks(run: RunRecord, steps: list[int]) -> list[str]:
+    """The user lines the watcher sampled most often during these (1-based) steps: the
+    outermost sampled user frame, i.e. the loop's own line, most frequent first."""
+    monitor = run.raw.get("monitor") or {}
+    if monitor.get("source") not in (None, run.raw.get("steps", {}).get("source")):
+        return []
+    samples = monitor.get("long_step_samples") or {}
+    counts: dict[str, int] = {}
+    for step in steps:
+        for row in samples.get(str(step)) or []:
+            stack = row.get("stack") or []
+            if stack:
+                # the outermost user frame (the loop's own line), then the innermost one
+                for line in dict.fromkeys((stack[-1], stack[0])):
+                    counts[line] = counts.get(line, 0) + int(row.get("samples") or 0)
+    return sorted(counts, key=lambda k: -counts[k])
+
+
+_WHAT = {
+    "torch.save": (
+        "torch.save every step",
+        "if step % 1000 == 0:  # checkpoint every N steps, not every step\n"
+        "    torch.save(model.state_dict(), path)",
+    ),
+    "gc.collect": (
+        "gc.collect() every step",
+        "# Python collects garbage by itself: drop the call from the loop, or keep it rare:\n"
+        "if step % 1000 == 0:\n"
+        "    gc.collect()",
+    ),
+}
+
+
+def housekeeping_in_step(run: RunRecord) -> list[Finding]:
+    """torch.save / gc.collect called from the user's loop in (nearly) every measured step;
+    saving (ms/step): their time per step."""
+    rows: list[dict[str, Any]] = (run.raw.get("config") or {}).get("housekeeping") or []
+    measured, step = run.steps.measured_steps, run.step_ms
+    if not rows or not measured or not step:
+        return []
+    out = []
+    s = spec("housekeeping-in-step")
+    for r in rows:
+        per_step_ms = float(r["seconds"]) * 1e3 / measured
+        calls = int(r["calls"]) / measured
+        if calls < 0.5 or per_step_ms / step < th.HOUSEKEEPING_SHARE or r["what"] not in _WHAT:
+            continue
+        what, fix = _WHAT[r["what"]]
+        site = relative_site(r["site"])
+        title = s.format_title(what=what, site=site, ms=per_step_ms, share=per_step_ms / step)
+        out.append(
+            make(
+                run,
+                s.id,
+                title,
+                per_step_ms,
+                {"calls_per_step": calls, "ms_per_step": per_step_ms, "call": r},
+                fix,
+                where=[r["site"]],
+            )
+        )
+    return out

@@ -1,0 +1,206 @@
+"""Say what happened, early: a run-time SyntaxError is a crash (not a parse error), a crash
+before the first step gets no step advice, a loop without optimizer or DataLoader is counted
+by its backward() calls, and a script with no recognisable step hears so within the notice
+time; rare long steps, housekeeping calls and the profiler's memory budget are named."""
+
+from __future__ import annotations
+
+import os
+import resource
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from tests.capture.check_helpers import EXAMPLES, REPO, check_inprocess
+from torchdoctor.rules.run_rules import run_findings
+
+
+def test_run_time_syntax_error_is_a_crash_not_a_parse_error(tmp_path: Path) -> None:
+    r = check_inprocess(tmp_path, EXAMPLES / "literal_eval_crash.py")
+    assert r.code == 1
+    assert r.run["exit"]["phase"] == "run"
+    note = r.report["measurement"]["note"]
+    assert "does not parse" not in note and "crashed" in note and "before its first step" in note
+    assert "torchdoctor.step()" not in r.stdout and r.report["findings"] == []
+
+
+def test_a_real_parse_error_is_still_one(tmp_path: Path) -> None:
+    prog = tmp_path / "broken.py"
+    prog.write_text("import torch\nfor i in range(3)\n    pass\n")
+    r = check_inprocess(tmp_path / "runs", prog)
+    assert r.code == 1 and r.run["exit"]["phase"] == "parse"
+    assert "does not parse" in r.report["measurement"]["note"]
+    assert "SyntaxError" in r.stderr
+
+
+def test_crash_before_the_first_step_gets_no_step_advice(tmp_path: Path) -> None:
+    prog = tmp_path / "boom.py"
+    prog.write_text("import torch\nraise RuntimeError('no data at /data/train')\n")
+    r = check_inprocess(tmp_path / "runs", prog)
+    assert r.code == 1 and "torchdoctor.step()" not in r.stdout
+    assert r.report["measurement"]["failure"] == "crash"
+    assert "crashed (RuntimeError: no data at /data/train) before its first step" in r.stdout
+
+
+def test_manual_sgd_is_counted_by_backward(tmp_path: Path) -> None:
+    r = check_inprocess(tmp_path, EXAMPLES / "manual_sgd.py")
+    assert r.code == 0, r.stderr
+    steps = r.run["steps"]
+    assert steps["source"] == "backward" and steps["count"] == 6 and steps["profiled_steps"] == 3
+
+
+def test_backward_never_restarts_a_loop_with_an_optimizer(tmp_path: Path) -> None:
+    """With an optimizer the steps are its steps from the first one (no switch, no window
+    thrown away), as before backward() was a signal."""
+    r = check_inprocess(
+        tmp_path, EXAMPLES / "item_per_step.py", opts=["--warmup", "2", "--steps", "2"]
+    )
+    assert r.run["steps"]["source"] == "optimizer" and not r.run["steps"]["signal_switches"]
+
+
+def test_no_step_is_said_within_the_notice_time(tmp_path: Path) -> None:
+    prog = tmp_path / "nostep.py"
+    prog.write_text(
+        textwrap.dedent("""
+        import time
+        import torch
+        x = torch.randn(64, 64)
+        t0 = time.time()
+        while time.time() - t0 < 2.0:
+            x = torch.tanh(x @ x) / 8
+    """)
+    )
+    from torchdoctor.api import check
+
+    res = check(prog, out_dir=tmp_path / "runs", no_step_notice_s=0.5, echo=False)
+    assert res.record["monitor"]["no_step_notice"] is True
+
+
+def _long_step_record(step_ms: list[float], samples: dict[str, object]) -> dict[str, object]:
+    return {
+        "exit": {"status": "stopped"},
+        "steps": {
+            "source": "optimizer",
+            "count": len(step_ms),
+            "measured_steps": 5,
+            "warmup_steps": 3,
+            "step_ms": step_ms,
+            "mean_step_ms": sum(step_ms[3:]) / len(step_ms[3:]),
+        },
+        "monitor": {"source": "optimizer", "long_step_samples": samples},
+    }
+
+
+def test_a_step_many_times_the_median_is_a_finding_with_its_line() -> None:
+    times = [900.0, 55.0, 54.0, 56.0, 747.0, 55.0, 53.0, 57.0, 55.0]
+    stack = [
+        "/w/model.py:180 in forward",
+        "/w/train.py:210 in estimate_loss",
+        "/w/train.py:262 in <module>",
+    ]
+    rec = _long_step_record(times, {"5": [{"stack": stack, "samples": 12}]})
+    (f,) = [f for f in run_findings(rec) if f.id == "rare-long-steps"]
+    assert "step 5 took 747.0 ms against a 55.0 ms median (13.6x)" in f.title
+    assert f.where and "train.py:262 in <module>" in f.where[0]
+    assert f.saving_ms_per_step == pytest.approx((747 - 55) / 8)
+
+
+def test_steady_steps_and_data_waits_are_not_long_steps() -> None:
+    assert not [
+        f
+        for f in run_findings(_long_step_record([9, 10, 11, 10, 12, 10, 9, 11.0], {}))
+        if f.id == "rare-long-steps"
+    ]
+    rec = _long_step_record([9, 10, 11, 10, 300, 10, 9, 11.0], {})
+    rec["steps"]["data_wait_ms"] = [0, 0, 0, 0, 290, 0, 0, 0]  # type: ignore[index]
+    assert not [f for f in run_findings(rec) if f.id == "rare-long-steps"]
+
+
+@pytest.mark.slow
+def test_check_eval_inside_the_loop(tmp_path: Path) -> None:
+    r = check_inprocess(
+        tmp_path, EXAMPLES / "eval_in_loop.py", opts=["--warmup", "3", "--steps", "6"]
+    )
+    found = {f["id"]: f for f in r.report["findings"]}
+    f = found["rare-long-steps"]
+    assert any("eval_in_loop.py:20" in w for w in f["where"]), f  # the estimate_loss() line
+
+
+def test_check_names_torch_save_and_gc_collect(tmp_path: Path) -> None:
+    r = check_inprocess(
+        tmp_path, EXAMPLES / "save_every_step.py", opts=["--warmup", "2", "--steps", "3"]
+    )
+    rows = {row["what"]: row for row in r.run["config"]["housekeeping"]}
+    assert rows["gc.collect"]["calls"] == 3 and rows["torch.save"]["calls"] == 3
+    titles = [f["title"] for f in r.report["findings"] if f["id"] == "housekeeping-in-step"]
+    assert any(t.startswith("gc.collect() every step at ") for t in titles), titles
+    assert not [f for f in r.report["findings"] if f["id"] in ("host-bound", "input-pipeline")]
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not Path("/proc/self/statm").exists(), reason="needs /proc")
+def test_a_million_small_ops_per_step_stays_within_the_memory_budget(tmp_path: Path) -> None:
+    """Budget 512 MiB for the profiler. Before, the same run held every event of the window
+    (about 8 kB per operator once torch assembles them: 20 GB for three such steps)."""
+    cmd = [
+        sys.executable,
+        "-m",
+        "torchdoctor",
+        "check",
+        "--warmup",
+        "1",
+        "--steps",
+        "3",
+        "--profile-memory-budget",
+        "512",
+        "--out",
+        str(tmp_path),
+        str(EXAMPLES / "million_ops.py"),
+    ]
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1"}
+    before = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=900, cwd=REPO, env=env)
+    peak_mib = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert before / 1024 < peak_mib < 512 + 1024, peak_mib  # torch itself, the budget, the read
+    assert "profiling stopped early" in proc.stdout
+    assert (next(tmp_path.iterdir()) / "report.json").is_file()
+
+
+def _deep(n: int) -> tuple[str, ...]:
+    import sys as _sys
+
+    from torchdoctor.capture.monitor import user_stack
+
+    if n:
+        return _deep(n - 1)
+    return user_stack(_sys._getframe())
+
+
+def test_a_deep_sample_keeps_the_loop_line() -> None:
+    """Sampled ten calls deep, the stack keeps the two innermost user frames and the outermost
+    (the loop's own line), so a long step is named where the script called into it."""
+    stack = _deep(10)
+    assert len(stack) == 3
+    assert stack[0].endswith("in _deep") and stack[1].endswith("in _deep")
+    # the outermost user frame: this test, where the recursion was called, not an 11th _deep
+    assert stack[-1].endswith("in test_a_deep_sample_keeps_the_loop_line")
+
+
+def test_long_steps_name_the_loop_line_and_the_innermost_one() -> None:
+    times = [900.0, 55.0, 54.0, 56.0, 747.0, 55.0, 53.0, 57.0, 55.0]
+    stack = [
+        "/w/model.py:64 in forward",
+        "/w/model.py:88 in forward",
+        "/w/train.py:264 in <module>",
+    ]
+    rec = _long_step_record(times, {"5": [{"stack": stack, "samples": 12}]})
+    (f,) = [f for f in run_findings(rec) if f.id == "rare-long-steps"]
+    assert f.evidence["sampled_stacks"] == [
+        "/w/train.py:264 in <module>",
+        "/w/model.py:64 in forward",
+    ]
+    assert "train.py:264 in <module>" in f.where[0] and "model.py:64 in forward" in f.where[1]

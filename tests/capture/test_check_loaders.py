@@ -1,0 +1,172 @@
+"""The DataLoader finding names the loader that fed the measured steps and the change that
+removes its measured wait: persistent workers for restarts, fewer workers when they idle and a
+batch is cheaper to make in the training process, the measured item cost otherwise; torch's own
+DataLoader warnings become findings."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.capture.check_helpers import EXAMPLES, check_inprocess
+from torchdoctor.rules.run_rules import run_findings
+
+
+def record(loaders: list[dict[str, Any]], wait_ms: float = 8.0) -> dict[str, Any]:
+    return {
+        "exit": {"status": "stopped"},
+        "steps": {
+            "count": 8,
+            "measured_steps": 5,
+            "mean_step_ms": 10.0,
+            "mean_data_wait_ms": wait_ms,
+        },
+        "config": {"dataloaders": loaders},
+    }
+
+
+def loader(**over: Any) -> dict[str, Any]:
+    base = {
+        "num_workers": 2,
+        "pin_memory": False,
+        "persistent_workers": False,
+        "batch_size": 32,
+        "cpus_per_rank": 2,
+        "explicit": {"batch_size": "32"},
+        "usage": {
+            "measured_batches": 5,
+            "measured_wait_s": 0.04,
+            "measured_iters": 0,
+            "measured_first_batches": 0,
+        },
+    }
+    return {**base, **over}
+
+
+def dl_finding(rec: dict[str, Any]) -> Any:
+    (f,) = [f for f in run_findings(rec) if f.id == "dataloader-config"]
+    return f
+
+
+def test_restarted_workers_get_persistent_workers() -> None:
+    use = {
+        "measured_batches": 5,
+        "measured_wait_s": 0.04,
+        "measured_iters": 2,
+        "measured_iter_s": 0.002,
+        "measured_first_batches": 2,
+        "measured_first_wait_s": 0.036,
+    }
+    f = dl_finding(record([loader(usage=use, multiprocessing_context="spawn")]))
+    assert "start again every epoch" in f.title
+    # the recorded call does not pass its workers: they are stated, persistent_workers needs them
+    assert "persistent_workers=True" in f.fix and "num_workers=2" in f.fix
+    assert "cheaper" not in f.fix
+    assert f.saving_ms_per_step == pytest.approx(7.6)  # (2 + 36) ms over 5 steps
+
+
+def test_idle_workers_and_a_cheap_batch_get_fewer_workers() -> None:
+    use = {
+        **loader()["usage"],
+        "window_workers": 4,
+        "window_s": 0.05,
+        "window_worker_cpu_s": 0.004,
+        "window_worker_runqueue_wait_s": 0.002,
+        "window_batches": 5,
+        "main_process_batch": {"batch_ms": 0.4, "item_ms": 0.0125},
+    }
+    f = dl_finding(record([loader(num_workers=4, usage=use, persistent_workers=True)]))
+    assert "num_workers" not in f.fix.splitlines()[0] and "fewer workers" in f.title
+    assert f.saving_ms_per_step == pytest.approx(7.6)  # the wait minus the measured batch
+
+
+def test_busy_workers_at_the_cpu_count_quote_the_measured_item_cost() -> None:
+    use = {
+        **loader()["usage"],
+        "window_workers": 2,
+        "window_s": 0.05,
+        "window_worker_cpu_s": 0.095,
+        "window_worker_runqueue_wait_s": 0.0,
+        "window_batches": 5,
+        "main_process_batch": {"batch_ms": 30.0, "item_ms": 0.9375},
+    }
+    f = dl_finding(record([loader(usage=use, persistent_workers=True)]))
+    assert "0.938 ms per item, measured" in f.fix
+    assert "about" not in f.fix  # not the step-time estimate
+
+
+def test_the_loader_that_fed_the_measured_steps_is_the_one_named() -> None:
+    val = loader(num_workers=0, batch_size=64, usage={"measured_batches": 0, "measured_wait_s": 0})
+    train = loader(
+        num_workers=0,
+        batch_size=16,
+        call={
+            "site": "/p/t.py:20",
+            "func": "DataLoader",
+            "args": ["Slow()"],
+            "kwargs": {"batch_size": "16"},
+        },
+    )
+    f = dl_finding(record([val, train]))
+    assert f.fix.startswith("DataLoader(Slow(), batch_size=16")
+
+
+def test_one_cpu_per_rank_never_suggests_two_workers() -> None:
+    f = dl_finding(record([loader(num_workers=0, cpus_per_rank=1, usage={})]))
+    assert "num_workers=1" in f.fix
+
+
+def test_torch_warnings_become_findings_with_the_fix_they_ask_for() -> None:
+    text = (
+        "This DataLoader will create 4 worker processes in total. Our suggested max number "
+        "of worker in current system is 2, which is smaller than what this DataLoader is "
+        "going to create. Please be aware that excessive worker creation might get ..."
+    )
+    pin = (
+        "'pin_memory' argument is set as true but no accelerator is found, then device "
+        "pinned memory won't be used."
+    )
+    explicit = {"batch_size": "32", "pin_memory": "True"}
+    rec = record([loader(torch_warnings=[text, pin], pin_memory=True, explicit=explicit)], 0.0)
+    found = [f for f in run_findings(rec) if f.id == "torch-warning"]
+    assert len(found) == 2
+    assert "suggested max number of worker" in found[0].title and "num_workers=2" in found[0].fix
+    assert "pin_memory" not in found[1].fix.splitlines()[0]  # dropped, not set to its default
+
+
+def test_check_names_the_training_loader_not_the_first_built(tmp_path: Path) -> None:
+    r = check_inprocess(tmp_path, EXAMPLES / "two_loaders.py")
+    assert r.code == 0, r.stderr
+    (f,) = [f for f in r.report["findings"] if f["id"] == "dataloader-config"]
+    assert "DataLoader(Slow(), batch_size=16, shuffle=True" in f["fix"], f["fix"]
+    assert "two_loaders.py:20" in f["fix"]
+
+
+@pytest.mark.slow
+def test_check_idle_workers_get_fewer_workers_and_the_warning(tmp_path: Path) -> None:
+    r = check_inprocess(
+        tmp_path, EXAMPLES / "idle_workers.py", opts=["--warmup", "3", "--steps", "5"]
+    )
+    assert r.code == 0, r.stderr
+    found = {f["id"]: f for f in r.report["findings"]}
+    use = r.run["config"]["dataloaders"][0]["usage"]
+    assert use["main_process_batch"]["item_ms"] < 0.5  # microseconds, not milliseconds
+    if "dataloader-config" in found:  # the wait depends on the machine; the advice must not
+        assert "no workers" in found["dataloader-config"]["fix"]
+        assert "cheaper" not in found["dataloader-config"]["fix"]
+    assert (
+        "num_workers=2" in found["torch-warning"]["fix"]
+        or r.run["config"]["dataloaders"][0]["cpu_count"] >= 4
+    )
+
+
+@pytest.mark.slow
+def test_check_spawn_workers_restarted_each_epoch(tmp_path: Path) -> None:
+    r = check_inprocess(
+        tmp_path, EXAMPLES / "spawn_workers_restart.py", opts=["--warmup", "1", "--steps", "4"]
+    )
+    assert r.code == 0, r.stderr
+    (f,) = [f for f in r.report["findings"] if f["id"] == "dataloader-config"]
+    assert "persistent_workers=True" in f["fix"] and "cheaper" not in f["fix"]
