@@ -219,3 +219,45 @@ def peak_flops(name: str, dtype: str, sm_count: int | None = None) -> float | No
     (see ``lookup_gpu`` for MIG slices and ``sm_count``)."""
     spec = lookup_gpu(name, sm_count)
     return spec.peak(dtype) if spec is not None else None
+
+
+_G = 1e9  # one GB/s in bytes/s
+
+# Memory bandwidth (bytes/s) from the same datasheets as the FLOP rates, keyed by spec name;
+# ``(default, 80GB variant)`` where the memory size changes it (A100). For the roofline.
+PEAK_BANDWIDTH: dict[str, tuple[float, float | None]] = {
+    "V100 SXM2": (900 * _G, None),
+    "V100 PCIe": (900 * _G, None),
+    "V100S PCIe": (1134 * _G, None),
+    "T4": (320 * _G, None),
+    "A10G": (600 * _G, None),
+    "A10": (600 * _G, None),
+    "A40": (696 * _G, None),
+    "A100 SXM": (1555 * _G, 2039 * _G),
+    "A100 PCIe": (1555 * _G, 1935 * _G),
+    "L4": (300 * _G, None),
+    "L40S": (864 * _G, None),
+    "H100 SXM": (3350 * _G, None),
+    "H100 PCIe": (2000 * _G, None),
+    "H100 NVL": (3900 * _G, None),
+    "GH200": (4000 * _G, None),
+    "H200 SXM": (4800 * _G, None),
+    "H200 NVL": (4800 * _G, None),
+    "B200": (8000 * _G, None),
+    "MI300X": (5300 * _G, None),
+}
+
+
+def peak_bandwidth(name: str, sm_count: int | None = None) -> float | None:
+    """Datasheet memory bandwidth (bytes/s) of GPU ``name``; None when unknown. A MIG slice
+    gets the whole GPU's bandwidth scaled by its share of multiprocessors (as ``lookup_gpu``)."""
+    whole = _whole_gpu(name)
+    if whole is None or whole.name not in PEAK_BANDWIDTH:
+        return None
+    default, big = PEAK_BANDWIDTH[whole.name]
+    rate = big if big is not None and "80GB" in _normalise(name).replace(" ", "") else default
+    if not is_mig(name):
+        return rate
+    if not sm_count or not whole.sm_count or sm_count > whole.sm_count:
+        return None
+    return rate * sm_count / whole.sm_count

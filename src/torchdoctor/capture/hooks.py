@@ -12,6 +12,7 @@ import weakref
 from time import perf_counter
 from typing import Any
 
+from torchdoctor.capture import guest
 from torchdoctor.capture.clock import StepClock
 from torchdoctor.capture.patches import Patcher
 
@@ -114,9 +115,12 @@ class StepHooks:
         def __next__(it: Any) -> Any:
             t0 = perf_counter()
             batch = orig_next(it)  # StopIteration ends the epoch without a tick
-            hooks.batches += 1
-            hooks.clock.add_wait(perf_counter() - t0)
-            hooks.clock.tick("dataloader")
+            try:
+                hooks.batches += 1
+                hooks.clock.add_wait(perf_counter() - t0)
+                hooks.clock.tick("dataloader")  # may raise StopScript, on purpose
+            except Exception as exc:  # our bookkeeping never costs the user a batch
+                guest.note("DataLoader step signal", exc)
             return batch
 
         def __iter__(loader: Any) -> Any:
@@ -136,6 +140,12 @@ class StepHooks:
         self._patcher.patch(DataLoader, "__init__", __init__)
 
     def _on_optimizer_step(self, optimizer: Any, args: Any, kwargs: Any) -> None:
+        try:
+            self._count_step(optimizer)  # may raise StopScript, on purpose
+        except Exception as exc:  # an error of ours must not break the user's optimizer.step
+            guest.note("optimizer step signal", exc)
+
+    def _count_step(self, optimizer: Any) -> None:
         if self._is_compiling():  # inside a compiled optimizer step: tracing, not stepping
             return
         self.optimizer_steps += 1
@@ -151,7 +161,7 @@ class StepHooks:
     def uninstall(self) -> None:
         """Remove the hooks (idempotent)."""
         if self._handle is not None:
-            self._handle.remove()
+            guest.remove_hook(self._handle)  # deferred while an optimizer step runs
             self._handle = None
         self._patcher.restore()
 

@@ -41,6 +41,7 @@ class WindowProfiler:
         self.steps_recorded = 0
         self.with_cuda = False
         self._warmup = 0
+        self._events: Any = None
 
     def start(self, profiler_warmup_steps: int) -> None:
         """Start profiling; the first ``profiler_warmup_steps`` steps are discarded."""
@@ -56,7 +57,7 @@ class WindowProfiler:
             warnings.filterwarnings("ignore", message=".*won't be using warmup")
             self.prof = self._profile(profile, schedule, activities, profiler_warmup_steps)
         self._warmup = profiler_warmup_steps
-        self.stopped, self.steps_recorded = False, 0
+        self.stopped, self.steps_recorded, self._events = False, 0, None
         self.prof.start()
 
     def _profile(self, profile: Any, schedule: Any, activities: list[Any], warmup: int) -> Any:
@@ -84,7 +85,7 @@ class WindowProfiler:
     def abort(self) -> None:
         """Stop and forget what was recorded (the step signal changed under it)."""
         self.stop()
-        self.prof, self.stopped, self.steps_recorded = None, False, 0
+        self.prof, self.stopped, self.steps_recorded, self._events = None, False, 0, None
 
     @property
     def active_steps(self) -> int:
@@ -102,10 +103,19 @@ class WindowProfiler:
 
     def op_summary(self) -> dict[str, Any] | None:
         """Per-step operator statistics from the recorded window (see ``summarise_ops``)."""
+        events = self.events()
+        if events is None:
+            return None
+        return summarise_ops(events, self.active_steps)
+
+    def events(self) -> Any:
+        """The recorded window's events (``FunctionEvent`` list, read once); None if none."""
         if self.prof is None or self.active_steps == 0:
             return None
         self.stop()
-        return summarise_ops(self.prof.events(), self.active_steps)
+        if self._events is None:
+            self._events = self.prof.events()
+        return self._events
 
 
 def _is_top_level(event: Any) -> bool:

@@ -152,17 +152,25 @@ def _watch(
 
     session = Session(options, folder, rank)
     spy = FrameworkSpy()  # which framework's trainer steps the optimizer, for the hint
-    session.install()
-    spy.install()
+    try:
+        session.install()
+        spy.install()
+    except Exception as exc:  # our bug: the script still runs, unwatched
+        if os.environ.get("TORCHDOCTOR_DEBUG"):
+            raise
+        internal_error("while installing the hooks (the script runs unwatched)", exc)
+        _safely(spy.uninstall)
+        _safely(session.uninstall)
     try:
         with stdout_to_stderr() if quiet_stdout else contextlib.nullcontext():
             outcome = run()
     finally:
-        spy.uninstall()
-        session.uninstall()
+        _safely(spy.uninstall)
+        _safely(session.uninstall)
     try:
         record = finish_record(session, outcome, script, args)
-        record["frameworks"] = spy.seen
+        # A framework callback that stepped aside for us is in use: no hint to add it.
+        record["frameworks"] = [] if session.framework else spy.seen
     except Exception as exc:
         # Our bug must not replace the script's exit status; say so in one line.
         if os.environ.get("TORCHDOCTOR_DEBUG"):
@@ -172,6 +180,13 @@ def _watch(
     write_json(rank_result_path(folder, rank), record)
     _close_process_group()
     return outcome.code, folder, record
+
+
+def _safely(step: Callable[[], Any]) -> None:
+    try:
+        step()
+    except Exception as exc:
+        internal_error("while removing the hooks", exc)
 
 
 def finish_record(session: Any, outcome: Outcome, script: str, args: list[str]) -> dict[str, Any]:

@@ -11,7 +11,8 @@ from statistics import median
 from typing import Any
 
 from torchdoctor import __version__
-from torchdoctor.capture import gpu_probe, markers
+from torchdoctor.capture import gpu_probe, guest, markers
+from torchdoctor.capture.accounting import Accounting
 from torchdoctor.capture.checkpointing import CheckpointWatch
 from torchdoctor.capture.clock import StepClock
 from torchdoctor.capture.compile_watch import CompileWatch
@@ -55,6 +56,9 @@ class Session:
         self.started_unix_s = time.time()
         self.memory_history = False
         self.oom_watch: gpu_probe.OomWatch | None = None
+        self.accounting = Accounting(options, rank.distributed, self._compiled, _cuda_in_use)
+        self.framework: dict[str, Any] | None = None
+        """A framework callback that stepped aside for this session says who it is here."""
 
     # -- lifetime -----------------------------------------------------------------------------
     def install(self) -> None:
@@ -65,6 +69,10 @@ class Session:
         self.syncs.install()
         self.hooks.install()
         self.aside.ensure_registered()
+        guest.reset()
+        guest.flush_deferred()
+        self.accounting.install()
+        guest.set_active(self)
         markers.set_clock(self.clock)
         if self.rank.rank == 0:
             opts = self.options
@@ -110,6 +118,7 @@ class Session:
     def uninstall(self) -> None:
         """Remove every hook (idempotent); the profiler stops if the window is still open."""
         markers.set_clock(None)
+        self.accounting.uninstall()  # installed last, removed first: patches unwind in order
         self.hooks.uninstall()
         self.aside.uninstall()
         self.syncs.uninstall()
@@ -118,6 +127,18 @@ class Session:
         self.checkpoints.uninstall()
         self.profiler.stop()
         self._stop_gpu_sampling()
+        if guest.active_session() is self:
+            guest.set_active(None)
+
+    def _compiled(self) -> bool:
+        """The script compiled something so far (a torch.compile call, or dynamo ran)."""
+        if self.compile.compile_calls:
+            return True
+        if "torch._dynamo" not in sys.modules:
+            return False
+        from torch._dynamo.utils import get_compilation_metrics
+
+        return bool(get_compilation_metrics())
 
     # -- WindowListener -----------------------------------------------------------------------
     def window_start(self, profiler_warmup_steps: int) -> None:
@@ -145,12 +166,17 @@ class Session:
 
     def window_step(self) -> None:
         """Mark a step boundary in the trace."""
+        if self.accounting.wants_clock_marks(self.clock.steps > self.options.warmup_steps):
+            import torch  # markers while the profiler records: they align the line table
+
+            self.accounting.mark_clock(torch.profiler.record_function)
         self.profiler.step()
 
     def window_end(self) -> None:
         """Stop the profiler and the GPU probes; say what happens next."""
         self.profiler.stop()
         self._stop_gpu_sampling()
+        self.accounting.window_end()
         if self.rank.rank == 0:
             first, last = self.clock.window_steps or (0, 0)
             then = "continuing (--full)" if self.options.full else "stopping the script"
@@ -160,13 +186,37 @@ class Session:
         """Discard the profiler's recording and stop the GPU probes."""
         self.profiler.abort()
         self._stop_gpu_sampling()
+        self.accounting.probe_end()
+        self.accounting._abort_experiments()
 
     def set_measuring(self, on: bool) -> None:
         """Record host syncs and copies only during the measured steps."""
         self.syncs.measuring = on
         self.checkpoints.measuring = on
+        self.accounting.measuring(on)
         if on:
             self.measure_start_unix_s = time.time()
+
+    def probe_start(self) -> None:
+        """The warm-up step before the window: count its work, watch its forwards."""
+        self.accounting.probe_start()
+
+    def probe_end(self) -> None:
+        """That step ended."""
+        self.accounting.probe_end()
+
+    def experiments_begin(self) -> bool:
+        """After the window: switch modes for a few extra steps to measure their cost."""
+        started = self.accounting.experiments_begin(self.options.full)
+        if started and self.rank.rank == 0:
+            ex = self.accounting.experiments
+            what = "; ".join(t.what for t in ex.toggles) if ex is not None else ""
+            print(f"torchdoctor: measuring a few more steps with {what}", file=sys.stderr)
+        return started
+
+    def experiment_tick(self, step_s: float) -> bool:
+        """One extra step ended."""
+        return self.accounting.experiment_tick(step_s)
 
     def _stop_gpu_sampling(self) -> None:
         self.syncs.stop_sync_debug()
@@ -186,8 +236,10 @@ class Session:
         clock, opts = self.clock, self.options
         step_ms = [s * 1e3 for s in clock.step_s]
         wait_ms = [s * 1e3 for s in clock.data_wait_s]
-        measured = step_ms[opts.warmup_steps :]
-        measured_wait = wait_ms[opts.warmup_steps :]
+        # Steps after the window are the mode measurements' own (unless the script goes on).
+        end = None if opts.full else opts.last_profiled_step
+        measured = step_ms[opts.warmup_steps : end]
+        measured_wait = wait_ms[opts.warmup_steps : end]
         return {
             "source": clock.source,
             "count": len(step_ms),
@@ -201,6 +253,7 @@ class Session:
             "mean_step_ms": sum(measured) / len(measured) if measured else None,
             "mean_data_wait_ms": sum(measured_wait) / len(measured) if measured else None,
             "signal_switches": clock.switches,
+            "experiment_steps": clock.experiment_steps,
             "clock_errors": clock.errors,
         }
 
@@ -240,7 +293,26 @@ class Session:
             "syncs": self.syncs.snapshot(),
             "gpu": self.gpu or None,
             "cuda_available": bool(torch.cuda.is_available()),
+            **self._accounting_record(),
+            **({"framework": self.framework} if self.framework else {}),
+            "notes": guest.notes(),
         }
+
+    def _accounting_record(self) -> dict[str, Any]:
+        steps = self.steps_record()
+        gpu = None
+        if self.gpu:
+            gpu = {**self.gpu, "backend_flags": self.config.flags_at_window or {}}
+        try:
+            events = self.profiler.events()
+        except Exception as exc:
+            guest.note("reading the profiler's events", exc)
+            events = None
+        # The median step: one step slowed by a neighbour on a shared machine should not
+        # move the efficiency of every other.
+        return self.accounting.snapshot(
+            events, int(steps.get("profiled_steps") or 0), steps.get("median_step_ms"), gpu
+        )
 
     def _op_summary(self) -> dict[str, Any] | None:
         try:

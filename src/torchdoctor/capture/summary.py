@@ -116,7 +116,8 @@ def build_report(
     analysis, why = (None, "no trace was recorded") if trace is None else analyze_trace(trace)
     trace_findings = list(getattr(analysis, "findings", []) or [])
     merged = fit_to_run(merge_findings(trace_findings, run_level, primary), primary)
-    verdict = _verdict(analysis, merged, measured)
+    merged, account = _account(primary, merged, measured)
+    verdict = _verdict(analysis, merged, measured, account)
     analysis_doc = report_dict(analysis) if analysis is not None else None
     if isinstance(analysis_doc, dict) and verdict is not None:
         analysis_doc["verdict"] = verdict  # the analyser saw only the trace's findings
@@ -133,11 +134,56 @@ def build_report(
         "verdict": verdict,
         "measurement": measured.to_dict(),
         "findings": [f.to_dict() for f in merged],
+        "account": account,
+        "lines": primary.get("lines"),
+        "roofline": primary.get("roofline"),
+        "notes": primary.get("notes") or [],
     }
     return doc, analysis, merged
 
 
-def _verdict(analysis: Any, merged: list[Finding], measured: Measurement) -> str | None:
+def _account(
+    record: dict[str, Any], merged: list[Finding], measured: Measurement
+) -> tuple[list[Finding], dict[str, Any] | None]:
+    """The merged findings with ``unexplained-step-time`` when the account leaves time
+    unexplained, and the account itself (``report.json``'s ``account``)."""
+    if measured.failure is not None:
+        return merged, None
+    from torchdoctor.rules.account_rules import step_account, unexplained
+
+    try:
+        extra = unexplained(record, merged)
+        if extra is not None:
+            merged = rank_findings([*merged, extra])
+        account = step_account(record, merged)
+    except Exception as exc:  # the account is a bonus: the findings stand without it
+        return merged, {"error": f"{type(exc).__name__}: {exc}"}
+    return merged, None if account is None else account.to_dict()
+
+
+def account_verdict(line: str, account: dict[str, Any] | None) -> str:
+    """``line`` with its clean bill replaced when the step is not explained: no report says
+    that nothing holds a step back unless its time is accounted for."""
+    clean = "No bottleneck worth fixing found."
+    if clean not in line or not account or "error" in account or account.get("explained"):
+        return line
+    eff = account.get("efficiency")
+    top = (account.get("top_lines") or [{}])[0]
+    where = (
+        f"; most of it at {top['site'].rsplit('/', 1)[-1]} ({top['runs']})"
+        if top.get("site")
+        else ""
+    )
+    if eff is None:
+        why = f"no named bottleneck, but the efficiency is unknown ({account.get('attainable')})"
+    else:
+        why = f"no named bottleneck, but the step runs at {eff:.0%} of its roofline"
+    return line.replace(clean, f"Not a clean bill: {why}{where}.")
+
+
+def _verdict(
+    analysis: Any, merged: list[Finding], measured: Measurement, account: dict[str, Any] | None
+) -> str | None:
     """The verdict line over the merged findings; the measurement note for a short run."""
     if measured.note:
         return measured.note
@@ -146,7 +192,7 @@ def _verdict(analysis: Any, merged: list[Finding], measured: Measurement) -> str
     try:
         from torchdoctor.report.assemble import verdict
 
-        return verdict(getattr(analysis, "analysis"), merged)  # noqa: B009
+        return account_verdict(verdict(getattr(analysis, "analysis"), merged), account)  # noqa: B009
     except Exception:
         return None
 
@@ -219,7 +265,10 @@ def _findings_text(findings: list[dict[str, Any]], complete: bool = True) -> str
 
 
 def _with_findings(
-    analysis: Any, merged: list[Finding], measured: Measurement | None = None
+    analysis: Any,
+    merged: list[Finding],
+    measured: Measurement | None = None,
+    account: dict[str, Any] | None = None,
 ) -> tuple[Any, bool]:
     """The analyser's report with the merged findings (and a verdict that sees them).
 
@@ -232,7 +281,10 @@ def _with_findings(
     with contextlib.suppress(Exception):
         from torchdoctor.report.assemble import verdict
 
-        changes["verdict"] = verdict(getattr(analysis, "analysis"), merged)  # noqa: B009
+        changes["verdict"] = account_verdict(
+            verdict(getattr(analysis, "analysis"), merged),  # noqa: B009
+            account,
+        )
     if measured is not None and measured.note:
         changes["verdict"] = measured.note
     try:
@@ -242,7 +294,11 @@ def _with_findings(
 
 
 def render_analysis(
-    analysis: Any, merged: list[Finding], top: int, measured: Measurement | None = None
+    analysis: Any,
+    merged: list[Finding],
+    top: int,
+    measured: Measurement | None = None,
+    account: dict[str, Any] | None = None,
 ) -> tuple[str, bool]:
     """The analyser's text report and whether it shows the merged findings ('' if none)."""
     if analysis is None:
@@ -251,7 +307,7 @@ def render_analysis(
         from torchdoctor.report.render import render_text
     except ImportError:
         return "", False
-    analysis, replaced = _with_findings(analysis, merged, measured)
+    analysis, replaced = _with_findings(analysis, merged, measured, account)
     buf = io.StringIO()
     try:
         from rich.console import Console

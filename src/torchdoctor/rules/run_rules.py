@@ -19,6 +19,7 @@ from torchdoctor.rules.compile_rules import (
     recompiles,
 )
 from torchdoctor.rules.finding import Finding, rank_findings
+from torchdoctor.rules.mode_rules import MODE_RULES
 from torchdoctor.rules.registry import spec
 from torchdoctor.rules.run_common import make
 from torchdoctor.rules.run_inputs import LoaderConfig, RunRecord
@@ -340,6 +341,7 @@ RULES: tuple[RunRule, ...] = (
     out_of_memory,
     tiny_ops,
     activation_recompute,
+    *MODE_RULES,
 )
 
 
