@@ -43,13 +43,16 @@ class Attainable:
 
     def flops_for(self, dtype: str) -> float | None:
         """FLOP/s for ``dtype``, falling back to a related dtype's rate; None when unknown.
-        A GPU's fp64 rate is never guessed from fp32 (consumer parts run fp64 32x slower)."""
+        A GPU's fp64 rate is never guessed from fp32 (consumer parts run fp64 32x slower).
+        ``"fp32/conv"`` is a convolution's rate where one was measured, else the dtype's."""
+        if "/" in dtype:
+            rate = self.flops_per_s.get(dtype)
+            return rate if rate is not None else self.flops_for(dtype.split("/", 1)[0])
         rate = self.flops_per_s.get(dtype)
-        if rate is None and not (dtype == "fp64" and self.device != "cpu"):
-            rate = self.flops_per_s.get(_FALLBACK.get(dtype, "fp32"))
-        if rate is None:
-            rate = self.flops_per_s.get("fp32")
-        return rate
+        if rate is not None or (dtype == "fp64" and self.device != "cpu"):
+            return rate
+        rate = self.flops_per_s.get(_FALLBACK.get(dtype, "fp32"))
+        return rate if rate is not None else self.flops_per_s.get("fp32")
 
     def to_dict(self) -> dict[str, Any]:
         """Plain data for ``run.json``."""
@@ -140,7 +143,7 @@ def efficiency(
             compute_s += f / rate
     step_s = step_ms / 1e3
     total_f = float(sum(flops))
-    main = _main_dtype(flops, dtypes)
+    main = _main_dtype(flops, [d.split("/", 1)[0] for d in dtypes])
     rate = att.flops_for(main) if main else None
     return Efficiency(
         step_ms=step_ms,

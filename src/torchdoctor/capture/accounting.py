@@ -260,7 +260,8 @@ class Accounting:
         idx = [i for i in range(len(work)) if work.device[i] == device]
         flops = [work.flops[i] for i in idx]
         nbytes = [work.bytes[i] for i in idx]
-        dtypes = [DTYPES[work.dtype[i]] for i in idx]
+        # A convolution's FLOPs run at the convolution rate where one was measured ("fp32/conv").
+        dtypes = [DTYPES[work.dtype[i]] + ("/conv" if work.conv[i] else "") for i in idx]
         out["work"] = {
             **work.summary(),
             "flops_per_step": sum(flops),

@@ -3,7 +3,8 @@
 After the profiled window, when ``check`` is about to stop the script anyway (never with
 ``--full``, never under torchrun, where ranks must stop on the same step), each ``Toggle``
 runs for a few more steps, interleaved with the user's own setting, one step each:
-``changed, baseline, baseline, changed, changed, baseline`` after one discarded warm-up step in
+``changed, baseline, baseline, changed, changed, baseline, baseline, changed`` (four pairs) after
+one discarded warm-up step in
 the changed setting (the first step after a switch pays for it: a thread pool grows, caches
 refill). The result is both medians and the per-pair ratios.
 
@@ -22,7 +23,16 @@ from typing import Any
 
 from torchdoctor.capture import guest
 
-PATTERN = ("changed", "baseline", "baseline", "changed", "changed", "baseline")
+PATTERN = (
+    "changed",
+    "baseline",
+    "baseline",
+    "changed",
+    "changed",
+    "baseline",
+    "baseline",
+    "changed",
+)
 WARM_STEPS = 1
 BUDGET_S = 20.0
 """At most this long in extra steps, all toggles together; a toggle cut short keeps the pairs

@@ -10,6 +10,7 @@ from typing import Any
 from torchdoctor.capture.own_frames import is_ours
 from torchdoctor.rules.finding import Finding
 from torchdoctor.rules.run_inputs import RunRecord
+from torchdoctor.rules.thresholds import WARNING_SHARE
 from torchdoctor.rules.user_fixes import compiled_next_step
 
 _COMPILE_ADVICE = "torch.compile(model"
@@ -22,11 +23,43 @@ def _next_step(run: RunRecord) -> str:
     return compiled_next_step(c.compile_calls, sites, run.gpu is not None, optim)
 
 
+def _input_pipeline(f: Finding, record: dict[str, Any]) -> Finding | None:
+    """The trace's ``input-pipeline`` finding seen through the line table: time the collector
+    took is not the input pipeline (a ``gc.collect()`` at the end of a step shows in the
+    trace as the next step starting outside torch), and the user's lines outside torch
+    operators are where the batch is produced. None when nothing is left of it."""
+    lines = record.get("lines") or {}
+    if not lines.get("rows"):
+        return f
+    step = f.saving_ms_per_step / f.share_of_step if f.share_of_step else 0.0
+    saving = max(0.0, f.saving_ms_per_step - float(lines.get("gc_ms_per_step") or 0.0))
+    if not step or saving < WARNING_SHARE * step:
+        return None
+    where = f.where or [
+        str(r["site"])
+        for r in sorted(lines["rows"], key=lambda r: -_outside_ops(r))[:3]
+        if _outside_ops(r) > 0
+    ]
+    return dataclasses.replace(
+        f, saving_ms_per_step=round(saving, 4), share_of_step=round(saving / step, 4), where=where
+    )
+
+
+def _outside_ops(row: dict[str, Any]) -> float:
+    under = row.get("under") or {}
+    return sum(float(under.get(k) or 0.0) for k in ("Python", "I/O", "sleep/wait"))
+
+
 def fit_to_run(findings: list[Finding], record: dict[str, Any]) -> list[Finding]:
     """``findings`` with fixes adapted to what the run already does and our frames removed."""
     run = RunRecord.from_dict(record)
     out = []
     for f in findings:
+        if f.id == "input-pipeline":
+            fitted = _input_pipeline(f, record)
+            if fitted is None:
+                continue
+            f = fitted
         changes: dict[str, Any] = {}
         if run.compile.compiled and _COMPILE_ADVICE in f.fix:
             changes["fix"] = _next_step(run)

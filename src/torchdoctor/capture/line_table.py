@@ -124,6 +124,7 @@ class _Acc:
         self.func: dict[str, str] = {}
         self.total: dict[str, int] = defaultdict(int)
         self.op_total: dict[str, int] = defaultdict(int)
+        self.python_by_owner: dict[str, int] = defaultdict(int)
 
 
 def build_line_table(
@@ -173,6 +174,8 @@ def _add(
     leaf = samples.leaves[samples.leaf[i]]
     for cat, ns in parts:
         acc.total[cat] += ns
+        if cat == "Python":
+            acc.python_by_owner[leaf] += ns
     if op is not None:
         acc.op_total[op] += dt
     if not stack:
@@ -237,6 +240,7 @@ def _table(
         "categories": {c: ms(acc.total.get(c, 0)) for c in CATEGORIES},
         "category_shares": {c: share(acc.total.get(c, 0)) for c in CATEGORIES},
         "ops": [[name, ms(v)] for name, v in _desc(acc.op_total)[:10]],
+        "python_by_owner": {name: ms(v) for name, v in _desc(acc.python_by_owner)},
         "gc_ms_per_step": round(samples.gc_ns / 1e6 / steps, 4),
         "gc_collections": {str(k): v for k, v in sorted(samples.gc_collections.items())},
         "modes_on_share": modes,

@@ -48,6 +48,9 @@ class RepeatWatch:
         """(kind, "file:line") -> [calls, seconds inside the call (0 when not timed)]."""
         self.labels: dict[tuple[str, str], str] = {}
         """(kind, site) -> the class built or the method called."""
+        self.hook_functions: dict[tuple[str, str], set[tuple[str, str]]] = {}
+        """(kind, site) -> (file, function) of the hooks registered there: their own time in
+        the line table is what piled-up hooks cost."""
         self._patcher = Patcher()
 
     def install(self) -> None:
@@ -66,11 +69,18 @@ class RepeatWatch:
             self._wrap_method(nn.Module, name, "hook")
         self._wrap_method(torch.Tensor, "register_hook", "hook")
 
-    def _count(self, kind: str, label: str, seconds: float) -> None:
+    def _count(self, kind: str, label: str, seconds: float, hook: Any = None) -> None:
         try:
             site = self._direct_site(kind)
             if site is None:
                 return
+            if hook is not None:
+                code = getattr(getattr(hook, "__func__", hook), "__code__", None)
+                if code is not None:
+                    name = str(getattr(code, "co_qualname", code.co_name))
+                    functions = self.hook_functions.setdefault((kind, site), set())
+                    if len(functions) < 8:
+                        functions.add((code.co_filename, name))
             key = (kind, site)
             entry = self.sites.get(key)
             if entry is None:
@@ -136,7 +146,8 @@ class RepeatWatch:
                 return orig(obj, *args, **kwargs)
             t0 = perf_counter()
             out = orig(obj, *args, **kwargs)
-            watch._count(kind, f"{type(obj).__name__}.{name}", perf_counter() - t0)
+            hook = (args[0] if args else kwargs.get("hook")) if kind == "hook" else None
+            watch._count(kind, f"{type(obj).__name__}.{name}", perf_counter() - t0, hook)
             return out
 
         self._patcher.patch(cls, name, method)
@@ -154,6 +165,7 @@ class RepeatWatch:
                 "what": self.labels.get((k, s), ""),
                 "calls": int(n),
                 "seconds": sec,
+                "hook_functions": sorted([list(x) for x in self.hook_functions.get((k, s), ())]),
             }
             for (k, s), (n, sec) in self.sites.items()
         ]

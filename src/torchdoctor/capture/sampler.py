@@ -216,12 +216,9 @@ class StackSampler:
         t = time.perf_counter_ns()
         if frame is None:  # the training thread ended
             return False
+        stack, leaf = self._walk(frame)  # first: an error here leaves the columns aligned
+        del frame
         s = self.samples
-        s.t_ns.append(t)
-        s.cpu_ns.append(self._cpu_now())
-        s.runq_ns.append(self._runq_now())
-        s.io_bytes.append(self._io_now())
-        s.state.append(self._state_now())
         flags = 1 if (self._gc is not None and self._gc.active) else 0
         for bit, probe in enumerate(self.modes.values(), 1):
             try:
@@ -229,9 +226,6 @@ class StackSampler:
                     flags |= 1 << bit
             except Exception:
                 pass
-        s.flags.append(flags)
-        stack, leaf = self._walk(frame)
-        del frame
         sid = self._stack_ids.get(stack)
         if sid is None:
             sid = self._stack_ids[stack] = len(s.stacks)
@@ -240,6 +234,12 @@ class StackSampler:
         if lid is None:
             lid = self._leaf_ids[leaf] = len(s.leaves)
             s.leaves.append(leaf)
+        s.t_ns.append(t)
+        s.cpu_ns.append(self._cpu_now())
+        s.runq_ns.append(self._runq_now())
+        s.io_bytes.append(self._io_now())
+        s.state.append(self._state_now())
+        s.flags.append(flags)
         s.stack.append(sid)
         s.leaf.append(lid)
         return True

@@ -11,6 +11,7 @@ from typing import Any
 
 from torchdoctor.capture.fit import fit_to_run
 from torchdoctor.capture.measurement import Measurement, measure
+from torchdoctor.rules.account_rules import account_verdict
 from torchdoctor.rules.finding import Finding, rank_findings
 from torchdoctor.rules.registry import alias_map
 from torchdoctor.stats import median
@@ -159,26 +160,6 @@ def _account(
     except Exception as exc:  # the account is a bonus: the findings stand without it
         return merged, {"error": f"{type(exc).__name__}: {exc}"}
     return merged, None if account is None else account.to_dict()
-
-
-def account_verdict(line: str, account: dict[str, Any] | None) -> str:
-    """``line`` with its clean bill replaced when the step is not explained: no report says
-    that nothing holds a step back unless its time is accounted for."""
-    clean = "No bottleneck worth fixing found."
-    if clean not in line or not account or "error" in account or account.get("explained"):
-        return line
-    eff = account.get("efficiency")
-    top = (account.get("top_lines") or [{}])[0]
-    where = (
-        f"; most of it at {top['site'].rsplit('/', 1)[-1]} ({top['runs']})"
-        if top.get("site")
-        else ""
-    )
-    if eff is None:
-        why = f"no named bottleneck, but the efficiency is unknown ({account.get('attainable')})"
-    else:
-        why = f"no named bottleneck, but the step runs at {eff:.0%} of its roofline"
-    return line.replace(clean, f"Not a clean bill: {why}{where}.")
 
 
 def _verdict(

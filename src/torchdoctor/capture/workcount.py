@@ -65,6 +65,8 @@ class WorkCount:
     """0: CPU, 1: CUDA (or another accelerator), 2: other (meta...)."""
     op: array[int] = field(default_factory=lambda: array("i"))
     """Index into ``op_names``."""
+    conv: array[int] = field(default_factory=lambda: array("b"))
+    """1 for a convolution (its FLOPs run at the convolution rate), else 0."""
     op_names: list[str] = field(default_factory=list)
     truncated: bool = False
     errors: int = 0
@@ -111,6 +113,34 @@ class WorkCount:
         }
 
 
+def composite_flops(name: str, args: Any, out: Any) -> float:
+    """FLOPs of the composite operators that reach a dispatch mode undecomposed (under
+    ``inference_mode`` or ``no_grad`` autograd does not split ``aten::linear`` into ``addmm``
+    nor ``aten::conv2d`` into ``convolution``), with torch's own formulas where it has them."""
+    import torch
+    from torch.utils import flop_counter as fc
+
+    base = name.split(".")[0]
+    if base == "aten::linear":
+        x, w = args[0], args[1]
+        return 2.0 * x.numel() / x.shape[-1] * w.shape[0] * w.shape[1]
+    if base in ("aten::conv1d", "aten::conv2d", "aten::conv3d") and isinstance(out, torch.Tensor):
+        x, w = args[0], args[1]
+        x_shape = list(x.shape) if x.dim() == w.dim() else [1, *x.shape]  # unbatched input
+        o_shape = list(out.shape) if out.dim() == w.dim() else [1, *out.shape]
+        return float(fc.conv_flop_count(x_shape, list(w.shape), o_shape, False))
+    if base in ("aten::matmul", "aten::einsum") and isinstance(out, torch.Tensor):
+        if base == "aten::matmul":
+            a = args[0]
+            return 2.0 * out.numel() * a.shape[-1] if a.dim() else 0.0
+        return 0.0
+    if base == "aten::scaled_dot_product_attention":
+        q, k, v = args[0], args[1], args[2]
+        if q.dim() == 4:
+            return float(fc.sdpa_flop_count(q.shape, k.shape, v.shape))
+    return 0.0
+
+
 def _make_mode() -> Any:
     """The dispatch mode class (built lazily: importing it imports torch)."""
     import torch
@@ -134,6 +164,12 @@ def _make_mode() -> Any:
         return int(t.numel()) * int(t.element_size())
 
     class CountingMode(TorchDispatchMode):  # type: ignore[misc]
+        @classmethod
+        def _should_skip_dynamo(cls) -> bool:
+            # torch wraps a mode's __torch_dispatch__ in dynamo.disable, which imports
+            # torch._dynamo (seconds) at the first operator; we never count compiled code.
+            return False
+
         def __init__(self, work: WorkCount) -> None:
             super().__init__()
             self.work = work
@@ -181,7 +217,10 @@ def _make_mode() -> Any:
                 in_ids = {id(t) for t in inputs}
                 moved += float(sum(nbytes(t) for t in outs if id(t) not in in_ids))
                 formula = flop_registry.get(func._overloadpacket)
-                flops = float(formula(*args, **kwargs, out_val=out)) if formula else 0.0
+                if formula is not None:
+                    flops = float(formula(*args, **kwargs, out_val=out))
+                else:
+                    flops = composite_flops(name, args, out)
             first = next(
                 (t for t in inputs if t.is_floating_point()), inputs[0] if inputs else None
             )
@@ -196,6 +235,7 @@ def _make_mode() -> Any:
             work.dtype.append(dtype)
             work.device.append(device)
             work.op.append(idx)
+            work.conv.append(1 if "conv" in name else 0)
 
         def _written(self, func: Any, args: Any) -> tuple[int, ...]:
             got = self._write_args.get(func)

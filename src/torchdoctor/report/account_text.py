@@ -6,6 +6,8 @@ from __future__ import annotations
 import io
 from typing import Any
 
+from torchdoctor.rules.thresholds import EXPLAINED_EFFICIENCY
+
 _COLS = ("torch ops", "Python", "I/O", "sleep/wait", "gc", "CPU contention")
 
 
@@ -43,7 +45,8 @@ def roofline_line(record: dict[str, Any], account: dict[str, Any] | None) -> str
         state = "explained" if account.get("explained") else "not explained"
         text += (
             f"; {state}: {account['unexplained_ms']:.1f} ms per step "
-            f"({account['unexplained_share']:.0%}) beyond twice the roofline and the findings"
+            f"({account['unexplained_share']:.0%}) beyond {1 / EXPLAINED_EFFICIENCY:.0f}x the "
+            "roofline and the findings"
         )
         if account.get("contention_ms"):
             text += (

@@ -29,6 +29,10 @@ def page_from_check(doc: dict[str, Any], report: Any, record: dict[str, Any]) ->
                 Finding(**{k: v for k, v in d.items() if k in names}) for d in doc["findings"]
             ]
             page.verdict = verdict_line(report.analysis, merged)
+        if getattr(page, "verdict", None):
+            from torchdoctor.rules.account_rules import account_verdict
+
+            page.verdict = account_verdict(page.verdict, doc.get("account"))
     else:
         page = Page(title="torchdoctor check", verdict=verdict, metadata=[])
         if doc.get("analysis_unavailable"):

@@ -2,8 +2,9 @@
 named findings claim, and what is left: the ``unexplained-step-time`` finding names where that
 time goes (the user's lines and what runs under them).
 
-    allowance  = min(step, roofline / EXPLAINED_EFFICIENCY)   # compute near the roofline
-    named      = min(step, sum of the other findings' savings)
+    allowance  = min(step, roofline / EXPLAINED_EFFICIENCY,   # compute near the roofline ...
+                     torch operators + torch's own Python)   # ... and only where compute runs
+    named      = min(step, sum of the other actionable findings' savings)
     contention = time the training thread waited for a CPU (other processes held them)
     unexplained = max(0, step - allowance - named - contention)
 
@@ -76,11 +77,24 @@ def step_account(record: dict[str, Any], findings: list[Finding]) -> StepAccount
     eff = acc.efficiency
     categories = {k: float(v) for k, v in (acc.lines.get("categories") or {}).items()}
     roof = float(eff["roofline_ms"]) if eff.get("roofline_ms") is not None else None
+    # The roofline explains compute: the time inside torch operators and torch's own Python
+    # around them, never the user's Python, I/O, sleeps or collections (when sampled).
+    compute = categories.get("torch ops", 0.0) + _framework_python(acc)
     if roof is not None:
         allowance = min(step, roof / th.EXPLAINED_EFFICIENCY)
+        if acc.lines.get("rows"):
+            allowance = min(allowance, compute)
     else:
-        allowance = min(step, categories.get("torch ops", 0.0))
-    named = min(step, sum(f.saving_ms_per_step for f in findings if f.id != UNEXPLAINED_ID))
+        allowance = min(step, compute)
+    # Findings for the record (info) explain nothing: they are not worth fixing.
+    named = min(
+        step,
+        sum(
+            f.saving_ms_per_step
+            for f in findings
+            if f.id != UNEXPLAINED_ID and f.severity != "info"
+        ),
+    )
     contention = min(step, categories.get("CPU contention", 0.0))
     unexplained = max(0.0, step - allowance - named - contention)
     ops_ms = categories.get("torch ops", 0.0)
@@ -129,6 +143,11 @@ def _top_lines(acc: Account, ops_excess: float, n: int = 5) -> list[dict[str, An
         )
     out.sort(key=lambda x: -x["unexplained_ms"])
     return [x for x in out if x["unexplained_ms"] > 0][:n]
+
+
+def _framework_python(acc: Account) -> float:
+    owners = acc.lines.get("python_by_owner") or {}
+    return sum(float(v) for k, v in owners.items() if k == "torch" or str(k).startswith("pkg:"))
 
 
 def main_category(row: dict[str, Any]) -> str:
@@ -181,3 +200,23 @@ def unexplained(record: dict[str, Any], findings: list[Finding]) -> Finding | No
 def _short(site: str) -> str:
     file, _, line = site.rpartition(":")
     return f"{file.rsplit('/', 1)[-1]}:{line}" if file else site
+
+
+def account_verdict(line: str, account: dict[str, Any] | None) -> str:
+    """``line`` with its clean bill replaced when the step is not explained: no report says
+    that nothing holds a step back unless its time is accounted for."""
+    clean = "No bottleneck worth fixing found."
+    if clean not in line or not account or "error" in account or account.get("explained"):
+        return line
+    eff = account.get("efficiency")
+    top = (account.get("top_lines") or [{}])[0]
+    where = (
+        f"; most of it at {top['site'].rsplit('/', 1)[-1]} ({top['runs']})"
+        if top.get("site")
+        else ""
+    )
+    if eff is None:
+        why = f"no named bottleneck, but the efficiency is unknown ({account.get('attainable')})"
+    else:
+        why = f"no named bottleneck, but the step runs at {eff:.0%} of its roofline"
+    return line.replace(clean, f"Not a clean bill: {why}{where}.")

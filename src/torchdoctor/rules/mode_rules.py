@@ -43,6 +43,7 @@ def anomaly_detection(run: RunRecord) -> list[Finding]:
     estimated = saving is None
     if saving is None:
         saving = th.ANOMALY_SAVING * step
+    measured_little = not estimated and saving < th.TOGGLE_GAIN * step
     sites = acc.setter_sites("set_detect_anomaly", "detect_anomaly")
     s = spec("anomaly-detection")
     return [
@@ -54,6 +55,7 @@ def anomaly_detection(run: RunRecord) -> list[Finding]:
             {"sampled_share_on": share, "estimated": estimated, "sites": sites, **ev},
             mf.anomaly_fix(sites),
             where=sites,
+            severity="info" if measured_little else None,
         )
     ]
 
@@ -125,8 +127,12 @@ def grad_without_backward(run: RunRecord) -> list[Finding]:
         return []
     sites = [str(r["site"]) for r in unreached]
     saving, text, ev = _measured(acc, "grad-without-backward", step)
-    estimated = saving is None
-    if saving is None:
+    estimated = saving is None or saving < th.TOGGLE_GAIN * step
+    if estimated or saving is None:
+        # The graph is recorded for nothing either way; a measurement within noise (a forward
+        # of large convolutions gains little) falls back to the estimate, and says so.
+        if saving is not None:
+            text += " (within noise: estimated instead)"
         saving = th.NO_GRAD_SAVING * sum(acc.inclusive_ms(site) for site in sites)
     code = {site: str((acc.row(site) or {}).get("code") or "") for site in sites}
     s = spec("grad-without-backward")
@@ -159,6 +165,10 @@ def repeated_construction(run: RunRecord) -> list[Finding]:
         saving += max(
             timed, acc.inclusive_ms(r["site"]) if r["kind"] in ("module", "copy") else 0.0
         )
+        if r["kind"] == "hook":
+            # Hooks registered every step pile up: by step k, k of them run where one would.
+            piled = max(1.0, float(run.steps.count) * min(1.0, r["calls"] / measured))
+            saving += _function_ms(acc, r.get("hook_functions") or []) * (1.0 - 1.0 / piled)
     top = rows[0]
     s = spec("repeated-construction")
     what = f"{top.get('what') or top['kind']} ({top['kind']})"
@@ -257,6 +267,17 @@ def backend_disabled(run: RunRecord) -> list[Finding]:
             severity=None if gain else "info",
         )
     ]
+
+
+def _function_ms(acc: Account, functions: list[list[str]]) -> float:
+    """ms per step inside these (file, function) pairs: the inclusive time of their lines."""
+    wanted = {(f, n) for f, n in functions}
+    total = 0.0
+    for row in acc.lines.get("rows") or []:
+        file = str(row.get("site", "")).rpartition(":")[0]
+        if (file, row.get("function")) in wanted:
+            total += float(row.get("inclusive_ms") or 0.0)
+    return total
 
 
 def _short(site: str) -> str:

@@ -271,6 +271,12 @@ def tiny_ops(run: RunRecord) -> list[Finding]:
     paused_ms = run.steps.mean_data_wait_ms + run.compile.recompile_s_in_window * 1e3 / measured
     paused_ms += float(ops.get("collective_time_ms_per_step") or 0.0)
     python_ms = max(0.0, step - float(ops["op_time_ms_per_step"]) - paused_ms)
+    # The line table, when sampled, says whose Python that is: only torch's own (module calls,
+    # optimizer loops) and the frameworks' is overhead fusing removes; the user's own loops,
+    # file writes, sleeps and collections are not (they have findings of their own).
+    framework_ms = _framework_python_ms(run)
+    if framework_ms is not None:
+        python_ms = min(python_ms, framework_ms)
     if n < th.TINY_OPS_PER_STEP or ops["median_op_us"] >= ops["tiny_op_threshold_us"]:
         return []
     if float(ops.get("gemm_share") or 0.0) >= th.COMPUTE_BOUND_GEMM_SHARE:
@@ -300,6 +306,15 @@ def tiny_ops(run: RunRecord) -> list[Finding]:
             "microseconds; hundreds of tiny ones per step cost more than their arithmetic.",
         )
     ]
+
+
+def _framework_python_ms(run: RunRecord) -> float | None:
+    """ms per step of Python time in torch's and installed packages' code (None unsampled)."""
+    lines = run.raw.get("lines") or {}
+    owners = lines.get("python_by_owner")
+    if not isinstance(owners, dict) or not lines.get("rows"):
+        return None
+    return sum(float(v) for k, v in owners.items() if k == "torch" or str(k).startswith("pkg:"))
 
 
 def activation_recompute(run: RunRecord) -> list[Finding]:

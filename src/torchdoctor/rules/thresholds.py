@@ -165,14 +165,15 @@ RECOMPUTE_WARN = Threshold(
 
 # -- the step's account: unexplained time, modes, repeated work (torchdoctor check) ------------
 EXPLAINED_EFFICIENCY = Threshold(
-    0.5,
-    "a step that runs within 2x of its roofline (the counted FLOPs and bytes at this machine's "
-    "attainable rates) is explained by its compute: eager kernels reach 50-80% of the matmul and "
-    "copy rates on shapes of a real model",
+    1 / 3,
+    "a step within 3x of its roofline (the counted FLOPs and bytes at this machine's attainable "
+    "rates) is explained by its compute: eager kernels on the shapes of real models reach a third "
+    "or more of those rates (measured on a 2-core CPU: an MLP step 89% of its roofline, a 32->64 "
+    "channel convolution 90% of the convolution rate, a first layer of 3 channels 17%)",
 )
 UNEXPLAINED_SHARE = Threshold(
     0.15,
-    "time beyond twice the roofline that no named finding claims, above 15% of the step: step "
+    "time beyond 3x the roofline that no named finding claims, above 15% of the step: step "
     "times here vary by about 10% from step to step, so less is within noise",
 )
 MODE_ON_SHARE = Threshold(
