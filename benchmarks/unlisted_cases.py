@@ -106,7 +106,7 @@ CASES: tuple[Case, ...] = (
         "checkpoint_every_step.py",
         "checkpoint saved every step",
         ("unexplained-step-time",),
-        "torch.save(",
+        "torch.save(state, path)",
     ),
     Case(
         "rnn_cell_loop.py",
@@ -131,6 +131,24 @@ CASES: tuple[Case, ...] = (
         "deterministic algorithms on",
         ("deterministic-algorithms",),
         "use_deterministic_algorithms(True)",
+    ),
+    Case(
+        "iter_per_step.py",
+        "next(iter(loader)) every step restarts the workers",
+        ("repeated-construction",),
+        "x, y = next(iter(loader))  # planted",
+    ),
+    Case(
+        "tensor_from_lists.py",
+        "batches built with torch.tensor(list of lists)",
+        ("unexplained-step-time", "input-pipeline"),
+        "x = torch.tensor([rows[i] for i in idx])",
+    ),
+    Case(
+        "debug_print_every_step.py",
+        "debug print of whole tensors every step",
+        ("unexplained-step-time",),
+        'print(f"step {step} logits',
     ),
     Case("control_cnn.py", "", (), ""),
     Case("control_transformer.py", "", (), ""),

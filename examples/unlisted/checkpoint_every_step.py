@@ -30,9 +30,8 @@ def main() -> None:
         loss.backward()
         opt.step()
         if step % every == 0:
-            torch.save(
-                {"model": model.state_dict(), "opt": opt.state_dict(), "step": step}, path
-            )  # planted
+            state = {"model": model.state_dict(), "opt": opt.state_dict(), "step": step}
+            torch.save(state, path)  # planted
         _ab.tick()
 
 

@@ -204,7 +204,9 @@ class Accounting:
             torch.are_deterministic_algorithms_enabled()
             or shares.get("deterministic_algorithms", 0.0) >= MODE_ON_SHARE
         ):
-            out.append(toggles.deterministic_off())
+            out.append(
+                toggles.deterministic_off(self.modes.originals.get("use_deterministic_algorithms"))
+            )
         if torch.backends.mkldnn.is_available() and not torch.backends.mkldnn.enabled:
             out.append(toggles.backend_on(torch.backends.mkldnn, "mkldnn"))
         return out

@@ -48,12 +48,27 @@ class CodePaths:
         self._packages = sorted(packages, key=len, reverse=True)
         self._stdlib = sorted(stdlib, key=len, reverse=True)
         self._cache: dict[str, str] = {}
+        self._detail_cache: dict[str, str] = {}
+        self._torch_dir = next((d for d, name in named if name == "torch"), "\0")
 
     def label(self, filename: str) -> str:
         """The owner of ``filename`` (cached)."""
         got = self._cache.get(filename)
         if got is None:
             got = self._cache[filename] = self._classify(filename)
+        return got
+
+    def detail(self, filename: str) -> str:
+        """``label``, with torch's files told apart by their top module (``torch:nn``,
+        ``torch:optim``, ``torch:_tensor_str``): framework overhead (module calls, optimizer
+        loops) is not the same as torch formatting a tensor for ``print``."""
+        got = self._detail_cache.get(filename)
+        if got is None:
+            got = self.label(filename)
+            if got == "torch" and not filename.startswith("<"):
+                rel = _real(filename).rstrip(os.sep)[len(self._torch_dir) :]
+                got = "torch:" + _top(rel) if rel else got
+            self._detail_cache[filename] = got
         return got
 
     def is_user(self, filename: str) -> bool:

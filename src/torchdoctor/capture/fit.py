@@ -50,9 +50,23 @@ def _outside_ops(row: dict[str, Any]) -> float:
     return sum(float(under.get(k) or 0.0) for k in ("Python", "I/O", "sleep/wait"))
 
 
+def _restarts_workers(findings: list[Finding]) -> bool:
+    """A repeated-construction finding says the DataLoader's workers restart every step."""
+    for f in findings:
+        if f.id == "repeated-construction":
+            rows = f.evidence.get("constructions") or []
+            if any(r.get("kind") == "dataloader iterator" for r in rows):
+                return True
+    return False
+
+
 def fit_to_run(findings: list[Finding], record: dict[str, Any]) -> list[Finding]:
     """``findings`` with fixes adapted to what the run already does and our frames removed."""
     run = RunRecord.from_dict(record)
+    if _restarts_workers(findings):
+        # The batches wait for workers that start again every step: more workers (the
+        # DataLoader fix) would make it worse; the repeated-construction finding has the fix.
+        findings = [f for f in findings if f.id not in ("dataloader-config", "data-loading-bound")]
     out = []
     for f in findings:
         if f.id == "input-pipeline":
@@ -67,4 +81,15 @@ def fit_to_run(findings: list[Finding], record: dict[str, Any]) -> list[Finding]
         if where != f.where:
             changes["where"] = where
         out.append(dataclasses.replace(f, **changes) if changes else f)
-    return out
+    return _without_duplicate_input(out)
+
+
+def _without_duplicate_input(findings: list[Finding]) -> list[Finding]:
+    """Drop ``input-pipeline`` when its main line is another finding's: the time at the start
+    of the step outside torch is that finding's cause (hooks registered every step, a copy of
+    the model), named there with its own fix."""
+    inputs = [f for f in findings if f.id == "input-pipeline" and f.where]
+    if not inputs:
+        return findings
+    named = {w for f in findings if f.id != "input-pipeline" for w in f.where}
+    return [f for f in findings if not (f in inputs and f.where[0] in named)]

@@ -84,6 +84,9 @@ class ModeWatch:
         self.at_window: dict[str, Any] | None = None
         self._patcher = Patcher()
         self.original_set_num_threads: Callable[[int], None] | None = None
+        self.originals: dict[str, Any] = {}
+        """The setters as torch defines them: our own toggles call these, so that switching a
+        mode for the extra steps is never recorded as the user's call."""
 
     def install(self) -> None:
         """Wrap the setters of the modes (``torch.set_num_threads``, anomaly, determinism)."""
@@ -106,6 +109,7 @@ class ModeWatch:
         orig = getattr(owner, name, None)
         if orig is None:
             return
+        self.originals.setdefault(name, orig)
         watch = self
         if isinstance(orig, type):  # a context-manager class: subclass it, keep isinstance
             wrapped: Any = type(

@@ -9,6 +9,8 @@ the whole call):
   ``bfloat16`` (every parameter visited, and converted when it changes);
 - ``copy``: modules unpickled or deep-copied (``copy.deepcopy(model)``, ``torch.load``);
 - ``dataloader``: a ``DataLoader`` built (with workers, new processes each time);
+- ``dataloader iterator``: ``iter(loader)`` over a loader with worker processes that do not
+  persist (``next(iter(loader))`` in the loop starts and stops the workers every step);
 - ``hook``: a hook registered on a tensor or a module (never removed, they pile up).
 
 Outside the measured steps each wrapper costs one flag test.
@@ -38,6 +40,16 @@ _COPY_OWNERS = ("stdlib:copy", "stdlib:copyreg", "stdlib:pickle", "torch")
 _COMPILER_DIRS = ("_dynamo", "/fx/", "_inductor", "_functorch", "/export/")
 
 
+def _starts_workers(loader: Any) -> bool:
+    """``iter(loader)`` starts worker processes (none kept from an earlier epoch)."""
+    try:
+        workers = int(loader.num_workers)
+        kept = bool(loader.persistent_workers) and getattr(loader, "_iterator", None) is not None
+        return workers > 0 and not kept
+    except Exception:
+        return False
+
+
 class RepeatWatch:
     """Counts constructions per (kind, user line) during the measured steps."""
 
@@ -62,6 +74,7 @@ class RepeatWatch:
         self._wrap_init(torch.optim.Optimizer, "optimizer", timed=True)
         self._wrap_init(nn.Module, "module", timed=False)
         self._wrap_init(DataLoader, "dataloader", timed=True)
+        self._wrap_iter(DataLoader)
         for name in _MODULE_CASTS:
             self._wrap_method(nn.Module, name, "module.to")
         self._wrap_method(nn.Module, "__setstate__", "copy")
@@ -133,6 +146,23 @@ class RepeatWatch:
             watch._count(kind, type(obj).__name__, seconds)
 
         self._patcher.patch(cls, "__init__", __init__)
+
+    def _wrap_iter(self, cls: type) -> None:
+        orig = cls.__iter__  # type: ignore[attr-defined]
+        watch = self
+
+        @functools.wraps(orig)
+        def __iter__(loader: Any) -> Any:
+            if not watch.measuring or not _starts_workers(loader):
+                return orig(loader)
+            t0 = perf_counter()
+            it = orig(loader)
+            watch._count(
+                "dataloader iterator", f"{type(loader).__name__}.__iter__", perf_counter() - t0
+            )
+            return it
+
+        self._patcher.patch(cls, "__iter__", __iter__)
 
     def _wrap_method(self, cls: type, name: str, kind: str) -> None:
         orig = getattr(cls, name, None)

@@ -132,13 +132,7 @@ class Session:
 
     def _compiled(self) -> bool:
         """The script compiled something so far (a torch.compile call, or dynamo ran)."""
-        if self.compile.compile_calls:
-            return True
-        if "torch._dynamo" not in sys.modules:
-            return False
-        from torch._dynamo.utils import get_compilation_metrics
-
-        return bool(get_compilation_metrics())
+        return self.compile.compiled()
 
     # -- WindowListener -----------------------------------------------------------------------
     def window_start(self, profiler_warmup_steps: int) -> None:

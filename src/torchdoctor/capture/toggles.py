@@ -37,16 +37,18 @@ def anomaly_off() -> Toggle:
     return Toggle("anomaly-detection", "anomaly detection off", apply, restore)
 
 
-def deterministic_off() -> Toggle:
-    """``torch.use_deterministic_algorithms(False)`` for the changed steps."""
+def deterministic_off(setter: Callable[..., None] | None = None) -> Toggle:
+    """``torch.use_deterministic_algorithms(False)`` for the changed steps (``setter``: torch's
+    own function, not our recording wrapper)."""
     import torch
 
+    use = setter or torch.use_deterministic_algorithms
     warn_only = torch.is_deterministic_algorithms_warn_only_enabled()
     return Toggle(
         "deterministic-algorithms",
         "deterministic algorithms off",
-        lambda: torch.use_deterministic_algorithms(False),
-        lambda: torch.use_deterministic_algorithms(True, warn_only=warn_only),
+        lambda: use(False),
+        lambda: use(True, warn_only=warn_only),
     )
 
 

@@ -10,6 +10,38 @@ from typing import Any
 from torchdoctor.rules.run_inputs import RunRecord
 
 
+FRAMEWORK_PYTHON = frozenset(
+    {
+        "torch",
+        "torch:nn",
+        "torch:optim",
+        "torch:autograd",
+        "torch:_tensor",
+        "torch:functional",
+        "torch:_ops",
+        "torch:overrides",
+        "torch:amp",
+        "torch:cuda",
+        "torch:distributed",
+        "torch:_compile",
+        "torch:_jit_internal",
+        "torch:__init__",
+    }
+)
+"""Owners (``capture/code_paths.py``'s ``detail``) of the Python that is framework overhead
+between operators: module calls, optimizer loops, autograd's Python, dispatch wrappers. Torch
+formatting a tensor for ``print`` (``torch:_tensor_str``), saving (``torch:serialization``) or
+collating a batch (``torch:utils``) is work the user asked for, not overhead."""
+
+
+def framework_python_ms(lines: dict[str, Any]) -> float:
+    """ms per step of Python in the framework's own code (torch's overhead, installed packages')."""
+    owners = lines.get("python_by_owner") or {}
+    return sum(
+        float(v) for k, v in owners.items() if k in FRAMEWORK_PYTHON or str(k).startswith("pkg:")
+    )
+
+
 def _d(value: Any) -> dict[str, Any]:
     return value if isinstance(value, dict) else {}
 

@@ -22,7 +22,7 @@ from typing import Any
 
 from torchdoctor.rules import mode_fixes as mf
 from torchdoctor.rules import thresholds as th
-from torchdoctor.rules.account_inputs import Account
+from torchdoctor.rules.account_inputs import Account, framework_python_ms
 from torchdoctor.rules.finding import Finding
 from torchdoctor.rules.registry import spec
 from torchdoctor.rules.run_common import make
@@ -146,8 +146,7 @@ def _top_lines(acc: Account, ops_excess: float, n: int = 5) -> list[dict[str, An
 
 
 def _framework_python(acc: Account) -> float:
-    owners = acc.lines.get("python_by_owner") or {}
-    return sum(float(v) for k, v in owners.items() if k == "torch" or str(k).startswith("pkg:"))
+    return framework_python_ms(acc.lines)
 
 
 def main_category(row: dict[str, Any]) -> str:
@@ -166,6 +165,8 @@ def unexplained(record: dict[str, Any], findings: list[Finding]) -> Finding | No
     a = step_account(record, findings)
     if a is None or a.unexplained_ms < th.UNEXPLAINED_SHARE * a.step_ms:
         return None
+    if a.roofline_ms is None and not a.top_lines:
+        return None  # neither sampled nor counted: nothing to say where the time goes
     top = a.top_lines[0] if a.top_lines else {}
     site = str(top.get("site") or "?")
     runs = str(top.get("runs") or "")

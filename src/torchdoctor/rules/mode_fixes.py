@@ -67,6 +67,9 @@ _REPEAT_FIX = {
     "model) each step, instead of copying the model",
     "dataloader": "loader = DataLoader(...)  # once, outside the loop "
     "(persistent_workers=True keeps its workers between epochs)",
+    "dataloader iterator": "it = iter(loader)  # once (or loop `for batch in loader:`); "
+    "iter() starts the worker processes again every time: next(iter(loader)) in the loop pays "
+    "their start-up every step (persistent_workers=True keeps them between epochs)",
     "hook": "handle = {what}(...)  # once, outside the loop; handle.remove() when done: hooks "
     "registered every step pile up and every backward runs all of them",
 }

@@ -127,13 +127,12 @@ def grad_without_backward(run: RunRecord) -> list[Finding]:
         return []
     sites = [str(r["site"]) for r in unreached]
     saving, text, ev = _measured(acc, "grad-without-backward", step)
-    estimated = saving is None or saving < th.TOGGLE_GAIN * step
-    if estimated or saving is None:
-        # The graph is recorded for nothing either way; a measurement within noise (a forward
-        # of large convolutions gains little) falls back to the estimate, and says so.
-        if saving is not None:
-            text += " (within noise: estimated instead)"
+    estimated = saving is None
+    if saving is None:  # not measured (--full, torchrun): the estimate
         saving = th.NO_GRAD_SAVING * sum(acc.inclusive_ms(site) for site in sites)
+    # Measured without a clear gain (a forward of large operators gains little on a CPU): for
+    # the record; the graph still holds the activations in memory until it is freed.
+    little = not estimated and saving < th.TOGGLE_GAIN * step
     code = {site: str((acc.row(site) or {}).get("code") or "") for site in sites}
     s = spec("grad-without-backward")
     calls = sum(int(r.get("graphs") or 0) for r in unreached)
@@ -146,6 +145,7 @@ def grad_without_backward(run: RunRecord) -> list[Finding]:
             {"forwards": unreached, "estimated": estimated, **ev},
             mf.no_grad_fix(sites, code),
             where=sites,
+            severity="info" if little else None,
         )
     ]
 
@@ -165,6 +165,9 @@ def repeated_construction(run: RunRecord) -> list[Finding]:
         saving += max(
             timed, acc.inclusive_ms(r["site"]) if r["kind"] in ("module", "copy") else 0.0
         )
+        if r["kind"] == "dataloader iterator":
+            # the first batch from new workers waits for them to start: the data wait
+            saving += run.steps.mean_data_wait_ms * min(1.0, r["calls"] / measured)
         if r["kind"] == "hook":
             # Hooks registered every step pile up: by step k, k of them run where one would.
             piled = max(1.0, float(run.steps.count) * min(1.0, r["calls"] / measured))

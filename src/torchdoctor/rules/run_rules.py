@@ -310,11 +310,12 @@ def tiny_ops(run: RunRecord) -> list[Finding]:
 
 def _framework_python_ms(run: RunRecord) -> float | None:
     """ms per step of Python time in torch's and installed packages' code (None unsampled)."""
+    from torchdoctor.rules.account_inputs import framework_python_ms
+
     lines = run.raw.get("lines") or {}
-    owners = lines.get("python_by_owner")
-    if not isinstance(owners, dict) or not lines.get("rows"):
+    if not isinstance(lines.get("python_by_owner"), dict) or not lines.get("rows"):
         return None
-    return sum(float(v) for k, v in owners.items() if k == "torch" or str(k).startswith("pkg:"))
+    return framework_python_ms(lines)
 
 
 def activation_recompute(run: RunRecord) -> list[Finding]:
