@@ -9,7 +9,6 @@ from typing import Any
 
 from torchdoctor.rules.run_inputs import RunRecord
 
-
 FRAMEWORK_PYTHON = frozenset(
     {
         "torch",
