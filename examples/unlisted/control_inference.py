@@ -1,12 +1,13 @@
 """Healthy control: batched inference of a convolutional classifier over a DataLoader, under
-torch.inference_mode(), predictions kept on the tensor side."""
+torch.inference_mode(), predictions kept on the tensor side; the images are in memory, so the
+loader takes whole batches by index (a BatchSampler) instead of collating image by image."""
 
 import argparse
 
 import _ab
 import torch
 from torch import nn
-from torch.utils.data import DataLoader, TensorDataset
+from torch.utils.data import BatchSampler, DataLoader, SequentialSampler, TensorDataset
 
 
 def main() -> None:
@@ -28,7 +29,8 @@ def main() -> None:
     data = TensorDataset(torch.randn(64 * args.steps, 3, 32, 32))
     preds = []
     with torch.inference_mode():
-        for (x,) in DataLoader(data, batch_size=64):
+        batches = BatchSampler(SequentialSampler(data), batch_size=64, drop_last=False)
+        for (x,) in DataLoader(data, sampler=batches, batch_size=None):
             preds.append(model(x).argmax(1))
             _ab.tick()
     print(f"predicted {sum(len(p) for p in preds)} images")

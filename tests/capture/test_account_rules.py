@@ -272,3 +272,59 @@ def test_host_bound_no_longer_claims_the_users_own_python() -> None:
     )
     (after,) = [f for f in run_findings(record(lines=sampled, **base)) if f.id == "host-bound"]
     assert after.saving_ms_per_step == pytest.approx(0.7 * (5.0 + 6.0))
+
+
+def test_workers_restarted_every_step_replace_the_dataloader_advice() -> None:
+    from torchdoctor.capture.fit import fit_to_run
+
+    rows = [
+        {
+            "kind": "dataloader iterator",
+            "site": "t.py:30",
+            "what": "DataLoader.__iter__",
+            "calls": 5,
+            "seconds": 0.05,
+        }
+    ]
+    loader = {"num_workers": 2, "batch_size": 64, "pin_memory": False, "cpus_per_rank": 2}
+    rec = record(repeats=rows, config={"dataloaders": [loader]})
+    rec["steps"]["mean_data_wait_ms"] = 60.0
+    found = run_findings(rec)
+    (f,) = [f for f in found if f.id == "repeated-construction"]
+    assert f.saving_ms_per_step == pytest.approx(10.0 + 60.0)  # iter() itself, then the wait
+    assert "dataloader-config" in [g.id for g in found]  # the data wait fires its own rule ...
+    fitted = [g.id for g in fit_to_run(found, rec)]
+    assert "dataloader-config" not in fitted and "repeated-construction" in fitted  # ... not kept
+    assert "persistent_workers=True" in f.fix
+
+
+def test_the_input_pipeline_seen_through_the_line_table() -> None:
+    from torchdoctor.capture.fit import fit_to_run
+
+    trace = Finding("input-pipeline", "Input pipeline", "critical", 30.0, 0.3, {}, "fix")
+    gc_lines = lines([{**row("t.py:50", gc=28.0), "code": "gc.collect()"}], gc_ms_per_step=28.0)
+    assert fit_to_run([trace], record(lines=gc_lines)) == []  # the collector, not the input
+    py = lines([row("t.py:12", Python=25.0), row("t.py:20", **{"torch ops": 75.0})])
+    (kept,) = fit_to_run([trace], record(lines=py))
+    assert kept.where == ["t.py:12"]  # the line producing the batch
+    other = Finding(
+        "repeated-construction", "t", "warning", 20.0, 0.2, {}, "fix", where=["t.py:12"]
+    )
+    assert [f.id for f in fit_to_run([trace, other], record(lines=py))] == ["repeated-construction"]
+
+
+def test_framework_python_is_told_apart_from_torch_formatting() -> None:
+    import importlib
+
+    import torch._tensor_str
+    import torch.nn.modules.module
+
+    from torchdoctor.capture.code_paths import CodePaths
+    from torchdoctor.rules.account_inputs import framework_python_ms
+
+    paths = CodePaths()
+    assert paths.detail(torch.nn.modules.module.__file__) == "torch:nn"
+    assert paths.detail(importlib.import_module("torch.optim.adam").__file__) == "torch:optim"
+    assert paths.detail(torch._tensor_str.__file__) == "torch:_tensor_str"
+    owners = {"torch:nn": 3.0, "torch:_tensor_str": 40.0, "pkg:lightning": 1.0, "user": 9.0}
+    assert framework_python_ms({"python_by_owner": owners}) == 4.0

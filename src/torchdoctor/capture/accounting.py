@@ -111,7 +111,10 @@ class Accounting:
             self.modes.note_window()
             if self.sampler is None:
                 try:
-                    self.sampler = StackSampler(modes=sampler_probes(), paths=self.paths)
+                    from torchdoctor.capture.clock import StepClock
+
+                    ours = frozenset({StepClock.tick.__code__})  # the window's bookkeeping
+                    self.sampler = StackSampler(modes=sampler_probes(), paths=self.paths, ours=ours)
                     self.sampler.start()
                 except Exception as exc:
                     guest.note("starting the stack sampler", exc)

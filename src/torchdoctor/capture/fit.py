@@ -45,6 +45,17 @@ def _input_pipeline(f: Finding, record: dict[str, Any]) -> Finding | None:
     )
 
 
+def _op_lines(record: dict[str, Any]) -> list[str]:
+    """The user's lines under which most operator time runs (where the small operators come
+    from: a forward, a hook, a print that formats a tensor element by element)."""
+    rows = (record.get("lines") or {}).get("rows") or []
+
+    def ops_ms(row: dict[str, Any]) -> float:
+        return float((row.get("under") or {}).get("torch ops") or 0.0)
+
+    return [str(r["site"]) for r in sorted(rows, key=lambda r: -ops_ms(r))[:3] if ops_ms(r) > 0]
+
+
 def _outside_ops(row: dict[str, Any]) -> float:
     under = row.get("under") or {}
     return sum(float(under.get(k) or 0.0) for k in ("Python", "I/O", "sleep/wait"))
@@ -74,6 +85,8 @@ def fit_to_run(findings: list[Finding], record: dict[str, Any]) -> list[Finding]
             if fitted is None:
                 continue
             f = fitted
+        if f.id == "host-bound" and not f.where:
+            f = dataclasses.replace(f, where=_op_lines(record))
         changes: dict[str, Any] = {}
         if run.compile.compiled and _COMPILE_ADVICE in f.fix:
             changes["fix"] = _next_step(run)

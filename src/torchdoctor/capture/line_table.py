@@ -31,6 +31,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from torchdoctor.capture.sampler import (
+    OURS_FLAG,
     STATE_IO,
     STATE_RUNNING,
     STATE_SLEEP,
@@ -152,6 +153,8 @@ def build_line_table(
             cpu_dt = dt  # the first interval has no CPU reading before it
         io_dt = 0 if io < 0 or prev_io is None or prev_io < 0 else io - prev_io
         prev_t, prev_cpu, prev_io = t, cpu, io
+        if samples.flags[i] & OURS_FLAG:
+            continue  # our own bookkeeping (the step clock leaves it out of the step too)
         op = op_at[i]
         state = STATE_IO if io_run[i] else states[i]
         parts = _split(dt - waited, cpu_dt, state, io_dt, bool(samples.flags[i] & 1), op)

@@ -45,6 +45,10 @@ Frame = tuple[str, int, str]
 """(file, line, function) of one user frame."""
 
 STATE_UNKNOWN, STATE_RUNNING, STATE_IO, STATE_SLEEP, STATE_WAIT = 0, 1, 2, 3, 4
+OURS_FLAG = 1 << 6
+"""``flags`` bit of a sample taken inside our own bookkeeping (the step clock's tick: the
+profiler's step, the window's start and end): the step clock leaves that time out of the step,
+and so does the line table."""
 # System call numbers by machine: file and socket transfers, sleeps, waits (locks, poll).
 _SYSCALLS: dict[str, dict[int, int]] = {
     "x86_64": {
@@ -134,8 +138,11 @@ class StackSampler:
         interval_s: float = DEFAULT_INTERVAL_S,
         modes: dict[str, Callable[[], bool]] | None = None,
         paths: CodePaths | None = None,
+        ours: frozenset[Any] = frozenset(),
     ) -> None:
         self.interval_s = interval_s
+        self.ours = ours
+        """Code objects of our bookkeeping: a sample with one on its stack is ``OURS_FLAG``."""
         self.modes = dict(modes or {})
         self.paths = paths or CodePaths()
         self.samples = Samples(interval_s=interval_s, modes=tuple(self.modes))
@@ -217,10 +224,12 @@ class StackSampler:
         t = time.perf_counter_ns()
         if frame is None:  # the training thread ended
             return False
-        stack, leaf = self._walk(frame)  # first: an error here leaves the columns aligned
+        stack, leaf, ours = self._walk(frame)  # first: an error leaves the columns aligned
         del frame
         s = self.samples
         flags = 1 if (self._gc is not None and self._gc.active) else 0
+        if ours:
+            flags |= OURS_FLAG
         for bit, probe in enumerate(self.modes.values(), 1):
             try:
                 if probe():
@@ -245,12 +254,15 @@ class StackSampler:
         s.leaf.append(lid)
         return True
 
-    def _walk(self, frame: Any) -> tuple[tuple[Frame, ...], str]:
+    def _walk(self, frame: Any) -> tuple[tuple[Frame, ...], str, bool]:
         label = self.paths.label
         user: list[Frame] = []
         leaf = ""
+        ours = False
         while frame is not None:
             code = frame.f_code
+            if code in self.ours:
+                ours = True
             owner = label(code.co_filename)
             if not leaf:
                 leaf = self.paths.detail(code.co_filename)
@@ -259,7 +271,7 @@ class StackSampler:
             frame = frame.f_back
         if len(user) > MAX_USER_FRAMES:  # deep recursion: keep both ends of the stack
             user = user[: MAX_USER_FRAMES - 16] + user[-16:]
-        return tuple(user), leaf
+        return tuple(user), leaf, ours
 
     def _cpu_now(self) -> int:
         if self._cpu_clock is None:

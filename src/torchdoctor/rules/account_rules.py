@@ -142,7 +142,9 @@ def _top_lines(acc: Account, ops_excess: float, n: int = 5) -> list[dict[str, An
             }
         )
     out.sort(key=lambda x: -x["unexplained_ms"])
-    return [x for x in out if x["unexplained_ms"] > 0][:n]
+    # Lines with a tenth of the top line's unexplained time or more: the rest is noise.
+    floor = 0.1 * out[0]["unexplained_ms"] if out else 0.0
+    return [x for x in out if x["unexplained_ms"] > 0 and x["unexplained_ms"] >= floor][:n]
 
 
 def _framework_python(acc: Account) -> float:
