@@ -111,8 +111,14 @@ CASES: tuple[Case, ...] = (
     Case(
         "rnn_cell_loop.py",
         "LSTMCell stepped in Python per time step",
-        ("unexplained-step-time", "host-bound"),
+        ("module-call-loop", "unexplained-step-time", "host-bound"),
         "hx, cx = self.cell(x[:, i], (hx, cx))",
+    ),
+    Case(
+        "per_sample_loop.py",
+        "encoder called once per sample in a Python loop",
+        ("module-call-loop",),
+        "return torch.stack([enc(x[i]) for i in range(len(x))])",
     ),
     Case(
         "tokenize_in_loop.py",

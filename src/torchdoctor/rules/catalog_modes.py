@@ -89,6 +89,21 @@ MODE_SPECS: tuple[FindingSpec, ...] = (
         doc_url=f"{D}/optim.html#how-to-use-an-optimizer",
     ),
     FindingSpec(
+        id="module-call-loop",
+        label="a module stepped in a Python loop",
+        title="{module} called {calls} times per step at {site}, each on a slice of a larger tensor: "
+        "a Python loop over {over}",
+        sources=("run",),
+        severity=SeverityPolicy(),
+        threshold=th.LOOP_SAVING,
+        fix=mf.loop_fix,
+        explanation="Each call runs the module's small operators (and, when training, their "
+        "backward, which also adds every slice's gradient into a full-size zero tensor) one "
+        "slice at a time. One call over the whole sequence (nn.LSTM / nn.GRU / nn.RNN, one "
+        "fused kernel) or the whole batch does the same work in a few large operators.",
+        doc_url=f"{D}/generated/torch.nn.LSTM.html",
+    ),
+    FindingSpec(
         id="float64-compute",
         label="float64 compute",
         title="{share:.0%} of the step's {basis} are float64",

@@ -89,6 +89,27 @@ def repeat_fix(rows: list[dict[str, Any]]) -> str:
     return "\n".join(out)
 
 
+_SEQUENCE_MODULE = {"LSTMCell": "LSTM", "GRUCell": "GRU", "RNNCell": "RNN"}
+
+
+def loop_fix(module: str, site: str, cell: bool) -> str:
+    """One call over the whole tensor instead of a Python loop over its slices at ``site``."""
+    if cell:
+        seq = _SEQUENCE_MODULE.get(module, "LSTM")
+        return (
+            f"self.rnn = nn.{seq}(input_size, hidden_size, batch_first=True)  # in __init__, "
+            f"instead of the nn.{module}\n"
+            f"out, state = self.rnn(x)  # the whole sequence in one call, instead of the loop at "
+            f"{site}\n"
+            "# (a loop is needed only when each step's input depends on the previous output)"
+        )
+    return (
+        f"out = {module.lower()}(x)  # one call on the whole batch, instead of one call per "
+        f"slice at {site}\n"
+        "# (per-sample code that cannot batch: torch.func.vmap(fn)(x))"
+    )
+
+
 def fp64_fix(sites: list[str] | None = None) -> str:
     """float32 instead of float64."""
     sites = sites or []

@@ -142,7 +142,7 @@ def grad_without_backward(run: RunRecord) -> list[Finding]:
             s.id,
             s.format_title(n=calls, sites=", ".join(_short(x) for x in sites[:2]), measured=text),
             saving,
-            {"forwards": unreached, "estimated": estimated, **ev},
+            {"forwards": unreached, "sites": sites, "estimated": estimated, **ev},
             mf.no_grad_fix(sites, code),
             where=sites,
             severity="info" if little else None,
@@ -184,6 +184,50 @@ def repeated_construction(run: RunRecord) -> list[Finding]:
             {"constructions": rows, "measured_steps": measured},
             mf.repeat_fix(rows),
             where=[r["site"] for r in rows[:8]],
+        )
+    ]
+
+
+def module_call_loop(run: RunRecord) -> list[Finding]:
+    """A module instance called ``LOOP_CALLS`` times or more from one user line in a step, on
+    slices of one tensor (an RNN cell over time steps, a model over samples); saving: an
+    estimate from the loop line's forward time (``LOOP_SAVING``)."""
+    acc, step = Account.from_record(run), run.step_ms
+    loops = [
+        r
+        for r in acc.forwards.get("loops") or []
+        if r.get("site") and (r.get("sliced") or r.get("cell"))
+    ]
+    if not loops or not step:
+        return []
+    top = loops[0]
+    site = str(top["site"])
+    forward_ms = acc.inclusive_ms(site)
+    training = int(top.get("grad_calls") or 0) * 2 > int(top["calls"])
+    factor = float(th.LOOP_SAVING) if training else float(th.LOOP_SAVING) / 3
+    saving = min(step, factor * forward_ms)
+    cell = bool(top.get("cell"))
+    s = spec("module-call-loop")
+    return [
+        make(
+            run,
+            s.id,
+            s.format_title(
+                module=top["module"],
+                calls=top["calls"],
+                site=_short(site),
+                over="time steps" if cell else "slices (samples?)",
+            ),
+            saving,
+            {
+                "loops": loops,
+                "site": site,
+                "forward_ms_per_step": round(forward_ms, 4),
+                "training": training,
+                "estimated": True,
+            },
+            mf.loop_fix(str(top["module"]), _short(site), cell),
+            where=[str(r["site"]) for r in loops[:4]],
         )
     ]
 
@@ -295,6 +339,7 @@ MODE_RULES = (
     few_intra_op_threads,
     grad_without_backward,
     repeated_construction,
+    module_call_loop,
     float64_compute,
     gc_in_step,
     backend_disabled,
