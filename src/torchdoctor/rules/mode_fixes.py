@@ -104,7 +104,7 @@ def loop_fix(module: str, site: str, cell: bool) -> str:
             "# (a loop is needed only when each step's input depends on the previous output)"
         )
     return (
-        f"out = {module.lower()}(x)  # one call on the whole batch, instead of one call per "
+        f"out = model(x)  # the {module}, called once on the whole batch instead of once per "
         f"slice at {site}\n"
         "# (per-sample code that cannot batch: torch.func.vmap(fn)(x))"
     )
