@@ -51,6 +51,7 @@ def main() -> None:
         named = "yes" if a.get("named") else "no"
         if a.get("mistake") == "(healthy control)":
             named = "quiet" if a.get("ok") else "NOT quiet"
+            gain = "n/a (no mistake)"
         line = "yes" if a.get("points_at_line") else "no"
         print(
             f"| `{script}` | {a.get('mistake')} | {_finding(b)} | {_finding(a)} | {named} | "
