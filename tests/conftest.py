@@ -26,3 +26,45 @@ def corpus_file(name: str) -> Path:
     if not path.is_file():
         pytest.skip(f"corpus trace {path} not found (set TORCHDOCTOR_TRACES)")
     return path
+
+
+@pytest.fixture(autouse=True)
+def _torch_global_modes() -> object:
+    """Each test leaves torch's global modes as it found them (intra-op threads and their
+    environment variables, anomaly mode, deterministic algorithms, grad mode, the default dtype): a script run in-process by one test
+    must not change what ``check`` measures in the next (it measures these modes)."""
+    import sys
+
+    env_keys = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS")
+    env = {k: os.environ.get(k) for k in env_keys}  # `analyze` in-process sets these to 1
+    torch = sys.modules.get("torch")
+    if torch is None:
+        yield
+        _restore_env(env)
+        return
+    saved = (
+        torch.get_num_threads(),
+        torch.is_anomaly_enabled(),
+        torch.are_deterministic_algorithms_enabled(),
+        torch.is_grad_enabled(),
+        torch.get_default_dtype(),
+    )
+    yield
+    threads, anomaly, deterministic, grad, dtype = saved
+    if torch.get_num_threads() != threads:
+        torch.set_num_threads(threads)
+    if torch.is_anomaly_enabled() != anomaly:
+        torch.autograd.set_detect_anomaly(anomaly)
+    if torch.are_deterministic_algorithms_enabled() != deterministic:
+        torch.use_deterministic_algorithms(deterministic)
+    torch.set_grad_enabled(grad)
+    torch.set_default_dtype(dtype)
+    _restore_env(env)
+
+
+def _restore_env(env: dict[str, str | None]) -> None:
+    for k, v in env.items():
+        if v is None:
+            os.environ.pop(k, None)
+        else:
+            os.environ[k] = v

@@ -267,3 +267,22 @@ def memory_bandwidth(name: str, total_memory_bytes: int | None = None) -> tuple[
     if small and total_memory_bytes and total_memory_bytes < small[0]:
         rate = small[1]
     return rate, source
+
+
+def peak_bandwidth(name: str, sm_count: int | None = None) -> float | None:
+    """Datasheet memory bandwidth (bytes/s) of GPU ``name`` for the roofline, from
+    ``HBM_BANDWIDTH``; None when unknown. Only the name is known here: an A100 is the 40GB
+    part unless its name says 80GB. A MIG slice gets the whole GPU's bandwidth scaled by its
+    share of multiprocessors (as ``lookup_gpu``)."""
+    whole = _whole_gpu(name)
+    if whole is None or whole.name not in HBM_BANDWIDTH:
+        return None
+    rate = HBM_BANDWIDTH[whole.name][0]
+    small = _SMALL_MEMORY.get(whole.name)
+    if small and "80GB" not in _normalise(name).replace(" ", ""):
+        rate = small[1]
+    if not is_mig(name):
+        return rate
+    if not sm_count or not whole.sm_count or sm_count > whole.sm_count:
+        return None
+    return rate * sm_count / whole.sm_count

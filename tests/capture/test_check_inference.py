@@ -78,7 +78,11 @@ def test_generate_loop_steps_are_model_calls(tmp_path: Path, context: str) -> No
     assert run.code == 0, run.stdout + run.stderr
     steps = run.run["steps"]
     assert steps["source"] == "forward"
-    assert steps["count"] == 6 and steps["profiled_steps"] == 3  # 3 warm-up + 3 profiled
+    # 3 warm-up + 3 profiled, then the steps that measure grad mode off (with autograd on)
+    assert steps["count"] - steps["experiment_steps"] == 6 and steps["profiled_steps"] == 3
+    if context == "torch.enable_grad()":
+        assert steps["experiment_steps"] > 0
+        assert any(f["id"] == "grad-without-backward" for f in run.report["findings"])
     assert run.run["config"]["forward_steps"]["model"] == "Decoder"
     analysis = run.report["analysis"]
     assert analysis["steps"]["source"] == "profiler-step" and analysis["steps"]["count"] == 3

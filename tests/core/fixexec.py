@@ -21,6 +21,7 @@ import types
 from collections.abc import Callable
 from typing import Any
 
+import numpy as np
 import torch
 from torch import nn
 
@@ -365,6 +366,15 @@ def namespace(gpu: bool = False) -> dict[str, Any]:
         "tokens": [],
         "host_copy": torch.zeros(4, dtype=torch.long),
         "ready": _Event(),
+        # and those of the step's account (rules/mode_fixes.py)
+        "inputs": x,
+        "out": model(x),
+        "array": np.zeros((4, 8)),
+        "input_size": 8,
+        "hidden_size": 8,
+        "self": _Holder(),
+        "loader": _dataloader(dataset, batch_size=4),
+        "ema": None,
         "DDP": _ddp(gpu),
         "DistributedDataParallel": _ddp(gpu),
     }
@@ -373,6 +383,15 @@ def namespace(gpu: bool = False) -> dict[str, Any]:
         if isinstance(cls, type) and issubclass(cls, torch.optim.Optimizer):
             ns[name] = _optimizer(cls)
     return ns
+
+
+class _Holder(nn.Module):
+    """``self`` in a fix that belongs in a module's ``__init__``; ``self.rnn(x)`` runs an LSTM
+    over a batch-first sequence of ``x``'s width."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.x = torch.randn(4, 6, 8)
 
 
 class _Event:

@@ -102,6 +102,42 @@ CASES: dict[str, list[Case]] = {
         ((BUSY, 2, False, 20.0, 10.0, 0.9), {}, False),
     ],
     "cpu-oversubscribed": [((1, 2, 0, 1.2), {}, False), ((1, 4, 2, 1.5), {}, False)],
+    # the step's account (rules/mode_rules.py)
+    "unexplained-step-time": [
+        ((cat, "train.py:12", ["aten::addmm"]), {}, False)
+        for cat in ("torch ops", "I/O", "sleep/wait", "gc", "Python", "other")
+    ],
+    "anomaly-detection": [((["train.py:3"],), {}, False), ((), {}, False)],
+    "deterministic-algorithms": [((["train.py:3"], False), {}, False), ((None, True), {}, True)],
+    "few-intra-op-threads": [((2, ["train.py:4"], {"OMP_NUM_THREADS": "1"}), {}, False)],
+    "grad-without-backward": [
+        ((["train.py:9"], {"train.py:9": "out = model(x)"}), {}, False),
+        ((["train.py:9"],), {}, False),
+    ],
+    "repeated-construction": [
+        (([{"kind": k, "what": w, "site": "train.py:5"}],), {}, False)
+        for k, w in (
+            ("optimizer", "Adam"),
+            ("module", "nn.Linear"),
+            ("module.to", "Net.to"),
+            ("copy", "copy.deepcopy"),
+            ("dataloader", "DataLoader"),
+            ("dataloader iterator", "iter"),
+            ("hook", "torch.Tensor.register_hook"),
+            ("hook", "nn.Module.register_forward_hook"),
+        )
+    ]
+    + [
+        (([{"kind": "module", "what": "nn.Linear", "site": "t.py:5", "code": c}],), {}, False)
+        for c in ("self.proj = nn.Linear(8, 8)", "head = nn.Linear(8, 2).to(device)")
+    ],
+    "module-call-loop": [
+        (("LSTMCell", "train.py:20", True), {}, False),
+        (("Encoder", "train.py:20", False), {}, False),
+    ],
+    "float64-compute": [((["train.py:7"],), {}, False)],
+    "gc-in-step": [((["train.py:30"],), {}, False), (([],), {}, False)],
+    "backend-disabled": [(("mkldnn",), {}, False), (("cudnn",), {}, True)],
 }
 EXTRA_FIXES: dict[str, list[tuple[str, bool]]] = {
     "torch-warning": [

@@ -46,7 +46,8 @@ def test_every_registered_codemod_is_known() -> None:
     named = {c for s in REGISTRY.values() for c in s.codemods}
     assert named <= set(CODEMODS)
     assert codemods_for("dataloader-config") == ("dataloader-args", "non-blocking-copies")
-    assert codemods_for("anomaly-detection") == ("anomaly-off",)  # not registered yet
+    assert codemods_for("anomaly-detection") == ("anomaly-off",)
+    assert codemods_for("grad-without-backward") == ("inference-mode",)
     assert codemods_for("graph-breaks") == ()
 
 

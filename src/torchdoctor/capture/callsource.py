@@ -86,7 +86,7 @@ def user_frame_site(skip_dirs: tuple[str, ...] | None = None) -> tuple[str, int]
 def library_dirs() -> tuple[str, ...]:
     """Folders of code that is not the user's to change: torch, torchdoctor, every
     site-packages folder (Lightning, transformers, accelerate, torchvision...) and the standard
-    library. A fix lands in the user's code or a framework's settings, never in these."""
+    library, and the installed console scripts. A fix lands in the user's code or a framework's settings, never in these."""
     import site
     import sysconfig
 
@@ -100,7 +100,8 @@ def library_dirs() -> tuple[str, ...]:
     except ImportError:
         pass
     paths = sysconfig.get_paths()
-    for key in ("purelib", "platlib", "stdlib", "platstdlib"):
+    # "scripts": the console-script wrappers pip writes (``bin/torchdoctor``, ``bin/torchrun``)
+    for key in ("purelib", "platlib", "stdlib", "platstdlib", "scripts"):
         if paths.get(key):
             dirs.add(os.path.abspath(paths[key]) + os.sep)
     try:

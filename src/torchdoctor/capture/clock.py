@@ -61,6 +61,20 @@ class WindowListener(Protocol):
     def set_measuring(self, on: bool) -> None:
         """Steps after the warm-up begin (on) or counting restarts (off)."""
 
+    def probe_start(self) -> None:
+        """The probe step begins (the warm-up step before the profiler's own warm-up)."""
+
+    def probe_end(self) -> None:
+        """The probe step ended."""
+
+    def experiments_begin(self) -> bool:
+        """After the window, when the script is to stop: run extra steps? (True: yes)."""
+        return False
+
+    def experiment_tick(self, step_s: float) -> bool:
+        """An extra step of ``step_s`` seconds ended; True to run another."""
+        return False
+
 
 class StepClock:
     """Counts steps, times them, and opens and closes the profiled window."""
@@ -95,7 +109,14 @@ class StepClock:
         # start-up cost does not land in the first recorded step.
         self._profiler_warmup = 1 if warmup >= 2 else 0
         self._start_at = warmup - self._profiler_warmup
-        self._next_event: float = self._start_at
+        # The probe step (work count, forward watch) is the warm-up step just before the
+        # window opens; the first step (script set-up included) never is one.
+        self._probe_at = self._start_at if self._start_at >= 2 else None
+        self._next_event: float = self._start_at if self._probe_at is None else self._probe_at - 1
+        self.experimenting = False
+        self.experiment_steps = 0
+        self.own_steps: list[int] = []
+        """Steps (1-based) in which torchdoctor did work of its own (the probe step)."""
         self._step_start = perf_counter()
 
     def begin(self) -> None:
@@ -191,6 +212,7 @@ class StepClock:
         # A stronger signal appeared: what was counted so far measured something else (batches,
         # not optimizer steps), so start counting again.
         self.switches.append(f"{self.source}->{source} after {len(self.step_s)} steps")
+        self._call("probe_end")  # a probe of the weaker signal's steps ends here
         aborted = self.window_opened
         if aborted:  # even a finished window counted the wrong steps: discard it
             self._call("window_abort")
@@ -212,6 +234,19 @@ class StepClock:
                 self._call("set_measuring", True)
             self._next_event = n + 1 if n < opts.warmup_steps else math.inf
             return
+        if self.experimenting:
+            self.experiment_steps += 1
+            if not self._ask("experiment_tick", self.step_s[-1]):
+                self.experimenting = False
+                raise StopScript
+            self._next_event = n + 1
+            return
+        if self._probe_at is not None:
+            if n == self._probe_at - 1:
+                self.own_steps.append(n + 1)
+                self._call("probe_start")
+            elif n == self._probe_at:
+                self._call("probe_end")
         if n == self._start_at and not self.window_opened:
             self._open()
         if n == opts.warmup_steps:
@@ -223,6 +258,10 @@ class StepClock:
             self._next_event = math.inf
             self._call("window_end")
             if not opts.full:
+                if self._ask("experiments_begin"):  # a few extra steps measure a mode's cost
+                    self.experimenting = True
+                    self._next_event = n + 1
+                    return
                 raise StopScript
             return
         self._next_event = n + 1
@@ -234,10 +273,24 @@ class StepClock:
         self._next_event = self._start_at + 1
         self._call("window_start", self._profiler_warmup)
 
+    def _ask(self, name: str, *args: object) -> bool:
+        # As _call, for a question: an error of ours answers no.
+        fn = getattr(self.listener, name, None)
+        if fn is None:  # a listener without this part of the protocol
+            return False
+        try:
+            return bool(fn(*args))
+        except Exception as exc:
+            self.errors.append(f"{name}: {type(exc).__name__}: {exc}")
+            return False
+
     def _call(self, name: str, *args: object) -> None:
         # A failure in our own bookkeeping must never break the user's training step.
+        fn = getattr(self.listener, name, None)
+        if fn is None:
+            return
         try:
-            getattr(self.listener, name)(*args)
+            fn(*args)
         except Exception as exc:
             self.errors.append(f"{name}: {type(exc).__name__}: {exc}")
 

@@ -215,6 +215,19 @@ class CompileWatch:
                 }
             )
 
+    def compiled(self) -> bool:
+        """True once this run has compiled something (a torch.compile call of the script, or
+        dynamo compiled a frame since ``install``; compiles from before the run do not count)."""
+        import sys
+
+        if self.compile_calls:
+            return True
+        if "torch._dynamo" not in sys.modules:
+            return False
+        from torch._dynamo.utils import get_compilation_metrics
+
+        return any(id(m) not in self._earlier for m in get_compilation_metrics())
+
     def snapshot(self, window_start_unix_s: float | None) -> dict[str, Any]:
         """Compiles, recompiles and graph breaks; ``in_window`` counts those after the warm-up."""
         import sys

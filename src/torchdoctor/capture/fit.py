@@ -10,6 +10,7 @@ from typing import Any
 from torchdoctor.capture.own_frames import is_ours
 from torchdoctor.rules.finding import Finding
 from torchdoctor.rules.run_inputs import RunRecord
+from torchdoctor.rules.thresholds import WARNING_SHARE
 from torchdoctor.rules.user_fixes import compiled_next_step
 
 _COMPILE_ADVICE = "torch.compile(model"
@@ -22,11 +23,70 @@ def _next_step(run: RunRecord) -> str:
     return compiled_next_step(c.compile_calls, sites, run.gpu is not None, optim)
 
 
+def _input_pipeline(f: Finding, record: dict[str, Any]) -> Finding | None:
+    """The trace's ``input-pipeline`` finding seen through the line table: time the collector
+    took is not the input pipeline (a ``gc.collect()`` at the end of a step shows in the
+    trace as the next step starting outside torch), and the user's lines outside torch
+    operators are where the batch is produced. None when nothing is left of it."""
+    lines = record.get("lines") or {}
+    if not lines.get("rows"):
+        return f
+    step = f.saving_ms_per_step / f.share_of_step if f.share_of_step else 0.0
+    saving = max(0.0, f.saving_ms_per_step - float(lines.get("gc_ms_per_step") or 0.0))
+    if not step or saving < WARNING_SHARE * step:
+        return None
+    where = f.where or [
+        str(r["site"])
+        for r in sorted(lines["rows"], key=lambda r: -_outside_ops(r))[:3]
+        if _outside_ops(r) > 0
+    ]
+    return dataclasses.replace(
+        f, saving_ms_per_step=round(saving, 4), share_of_step=round(saving / step, 4), where=where
+    )
+
+
+def _op_lines(record: dict[str, Any]) -> list[str]:
+    """The user's lines under which most operator time runs (where the small operators come
+    from: a forward, a hook, a print that formats a tensor element by element)."""
+    rows = (record.get("lines") or {}).get("rows") or []
+
+    def ops_ms(row: dict[str, Any]) -> float:
+        return float((row.get("under") or {}).get("torch ops") or 0.0)
+
+    return [str(r["site"]) for r in sorted(rows, key=lambda r: -ops_ms(r))[:3] if ops_ms(r) > 0]
+
+
+def _outside_ops(row: dict[str, Any]) -> float:
+    under = row.get("under") or {}
+    return sum(float(under.get(k) or 0.0) for k in ("Python", "I/O", "sleep/wait"))
+
+
+def _restarts_workers(findings: list[Finding]) -> bool:
+    """A repeated-construction finding says the DataLoader's workers restart every step."""
+    for f in findings:
+        if f.id == "repeated-construction":
+            rows = f.evidence.get("constructions") or []
+            if any(r.get("kind") == "dataloader iterator" for r in rows):
+                return True
+    return False
+
+
 def fit_to_run(findings: list[Finding], record: dict[str, Any]) -> list[Finding]:
     """``findings`` with fixes adapted to what the run already does and our frames removed."""
     run = RunRecord.from_dict(record)
+    if _restarts_workers(findings):
+        # The batches wait for workers that start again every step: more workers (the
+        # DataLoader fix) would make it worse; the repeated-construction finding has the fix.
+        findings = [f for f in findings if f.id not in ("dataloader-config", "data-loading-bound")]
     out = []
     for f in findings:
+        if f.id == "input-pipeline":
+            fitted = _input_pipeline(f, record)
+            if fitted is None:
+                continue
+            f = fitted
+        if f.id == "host-bound" and not f.where:
+            f = dataclasses.replace(f, where=_op_lines(record))
         changes: dict[str, Any] = {}
         if run.compile.compiled and _COMPILE_ADVICE in f.fix:
             changes["fix"] = _next_step(run)
@@ -37,7 +97,18 @@ def fit_to_run(findings: list[Finding], record: dict[str, Any]) -> list[Finding]
         if where != f.where:
             changes["where"] = where
         out.append(dataclasses.replace(f, **changes) if changes else f)
-    return out
+    return _without_duplicate_input(out)
+
+
+def _without_duplicate_input(findings: list[Finding]) -> list[Finding]:
+    """Drop ``input-pipeline`` when its main line is another finding's: the time at the start
+    of the step outside torch is that finding's cause (hooks registered every step, a copy of
+    the model), named there with its own fix."""
+    inputs = [f for f in findings if f.id == "input-pipeline" and f.where]
+    if not inputs:
+        return findings
+    named = {w for f in findings if f.id != "input-pipeline" for w in f.where}
+    return [f for f in findings if not (f in inputs and f.where[0] in named)]
 
 
 def micro_batches_per_step(record: dict[str, Any]) -> float:

@@ -14,6 +14,7 @@ import weakref
 from time import perf_counter
 from typing import Any
 
+from torchdoctor.capture import guest
 from torchdoctor.capture.clock import StepClock
 from torchdoctor.capture.patches import Patcher
 
@@ -159,12 +160,15 @@ class StepHooks:
         def __next__(it: Any) -> Any:
             t0 = perf_counter()
             batch = orig_next(it)  # StopIteration ends the epoch without a tick
-            waited = perf_counter() - t0
-            hooks.batches += 1
-            if hooks.measuring:
-                hooks._count_batch(it, waited)
-            hooks.clock.add_wait(waited)
-            hooks.clock.tick("dataloader")
+            try:
+                waited = perf_counter() - t0
+                hooks.batches += 1
+                if hooks.measuring:
+                    hooks._count_batch(it, waited)
+                hooks.clock.add_wait(waited)
+                hooks.clock.tick("dataloader")  # may raise StopScript, on purpose
+            except Exception as exc:  # our bookkeeping never costs the user a batch
+                guest.note("DataLoader step signal", exc)
             return batch
 
         def __iter__(loader: Any) -> Any:
@@ -190,12 +194,15 @@ class StepHooks:
         @functools.wraps(orig_backward)
         def backward(*args: Any, **kwargs: Any) -> Any:
             out = orig_backward(*args, **kwargs)
-            if not hooks._is_compiling():
-                hooks.backward_calls += 1
-                if hooks.measuring:
-                    hooks.measured_backward_calls += 1
-                if not hooks.optimizer_built():  # an optimizer's steps mark the steps then
-                    hooks.clock.tick("backward")
+            try:
+                if not hooks._is_compiling():
+                    hooks.backward_calls += 1
+                    if hooks.measuring:
+                        hooks.measured_backward_calls += 1
+                    if not hooks.optimizer_built():  # an optimizer's steps mark the steps then
+                        hooks.clock.tick("backward")  # may raise StopScript, on purpose
+            except Exception as exc:  # our bookkeeping never costs the user a backward pass
+                guest.note("backward step signal", exc)
             return out
 
         # Tensor.backward calls torch.autograd.backward through the module: one patch sees both.
@@ -271,6 +278,12 @@ class StepHooks:
         return {**built, "call": user["call"], "explicit": user["explicit"]}
 
     def _on_optimizer_step(self, optimizer: Any, args: Any, kwargs: Any) -> None:
+        try:
+            self._count_step(optimizer)  # may raise StopScript, on purpose
+        except Exception as exc:  # an error of ours must not break the user's optimizer.step
+            guest.note("optimizer step signal", exc)
+
+    def _count_step(self, optimizer: Any) -> None:
         if self._is_compiling():  # inside a compiled optimizer step: tracing, not stepping
             return
         self.optimizer_steps += 1
@@ -288,7 +301,7 @@ class StepHooks:
     def uninstall(self) -> None:
         """Remove the hooks (idempotent)."""
         if self._handle is not None:
-            self._handle.remove()
+            guest.remove_hook(self._handle)  # deferred while an optimizer step runs
             self._handle = None
         self._patcher.restore()
 

@@ -49,6 +49,7 @@ class WindowProfiler:
         self._signal_installed = False
         self._previous_handler: Any = None
         self._main_ident = threading.main_thread().ident
+        self._events: Any = None
 
     @property
     def recording(self) -> bool:
@@ -71,7 +72,7 @@ class WindowProfiler:
             warnings.filterwarnings("ignore", message=".*won't be using warmup")
             self.prof = self._profile(profile, schedule, activities, profiler_warmup_steps)
         self._warmup = profiler_warmup_steps
-        self.stopped, self.steps_recorded = False, 0
+        self.stopped, self.steps_recorded, self._events = False, 0, None
         self.stopped_early = self._stop_requested = None
         self._set_budget()
         self._install_stop_signal()
@@ -180,7 +181,7 @@ class WindowProfiler:
         import gc
 
         self.stop()
-        self.prof, self.stopped, self.steps_recorded = None, False, 0
+        self.prof, self.stopped, self.steps_recorded, self._events = None, False, 0, None
         # Free the discarded session now, before another one starts: torch's profiler objects
         # sit in reference cycles, and a garbage collection that frees their results while a
         # later session records or is read crashes (a segfault in ~vector<KinetoEvent>,
@@ -231,6 +232,17 @@ class WindowProfiler:
         if partial:
             out["partial_step"] = True  # recording stopped inside the first profiled step
         return out
+
+    def events(self) -> Any:
+        """The recorded window's events (``FunctionEvent`` list, read once); None if none, or
+        when recording stopped on its memory budget (torch would build about 15 kB of Python
+        objects per operator: the exported trace is read instead)."""
+        if self.prof is None or self.active_steps == 0 or self.stopped_early is not None:
+            return None
+        self.stop()
+        if self._events is None:
+            self._events = self.prof.events()
+        return self._events
 
 
 def _is_top_level(event: Any) -> bool:

@@ -20,6 +20,7 @@ from torchdoctor.capture.runfolder import (
 )
 from torchdoctor.capture.summary import build_report, render_analysis, summary_text
 from torchdoctor.integrations.hints import framework_hint
+from torchdoctor.report.account_text import account_text
 from torchdoctor.rules.finding import Finding
 from torchdoctor.terminal import clean_report
 
@@ -71,6 +72,11 @@ def publish(
     the JSON report is also written there. ``advise`` rewrites each finding (a framework
     callback phrases fixes in its settings). Returns the report document.
     """
+    framework = (record.get("framework") or {}).get("name")
+    if advise is None and framework:  # a framework callback stepped aside for check
+        from torchdoctor.integrations.advice import rewriter
+
+        advise = rewriter(framework)
     records, trace = _gather(folder, record, rank, options)
     doc, analysis, merged = build_report(records, trace, rank.world_size)
     frameworks = record.get("frameworks") or []
@@ -83,8 +89,13 @@ def publish(
         merged = [advise(f) for f in merged]
         doc["findings"] = [f.to_dict() for f in merged]
     measured = measure(record)
-    trace_text, shows_findings = render_analysis(analysis, merged, top, measured)
+    trace_text, shows_findings = render_analysis(
+        analysis, merged, top, measured, doc.get("account")
+    )
     text = summary_text(doc, record, top, with_findings=not shows_findings) + trace_text
+    text += account_text(doc, record, top)
+    for note in doc.get("notes") or []:  # our own failures: caught, the script went on
+        text += f"torchdoctor note: {note}\n"
     if not (record.get("steps") or {}).get("count") and measured.failure is None:
         text = NO_STEPS + text
     text += framework_hint(record.get("frameworks") or [])

@@ -195,23 +195,31 @@ def _watch(
     pid = os.getpid()
     # A fork stops a recording profiler first; a forked child never counts steps.
     forget_fork = on_fork(session.clock.before_fork, session.clock.quiet)
-    session.install()
-    spy.install()
+    try:
+        session.install()
+        spy.install()
+    except Exception as exc:  # our bug: the script still runs, unwatched
+        if os.environ.get("TORCHDOCTOR_DEBUG"):
+            raise
+        internal_error("while installing the hooks (the script runs unwatched)", exc)
+        _safely(spy.uninstall)
+        _safely(session.uninstall)
     stop.install()
     try:
         with stdout_to_stderr() if quiet_stdout else contextlib.nullcontext():
             outcome = run(stop)
     finally:
         if os.getpid() == pid:
-            stop.uninstall()
-            spy.uninstall()
-            session.uninstall()
+            _safely(stop.uninstall)
+            _safely(spy.uninstall)
+            _safely(session.uninstall)
             forget_fork()
     if os.getpid() != pid:
         _leave_forked_child(outcome.code)
     try:
         record = finish_record(session, outcome, script, args)
-        record["frameworks"] = spy.seen
+        # A framework callback that stepped aside for us is in use: no hint to add it.
+        record["frameworks"] = [] if session.framework else spy.seen
         record["steps"]["other_thread_steps"] = session.clock.other_thread_ticks
     except Exception as exc:
         # Our bug must not replace the script's exit status; say so in one line.
@@ -240,6 +248,13 @@ def _leave_forked_child(code: int) -> None:
         with contextlib.suppress(Exception):
             stream.flush()
     os._exit(code)
+
+
+def _safely(step: Callable[[], Any]) -> None:
+    try:
+        step()
+    except Exception as exc:
+        internal_error("while removing the hooks", exc)
 
 
 def finish_record(session: Any, outcome: Outcome, script: str, args: list[str]) -> dict[str, Any]:

@@ -11,7 +11,8 @@ from statistics import median
 from typing import Any
 
 from torchdoctor import __version__
-from torchdoctor.capture import cpu_usage, gpu_probe, markers
+from torchdoctor.capture import cpu_usage, gpu_probe, guest, markers
+from torchdoctor.capture.accounting import Accounting
 from torchdoctor.capture.checkpointing import CheckpointWatch
 from torchdoctor.capture.clock import StepClock
 from torchdoctor.capture.compile_watch import CompileWatch
@@ -74,6 +75,9 @@ class Session:
         """The exported trace, once written (the operator summary is read from it)."""
         self.job: dict[str, Any] | None = None
         """The job's length as the script names it (``capture/job_length.py``)."""
+        self.accounting = Accounting(options, rank.distributed, self._compiled, _cuda_in_use)
+        self.framework: dict[str, Any] | None = None
+        """A framework callback that stepped aside for this session says who it is here."""
 
     # -- lifetime -----------------------------------------------------------------------------
     def install(self) -> None:
@@ -86,6 +90,10 @@ class Session:
         self.hooks.install()
         self.forward.install()
         self.aside.ensure_registered()
+        guest.reset()
+        guest.flush_deferred()
+        self.accounting.install()
+        guest.set_active(self)
         markers.set_clock(self.clock)
         if self.rank.rank == 0:
             opts = self.options
@@ -133,6 +141,7 @@ class Session:
         """Remove every hook (idempotent); the profiler stops if the window is still open."""
         markers.set_clock(None)
         self.monitor.stop()
+        self.accounting.uninstall()  # installed last, removed first: patches unwind in order
         self.hooks.uninstall()
         self.forward.uninstall()
         self.aside.uninstall()
@@ -143,6 +152,12 @@ class Session:
         self.housekeeping.uninstall()
         self.profiler.stop()
         self._stop_gpu_sampling()
+        if guest.active_session() is self:
+            guest.set_active(None)
+
+    def _compiled(self) -> bool:
+        """The script compiled something so far (a torch.compile call, or dynamo ran)."""
+        return self.compile.compiled()
 
     # -- WindowListener -----------------------------------------------------------------------
     def window_start(self, profiler_warmup_steps: int) -> None:
@@ -171,6 +186,10 @@ class Session:
     def window_step(self) -> None:
         """Mark a step boundary in the trace (and, for model-call steps, that they are
         inference iterations, so the trace analysis reads them as such)."""
+        if self.accounting.wants_clock_marks(self.clock.steps > self.options.warmup_steps):
+            import torch  # markers while the profiler records: they align the line table
+
+            self.accounting.mark_clock(torch.profiler.record_function)
         self.profiler.step()
         if self.clock.source == "forward":
             self.forward.mark_step()
@@ -181,6 +200,7 @@ class Session:
         self._cpu_window_end()
         self._read_job_length()
         self._stop_gpu_sampling()
+        self.accounting.window_end()
         if self.rank.rank == 0:
             first, last = self.clock.window_steps or (0, 0)
             then = "continuing (--full)" if self.options.full else "stopping the script"
@@ -234,6 +254,8 @@ class Session:
         """Discard the profiler's recording and stop the GPU probes."""
         self.profiler.abort()
         self._stop_gpu_sampling()
+        self.accounting.probe_end()
+        self.accounting._abort_experiments()
 
     def set_measuring(self, on: bool) -> None:
         """Record host syncs and copies only during the measured steps."""
@@ -241,11 +263,36 @@ class Session:
         self.checkpoints.measuring = on
         self.housekeeping.measuring = on
         self.hooks.measuring = on
+        self.accounting.measuring(on)
         if on:
             self.measure_start_unix_s = time.time()
             self._cpu_window_start()  # the measured steps are the profiled ones
         else:
             self._cpu_start = None
+
+    def probe_start(self) -> None:
+        """The warm-up step before the window: count its work, watch its forwards."""
+        self.accounting.probe_start()
+
+    def probe_end(self) -> None:
+        """That step ended."""
+        self.accounting.probe_end()
+
+    def experiments_begin(self) -> bool:
+        """After the window: switch modes for a few extra steps to measure their cost."""
+        started = self.accounting.experiments_begin(self.options.full)
+        if started:  # the extra steps are the toggles' own: no sync, copy or batch counts
+            for watch in (self.syncs, self.checkpoints, self.housekeeping, self.hooks):
+                watch.measuring = False
+        if started and self.rank.rank == 0:
+            ex = self.accounting.experiments
+            what = "; ".join(t.what for t in ex.toggles) if ex is not None else ""
+            print(f"torchdoctor: measuring a few more steps with {what}", file=sys.stderr)
+        return started
+
+    def experiment_tick(self, step_s: float) -> bool:
+        """One extra step ended."""
+        return self.accounting.experiment_tick(step_s)
 
     def _stop_gpu_sampling(self) -> None:
         self.syncs.stop_sync_debug()
@@ -265,8 +312,10 @@ class Session:
         clock, opts = self.clock, self.options
         step_ms = [s * 1e3 for s in clock.step_s]
         wait_ms = [s * 1e3 for s in clock.data_wait_s]
-        measured = step_ms[opts.warmup_steps :]
-        measured_wait = wait_ms[opts.warmup_steps :]
+        # Steps after the window are the mode measurements' own (unless the script goes on).
+        end = None if opts.full else opts.last_profiled_step
+        measured = step_ms[opts.warmup_steps : end]
+        measured_wait = wait_ms[opts.warmup_steps : end]
         return {
             "source": clock.source,
             "count": len(step_ms),
@@ -280,6 +329,8 @@ class Session:
             "mean_step_ms": sum(measured) / len(measured) if measured else None,
             "mean_data_wait_ms": sum(measured_wait) / len(measured) if measured else None,
             "signal_switches": clock.switches,
+            "experiment_steps": clock.experiment_steps,
+            "own_steps": list(clock.own_steps),
             "clock_errors": clock.errors,
         }
 
@@ -325,6 +376,9 @@ class Session:
             "profiler": self._profiler_record(),
             "gpu": self.gpu or None,
             "cuda_available": bool(torch.cuda.is_available()),
+            **self._accounting_record(),
+            **({"framework": self.framework} if self.framework else {}),
+            "notes": guest.notes(),
         }
 
     def _profiler_record(self) -> dict[str, Any]:
@@ -333,6 +387,23 @@ class Session:
             **(budget() if budget is not None else {}),
             "peak_growth_mib": round(self.monitor.peak_window_growth / 2**20, 1),
         }
+
+    def _accounting_record(self) -> dict[str, Any]:
+        steps = self.steps_record()
+        gpu = None
+        if self.gpu:
+            gpu = {**self.gpu, "backend_flags": self.config.flags_at_window or {}}
+        events: Any = None
+        try:  # the exported trace when there is one (torch's events cost 15 kB an operator)
+            trace = self.trace_file
+            events = trace if trace is not None and trace.is_file() else self.profiler.events()
+        except Exception as exc:
+            guest.note("reading the profiler's events", exc)
+        # The median step: one step slowed by a neighbour on a shared machine should not
+        # move the efficiency of every other.
+        return self.accounting.snapshot(
+            events, int(steps.get("profiled_steps") or 0), steps.get("median_step_ms"), gpu
+        )
 
     def _op_summary(self) -> dict[str, Any] | None:
         try:

@@ -11,6 +11,7 @@ from typing import Any
 
 from torchdoctor.capture.fit import fit_to_run
 from torchdoctor.capture.measurement import Measurement, measure
+from torchdoctor.rules.account_rules import account_verdict
 from torchdoctor.rules.finding import Finding, rank_findings
 from torchdoctor.rules.registry import alias_map
 from torchdoctor.stats import median
@@ -124,7 +125,8 @@ def build_report(
     analysis, why = (None, "no trace was recorded") if trace is None else analyze_trace(trace)
     trace_findings = list(getattr(analysis, "findings", []) or [])
     merged = fit_to_run(merge_findings(trace_findings, run_level, primary), primary)
-    verdict = _verdict(analysis, merged, measured)
+    merged, account = _account(primary, merged, measured)
+    verdict = _verdict(analysis, merged, measured, account)
     analysis_doc = report_dict(analysis) if analysis is not None else None
     if isinstance(analysis_doc, dict) and verdict is not None:
         analysis_doc["verdict"] = verdict  # the analyser saw only the trace's findings
@@ -141,11 +143,57 @@ def build_report(
         "verdict": verdict,
         "measurement": measured.to_dict(),
         "findings": [f.to_dict() for f in merged],
+        "account": account,
+        "lines": primary.get("lines"),
+        "roofline": primary.get("roofline"),
+        "notes": primary.get("notes") or [],
     }
     return doc, analysis, merged
 
 
-def _verdict(analysis: Any, merged: list[Finding], measured: Measurement) -> str | None:
+def _account(
+    record: dict[str, Any], merged: list[Finding], measured: Measurement
+) -> tuple[list[Finding], dict[str, Any] | None]:
+    """The merged findings with ``unexplained-step-time`` when the account leaves time
+    unexplained, and the account itself (``report.json``'s ``account``)."""
+    if measured.failure is not None:
+        return merged, None
+    from torchdoctor.rules.account_rules import step_account, unexplained
+
+    try:
+        extra = unexplained(record, merged)
+        if extra is not None:
+            merged = _after_its_causes(rank_findings([*merged, extra]), extra)
+        account = step_account(record, merged)
+    except Exception as exc:  # the account is a bonus: the findings stand without it
+        return merged, {"error": f"{type(exc).__name__}: {exc}"}
+    return merged, None if account is None else account.to_dict()
+
+
+def _site(where: str) -> str:
+    return where.split(" in ")[0]
+
+
+def _after_its_causes(ranked: list[Finding], extra: Finding) -> list[Finding]:
+    """The unexplained time is what is left after the named findings; where a named, actionable
+    finding points at the same line as the unexplained time's top lines (tiny operators under
+    ``opt.step()``: host-bound), that finding is its cause and is ranked first."""
+    top = {_site(w) for w in extra.where[:2]}
+    causes = [
+        i
+        for i, f in enumerate(ranked)
+        if f is not extra and f.severity != "info" and top & {_site(w) for w in f.where}
+    ]
+    if not causes:
+        return ranked
+    rest = [f for f in ranked if f is not extra]
+    last = rest.index(ranked[max(causes)])
+    return [*rest[: last + 1], extra, *rest[last + 1 :]]
+
+
+def _verdict(
+    analysis: Any, merged: list[Finding], measured: Measurement, account: dict[str, Any] | None
+) -> str | None:
     """The verdict line over the merged findings; the measurement note for a short run."""
     if measured.note:
         return measured.note
@@ -154,7 +202,7 @@ def _verdict(analysis: Any, merged: list[Finding], measured: Measurement) -> str
     try:
         from torchdoctor.report.assemble import verdict
 
-        return verdict(getattr(analysis, "analysis"), merged)  # noqa: B009
+        return account_verdict(verdict(getattr(analysis, "analysis"), merged), account)  # noqa: B009
     except Exception:
         return None
 
@@ -230,7 +278,10 @@ def _findings_text(findings: list[dict[str, Any]], complete: bool = True) -> str
 
 
 def _with_findings(
-    analysis: Any, merged: list[Finding], measured: Measurement | None = None
+    analysis: Any,
+    merged: list[Finding],
+    measured: Measurement | None = None,
+    account: dict[str, Any] | None = None,
 ) -> tuple[Any, bool]:
     """The analyser's report with the merged findings (and a verdict that sees them).
 
@@ -243,7 +294,10 @@ def _with_findings(
     with contextlib.suppress(Exception):
         from torchdoctor.report.assemble import verdict
 
-        changes["verdict"] = verdict(getattr(analysis, "analysis"), merged)  # noqa: B009
+        changes["verdict"] = account_verdict(
+            verdict(getattr(analysis, "analysis"), merged),  # noqa: B009
+            account,
+        )
     if measured is not None and measured.note:
         changes["verdict"] = measured.note
     try:
@@ -253,7 +307,11 @@ def _with_findings(
 
 
 def render_analysis(
-    analysis: Any, merged: list[Finding], top: int, measured: Measurement | None = None
+    analysis: Any,
+    merged: list[Finding],
+    top: int,
+    measured: Measurement | None = None,
+    account: dict[str, Any] | None = None,
 ) -> tuple[str, bool]:
     """The analyser's text report and whether it shows the merged findings ('' if none)."""
     if analysis is None:
@@ -262,7 +320,7 @@ def render_analysis(
         from torchdoctor.report.render import render_text
     except ImportError:
         return "", False
-    analysis, replaced = _with_findings(analysis, merged, measured)
+    analysis, replaced = _with_findings(analysis, merged, measured, account)
     buf = io.StringIO()
     try:
         from rich.console import Console

@@ -15,6 +15,7 @@ from collections.abc import Callable
 from time import perf_counter
 from typing import Any
 
+from torchdoctor.capture import guest
 from torchdoctor.capture.patches import Patcher
 
 _SYNC_WARNING = "called a synchronizing CUDA operation"
@@ -103,11 +104,11 @@ class SyncRecorder:
         self._saved_sync_mode: int = 0
 
     # -- recording ------------------------------------------------------------------------
-    def _site(self) -> str | None:
+    def _site(self, extra: int = 0) -> str | None:
         # Two frames up (_site, wrapper) is the caller. Calls from torch itself (Adam's step
         # counters, GradScaler, inductor) are not the user's to fix, and are skipped before any
         # timing so they stay cheap.
-        frame = sys._getframe(2)
+        frame = sys._getframe(2 + extra)
         filename = frame.f_code.co_filename
         if filename.startswith(self._library_dirs):  # torch's or our own (the meter's) calls
             return None
@@ -134,6 +135,30 @@ class SyncRecorder:
         entry = self.calls.setdefault((kind, device, site), [0, 0.0])
         entry[0] += 1
         entry[1] += seconds
+
+    def _safe_record(self, kind: str, t: Any, site: str, seconds: float) -> None:
+        try:
+            self._record(kind, t.device.type, site, seconds)
+        except Exception as exc:  # our bookkeeping never breaks the user's call
+            guest.note(f"Tensor.{kind} watch", exc)
+
+    def _to_site(self, t: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> str | None:
+        """The user's site of a ``Tensor.to`` that reads a device tensor back (a sync); records
+        a ``non_blocking`` copy from unpinned memory on the way; None when there is nothing to
+        time. Called from the wrapper, so the caller is three frames up."""
+        non_blocking = bool(kwargs.get("non_blocking")) or any(a is True for a in args)
+        if t.is_cpu:  # the common case: only a non_blocking copy to a device matters
+            if (
+                non_blocking
+                and target_device_type(args, kwargs) not in (None, "cpu")
+                and not t.is_pinned()
+            ):
+                self._record_unpinned(self._site(1), t.numel() * t.element_size())
+            return None
+        site = None if non_blocking else self._site(1)
+        if site is None or target_device_type(args, kwargs) != "cpu":
+            return None
+        return site
 
     def _record_unpinned(self, site: str | None, nbytes: int) -> None:
         if site is not None:
@@ -174,7 +199,7 @@ class SyncRecorder:
                 return orig(t)
             t0 = perf_counter()
             out = orig(t)
-            rec._record(name, t.device.type, site, perf_counter() - t0)
+            rec._safe_record(name, t, site, perf_counter() - t0)
             return out
 
         wrapper.__name__ = name
@@ -194,7 +219,7 @@ class SyncRecorder:
                 return orig(t, *args, **kwargs)
             t0 = perf_counter()
             out = orig(t, *args, **kwargs)
-            rec._record("cpu", t.device.type, site, perf_counter() - t0)
+            rec._safe_record("cpu", t, site, perf_counter() - t0)
             return out
 
         return cpu
@@ -208,21 +233,16 @@ class SyncRecorder:
         def to(t: Any, *args: Any, **kwargs: Any) -> Any:
             if is_compiling() or not rec.measuring:
                 return orig(t, *args, **kwargs)
-            non_blocking = bool(kwargs.get("non_blocking")) or any(a is True for a in args)
-            if t.is_cpu:  # the common case: only a non_blocking copy to a device matters
-                if (
-                    non_blocking
-                    and target_device_type(args, kwargs) not in (None, "cpu")
-                    and not t.is_pinned()
-                ):
-                    rec._record_unpinned(rec._site(), t.numel() * t.element_size())
-                return orig(t, *args, **kwargs)
-            site = None if non_blocking else rec._site()
-            if site is None or target_device_type(args, kwargs) != "cpu":
+            try:
+                site = rec._to_site(t, args, kwargs)
+            except Exception as exc:  # an odd tensor subclass: the copy still happens
+                guest.note("Tensor.to watch", exc)
+                site = None
+            if site is None:
                 return orig(t, *args, **kwargs)
             t0 = perf_counter()
             out = orig(t, *args, **kwargs)
-            rec._record("to(cpu)", t.device.type, site, perf_counter() - t0)
+            rec._safe_record("to(cpu)", t, site, perf_counter() - t0)
             return out
 
         return to
@@ -236,9 +256,12 @@ class SyncRecorder:
         def cuda(t: Any, *args: Any, **kwargs: Any) -> Any:
             if is_compiling() or not rec.measuring:
                 return orig(t, *args, **kwargs)
-            non_blocking = bool(kwargs.get("non_blocking")) or any(a is True for a in args)
-            if non_blocking and t.is_cpu and not t.is_pinned():
-                rec._record_unpinned(rec._site(), t.numel() * t.element_size())
+            try:
+                non_blocking = bool(kwargs.get("non_blocking")) or any(a is True for a in args)
+                if non_blocking and t.is_cpu and not t.is_pinned():
+                    rec._record_unpinned(rec._site(), t.numel() * t.element_size())
+            except Exception as exc:
+                guest.note("Tensor.cuda watch", exc)
             return orig(t, *args, **kwargs)
 
         return cuda

@@ -113,3 +113,35 @@ def _collective_us(table: Any, ops: Any, top: np.ndarray) -> float:
         return 0.0
     spans = iv.union(table.ts[coll], table.ts[coll] + table.dur[coll])
     return iv.total(iv.subtract(spans, iv.union(ops.ts[top], ops.end[top])))
+
+
+def clock_aligned_ops(
+    path: Path, marks: list[int] | None
+) -> tuple[list[int], list[int], list[str]] | None:
+    """Top-level ``aten::`` operators of the thread that emitted the ``torchdoctor#clock``
+    markers, as (start, end, name) lists on the sampler's clock (``perf_counter_ns``), read
+    from the exported trace; None without markers. The last marker's start is ``marks[-1]``;
+    times are taken relative to it (microseconds in the trace, so sub-microsecond offsets
+    between the two clocks stay below the sampler's resolution)."""
+    if not marks:
+        return None
+    table = load_trace(path)
+    try:
+        code = table.names.index("torchdoctor#clock")
+    except ValueError:
+        return None
+    found = np.flatnonzero(table.name == code)
+    if len(found) < 2:
+        return None
+    marker = int(found[np.argmax(table.ts[found])])
+    ops = _nest(table)
+    key = _thread_key(table, np.array([marker]))[0]
+    aten = np.array([table.names[c].startswith("aten::") for c in table.name[ops.rows]], dtype=bool)
+    parent_aten = np.where(ops.parent >= 0, aten[np.maximum(ops.parent, 0)], False)
+    idx = np.flatnonzero(aten & ~parent_aten & (ops.thread == key))
+    zero = float(table.ts[marker])
+    starts = [marks[-1] + round((float(ops.ts[i]) - zero) * 1000) for i in idx]
+    ends = [marks[-1] + round((float(ops.end[i]) - zero) * 1000) for i in idx]
+    names = [table.names[table.name[ops.rows[i]]] for i in idx]
+    order = sorted(range(len(idx)), key=starts.__getitem__)
+    return [starts[i] for i in order], [ends[i] for i in order], [names[i] for i in order]

@@ -38,10 +38,7 @@ CODEMODS: dict[str, Codemod] = {
 }
 """Every codemod by id, in documentation order."""
 
-PENDING: dict[str, tuple[str, ...]] = {
-    "anomaly-detection": ("anomaly-off",),
-    "grad-without-backward": ("inference-mode",),
-}
+PENDING: dict[str, tuple[str, ...]] = {}
 """Codemods of findings not registered in this version (their rule ships separately)."""
 
 

@@ -49,6 +49,7 @@ class FrameworkSpy:
     def __init__(self) -> None:
         self.seen: list[str] = []
         self._handle: Any = None
+        self._looked = False
 
     def install(self) -> None:
         """Register a one-shot optimizer step post-hook."""
@@ -57,13 +58,24 @@ class FrameworkSpy:
         self._handle = register_optimizer_step_post_hook(self._on_step)
 
     def _on_step(self, optimizer: Any, args: Any, kwargs: Any) -> None:
-        self.seen = frameworks_on_stack(sys._getframe(1))
-        self.uninstall()
+        # Never remove the hook from inside it: optimizer.step iterates its global post-hooks
+        # live, and a deletion there crashes the user's step when a hook follows ours.
+        if self._looked:
+            return
+        self._looked = True
+        try:
+            self.seen = frameworks_on_stack(sys._getframe(1))
+        except Exception as exc:
+            from torchdoctor.capture import guest
+
+            guest.note("framework hint", exc)
 
     def uninstall(self) -> None:
-        """Remove the hook (idempotent)."""
+        """Remove the hook (idempotent; deferred while an optimizer step runs)."""
         if self._handle is not None:
-            self._handle.remove()
+            from torchdoctor.capture import guest
+
+            guest.remove_hook(self._handle)
             self._handle = None
 
 

@@ -18,7 +18,14 @@ import logging
 from pathlib import Path
 from typing import Any
 
-from torchdoctor.integrations.watch import RunWatch, WatchResult, make_options, run_name, say
+from torchdoctor.integrations.watch import (
+    RunWatch,
+    WatchResult,
+    guest_failed,
+    make_options,
+    run_name,
+    say,
+)
 
 NAMESPACES = ("lightning.pytorch", "pytorch_lightning")
 
@@ -87,6 +94,12 @@ class _DoctorCallback:
         self._watch: RunWatch | None = None
 
     def on_train_start(self, trainer: Any, pl_module: Any) -> None:
+        try:
+            self._start(trainer, pl_module)
+        except Exception as exc:  # a guest never breaks the training it watches
+            guest_failed("DoctorCallback.on_train_start", exc)
+
+    def _start(self, trainer: Any, pl_module: Any) -> None:
         from torchdoctor.capture.hooks import loader_settings
 
         self._watch = RunWatch("lightning", self.options, run_name(type(pl_module).__name__))
@@ -108,8 +121,11 @@ class _DoctorCallback:
     def _finish(self, trainer: Any, status: str) -> None:
         if self._watch is None or not self._watch.active:
             return
-        self.result = self._watch.finish(lightning_info(trainer), status)
-        self._log(trainer, self.result)
+        try:
+            self.result = self._watch.finish(lightning_info(trainer), status)
+            self._log(trainer, self.result)
+        except Exception as exc:
+            guest_failed("DoctorCallback at the end of training", exc)
 
     def _log(self, trainer: Any, result: WatchResult) -> None:
         if not trainer.is_global_zero:

@@ -22,7 +22,14 @@ except ImportError as exc:  # pragma: no cover - depends on the installation
         "pip install 'torchdoctor[transformers]'"
     ) from exc
 
-from torchdoctor.integrations.watch import RunWatch, WatchResult, make_options, run_name, say
+from torchdoctor.integrations.watch import (
+    RunWatch,
+    WatchResult,
+    guest_failed,
+    make_options,
+    run_name,
+    say,
+)
 
 _ARGS = (
     "bf16",
@@ -67,6 +74,12 @@ class DoctorCallback(TrainerCallback):  # type: ignore[misc]
         self._watch: RunWatch | None = None
 
     def on_train_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+        try:
+            self._begin(kwargs)
+        except Exception as exc:  # a guest never breaks the training it watches
+            guest_failed("DoctorCallback.on_train_begin", exc)
+
+    def _begin(self, kwargs: dict[str, Any]) -> None:
         from torchdoctor.capture.hooks import loader_settings
 
         model = kwargs.get("model")
@@ -81,9 +94,12 @@ class DoctorCallback(TrainerCallback):  # type: ignore[misc]
     def on_train_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
         if self._watch is None or not self._watch.active:
             return
-        self.result = self._watch.finish(trainer_info(args))
-        if state.is_world_process_zero:
-            self._log(state, self.result)
+        try:
+            self.result = self._watch.finish(trainer_info(args))
+            if state.is_world_process_zero:
+                self._log(state, self.result)
+        except Exception as exc:
+            guest_failed("DoctorCallback.on_train_end", exc)
 
     def _log(self, state: Any, result: WatchResult) -> None:
         from transformers.utils import logging

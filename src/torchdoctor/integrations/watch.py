@@ -59,6 +59,9 @@ class RunWatch:
         self.options = options
         self.name = name
         self.session: Any = None
+        self.aside = False
+        """True when ``torchdoctor check`` already watches this process: the callback steps
+        aside (one set of hooks, one report: check's, phrased in the framework's settings)."""
 
     @property
     def active(self) -> bool:
@@ -66,10 +69,21 @@ class RunWatch:
         return self.session is not None
 
     def start(self) -> None:
-        """Create the run folder and install every hook (the first step starts now)."""
+        """Create the run folder and install every hook (the first step starts now); under
+        ``torchdoctor check``, step aside and let its session watch."""
+        from torchdoctor.capture import guest
         from torchdoctor.capture.runfolder import RankInfo, create_run_folder
         from torchdoctor.capture.session import Session
 
+        active = guest.active_session()
+        if active is not None:
+            self.session, self.aside = active, True
+            active.framework = {"name": self.framework}
+            say(
+                f"torchdoctor: {self.framework} DoctorCallback steps aside: torchdoctor check "
+                "is watching this run and writes the report"
+            )
+            return
         rank = RankInfo.from_env()
         folder = create_run_folder(self.options.out_dir, self.name, rank)
         self.session = Session(self.options, folder, rank)
@@ -81,6 +95,13 @@ class RunWatch:
         from torchdoctor.capture.runner import Outcome, finish_record
 
         session, self.session = self.session, None
+        if self.aside:
+            self.aside = False
+            session.framework = {"name": self.framework, **framework_info}
+            line = (
+                f"torchdoctor: torchdoctor check writes the report of this run in {session.folder}"
+            )
+            return WatchResult(session.folder, {}, None, line)
         session.uninstall()
         outcome = Outcome(status, 0 if status == "completed" else 1)
         record = finish_record(session, outcome, self.name, [])
@@ -137,6 +158,17 @@ def run_name(fallback: str) -> str:
     if not stem or stem in ("-c", "ipykernel_launcher", "__main__", "pytest", "python"):
         return fallback
     return stem
+
+
+def guest_failed(where: str, exc: BaseException) -> None:
+    """A callback of ours failed: say so in one line, keep training (the traceback with
+    ``TORCHDOCTOR_DEBUG=1``)."""
+    from torchdoctor.capture import guest
+
+    if os.environ.get("TORCHDOCTOR_DEBUG"):
+        raise exc
+    guest.note(where, exc)
+    say(f"torchdoctor: {where} failed ({type(exc).__name__}: {exc}); training goes on without it")
 
 
 def say(line: str) -> None:

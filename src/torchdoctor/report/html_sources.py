@@ -29,18 +29,71 @@ def page_from_check(doc: dict[str, Any], report: Any, record: dict[str, Any]) ->
                 Finding(**{k: v for k, v in d.items() if k in names}) for d in doc["findings"]
             ]
             page.verdict = verdict_line(report.analysis, merged)
+        if getattr(page, "verdict", None):
+            from torchdoctor.rules.account_rules import account_verdict
+
+            page.verdict = account_verdict(page.verdict, doc.get("account"))
     else:
         page = Page(title="torchdoctor check", verdict=verdict, metadata=[])
         if doc.get("analysis_unavailable"):
             page.notes.append(f"trace analysis: {doc['analysis_unavailable']}")
     page.findings = list(doc.get("findings") or [])
     page.headline = [verdict]
+    _add_account(page, doc, record)
     page.metadata = _run_metadata(doc, record) + [
         kv for kv in page.metadata if kv[0] in ("trace", "steps", "events", "rank")
     ]
     if doc.get("world_size", 1) > 1:
         page.tables.insert(0, _check_ranks(doc))
     return page
+
+
+def _add_account(page: Page, doc: dict[str, Any], record: dict[str, Any]) -> None:
+    """The roofline line (achieved efficiency) in the headline and the per-line time table."""
+    from torchdoctor.report.account_text import roofline_line
+
+    if (doc.get("measurement") or {}).get("failure"):
+        return
+    page.headline.extend(ln for ln in roofline_line(record, doc.get("account")).splitlines() if ln)
+    lines = record.get("lines") or {}
+    rows = lines.get("rows") or []
+    if not rows:
+        return
+    cats = ["torch ops", "Python", "I/O", "sleep/wait", "gc", "CPU contention"]
+    table_rows = [
+        [
+            r.get("site"),
+            r.get("function"),
+            r.get("code"),
+            r.get("self_ms"),
+            r.get("inclusive_ms"),
+            r.get("self_share"),
+            *[(r.get("under") or {}).get(c, 0.0) for c in cats],
+            ", ".join(str(o[0]) for o in (r.get("ops") or [])[:3]),
+        ]
+        for r in rows
+    ]
+    page.tables.insert(
+        0,
+        Table(
+            "lines",
+            "Where the time goes: your lines (ms per step)",
+            [
+                "line",
+                "function",
+                "code",
+                "self ms",
+                "inclusive ms",
+                "self share",
+                *cats,
+                "operators",
+            ],
+            table_rows,
+            caption=f"Sampled every {float(lines.get('interval_s') or 0) * 1e3:.0f} ms: "
+            f"{lines.get('samples')} samples over {lines.get('steps')} measured steps. Self time "
+            "is spent at the line itself (its innermost frame of yours), inclusive time under it.",
+        ),
+    )
 
 
 def _num(v: Any) -> str:

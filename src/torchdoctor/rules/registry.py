@@ -11,8 +11,8 @@ aliases, and docs/rules.md lists it.
 Adding a finding
 ----------------
 1. Add a threshold to ``rules/thresholds.py`` if it needs one: ``Threshold(value, "reason")``.
-2. Add a ``FindingSpec(...)`` to ``TRACE_SPECS`` (``rules/catalog_trace.py``) or ``RUN_SPECS``
-   (``rules/catalog_run.py``). A fix that depends on what was measured is a function in
+2. Add a ``FindingSpec(...)`` to ``TRACE_SPECS`` (``rules/catalog_trace.py``), ``RUN_SPECS``
+   (``rules/catalog_run.py``) or ``MODE_SPECS`` (``rules/catalog_modes.py``: the step's account). A fix that depends on what was measured is a function in
    ``rules/fixes.py`` taking typed inputs (``rules/run_inputs.py`` for run-level ones); a fixed
    text is ``static("...")``.
 3. Write the rule: a function returning the finding built through the registry,
@@ -27,6 +27,7 @@ from __future__ import annotations
 
 from torchdoctor.rules.catalog_host import HOST_SPECS
 from torchdoctor.rules.catalog_inference import INFERENCE_SPECS
+from torchdoctor.rules.catalog_modes import MODE_SPECS
 from torchdoctor.rules.catalog_run import RUN_SPECS
 from torchdoctor.rules.catalog_trace import TRACE_SPECS
 from torchdoctor.rules.spec import FindingSpec
@@ -41,7 +42,9 @@ def _index(*groups: tuple[FindingSpec, ...]) -> dict[str, FindingSpec]:
     return out
 
 
-REGISTRY: dict[str, FindingSpec] = _index(TRACE_SPECS, INFERENCE_SPECS, RUN_SPECS, HOST_SPECS)
+REGISTRY: dict[str, FindingSpec] = _index(
+    TRACE_SPECS, INFERENCE_SPECS, RUN_SPECS, HOST_SPECS, MODE_SPECS
+)
 """Every finding by id, in documentation order (trace findings first, then inference ones)."""
 
 

@@ -20,6 +20,7 @@ from torchdoctor.rules.compile_rules import (
 )
 from torchdoctor.rules.finding import Finding, rank_findings
 from torchdoctor.rules.loader_rules import dataloader_config
+from torchdoctor.rules.mode_rules import MODE_RULES
 from torchdoctor.rules.registry import spec
 from torchdoctor.rules.run_common import make
 from torchdoctor.rules.run_inputs import RunRecord
@@ -222,6 +223,12 @@ def tiny_ops(run: RunRecord) -> list[Finding]:
     paused_ms = run.steps.mean_data_wait_ms + run.compile.recompile_s_in_window * 1e3 / measured
     paused_ms += float(ops.get("collective_time_ms_per_step") or 0.0)
     python_ms = max(0.0, step - float(ops["op_time_ms_per_step"]) - paused_ms)
+    # The line table, when sampled, says whose Python that is: only torch's own (module calls,
+    # optimizer loops) and the frameworks' is overhead fusing removes; the user's own loops,
+    # file writes, sleeps and collections are not (they have findings of their own).
+    framework_ms = _framework_python_ms(run)
+    if framework_ms is not None:
+        python_ms = min(python_ms, framework_ms)
     if n < th.TINY_OPS_PER_STEP or ops["median_op_us"] >= ops["tiny_op_threshold_us"]:
         return []
     compute = float(ops.get("compute_share", ops.get("gemm_share")) or 0.0)
@@ -257,6 +264,16 @@ def tiny_ops(run: RunRecord) -> list[Finding]:
             "microseconds; hundreds of tiny ones per step cost more than their arithmetic.",
         )
     ]
+
+
+def _framework_python_ms(run: RunRecord) -> float | None:
+    """ms per step of Python time in torch's and installed packages' code (None unsampled)."""
+    from torchdoctor.rules.account_inputs import framework_python_ms
+
+    lines = run.raw.get("lines") or {}
+    if not isinstance(lines.get("python_by_owner"), dict) or not lines.get("rows"):
+        return None
+    return framework_python_ms(lines)
 
 
 def activation_recompute(run: RunRecord) -> list[Finding]:
@@ -298,6 +315,7 @@ RULES: tuple[RunRule, ...] = (
     out_of_memory,
     tiny_ops,
     activation_recompute,
+    *MODE_RULES,
 )
 
 

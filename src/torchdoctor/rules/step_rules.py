@@ -15,29 +15,34 @@ from torchdoctor.rules.run_inputs import RunRecord
 from torchdoctor.rules.user_fixes import relative_site
 
 
-def _candidates(run: RunRecord) -> tuple[int, list[float]]:
-    """(index of the first step considered, step times less their data wait): the first step
+def _candidates(run: RunRecord) -> list[tuple[int, float]]:
+    """(0-based index, step time less its data wait) of the steps considered: the first step
     (start-up) is never a candidate, nor are the warm-up steps of a run that compiled
-    (compilation is named apart); waiting for a batch is the DataLoader finding's."""
-    waits = list((run.raw.get("steps") or {}).get("data_wait_ms") or [])
+    (compilation is named apart), the steps in which torchdoctor worked (its probe step) or
+    the mode measurements after the window; waiting for a batch is the DataLoader finding's."""
+    raw = run.raw.get("steps") or {}
+    waits = list(raw.get("data_wait_ms") or [])
     waits += [0.0] * (len(run.steps.step_ms) - len(waits))
     times = [max(0.0, t - w) for t, w in zip(run.steps.step_ms, waits, strict=False)]
     skip = 1
     if run.compile.compiles:
-        skip = max(skip, int((run.raw.get("steps") or {}).get("warmup_steps") or 0))
-    return skip, times[skip:]
+        skip = max(skip, int(raw.get("warmup_steps") or 0))
+    end = len(times) - int(raw.get("experiment_steps") or 0)
+    own = {int(n) - 1 for n in raw.get("own_steps") or []}
+    return [(i, times[i]) for i in range(skip, end) if i not in own]
 
 
 def rare_long_steps(run: RunRecord) -> list[Finding]:
     """Steps at least RARE_LONG_RATIO times the median; saving (ms/step): their excess over
     the median, averaged over every step considered."""
-    skip, times = _candidates(run)
+    candidates = _candidates(run)
+    times = [t for _, t in candidates]
     if len(times) < 3:
         return []
     typical = median(times)
     long = [
-        (skip + i, t)
-        for i, t in enumerate(times)
+        (i, t)
+        for i, t in candidates
         if t >= th.RARE_LONG_RATIO * typical and t - typical >= th.RARE_LONG_MIN_MS
     ]
     if not long or len(long) > th.RARE_LONG_MAX_SHARE * len(times):

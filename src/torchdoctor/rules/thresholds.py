@@ -235,3 +235,64 @@ COMPILE_BREAK_EVEN_STEPS = Threshold(
     "a compile worth 100 steps or more is said (as info) when the job's length is unknown: "
     "shorter jobs never repay it",
 )
+# -- the step's account: unexplained time, modes, repeated work (torchdoctor check) ------------
+EXPLAINED_EFFICIENCY = Threshold(
+    1 / 3,
+    "a step within 3x of its roofline (the counted FLOPs and bytes at this machine's attainable "
+    "rates) is explained by its compute: eager kernels on the shapes of real models reach a third "
+    "or more of those rates (measured on a 2-core CPU: an MLP step 89% of its roofline, a 32->64 "
+    "channel convolution 90% of the convolution rate, a first layer of 3 channels 17%)",
+)
+UNEXPLAINED_SHARE = Threshold(
+    0.15,
+    "time beyond 3x the roofline that no named finding claims, above 15% of the step: step "
+    "times here vary by about 10% from step to step, so less is within noise",
+)
+MODE_ON_SHARE = Threshold(
+    0.2,
+    "a global mode (anomaly detection, determinism) on for a fifth of the sampled time or more "
+    "is in the step (a context manager around the forward and backward, not a one-off)",
+)
+TOGGLE_GAIN = Threshold(
+    0.05,
+    "a mode switched for a few extra steps counts as costing time when the step ran at least 5% "
+    "faster without it (median of interleaved pairs)",
+)
+THREADS_GAIN = Threshold(
+    0.10,
+    "more intra-op threads must make the step at least 10% faster (interleaved pairs) before a "
+    "finding says so: on a shared machine more threads are as often slower",
+)
+ANOMALY_SAVING = Threshold(
+    0.5,
+    "anomaly detection roughly doubles a training step (measured 2.1x on an 8-layer MLP on CPU, "
+    "interleaved); the estimate when check could not switch it off and measure",
+)
+NO_GRAD_SAVING = Threshold(
+    0.15,
+    "a forward without autograd recording runs about 1.2x faster on CPU (measured, 8-layer MLP, "
+    "interleaved): 15% of the forward's time, when check could not measure it",
+)
+REPEAT_PER_STEP = Threshold(
+    0.5, "construction at one line at least every other measured step is inside the loop"
+)
+FP64_SHARE = Threshold(
+    0.5, "half or more of the counted FLOPs (or bytes, for a step without matmuls) in float64"
+)
+FP64_SAVING = Threshold(
+    0.5,
+    "float32 runs about twice as fast as float64 on CPUs (twice the SIMD lanes, half the bytes) "
+    "and far faster on GPUs: half the float64 operator time, a conservative estimate",
+)
+GC_SHARE = Threshold(
+    0.05, "garbage collection for 5% of the step or more (measured exactly by gc callbacks)"
+)
+LOOP_SAVING = Threshold(
+    1.5,
+    "a module stepped over slices of one tensor in a Python loop (an nn.LSTMCell over time "
+    "steps, a model over the samples of a batch): the loop's forward plus its backward (about "
+    "twice the forward) is 3x the forward's time, and one call on the whole tensor saves half "
+    "of it: 1.5x the loop line's forward time when training, 0.5x without autograd (measured: "
+    "an LSTMCell over 32 steps, 256 wide, ran 1.8x slower than nn.LSTM on CPU, interleaved; "
+    "the estimate said 1.5x)",
+)

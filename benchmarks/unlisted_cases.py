@@ -1,0 +1,162 @@
+"""The scripts of ``examples/unlisted``: each carries one planted mistake that no rule was
+written against before the step's account existed (or none: the healthy controls), what
+``check`` should name, and the source line it should point at. Shared by
+``bench_unlisted_ab.py`` (the measured cost of each mistake) and ``validate_unlisted.py``
+(what ``check`` says before and after)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+FOLDER = Path(__file__).resolve().parents[1] / "examples" / "unlisted"
+
+
+@dataclass(frozen=True)
+class Case:
+    script: str
+    mistake: str
+    """The planted mistake, in a few words ('' for a healthy control)."""
+    expect: tuple[str, ...]
+    """Finding ids that name it (the first is the one we built for it)."""
+    line: str
+    """Text of the source line the finding or the line table should point at."""
+    env: tuple[tuple[str, str], ...] = (("OMP_NUM_THREADS", "1"),)
+    """Environment of the runs (one intra-op thread unless the case is about threads)."""
+
+    @property
+    def path(self) -> Path:
+        return FOLDER / self.script
+
+    @property
+    def control(self) -> bool:
+        return not self.mistake
+
+
+CASES: tuple[Case, ...] = (
+    Case(
+        "anomaly_left_on.py",
+        "autograd anomaly detection left on",
+        ("anomaly-detection",),
+        "set_detect_anomaly(True)",
+    ),
+    Case(
+        "eval_with_grad.py",
+        "evaluation loop records autograd graphs",
+        ("grad-without-backward",),
+        "logits = model(x)",
+    ),
+    Case(
+        "train_val_forward.py",
+        "validation forward with grad every step",
+        ("grad-without-backward",),
+        "val = nn.functional.mse_loss(model(x_val)",
+    ),
+    Case(
+        "optimizer_per_step.py",
+        "optimizer rebuilt every step",
+        ("repeated-construction",),
+        "opt = torch.optim.Adam(model.parameters(), lr=1e-4)  # the planted",
+    ),
+    Case(
+        "layer_in_forward.py",
+        "nn.Linear built inside forward()",
+        ("repeated-construction",),
+        "proj = self.proj if self.fixed else nn.Linear",
+    ),
+    Case(
+        "ema_deepcopy.py",
+        "EMA teacher deep-copied every step",
+        ("repeated-construction",),
+        "teacher = copy.deepcopy(student).requires_grad_(False)  # planted",
+    ),
+    Case(
+        "float64_numpy.py",
+        "float64 model and data (numpy default)",
+        ("float64-compute",),
+        "model = model.double()",
+    ),
+    Case("gc_every_step.py", "gc.collect() every step", ("gc-in-step",), "gc.collect()  # planted"),
+    Case(
+        "one_thread.py",
+        "torch.set_num_threads(1) on a multi-core CPU",
+        ("few-intra-op-threads",),
+        "torch.set_num_threads(1)",
+        env=(),
+    ),
+    Case(
+        "mkldnn_off.py",
+        "oneDNN (mkldnn) switched off",
+        ("backend-disabled",),
+        "mkldnn.enabled = False",
+    ),
+    Case(
+        "python_metric_loop.py",
+        "per-sample Python error report over .tolist()",
+        ("unexplained-step-time",),
+        "top = sorted(range(len(p)), key=p.__getitem__, reverse=True)[:3]",
+    ),
+    Case(
+        "json_log_every_step.py",
+        "whole JSON history rewritten every step",
+        ("unexplained-step-time",),
+        "json.dump(history, f, indent=2)",
+    ),
+    Case(
+        "checkpoint_every_step.py",
+        "checkpoint saved every step",
+        ("unexplained-step-time",),
+        "torch.save(state, path)",
+    ),
+    Case(
+        "rnn_cell_loop.py",
+        "LSTMCell stepped in Python per time step",
+        ("module-call-loop", "unexplained-step-time", "host-bound"),
+        "hx, cx = self.cell(x[:, i], (hx, cx))",
+    ),
+    Case(
+        "per_sample_loop.py",
+        "encoder called once per sample in a Python loop",
+        ("module-call-loop",),
+        "return torch.stack([enc(x[i]) for i in range(len(x))])",
+    ),
+    Case(
+        "tokenize_in_loop.py",
+        "text tokenized in Python inside the loop",
+        ("unexplained-step-time", "input-pipeline"),
+        "ids = [vocab.get(w.lower()",
+    ),
+    Case(
+        "hooks_pile_up.py",
+        "gradient hooks registered every step, never removed",
+        ("repeated-construction",),
+        "prm.register_hook(clip)  # planted",
+    ),
+    Case(
+        "deterministic_on.py",
+        "deterministic algorithms on",
+        ("deterministic-algorithms",),
+        "use_deterministic_algorithms(True)",
+    ),
+    Case(
+        "iter_per_step.py",
+        "next(iter(loader)) every step restarts the workers",
+        ("repeated-construction",),
+        "x, y = next(iter(loader))  # planted",
+    ),
+    Case(
+        "tensor_from_lists.py",
+        "batches built with torch.tensor(list of lists)",
+        ("unexplained-step-time", "input-pipeline"),
+        "x = torch.tensor([rows[i] for i in idx])",
+    ),
+    Case(
+        "debug_print_every_step.py",
+        "debug print of whole tensors every step",
+        ("unexplained-step-time",),
+        'print(f"step {step} logits',
+    ),
+    Case("control_cnn.py", "", (), ""),
+    Case("control_transformer.py", "", (), ""),
+    Case("control_inference.py", "", (), ""),
+)

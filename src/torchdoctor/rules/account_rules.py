@@ -1,0 +1,225 @@
+"""The step's account: how much of the step its compute explains (the roofline), how much the
+named findings claim, and what is left: the ``unexplained-step-time`` finding names where that
+time goes (the user's lines and what runs under them).
+
+    allowance  = min(step, roofline / EXPLAINED_EFFICIENCY,   # compute near the roofline ...
+                     torch operators + torch's own Python)   # ... and only where compute runs
+    named      = min(step, sum of the other actionable findings' savings)
+    contention = time the training thread waited for a CPU (other processes held them)
+    unexplained = max(0, step - allowance - named - contention)
+
+A step is *explained* when its roofline is known and the unexplained time is under
+``UNEXPLAINED_SHARE`` of it; only then may a report say that nothing holds it back. Without a
+roofline (compiled code, an unknown GPU) the torch operators' time stands in for the allowance
+(their efficiency unknown), so time outside operators still shows as unexplained. Plain data;
+runs on the merged findings of ``check``'s report.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from torchdoctor.rules import mode_fixes as mf
+from torchdoctor.rules import thresholds as th
+from torchdoctor.rules.account_inputs import Account, framework_python_ms
+from torchdoctor.rules.finding import Finding
+from torchdoctor.rules.registry import spec
+from torchdoctor.rules.run_common import make
+from torchdoctor.rules.run_inputs import RunRecord
+
+UNEXPLAINED_ID = "unexplained-step-time"
+
+
+@dataclass(frozen=True)
+class StepAccount:
+    """Where one rank's mean step goes, in ms per step."""
+
+    step_ms: float
+    roofline_ms: float | None
+    """The counted work at the attainable rates; None when it could not be counted."""
+    efficiency: float | None
+    """``roofline_ms / step_ms``."""
+    flops_share: float | None
+    bytes_share: float | None
+    attainable: str
+    """Where the attainable rates come from, or why there are none."""
+    allowance_ms: float
+    named_ms: float
+    contention_ms: float
+    """Time the training thread waited for a CPU held by others: explained, by the machine."""
+    unexplained_ms: float
+    explained: bool
+    categories: dict[str, float] = field(default_factory=dict)
+    """The line table's totals (ms per step): torch ops, Python, I/O, sleep/wait, gc."""
+    top_lines: list[dict[str, Any]] = field(default_factory=list)
+    """The lines holding most of the unexplained time, with what runs under each."""
+
+    @property
+    def unexplained_share(self) -> float:
+        return self.unexplained_ms / self.step_ms if self.step_ms else 0.0
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain data for ``report.json``'s ``account``."""
+        return {**asdict(self), "unexplained_share": round(self.unexplained_share, 4)}
+
+
+def step_account(record: dict[str, Any], findings: list[Finding]) -> StepAccount | None:
+    """The account of ``record``'s mean step given the merged ``findings``; None without steps."""
+    run = RunRecord.from_dict(record)
+    median = (record.get("steps") or {}).get("median_step_ms")
+    # The median step, as the roofline's efficiency: a step slowed by a neighbour on a shared
+    # machine does not make the others unexplained (rare long steps are a finding of their own).
+    step = float(median) if isinstance(median, int | float) and median > 0 else run.step_ms
+    if not step:
+        return None
+    acc = Account.from_record(run)
+    eff = acc.efficiency
+    categories = {k: float(v) for k, v in (acc.lines.get("categories") or {}).items()}
+    roof = float(eff["roofline_ms"]) if eff.get("roofline_ms") is not None else None
+    # The roofline explains compute: the time inside torch operators and torch's own Python
+    # around them, never the user's Python, I/O, sleeps or collections (when sampled).
+    compute = categories.get("torch ops", 0.0) + _framework_python(acc)
+    if roof is not None:
+        allowance = min(step, roof / th.EXPLAINED_EFFICIENCY)
+        if acc.lines.get("rows"):
+            allowance = min(allowance, compute)
+    else:
+        allowance = min(step, compute)
+    # Findings for the record (info) explain nothing: they are not worth fixing.
+    named = min(
+        step,
+        sum(
+            f.saving_ms_per_step
+            for f in findings
+            if f.id != UNEXPLAINED_ID and f.severity != "info"
+        ),
+    )
+    contention = min(step, categories.get("CPU contention", 0.0))
+    unexplained = max(0.0, step - allowance - named - contention)
+    ops_ms = categories.get("torch ops", 0.0)
+    excess = max(0.0, 1.0 - allowance / ops_ms) if ops_ms > 0 else 0.0
+    att = acc.roofline.get("attainable") or {}
+    return StepAccount(
+        step_ms=step,
+        roofline_ms=roof,
+        efficiency=_f(eff.get("share")),
+        flops_share=_f(eff.get("flops_share")),
+        bytes_share=_f(eff.get("bytes_share")),
+        attainable=str(att.get("source") or acc.roofline.get("unavailable") or "not counted"),
+        allowance_ms=round(allowance, 4),
+        named_ms=round(named, 4),
+        contention_ms=round(contention, 4),
+        unexplained_ms=round(unexplained, 4),
+        explained=roof is not None and unexplained < th.UNEXPLAINED_SHARE * step,
+        categories=categories,
+        top_lines=_top_lines(acc, excess),
+    )
+
+
+def _f(v: Any) -> float | None:
+    return float(v) if isinstance(v, int | float) else None
+
+
+def _top_lines(acc: Account, ops_excess: float, n: int = 5) -> list[dict[str, Any]]:
+    """Rows ranked by their unexplained self time: everything but torch operators, plus the
+    operators' time beyond the roofline allowance (shared out in proportion)."""
+    out = []
+    for r in acc.lines.get("rows") or []:
+        under = r.get("under") or {}
+        ops = float(under.get("torch ops") or 0.0)
+        rest = sum(float(v) for k, v in under.items() if k not in ("torch ops", "CPU contention"))
+        out.append(
+            {
+                "site": r.get("site"),
+                "function": r.get("function"),
+                "code": r.get("code"),
+                "self_ms": r.get("self_ms"),
+                "inclusive_ms": r.get("inclusive_ms"),
+                "unexplained_ms": round(rest + ops * ops_excess, 4),
+                "runs": main_category(r),
+                "ops": [o[0] for o in (r.get("ops") or [])[:3]],
+            }
+        )
+    out.sort(key=lambda x: -x["unexplained_ms"])
+    # Lines with a tenth of the top line's unexplained time or more: the rest is noise.
+    floor = 0.1 * out[0]["unexplained_ms"] if out else 0.0
+    return [x for x in out if x["unexplained_ms"] > 0 and x["unexplained_ms"] >= floor][:n]
+
+
+def _framework_python(acc: Account) -> float:
+    return framework_python_ms(acc.lines)
+
+
+def main_category(row: dict[str, Any]) -> str:
+    """What runs under a line table row most of its self time (``torch ops``, ``Python``...)."""
+    under = row.get("under") or {}
+    return max(under, key=lambda c: under[c]) if under else "Python"
+
+
+def _eff_text(a: StepAccount) -> str:
+    return f"{a.efficiency:.0%}" if a.efficiency is not None else "an unknown share"
+
+
+def unexplained(record: dict[str, Any], findings: list[Finding]) -> Finding | None:
+    """The ``unexplained-step-time`` finding, or None when the account leaves less than
+    ``UNEXPLAINED_SHARE`` of the step unexplained."""
+    a = step_account(record, findings)
+    if a is None or a.unexplained_ms < th.UNEXPLAINED_SHARE * a.step_ms:
+        return None
+    if a.roofline_ms is None and not a.top_lines:
+        return None  # neither sampled nor counted: nothing to say where the time goes
+    top = a.top_lines[0] if a.top_lines else {}
+    site = str(top.get("site") or "?")
+    runs = str(top.get("runs") or "")
+    what = runs + (
+        f": {', '.join(top['ops'][:2])}" if runs == "torch ops" and top.get("ops") else ""
+    )
+    s = spec(UNEXPLAINED_ID)
+    run = RunRecord.from_dict(record)
+    return make(
+        run,
+        UNEXPLAINED_ID,
+        s.format_title(
+            share=a.unexplained_share,
+            ms=a.unexplained_ms,
+            eff=_eff_text(a),
+            site=_short(site),
+            what=what,
+        ),
+        a.unexplained_share * (run.step_ms or a.step_ms),  # the same share of the mean step
+        {"account": a.to_dict()},
+        "\n".join(
+            mf.unexplained_fix(
+                str(t.get("runs")), _short(str(t.get("site"))), list(t.get("ops") or [])
+            )
+            for t in a.top_lines[:3]
+        )
+        or mf.unexplained_fix("Python", site, []),
+        where=[str(t["site"]) for t in a.top_lines[:5] if t.get("site")],
+    )
+
+
+def _short(site: str) -> str:
+    file, _, line = site.rpartition(":")
+    return f"{file.rsplit('/', 1)[-1]}:{line}" if file else site
+
+
+def account_verdict(line: str, account: dict[str, Any] | None) -> str:
+    """``line`` with its clean bill replaced when the step is not explained: no report says
+    that nothing holds a step back unless its time is accounted for."""
+    clean = "No bottleneck worth fixing found."
+    if clean not in line or not account or "error" in account or account.get("explained"):
+        return line
+    eff = account.get("efficiency")
+    top = (account.get("top_lines") or [{}])[0]
+    where = (
+        f"; most of it at {top['site'].rsplit('/', 1)[-1]} ({top['runs']})"
+        if top.get("site")
+        else ""
+    )
+    if eff is None:
+        why = f"no named bottleneck, but the efficiency is unknown ({account.get('attainable')})"
+    else:
+        why = f"no named bottleneck, but the step runs at {eff:.0%} of its roofline"
+    return line.replace(clean, f"Not a clean bill: {why}{where}.")

@@ -1,0 +1,346 @@
+"""Run-level rules about the step's account: global modes left on, forwards that record
+autograd graphs for nothing, construction repeated inside the step, float64 compute, garbage
+collection, kernel backends switched off.
+
+Where ``check`` switched a mode for a few extra steps (``capture/experiments.py``) the saving
+is measured: ``1 - changed / baseline`` (interleaved medians) of the mean step. Elsewhere it is
+an estimate whose reason is in ``rules/thresholds.py``, and the evidence says which.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from torchdoctor.rules import mode_fixes as mf
+from torchdoctor.rules import thresholds as th
+from torchdoctor.rules.account_inputs import Account
+from torchdoctor.rules.finding import Finding
+from torchdoctor.rules.registry import spec
+from torchdoctor.rules.run_common import make
+from torchdoctor.rules.run_inputs import RunRecord
+
+
+def _measured(acc: Account, fid: str, step: float) -> tuple[float | None, str, dict[str, Any]]:
+    """(saving ms or None, title suffix, evidence) from the toggle of finding ``fid``."""
+    e = acc.experiment(fid)
+    if e is None:
+        return None, "", {}
+    ratio = float(e["ratio"])
+    ev = {"measured": e}
+    base, changed = e.get("baseline_median_ms"), e.get("changed_median_ms")
+    text = f": measured {base:.1f} ms per step with it, {changed:.1f} ms with {e['toggle']}"
+    return max(0.0, (1.0 - ratio) * step), text, ev
+
+
+def anomaly_detection(run: RunRecord) -> list[Finding]:
+    """Anomaly detection on during the measured steps; saving measured by switching it off."""
+    acc, step = Account.from_record(run), run.step_ms
+    share = acc.mode_share("anomaly_detection")
+    on = bool(acc.modes.get("anomaly_detection")) or share >= th.MODE_ON_SHARE
+    if not on or not step:
+        return []
+    saving, text, ev = _measured(acc, "anomaly-detection", step)
+    estimated = saving is None
+    if saving is None:
+        saving = th.ANOMALY_SAVING * step
+    measured_little = not estimated and saving < th.TOGGLE_GAIN * step
+    sites = acc.setter_sites("set_detect_anomaly", "detect_anomaly")
+    s = spec("anomaly-detection")
+    return [
+        make(
+            run,
+            s.id,
+            s.format_title(measured=text),
+            saving,
+            {"sampled_share_on": share, "estimated": estimated, "sites": sites, **ev},
+            mf.anomaly_fix(sites),
+            where=sites,
+            severity="info" if measured_little else None,
+        )
+    ]
+
+
+def deterministic_algorithms(run: RunRecord) -> list[Finding]:
+    """Deterministic algorithms on; saving measured by switching them off (else 0, info)."""
+    acc, step = Account.from_record(run), run.step_ms
+    share = acc.mode_share("deterministic_algorithms")
+    on = bool(acc.modes.get("deterministic_algorithms")) or share >= th.MODE_ON_SHARE
+    if not on or not step:
+        return []
+    saving, text, ev = _measured(acc, "deterministic-algorithms", step)
+    measured_gain = saving is not None and saving >= th.TOGGLE_GAIN * step
+    sites = acc.setter_sites("use_deterministic_algorithms", value=True)
+    s = spec("deterministic-algorithms")
+    return [
+        make(
+            run,
+            s.id,
+            s.format_title(measured=text or " (cost not measured: --full or torchrun)"),
+            saving or 0.0,
+            {"sampled_share_on": share, "sites": sites, **ev},
+            mf.deterministic_fix(sites, run.gpu is not None),
+            where=sites,
+            severity=None if measured_gain else "info",
+        )
+    ]
+
+
+def few_intra_op_threads(run: RunRecord) -> list[Finding]:
+    """Fewer intra-op threads than cores, chosen by the script or its environment, and more
+    threads measured faster inside the run."""
+    acc, step = Account.from_record(run), run.step_ms
+    threads, cores = acc.modes.get("intra_op_threads"), acc.modes.get("cores_per_rank")
+    if not step or not isinstance(threads, int) or not isinstance(cores, int) or threads >= cores:
+        return []
+    e = acc.experiment("few-intra-op-threads")
+    if e is None:
+        return []
+    saving, text, ev = _measured(acc, "few-intra-op-threads", step)
+    pairs = e.get("pair_ratios") or []
+    if (
+        saving is None
+        or saving < th.THREADS_GAIN * step
+        or sum(r < 1 for r in pairs) * 2 <= len(pairs)
+    ):
+        return []  # more threads were not clearly faster here: the choice stands
+    sites = acc.setter_sites("set_num_threads")
+    env = acc.modes.get("thread_env") or {}
+    s = spec("few-intra-op-threads")
+    return [
+        make(
+            run,
+            s.id,
+            s.format_title(threads=threads, cores=cores, measured=text),
+            saving,
+            {"intra_op_threads": threads, "cores_per_rank": cores, "thread_env": env, **ev},
+            mf.threads_fix(cores, sites, env),
+            where=sites,
+        )
+    ]
+
+
+def grad_without_backward(run: RunRecord) -> list[Finding]:
+    """Outermost forwards whose recorded graphs never reached a backward."""
+    acc, step = Account.from_record(run), run.step_ms
+    unreached = [r for r in acc.forwards.get("unreached") or [] if r.get("site")]
+    if not unreached or not step:
+        return []
+    sites = [str(r["site"]) for r in unreached]
+    saving, text, ev = _measured(acc, "grad-without-backward", step)
+    estimated = saving is None
+    if saving is None:  # not measured (--full, torchrun): the estimate
+        saving = th.NO_GRAD_SAVING * sum(acc.inclusive_ms(site) for site in sites)
+    # Measured without a clear gain (a forward of large operators gains little on a CPU): for
+    # the record; the graph still holds the activations in memory until it is freed.
+    little = not estimated and saving < th.TOGGLE_GAIN * step
+    code = {site: str((acc.row(site) or {}).get("code") or "") for site in sites}
+    s = spec("grad-without-backward")
+    calls = sum(int(r.get("graphs") or 0) for r in unreached)
+    return [
+        make(
+            run,
+            s.id,
+            s.format_title(n=calls, sites=", ".join(_short(x) for x in sites[:2]), measured=text),
+            saving,
+            {"forwards": unreached, "sites": sites, "estimated": estimated, **ev},
+            mf.no_grad_fix(sites, code),
+            where=sites,
+            severity="info" if little else None,
+        )
+    ]
+
+
+def repeated_construction(run: RunRecord) -> list[Finding]:
+    """Objects built at one line at least every other measured step; saving: their time."""
+    acc, step = Account.from_record(run), run.step_ms
+    measured = run.steps.measured_steps
+    if not acc.repeats or not measured or not step:
+        return []
+    rows = [r for r in acc.repeats if r["calls"] / measured >= th.REPEAT_PER_STEP]
+    if not rows:
+        return []
+    saving = 0.0
+    for r in rows:
+        timed = float(r.get("seconds") or 0.0) * 1e3 / measured
+        saving += max(
+            timed, acc.inclusive_ms(r["site"]) if r["kind"] in ("module", "copy") else 0.0
+        )
+        if r["kind"] == "dataloader iterator":
+            # the first batch from new workers waits for them to start: the data wait
+            saving += run.steps.mean_data_wait_ms * min(1.0, r["calls"] / measured)
+        if r["kind"] == "hook":
+            # Hooks registered every step pile up: by step k, k of them run where one would.
+            piled = max(1.0, float(run.steps.count) * min(1.0, r["calls"] / measured))
+            saving += _function_ms(acc, r.get("hook_functions") or []) * (1.0 - 1.0 / piled)
+    top = rows[0]
+    s = spec("repeated-construction")
+    what = f"{top.get('what') or top['kind']} ({top['kind']})"
+    return [
+        make(
+            run,
+            s.id,
+            s.format_title(what=what, per_step=top["calls"] / measured, site=_short(top["site"])),
+            saving,
+            {"constructions": rows, "measured_steps": measured},
+            mf.repeat_fix([{**r, "code": (acc.row(r["site"]) or {}).get("code")} for r in rows]),
+            where=[r["site"] for r in rows[:8]],
+        )
+    ]
+
+
+def module_call_loop(run: RunRecord) -> list[Finding]:
+    """A module instance called ``LOOP_CALLS`` times or more from one user line in a step, on
+    slices of one tensor (an RNN cell over time steps, a model over samples); saving: an
+    estimate from the loop line's forward time (``LOOP_SAVING``)."""
+    acc, step = Account.from_record(run), run.step_ms
+    loops = [
+        r
+        for r in acc.forwards.get("loops") or []
+        if r.get("site") and (r.get("sliced") or r.get("cell"))
+    ]
+    if not loops or not step:
+        return []
+    top = loops[0]
+    site = str(top["site"])
+    forward_ms = acc.inclusive_ms(site)
+    training = int(top.get("grad_calls") or 0) * 2 > int(top["calls"])
+    factor = float(th.LOOP_SAVING) if training else float(th.LOOP_SAVING) / 3
+    saving = min(step, factor * forward_ms)
+    cell = bool(top.get("cell"))
+    s = spec("module-call-loop")
+    return [
+        make(
+            run,
+            s.id,
+            s.format_title(
+                module=top["module"],
+                calls=top["calls"],
+                site=_short(site),
+                over="time steps" if cell else "slices (samples?)",
+            ),
+            saving,
+            {
+                "loops": loops,
+                "site": site,
+                "forward_ms_per_step": round(forward_ms, 4),
+                "training": training,
+                "estimated": True,
+            },
+            mf.loop_fix(str(top["module"]), _short(site), cell),
+            where=[str(r["site"]) for r in loops[:4]],
+        )
+    ]
+
+
+def float64_compute(run: RunRecord) -> list[Finding]:
+    """Most of the counted work in float64; saving: FP64_SAVING of the operator time."""
+    acc, step = Account.from_record(run), run.step_ms
+    by = acc.work.get("by_dtype") or {}
+    flops = sum(float(v.get("flops") or 0) for v in by.values())
+    nbytes = sum(float(v.get("bytes") or 0) for v in by.values())
+    fp64 = by.get("fp64") or {}
+    basis, share = "FLOPs", (float(fp64.get("flops") or 0) / flops if flops else 0.0)
+    if not flops and nbytes:
+        basis, share = "bytes moved", float(fp64.get("bytes") or 0) / nbytes
+    if share < th.FP64_SHARE or not step:
+        return []
+    ops_ms = float((acc.lines.get("categories") or {}).get("torch ops") or 0.0)
+    if not ops_ms:
+        ops_ms = float(run.ops.get("op_time_ms_per_step") or step)
+    sites = acc.setter_sites("set_default_dtype") + acc.setter_sites("double")
+    s = spec("float64-compute")
+    return [
+        make(
+            run,
+            s.id,
+            s.format_title(share=share, basis=basis),
+            th.FP64_SAVING * share * ops_ms,
+            {"fp64_share": share, "basis": basis, "by_dtype": by, "sites": sites},
+            mf.fp64_fix(sites),
+            where=sites,
+        )
+    ]
+
+
+def gc_in_step(run: RunRecord) -> list[Finding]:
+    """Garbage collection above GC_SHARE of the step (timed by gc callbacks)."""
+    acc, step = Account.from_record(run), run.step_ms
+    ms = float(acc.lines.get("gc_ms_per_step") or 0.0)
+    if not step or ms < th.GC_SHARE * step:
+        return []
+    rows = [r for r in acc.lines.get("rows") or [] if (r.get("under") or {}).get("gc")]
+    rows.sort(key=lambda r: -float(r["under"]["gc"]))
+    explicit = [r["site"] for r in rows if "gc.collect" in str(r.get("code") or "")]
+    how = f": gc.collect() at {_short(explicit[0])}" if explicit else " (automatic collections)"
+    s = spec("gc-in-step")
+    return [
+        make(
+            run,
+            s.id,
+            s.format_title(ms=ms, share=ms / step, how=how),
+            ms,
+            {
+                "gc_ms_per_step": ms,
+                "collections": acc.lines.get("gc_collections"),
+                "sites": [r["site"] for r in rows[:5]],
+            },
+            mf.gc_fix(explicit),
+            where=explicit or [r["site"] for r in rows[:3]],
+        )
+    ]
+
+
+def backend_disabled(run: RunRecord) -> list[Finding]:
+    """oneDNN off on a CPU run, cuDNN off on a CUDA run."""
+    acc, step = Account.from_record(run), run.step_ms
+    if not step:
+        return []
+    cuda = run.gpu is not None
+    name = "cudnn" if cuda else "mkldnn"
+    enabled = acc.modes.get(f"{name}_enabled")
+    if enabled is not False or (name == "mkldnn" and acc.modes.get("mkldnn_available") is False):
+        return []
+    saving, text, ev = _measured(acc, "backend-disabled", step)
+    gain = saving is not None and saving >= th.TOGGLE_GAIN * step
+    s = spec("backend-disabled")
+    return [
+        make(
+            run,
+            s.id,
+            s.format_title(name=name, measured=text or " (cost not measured)"),
+            saving or 0.0,
+            {"backend": name, **ev},
+            mf.backend_fix(name),
+            severity=None if gain else "info",
+        )
+    ]
+
+
+def _function_ms(acc: Account, functions: list[list[str]]) -> float:
+    """ms per step inside these (file, function) pairs: the inclusive time of their lines."""
+    wanted = {(f, n) for f, n in functions}
+    total = 0.0
+    for row in acc.lines.get("rows") or []:
+        file = str(row.get("site", "")).rpartition(":")[0]
+        if (file, row.get("function")) in wanted:
+            total += float(row.get("inclusive_ms") or 0.0)
+    return total
+
+
+def _short(site: str) -> str:
+    """``train.py:42`` for a full path."""
+    file, _, line = site.rpartition(":")
+    return f"{file.rsplit('/', 1)[-1]}:{line}" if file else site
+
+
+MODE_RULES = (
+    anomaly_detection,
+    deterministic_algorithms,
+    few_intra_op_threads,
+    grad_without_backward,
+    repeated_construction,
+    module_call_loop,
+    float64_compute,
+    gc_in_step,
+    backend_disabled,
+)

@@ -1,0 +1,99 @@
+"""``check`` on scripts with mistakes no rule was first written against (examples/unlisted):
+it names the mistake, or at worst reports the unexplained time with the planted line at the top
+of the line table; a healthy control gets no actionable finding. A fast subset runs always;
+the rest are slow (benchmarks/validate_unlisted.py runs them all as separate processes)."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.capture.check_helpers import REPO, check_inprocess
+
+sys.path.insert(0, str(REPO / "benchmarks"))
+from unlisted_cases import CASES, Case
+
+BY_NAME = {c.script: c for c in CASES}
+FAST = {"anomaly_left_on.py", "eval_with_grad.py", "python_metric_loop.py"}
+OPTS = ["--warmup", "3", "--steps", "4"]
+
+
+@pytest.fixture(autouse=True)
+def global_modes_restored() -> Any:
+    """The scripts run in this process and set global modes of their own (anomaly detection,
+    determinism, oneDNN, threads): put them back for the tests that follow."""
+    import torch
+
+    threads, mkldnn = torch.get_num_threads(), torch.backends.mkldnn.enabled
+    yield
+    torch.autograd.set_detect_anomaly(False)
+    torch.use_deterministic_algorithms(False)
+    torch.backends.mkldnn.enabled = mkldnn
+    torch.set_num_threads(threads)
+
+
+def actionable(report: dict[str, Any]) -> list[dict[str, Any]]:
+    return [
+        f for f in report["findings"] if f["severity"] != "info" and f["saving_ms_per_step"] > 0
+    ]
+
+
+def planted_site(case: Case) -> str:
+    lines = case.path.read_text().splitlines()
+    return f"{case.path}:{next(i for i, ln in enumerate(lines, 1) if case.line in ln)}"
+
+
+def run_case(tmp_path: Path, case: Case) -> Any:
+    sys.path.insert(0, str(case.path.parent))  # the scripts import their step timer
+    try:
+        return check_inprocess(tmp_path, case.path, "--steps", "40", opts=OPTS)
+    finally:
+        sys.path.remove(str(case.path.parent))
+
+
+def check_named(r: Any, case: Case) -> None:
+    assert r.code == 0, r.stderr
+    found = actionable(r.report)
+    named = [f for f in found if f["id"] in case.expect]
+    rows = r.run["lines"]["rows"]
+    top_row = max(rows, key=lambda row: row["self_ms"]) if rows else {}
+    site = planted_site(case)
+    assert named or top_row.get("site") == site, r.stdout
+    if named and named[0]["where"]:
+        assert site in named[0]["where"] or any(w.startswith(site) for w in named[0]["where"])
+
+
+@pytest.mark.parametrize("script", sorted(FAST))
+def test_fast_cases_are_named(tmp_path: Path, script: str) -> None:
+    check_named(run_case(tmp_path, BY_NAME[script]), BY_NAME[script])
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    "script",
+    sorted(c.script for c in CASES if not c.control and c.script not in FAST and c.env),
+)
+def test_slow_cases_are_named(tmp_path: Path, script: str) -> None:
+    check_named(run_case(tmp_path, BY_NAME[script]), BY_NAME[script])
+
+
+def test_anomaly_cost_is_measured_inside_the_run(tmp_path: Path) -> None:
+    case = BY_NAME["anomaly_left_on.py"]
+    r = run_case(tmp_path, case)
+    f = next(f for f in r.report["findings"] if f["id"] == "anomaly-detection")
+    e = f["evidence"]["measured"]
+    assert len(e["baseline_ms"]) == 4 and len(e["changed_ms"]) == 4
+    assert e["ratio"] < 0.9  # the same steps without anomaly detection, interleaved
+    assert r.run["steps"]["experiment_steps"] >= 9
+    assert planted_site(case) in f["where"]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("script", sorted(c.script for c in CASES if c.control))
+def test_controls_stay_quiet(tmp_path: Path, script: str) -> None:
+    r = run_case(tmp_path, BY_NAME[script])
+    assert r.code == 0, r.stderr
+    assert actionable(r.report) == [], r.stdout
