@@ -37,6 +37,14 @@ class Side:
     batch_size: int | None = None
     samples_per_step: float | None = None
     notes: list[str] = field(default_factory=list)
+    warmup_ms: np.ndarray = field(default_factory=lambda: np.zeros(0))
+    """The warm-up steps' times (a ``check`` run folder), for the one-time cost."""
+    one_time_s: float | None = None
+    """A one-time cost the side reports whole (a ``tune`` pick's warm-up overhead)."""
+    compile_s: float | None = None
+    """torch.compile's compile time, when the side recorded it."""
+    job_steps: int | None = None
+    """The run's length when it ran to its end by itself (a completed ``check --full`` run)."""
 
 
 def load_side(path: str) -> Side:
@@ -146,6 +154,10 @@ def _operators(a: Any) -> dict[str, float]:
     }
 
 
+def _float_or_none(v: Any) -> float | None:
+    return float(v) if isinstance(v, int | float) and not isinstance(v, bool) else None
+
+
 def _str_or_none(v: Any) -> str | None:
     return None if v is None else str(v)
 
@@ -190,8 +202,16 @@ def _with_record(base: Side, folder: Path, record: dict[str, Any], step_ms: np.n
     gpu = ((record.get("gpu") or {}).get("device") or {}).get("name") or base.gpu
     loaders = (record.get("config") or {}).get("dataloaders") or []
     batch = next((d.get("batch_size") for d in loaders if d.get("batch_size")), None)
+    steps = record.get("steps") or {}
+    all_ms = np.asarray(steps.get("step_ms") or [], dtype=np.float64)
+    warm = int(steps.get("warmup_steps") or 0)
+    compile_s = (record.get("compile") or {}).get("compile_s")
+    completed = (record.get("exit") or {}).get("status") == "completed"
     return replace(
         base,
+        warmup_ms=all_ms[:warm] if len(step_ms) else np.zeros(0),
+        compile_s=float(compile_s) if compile_s else None,
+        job_steps=len(all_ms) if completed and len(all_ms) else None,
         step_ms=step_ms if len(step_ms) else base.step_ms,
         findings=findings,
         gpu=gpu,
@@ -234,4 +254,6 @@ def _tune(p: Path, doc: dict[str, Any]) -> Side:
         batch_size=(best.get("assignment") or {}).get("batch_size"),
         samples_per_step=sps * med if sps else None,
         notes=[f"tune pick: {best.get('config', '?')}", *notes],
+        one_time_s=_float_or_none(best.get("warmup_overhead_s")),
+        compile_s=_float_or_none(best.get("compile_s")),
     )
