@@ -47,7 +47,9 @@ def main() -> None:
     p.add_argument("--steps", type=int, default=20)
     args = p.parse_args()
     print(f"machine: {platform.machine()}, {os.cpu_count()} CPUs, load {os.getloadavg()[0]:.1f}")
-    print(f"{'script':<16} {'runs':>4} {'mean step ms (min-max)':>24} {'lag':>4} {'p50':>6} {'p95':>6} {'max':>6}")
+    print(
+        f"{'script':<16} {'runs':>4} {'mean step ms (min-max)':>24} {'lag':>4} {'p50':>6} {'p95':>6} {'max':>6}"
+    )
     worst = []
     for script in args.scripts:
         means = _means(script, args.runs, args.warmup, args.steps)
@@ -58,9 +60,13 @@ def main() -> None:
             s = _spread(means, lag)
             p50, p95 = np.quantile(s, [0.5, 0.95])
             worst.append(float(p95))
-            print(f"{script.name:<16} {len(means):>4} {rng:>24} {lag:>4} {p50:6.2f} {p95:6.2f} {s.max():6.2f}")
+            print(
+                f"{script.name:<16} {len(means):>4} {rng:>24} {lag:>4} {p50:6.2f} {p95:6.2f} {s.max():6.2f}"
+            )
     allowance = (max(worst) - 1.0) * 100.0 if worst else math.nan
-    print(f"run-to-run allowance (95th percentile of the run ratio, worst lag): +/-{allowance:.0f}%")
+    print(
+        f"run-to-run allowance (95th percentile of the run ratio, worst lag): +/-{allowance:.0f}%"
+    )
 
 
 if __name__ == "__main__":

@@ -17,7 +17,9 @@ p = argparse.ArgumentParser()
 p.add_argument("--steps", type=int, default=20)
 args = p.parse_args()
 torch.manual_seed(0)
-model = nn.Sequential(nn.Linear(256, 512), nn.ReLU(), nn.Linear(512, 512), nn.ReLU(), nn.Linear(512, 10))
+model = nn.Sequential(
+    nn.Linear(256, 512), nn.ReLU(), nn.Linear(512, 512), nn.ReLU(), nn.Linear(512, 10)
+)
 opt = torch.optim.SGD(model.parameters(), lr=0.01)
 step_model = model
 x, y = torch.randn(128, 256), torch.randint(0, 10, (128,))

@@ -7,11 +7,13 @@ from torch import nn
 
 torch.set_num_threads(1)  # a 2-core shared machine: one thread keeps the A/B about the code
 p = argparse.ArgumentParser()
-p.add_argument("--steps", type=int, default=40)
+p.add_argument("--steps", type=int, default=400)
 args = p.parse_args()
 torch.manual_seed(0)
 DTYPE = torch.float32
-model = nn.Sequential(nn.Linear(512, 1024), nn.ReLU(), nn.Linear(1024, 1024), nn.ReLU(), nn.Linear(1024, 10)).to(DTYPE)
+model = nn.Sequential(
+    nn.Linear(512, 1024), nn.ReLU(), nn.Linear(1024, 1024), nn.ReLU(), nn.Linear(1024, 10)
+).to(DTYPE)
 opt = torch.optim.SGD(model.parameters(), lr=0.01)
 x, y = torch.randn(256, 512, dtype=DTYPE), torch.randint(0, 10, (256,))
 for _ in range(args.steps):

@@ -7,11 +7,13 @@ from torch import nn
 
 torch.set_num_threads(1)  # a 2-core shared machine: one thread keeps the A/B about the code
 p = argparse.ArgumentParser()
-p.add_argument("--steps", type=int, default=60)
+p.add_argument("--steps", type=int, default=1800)
 p.add_argument("--log-every", type=int, default=50)
 args = p.parse_args()
 torch.manual_seed(0)
-model = nn.Sequential(nn.Linear(256, 512), nn.ReLU(), nn.Linear(512, 512), nn.ReLU(), nn.Linear(512, 10))
+model = nn.Sequential(
+    nn.Linear(256, 512), nn.ReLU(), nn.Linear(512, 512), nn.ReLU(), nn.Linear(512, 10)
+)
 opt = torch.optim.SGD(model.parameters(), lr=0.01)
 x, y = torch.randn(128, 256), torch.randint(0, 10, (128,))
 x_val = torch.randn(96, 256)

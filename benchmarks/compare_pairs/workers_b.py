@@ -8,7 +8,7 @@ from torch.utils.data import DataLoader, TensorDataset
 
 torch.set_num_threads(1)  # a 2-core shared machine: one thread keeps the A/B about the code
 p = argparse.ArgumentParser()
-p.add_argument("--epochs", type=int, default=15)
+p.add_argument("--epochs", type=int, default=150)
 args = p.parse_args()
 torch.manual_seed(0)
 model = nn.Sequential(nn.Linear(64, 128), nn.ReLU(), nn.Linear(128, 10))

@@ -38,6 +38,9 @@ class RunCost:
     both ends (a rerun); None: the mean of ``step_ms``."""
     samples_per_step: float | None = None
     """Samples per optimizer step (the DataLoader's batch size), when known."""
+    job_s: float | None = None
+    """The whole run's measured time, start to exit, when it ran to its end (a ``--full``
+    rerun); the time to ``job_steps`` steps is then this, not the model below."""
 
     @property
     def mean_ms(self) -> float:
@@ -68,7 +71,10 @@ class RunCost:
         return max(MIN_ONE_TIME_S, self.startup_s + warm / 1000.0)
 
     def time_to_s(self, steps: int) -> float:
-        """Seconds to run ``steps`` steps from the start (warm-up included): one-time + N x mean."""
+        """Seconds to run ``steps`` steps from the start (warm-up included): one-time + N x mean,
+        or the measured whole run when ``steps`` is its own length."""
+        if self.job_s is not None and steps == self.job_steps:
+            return self.job_s
         return self.one_time_s + steps * self.mean_ms / 1000.0
 
 

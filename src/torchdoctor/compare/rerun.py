@@ -181,7 +181,7 @@ def run_interleaved(
         shuffle.shuffle(order)
         orders.append(" ".join(name for name, _ in order))
         for name, script in order:
-            run = _run_one(name, rnd, script, warmup, steps, full, timeout_s, env, cwd)
+            run = _with_job(_run_one(name, rnd, script, warmup, steps, full, timeout_s, env, cwd))
             runs.append(run)
             if on_run is not None:
                 on_run(run)
@@ -192,8 +192,7 @@ def run_interleaved(
             stopped = "failed"
             break
         done = _complete_rounds(runs)
-        if full:
-            job = _full_job_steps(done, job_steps)
+        job = _full_job_steps(done, job_steps)
         result_est, verdict = _judge(done, job)
         if rnd + 1 >= min_rounds and verdict is not None and verdict.decided:
             stopped = "decided"
@@ -223,7 +222,8 @@ def _complete_rounds(runs: list[ChildRun]) -> list[tuple[RunCost, RunCost]]:
 
 
 def _full_job_steps(done: list[tuple[RunCost, RunCost]], given: int | None) -> int | None:
-    """With ``full``, the job's length is what the runs did (the smaller side's, if unequal)."""
+    """The job length: ``given``, else what the runs that went to their end did (the smaller
+    side's, if unequal)."""
     if given:
         return given
     lengths = [c.job_steps for pair in done for c in pair if c.job_steps]
@@ -302,6 +302,15 @@ def _run_one(
         wall = time.monotonic() - t_spawn
         _kill_group(proc)  # workers a run leaked must not steal CPU from the next run
         return _read(side, rnd, proc.returncode, result_path, err, t_spawn, wall, warmup, steps)
+
+
+def _with_job(run: ChildRun) -> ChildRun:
+    """A run that went to its end: its whole time is what the parent saw, exit included."""
+    from dataclasses import replace
+
+    if run.cost is None or run.cost.job_steps is None:
+        return run
+    return replace(run, cost=replace(run.cost, job_s=run.wall_s))
 
 
 def _kill_group(proc: subprocess.Popen[bytes]) -> None:

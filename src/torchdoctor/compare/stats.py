@@ -68,9 +68,11 @@ class Estimate:
 
     quantity: Quantity
     base: float
-    """BASE's value (the median over runs or rounds), in :attr:`unit`."""
+    """BASE's value (its median over runs or rounds), in :attr:`unit`."""
     new: float
-    """NEW's value, in :attr:`unit`."""
+    """NEW's value, in :attr:`unit`. With several runs or rounds: BASE's median divided by the
+    speed-up, so the two columns and the ratio always agree (the medians of each side's runs
+    can come from different moments and disagree with the paired or pairwise ratio)."""
     unit: str
     speedup: stats.RatioInterval
     """``base / new`` (above 1: NEW costs less), at 95%; for one run a side, widened by the
@@ -230,9 +232,9 @@ def _runs(b: np.ndarray, n: np.ndarray, q: Quantity) -> Estimate:
     test = f"Mann-Whitney U on {len(b)} and {len(n)} runs"
     if not (iv.low > 0 and math.isfinite(iv.high)):
         test += f" (too few runs for a 95% interval: {MIN_RUNS_FOR_INTERVAL} a side give one)"
+    base = float(np.median(b))
     return Estimate(
-        q, float(np.median(b)), float(np.median(n)), UNITS[q], iv, "runs", test, len(b), len(n),
-        float(p),
+        q, base, base / iv.ratio, UNITS[q], iv, "runs", test, len(b), len(n), float(p)
     )  # fmt: skip
 
 
@@ -242,7 +244,7 @@ def _paired(b: np.ndarray, n: np.ndarray, q: Quantity) -> Estimate:
     test = f"Wilcoxon signed-rank on {len(b)} per-round ratios"
     if not (iv.low > 0 and math.isfinite(iv.high)):
         test += " (6 rounds give a 95% interval)"
+    base = float(np.median(b))
     return Estimate(
-        q, float(np.median(b)), float(np.median(n)), UNITS[q], iv, "interleaved", test, len(b),
-        len(n),
+        q, base, base / iv.ratio, UNITS[q], iv, "interleaved", test, len(b), len(n)
     )  # fmt: skip

@@ -147,7 +147,9 @@ def _lead(e: Estimate, direction: Direction) -> str:
 
 def _evidence_phrase(e: Estimate, run_noise_pct: float) -> str:
     if e.evidence == "one run a side":
-        if e.has_interval and e.speedup.excludes(1.0):
+        if not e.has_interval:
+            return "one value a side: not a test"
+        if e.speedup.excludes(1.0):
             return (
                 f"larger than the +/-{run_noise_pct:g}% run-to-run allowance, but one run a side "
                 "is not a test"

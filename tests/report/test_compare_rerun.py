@@ -1,0 +1,158 @@
+"""``compare --rerun``: the interleaving (order, early stop, failures) with fake processes, and the
+real child on tiny scripts (``check``'s step clock, stopped after warm-up + steps)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from torchdoctor.compare import rerun
+from torchdoctor.compare.cost import RunCost
+from torchdoctor.compare.rerun import ChildRun, Script, run_interleaved
+
+TINY = """
+import sys
+import torch
+torch.set_num_threads(1)
+work = int(sys.argv[1]) if len(sys.argv) > 1 else 1
+model = torch.nn.Linear(64, 64)
+opt = torch.optim.SGD(model.parameters(), lr=0.01)
+x = torch.randn(32, 64)
+for step in range(10**6):  # never ends by itself: the clock stops it
+    for _ in range(work):
+        loss = model(x).square().mean()
+        loss.backward()
+    opt.step()
+    opt.zero_grad()
+"""
+
+
+def _env() -> dict[str, str]:
+    src = str(Path(__file__).resolve().parents[2] / "src")
+    return {"PYTHONPATH": src + os.pathsep + os.environ.get("PYTHONPATH", "")}
+
+
+class _FakeRuns:
+    """Stands in for the child processes: BASE costs 10 ms x load, NEW 8 ms x load, and the
+    machine's load jumps from one process to the next."""
+
+    def __init__(self, fail: tuple[str, int] | None = None) -> None:
+        self.calls: list[tuple[str, int]] = []
+        self.fail = fail
+        self.loads = iter(np.random.default_rng(3).uniform(1.0, 3.0, 1000))
+
+    def __call__(self, side: str, rnd: int, script: Script, *args: Any) -> ChildRun:
+        self.calls.append((side, rnd))
+        if self.fail == (side, rnd):
+            return ChildRun(side, rnd, "error", 1, "failed (the script error, status 1)", 1.0, None)  # type: ignore[arg-type]
+        load = next(self.loads)
+        # within one process the load holds: both sides of a round see nearly the same machine
+        mean = (10.0 if side == "BASE" else 8.0) * (self._round_load(rnd) + 0.01 * load)
+        cost = RunCost(np.full(5, mean), np.array([mean * 3]), startup_s=1.0, window_mean_ms=mean)
+        return ChildRun(side, rnd, "stopped", 0, "", 2.0, cost)  # type: ignore[arg-type]
+
+    def _round_load(self, rnd: int) -> float:
+        return [1.0, 2.5, 1.3, 3.0, 1.8, 1.1, 2.2, 2.9][rnd % 8]
+
+
+def _scripts(tmp_path: Path) -> tuple[Script, Script]:
+    a, b = tmp_path / "a.py", tmp_path / "b.py"
+    a.write_text(TINY)
+    b.write_text(TINY)
+    return Script(str(a)), Script(str(b))
+
+
+def test_interleaves_shuffled_and_stops_once_decided(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    fake = _FakeRuns()
+    monkeypatch.setattr(rerun, "_run_one", fake)
+    seen: list[ChildRun] = []
+    r = run_interleaved(*_scripts(tmp_path), rounds=12, on_run=seen.append)
+    assert r.stopped == "decided" and len(r.rounds) == 6  # the fewest with a 95% interval
+    assert [c[1] for c in fake.calls] == [i // 2 for i in range(12)]  # one of each per round
+    assert {"BASE NEW", "NEW BASE"} <= set(r.orders)  # the order is shuffled per round
+    assert [(c.side, c.round) for c in seen] == fake.calls
+    assert r.ratios("mean_step") == pytest.approx([1.25] * 6, rel=0.02)
+    assert r.verdict is not None and r.verdict.decided
+    assert r.verdict.text.startswith("NEW is faster: mean step")
+    assert r.speedup is not None and r.speedup.low > 1.2
+
+
+def test_same_seed_same_order(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    monkeypatch.setattr(rerun, "_run_one", _FakeRuns())
+    first = run_interleaved(*_scripts(tmp_path), rounds=6, seed=5).orders
+    monkeypatch.setattr(rerun, "_run_one", _FakeRuns())
+    assert run_interleaved(*_scripts(tmp_path), rounds=6, seed=5).orders == first
+
+
+def test_a_failing_side_stops_the_rerun_and_is_named(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    monkeypatch.setattr(rerun, "_run_one", _FakeRuns(fail=("NEW", 2)))
+    r = run_interleaved(*_scripts(tmp_path), rounds=8)
+    assert r.stopped == "failed" and r.failure.startswith("NEW (")
+    assert len(r.rounds) == 2 and r.verdict is not None and not r.verdict.decided
+    monkeypatch.setattr(rerun, "_run_one", _FakeRuns(fail=("BASE", 0)))
+    first = run_interleaved(*_scripts(tmp_path), rounds=8)
+    assert first.verdict is None and first.failure.startswith("BASE (")
+
+
+def test_real_child_runs_the_check_clock_and_stops(tmp_path: Path) -> None:
+    """Two real processes: each stops after 2 warm-up + 3 steps, with its start-up measured."""
+    a, b = _scripts(tmp_path)
+    r = run_interleaved(a, Script(b.path, ("2",)), rounds=1, warmup=2, steps=3, env=_env())
+    assert r.failure == "", r.failure
+    assert [c.status for c in r.runs] == ["stopped", "stopped"]
+    for c in r.runs:
+        assert c.cost is not None and len(c.cost.step_ms) == 3 and len(c.cost.warmup_ms) == 2
+        assert 0.0 < c.cost.startup_s < c.wall_s  # the interpreter and torch's import
+        assert c.cost.window_mean_ms is not None and c.cost.window_mean_ms > 0
+        assert c.detail["source"] == "optimizer"
+    assert r.verdict is not None and not r.verdict.decided  # one round decides nothing
+
+
+def test_real_child_failure_is_one_line_and_exit_2(tmp_path: Path) -> None:
+    ok, bad = tmp_path / "ok.py", tmp_path / "bad.py"
+    ok.write_text(TINY)
+    bad.write_text("raise RuntimeError('boom at start')\n")
+    cmd = [sys.executable, "-m", "torchdoctor", "compare", "--rerun", str(ok), str(bad)]
+    done = subprocess.run(
+        cmd, capture_output=True, text=True, env={**os.environ, **_env()}, timeout=300
+    )
+    assert done.returncode == 2, done.stderr
+    last = done.stderr.strip().splitlines()[-1]
+    assert last.startswith("torchdoctor: error: --rerun: NEW (") and "boom at start" in last
+
+
+@pytest.mark.slow
+def test_rerun_cli_decides_and_gates_on_interleaved_rounds(tmp_path: Path) -> None:
+    """BASE does the step's work once, NEW three times: six interleaved rounds decide that NEW
+    is slower, and the gate fails on that."""
+    a, b = _scripts(tmp_path)
+    cmd = [
+        sys.executable, "-m", "torchdoctor", "compare", "--rerun", "--rounds", "6",
+        "--warmup", "2", "--steps", "15", "--fail-if-slower", "5", "--json",
+        a.path, b.path, "--", "1",
+    ]  # fmt: skip
+    Path(b.path).write_text(
+        TINY.replace("work = int(sys.argv[1]) if len(sys.argv) > 1 else 1", "work = 3")
+    )
+    done = subprocess.run(
+        cmd, capture_output=True, text=True, env={**os.environ, **_env()}, timeout=600
+    )
+    assert done.returncode == 1, done.stderr[-2000:]
+    doc = json.loads(done.stdout)
+    assert doc["evidence"] == "interleaved" and len(doc["orders"]) == 6
+    assert doc["decided"] and doc["direction"] == "slower" and doc["gate"]["failed"]
+    assert doc["costs"]["mean_step"]["interval"][1] < 1.0
+    assert len(doc["per_round_speedups"]["mean_step"]) == 6
+    assert doc["base"]["args"] == ["1"] and doc["new"]["args"] == ["1"]
+    assert done.stderr.count("round ") == 12  # a progress line per process
