@@ -156,3 +156,21 @@ def test_rerun_cli_decides_and_gates_on_interleaved_rounds(tmp_path: Path) -> No
     assert len(doc["per_round_speedups"]["mean_step"]) == 6
     assert doc["base"]["args"] == ["1"] and doc["new"]["args"] == ["1"]
     assert done.stderr.count("round ") == 12  # a progress line per process
+
+
+def test_rerun_report_text_json_and_page(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    from torchdoctor.compare import rerun_render
+    from torchdoctor.compare.cli import _clean
+
+    monkeypatch.setattr(rerun, "_run_one", _FakeRuns())
+    r = run_interleaved(*_scripts(tmp_path), rounds=8, job_steps=1000)
+    text = rerun_render.render_text(r, 5.0)
+    assert r.verdict is not None and r.verdict.text in text
+    assert r.verdict.headline.quantity == "time_to_n" and "time to 1000 steps (s)" in text
+    assert "of which start-up (s)" in text and "per-round speed-ups (time to N steps)" in text
+    assert "gate --fail-if-slower 5%: passed" in text  # NEW is the faster side
+    doc = json.loads(json.dumps(_clean(rerun_render.to_dict(r, 5.0))))
+    assert doc["mode"] == "rerun" and len(doc["runs"]) == 2 * len(doc["orders"])
+    assert doc["per_round_speedups"]["time_to_n"] == pytest.approx(r.ratios("time_to_n"))
+    page = rerun_render.page(r, 5.0)
+    assert [t.id for t in page.tables] == ["costs", "runs"] and not page.show_findings

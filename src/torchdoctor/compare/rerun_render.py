@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 from torchdoctor.compare.render import (
@@ -40,10 +41,14 @@ def summary_lines(r: RerunResult, max_slower_pct: float | None) -> list[str]:
         evidence_line(v, len(r.rounds), len(r.rounds), r.orders),
         *cost_rows(r.estimates, v.job_steps),
     ]
-    comp = [(b.cost.compile_s, n.cost.compile_s) for b, n in r.rounds]  # type: ignore[union-attr]
+    costs = [(b.cost, n.cost) for b, n in r.rounds]
+    start = [(b.startup_s, n.startup_s) for b, n in costs if b is not None and n is not None]
+    lines.append(f"  {'of which start-up (s)':<26} {_median(start, 0):>11} {_median(start, 1):>11}")
+    comp = [(b.compile_s, n.compile_s) for b, n in costs if b is not None and n is not None]
     if any(b or n for b, n in comp):
-        med = sorted(comp, key=lambda t: t[0] or 0.0)[len(comp) // 2]
-        lines.append(f"  {'of which compile (s)':<26} {med[0] or 0:11.1f} {med[1] or 0:11.1f}")
+        lines.append(
+            f"  {'of which compile (s)':<26} {_median(comp, 0):>11} {_median(comp, 1):>11}"
+        )
     be = break_even_line(v, r.estimates)
     if be:
         lines.append(be)
@@ -53,6 +58,12 @@ def summary_lines(r: RerunResult, max_slower_pct: float | None) -> list[str]:
     if max_slower_pct is not None:
         lines.append(v.gate_line(max_slower_pct))
     return lines
+
+
+def _median(pairs: Sequence[tuple[float | None, float | None]], i: int) -> str:
+    """One side's median over rounds, or "-" when it never happened (no compile)."""
+    xs = sorted(float(v) for p in pairs if (v := p[i]))
+    return f"{xs[len(xs) // 2]:.1f}" if xs else "-"
 
 
 def render_text(r: RerunResult, max_slower_pct: float | None = None) -> str:

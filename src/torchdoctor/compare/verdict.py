@@ -47,7 +47,8 @@ class Verdict:
     """Evidence that can support it put the whole interval on one side of 1."""
     text: str
     break_even: int | None
-    """Steps after which the side that is slower up front is ahead (None: no crossing)."""
+    """Steps after which the side that is slower up front is ahead (None: no crossing, or a
+    one-time difference too small to lead or be named: under a second, or under 1.5x untested)."""
     job_steps: int | None
     evidence: EvidenceKind
     run_noise_pct: float
@@ -156,7 +157,8 @@ def _evidence_phrase(e: Estimate, run_noise_pct: float) -> str:
             )
         return "one run a side: not a test, and within run-to-run variation"
     if e.decided:
-        return f"beyond the noise ({e.test})"
+        p = f", p = {e.p_value:.3g}" if e.p_value is not None else ""
+        return f"beyond the noise ({e.test}{p})"
     if not e.has_interval:
         return f"undecided ({e.test})"
     if e.evidence == "runs":
@@ -213,7 +215,7 @@ def decide(
     one = est.get("one_time")
     step = est["mean_step"]
     be = None
-    if one is not None and step.unit == "ms":
+    if one is not None and step.unit == "ms" and _material_one_time(one):
         be = break_even_steps(one.base, one.new, step.base, step.new)
     text = f"{_lead(head, direction)}: {_amount(head)}"
     if head.quantity == "time_to_n":
