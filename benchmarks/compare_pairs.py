@@ -2,15 +2,17 @@
 
 For each pair in ``benchmarks/compare_pairs/`` (BASE ``*_a.py``, NEW ``*_b.py``):
 
-1. **known gain**: whole runs of ``python SCRIPT`` (no torchdoctor at all), interleaved A B A B
-   in shuffled order; the speed-up is the Wilcoxon signed-rank interval of the per-round ratios
-   of wall time (what the user pays for the whole job);
+1. **--rerun and the known gain, in the same rounds.** ``run_interleaved`` (what ``compare
+   --rerun`` runs) with the job's length: each run stops after 5 + 20 steps, and the time to the
+   job's N steps is its one-time cost (process start-up included) plus N mean steps; the
+   compile-cost pair runs its whole 20-step job (``--full``). After each of its rounds the
+   harness runs both scripts whole with plain ``python SCRIPT`` (no torchdoctor at all), in
+   shuffled order: the **known gain** is the Wilcoxon signed-rank interval of those per-round
+   wall-time ratios (what the user pays for the whole job), measured in the same minutes as the
+   rerun's estimate, since the gain itself moves with the machine's load;
 2. **single runs**: ``torchdoctor check`` on BASE, then on NEW (as a CI job does), ``--reps``
    times, each pair compared on its own: one run a side;
-3. **several runs**: the same check runs, all of them a side (``compare A1..A4 -- B1..B4``);
-4. **--rerun**: ``torchdoctor compare --rerun A B --job-steps N``: each run stops after 5 + 20
-   steps, and the time to the job's N steps is its one-time cost (process start-up included)
-   plus N mean steps; the compile-cost pair runs its whole 20-step job (``--full``).
+3. **several runs**: the same check runs, all of them a side (``compare A1..A4 -- B1..B4``).
 
 A verdict is *wrong* when it is decided ("NEW is ...", beyond the noise) in the direction the
 known gain's interval excludes (or "no change" against a known change). The rerun *recovers*
@@ -42,7 +44,7 @@ sys.path.insert(0, str(SRC))
 from torchdoctor import stats  # noqa: E402
 
 ENV = {**os.environ, "PYTHONPATH": str(SRC)}
-ROUNDS = {"same": 8, "monitor": 8}  # the others' BASE runs take 10-17 s: six rounds, the fewest
+ROUNDS = {"autotune": 6}  # its BASE runs take 15 s and more: six rounds, the fewest decisive
 JOB_STEPS = {"same": 2500, "monitor": 1800, "double": 400, "workers": 600, "autotune": 20}
 """Each pair's job length (its scripts' default). The rerun stops after 5 + 20 steps and gives
 the time to this many steps from the one-time cost and the mean step; the compile-cost pair's
@@ -64,17 +66,36 @@ def _wall(script: Path) -> float:
     return time.perf_counter() - t
 
 
-def known_gain(a: Path, b: Path, rounds: int, seed: int) -> stats.RatioInterval:
-    """Speed-up of NEW over BASE on whole plain runs, interleaved, shuffled per round."""
-    shuffle = random.Random(seed)
-    wa, wb = [], []
-    for _ in range(rounds):
-        order = [("a", a), ("b", b)]
-        shuffle.shuffle(order)
-        got = {name: _wall(p) for name, p in order}
-        wa.append(got["a"])
-        wb.append(got["b"])
-    return stats.paired_ratio_interval(wa, wb)
+def rerun_and_known(
+    a: Path, b: Path, name: str, rounds: int, seed: int
+) -> tuple[dict[str, Any], stats.RatioInterval]:
+    """The rerun's verdict and, from plain whole runs after each of its rounds, the known gain."""
+    from torchdoctor.compare.render import verdict_dict
+    from torchdoctor.compare.rerun import ChildRun, Script, run_interleaved
+
+    shuffle = random.Random(seed + 1)
+    walls: dict[str, list[float]] = {"a": [], "b": []}
+    done: dict[int, int] = {}
+
+    def after(run: ChildRun) -> None:
+        done[run.round] = done.get(run.round, 0) + 1
+        if done[run.round] == 2 and run.ok:  # both sides of this round: now the plain pair
+            order = [("a", a), ("b", b)]
+            shuffle.shuffle(order)
+            for side, path in order:
+                walls[side].append(_wall(path))
+
+    full = name == "autotune"
+    r = run_interleaved(
+        Script(str(a)), Script(str(b)), rounds=rounds, seed=seed, full=full,
+        job_steps=None if full else JOB_STEPS[name], env={"PYTHONPATH": str(SRC)}, on_run=after,
+    )  # fmt: skip
+    if r.verdict is None:
+        raise RuntimeError(r.failure)
+    n = min(len(walls["a"]), len(walls["b"]))
+    known = stats.paired_ratio_interval(walls["a"][:n], walls["b"][:n])
+    doc = verdict_dict(r.verdict, r.estimates, None)
+    return {**_summary(doc), "rounds": len(r.rounds)}, known
 
 
 def _check(script: Path, out: Path) -> Path:
@@ -116,9 +137,9 @@ def wrong(known: stats.RatioInterval, s: dict[str, Any]) -> bool:
 
 def run_pair(name: str, reps: int, seed: int, tmp: Path) -> Row:
     a, b = PAIRS / f"{name}_a.py", PAIRS / f"{name}_b.py"
-    rounds = ROUNDS.get(name, 6)
-    known = known_gain(a, b, rounds, seed)
+    rerun, known = rerun_and_known(a, b, name, ROUNDS.get(name, 8), seed)
     print(f"[{name}] known gain {known}", file=sys.stderr, flush=True)
+    print(f"[{name}] rerun: {rerun['verdict'][:110]}", file=sys.stderr, flush=True)
     runs_a, runs_b, singles = [], [], []
     for i in range(reps):
         ra = _check(a, tmp / f"{name}-a{i}")
@@ -129,10 +150,6 @@ def run_pair(name: str, reps: int, seed: int, tmp: Path) -> Row:
         print(f"[{name}] single {i}: {singles[-1]['verdict'][:110]}", file=sys.stderr, flush=True)
     multi = _summary(_compare(*runs_a, "--", *runs_b))
     print(f"[{name}] runs: {multi['verdict'][:110]}", file=sys.stderr, flush=True)
-    job = ["--full"] if name == "autotune" else ["--job-steps", str(JOB_STEPS[name])]
-    rr = _compare("--rerun", *job, "--rounds", "8", "--seed", str(seed), str(a), str(b))
-    rerun = {**_summary(rr), "rounds": len(rr["orders"])}
-    print(f"[{name}] rerun: {rerun['verdict'][:110]}", file=sys.stderr, flush=True)
     return Row(name, known, singles, multi, rerun)
 
 
@@ -155,8 +172,8 @@ def _word(s: dict[str, Any]) -> str:
 
 def table(rows: list[Row]) -> list[str]:
     out = [
-        "| pair | known gain (whole job, plain runs) | single runs: verdicts | single runs: wrong | "
-        "4 runs a side | --rerun (time to the job's N steps) | recovered |",
+        "| pair | known gain (whole job, plain runs in the rerun's rounds) | single runs: verdicts | "
+        "single runs: wrong | 4 runs a side | --rerun (time to the job's N steps) | recovered |",
         "|---|---|---|---|---|---|---|",
     ]
     for r in rows:

@@ -103,6 +103,7 @@ def test_verdict_follows_the_mean_and_names_the_median_that_moved_the_other_way(
     assert "median" in c.verdict and "moved the other way" in c.verdict
     text = render_text(c)
     assert c.throughput_change > 0 and "steps/s over the window" in text
+    assert "BASE 2 of 20 (91% of its time), NEW 0 of 20 (0%)" in text  # the long steps, named
 
 
 def test_one_time_cost_leads_when_it_changed_most_with_break_even() -> None:

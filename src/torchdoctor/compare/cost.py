@@ -14,6 +14,9 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+LONG_STEP_X = 3.0
+"""A steady-state step over 3x the median is a *long step*: an epoch start's worker start-up, a
+stall, a recompile; what the mean counts and the median hides."""
 MIN_ONE_TIME_S = 1e-3
 """One-time costs are floored here before a ratio is taken: a warm-up as fast as the steady steps
 (within noise) has no one-time cost, and a ratio of two zeros means nothing."""
@@ -53,6 +56,15 @@ class RunCost:
     def median_ms(self) -> float:
         """Median steady-state step: the typical step."""
         return float(np.median(self.step_ms))
+
+    @property
+    def long_steps(self) -> tuple[int, float]:
+        """Steps over ``LONG_STEP_X`` x the median, and their share of the window's time."""
+        xs = np.asarray(self.step_ms, dtype=np.float64)
+        if not len(xs) or float(np.sum(xs)) <= 0:
+            return 0, 0.0
+        long = xs[xs > LONG_STEP_X * float(np.median(xs))]
+        return len(long), float(np.sum(long) / np.sum(xs))
 
     @property
     def steps_per_s(self) -> float:

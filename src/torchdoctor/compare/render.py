@@ -4,6 +4,9 @@ from __future__ import annotations
 
 from typing import Any
 
+import numpy as np
+
+from torchdoctor.compare.cost import LONG_STEP_X, RunCost
 from torchdoctor.compare.diff import Comparison, Delta
 from torchdoctor.compare.stats import MIN_RUNS_FOR_INTERVAL, Estimate, EvidenceKind, Quantity
 from torchdoctor.compare.verdict import Verdict
@@ -97,6 +100,23 @@ def cost_rows(est: dict[Quantity, Estimate], job_steps: int | None) -> list[str]
     return rows
 
 
+def long_steps_line(base: list[RunCost], new: list[RunCost]) -> str | None:
+    """Rare long steps on each side (counted over every run), when either side has any."""
+    got: list[tuple[int, int, float]] = []
+    for runs in (base, new):
+        count = sum(r.long_steps[0] for r in runs)
+        total = sum(float(np.sum(r.step_ms)) for r in runs)
+        long_ms = sum(r.long_steps[1] * float(np.sum(r.step_ms)) for r in runs)
+        got.append((count, sum(len(r.step_ms) for r in runs), long_ms / total if total else 0.0))
+    b, n = got
+    if not b[0] and not n[0]:
+        return None
+    return (
+        f"long steps (over {LONG_STEP_X:g}x the median: epoch starts, stalls): BASE {b[0]} of "
+        f"{b[1]} ({b[2]:.0%} of its time), NEW {n[0]} of {n[1]} ({n[2]:.0%})"
+    )
+
+
 def break_even_line(v: Verdict, est: dict[Quantity, Estimate]) -> str | None:
     """Where the two sides' times to N cross, when they do."""
     one, step = est.get("one_time"), est["mean_step"]
@@ -116,6 +136,13 @@ def summary_lines(c: Comparison, max_slower_pct: float | None) -> list[str]:
     v = c.decision
     n_b, n_n = len(c.base_runs or [c.base]), len(c.new_runs or [c.new])
     lines = [evidence_line(v, n_b, n_n), *cost_rows(c.estimates, v.job_steps)]
+    from torchdoctor.compare.runs import run_cost
+
+    long = long_steps_line(
+        [run_cost(r) for r in c.base_runs or [c.base]], [run_cost(r) for r in c.new_runs or [c.new]]
+    )
+    if long:
+        lines.append(long)
     compile_b = [r.compile_s for r in c.base_runs or [c.base] if r.compile_s]
     compile_n = [r.compile_s for r in c.new_runs or [c.new] if r.compile_s]
     if compile_b or compile_n:

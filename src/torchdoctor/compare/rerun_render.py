@@ -10,6 +10,7 @@ from torchdoctor.compare.render import (
     cost_rows,
     cost_table,
     evidence_line,
+    long_steps_line,
     page_headline,
     verdict_dict,
 )
@@ -49,6 +50,9 @@ def summary_lines(r: RerunResult, max_slower_pct: float | None) -> list[str]:
         lines.append(
             f"  {'of which compile (s)':<26} {_median(comp, 0):>11} {_median(comp, 1):>11}"
         )
+    long = long_steps_line([b for b, _ in costs if b], [n for _, n in costs if n])
+    if long:
+        lines.append(long)
     be = break_even_line(v, r.estimates)
     if be:
         lines.append(be)
