@@ -114,6 +114,8 @@ def test_real_child_runs_the_check_clock_and_stops(tmp_path: Path) -> None:
     for c in r.runs:
         assert c.cost is not None and len(c.cost.step_ms) == 3 and len(c.cost.warmup_ms) == 2
         assert 0.0 < c.cost.startup_s < c.wall_s  # the interpreter and torch's import
+        assert 0.0 < c.cost.exit_s < c.wall_s - c.cost.startup_s  # its shutdown
+        assert c.cost.one_time_s > c.cost.startup_s + c.cost.exit_s - 0.01
         assert c.cost.window_mean_ms is not None and c.cost.window_mean_ms > 0
         assert c.detail["source"] == "optimizer"
     assert r.verdict is not None and not r.verdict.decided  # one round decides nothing

@@ -32,6 +32,9 @@ class RunCost:
     """The warm-up steps' times (empty when the side does not record them, e.g. a trace)."""
     startup_s: float = 0.0
     """Time before the first step began that the run measured (a rerun: process start-up)."""
+    exit_s: float = 0.0
+    """Time from the script's end to the process's exit that the run measured (a rerun: the
+    interpreter's shutdown, seconds with torch loaded on a busy machine); 0 when not measured."""
     compile_s: float | None = None
     """torch.compile's compile time, when known (part of the one-time cost, not on top of it)."""
     job_steps: int | None = None
@@ -74,13 +77,13 @@ class RunCost:
     @property
     def has_one_time(self) -> bool:
         """Whether this run recorded anything before its steady steps."""
-        return len(self.warmup_ms) > 0 or self.startup_s > 0
+        return len(self.warmup_ms) > 0 or self.startup_s > 0 or self.exit_s > 0
 
     @property
     def one_time_s(self) -> float:
-        """Start-up plus what the warm-up steps took beyond as many steady steps (seconds)."""
+        """Start-up and exit plus what the warm-up steps took beyond as many steady steps (s)."""
         warm = float(np.sum(self.warmup_ms)) - len(self.warmup_ms) * self.mean_ms
-        return max(MIN_ONE_TIME_S, self.startup_s + warm / 1000.0)
+        return max(MIN_ONE_TIME_S, self.startup_s + self.exit_s + warm / 1000.0)
 
     def time_to_s(self, steps: int) -> float:
         """Seconds to run ``steps`` steps from the start (warm-up included): one-time + N x mean,

@@ -338,7 +338,7 @@ def _read(
             why = f"was killed by {signal.Signals(-returncode).name}"
         return ChildRun(side, rnd, "crash", -1, f"{why}: {tail}", wall, None)
     doc = json.loads(path.read_text(encoding="utf-8"))
-    cost, why = _cost(doc, t_spawn, warmup, steps)
+    cost, why = _cost(doc, t_spawn, t_spawn + wall, warmup, steps)
     status, code = str(doc.get("status")), int(doc.get("code") or 0)
     if cost is None:
         exc = doc.get("exception") or tail
@@ -347,7 +347,7 @@ def _read(
 
 
 def _cost(
-    doc: dict[str, Any], t_spawn: float, warmup: int, steps: int
+    doc: dict[str, Any], t_spawn: float, t_exit: float, warmup: int, steps: int
 ) -> tuple[RunCost | None, str]:
     """The run's costs, or None and why (too few steps, no step signal)."""
     step_ms = np.asarray(doc.get("step_ms") or [], dtype=np.float64)
@@ -372,6 +372,8 @@ def _cost(
             step_ms=steady,
             warmup_ms=warm,
             startup_s=max(0.0, float(doc["t_begin"]) - t_spawn),
+            # A stopped run exits with what a finished one holds (modules, threads, objects)
+            exit_s=max(0.0, t_exit - float(doc["t_end"])),
             compile_s=float(doc.get("compile_s") or 0.0) or None,
             job_steps=len(step_ms) if completed else None,
             window_mean_ms=window,

@@ -45,6 +45,8 @@ def summary_lines(r: RerunResult, max_slower_pct: float | None) -> list[str]:
     costs = [(b.cost, n.cost) for b, n in r.rounds]
     start = [(b.startup_s, n.startup_s) for b, n in costs if b is not None and n is not None]
     lines.append(f"  {'of which start-up (s)':<26} {_median(start, 0):>11} {_median(start, 1):>11}")
+    ends = [(b.exit_s, n.exit_s) for b, n in costs if b is not None and n is not None]
+    lines.append(f"  {'of which exit (s)':<26} {_median(ends, 0):>11} {_median(ends, 1):>11}")
     comp = [(b.compile_s, n.compile_s) for b, n in costs if b is not None and n is not None]
     if any(b or n for b, n in comp):
         lines.append(
@@ -112,6 +114,7 @@ def to_dict(r: RerunResult, max_slower_pct: float | None = None) -> dict[str, An
                 "median_step_ms": c.cost.median_ms if c.cost else None,
                 "one_time_s": c.cost.one_time_s if c.cost else None,
                 "startup_s": c.cost.startup_s if c.cost else None,
+                "exit_s": c.cost.exit_s if c.cost else None,
                 "compile_s": c.cost.compile_s if c.cost else None,
                 "step_ms": [float(x) for x in c.cost.step_ms] if c.cost else None,
             }
