@@ -1,4 +1,4 @@
-"""Pair "no change", NEW: the same MLP (a cosmetic edit only) trained on synthetic data (one thread)."""
+"""Pair "no change", NEW: the same script; only this line (a comment) changed."""
 
 import argparse
 
@@ -16,8 +16,7 @@ model = nn.Sequential(
 opt = torch.optim.SGD(model.parameters(), lr=0.01)
 x, y = torch.randn(128, 256), torch.randint(0, 10, (128,))
 for _ in range(args.steps):
-    logits = model(x)
-    loss = nn.functional.cross_entropy(logits, y)
+    loss = nn.functional.cross_entropy(model(x), y)
     opt.zero_grad()
     loss.backward()
     opt.step()

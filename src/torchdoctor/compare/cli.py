@@ -67,8 +67,8 @@ class _SeesDashes(click.Command):
 @click.option(
     "--rerun",
     is_flag=True,
-    help="SIDES are two scripts: run them alternately in fresh processes (A B A B, order "
-    "shuffled per round, profiler off) and decide on per-round ratios.",
+    help="SIDES are two scripts: run them alternately in fresh processes (a random order, "
+    "reversed the next round; profiler off) and decide on per-round ratios.",
 )
 @click.option(
     "--rounds",

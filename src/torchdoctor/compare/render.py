@@ -74,8 +74,8 @@ def evidence_line(v: Verdict, n_base: int, n_new: int, orders: list[str] | None 
     orders = orders or []
     shown = ", ".join(orders[:4]) + (", ..." if len(orders) > 4 else "")
     return (
-        f"evidence: {n_base} interleaved rounds, each side in a fresh process, order shuffled per "
-        f"round ({shown}); decided on per-round ratios (Wilcoxon signed-rank interval)."
+        f"evidence: {n_base} interleaved rounds, each side in a fresh process, each side first "
+        f"in half of them ({shown}); decided on per-round ratios (Wilcoxon signed-rank interval)."
     )
 
 

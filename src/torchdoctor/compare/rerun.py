@@ -1,7 +1,8 @@
 """Interleaved A/B of two scripts in fresh processes: ``compare --rerun`` and ``fix --prove``.
 
-Each round runs both sides once, each in a new Python process, in an order shuffled per round
-(seeded), so a change in the machine's load hits both sides of a round alike. Every process runs
+Each round runs both sides once, each in a new Python process, in a seeded random order that is
+reversed in the next round (each side first equally often), so a change in the machine's load
+hits both sides of a round alike and a process's position in the round cancels out. Every process runs
 its script under ``check``'s step clock with the profiler off (``rerun_child.py``), stops after
 ``warmup + steps`` steps (or runs to the end with ``full``), and reports its step times, its
 start-up and its compile time. The decision is made on per-round ratios: the Wilcoxon
@@ -177,8 +178,7 @@ def run_interleaved(
     result_est: dict[Quantity, Estimate] = {}
     verdict: Verdict | None = None
     for rnd in range(rounds):
-        order: list[tuple[SideName, Script]] = [("BASE", base), ("NEW", new)]
-        shuffle.shuffle(order)
+        order = _order(rnd, shuffle, base, new, orders)
         orders.append(" ".join(name for name, _ in order))
         for name, script in order:
             run = _with_job(_run_one(name, rnd, script, warmup, steps, full, timeout_s, env, cwd))
@@ -207,6 +207,21 @@ def run_interleaved(
         base, new, warmup, steps, full, job, runs, orders, result_est,
         verdict if done else None, stopped, failure, _notes(runs, steps, full),
     )  # fmt: skip
+
+
+def _order(
+    rnd: int, shuffle: random.Random, base: Script, new: Script, orders: list[str]
+) -> list[tuple[SideName, Script]]:
+    """This round's order: drawn at random for an even round, the reverse of the round before
+    for an odd one. Each side runs first equally often, so whatever a process's position costs
+    (the one after another process, a cache) cancels; a plain shuffle per round can put the same
+    side first 7 rounds in 8."""
+    order: list[tuple[SideName, Script]] = [("BASE", base), ("NEW", new)]
+    if rnd % 2 == 0:
+        shuffle.shuffle(order)
+    elif orders and orders[-1].startswith("BASE"):
+        order.reverse()
+    return order
 
 
 def _complete_rounds(runs: list[ChildRun]) -> list[tuple[RunCost, RunCost]]:
