@@ -178,3 +178,24 @@ def test_rerun_report_text_json_and_page(monkeypatch: pytest.MonkeyPatch, tmp_pa
     assert doc["per_round_speedups"]["time_to_n"] == pytest.approx(r.ratios("time_to_n"))
     page = rerun_render.page(r, 5.0)
     assert [t.id for t in page.tables] == ["costs", "runs"] and not page.show_findings
+
+
+def test_one_time_counts_what_ran_before_the_first_step() -> None:
+    """The clock's first step may start at the first batch (an optimizer step took over as
+    the signal): the script's set-up before it still counts, from the end of the warm-up."""
+    doc = {
+        "status": "stopped", "code": 0, "step_ms": [400.0, 300.0, 200.0, 10.0, 10.0, 10.0],
+        "t_begin": 101.0, "t_measure": 105.0, "t_window_end": 105.03, "t_end": 105.1,
+        "loaders": [{"batch_size": 64}],
+    }  # fmt: skip
+    cost, why = rerun._cost(doc, t_spawn=100.0, t_exit=107.1, warmup=3, steps=3)
+    assert cost is not None and why == ""
+    assert cost.startup_s == pytest.approx(5.0 - 0.9)  # spawn to warm-up end, minus warm-up
+    assert cost.exit_s == pytest.approx(2.0)
+    assert cost.window_mean_ms == pytest.approx(10.0)
+    # one-time: start-up + exit + warm-up beyond three steady steps
+    assert cost.one_time_s == pytest.approx(4.1 + 2.0 + 0.9 - 0.03)
+    assert cost.time_to_s(1000) == pytest.approx(cost.one_time_s + 10.0)
+    assert cost.samples_per_step == 64.0
+    short, why = rerun._cost({**doc, "step_ms": [400.0]}, 100.0, 107.1, 3, 3)
+    assert short is None and "fewer than --warmup 3 + 1" in why

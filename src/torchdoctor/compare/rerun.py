@@ -361,6 +361,15 @@ def _read(
     return ChildRun(side, rnd, status, code, why, wall, cost, doc)
 
 
+def _startup_s(doc: dict[str, Any], t_spawn: float, warm: np.ndarray) -> float:
+    """Everything before the steady window that is not a warm-up step: the interpreter, imports
+    and the script's own set-up. Taken from the instant the warm-up ended, not from the clock's
+    first step: when an optimizer step takes over from DataLoader batches as the step signal,
+    the clock's first step starts at the first batch, and what ran before it would be lost."""
+    start = doc.get("t_measure") or doc["t_begin"]
+    return max(0.0, float(start) - t_spawn - float(np.sum(warm)) / 1000.0)
+
+
 def _cost(
     doc: dict[str, Any], t_spawn: float, t_exit: float, warmup: int, steps: int
 ) -> tuple[RunCost | None, str]:
@@ -386,7 +395,7 @@ def _cost(
         RunCost(
             step_ms=steady,
             warmup_ms=warm,
-            startup_s=max(0.0, float(doc["t_begin"]) - t_spawn),
+            startup_s=_startup_s(doc, t_spawn, warm),
             # A stopped run exits with what a finished one holds (modules, threads, objects)
             exit_s=max(0.0, t_exit - float(doc["t_end"])),
             compile_s=float(doc.get("compile_s") or 0.0) or None,

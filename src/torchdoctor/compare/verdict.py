@@ -31,7 +31,8 @@ below 2% a change rarely matters)."""
 ONE_TIME_MATERIAL_S = 1.0
 """A one-time cost difference under a second never leads the verdict (a first step's jitter)."""
 ONE_TIME_MATERIAL_RATIO = 1.5
-"""Without a test behind it, a one-time cost leads only when it changed by 1.5x or more."""
+"""With one run a side (no test), a one-time cost leads only when it changed by 1.5x or more;
+with runs or rounds, only when its interval decides."""
 OPPOSITE_MEDIAN = 1.1
 """The median step is named in the verdict when it moved 10% or more against the mean step."""
 
@@ -93,10 +94,12 @@ def _log(e: Estimate) -> float:
 
 
 def _material_one_time(one: Estimate) -> bool:
+    """A one-time difference worth naming: a second or more, decided when a test can decide
+    (runs, rounds), else (one run a side) at least 1.5x."""
     if abs(one.base - one.new) < ONE_TIME_MATERIAL_S:
         return False
-    if one.decided:
-        return True
+    if one.evidence != "one run a side":
+        return one.decided
     return max(one.speedup.ratio, 1.0 / one.speedup.ratio) >= ONE_TIME_MATERIAL_RATIO
 
 
