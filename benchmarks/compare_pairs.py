@@ -76,12 +76,17 @@ def rerun_and_known(
     shuffle = random.Random(seed + 1)
     walls: dict[str, list[float]] = {"a": [], "b": []}
     done: dict[int, int] = {}
+    first: list[str] = []
 
     def after(run: ChildRun) -> None:
         done[run.round] = done.get(run.round, 0) + 1
         if done[run.round] == 2 and run.ok:  # both sides of this round: now the plain pair
             order = [("a", a), ("b", b)]
-            shuffle.shuffle(order)
+            if run.round % 2 == 0:  # a random order, reversed the next round (as the rerun does)
+                shuffle.shuffle(order)
+                first.append(order[0][0])
+            elif first and first[-1] == "a":
+                order.reverse()
             for side, path in order:
                 walls[side].append(_wall(path))
 
@@ -135,9 +140,9 @@ def wrong(known: stats.RatioInterval, s: dict[str, Any]) -> bool:
     return known.low > 1.02 or known.high < 1 / 1.02  # "no change" against a real change
 
 
-def run_pair(name: str, reps: int, seed: int, tmp: Path) -> Row:
+def run_pair(name: str, reps: int, rounds: int, seed: int, tmp: Path) -> Row:
     a, b = PAIRS / f"{name}_a.py", PAIRS / f"{name}_b.py"
-    rerun, known = rerun_and_known(a, b, name, ROUNDS.get(name, 8), seed)
+    rerun, known = rerun_and_known(a, b, name, min(rounds, ROUNDS.get(name, rounds)), seed)
     print(f"[{name}] known gain {known}", file=sys.stderr, flush=True)
     print(f"[{name}] rerun: {rerun['verdict'][:110]}", file=sys.stderr, flush=True)
     runs_a, runs_b, singles = [], [], []
@@ -189,18 +194,29 @@ def table(rows: list[Row]) -> list[str]:
     return out
 
 
+def _row_dict(r: Row) -> dict[str, Any]:
+    known = {"ratio": r.known.ratio, "low": r.known.low, "high": r.known.high, "n": r.known.n}
+    return {"pair": r.pair, "known": known, "singles": r.singles, "multi": r.multi,
+            "rerun": r.rerun, "table_row": table([r])[-1]}  # fmt: skip
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--pairs", default="same,monitor,double,autotune,workers")
     p.add_argument("--reps", type=int, default=4)
+    p.add_argument("--rounds", type=int, default=8, help="rerun rounds at most, per pair")
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--json", help="append each pair's row to this file as it finishes (JSON lines)")
     args = p.parse_args()
     started = time.time()
     load0 = os.getloadavg()[0]
     rows = []
     with tempfile.TemporaryDirectory(prefix="td-pairs-") as tmp:
         for name in args.pairs.split(","):
-            rows.append(run_pair(name, args.reps, args.seed, Path(tmp)))
+            rows.append(run_pair(name, args.reps, args.rounds, args.seed, Path(tmp)))
+            if args.json:
+                with open(args.json, "a", encoding="utf-8") as f:
+                    f.write(json.dumps(_row_dict(rows[-1])) + "\n")
     print(
         f"machine: {platform.machine()}, {os.cpu_count()} CPUs; load {load0:.1f} at the start, "
         f"{os.getloadavg()[0]:.1f} at the end; {time.time() - started:.0f} s"
