@@ -71,7 +71,7 @@ def rerun_and_known(
 ) -> tuple[dict[str, Any], stats.RatioInterval]:
     """The rerun's verdict and, from plain whole runs after each of its rounds, the known gain."""
     from torchdoctor.compare.render import verdict_dict
-    from torchdoctor.compare.rerun import ChildRun, Script, run_interleaved
+    from torchdoctor.compare.rerun import ChildRun, RerunOptions, Script, run_interleaved
 
     shuffle = random.Random(seed + 1)
     walls: dict[str, list[float]] = {"a": [], "b": []}
@@ -91,10 +91,12 @@ def rerun_and_known(
                 walls[side].append(_wall(path))
 
     full = name == "autotune"
+    opts = RerunOptions(
+        rounds=rounds, seed=seed, full=full, job_steps=None if full else JOB_STEPS[name]
+    )
     r = run_interleaved(
-        Script(str(a)), Script(str(b)), rounds=rounds, seed=seed, full=full,
-        job_steps=None if full else JOB_STEPS[name], env={"PYTHONPATH": str(SRC)}, on_run=after,
-    )  # fmt: skip
+        Script(str(a)), Script(str(b)), opts, env={"PYTHONPATH": str(SRC)}, on_run=after
+    )
     if r.verdict is None:
         raise RuntimeError(r.failure)
     n = min(len(walls["a"]), len(walls["b"]))

@@ -25,11 +25,12 @@ DEFAULT = [HERE / "compare_pairs" / "same_a.py", HERE / "compare_pairs" / "doubl
 
 
 def _means(script: Path, runs: int, warmup: int, steps: int) -> list[float]:
-    from torchdoctor.compare.rerun import Script, run_interleaved
+    from torchdoctor.compare.rerun import RerunOptions, Script, run_interleaved
 
     s = Script(str(script))
     # The same script on both sides: the rounds are just runs one after another.
-    r = run_interleaved(s, s, rounds=runs // 2, warmup=warmup, steps=steps, min_rounds=runs)
+    opts = RerunOptions(rounds=runs // 2, warmup=warmup, steps=steps, min_rounds=runs)
+    r = run_interleaved(s, s, opts)
     return [c.cost.mean_ms for c in r.runs if c.cost is not None]
 
 

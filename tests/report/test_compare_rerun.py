@@ -8,14 +8,13 @@ import os
 import subprocess
 import sys
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 import pytest
 
-from torchdoctor.compare import rerun
+from torchdoctor.compare import rerun_process
 from torchdoctor.compare.cost import RunCost
-from torchdoctor.compare.rerun import ChildRun, Script, run_interleaved
+from torchdoctor.compare.rerun import ChildRun, RerunOptions, Script, SideName, run_interleaved
 
 TINY = """
 import sys
@@ -44,19 +43,19 @@ class _FakeRuns:
     machine's load jumps from one process to the next."""
 
     def __init__(self, fail: tuple[str, int] | None = None) -> None:
-        self.calls: list[tuple[str, int]] = []
+        self.calls: list[tuple[SideName, int]] = []
         self.fail = fail
         self.loads = iter(np.random.default_rng(3).uniform(1.0, 3.0, 1000))
 
-    def __call__(self, side: str, rnd: int, script: Script, *args: Any) -> ChildRun:
+    def __call__(self, side: SideName, rnd: int, script: Script, options: RerunOptions) -> ChildRun:
         self.calls.append((side, rnd))
         if self.fail == (side, rnd):
-            return ChildRun(side, rnd, "error", 1, "failed (the script error, status 1)", 1.0, None)  # type: ignore[arg-type]
+            return ChildRun(side, rnd, "error", 1, "failed (the script error, status 1)", 1.0, None)
         load = next(self.loads)
         # within one process the load holds: both sides of a round see nearly the same machine
         mean = (10.0 if side == "BASE" else 8.0) * (self._round_load(rnd) + 0.01 * load)
         cost = RunCost(np.full(5, mean), np.array([mean * 3]), startup_s=1.0, window_mean_ms=mean)
-        return ChildRun(side, rnd, "stopped", 0, "", 2.0, cost)  # type: ignore[arg-type]
+        return ChildRun(side, rnd, "stopped", 0, "", 2.0, cost)
 
     def _round_load(self, rnd: int) -> float:
         return [1.0, 2.5, 1.3, 3.0, 1.8, 1.1, 2.2, 2.9][rnd % 8]
@@ -69,13 +68,12 @@ def _scripts(tmp_path: Path) -> tuple[Script, Script]:
     return Script(str(a)), Script(str(b))
 
 
-def test_interleaves_shuffled_and_stops_once_decided(
-    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
-) -> None:
+def test_interleaves_shuffled_and_stops_once_decided(tmp_path: Path) -> None:
     fake = _FakeRuns()
-    monkeypatch.setattr(rerun, "_run_one", fake)
     seen: list[ChildRun] = []
-    r = run_interleaved(*_scripts(tmp_path), rounds=12, on_run=seen.append)
+    r = run_interleaved(
+        *_scripts(tmp_path), RerunOptions(rounds=12), on_run=seen.append, runner=fake
+    )
     assert r.stopped == "decided" and len(r.rounds) == 6  # the fewest with a 95% interval
     assert [c[1] for c in fake.calls] == [i // 2 for i in range(12)]  # one of each per round
     # a random order, reversed the next round: each side first in half of the rounds
@@ -88,29 +86,26 @@ def test_interleaves_shuffled_and_stops_once_decided(
     assert r.speedup is not None and r.speedup.low > 1.2
 
 
-def test_same_seed_same_order(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    monkeypatch.setattr(rerun, "_run_one", _FakeRuns())
-    first = run_interleaved(*_scripts(tmp_path), rounds=6, seed=5).orders
-    monkeypatch.setattr(rerun, "_run_one", _FakeRuns())
-    assert run_interleaved(*_scripts(tmp_path), rounds=6, seed=5).orders == first
+def test_same_seed_same_order(tmp_path: Path) -> None:
+    opts = RerunOptions(rounds=6, seed=5)
+    first = run_interleaved(*_scripts(tmp_path), opts, runner=_FakeRuns()).orders
+    assert run_interleaved(*_scripts(tmp_path), opts, runner=_FakeRuns()).orders == first
 
 
-def test_a_failing_side_stops_the_rerun_and_is_named(
-    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
-) -> None:
-    monkeypatch.setattr(rerun, "_run_one", _FakeRuns(fail=("NEW", 2)))
-    r = run_interleaved(*_scripts(tmp_path), rounds=8)
+def test_a_failing_side_stops_the_rerun_and_is_named(tmp_path: Path) -> None:
+    opts = RerunOptions(rounds=8)
+    r = run_interleaved(*_scripts(tmp_path), opts, runner=_FakeRuns(fail=("NEW", 2)))
     assert r.stopped == "failed" and r.failure.startswith("NEW (")
     assert len(r.rounds) == 2 and r.verdict is not None and not r.verdict.decided
-    monkeypatch.setattr(rerun, "_run_one", _FakeRuns(fail=("BASE", 0)))
-    first = run_interleaved(*_scripts(tmp_path), rounds=8)
+    first = run_interleaved(*_scripts(tmp_path), opts, runner=_FakeRuns(fail=("BASE", 0)))
     assert first.verdict is None and first.failure.startswith("BASE (")
 
 
 def test_real_child_runs_the_check_clock_and_stops(tmp_path: Path) -> None:
     """Two real processes: each stops after 2 warm-up + 3 steps, with its start-up measured."""
     a, b = _scripts(tmp_path)
-    r = run_interleaved(a, Script(b.path, ("2",)), rounds=1, warmup=2, steps=3, env=_env())
+    opts = RerunOptions(rounds=1, warmup=2, steps=3)
+    r = run_interleaved(a, Script(b.path, ("2",)), opts, env=_env())
     assert r.failure == "", r.failure
     assert [c.status for c in r.runs] == ["stopped", "stopped"]
     for c in r.runs:
@@ -162,12 +157,12 @@ def test_rerun_cli_decides_and_gates_on_interleaved_rounds(tmp_path: Path) -> No
     assert done.stderr.count("round ") == 12  # a progress line per process
 
 
-def test_rerun_report_text_json_and_page(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+def test_rerun_report_text_json_and_page(tmp_path: Path) -> None:
     from torchdoctor.compare import rerun_render
     from torchdoctor.compare.cli import _clean
 
-    monkeypatch.setattr(rerun, "_run_one", _FakeRuns())
-    r = run_interleaved(*_scripts(tmp_path), rounds=8, job_steps=1000)
+    opts = RerunOptions(rounds=8, job_steps=1000)
+    r = run_interleaved(*_scripts(tmp_path), opts, runner=_FakeRuns())
     text = rerun_render.render_text(r, 5.0)
     assert r.verdict is not None and r.verdict.text in text
     assert r.verdict.headline.quantity == "time_to_n" and "time to 1000 steps (s)" in text
@@ -188,7 +183,7 @@ def test_one_time_counts_what_ran_before_the_first_step() -> None:
         "t_begin": 101.0, "t_measure": 105.0, "t_window_end": 105.03, "t_end": 105.1,
         "loaders": [{"batch_size": 64}],
     }  # fmt: skip
-    cost, why = rerun._cost(doc, t_spawn=100.0, t_exit=107.1, warmup=3, steps=3)
+    cost, why = rerun_process.cost_of(doc, t_spawn=100.0, t_exit=107.1, warmup=3, steps=3)
     assert cost is not None and why == ""
     assert cost.startup_s == pytest.approx(5.0 - 0.9)  # spawn to warm-up end, minus warm-up
     assert cost.exit_s == pytest.approx(2.0)
@@ -197,5 +192,5 @@ def test_one_time_counts_what_ran_before_the_first_step() -> None:
     assert cost.one_time_s == pytest.approx(4.1 + 2.0 + 0.9 - 0.03)
     assert cost.time_to_s(1000) == pytest.approx(cost.one_time_s + 10.0)
     assert cost.samples_per_step == 64.0
-    short, why = rerun._cost({**doc, "step_ms": [400.0]}, 100.0, 107.1, 3, 3)
+    short, why = rerun_process.cost_of({**doc, "step_ms": [400.0]}, 100.0, 107.1, 3, 3)
     assert short is None and "fewer than --warmup 3 + 1" in why

@@ -4,11 +4,14 @@ from __future__ import annotations
 
 import json
 import sys
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
 from torchdoctor.compare.stats import RUN_TO_RUN_PCT
+
+if TYPE_CHECKING:
+    from torchdoctor.compare.rerun import RerunOptions
 
 EXIT_GATE_FAILED = 1
 _AFTER_DASHES = "torchdoctor.compare.after_dashes"
@@ -135,8 +138,10 @@ def compare_command(
 
     after = click.get_current_context().meta.get(_AFTER_DASHES)
     if rerun:
-        plan = {"rounds": rounds, "warmup": warmup, "steps": steps, "full": full, "seed": seed,
-                "timeout_s": timeout_s, "job_steps": job_steps}  # fmt: skip
+        from torchdoctor.compare.rerun import RerunOptions
+
+        plan = RerunOptions(rounds=rounds, warmup=warmup, steps=steps, full=full, seed=seed,
+                            timeout_s=timeout_s, job_steps=job_steps)  # fmt: skip
         failed = _guarded(_rerun)(
             sides, after, plan, fail_pct=fail_pct, as_json=as_json, html_path=html_path
         )
@@ -196,7 +201,7 @@ def _compare(
 def _rerun(
     sides: tuple[str, ...],
     after: int | None,
-    plan: dict[str, Any],
+    plan: RerunOptions,
     *,
     fail_pct: float | None,
     as_json: bool,
@@ -215,7 +220,10 @@ def _rerun(
         )
     base, new = Script(scripts[0], args), Script(scripts[1], args)
     result = run_interleaved(
-        base, new, **plan, on_run=lambda r: click.echo(rerun_render.progress(r, plan), err=True)
+        base,
+        new,
+        plan,
+        on_run=lambda r: click.echo(rerun_render.progress(r, plan.rounds), err=True),
     )
     if result.verdict is None:
         raise UserError(f"--rerun: {result.failure}")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
@@ -53,7 +54,7 @@ def render_text(c: Comparison, max_slower_pct: float | None = None, top: int = 1
     return "\n".join(lines) + "\n"
 
 
-def evidence_line(v: Verdict, n_base: int, n_new: int, orders: list[str] | None = None) -> str:
+def evidence_line(v: Verdict, n_base: int, n_new: int, orders: Sequence[str] | None = None) -> str:
     """What the comparison rests on and what it can claim, in one line."""
     kind: EvidenceKind = v.evidence
     if kind == "one run a side":
@@ -71,7 +72,7 @@ def evidence_line(v: Verdict, n_base: int, n_new: int, orders: list[str] | None 
             "Runs made one after the other still share slow drift: make them alternately "
             "(A B A B), or use `compare --rerun`."
         )
-    orders = orders or []
+    orders = list(orders or [])
     shown = ", ".join(orders[:4]) + (", ..." if len(orders) > 4 else "")
     return (
         f"evidence: {n_base} interleaved rounds, each side in a fresh process, each side first "

@@ -9,31 +9,27 @@ start-up and its compile time. The decision is made on per-round ratios: the Wil
 signed-rank interval of ``base / new`` per round, for each cost (mean step, one-time cost, time
 to the job's length), exactly as ``tune`` decides between configurations.
 
-    from torchdoctor.compare.rerun import Script, run_interleaved
+    from torchdoctor.compare.rerun import RerunOptions, Script, run_interleaved
 
-    result = run_interleaved(Script("train.py"), Script("train_fixed.py"), rounds=8)
+    result = run_interleaved(Script("train.py"), Script("train_fixed.py"), RerunOptions(rounds=8))
     result.verdict.text          # "NEW is faster: mean step 41.2 -> 30.5 ms (...)"
     result.speedup               # RatioInterval of the headline cost, base / new
     result.ratios("mean_step")   # per-round speed-ups
+
+The pieces are separate so that another interleaved A/B can reuse them: ``round_order`` (the
+balanced order), a ``Runner`` (one fresh process of one side; ``rerun_process.run_child`` by
+default, a fake in tests) and ``judge`` (the paired estimates and the verdict).
 """
 
 from __future__ import annotations
 
-import contextlib
-import json
+import functools
 import os
 import random
-import signal
-import subprocess
-import sys
-import tempfile
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from pathlib import Path
-from typing import Any, Literal
-
-import numpy as np
+from typing import Any, Literal, Protocol
 
 from torchdoctor import stats
 from torchdoctor.compare.cost import RunCost
@@ -41,9 +37,53 @@ from torchdoctor.compare.stats import Estimate, Quantity, estimates
 from torchdoctor.compare.verdict import Verdict, decide
 
 SideName = Literal["BASE", "NEW"]
+RoundOrder = Literal["BASE NEW", "NEW BASE"]
+"""Which side ran first in a round."""
+RunStatus = Literal["stopped", "completed", "exited", "error", "interrupted", "timeout", "crash"]
+"""How one process ended: stopped by the clock after its measured steps, completed (the script
+ended by itself), exited (a non-zero ``sys.exit``), error (an exception), interrupted, timeout
+(killed after ``timeout_s``), crash (no result: killed by a signal, or died in the interpreter)."""
+StopReason = Literal["decided", "rounds", "time", "failed"]
+"""Why the rounds stopped: the interval decided, ``rounds`` ran, ``max_s`` passed, a side failed."""
 MIN_ROUNDS = 6
 """The fewest rounds with a 95% signed-rank interval (2/64 = 3% < 5%)."""
-StopReason = Literal["decided", "rounds", "time", "failed"]
+
+
+@dataclass(frozen=True)
+class RerunOptions:
+    """How an interleaved rerun measures (``compare --rerun``'s flags)."""
+
+    rounds: int = 8
+    """The most rounds (each: one fresh process of each side)."""
+    warmup: int = 5
+    """Steps per process before the steady window; their excess over steady steps, with the
+    process's start-up and exit, is the one-time cost."""
+    steps: int = 20
+    """Steady-state steps per process after the warm-up (ignored with ``full``)."""
+    full: bool = False
+    """Let each process run to the script's end: every step after the warm-up counts, and the
+    job's length is the runs' own."""
+    job_steps: int | None = None
+    """The job's length for the time-to-N cost (None: unknown, unless ``full``)."""
+    min_rounds: int = MIN_ROUNDS
+    """Stop as soon as the headline interval decides once this many rounds are in (more than
+    ``rounds``: never stop early, as a noise measurement wants)."""
+    seed: int = 0
+    """Seed of the order's draw (the same seed, the same orders)."""
+    timeout_s: float = 900.0
+    """The most seconds one process may run before its process group is killed."""
+    max_s: float | None = None
+    """Start no new round after this many seconds (None: no limit)."""
+
+    def __post_init__(self) -> None:
+        if self.rounds < 1 or self.steps < 1 or self.min_rounds < 1:
+            raise ValueError("rounds, steps and min_rounds must be >= 1")
+        if self.warmup < 0:
+            raise ValueError("warmup must be >= 0")
+        if self.job_steps is not None and self.job_steps < 1:
+            raise ValueError("job_steps must be >= 1 (or None)")
+        if self.timeout_s <= 0 or (self.max_s is not None and self.max_s <= 0):
+            raise ValueError("timeout_s and max_s must be > 0")
 
 
 @dataclass(frozen=True)
@@ -67,8 +107,7 @@ class ChildRun:
     side: SideName
     round: int
     """0-based round number."""
-    status: str
-    """stopped (after the measured steps), completed, exited, error, timeout, crash."""
+    status: RunStatus
     code: int
     """The script's exit status (-1 when the process died without a result)."""
     reason: str
@@ -92,15 +131,13 @@ class RerunResult:
 
     base: Script
     new: Script
-    warmup: int
-    steps: int
-    full: bool
+    options: RerunOptions
     job_steps: int | None
     """The job length the time-to-N cost is for (the runs' own length with ``full``)."""
     runs: list[ChildRun]
     """Every process, in the order it ran."""
-    orders: list[str]
-    """Per round, which side ran first ("BASE NEW" or "NEW BASE")."""
+    orders: list[RoundOrder]
+    """Per round, which side ran first."""
     estimates: dict[Quantity, Estimate]
     """Per cost, the paired estimate over complete rounds (empty when no round completed)."""
     verdict: Verdict | None
@@ -112,15 +149,8 @@ class RerunResult:
 
     @property
     def rounds(self) -> list[tuple[ChildRun, ChildRun]]:
-        """(BASE, NEW) of each round where both measured."""
-        by_round: dict[int, dict[str, ChildRun]] = {}
-        for r in self.runs:
-            by_round.setdefault(r.round, {})[r.side] = r
-        return [
-            (d["BASE"], d["NEW"])
-            for _, d in sorted(by_round.items())
-            if "BASE" in d and "NEW" in d and d["BASE"].ok and d["NEW"].ok
-        ]
+        """(BASE, NEW) of each round where both measured, rounds in order."""
+        return _paired(self.runs)
 
     @property
     def speedup(self) -> stats.RatioInterval | None:
@@ -139,49 +169,53 @@ class RerunResult:
         return [get(b.cost) / get(n.cost) for b, n in self.rounds]  # type: ignore[union-attr]
 
 
+class Runner(Protocol):
+    """Runs one side once and reports what it measured; never raises for the script's sake."""
+
+    def __call__(
+        self, side: SideName, rnd: int, script: Script, options: RerunOptions
+    ) -> ChildRun: ...
+
+
 def run_interleaved(
     base: Script,
     new: Script,
-    rounds: int = 8,
-    warmup: int = 5,
-    steps: int = 20,
+    options: RerunOptions | None = None,
     *,
-    full: bool = False,
-    job_steps: int | None = None,
-    min_rounds: int = MIN_ROUNDS,
-    seed: int = 0,
-    timeout_s: float = 900.0,
-    max_s: float | None = None,
     env: dict[str, str] | None = None,
     cwd: str | None = None,
     on_run: Callable[[ChildRun], None] | None = None,
+    runner: Runner | None = None,
 ) -> RerunResult:
     """Run ``base`` and ``new`` alternately in fresh processes and decide on per-round ratios.
 
-    ``rounds`` is the most rounds; after ``min_rounds`` it stops as soon as the headline cost's
-    interval decides (excludes 1). ``warmup`` steps absorb compile and start-up; ``steps`` steps
-    after them are the steady window (``full``: the script runs to its end and every step after
-    the warm-up counts; the job length is then the runs' own). ``job_steps`` sets the job length
-    for the time-to-N cost. ``timeout_s`` bounds one process; ``max_s`` stops starting rounds
-    after that many seconds. ``env`` adds environment variables; ``on_run`` sees each process as
-    it ends. Never raises for a failing script: the result says which side failed and why.
+    Each round runs both sides once, in ``round_order``; after ``options.min_rounds`` rounds it
+    stops as soon as the headline cost's interval decides (excludes 1). ``env`` adds environment
+    variables and ``cwd`` sets the folder of every process; ``on_run`` sees each process as it
+    ends; ``runner`` replaces the fresh process (default ``rerun_process.run_child``). Never
+    raises for a failing script: the result says which side failed and why, and holds the
+    rounds completed before it.
     """
-    if rounds < 1 or warmup < 0 or steps < 1:
-        raise ValueError("rounds and steps must be >= 1, warmup >= 0")
-    shuffle = random.Random(seed)
+    opts = options or RerunOptions()
+    if runner is None:
+        from torchdoctor.compare.rerun_process import run_child
+
+        runner = functools.partial(run_child, env=env, cwd=cwd)
+    shuffle = random.Random(opts.seed)
     runs: list[ChildRun] = []
-    orders: list[str] = []
+    orders: list[RoundOrder] = []
     started = time.monotonic()
     stopped: StopReason = "rounds"
     failure = ""
-    job = job_steps
+    job = opts.job_steps
     result_est: dict[Quantity, Estimate] = {}
     verdict: Verdict | None = None
-    for rnd in range(rounds):
-        order = _order(rnd, shuffle, base, new, orders)
-        orders.append(" ".join(name for name, _ in order))
-        for name, script in order:
-            run = _with_job(_run_one(name, rnd, script, warmup, steps, full, timeout_s, env, cwd))
+    for rnd in range(opts.rounds):
+        order = round_order(rnd, shuffle, orders[-1] if orders else None)
+        orders.append("BASE NEW" if order[0] == "BASE" else "NEW BASE")
+        for name in order:
+            script = base if name == "BASE" else new
+            run = runner(name, rnd, script, opts)
             runs.append(run)
             if on_run is not None:
                 on_run(run)
@@ -192,48 +226,51 @@ def run_interleaved(
             stopped = "failed"
             break
         done = _complete_rounds(runs)
-        job = _full_job_steps(done, job_steps)
-        result_est, verdict = _judge(done, job)
-        if rnd + 1 >= min_rounds and verdict is not None and verdict.decided:
+        job = _full_job_steps(done, opts.job_steps)
+        result_est, verdict = judge(done, job)
+        if rnd + 1 >= opts.min_rounds and verdict.decided:
             stopped = "decided"
             break
-        if max_s is not None and time.monotonic() - started > max_s:
+        if opts.max_s is not None and time.monotonic() - started > opts.max_s:
             stopped = "time"
             break
     done = _complete_rounds(runs)
     if done and not result_est:
-        result_est, verdict = _judge(done, job)
+        result_est, verdict = judge(done, job)
     return RerunResult(
-        base, new, warmup, steps, full, job, runs, orders, result_est,
-        verdict if done else None, stopped, failure, _notes(runs, steps, full),
+        base, new, opts, job, runs, orders, result_est,
+        verdict if done else None, stopped, failure, _notes(runs, opts),
     )  # fmt: skip
 
 
-def _order(
-    rnd: int, shuffle: random.Random, base: Script, new: Script, orders: list[str]
-) -> list[tuple[SideName, Script]]:
-    """This round's order: drawn at random for an even round, the reverse of the round before
-    for an odd one. Each side runs first equally often, so whatever a process's position costs
-    (the one after another process, a cache) cancels; a plain shuffle per round can put the same
-    side first 7 rounds in 8."""
-    order: list[tuple[SideName, Script]] = [("BASE", base), ("NEW", new)]
+def round_order(
+    rnd: int, rng: random.Random, previous: RoundOrder | None
+) -> tuple[SideName, SideName]:
+    """Round ``rnd``'s order: drawn from ``rng`` for an even round, the reverse of the round
+    before (``previous``) for an odd one. Each side runs first equally often, so whatever a
+    process's position costs (the one after another process, a cache) cancels; a plain shuffle
+    per round can put the same side first 7 rounds in 8."""
+    order: list[SideName] = ["BASE", "NEW"]
     if rnd % 2 == 0:
-        shuffle.shuffle(order)
-    elif orders and orders[-1].startswith("BASE"):
+        rng.shuffle(order)
+    elif previous == "BASE NEW":
         order.reverse()
-    return order
+    return order[0], order[1]
+
+
+def _paired(runs: list[ChildRun]) -> list[tuple[ChildRun, ChildRun]]:
+    by_round: dict[int, dict[SideName, ChildRun]] = {}
+    for r in runs:
+        by_round.setdefault(r.round, {})[r.side] = r
+    return [
+        (d["BASE"], d["NEW"])
+        for _, d in sorted(by_round.items())
+        if "BASE" in d and "NEW" in d and d["BASE"].ok and d["NEW"].ok
+    ]
 
 
 def _complete_rounds(runs: list[ChildRun]) -> list[tuple[RunCost, RunCost]]:
-    by_round: dict[int, dict[str, ChildRun]] = {}
-    for r in runs:
-        by_round.setdefault(r.round, {})[r.side] = r
-    out = []
-    for _, d in sorted(by_round.items()):
-        b, n = d.get("BASE"), d.get("NEW")
-        if b is not None and n is not None and b.cost is not None and n.cost is not None:
-            out.append((b.cost, n.cost))
-    return out
+    return [(b.cost, n.cost) for b, n in _paired(runs) if b.cost and n.cost]
 
 
 def _full_job_steps(done: list[tuple[RunCost, RunCost]], given: int | None) -> int | None:
@@ -245,163 +282,28 @@ def _full_job_steps(done: list[tuple[RunCost, RunCost]], given: int | None) -> i
     return min(lengths) if lengths else None
 
 
-def _judge(
+def judge(
     done: list[tuple[RunCost, RunCost]], job: int | None
 ) -> tuple[dict[Quantity, Estimate], Verdict]:
+    """The paired estimates of every cost over complete (BASE, NEW) rounds, and the verdict."""
     est = estimates([b for b, _ in done], [n for _, n in done], paired=True, job_steps=job)
     return est, decide(est, job)
 
 
-def _notes(runs: list[ChildRun], steps: int, full: bool) -> list[str]:
+def _notes(runs: list[ChildRun], opts: RerunOptions) -> list[str]:
     """What a reader should know about the window (an epoch longer than it, no step found)."""
     out = []
     for r in runs[:2]:
         loaders = r.detail.get("loaders") or []
-        if full or not loaders:
+        if opts.full or not loaders:
             continue
         d = loaders[0]
         if d.get("dataset_len") and d.get("batch_size"):
             per_epoch = -(-int(d["dataset_len"]) // int(d["batch_size"]))
-            if per_epoch > steps:
+            if per_epoch > opts.steps:
                 out.append(
-                    f"{r.side}: an epoch is {per_epoch} steps and the window {steps}: epoch-start "
+                    f"{r.side}: an epoch is {per_epoch} steps and the window {opts.steps}: epoch-start "
                     f"costs (DataLoader worker start-up) may fall outside it; --steps "
                     f"{per_epoch} or --full counts them"
                 )
     return out
-
-
-def _spec(script: Script, warmup: int, steps: int, full: bool, result: Path) -> dict[str, Any]:
-    return {
-        "script": os.path.abspath(script.path),
-        "args": list(script.args),
-        "warmup": warmup,
-        "steps": steps,
-        "full": full,
-        "result_path": str(result),
-    }
-
-
-def _run_one(
-    side: SideName,
-    rnd: int,
-    script: Script,
-    warmup: int,
-    steps: int,
-    full: bool,
-    timeout_s: float,
-    env: dict[str, str] | None,
-    cwd: str | None,
-) -> ChildRun:
-    with tempfile.TemporaryDirectory(prefix="td-rerun-") as tmp:
-        result_path = Path(tmp) / "result.json"
-        spec_path = Path(tmp) / "spec.json"
-        spec_path.write_text(json.dumps(_spec(script, warmup, steps, full, result_path)))
-        cmd = [sys.executable, "-m", "torchdoctor.compare.rerun_child", str(spec_path)]
-        t_spawn = time.monotonic()
-        # Own session: on timeout the whole group goes (DataLoader workers, compile workers).
-        proc = subprocess.Popen(
-            cmd,
-            env={**os.environ, **(env or {})},
-            cwd=cwd,
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.PIPE,
-            start_new_session=True,
-        )
-        try:
-            _, err = proc.communicate(timeout=timeout_s)
-        except subprocess.TimeoutExpired:
-            _kill_group(proc)
-            wall = time.monotonic() - t_spawn
-            return ChildRun(side, rnd, "timeout", -1, f"ran past {timeout_s:.0f} s", wall, None)
-        wall = time.monotonic() - t_spawn
-        _kill_group(proc)  # workers a run leaked must not steal CPU from the next run
-        return _read(side, rnd, proc.returncode, result_path, err, t_spawn, wall, warmup, steps)
-
-
-def _with_job(run: ChildRun) -> ChildRun:
-    """A run that went to its end: its whole time is what the parent saw, exit included."""
-    from dataclasses import replace
-
-    if run.cost is None or run.cost.job_steps is None:
-        return run
-    return replace(run, cost=replace(run.cost, job_s=run.wall_s))
-
-
-def _kill_group(proc: subprocess.Popen[bytes]) -> None:
-    with contextlib.suppress(ProcessLookupError, PermissionError):
-        os.killpg(proc.pid, signal.SIGKILL)
-    with contextlib.suppress(subprocess.TimeoutExpired):
-        proc.wait(timeout=10)
-
-
-def _read(
-    side: SideName,
-    rnd: int,
-    returncode: int,
-    path: Path,
-    stderr: bytes,
-    t_spawn: float,
-    wall: float,
-    warmup: int,
-    steps: int,
-) -> ChildRun:
-    tail = " | ".join(stderr.decode("utf-8", "replace").strip().splitlines()[-3:])[:400]
-    if not path.exists():
-        why = f"exited with status {returncode} without a result"
-        if returncode < 0:
-            why = f"was killed by {signal.Signals(-returncode).name}"
-        return ChildRun(side, rnd, "crash", -1, f"{why}: {tail}", wall, None)
-    doc = json.loads(path.read_text(encoding="utf-8"))
-    cost, why = _cost(doc, t_spawn, t_spawn + wall, warmup, steps)
-    status, code = str(doc.get("status")), int(doc.get("code") or 0)
-    if cost is None:
-        exc = doc.get("exception") or tail
-        why = f"{why} (the script {status}, status {code}{': ' + exc if exc else ''})"
-    return ChildRun(side, rnd, status, code, why, wall, cost, doc)
-
-
-def _startup_s(doc: dict[str, Any], t_spawn: float, warm: np.ndarray) -> float:
-    """Everything before the steady window that is not a warm-up step: the interpreter, imports
-    and the script's own set-up. Taken from the instant the warm-up ended, not from the clock's
-    first step: when an optimizer step takes over from DataLoader batches as the step signal,
-    the clock's first step starts at the first batch, and what ran before it would be lost."""
-    start = doc.get("t_measure") or doc["t_begin"]
-    return max(0.0, float(start) - t_spawn - float(np.sum(warm)) / 1000.0)
-
-
-def _cost(
-    doc: dict[str, Any], t_spawn: float, t_exit: float, warmup: int, steps: int
-) -> tuple[RunCost | None, str]:
-    """The run's costs, or None and why (too few steps, no step signal)."""
-    step_ms = np.asarray(doc.get("step_ms") or [], dtype=np.float64)
-    if doc.get("status") not in ("stopped", "completed") or (doc.get("code") or 0) != 0:
-        return None, "failed"
-    if len(step_ms) < warmup + 1:
-        return None, (
-            f"ran {len(step_ms)} steps, fewer than --warmup {warmup} + 1 (no optimizer step, "
-            "DataLoader batch or torchdoctor.step() marker seen?)"
-        )
-    warm, steady = step_ms[:warmup], step_ms[warmup:]
-    window = None
-    t_measure, t_window_end = doc.get("t_measure"), doc.get("t_window_end")
-    if doc.get("status") == "stopped" and t_measure is not None and t_window_end is not None:
-        steady = steady[:steps]
-        window = (float(t_window_end) - float(t_measure)) * 1e3 / len(steady)
-    loaders = doc.get("loaders") or []
-    batch = next((d.get("batch_size") for d in loaders if d.get("batch_size")), None)
-    completed = doc.get("status") == "completed"
-    return (
-        RunCost(
-            step_ms=steady,
-            warmup_ms=warm,
-            startup_s=_startup_s(doc, t_spawn, warm),
-            # A stopped run exits with what a finished one holds (modules, threads, objects)
-            exit_s=max(0.0, t_exit - float(doc["t_end"])),
-            compile_s=float(doc.get("compile_s") or 0.0) or None,
-            job_steps=len(step_ms) if completed else None,
-            window_mean_ms=window,
-            samples_per_step=float(batch) if batch else None,
-        ),
-        "",
-    )

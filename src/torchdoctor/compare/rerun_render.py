@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import asdict
 from typing import Any
 
 from torchdoctor.compare.render import (
@@ -17,9 +18,9 @@ from torchdoctor.compare.render import (
 from torchdoctor.compare.rerun import ChildRun, RerunResult
 
 
-def progress(run: ChildRun, plan: dict[str, Any]) -> str:
-    """One line on standard error as each process ends."""
-    head = f"round {run.round + 1}/{plan.get('rounds', '?')} {run.side:<4}"
+def progress(run: ChildRun, rounds: int) -> str:
+    """One line on standard error as each process ends (``rounds``: the most rounds)."""
+    head = f"round {run.round + 1}/{rounds} {run.side:<4}"
     if run.cost is None:
         return f"{head} failed: {run.reason}"
     c = run.cost
@@ -74,7 +75,8 @@ def _median(pairs: Sequence[tuple[float | None, float | None]], i: int) -> str:
 
 def render_text(r: RerunResult, max_slower_pct: float | None = None) -> str:
     """The rerun as lines of text."""
-    what = "to the script's end" if r.full else f"{r.warmup} warm-up + {r.steps} steps"
+    o = r.options
+    what = "to the script's end" if o.full else f"{o.warmup} warm-up + {o.steps} steps"
     lines = [
         _script("BASE", r.base.path, r.base.args),
         _script("NEW ", r.new.path, r.new.args),
@@ -95,9 +97,10 @@ def to_dict(r: RerunResult, max_slower_pct: float | None = None) -> dict[str, An
         "mode": "rerun",
         "base": {"script": r.base.path, "args": list(r.base.args)},
         "new": {"script": r.new.path, "args": list(r.new.args)},
-        "warmup": r.warmup,
-        "steps": r.steps,
-        "full": r.full,
+        "warmup": r.options.warmup,
+        "steps": r.options.steps,
+        "full": r.options.full,
+        "options": asdict(r.options),
         "orders": r.orders,
         "stopped": r.stopped,
         "failure": r.failure or None,
