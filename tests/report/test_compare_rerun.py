@@ -133,7 +133,7 @@ def test_real_child_failure_is_one_line_and_exit_2(tmp_path: Path) -> None:
 
 @pytest.mark.slow
 def test_rerun_cli_decides_and_gates_on_interleaved_rounds(tmp_path: Path) -> None:
-    """BASE does the step's work once, NEW three times: six interleaved rounds decide that NEW
+    """BASE does the step's work once, NEW eight times (a gap wider than this machine's load swings on sub-millisecond steps): six interleaved rounds decide that NEW
     is slower, and the gate fails on that."""
     a, b = _scripts(tmp_path)
     cmd = [
@@ -142,7 +142,7 @@ def test_rerun_cli_decides_and_gates_on_interleaved_rounds(tmp_path: Path) -> No
         a.path, b.path, "--", "1",
     ]  # fmt: skip
     Path(b.path).write_text(
-        TINY.replace("work = int(sys.argv[1]) if len(sys.argv) > 1 else 1", "work = 3")
+        TINY.replace("work = int(sys.argv[1]) if len(sys.argv) > 1 else 1", "work = 8")
     )
     done = subprocess.run(
         cmd, capture_output=True, text=True, env={**os.environ, **_env()}, timeout=600
