@@ -150,7 +150,8 @@ def test_compare_page(browser_context: Any, tmp_path: Path) -> None:
     assert_clean(loaded, html)
     assert _svg_paths(loaded, "svg.bars") >= 4  # BASE and NEW bars, several parts each
     text = loaded.page.text_content("body")
-    assert "gate --fail-if-slower 5%: FAILED" in text
+    assert "gate --fail-if-slower 5%: passed" in text and "ONE RUN A SIDE" in text
+    assert "what you pay" in text  # the costs' table
     assert "appeared: Data loading" in text
     screenshot(loaded, "compare")
 

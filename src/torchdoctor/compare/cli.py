@@ -5,23 +5,39 @@ from __future__ import annotations
 
 import json
 import sys
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
+from torchdoctor.compare.stats import RUN_TO_RUN_PCT
 from torchdoctor.exits import EXIT_SLOWER as EXIT_GATE_FAILED
 
+if TYPE_CHECKING:
+    from torchdoctor.compare.rerun import RerunOptions
 
-@click.command("compare", context_settings={"help_option_names": ["-h", "--help"]})
-@click.argument("base", type=click.Path(path_type=str))
-@click.argument("new", type=click.Path(path_type=str))
+_AFTER_DASHES = "torchdoctor.compare.after_dashes"
+
+
+class _SeesDashes(click.Command):
+    """Remembers how many arguments followed ``--``: ``compare A1 A2 -- B1 B2`` splits the sides
+    there, and ``compare --rerun A.py B.py -- ARGS`` passes ARGS to both scripts."""
+
+    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+        ctx.meta[_AFTER_DASHES] = len(args) - args.index("--") - 1 if "--" in args else None
+        return super().parse_args(ctx, args)
+
+
+@click.command("compare", cls=_SeesDashes, context_settings={"help_option_names": ["-h", "--help"]})
+@click.argument("sides", nargs=-1, type=click.Path(path_type=str))
 @click.option(
     "--fail-if-slower",
     "fail_pct",
     type=click.FloatRange(0),
     default=None,
     metavar="PCT",
-    help="Exit 1 when NEW's median step is slower by more than PCT percent and beyond the noise.",
+    help="Exit 1 when the verdict's cost (time to the job's length, else the mean step) is "
+    "slower by more than PCT percent with its whole interval on the slower side. With one run a "
+    "side only a slowdown beyond the run-to-run allowance fails; the gate line says so.",
 )
 @click.option("--json", "as_json", is_flag=True, help="Print the comparison as JSON instead.")
 @click.option(
@@ -34,34 +50,147 @@ from torchdoctor.exits import EXIT_SLOWER as EXIT_GATE_FAILED
 @click.option(
     "--html", "html_path", type=click.Path(path_type=str), help="Also write an HTML page."
 )
+@click.option(
+    "--job-steps",
+    type=click.IntRange(1),
+    default=None,
+    metavar="N",
+    help="Your job's length in steps: adds the time to N steps (one-time costs included) and "
+    "the verdict follows it.",
+)
+@click.option(
+    "--run-noise",
+    "run_noise_pct",
+    type=click.FloatRange(0, 10_000),
+    default=RUN_TO_RUN_PCT,
+    show_default=True,
+    metavar="PCT",
+    help="Run-to-run allowance for one run a side: two runs of the same code differ by up to "
+    "PCT percent on this machine (measure yours with benchmarks/compare_run_noise.py).",
+)
+@click.option(
+    "--rerun",
+    is_flag=True,
+    help="SIDES are two scripts: run them alternately in fresh processes (a random order, "
+    "reversed the next round; profiler off) and decide on per-round ratios.",
+)
+@click.option(
+    "--rounds",
+    type=click.IntRange(1, 1000),
+    default=8,
+    show_default=True,
+    help="--rerun: rounds at most (it stops once decided, after 6: the fewest with a 95% "
+    "interval).",
+)
+@click.option(
+    "--warmup",
+    type=click.IntRange(0),
+    default=5,
+    show_default=True,
+    help="--rerun: warm-up steps per run (compile, first batches); their excess over steady "
+    "steps is the one-time cost.",
+)
+@click.option(
+    "--steps",
+    type=click.IntRange(1),
+    default=20,
+    show_default=True,
+    help="--rerun: steady-state steps per run after the warm-up.",
+)
+@click.option(
+    "--full", is_flag=True, help="--rerun: let each run go to the script's end (the whole job)."
+)
+@click.option("--seed", type=int, default=0, show_default=True, help="--rerun: order shuffle seed.")
+@click.option(
+    "--timeout",
+    "timeout_s",
+    type=click.FloatRange(1),
+    default=900.0,
+    show_default=True,
+    help="--rerun: seconds one run may take.",
+)
 def compare_command(
-    base: str, new: str, fail_pct: float | None, as_json: bool, top: int, html_path: str | None
+    sides: tuple[str, ...],
+    fail_pct: float | None,
+    as_json: bool,
+    top: int,
+    html_path: str | None,
+    job_steps: int | None,
+    run_noise_pct: float,
+    rerun: bool,
+    rounds: int,
+    warmup: int,
+    steps: int,
+    full: bool,
+    seed: int,
+    timeout_s: float,
 ) -> None:
-    """Compare BASE and NEW: two traces, two folders of rank traces, two `check` run folders or
-    two `tune --json` results.
+    """Compare BASE and NEW: two traces, two folders of rank traces, two `check` run folders,
+    two `tune --json` results; several runs a side (`A1 A2 -- B1 B2`, or folders of run
+    folders); or, with --rerun, two scripts run alternately in fresh processes.
 
     \b
       torchdoctor compare before.json.gz after.json.gz
       torchdoctor compare main-run/ pr-run/ --fail-if-slower 5
+      torchdoctor compare runs/a1 runs/a2 runs/a3 runs/a4 -- runs/b1 runs/b2 runs/b3 runs/b4
+      torchdoctor compare --rerun train.py train_fixed.py -- --epochs 1
     """
     from torchdoctor.cli import _guarded
 
-    failed = _guarded(_compare)(base, new, fail_pct, as_json, top, html_path)
+    after = click.get_current_context().meta.get(_AFTER_DASHES)
+    if rerun:
+        from torchdoctor.compare.rerun import RerunOptions
+
+        plan = RerunOptions(rounds=rounds, warmup=warmup, steps=steps, full=full, seed=seed,
+                            timeout_s=timeout_s, job_steps=job_steps)  # fmt: skip
+        failed = _guarded(_rerun)(
+            sides, after, plan, fail_pct=fail_pct, as_json=as_json, html_path=html_path
+        )
+    else:
+        failed = _guarded(_compare)(
+            sides, after, fail_pct=fail_pct, as_json=as_json, html_path=html_path, top=top,
+            job_steps=job_steps, run_noise_pct=run_noise_pct,
+        )  # fmt: skip
     sys.exit(EXIT_GATE_FAILED if failed else 0)
 
 
+def _split(sides: tuple[str, ...], after: int | None) -> tuple[list[str], list[str]]:
+    from torchdoctor.errors import UserError
+
+    if after is None:
+        if len(sides) != 2:
+            raise UserError(
+                f"give BASE and NEW (got {len(sides)} paths); for several runs a side, "
+                "separate the sides with --: compare A1 A2 A3 -- B1 B2 B3"
+            )
+        return [sides[0]], [sides[1]]
+    base, new = list(sides[: len(sides) - after]), list(sides[len(sides) - after :])
+    if not base or not new:
+        raise UserError("give at least one run on each side of --")
+    return base, new
+
+
 def _compare(
-    base: str, new: str, fail_pct: float | None, as_json: bool, top: int, html_path: str | None
+    sides: tuple[str, ...],
+    after: int | None,
+    *,
+    fail_pct: float | None,
+    as_json: bool,
+    top: int,
+    html_path: str | None,
+    job_steps: int | None,
+    run_noise_pct: float,
 ) -> bool:
     from torchdoctor.compare import render
     from torchdoctor.compare.diff import compare
-    from torchdoctor.compare.sides import load_side
+    from torchdoctor.compare.runs import load_runs
     from torchdoctor.inputs import output_path
 
     if html_path:
         output_path(html_path, "HTML page")
 
-    c = compare(load_side(base), load_side(new))
+    base, new = _split(sides, after)
+    c = compare(load_runs(base), load_runs(new), job_steps=job_steps, run_noise_pct=run_noise_pct)
     if as_json:
         click.echo(json.dumps(_clean(render.to_dict(c, fail_pct, top)), indent=1))
     else:
@@ -74,6 +203,47 @@ def _compare(
         write_html(render.page(c, fail_pct, top), html_path)
         click.echo(f"wrote {html_path}", err=True)
     return fail_pct is not None and c.gate(fail_pct)
+
+
+def _rerun(
+    sides: tuple[str, ...],
+    after: int | None,
+    plan: RerunOptions,
+    *,
+    fail_pct: float | None,
+    as_json: bool,
+    html_path: str | None,
+) -> bool:
+    from torchdoctor.compare import rerun_render
+    from torchdoctor.compare.rerun import Script, run_interleaved
+    from torchdoctor.errors import UserError
+
+    args = tuple(sides[len(sides) - after :]) if after else ()
+    scripts = sides[: len(sides) - after] if after else sides
+    if len(scripts) != 2:
+        raise UserError(
+            f"--rerun takes two scripts, BASE and NEW (got {len(scripts)}); their arguments go "
+            "after --: compare --rerun a.py b.py -- --epochs 1"
+        )
+    base, new = Script(scripts[0], args), Script(scripts[1], args)
+    result = run_interleaved(
+        base,
+        new,
+        plan,
+        on_run=lambda r: click.echo(rerun_render.progress(r, plan.rounds), err=True),
+    )
+    if result.verdict is None:
+        raise UserError(f"--rerun: {result.failure}")
+    if as_json:
+        click.echo(json.dumps(_clean(rerun_render.to_dict(result, fail_pct)), indent=1))
+    else:
+        click.echo(rerun_render.render_text(result, fail_pct), nl=False)
+    if html_path:
+        from torchdoctor.report.html import write_html
+
+        write_html(rerun_render.page(result, fail_pct), html_path)
+        click.echo(f"wrote {html_path}", err=True)
+    return fail_pct is not None and result.verdict.gate(fail_pct)
 
 
 def _clean(x: Any) -> Any:

@@ -3,14 +3,15 @@ findings, and whether the two runs are comparable at all."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from torchdoctor.compare.runs import run_cost
 from torchdoctor.compare.sides import Side
-from torchdoctor.compare.stats import ALPHA, Change, compare_steps
+from torchdoctor.compare.stats import RUN_TO_RUN_PCT, Estimate, EvidenceKind, Quantity, estimates
+from torchdoctor.compare.verdict import Verdict, decide
 
-NEGLIGIBLE_PCT = 1.0
-"""Median changes smaller than this (percent) are called "no change" when within the noise."""
 MIN_PART_MS = 0.005
 """Breakdown parts below this on both sides are left out (they are zero in practice)."""
 
@@ -31,13 +32,15 @@ class Delta:
 
 @dataclass(frozen=True)
 class Comparison:
-    """Everything ``compare`` reports."""
+    """Everything ``compare`` reports. ``base`` and ``new`` are each side's first run: the
+    details (breakdown, kernels, operators, findings) come from them; the costs and the verdict
+    from every run."""
 
     base: Side
     new: Side
-    steps: Change
-    throughput_change: float | None
-    """NEW samples/s over BASE samples/s minus one (None without samples per step)."""
+    estimates: dict[Quantity, Estimate]
+    """Each cost's estimate (mean and median step, one-time cost, time to N steps)."""
+    decision: Verdict
     breakdown: list[Delta]
     kernels_moved: list[Delta]
     kernels_added: list[Delta]
@@ -46,64 +49,85 @@ class Comparison:
     findings_appeared: list[dict[str, Any]]
     findings_gone: list[dict[str, Any]]
     warnings: list[str] = field(default_factory=list)
+    base_runs: list[Side] = field(default_factory=list)
+    new_runs: list[Side] = field(default_factory=list)
+
+    @property
+    def evidence(self) -> EvidenceKind:
+        """One run a side, several runs, or interleaved rounds."""
+        return self.decision.evidence
 
     @property
     def verdict(self) -> str:
-        """One line: faster, slower or unchanged, by how much, and whether beyond the noise."""
-        c = self.steps
-        word = "slower" if c.ratio > 1 else "faster"
-        size = (
-            f"median step {c.base_median_ms:.2f} -> {c.new_median_ms:.2f} ms ({c.change_pct:+.1f}%, "
-            f"{c.confidence:.0%} interval {(c.ratio_low - 1) * 100:+.1f}% to "
-            f"{(c.ratio_high - 1) * 100:+.1f}%)"
-        )
-        if c.beyond_noise:
-            return f"NEW is {word}: {size}; beyond the noise (p = {c.p_value:.3g} < {ALPHA})."
-        if abs(c.change_pct) >= NEGLIGIBLE_PCT:
-            return (
-                f"NEW looks {word}: {size}; not beyond the noise in a two-sided test (p = "
-                f"{c.p_value:.3g} with {c.n_base} and {c.n_new} steps): profile more steps to be sure."
-            )
-        return f"No change: {size}; p = {c.p_value:.3g}."
+        """One line: faster, slower or unchanged, on which cost, by how much, how firmly."""
+        return self.decision.text
+
+    @property
+    def throughput_change(self) -> float:
+        """Samples (or steps) per second over the window, NEW over BASE, minus one."""
+        return self.estimates["mean_step"].speedup.ratio - 1.0
 
     def gate(self, max_slower_pct: float) -> bool:
-        """True (fail) when NEW is slower by more than ``max_slower_pct`` and the one-sided rank
-        test says its steps are slower beyond the noise."""
-        return self.steps.slower_beyond_noise and self.steps.change_pct > max_slower_pct
+        """True (fail) when the verdict's cost is slower by more than ``max_slower_pct`` and
+        the evidence puts its whole interval on the slower side (see ``Verdict.gate``)."""
+        return self.decision.gate(max_slower_pct)
 
 
-def compare(base: Side, new: Side) -> Comparison:
-    """Compare two loaded sides."""
-    kernels_moved, added, removed = _kernel_deltas(base, new)
+def _job_steps(runs: Sequence[Side], given: int | None) -> int | None:
+    """The job length: ``given``, else the runs' own when every run ran to its end."""
+    if given:
+        return given
+    lengths = [r.job_steps for r in runs]
+    return min(lengths) if lengths and all(lengths) else None  # type: ignore[type-var]
+
+
+def compare(
+    base: Side | Sequence[Side],
+    new: Side | Sequence[Side],
+    *,
+    job_steps: int | None = None,
+    run_noise_pct: float = RUN_TO_RUN_PCT,
+) -> Comparison:
+    """Compare two sides, each one run or several (a list of runs).
+
+    ``job_steps``: the length of the user's job, for the time-to-N cost (default: the runs' own
+    length when they ran to their end). ``run_noise_pct``: the run-to-run allowance that widens
+    the interval of one run a side.
+    """
+    base_runs = [base] if isinstance(base, Side) else list(base)
+    new_runs = [new] if isinstance(new, Side) else list(new)
+    if not base_runs or not new_runs:
+        raise ValueError("each side needs at least one run")
+    b, n = base_runs[0], new_runs[0]
+    job = _job_steps([*base_runs, *new_runs], job_steps)
+    est = estimates(
+        [run_cost(r) for r in base_runs],
+        [run_cost(r) for r in new_runs],
+        job_steps=job,
+        run_noise_pct=run_noise_pct,
+    )
+    kernels_moved, added, removed = _kernel_deltas(b, n)
     return Comparison(
-        base=base,
-        new=new,
-        steps=compare_steps(base.step_ms, new.step_ms),
-        throughput_change=_throughput(base, new),
-        breakdown=_breakdown(base, new),
+        base=b,
+        new=n,
+        estimates=est,
+        decision=decide(est, job, run_noise_pct),
+        breakdown=_breakdown(b, n),
         kernels_moved=kernels_moved,
         kernels_added=added,
         kernels_removed=removed,
         operators_moved=_moved(
             [
-                Delta(n, base.operators.get(n, 0.0), new.operators.get(n, 0.0))
-                for n in set(base.operators) | set(new.operators)
+                Delta(k, b.operators.get(k, 0.0), n.operators.get(k, 0.0))
+                for k in set(b.operators) | set(n.operators)
             ]
         ),
-        findings_appeared=[f for i, f in new.findings.items() if i not in base.findings],
-        findings_gone=[f for i, f in base.findings.items() if i not in new.findings],
-        warnings=warnings(base, new),
+        findings_appeared=[f for i, f in n.findings.items() if i not in b.findings],
+        findings_gone=[f for i, f in b.findings.items() if i not in n.findings],
+        warnings=warnings(b, n, base_runs, new_runs),
+        base_runs=base_runs,
+        new_runs=new_runs,
     )
-
-
-def _throughput(base: Side, new: Side) -> float | None:
-    """Samples per second ratio minus one; with equal batch sizes, the inverse step-time ratio."""
-    b_spp = base.samples_per_step or base.batch_size
-    n_spp = new.samples_per_step or new.batch_size
-    b_med, n_med = base.step_ms.mean(), new.step_ms.mean()
-    if b_spp and n_spp:
-        return (n_spp / n_med) / (b_spp / b_med) - 1.0
-    return b_med / n_med - 1.0  # same work per step assumed (no batch size recorded)
 
 
 def _breakdown(base: Side, new: Side) -> list[Delta]:
@@ -142,9 +166,18 @@ def _moved(deltas: list[Delta]) -> list[Delta]:
     return [d for d in ranked if d.delta_ms != 0.0]
 
 
-def warnings(base: Side, new: Side) -> list[str]:
+def warnings(
+    base: Side,
+    new: Side,
+    base_runs: Sequence[Side] = (),
+    new_runs: Sequence[Side] = (),
+) -> list[str]:
     """Differences that make the comparison apples to oranges."""
     out = []
+    for name, runs in (("BASE", base_runs), ("NEW", new_runs)):
+        kinds = sorted({r.kind for r in runs})
+        if len(kinds) > 1:
+            out.append(f"{name}'s runs are of different kinds ({', '.join(kinds)})")
     for what, b, n in (
         ("GPUs", base.gpu, new.gpu),
         ("torch versions", base.torch_version, new.torch_version),

@@ -2,10 +2,17 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
+import numpy as np
+
+from torchdoctor.compare.cost import LONG_STEP_X, RunCost
 from torchdoctor.compare.diff import Comparison, Delta
-from torchdoctor.compare.stats import ALPHA
+from torchdoctor.compare.stats import MIN_RUNS_FOR_INTERVAL, Estimate, EvidenceKind, Quantity
+from torchdoctor.compare.verdict import Verdict
+
+_ORDER: tuple[Quantity, ...] = ("mean_step", "median_step", "one_time", "time_to_n")
 
 
 def _label(key: str) -> str:
@@ -17,12 +24,21 @@ def _row(d: Delta, name_width: int = 60) -> str:
     return f"  {name:<{name_width}} {d.base_ms:9.3f} {d.new_ms:9.3f} {d.delta_ms:+9.3f}"
 
 
+def _side_line(word: str, runs: list[Any], first: Any) -> str:
+    steps = sum(len(r.step_ms) for r in runs)
+    if len(runs) == 1:
+        warm = f", after {len(first.warmup_ms)} warm-up" if len(first.warmup_ms) else ""
+        return f"{word} {first.path} ({first.kind}, {steps} steps{warm})"
+    return f"{word} {len(runs)} runs ({first.kind}, {steps} steps in all): " + ", ".join(
+        r.path for r in runs
+    )
+
+
 def render_text(c: Comparison, max_slower_pct: float | None = None, top: int = 10) -> str:
-    """The comparison as lines of text (ms per step throughout)."""
-    s = c.steps
+    """The comparison as lines of text (ms per step in the tables)."""
     lines = [
-        f"BASE {c.base.path} ({c.base.kind}, {s.n_base} steps)",
-        f"NEW  {c.new.path} ({c.new.kind}, {s.n_new} steps)",
+        _side_line("BASE", c.base_runs or [c.base], c.base),
+        _side_line("NEW ", c.new_runs or [c.new], c.new),
         *(f"warning: {w}" for w in c.warnings),
         "",
         c.verdict,
@@ -38,25 +54,135 @@ def render_text(c: Comparison, max_slower_pct: float | None = None, top: int = 1
     return "\n".join(lines) + "\n"
 
 
-def summary_lines(c: Comparison, max_slower_pct: float | None) -> list[str]:
-    """The statistics, the throughput and the gate's outcome, one line each."""
-    s = c.steps
-    lines = [
-        f"step time: median ratio {s.ratio:.3f} ({s.confidence:.0%} bootstrap interval "
-        f"{s.ratio_low:.3f}-{s.ratio_high:.3f}); Mann-Whitney U p = {s.p_value:.3g} two-sided, "
-        f"{s.test.p_new_slower:.3g} for NEW slower ({s.test.method})"
-    ]
-    if c.throughput_change is not None:
-        lines.append(f"throughput: {c.throughput_change:+.1%}")
-    if max_slower_pct is not None:
-        lines.append(
-            f"gate --fail-if-slower {max_slower_pct:g}%: "
-            + ("FAILED" if c.gate(max_slower_pct) else "passed")
-            + f" (change {s.change_pct:+.1f}% against {max_slower_pct:g}% allowed; the gate's "
-            f"one-sided test that NEW is slower: p = {s.test.p_new_slower:.3g}, "
-            f"{'beyond' if s.slower_beyond_noise else 'within'} the noise)"
+def evidence_line(v: Verdict, n_base: int, n_new: int, orders: Sequence[str] | None = None) -> str:
+    """What the comparison rests on and what it can claim, in one line."""
+    kind: EvidenceKind = v.evidence
+    if kind == "one run a side":
+        return (
+            "evidence: one run a side. The steps of one run share that run's machine load, so "
+            "their spread cannot show how a second run would differ (on a shared machine, by 2x "
+            f"or more); the intervals add a +/-{v.run_noise_pct:g}% run-to-run allowance "
+            "(--run-noise) and no test is made. To decide, interleave fresh runs: "
+            "`torchdoctor compare --rerun BASE.py NEW.py`, or give several runs a side: "
+            f"`compare A1 .. A{MIN_RUNS_FOR_INTERVAL} -- B1 .. B{MIN_RUNS_FOR_INTERVAL}`."
         )
+    if kind == "runs":
+        return (
+            f"evidence: {n_base} and {n_new} runs, tested on runs (one value per run), not steps. "
+            "Runs made one after the other still share slow drift: make them alternately "
+            "(A B A B), or use `compare --rerun`."
+        )
+    orders = list(orders or [])
+    shown = ", ".join(orders[:4]) + (", ..." if len(orders) > 4 else "")
+    return (
+        f"evidence: {n_base} interleaved rounds, each side in a fresh process, each side first "
+        f"in half of them ({shown}); decided on per-round ratios (Wilcoxon signed-rank interval)."
+    )
+
+
+def cost_rows(est: dict[Quantity, Estimate], job_steps: int | None) -> list[str]:
+    """The costs' table: BASE, NEW and the speed-up with its interval, one row per cost."""
+    rows = [f"  {'what you pay':<26} {'BASE':>11} {'NEW':>11}   speed-up [95%] (>1: NEW better)"]
+    for q in _ORDER:
+        e = est.get(q)
+        if e is None:
+            continue
+        name = f"{e.label} ({e.unit})"
+        if q == "time_to_n":
+            name = f"time to {job_steps} steps (s)"
+        d = 2 if e.unit.startswith("ms") else 1
+        rows.append(f"  {name:<26} {e.base:11.{d}f} {e.new:11.{d}f}   {e.speedup.format()}")
+        if q == "mean_step":
+            per = "samples/s" if e.unit == "ms/sample" else "steps/s"
+            rows.append(
+                f"  {per + ' over the window':<26} {1000 / e.base:11.1f} {1000 / e.new:11.1f}   "
+                f"{e.speedup.format()}"
+            )
+    return rows
+
+
+def long_steps_line(base: list[RunCost], new: list[RunCost]) -> str | None:
+    """Rare long steps on each side (counted over every run), when either side has any."""
+    got: list[tuple[int, int, float]] = []
+    for runs in (base, new):
+        count = sum(r.long_steps[0] for r in runs)
+        total = sum(float(np.sum(r.step_ms)) for r in runs)
+        long_ms = sum(r.long_steps[1] * float(np.sum(r.step_ms)) for r in runs)
+        got.append((count, sum(len(r.step_ms) for r in runs), long_ms / total if total else 0.0))
+    b, n = got
+    if not b[0] and not n[0]:
+        return None
+    return (
+        f"long steps (over {LONG_STEP_X:g}x the median: epoch starts, stalls): BASE {b[0]} of "
+        f"{b[1]} ({b[2]:.0%} of its time), NEW {n[0]} of {n[1]} ({n[2]:.0%})"
+    )
+
+
+def break_even_line(v: Verdict, est: dict[Quantity, Estimate]) -> str | None:
+    """Where the two sides' times to N cross, when they do."""
+    one, step = est.get("one_time"), est["mean_step"]
+    if one is None or v.break_even is None:
+        return None
+    cheap_start = "NEW" if one.new < one.base else "BASE"
+    other = "BASE" if cheap_start == "NEW" else "NEW"
+    return (
+        f"break-even: {cheap_start} starts {abs(one.new - one.base):.1f} s sooner and {other} "
+        f"saves {abs(step.base - step.new):.2f} ms a step: {cheap_start} is ahead for jobs "
+        f"shorter than {v.break_even} steps, {other} for longer ones."
+    )
+
+
+def summary_lines(c: Comparison, max_slower_pct: float | None) -> list[str]:
+    """Evidence, the costs, break-even, compile time and the gate's outcome."""
+    v = c.decision
+    n_b, n_n = len(c.base_runs or [c.base]), len(c.new_runs or [c.new])
+    lines = [evidence_line(v, n_b, n_n), *cost_rows(c.estimates, v.job_steps)]
+    from torchdoctor.compare.runs import run_cost
+
+    long = long_steps_line(
+        [run_cost(r) for r in c.base_runs or [c.base]], [run_cost(r) for r in c.new_runs or [c.new]]
+    )
+    if long:
+        lines.append(long)
+    compile_b = [r.compile_s for r in c.base_runs or [c.base] if r.compile_s]
+    compile_n = [r.compile_s for r in c.new_runs or [c.new] if r.compile_s]
+    if compile_b or compile_n:
+        lines.append(f"  {'of which compile (s)':<26} {_med(compile_b):>11} {_med(compile_n):>11}")
+    be = break_even_line(v, c.estimates)
+    if be:
+        lines.append(be)
+    if max_slower_pct is not None:
+        lines.append(v.gate_line(max_slower_pct))
     return lines
+
+
+def cost_table(est: dict[Quantity, Estimate], job_steps: int | None) -> Any:
+    """The costs as an HTML table (numbers stay numbers; no interval: empty)."""
+    from torchdoctor.report.html_model import Table
+
+    rows = []
+    for q in _ORDER:
+        e = est.get(q)
+        if e is None:
+            continue
+        name = f"time to {job_steps} steps" if q == "time_to_n" else e.label
+        lo_hi = [e.speedup.low, e.speedup.high] if e.has_interval else ["", ""]
+        rows.append([name, e.unit, e.base, e.new, e.speedup.ratio, *lo_hi, e.test])
+    return Table(
+        "costs",
+        "what you pay (speed-up: BASE over NEW, above 1 NEW is better; 95% interval)",
+        ["cost", "unit", "BASE", "NEW", "speed-up", "low", "high", "test"],
+        rows,
+    )
+
+
+def page_headline(lines: list[str]) -> list[str]:
+    """The summary lines without the cost rows (the page shows those as a table)."""
+    return [ln for ln in lines if not ln.startswith("  ")]
+
+
+def _med(xs: list[float]) -> str:
+    return f"{sorted(xs)[len(xs) // 2]:.1f}" if xs else "-"
 
 
 def _sections(c: Comparison, top: int) -> list[tuple[str, list[Delta]]]:
@@ -81,9 +207,52 @@ def _finding_lines(c: Comparison) -> list[str]:
     return ["", *out] if out else ["", "findings: the same on both sides"]
 
 
+def estimate_dict(e: Estimate) -> dict[str, Any]:
+    """One cost as plain data."""
+    return {
+        "base": e.base,
+        "new": e.new,
+        "unit": e.unit,
+        "speedup": e.speedup.ratio,
+        "interval": [e.speedup.low, e.speedup.high] if e.has_interval else None,
+        "confidence": e.speedup.confidence,
+        "change_pct": e.change_pct,
+        "decided": e.decided,
+        "evidence": e.evidence,
+        "test": e.test,
+        "p_value": e.p_value,
+        "n_base": e.n_base,
+        "n_new": e.n_new,
+    }
+
+
+def verdict_dict(
+    v: Verdict, est: dict[Quantity, Estimate], max_slower_pct: float | None
+) -> dict[str, Any]:
+    """The verdict, the costs and the gate as plain data."""
+    return {
+        "verdict": v.text,
+        "direction": v.direction,
+        "decided": v.decided,
+        "evidence": v.evidence,
+        "headline": v.headline.quantity,
+        "costs": {q: estimate_dict(e) for q, e in est.items()},
+        "break_even_steps": v.break_even,
+        "job_steps": v.job_steps,
+        "run_noise_pct": v.run_noise_pct if v.evidence == "one run a side" else None,
+        "gate": None
+        if max_slower_pct is None
+        else {
+            "fail_if_slower_pct": max_slower_pct,
+            "failed": v.gate(max_slower_pct),
+            "on": v.evidence,
+            "line": v.gate_line(max_slower_pct),
+        },
+    }
+
+
 def to_dict(c: Comparison, max_slower_pct: float | None = None, top: int = 10) -> dict[str, Any]:
     """Plain JSON-able data (the first ``top`` rows of each list)."""
-    s = c.steps
 
     def deltas(ds: list[Delta]) -> list[dict[str, Any]]:
         return [
@@ -97,29 +266,20 @@ def to_dict(c: Comparison, max_slower_pct: float | None = None, top: int = 10) -
             for d in ds
         ]
 
+    def side(first: Any, runs: list[Any]) -> dict[str, Any]:
+        runs = runs or [first]
+        return {
+            "path": first.path,
+            "kind": first.kind,
+            "runs": [r.path for r in runs],
+            "steps": sum(len(r.step_ms) for r in runs),
+        }
+
     return {
-        "base": {"path": c.base.path, "kind": c.base.kind, "steps": s.n_base},
-        "new": {"path": c.new.path, "kind": c.new.kind, "steps": s.n_new},
-        "verdict": c.verdict,
-        "step_time": {
-            "base_median_ms": s.base_median_ms,
-            "new_median_ms": s.new_median_ms,
-            "ratio": s.ratio,
-            "interval": [s.ratio_low, s.ratio_high],
-            "confidence": s.confidence,
-            "test": "mann-whitney-u",
-            "p_value": s.p_value,
-            "p_new_slower": s.test.p_new_slower,
-            "method": s.test.method,
-            "alpha": ALPHA,
-            "beyond_noise": s.beyond_noise,
-            "slower_beyond_noise": s.slower_beyond_noise,
-            "change_pct": s.change_pct,
-        },
+        "base": side(c.base, c.base_runs),
+        "new": side(c.new, c.new_runs),
+        **verdict_dict(c.decision, c.estimates, max_slower_pct),
         "throughput_change": c.throughput_change,
-        "gate": None
-        if max_slower_pct is None
-        else {"fail_if_slower_pct": max_slower_pct, "failed": c.gate(max_slower_pct)},
         "breakdown": deltas(c.breakdown),
         "kernels_moved": deltas(c.kernels_moved[:top]),
         "kernels_added": deltas(c.kernels_added[:top]),
@@ -135,8 +295,7 @@ def page(c: Comparison, max_slower_pct: float | None = None, top: int = 10) -> A
     """The HTML page's data: verdict, stacked mean-step bars for both sides, delta tables."""
     from torchdoctor.report.html_model import Bars, Page, Table, command_line
 
-    s = c.steps
-    headline = summary_lines(c, max_slower_pct)
+    headline = page_headline(summary_lines(c, max_slower_pct))
     parts = list(dict.fromkeys([*c.base.breakdown_ms, *c.new.breakdown_ms]))
     bars = (
         Bars(
@@ -148,7 +307,7 @@ def page(c: Comparison, max_slower_pct: float | None = None, top: int = 10) -> A
         if parts
         else None
     )
-    tables = [
+    tables = [cost_table(c.estimates, c.decision.job_steps)] + [
         Table(
             f"t{i}",
             title,
@@ -161,8 +320,11 @@ def page(c: Comparison, max_slower_pct: float | None = None, top: int = 10) -> A
     findings = [{**f, "title": f"appeared: {f.get('title', '')}"} for f in c.findings_appeared]
     findings += [{**f, "title": f"went away: {f.get('title', '')}"} for f in c.findings_gone]
     meta = [
-        ("BASE", f"{c.base.path} ({c.base.kind}, {s.n_base} steps, GPU {c.base.gpu or '?'})"),
-        ("NEW", f"{c.new.path} ({c.new.kind}, {s.n_new} steps, GPU {c.new.gpu or '?'})"),
+        (
+            "BASE",
+            f"{_side_line('', c.base_runs or [c.base], c.base).strip()}, GPU {c.base.gpu or '?'}",
+        ),
+        ("NEW", f"{_side_line('', c.new_runs or [c.new], c.new).strip()}, GPU {c.new.gpu or '?'}"),
         ("torch version", f"{c.base.torch_version or '?'} / {c.new.torch_version or '?'}"),
         ("command", command_line()),
     ]

@@ -37,6 +37,14 @@ class Side:
     batch_size: int | None = None
     samples_per_step: float | None = None
     notes: list[str] = field(default_factory=list)
+    warmup_ms: np.ndarray = field(default_factory=lambda: np.zeros(0))
+    """The warm-up steps' times (a ``check`` run folder), for the one-time cost."""
+    one_time_s: float | None = None
+    """A one-time cost the side reports whole (a ``tune`` pick's warm-up overhead)."""
+    compile_s: float | None = None
+    """torch.compile's compile time, when the side recorded it."""
+    job_steps: int | None = None
+    """The run's length when it ran to its end by itself (a completed ``check --full`` run)."""
 
 
 def load_side(path: str) -> Side:
@@ -146,6 +154,10 @@ def _operators(a: Any) -> dict[str, float]:
     }
 
 
+def _float_or_none(v: Any) -> float | None:
+    return float(v) if isinstance(v, int | float) and not isinstance(v, bool) else None
+
+
 def _str_or_none(v: Any) -> str | None:
     return None if v is None else str(v)
 
@@ -213,7 +225,7 @@ def _check_run(folder: Path) -> Side:
         record = _rank0_record(folder, run)
     steps = _dict(record.get("steps"), f"{folder}: the record's 'steps'")
     warm = _count(steps.get("warmup_steps"), f"{folder}: 'steps.warmup_steps'")
-    step_ms = _times(steps.get("step_ms"), f"{folder}: 'steps.step_ms'")[warm:]
+    step_ms = _script_steps(steps, folder)[warm:]
     trace = folder / "trace.json.gz" if (folder / "trace.json.gz").is_file() else folder / "traces"
     if trace.exists():
         from torchdoctor.report.build import analyze_path
@@ -226,6 +238,14 @@ def _check_run(folder: Path) -> Side:
     else:
         raise UserError(f"{folder}: the run recorded no steps and no trace")
     return _with_record(base, folder, record, step_ms)
+
+
+def _script_steps(steps: dict[str, Any], folder: Path) -> np.ndarray:
+    """The script's own steps: without the steps check added after its window to measure a
+    mode's cost (``experiment_steps``, run with the mode switched)."""
+    all_ms = _times(steps.get("step_ms"), f"{folder}: 'steps.step_ms'")
+    extra = _count(steps.get("experiment_steps"), f"{folder}: 'steps.experiment_steps'")
+    return all_ms[: len(all_ms) - extra] if 0 < extra <= len(all_ms) else all_ms
 
 
 def _with_record(base: Side, folder: Path, record: dict[str, Any], step_ms: np.ndarray) -> Side:
@@ -248,8 +268,16 @@ def _with_record(base: Side, folder: Path, record: dict[str, Any], step_ms: np.n
         ),
         None,
     )
+    steps = _dict(record.get("steps"), f"{folder}: the record's 'steps'")
+    all_ms = _script_steps(steps, folder)
+    warm = _count(steps.get("warmup_steps"), f"{folder}: 'steps.warmup_steps'")
+    compile_s = _float_or_none(_dict(record.get("compile"), "'compile'").get("compile_s"))
+    completed = _dict(record.get("exit"), "'exit'").get("status") == "completed"
     return replace(
         base,
+        warmup_ms=all_ms[:warm] if len(step_ms) else np.zeros(0),
+        compile_s=float(compile_s) if compile_s else None,
+        job_steps=len(all_ms) if completed and len(all_ms) else None,
         step_ms=step_ms if len(step_ms) else base.step_ms,
         findings=findings,
         gpu=_str_or_none(gpu) or base.gpu,
@@ -306,4 +334,6 @@ def _tune(p: Path, doc: dict[str, Any]) -> Side:
         batch_size=int(batch) if _is_number(batch) and batch > 0 else None,
         samples_per_step=sps * med if sps else None,
         notes=[f"tune pick: {_str_or_none(best.get('config')) or '?'}", *notes],
+        one_time_s=_float_or_none(best.get("warmup_overhead_s")),
+        compile_s=_float_or_none(best.get("compile_s")),
     )

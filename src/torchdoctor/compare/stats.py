@@ -1,124 +1,250 @@
-"""The statistics behind ``compare``, from the shared ``torchdoctor.stats``: a rank test for
-"beyond the noise" and an interval for the change in median step time.
+"""The statistics behind ``compare``: how much a comparison can know, and the estimate of each
+cost with its interval (the arithmetic itself lives in the shared ``torchdoctor.stats``).
 
-Why these two:
+Three kinds of evidence, weakest first:
 
-* **Mann-Whitney U** decides whether NEW's steps are slower or faster than BASE's: two-sided for
-  the report's verdict, one-sided ("NEW is slower") for ``--fail-if-slower``, whose question is
-  fixed before the data is seen. It makes no assumption about the shape of step-time
-  distributions (they are skewed: a step with a data-loader hiccup or a recompile is far slower
-  than the rest) and it is exact for the handful of steps a profiler window holds (5 vs 5 steps
-  can reach p = 0.008; a t-test would need normality we do not have).
-* A **bootstrap of the ratio of medians** gives the interval on the size of the change. With
-  few steps the interval is coarse, which is honest: it says how little a short window shows.
+* **one run a side.** The steps of one run share that run's machine load: a second run made a
+  minute later can be 2x slower on a shared machine, and the steps' spread cannot show it. A rank
+  test on those steps (what ``compare`` once did) calls such drift "beyond the noise", so here no
+  test is made: the step-level interval is widened by a run-to-run allowance
+  (:data:`RUN_TO_RUN_PCT`, ``--run-noise``) and the verdict says "looks", never "is".
+* **several runs a side.** One value per run (its mean step, its one-time cost...), compared with
+  the Mann-Whitney U test and its Hodges-Lehmann interval on runs, not steps. Runs made one after
+  another still share slow drift; interleave them (A B A B) when you make them.
+* **interleaved rounds** (``compare --rerun``): each round runs both sides in fresh processes, in
+  shuffled order, so a load change hits both alike; the decision is the Wilcoxon signed-rank
+  interval of the per-round ratios, as ``tune`` decides.
+
+Every interval here is of the *speed-up* ``base / new`` of a cost (above 1: NEW costs less).
 """
 
 from __future__ import annotations
 
+import math
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from statistics import NormalDist
+from typing import Literal
 
 import numpy as np
 
 from torchdoctor import stats
+from torchdoctor.compare.cost import RunCost
 
+EvidenceKind = Literal["one run a side", "runs", "interleaved"]
+Quantity = Literal["mean_step", "median_step", "one_time", "time_to_n"]
+
+ALPHA = 0.05
+"""Significance level: intervals are 95%, tests decide at p < ALPHA."""
+RUN_TO_RUN_PCT = 100.0
+"""Default run-to-run allowance, in percent: two runs of the same code, made one after the other
+on a shared machine, differ in mean step by up to this much (95% of pairs). Measured with
+``benchmarks/compare_run_noise.py`` on a 2-core machine shared with other jobs: see
+docs/compare.md. A quiet, dedicated GPU machine varies far less; ``--run-noise`` sets yours."""
+MIN_RUNS_FOR_INTERVAL = 4
+"""The fewest runs a side (equal counts) with a 95% rank interval: with 3 and 3 the smallest
+two-sided Mann-Whitney p-value is 2/20 = 0.1, so 3 runs a side can never decide."""
 BOOTSTRAP_ROUNDS = 4000
 BOOTSTRAP_SEED = 20261201
-"""Fixed, so a rerun prints the same interval."""
-ALPHA = 0.05
-"""Significance level: a change is beyond the noise when p < ALPHA."""
+"""Fixed, so a rerun of ``compare`` on the same files prints the same interval."""
+
+UNITS: dict[Quantity, str] = {
+    "mean_step": "ms",
+    "median_step": "ms",
+    "one_time": "s",
+    "time_to_n": "s",
+}
+LABELS: dict[Quantity, str] = {
+    "mean_step": "mean step",
+    "median_step": "median step",
+    "one_time": "one-time cost",
+    "time_to_n": "time to N steps",
+}
 
 
 @dataclass(frozen=True)
-class RankTest:
-    """Mann-Whitney U test of NEW against BASE."""
+class Estimate:
+    """One cost on both sides, and the speed-up's interval."""
 
-    u_new_greater: float
-    """Pairs (base, new) where the NEW step was the slower one (ties count a half)."""
-    p_two_sided: float
-    p_new_slower: float
-    """One-sided p-value for "NEW's steps are slower" (the gate's question, fixed in advance)."""
-    method: str
-
-
-def mann_whitney(base: np.ndarray, new: np.ndarray) -> RankTest:
-    """The shared two-sided test, and its one-sided half in the direction "NEW is slower".
-
-    The null distribution of U is symmetric, so the one-sided p-value in the observed direction
-    is half the two-sided one; in the other direction it is at least one half.
-    """
-    if len(base) < 2 or len(new) < 2:
-        return RankTest(float("nan"), 1.0, 1.0, "too few steps")
-    t = stats.mann_whitney(new, base)
-    p = float(t.p_value)
-    one = p / 2.0 if t.prob_a_greater > 0.5 else 1.0 - p / 2.0
-    exact = len(base) * len(new) <= 2500 and len(np.unique(np.r_[base, new])) == len(base) + len(
-        new
-    )
-    return RankTest(float(t.u), p, one, "exact" if exact else "normal approximation")
-
-
-@dataclass(frozen=True)
-class Change:
-    """How NEW's step times compare with BASE's."""
-
-    base_median_ms: float
-    new_median_ms: float
-    ratio: float
-    """new / base median step time (above 1: slower)."""
-    ratio_low: float
-    ratio_high: float
-    """Bootstrap interval on ``ratio`` at ``confidence``."""
-    confidence: float
-    test: RankTest
+    quantity: Quantity
+    base: float
+    """BASE's value (its median over runs or rounds), in :attr:`unit`."""
+    new: float
+    """NEW's value, in :attr:`unit`. With several runs or rounds: BASE's median divided by the
+    speed-up, so the two columns and the ratio always agree (the medians of each side's runs
+    can come from different moments and disagree with the paired or pairwise ratio)."""
+    unit: str
+    speedup: stats.RatioInterval
+    """``base / new`` (above 1: NEW costs less), at 95%; for one run a side, widened by the
+    run-to-run allowance."""
+    evidence: EvidenceKind
+    test: str
+    """What decided, in words (or why nothing could)."""
     n_base: int
+    """Runs, rounds or steps behind BASE's value."""
     n_new: int
+    p_value: float | None = None
+    """Two-sided p-value of the test on runs (None for the other kinds)."""
 
     @property
-    def p_value(self) -> float:
-        """Two-sided Mann-Whitney U p-value (1.0 when either side has fewer than 2 steps)."""
-        return self.test.p_two_sided
+    def has_interval(self) -> bool:
+        """Whether a 95% interval exists (too few runs or rounds give none)."""
+        return self.speedup.low > 0 and math.isfinite(self.speedup.high)
 
     @property
-    def beyond_noise(self) -> bool:
-        """True when the two-sided rank test rejects "same distribution" at ALPHA."""
-        return bool(self.p_value < ALPHA)
-
-    @property
-    def slower_beyond_noise(self) -> bool:
-        """True when the one-sided test says NEW's steps are slower, at ALPHA. A gate asks
-        only this question, decided before looking at the data, so one side is legitimate."""
-        return bool(self.test.p_new_slower < ALPHA)
+    def decided(self) -> bool:
+        """True when evidence that can support it puts the whole interval on one side of 1."""
+        return (
+            self.evidence != "one run a side" and self.has_interval and self.speedup.excludes(1.0)
+        )
 
     @property
     def change_pct(self) -> float:
-        """Percent change in median step time (positive: NEW is slower)."""
-        return (self.ratio - 1.0) * 100.0
+        """Percent change of the cost (positive: NEW costs more)."""
+        return (1.0 / self.speedup.ratio - 1.0) * 100.0
+
+    @property
+    def label(self) -> str:
+        """The quantity in words."""
+        return LABELS[self.quantity]
 
 
-def compare_steps(base_ms: np.ndarray, new_ms: np.ndarray, confidence: float = 0.95) -> Change:
-    """Median ratio with its bootstrap interval, and the Mann-Whitney p-value."""
-    base = np.asarray(base_ms, dtype=np.float64)
-    new = np.asarray(new_ms, dtype=np.float64)
-    if not len(base) or not len(new):
-        raise ValueError("each side needs at least one step time")
-    b_med, n_med = stats.median(base), stats.median(new)
-    iv = stats.independent_ratio_interval(
-        new,
-        base,
-        confidence=confidence,
-        method="bootstrap",
-        resamples=BOOTSTRAP_ROUNDS,
-        seed=BOOTSTRAP_SEED,
+def _point(ratio: float, n: int) -> stats.RatioInterval:
+    """A ratio with no interval (one value a side)."""
+    return stats.RatioInterval(ratio, 0.0, math.inf, 0.0, n, "rank")
+
+
+def run_to_run_log_sd(pct: float) -> float:
+    """The allowance ``pct`` (95% of two runs' ratios within 1 +/- pct/100) as a log-scale SD."""
+    z = NormalDist().inv_cdf(1.0 - ALPHA / 2.0)
+    return math.log1p(pct / 100.0) / z
+
+
+def _values(runs: Sequence[RunCost], q: Quantity, job_steps: int | None) -> np.ndarray:
+    get: dict[Quantity, Callable[[RunCost], float]] = {
+        "mean_step": lambda r: r.mean_ms,
+        "median_step": lambda r: r.median_ms,
+        "one_time": lambda r: r.one_time_s,
+        "time_to_n": lambda r: r.time_to_s(job_steps or 0),
+    }
+    return np.array([get[q](r) for r in runs], dtype=np.float64)
+
+
+def _per_sample(base: Sequence[RunCost], new: Sequence[RunCost]) -> bool:
+    """Steps compare per sample when both sides know their batch and the batches differ."""
+    b, n = base[0].samples_per_step, new[0].samples_per_step
+    return bool(b and n and b != n)
+
+
+def kind_of(base: Sequence[RunCost], new: Sequence[RunCost], paired: bool) -> EvidenceKind:
+    """What the runs can support: interleaved rounds, several runs, or one run a side."""
+    if paired:
+        return "interleaved"
+    return "one run a side" if len(base) == 1 and len(new) == 1 else "runs"
+
+
+def estimates(
+    base: Sequence[RunCost],
+    new: Sequence[RunCost],
+    *,
+    paired: bool = False,
+    job_steps: int | None = None,
+    run_noise_pct: float = RUN_TO_RUN_PCT,
+) -> dict[Quantity, Estimate]:
+    """Each cost's estimate: mean and median step always, the one-time cost when both sides
+    recorded one, the time to ``job_steps`` steps when that length is known.
+
+    ``paired``: ``base[i]`` and ``new[i]`` ran in the same round (``compare --rerun``).
+    """
+    if not base or not new:
+        raise ValueError("each side needs at least one run")
+    if paired and len(base) != len(new):
+        raise ValueError(f"paired rounds differ in length ({len(base)} vs {len(new)})")
+    kind = kind_of(base, new, paired)
+    quantities: list[Quantity] = ["mean_step", "median_step"]
+    if all(r.has_one_time for r in [*base, *new]):
+        quantities.append("one_time")
+        if job_steps:
+            quantities.append("time_to_n")
+    scale = 1.0
+    if _per_sample(base, new):  # ms per sample: a bigger batch may take a longer step
+        scale = float(new[0].samples_per_step or 1) / float(base[0].samples_per_step or 1)
+    out: dict[Quantity, Estimate] = {}
+    for q in quantities:
+        if kind == "one run a side":
+            est = _single(base[0], new[0], q, job_steps, run_noise_pct)
+        else:
+            b, n = _values(base, q, job_steps), _values(new, q, job_steps)
+            est = _paired(b, n, q) if kind == "interleaved" else _runs(b, n, q)
+        if q in ("mean_step", "median_step") and scale != 1.0:
+            est = _rescale(est, scale, base[0], new[0])
+        out[q] = est
+    return out
+
+
+def _rescale(est: Estimate, scale: float, base: RunCost, new: RunCost) -> Estimate:
+    """A step estimate as time per sample (the two sides' batches differ)."""
+    from dataclasses import replace
+
+    s = est.speedup
+    return replace(
+        est,
+        base=est.base / float(base.samples_per_step or 1),
+        new=est.new / float(new.samples_per_step or 1),
+        unit="ms/sample",
+        speedup=stats.RatioInterval(
+            s.ratio * scale, s.low * scale, s.high * scale, s.confidence, s.n, s.method
+        ),
     )
-    test = mann_whitney(base, new)
-    return Change(
-        b_med,
-        n_med,
-        n_med / b_med,
-        float(iv.low),
-        float(iv.high),
-        confidence,
-        test,
-        len(base),
-        len(new),
+
+
+def _single(
+    base: RunCost, new: RunCost, q: Quantity, job_steps: int | None, run_noise_pct: float
+) -> Estimate:
+    """One run a side: the step-level interval widened by the run-to-run allowance; no test."""
+    extra = run_to_run_log_sd(run_noise_pct)
+    test = (
+        f"none: one run a side (a step-level interval widened by a +/-{run_noise_pct:g}% "
+        "run-to-run allowance)"
     )
+    if q in ("mean_step", "median_step"):
+        b, n = base.step_ms, new.step_ms
+        if q == "mean_step":
+            iv = stats.mean_ratio_interval(b, n, resamples=BOOTSTRAP_ROUNDS, seed=BOOTSTRAP_SEED)
+            bv, nv = base.mean_ms, new.mean_ms
+        else:
+            iv = stats.independent_ratio_interval(
+                b, n, method="bootstrap", resamples=BOOTSTRAP_ROUNDS, seed=BOOTSTRAP_SEED
+            )
+            bv, nv = base.median_ms, new.median_ms
+        return Estimate(q, bv, nv, UNITS[q], stats.widened(iv, extra), "one run a side", test,
+                        len(b), len(n))  # fmt: skip
+    bv = float(_values([base], q, job_steps)[0])
+    nv = float(_values([new], q, job_steps)[0])
+    test = "none: one value a side"
+    return Estimate(q, bv, nv, UNITS[q], _point(bv / nv, 1), "one run a side", test, 1, 1)
+
+
+def _runs(b: np.ndarray, n: np.ndarray, q: Quantity) -> Estimate:
+    """Several runs a side: Mann-Whitney U on the runs' values, Hodges-Lehmann interval."""
+    iv = stats.independent_ratio_interval(b, n)
+    p = stats.mann_whitney(b, n).p_value if len(b) > 1 or len(n) > 1 else 1.0
+    test = f"Mann-Whitney U on {len(b)} and {len(n)} runs"
+    if not (iv.low > 0 and math.isfinite(iv.high)):
+        test += f" (too few runs for a 95% interval: {MIN_RUNS_FOR_INTERVAL} a side give one)"
+    base = float(np.median(b))
+    return Estimate(
+        q, base, base / iv.ratio, UNITS[q], iv, "runs", test, len(b), len(n), float(p)
+    )  # fmt: skip
+
+
+def _paired(b: np.ndarray, n: np.ndarray, q: Quantity) -> Estimate:
+    """Interleaved rounds: Wilcoxon signed-rank interval of the per-round ratios base / new."""
+    iv = stats.paired_ratio_interval(b, n)
+    test = f"Wilcoxon signed-rank on {len(b)} per-round ratios"
+    if not (iv.low > 0 and math.isfinite(iv.high)):
+        test += " (6 rounds give a 95% interval)"
+    base = float(np.median(b))
+    return Estimate(
+        q, base, base / iv.ratio, UNITS[q], iv, "interleaved", test, len(b), len(n)
+    )  # fmt: skip
