@@ -48,24 +48,31 @@ class WindowListener(Protocol):
 
     def window_start(self, profiler_warmup_steps: int) -> None:
         """Start profiling; the profiler's own warm-up lasts that many steps."""
+        return None
 
     def window_step(self) -> None:
         """One step ended inside the window."""
+        return None
 
     def window_end(self) -> None:
         """The last profiled step ended."""
+        return None
 
     def window_abort(self) -> None:
         """Discard the window (the step signal changed)."""
+        return None
 
     def set_measuring(self, on: bool) -> None:
         """Steps after the warm-up begin (on) or counting restarts (off)."""
+        return None
 
     def probe_start(self) -> None:
         """The probe step begins (the warm-up step before the profiler's own warm-up)."""
+        return None
 
     def probe_end(self) -> None:
         """The probe step ended."""
+        return None
 
     def experiments_begin(self) -> bool:
         """After the window, when the script is to stop: run extra steps? (True: yes)."""
@@ -74,6 +81,11 @@ class WindowListener(Protocol):
     def experiment_tick(self, step_s: float) -> bool:
         """An extra step of ``step_s`` seconds ended; True to run another."""
         return False
+
+
+class QuietListener(WindowListener):
+    """A listener that does nothing at any call (the protocol's own bodies): a listener that
+    needs only some of the calls subclasses it, so a call added to the protocol reaches it."""
 
 
 class StepClock:

@@ -44,6 +44,9 @@ class ForwardSteps:
         self.backward_seen = False
         """A backward pass ran through a model call's output: a training loop, not ours."""
         self._after_patch = after_patch or (lambda: None)
+        self.training: Callable[[], bool] = lambda: False
+        """True once the script built an optimizer: a training loop, whose evaluation forwards
+        (``estimate_loss()`` before the first step) are not its steps."""
         self._depth = 0
         self._pending = False
         self._discovering = False
@@ -121,7 +124,7 @@ class ForwardSteps:
 
     def _flush(self) -> None:
         self._pending = False
-        if self.backward_seen or self.clock.source not in (None, "forward"):
+        if self.backward_seen or self.clock.source not in (None, "forward") or self.training():
             self.uninstall()  # a stronger signal counts the steps: stop paying for this one
         elif self._root is not None:  # only the model's calls, once it is known, are steps
             self.clock.tick("forward")  # may raise StopScript, as the optimizer hook does

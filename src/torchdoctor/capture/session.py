@@ -53,6 +53,7 @@ class Session:
         # The tensor-method and checkpoint wrappers come off while dynamo traces (no graph
         # break of ours); SyncRecorder keeps its Patcher private, it is shared here only.
         self.forward = ForwardSteps(self.clock, lambda: self.aside.ensure_registered())
+        self.forward.training = lambda: bool(self.config.optimizers)
         self.aside = DynamoAside(
             [self.syncs._patcher, self.checkpoints._patcher, self.forward.patcher]
         )

@@ -25,6 +25,8 @@ import json  # noqa: E402
 import sys  # noqa: E402
 from typing import Any  # noqa: E402
 
+from torchdoctor.capture.clock import QuietListener  # noqa: E402
+
 
 def _sync_device() -> None:
     """Wait for queued CUDA work, when the script started CUDA (we never initialise it)."""
@@ -36,7 +38,7 @@ def _sync_device() -> None:
         pass
 
 
-class _Marks:
+class _Marks(QuietListener):
     """The clock's listener: no profiler, only the two instants the steady window needs."""
 
     def __init__(self) -> None:
@@ -57,20 +59,6 @@ class _Marks:
     def window_abort(self) -> None:
         """The step signal changed: the marks restart with the new count."""
         self.t_measure = self.t_window_end = None
-
-    def probe_start(self) -> None:
-        """No probe step in a rerun."""
-
-    def probe_end(self) -> None:
-        """No probe step in a rerun."""
-
-    def experiments_begin(self) -> bool:
-        """No mode measurements in a rerun: the script stops after its window."""
-        return False
-
-    def experiment_tick(self, step_s: float) -> bool:
-        """Never asked (no mode measurements)."""
-        return False
 
     def set_measuring(self, on: bool) -> None:
         """The warm-up ended (on): the steady window starts here."""

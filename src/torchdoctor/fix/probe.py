@@ -31,23 +31,6 @@ from pathlib import Path
 from typing import Any
 
 
-class _Quiet:
-    """A window listener that records nothing: no profiler, no sync recorder."""
-
-    def window_start(self, profiler_warmup_steps: int) -> None: ...
-    def window_step(self) -> None: ...
-    def window_end(self) -> None: ...
-    def window_abort(self) -> None: ...
-    def set_measuring(self, on: bool) -> None: ...
-    def probe_start(self) -> None: ...
-    def probe_end(self) -> None: ...
-    def experiments_begin(self) -> bool:
-        return False
-
-    def experiment_tick(self, step_s: float) -> bool:
-        return False
-
-
 class _Overlay(importlib.abc.MetaPathFinder):
     """Imports the user's own modules from this arm's text instead of the file on disk."""
 
@@ -152,7 +135,7 @@ def run_main(script: str, args: Sequence[str], source: str) -> Any:
 def probe(spec: dict[str, Any]) -> dict[str, Any]:
     """Run one arm; the result document (see the module docstring)."""
     from torchdoctor.capture import markers
-    from torchdoctor.capture.clock import StepClock
+    from torchdoctor.capture.clock import QuietListener, StepClock
     from torchdoctor.capture.hooks import StepHooks
     from torchdoctor.capture.options import CheckOptions
 
@@ -165,7 +148,7 @@ def probe(spec: dict[str, Any]) -> dict[str, Any]:
     main_source = sources.get(script) or Path(script).read_text(encoding="utf-8")
     warmup, steps = int(spec["warmup"]), int(spec["steps"])
     seed_everything(int(spec.get("seed", 0)))
-    clock = StepClock(CheckOptions(warmup_steps=warmup, profile_steps=steps), _Quiet())
+    clock = StepClock(CheckOptions(warmup_steps=warmup, profile_steps=steps), QuietListener())
     hooks = StepHooks(clock)
     losses = LossRecorder(int(spec.get("loss_steps", warmup + steps)))
     finder = _Overlay({p: t for p, t in sources.items() if p != script})
