@@ -66,3 +66,16 @@ def test_well_tuned(tmp_path: Path) -> None:
     loud = [f for f in r.report["findings"] if f["severity"] != "info"]
     assert loud == [], r.stdout
     assert r.run["steps"]["source"] == "optimizer" and r.run["steps"]["count"] == 6
+
+
+def test_no_global_module_hook_outlives_the_run(tmp_path: Path) -> None:
+    """The window ends inside an optimizer step's hook, where our module hooks can only be
+    neutralised; they must still be gone when check returns (a later torch.compile in the same
+    process would see global hooks)."""
+    from torch.nn.modules import module
+
+    before = (len(module._global_forward_pre_hooks), len(module._global_forward_hooks))
+    r = check_inprocess(tmp_path, EXAMPLES / "item_per_step.py")
+    assert r.code == 0, r.stderr
+    after = (len(module._global_forward_pre_hooks), len(module._global_forward_hooks))
+    assert after == before

@@ -61,6 +61,15 @@ def check_named(r: Any, case: Case) -> None:
     rows = r.run["lines"]["rows"]
     top_row = max(rows, key=lambda row: row["self_ms"]) if rows else {}
     site = planted_site(case)
+    # A mode whose cost check measured by switching it, and found too small to fix here (on a
+    # 2-CPU machine determinism costs little), is named as info with its measurement: right too.
+    named += [
+        f
+        for f in r.report["findings"]
+        if f["id"] in case.expect
+        and f["severity"] == "info"
+        and isinstance((f["evidence"].get("measured") or {}).get("ratio"), float)
+    ]
     assert named or top_row.get("site") == site, r.stdout
     if named and named[0]["where"]:
         assert site in named[0]["where"] or any(w.startswith(site) for w in named[0]["where"])

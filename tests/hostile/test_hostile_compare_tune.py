@@ -228,7 +228,7 @@ def test_the_trial_worker_dies_with_the_tuner(tmp_path: Path) -> None:
         ],
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
-        env=env(TMPDIR=str(tmp_path)),
+        env=env(TMPDIR=str(tmp_path), TD_TUNE_TEST_MODE="hang"),  # the trial lasts: it is killed
     )
     worker, folder = None, None
     deadline = time.monotonic() + 120

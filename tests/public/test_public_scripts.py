@@ -53,7 +53,7 @@ def _user_names() -> dict[str, Any]:
         "betas": (0.9, 0.95),
         "extra_args": {},
         "train_config": SimpleNamespace(learning_rate=1e-3, betas=(0.9, 0.95)),
-        "config": SimpleNamespace(batch_size=4, num_workers=0),
+        "config": SimpleNamespace(batch_size=4, num_workers=4),  # minGPT Trainer's default
         "self": SimpleNamespace(train_dataset=ns["dataset"]),
     }
 

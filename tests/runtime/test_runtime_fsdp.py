@@ -134,4 +134,10 @@ def test_analyze_recognises_fsdp_in_the_recorded_traces(
         comm.by_kind["AllGather"]["exposed_ms"] / report.analysis.n_steps, rel=1e-3
     )
     reduce = report.finding("exposed-communication")
-    assert reduce is None or reduce.title.startswith("Exposed gradient reduction (FSDP)")
+    # an FSDP run's exposed reduction is named as FSDP's; two gloo ranks on a shared CPU often
+    # wait for each other, and waiting that dominates it is rank skew (the late rank's work)
+    assert reduce is None or reduce.title.startswith(
+        ("Exposed gradient reduction (FSDP)", "Rank skew:")
+    )
+    if reduce is not None and reduce.title.startswith("Rank skew:"):
+        assert reduce.evidence["skew_wait_ms_per_step"] > 0 and "bucket_cap_mb" not in reduce.fix

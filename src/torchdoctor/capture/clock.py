@@ -128,7 +128,8 @@ class StepClock:
         self.experimenting = False
         self.experiment_steps = 0
         self.own_steps: list[int] = []
-        """Steps (1-based) in which torchdoctor did work of its own (the probe step)."""
+        """Steps (1-based) in which torchdoctor did work of its own (the probe step, the
+        profiler's first step)."""
         self._step_start = perf_counter()
 
     def begin(self) -> None:
@@ -279,6 +280,9 @@ class StepClock:
         self._next_event = n + 1
 
     def _open(self) -> None:
+        # The next step is the profiler's first (its own warm-up when there is one): it pays
+        # the recorder's start-up, which is ours, not the script's.
+        self.own_steps.append(len(self.step_s) + 1)
         if self.log is not None:
             self.log.window_opened()
         self.window_opened = True

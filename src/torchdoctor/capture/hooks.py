@@ -163,8 +163,11 @@ class StepHooks:
             try:
                 waited = perf_counter() - t0
                 hooks.batches += 1
+                first = getattr(it, "_torchdoctor_first", False)
+                if first:  # an epoch's first batch, measured or not: the next one is not
+                    it._torchdoctor_first = False
                 if hooks.measuring:
-                    hooks._count_batch(it, waited)
+                    hooks._count_batch(it, waited, first)
                 hooks.clock.add_wait(waited)
                 hooks.clock.tick("dataloader")  # may raise StopScript, on purpose
             except Exception as exc:  # our bookkeeping never costs the user a batch
@@ -243,14 +246,13 @@ class StepHooks:
                 w.message, w.category, w.filename, w.lineno, registry=self._warn_registry
             )
 
-    def _count_batch(self, it: Any, waited: float) -> None:
+    def _count_batch(self, it: Any, waited: float, first: bool) -> None:
         use = self.usage.get(getattr(it, "_torchdoctor_loader", -1))
         if use is None:
             return
         use["measured_batches"] += 1
         use["measured_wait_s"] += waited
-        if getattr(it, "_torchdoctor_first", False):
-            it._torchdoctor_first = False
+        if first:  # this epoch started inside the measured steps
             use["measured_first_batches"] += 1
             use["measured_first_wait_s"] += waited
 

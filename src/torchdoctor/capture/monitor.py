@@ -45,6 +45,9 @@ def available_bytes() -> int | None:
     return None
 
 
+_RUNNER_FILE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "runner.py")
+
+
 def user_stack(frame: Any, depth: int = _STACK_DEPTH) -> tuple[str, ...]:
     """Frames of user code (outside every library) as ``file:line in function``, innermost
     first: the innermost ``depth - 1`` and the outermost one (the script's own loop line)."""
@@ -53,6 +56,8 @@ def user_stack(frame: Any, depth: int = _STACK_DEPTH) -> tuple[str, ...]:
     out: list[str] = []
     while frame is not None and len(out) < 64:
         name = frame.f_code.co_filename
+        if frame.f_code.co_name == "run_function" and os.path.abspath(name) == _RUNNER_FILE:
+            break  # what called the script (pytest, an API caller) is not the script's loop
         if not name.startswith("<") and not is_library_file(name):
             out.append(f"{name}:{frame.f_lineno} in {frame.f_code.co_name}")
         frame = frame.f_back

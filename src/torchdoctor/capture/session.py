@@ -153,6 +153,10 @@ class Session:
         self.housekeeping.uninstall()
         self.profiler.stop()
         self._stop_gpu_sampling()
+        # Hooks removed inside an optimizer step (the window ended in its hook) were only
+        # neutralised: remove them now, so that no global module hook of ours outlives the run
+        # (torch.compile warns about, and works around, global module hooks).
+        guest.flush_deferred()
         if guest.active_session() is self:
             guest.set_active(None)
 

@@ -45,8 +45,8 @@ def roofline_line(record: dict[str, Any], account: dict[str, Any] | None) -> str
         state = "explained" if account.get("explained") else "not explained"
         text += (
             f"; {state}: {account['unexplained_ms']:.1f} ms per step "
-            f"({account['unexplained_share']:.0%}) beyond {1 / EXPLAINED_EFFICIENCY:.0f}x the "
-            "roofline and the findings"
+            f"({account['unexplained_share']:.0%}) left over beyond "
+            f"{1 / EXPLAINED_EFFICIENCY:.0f}x the roofline and what the findings claim"
         )
         if account.get("contention_ms"):
             text += (

@@ -156,7 +156,12 @@ def repeated_construction(run: RunRecord) -> list[Finding]:
     measured = run.steps.measured_steps
     if not acc.repeats or not measured or not step:
         return []
-    rows = [r for r in acc.repeats if r["calls"] / measured >= th.REPEAT_PER_STEP]
+    rows = [
+        r
+        for r in acc.repeats
+        if r["calls"] / measured
+        >= (th.ITER_PER_STEP if r["kind"] == "dataloader iterator" else th.REPEAT_PER_STEP)
+    ]
     if not rows:
         return []
     saving = 0.0

@@ -18,7 +18,8 @@ from torchdoctor.rules.user_fixes import relative_site
 def _candidates(run: RunRecord) -> list[tuple[int, float]]:
     """(0-based index, step time less its data wait) of the steps considered: the first step
     (start-up) is never a candidate, nor are the warm-up steps of a run that compiled
-    (compilation is named apart), the steps in which torchdoctor worked (its probe step) or
+    (compilation is named apart), the steps in which torchdoctor worked (its probe step, the
+    profiler's first step) or
     the mode measurements after the window; waiting for a batch is the DataLoader finding's."""
     raw = run.raw.get("steps") or {}
     waits = list(raw.get("data_wait_ms") or [])

@@ -276,6 +276,12 @@ NO_GRAD_SAVING = Threshold(
 REPEAT_PER_STEP = Threshold(
     0.5, "construction at one line at least every other measured step is inside the loop"
 )
+ITER_PER_STEP = Threshold(
+    0.9,
+    "a DataLoader iterator started at one line (nearly) every measured step is next(iter(loader))"
+    " in the step; fewer is an epoch loop over a short epoch (its workers' restarts are the "
+    "DataLoader finding's: persistent_workers)",
+)
 FP64_SHARE = Threshold(
     0.5, "half or more of the counted FLOPs (or bytes, for a step without matmuls) in float64"
 )
