@@ -51,10 +51,42 @@ def check_inprocess(out: Path, script: Path | str, *args: str, opts: list[str] =
     """Run ``torchdoctor check`` in this process (no interpreter or torch start-up)."""
     from torchdoctor.capture.cli import check_command
 
-    result = CliRunner().invoke(
-        check_command, [*opts, "--out", str(out), str(script), *args], catch_exceptions=False
-    )
+    saved = _global_module_hooks()
+    try:
+        result = CliRunner().invoke(
+            check_command, [*opts, "--out", str(out), str(script), *args], catch_exceptions=False
+        )
+    finally:
+        _restore_global_module_hooks(saved)
     return CheckRun(result.exit_code, result.stdout, result.stderr, _folder(out))
+
+
+_HOOK_DICTS = (
+    "_global_forward_pre_hooks",
+    "_global_forward_hooks",
+    "_global_backward_pre_hooks",
+    "_global_backward_hooks",
+)
+
+
+def _global_module_hooks() -> dict[str, dict[Any, Any]]:
+    from torch.nn.modules import module
+
+    return {name: dict(getattr(module, name)) for name in _HOOK_DICTS}
+
+
+def _restore_global_module_hooks(saved: dict[str, dict[Any, Any]]) -> None:
+    """A script run in this process may leave global module hooks of its own (the hostile-hooks
+    case keeps one on purpose); the next test must not inherit them. Compiled frames of the
+    script (guards on its ``__main__``) are dropped too."""
+    import torch
+    from torch.nn.modules import module
+
+    for name, hooks in saved.items():
+        live = getattr(module, name)
+        for key in [k for k in live if k not in hooks]:
+            del live[key]
+    torch._dynamo.reset()
 
 
 def check_subprocess(

@@ -276,6 +276,14 @@ def gc_in_step(run: RunRecord) -> list[Finding]:
     rows = [r for r in acc.lines.get("rows") or [] if (r.get("under") or {}).get("gc")]
     rows.sort(key=lambda r: -float(r["under"]["gc"]))
     explicit = [r["site"] for r in rows if "gc.collect" in str(r.get("code") or "")]
+    # the housekeeping watch saw every gc.collect() call and its site, sampled or not
+    called = (run.raw.get("config") or {}).get("housekeeping") or []
+    explicit += [
+        str(r["site"])
+        for r in called
+        if isinstance(r, dict) and r.get("what") == "gc.collect" and r.get("site")
+        if str(r["site"]) not in explicit
+    ]
     how = f": gc.collect() at {_short(explicit[0])}" if explicit else " (automatic collections)"
     s = spec("gc-in-step")
     return [
