@@ -69,7 +69,7 @@ def user_stack(frame: Any, depth: int = _STACK_DEPTH) -> tuple[str, ...]:
 class Monitor:
     """The watcher thread (daemon: it never keeps the process alive)."""
 
-    def __init__(self, session: Any, interval_s: float = 0.05) -> None:
+    def __init__(self, session: Any, interval_s: float = 0.01) -> None:
         self.session = session
         self.interval_s = interval_s
         self.main_ident = threading.main_thread().ident
