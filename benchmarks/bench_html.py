@@ -20,7 +20,7 @@ from pathlib import Path
 from bench_common import TRACES, environment, print_table
 from bench_large_trace import build_large_trace
 
-from torchdoctor.report.build import analyze_path
+from torchdoctor.commands.analyze.trace import analyze_path
 from torchdoctor.report.html import render_html
 from torchdoctor.report.html_model import page_from_report
 

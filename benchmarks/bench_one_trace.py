@@ -45,7 +45,7 @@ for var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
 marks = [(time.perf_counter(), time.process_time())]
 def mark():
     marks.append((time.perf_counter(), time.process_time()))
-from torchdoctor.report.build import build_report
+from torchdoctor.commands.analyze.trace import build_report
 from torchdoctor.analysis.bundle import analyze_table
 from torchdoctor.trace.load import load_trace
 from torchdoctor.report.render import render_json

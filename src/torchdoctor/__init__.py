@@ -12,7 +12,7 @@ if TYPE_CHECKING:  # for type checkers and IDEs; at run time these load on first
     from torchdoctor.api import CheckResult, Report, analyze, check
     from torchdoctor.runtime import Runtime
 
-__version__ = "0.1.0"
+from torchdoctor._version import __version__
 
 _LAZY = {
     "analyze": ("torchdoctor.api", "analyze"),

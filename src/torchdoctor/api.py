@@ -6,15 +6,16 @@ never imports torch; ``check`` runs a script or a function in this process, so i
 
 from __future__ import annotations
 
-import contextlib
 import io
-import os
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from torchdoctor.commands.check.run import CheckResult, run_check
 from torchdoctor.errors import UserError
+
+__all__ = ["CheckResult", "Report", "analyze", "check", "run_check"]
 
 if TYPE_CHECKING:
     from torchdoctor.analysis.breakdown import StepBreakdown
@@ -132,7 +133,7 @@ def analyze(
     ``torchdoctor check`` run folder, or a list of per-rank trace files. For several ranks,
     ``jobs`` worker processes summarise them (or a Dask cluster: ``scheduler`` address, or
     ``dask=True`` for a local one). Raises ``TraceError`` (a ``UserError``) on bad input."""
-    from torchdoctor.report.build import analyze_path
+    from torchdoctor.commands.analyze.trace import analyze_path
 
     if isinstance(path_or_paths, str | Path):
         return Report(analyze_path(path_or_paths, jobs, scheduler, dask))
@@ -144,41 +145,9 @@ def analyze(
         raise UserError(f"{missing[0]}: no such trace file")
     if len(paths) == 1:
         return Report(analyze_path(paths[0]))
-    from torchdoctor.report.folder import analyze_files  # only for several ranks
+    from torchdoctor.commands.analyze.ranks import analyze_files  # only for several ranks
 
     return Report(analyze_files(paths, f"{len(paths)} trace files", jobs, scheduler, dask))
-
-
-@dataclass(frozen=True)
-class CheckResult:
-    """What ``check`` saw: the exit status, the run folder and the report written there."""
-
-    exit_code: int
-    """The script's own exit status (0 when the function returned or was stopped by check)."""
-    folder: Path
-    """The run folder (``run.json``, ``report.json``, ``report.txt``, the trace)."""
-    record: dict[str, Any]
-    """This process's ``run.json`` record (steps, settings seen, run-level findings)."""
-    report: dict[str, Any] | None
-    """``report.json`` (None on ranks other than 0, which write no report)."""
-    text: str
-    """``report.txt``: the report as printed by ``torchdoctor check``."""
-
-    @property
-    def findings(self) -> list[Finding]:
-        """The merged findings (trace and run level), the largest saving first."""
-        from torchdoctor.capture.summary import finding_from_dict
-
-        source = self.report if self.report is not None else self.record
-        return [finding_from_dict(d) for d in source.get("findings", [])]
-
-    @property
-    def steps(self) -> dict[str, Any]:
-        """Step counts and times (ms) as recorded in ``run.json``."""
-        return dict(self.record.get("steps") or {})
-
-    def __str__(self) -> str:
-        return self.text
 
 
 def check(
@@ -209,60 +178,3 @@ def check(
     except TypeError as exc:
         raise UserError(f"check(): {exc}") from None
     return run_check(target, list(args), opts, echo=echo)
-
-
-def run_check(
-    target: PathLike | Callable[[], Any],
-    args: list[str],
-    options: Any,
-    *,
-    echo: bool = True,
-    top: int = 10,
-    json_path: str | None = None,
-    html_path: str | None = None,
-) -> CheckResult:
-    """``check`` with a built ``CheckOptions``; ``echo`` prints the report (the CLI's way);
-    ``json_path`` as for ``torchdoctor check --json`` (``"-"``: only JSON on stdout)."""
-    from torchdoctor.capture.evidence import EvidenceLog, evidence_path
-    from torchdoctor.capture.publish import publish
-    from torchdoctor.capture.runfolder import RankInfo
-    from torchdoctor.capture.runner import check_callable, check_script, internal_error
-    from torchdoctor.exits import EXIT_INTERNAL, say
-    from torchdoctor.inputs import output_path
-
-    # Where the report goes is checked before the run: a typo must not cost a training run.
-    if html_path:
-        output_path(html_path, "HTML report")
-    if json_path and json_path != "-":
-        output_path(json_path, "JSON report")
-    if callable(target):
-        code, folder, record = check_callable(target, options)
-    else:
-        code, folder, record = check_script(
-            str(target), args, options, quiet_stdout=json_path == "-"
-        )
-    report, text = None, ""
-    if RankInfo.from_env().rank == 0:
-        try:
-            quiet = contextlib.redirect_stdout(io.StringIO())
-            with contextlib.nullcontext() if echo else quiet:
-                report = publish(
-                    folder,
-                    record,
-                    RankInfo.from_env(),
-                    options,
-                    top,
-                    json_path=json_path,
-                    html_path=html_path,
-                )
-            text = (folder / "report.txt").read_text(encoding="utf-8")
-            EvidenceLog(evidence_path(folder, RankInfo.from_env())).published()
-        except UserError as exc:  # an output that could not be written: one line, exit 2
-            say(f"torchdoctor: error: {exc}")
-            code = code or UserError.exit_code
-        except Exception as exc:
-            if os.environ.get("TORCHDOCTOR_DEBUG"):
-                raise
-            internal_error("while writing the report", exc)
-            code = code or EXIT_INTERNAL  # the script's own status first, ours if it had none
-    return CheckResult(code, folder, record, report, text)

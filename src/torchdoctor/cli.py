@@ -12,7 +12,8 @@ from typing import ClassVar
 
 import click
 
-from torchdoctor import __version__, exits
+from torchdoctor import exits
+from torchdoctor._version import __version__
 from torchdoctor.exits import EXIT_INTERNAL, OneLineErrors, broken_pipe, guarded
 
 # One error path for every command (see torchdoctor.exits for the statuses).
@@ -24,7 +25,7 @@ class LazyGroup(OneLineErrors, click.Group):
 
     lazy: ClassVar[dict[str, tuple[str, str]]] = {
         "check": (
-            "torchdoctor.capture.cli:check_command",
+            "torchdoctor.commands.check.cli:check_command",
             "Run an unmodified training script, watch real steps, report what is slow.",
         ),
         "tune": (
@@ -177,7 +178,7 @@ _done_early = False
 def demo(out: str, steps: int) -> None:
     """Profile a small bundled training loop on the CPU, then analyse its trace."""
     from torchdoctor.capture.demo import run_demo
-    from torchdoctor.report.build import analyze_path
+    from torchdoctor.commands.analyze.trace import analyze_path
     from torchdoctor.report.render import render_text
 
     trace_path = run_demo(out, steps=steps)
@@ -206,7 +207,7 @@ def memory(snapshot: str, as_json: bool, stream: bool | None, html_path: str | N
 
     from torchdoctor.memory.analysis import analyze_ingested, series_of_ingested
     from torchdoctor.memory.ingest import ingest
-    from torchdoctor.memory.render import render_json, render_text
+    from torchdoctor.report.memory_text import render_json, render_text
 
     _outputs(html_path, "HTML page")
     path = Path(snapshot)
@@ -216,8 +217,8 @@ def memory(snapshot: str, as_json: bool, stream: bool | None, html_path: str | N
 
     click.echo(render_json(report) if as_json else clean_report(render_text(report)))
     if html_path:
-        from torchdoctor.memory.page import page_from_memory
         from torchdoctor.report.html import write_html
+        from torchdoctor.report.memory_page import page_from_memory
 
         written = write_html(page_from_memory(report, series_of_ingested(data)), html_path)
         click.echo(f"wrote {written}", err=True)

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from tests.conftest import corpus_file
-from torchdoctor.analysis.arrays import distinct, median
+from torchdoctor.trace.arrays import distinct, median
 
 
 @pytest.mark.parametrize("n", [1, 2, 3, 4, 7, 10, 101, 1000])
@@ -41,7 +41,7 @@ def test_distinct_is_np_unique() -> None:
 
 _PROBE = """
 import atexit, sys
-watched = ("numpy.ma", "torchdoctor.report.folder", "torchdoctor.analysis.cross_rank",
+watched = ("numpy.ma", "torchdoctor.commands.analyze.ranks", "torchdoctor.analysis.cross_rank",
            "torchdoctor.rules.run_inputs", "rich", "torch")
 atexit.register(lambda: print("LOADED", sorted(m for m in watched if m in sys.modules)))
 sys.argv = ["torchdoctor", "analyze", "--json", sys.argv[1]]

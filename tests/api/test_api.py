@@ -61,7 +61,7 @@ def test_report_is_typed_and_its_json_is_the_cli_output() -> None:
 def test_import_loads_no_framework_and_analyze_no_torch() -> None:
     code = (
         "import sys, torchdoctor, torchdoctor.api, torchdoctor.integrations, "
-        "torchdoctor.integrations.advice, torchdoctor.integrations.hints\n"
+        "torchdoctor.rules.framework_advice, torchdoctor.capture.frameworks\n"
         f"torchdoctor.analyze({str(corpus_file('a100_triton_kernel_micro'))!r})\n"
         "heavy = ('torch', 'lightning', 'pytorch_lightning', 'transformers', 'accelerate')\n"
         "print(sorted(m for m in heavy if m in sys.modules))"
@@ -117,7 +117,7 @@ def test_check_a_function_that_raises_keeps_its_status(tmp_path: Path) -> None:
 def test_framework_hint_only_for_the_framework_that_stepped(tmp_path: Path) -> None:
     import types
 
-    from torchdoctor.integrations.hints import framework_hint, frameworks_on_stack
+    from torchdoctor.capture.frameworks import framework_hint, frameworks_on_stack
 
     # A fake framework package on the stack counts; one merely imported does not.
     mod = types.ModuleType("lightning.pytorch.loops.fake")

@@ -49,7 +49,7 @@ def _folder(out: Path) -> Path | None:
 
 def check_inprocess(out: Path, script: Path | str, *args: str, opts: list[str] = FAST) -> CheckRun:
     """Run ``torchdoctor check`` in this process (no interpreter or torch start-up)."""
-    from torchdoctor.capture.cli import check_command
+    from torchdoctor.commands.check.cli import check_command
 
     saved = _global_module_hooks()
     try:

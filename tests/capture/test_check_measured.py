@@ -13,9 +13,9 @@ from typing import Any
 import pytest
 
 from tests.capture.check_helpers import check_inprocess, check_subprocess
-from torchdoctor.capture.cli_args import normalize_args, reject_option_as_script
 from torchdoctor.capture.measurement import measure, suggested_options
 from torchdoctor.capture.own_frames import PACKAGE_DIR, is_ours, scrub
+from torchdoctor.commands.check.args import normalize_args, reject_option_as_script
 from torchdoctor.errors import UserError
 
 TRAIN = (

@@ -10,7 +10,7 @@ from pathlib import Path
 
 from tests.capture.check_helpers import EXAMPLES, check_subprocess
 from tests.core.synth import annotation, cpu_op, write_trace
-from torchdoctor.capture.summary import merge_findings
+from torchdoctor.commands.check.summary import merge_findings
 from torchdoctor.rules.finding import Finding
 from torchdoctor.rules.run_rules import run_findings
 
@@ -88,7 +88,7 @@ def _cpu_trace(path: Path, step_us: list[float]) -> Path:
 
 
 def test_cpu_only_html_has_no_device_columns_and_shows_the_long_step(tmp_path: Path) -> None:
-    from torchdoctor.report.build import analyze_path
+    from torchdoctor.commands.analyze.trace import analyze_path
     from torchdoctor.report.html_model import page_from_report
 
     trace = _cpu_trace(tmp_path / "t.json", [1000, 1000, 20000, 1000, 1000])

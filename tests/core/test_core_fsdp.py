@@ -76,7 +76,7 @@ def test_without_fsdp_all_collectives_are_one_finding(tmp_path: Path) -> None:
 
 def test_check_report_keeps_both_fsdp_findings(tmp_path: Path) -> None:
     # check merges the trace's findings with the run's: both FSDP findings must survive.
-    from torchdoctor.capture.summary import build_report
+    from torchdoctor.commands.check.summary import build_report
 
     trace = _trace(tmp_path, fsdp=True)
     doc, _, merged = build_report({0: {"findings": [], "config": {}}}, trace, 1)

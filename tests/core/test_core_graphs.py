@@ -14,7 +14,7 @@ import pytest
 
 from tests.core.synth import CPU_PID, CPU_TID, annotation, cpu_op, kernel, runtime
 from tests.core.synth import write_trace as _write
-from torchdoctor.report.build import analyze_path
+from torchdoctor.commands.analyze.trace import analyze_path
 
 GRAPH_ADVICE = ("torch.compile", "reduce-overhead", "torch.cuda.graphs")
 H100 = [{"id": 0, "name": "NVIDIA H100 80GB HBM3", "computeMajor": 9, "computeMinor": 0}]

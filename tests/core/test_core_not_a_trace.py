@@ -12,8 +12,8 @@ import pytest
 from click.testing import CliRunner
 
 from torchdoctor.cli import cli
+from torchdoctor.commands.analyze.trace import analyze_path
 from torchdoctor.errors import TraceError
-from torchdoctor.report.build import analyze_path
 
 NOT_TRACES = {
     "a list of numbers": b"[1, 2, 3]",

@@ -8,8 +8,8 @@ import pytest
 
 from tests.conftest import corpus_file
 from tests.core.synth import annotation, launched, write_trace
+from torchdoctor.commands.analyze.trace import analyze_path
 from torchdoctor.errors import TraceError
-from torchdoctor.report.build import analyze_path
 
 
 def _link(folder: Path, name: str, target: str) -> None:

@@ -9,7 +9,7 @@ import pytest
 
 from tests.conftest import corpus_file
 from tests.core.synth import launched, runtime, write_trace
-from torchdoctor.report.build import analyze_path
+from torchdoctor.commands.analyze.trace import analyze_path
 from torchdoctor.report.render import render_json
 
 

@@ -10,7 +10,7 @@ from click.testing import CliRunner
 
 from tests.core.synth import annotation, launched, write_trace
 from torchdoctor.cli import cli
-from torchdoctor.report.build import analyze_path
+from torchdoctor.commands.analyze.trace import analyze_path
 
 
 def _trace(path: Path, rank: int) -> Path:

@@ -27,7 +27,7 @@ from functools import cache
 import pytest
 
 from tests.conftest import corpus_file
-from torchdoctor.report.build import analyze_path
+from torchdoctor.commands.analyze.trace import analyze_path
 from torchdoctor.report.model import Report
 
 GRAPH_ADVICE = ("torch.compile", "reduce-overhead", "torch.cuda.graphs", "CUDA graphs (mode")

@@ -15,7 +15,7 @@ import pytest
 from tests.conftest import corpus_file
 from tests.core.synth import CPU_PID, CPU_TID, annotation, cpu_op, kernel, launched, runtime
 from tests.core.synth import write_trace as _write
-from torchdoctor.report.build import analyze_path
+from torchdoctor.commands.analyze.trace import analyze_path
 from torchdoctor.rules.registry import spec
 
 

@@ -12,8 +12,8 @@ from typing import Any
 import pytest
 
 from tests.core import fixexec
-from torchdoctor.integrations import advice
 from torchdoctor.rules import fixes as fx
+from torchdoctor.rules import framework_advice as advice
 from torchdoctor.rules.finding import Finding
 from torchdoctor.rules.registry import REGISTRY
 from torchdoctor.rules.run_inputs import LoaderConfig

@@ -50,7 +50,7 @@ def test_tune_knobs_and_check_aliases_read_the_registry() -> None:
     assert registry.knobs_by_finding() == space.FINDING_KNOBS
     assert space.FINDING_KNOBS["pageable-h2d-copies"] == ("pin_memory",)
     assert registry.alias_map()["data-loading-bound"] == "dataloader-config"
-    from torchdoctor.capture.summary import SAME_PROBLEM
+    from torchdoctor.commands.check.summary import SAME_PROBLEM
 
     assert registry.alias_map() == SAME_PROBLEM
 
@@ -101,7 +101,7 @@ def test_noise_floor_demotes_everything_but_risks() -> None:
 def test_data_parallel_saves_the_same_in_analyze_and_check(tmp_path: Path) -> None:
     """nn.DataParallel seen in a trace and in a check record of the same step."""
     from tests.core.synth import annotation, cpu_op, launched, write_trace
-    from torchdoctor.report.build import analyze_path
+    from torchdoctor.commands.analyze.trace import analyze_path
     from torchdoctor.rules.run_rules import run_findings
 
     ev = [

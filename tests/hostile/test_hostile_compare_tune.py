@@ -138,8 +138,8 @@ def test_internal_errors_exit_3_in_every_command(
 def test_check_report_failure_exits_3_when_the_script_succeeded(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from torchdoctor.capture import publish
-    from torchdoctor.capture.cli import check_command
+    from torchdoctor.commands.check import publish
+    from torchdoctor.commands.check.cli import check_command
 
     monkeypatch.setattr(publish, "build_report", _boom)
     script = tmp_path / "s.py"
@@ -280,7 +280,7 @@ def test_page_policy_runs_only_the_pages_own_script(tmp_path: Path, traces_dir: 
 
     if chromium_path() is None:
         pytest.skip("no chromium")
-    from torchdoctor.report.build import analyze_path
+    from torchdoctor.commands.analyze.trace import analyze_path
     from torchdoctor.report.html import CSP, render_html
     from torchdoctor.report.html_model import page_from_report
 

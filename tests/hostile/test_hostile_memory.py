@@ -82,7 +82,7 @@ def _verdict(path: Path, stream: bool) -> Any:
     from torchdoctor.memory.analysis import analyze_ingested
     from torchdoctor.memory.errors import SnapshotError
     from torchdoctor.memory.ingest import ingest
-    from torchdoctor.memory.render import render_json
+    from torchdoctor.report.memory_text import render_json
 
     try:
         doc = json.loads(render_json(analyze_ingested(path, ingest(path, stream=stream))))

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from torchdoctor.integrations.advice import LIGHTNING, TRANSFORMERS, rewrite
 from torchdoctor.rules.finding import Finding
+from torchdoctor.rules.framework_advice import LIGHTNING, TRANSFORMERS, rewrite
 from torchdoctor.rules.registry import REGISTRY
 
 

@@ -13,9 +13,9 @@ from click.testing import CliRunner
 from tests.memory import synth
 from torchdoctor.cli import cli
 from torchdoctor.memory.analysis import analyze_snapshot, memory_series
-from torchdoctor.memory.page import page_from_memory
 from torchdoctor.report.html import render_html
 from torchdoctor.report.html_model import Page, Section, Table
+from torchdoctor.report.memory_page import page_from_memory
 
 MIB = 1 << 20
 HOSTILE_FILE = "/w/<img src=x onerror=window.__pwned=1>.py"

@@ -10,8 +10,8 @@ from tests.memory.test_mem_html import HOSTILE_FUNC, _hostile
 from tests.report import browser
 from tests.report.browser import browser_context
 from torchdoctor.memory.analysis import analyze_snapshot, memory_series
-from torchdoctor.memory.page import page_from_memory
 from torchdoctor.report.html import write_html
+from torchdoctor.report.memory_page import page_from_memory
 
 __all__ = ["browser_context"]
 

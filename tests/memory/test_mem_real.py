@@ -12,7 +12,7 @@ from click.testing import CliRunner
 
 from torchdoctor.cli import cli
 from torchdoctor.memory.analysis import BEFORE_HISTORY, analyze_snapshot, memory_series
-from torchdoctor.memory.render import render_json
+from torchdoctor.report.memory_text import render_json
 
 MIB = 1 << 20
 

@@ -11,8 +11,8 @@ from tests.memory import synth
 from tests.memory.snapshot_writer import repeated, write_snapshot
 from torchdoctor.memory.analysis import analyze_snapshot
 from torchdoctor.memory.frames import BACKWARD_THREAD, classify
-from torchdoctor.memory.render import render_json, render_text
 from torchdoctor.memory.replay import SERIES_POINTS, Series
+from torchdoctor.report.memory_text import render_json, render_text
 
 MIB = synth.MIB
 BASE = 1 << 40

@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 
 from tests.ranks.rank_synth import COMM_US, WORK_MARGIN_US, write_job
+from torchdoctor.commands.analyze.trace import analyze_path
 from torchdoctor.errors import TraceError
-from torchdoctor.report.build import analyze_path
 
 
 def _straggler(report):  # type: ignore[no-untyped-def]

@@ -12,8 +12,13 @@ import pytest
 
 from tests.conftest import corpus_file
 from tests.ranks.rank_synth import write_job
-from torchdoctor.report.build import analyze_path
-from torchdoctor.report.executors import DaskExecutor, LocalPool, SerialExecutor, make_executor
+from torchdoctor.commands.analyze.executors import (
+    DaskExecutor,
+    LocalPool,
+    SerialExecutor,
+    make_executor,
+)
+from torchdoctor.commands.analyze.trace import analyze_path
 from torchdoctor.report.serialize import report_dict
 
 
@@ -65,7 +70,7 @@ def test_executor_choice() -> None:
 def test_default_path_never_imports_dask(tmp_path: Path) -> None:
     folder = _job(tmp_path)
     code = (
-        "import sys; from torchdoctor.report.build import analyze_path; "
+        "import sys; from torchdoctor.commands.analyze.trace import analyze_path; "
         f"analyze_path({str(folder)!r}, jobs=2); "
         "print(sorted(m for m in sys.modules if m.split('.')[0] in ('dask', 'distributed')))"
     )
@@ -102,7 +107,7 @@ def test_dask_missing_is_a_clear_error(monkeypatch: pytest.MonkeyPatch) -> None:
 def test_a_task_returns_a_summary_not_the_trace() -> None:
     import pickle
 
-    from torchdoctor.report.folder import summarize_file
+    from torchdoctor.commands.analyze.ranks import summarize_file
 
     trace = corpus_file("v100_ddp_compiled_rank1")  # 54 MB of JSON, 216k events
     outcome = summarize_file(str(trace))

@@ -6,7 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from tests.ranks.rank_synth import write_job
-from torchdoctor.report.folder import analyze_folder
+from torchdoctor.commands.analyze.ranks import analyze_folder
 
 
 def _findings(path: Path) -> dict[str, object]:

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from torchdoctor.report.build import Report, analyze_path
+from torchdoctor.commands.analyze.trace import Report, analyze_path
 
 WORKER = Path(__file__).with_name("ddp_ranks_worker.py")
 

@@ -15,7 +15,7 @@ import pytest
 from tests.conftest import corpus_file
 from tests.core.synth import annotation, launched, write_trace
 from tests.report.hostile import HOSTILE_KERNEL, HOSTILE_OP, write_hostile_trace
-from torchdoctor.report.build import analyze_path
+from torchdoctor.commands.analyze.trace import analyze_path
 from torchdoctor.report.html import render_html
 from torchdoctor.report.html_model import page_from_report
 from torchdoctor.report.html_sources import page_from_check, page_from_tune

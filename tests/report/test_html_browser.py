@@ -19,7 +19,7 @@ from tests.report.browser import (
     screenshot,
 )
 from tests.report.hostile import write_hostile_trace
-from torchdoctor.report.build import analyze_path
+from torchdoctor.commands.analyze.trace import analyze_path
 from torchdoctor.report.html import write_html
 from torchdoctor.report.html_model import page_from_report
 

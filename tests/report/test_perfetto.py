@@ -15,7 +15,7 @@ import pytest
 
 from tests.conftest import corpus_file
 from tests.report.hostile import write_hostile_trace
-from torchdoctor.report.build import analyze_path
+from torchdoctor.commands.analyze.trace import analyze_path
 from torchdoctor.report.perfetto import export_trace
 from torchdoctor.report.serialize import report_dict
 

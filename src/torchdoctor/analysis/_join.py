@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from torchdoctor.analysis.arrays import member
+from torchdoctor.trace.arrays import member
 from torchdoctor.trace.kinds import GPU_ACTIVITY_KINDS, Kind
 from torchdoctor.trace.steps import Steps
 from torchdoctor.trace.table import TraceTable

@@ -31,9 +31,9 @@ from typing import Any
 import numpy as np
 
 from torchdoctor.analysis import intervals as iv
-from torchdoctor.analysis.arrays import member
+from torchdoctor.analysis.definitions import KERNEL_LATENCY_US
 from torchdoctor.analysis.gpu_activity import GpuActivity
-from torchdoctor.rules.thresholds import KERNEL_LATENCY_US
+from torchdoctor.trace.arrays import member
 from torchdoctor.trace.kinds import Kind
 from torchdoctor.trace.steps import Steps
 from torchdoctor.trace.table import TraceTable

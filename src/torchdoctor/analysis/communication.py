@@ -17,8 +17,8 @@ from typing import Any
 import numpy as np
 
 from torchdoctor.analysis import intervals as iv
-from torchdoctor.analysis.arrays import distinct
 from torchdoctor.analysis.gpu_activity import CPU_COLLECTIVE, GpuActivity
+from torchdoctor.trace.arrays import distinct
 from torchdoctor.trace.kinds import Kind
 from torchdoctor.trace.steps import Steps
 from torchdoctor.trace.table import TraceTable

@@ -12,8 +12,8 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from torchdoctor.analysis import intervals as iv
-from torchdoctor.analysis.arrays import member
 from torchdoctor.analysis.unrecorded import behind_unrecorded
+from torchdoctor.trace.arrays import member
 from torchdoctor.trace.kinds import GPU_ACTIVITY_KINDS, Kind
 from torchdoctor.trace.table import TraceTable
 

@@ -22,7 +22,7 @@ from typing import Any
 import numpy as np
 
 from torchdoctor.analysis._join import gpu_rows, in_window, launch_of
-from torchdoctor.analysis.arrays import member
+from torchdoctor.trace.arrays import member
 from torchdoctor.trace.kinds import Kind
 from torchdoctor.trace.server_steps import graph_launch_rows
 from torchdoctor.trace.steps import Steps

@@ -23,7 +23,7 @@ from typing import Any
 import numpy as np
 
 from torchdoctor.analysis import intervals as iv
-from torchdoctor.analysis.arrays import member
+from torchdoctor.trace.arrays import member
 from torchdoctor.trace.kinds import Kind
 from torchdoctor.trace.table import TraceTable
 

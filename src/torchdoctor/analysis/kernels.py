@@ -13,7 +13,6 @@ from typing import Any
 import numpy as np
 
 from torchdoctor.analysis._join import gpu_rows, in_window, launch_of
-from torchdoctor.analysis.arrays import member
 from torchdoctor.analysis.kernel_names import (
     KERNEL_CATEGORIES,
     KERNEL_DTYPES,
@@ -23,6 +22,7 @@ from torchdoctor.analysis.kernel_names import (
     classify_kernel,
     input_type_dtype,
 )
+from torchdoctor.trace.arrays import member
 from torchdoctor.trace.kinds import Kind
 from torchdoctor.trace.steps import Steps
 from torchdoctor.trace.table import TraceTable

@@ -23,7 +23,7 @@ import numpy as np
 
 from torchdoctor.analysis import intervals as iv
 from torchdoctor.analysis._join import LAUNCH_KINDS, gpu_rows, in_window, launch_of, step_index
-from torchdoctor.analysis.arrays import distinct, median, member
+from torchdoctor.trace.arrays import distinct, median, member
 from torchdoctor.trace.kinds import Kind
 from torchdoctor.trace.steps import Steps
 from torchdoctor.trace.table import TraceTable

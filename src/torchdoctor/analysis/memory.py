@@ -13,7 +13,7 @@ from typing import Any
 
 import numpy as np
 
-from torchdoctor.analysis.arrays import distinct
+from torchdoctor.trace.arrays import distinct
 from torchdoctor.trace.steps import Steps
 from torchdoctor.trace.table import MemoryEvents, TraceTable
 

@@ -29,10 +29,10 @@ from typing import Any, Literal
 import numpy as np
 
 from torchdoctor.analysis._join import launch_of
-from torchdoctor.analysis.arrays import member
 from torchdoctor.analysis.bandwidth import Bandwidth, bandwidth_in
 from torchdoctor.analysis.breakdown import StepBreakdown
 from torchdoctor.analysis.gpu_activity import SYNC_CALLS, GpuActivity
+from torchdoctor.trace.arrays import member
 from torchdoctor.trace.kinds import Kind
 from torchdoctor.trace.server_steps import (
     EXECUTE_STEP,

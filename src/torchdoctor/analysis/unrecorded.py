@@ -23,8 +23,8 @@ from __future__ import annotations
 import numpy as np
 
 from torchdoctor.analysis._join import launch_of
-from torchdoctor.analysis.arrays import member
-from torchdoctor.rules.thresholds import KERNEL_LATENCY_US
+from torchdoctor.analysis.definitions import KERNEL_LATENCY_US
+from torchdoctor.trace.arrays import member
 from torchdoctor.trace.kinds import GPU_ACTIVITY_KINDS, Kind
 from torchdoctor.trace.server_steps import graph_launch_rows
 from torchdoctor.trace.table import TraceTable

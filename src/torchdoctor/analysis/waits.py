@@ -26,9 +26,9 @@ from typing import Any
 import numpy as np
 
 from torchdoctor.analysis import intervals as iv
-from torchdoctor.analysis.arrays import distinct, member
+from torchdoctor.analysis.definitions import KERNEL_LATENCY_US
 from torchdoctor.analysis.gpu_activity import SYNC_CALLS, GpuActivity
-from torchdoctor.rules.thresholds import KERNEL_LATENCY_US
+from torchdoctor.trace.arrays import distinct, member
 from torchdoctor.trace.kinds import Kind
 from torchdoctor.trace.steps import Steps
 from torchdoctor.trace.table import TraceTable

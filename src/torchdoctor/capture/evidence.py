@@ -4,7 +4,7 @@
 killed by SIGKILL never gets there. So from the first step on, the watched process appends one
 line per event to ``steps.log`` in the run folder (``ranks/rank<R>.steps.log`` under torchrun),
 straight to the kernel with ``os.write`` (a few microseconds a step, nothing buffered in the
-process to lose). The watching parent (``capture/watcher.py``) rebuilds the record from it when
+process to lose). The watching parent (``commands/check/watcher.py``) rebuilds the record from it when
 the script's process died before writing its own.
 
 Lines: ``h {json}`` the header (script, argv, options, rank, versions); ``c SOURCE`` the step signal
@@ -24,7 +24,7 @@ from pathlib import Path
 from statistics import median
 from typing import Any
 
-from torchdoctor import __version__
+from torchdoctor._version import __version__
 from torchdoctor.capture.runfolder import RUN_SCHEMA, RUN_SCHEMA_VERSION, RankInfo
 
 

@@ -10,9 +10,7 @@ from __future__ import annotations
 import os
 from typing import Any
 
-import torchdoctor
-
-PACKAGE_DIR = os.path.dirname(os.path.abspath(torchdoctor.__file__)) + os.sep
+PACKAGE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
 """Every file under this folder is torchdoctor's own."""
 
 

@@ -183,8 +183,8 @@ def _watch(
 ) -> tuple[int, Path, dict[str, Any]]:
     rank = RankInfo.from_env()
     folder = PRESET_FOLDER or create_run_folder(options.out_dir, script, rank)
+    from torchdoctor.capture.frameworks import FrameworkSpy
     from torchdoctor.capture.session import Session
-    from torchdoctor.integrations.hints import FrameworkSpy
 
     session = Session(options, folder, rank)
     log = EvidenceLog(evidence_path(folder, rank))

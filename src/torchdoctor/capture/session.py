@@ -10,7 +10,7 @@ from pathlib import Path
 from statistics import median
 from typing import Any
 
-from torchdoctor import __version__
+from torchdoctor._version import __version__
 from torchdoctor.capture import cpu_usage, gpu_probe, guest, markers
 from torchdoctor.capture.accounting import Accounting
 from torchdoctor.capture.checkpointing import CheckpointWatch

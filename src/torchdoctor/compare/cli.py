@@ -135,7 +135,7 @@ def compare_command(
       torchdoctor compare runs/a1 runs/a2 runs/a3 runs/a4 -- runs/b1 runs/b2 runs/b3 runs/b4
       torchdoctor compare --rerun train.py train_fixed.py -- --epochs 1
     """
-    from torchdoctor.cli import _guarded
+    from torchdoctor.exits import guarded as _guarded
 
     after = click.get_current_context().meta.get(_AFTER_DASHES)
     if rerun:

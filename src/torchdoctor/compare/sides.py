@@ -64,7 +64,7 @@ def load_side(path: str) -> Side:
 
 
 def _from_report(path: str, kind: SideKind) -> Side:
-    from torchdoctor.report.build import analyze_path
+    from torchdoctor.commands.analyze.trace import analyze_path
 
     report = analyze_path(path)
     return from_report(path, kind, report)
@@ -228,7 +228,7 @@ def _check_run(folder: Path) -> Side:
     step_ms = _script_steps(steps, folder)[warm:]
     trace = folder / "trace.json.gz" if (folder / "trace.json.gz").is_file() else folder / "traces"
     if trace.exists():
-        from torchdoctor.report.build import analyze_path
+        from torchdoctor.commands.analyze.trace import analyze_path
 
         base = from_report(
             str(folder), "check-run", analyze_path(trace), step_ms if len(step_ms) else None

@@ -15,7 +15,7 @@ from typing import Any
 
 import click
 
-from torchdoctor.capture.cli_args import JSON_STDOUT, check_json_path, normalize_args
+from torchdoctor.commands.check.args import JSON_STDOUT, check_json_path, normalize_args
 from torchdoctor.errors import UserError
 
 VALUE_OPTIONS = (
@@ -199,9 +199,9 @@ def load_run(folder: str) -> tuple[dict[str, Any], list[dict[str, Any]]]:
 
 
 def _check(script: str, args: list[str], warmup: int, steps: int, out_dir: str) -> str:
-    from torchdoctor.api import run_check
     from torchdoctor.capture.options import CheckOptions
     from torchdoctor.capture.streams import stdout_to_stderr
+    from torchdoctor.commands.check.run import run_check
 
     if not os.path.isfile(script):
         raise UserError(f"{script}: no such script")

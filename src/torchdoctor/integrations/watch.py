@@ -114,9 +114,9 @@ class RunWatch:
         return WatchResult(session.folder, record, report, headline(record, report))
 
     def _publish(self, session: Any, record: dict[str, Any]) -> dict[str, Any] | None:
-        from torchdoctor.capture.publish import publish
         from torchdoctor.capture.runner import internal_error
-        from torchdoctor.integrations.advice import rewriter
+        from torchdoctor.commands.check.publish import publish
+        from torchdoctor.rules.framework_advice import rewriter
 
         try:
             # The report goes to report.txt; the trainer's logger gets the headline.

@@ -8,7 +8,7 @@ from typing import Any
 from torchdoctor.errors import UserError
 from torchdoctor.memory.analysis import BEFORE_HISTORY, analyze_snapshot
 from torchdoctor.memory.model import MemoryReport
-from torchdoctor.memory.render import fmt_bytes
+from torchdoctor.units import fmt_bytes
 
 
 def headline_of(report: MemoryReport) -> dict[str, Any]:

@@ -13,12 +13,12 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from torchdoctor import __version__
+from torchdoctor._version import __version__
 from torchdoctor.analysis.breakdown import BUSY_PARTS, CPU_PARTS, IDLE_PARTS
 
 if TYPE_CHECKING:
     from torchdoctor.analysis.bundle import TraceAnalysis
-    from torchdoctor.report.build import Report
+    from torchdoctor.report.model import Report
 
 MEMORY_POINTS = 1500
 """Points kept in the memory chart (the max of each bin, so peaks survive)."""

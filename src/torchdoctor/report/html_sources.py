@@ -6,7 +6,7 @@ import dataclasses
 from pathlib import Path
 from typing import Any
 
-from torchdoctor import __version__
+from torchdoctor._version import __version__
 from torchdoctor.report.html_model import Page, Table, command_line, page_from_report
 
 

@@ -25,4 +25,4 @@ class Report:
     ranks: list[RankRow] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
     cross_rank: CrossRank | None = None
-    """For a folder of ranks: stragglers, collective skew, failed ranks (see report/folder.py)."""
+    """For a folder of ranks: stragglers, collective skew, failed ranks (see commands/analyze/ranks.py)."""

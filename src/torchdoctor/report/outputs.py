@@ -6,7 +6,7 @@ import sys
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from torchdoctor.report.build import Report
+    from torchdoctor.report.model import Report
 
 
 def write_extras(report: Report, html_path: str | None, export_path: str | None) -> None:

@@ -8,7 +8,7 @@ if TYPE_CHECKING:
     from rich.console import Console
 
     from torchdoctor.analysis.cross_rank import CrossRank
-    from torchdoctor.report.build import Report
+    from torchdoctor.report.model import Report
 
 _SHORT_PART = {
     "compute": "compute",

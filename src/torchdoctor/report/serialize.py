@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from torchdoctor import __version__
+from torchdoctor._version import __version__
 from torchdoctor.report.model import Report
 
 SCHEMA_VERSION = 1

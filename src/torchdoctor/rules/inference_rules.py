@@ -15,13 +15,13 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from torchdoctor.analysis import intervals as iv
-from torchdoctor.analysis.arrays import median
 from torchdoctor.analysis.breakdown import gap_causes
 from torchdoctor.analysis.bundle import TraceAnalysis
 from torchdoctor.rules import thresholds as th
 from torchdoctor.rules.finding import Finding
 from torchdoctor.rules.registry import spec
 from torchdoctor.rules.trace_common import finding, grade
+from torchdoctor.trace.arrays import median
 
 if TYPE_CHECKING:  # the serving module is imported only by traces that have engine steps
     from torchdoctor.analysis.bandwidth import Bandwidth

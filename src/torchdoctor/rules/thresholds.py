@@ -10,20 +10,9 @@ Each value is a :class:`Threshold`: a ``float`` that also carries its ``reason``
 
 from __future__ import annotations
 
+from torchdoctor.analysis.definitions import KERNEL_LATENCY_US, Threshold
 
-class Threshold(float):
-    """A number with the reason it was chosen (``float(t)`` is the value, ``t.reason`` the why)."""
-
-    reason: str
-
-    def __new__(cls, value: float, reason: str) -> Threshold:
-        obj = super().__new__(cls, value)
-        obj.reason = reason
-        return obj
-
-    def __getnewargs__(self) -> tuple[float, str]:  # type: ignore[override]
-        # copy, deepcopy and pickle rebuild it with its reason
-        return (float(self), self.reason)
+__all__ = ["KERNEL_LATENCY_US", "Threshold"]  # defined by the analysis, read by the rules
 
 
 def all_thresholds() -> dict[str, Threshold]:
@@ -42,14 +31,6 @@ NOISE_FLOOR = Threshold(
 )
 
 # -- trace findings ----------------------------------------------------------------------------
-KERNEL_LATENCY_US = Threshold(
-    100.0,
-    "queued work that starts within 100 us of the device going idle is kernel-to-kernel latency. "
-    "On the 14 GPU traces of the corpus (V100, A100, H100, MI250) such gaps fall in two groups: "
-    "55 us or less (medians 1-15 us, 99th percentiles 7-22 us) and 147 us or more (waits on a "
-    "dependency); 100 us sits in the valley. HTA's 30 us would call about a hundred 30-55 us "
-    "latencies on V100/A100 dependency waits.",
-)
 DEPENDENCY_WARN = Threshold(0.05, "queued work held back for 5% of the step")
 DEPENDENCY_CRITICAL = Threshold(0.25, "a quarter of the step with work queued but not running")
 INPUT_WARN = Threshold(

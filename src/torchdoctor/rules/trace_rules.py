@@ -7,7 +7,6 @@ from typing import Any
 
 import numpy as np
 
-from torchdoctor.analysis.arrays import distinct
 from torchdoctor.analysis.bundle import TraceAnalysis
 from torchdoctor.analysis.gpu_activity import SYNC_CALLS
 from torchdoctor.rules import thresholds as th
@@ -23,6 +22,7 @@ from torchdoctor.rules.wait_rules import (
     low_utilization,
     synchronous_copies,
 )
+from torchdoctor.trace.arrays import distinct
 from torchdoctor.trace.kinds import Kind
 
 Rule = Callable[[TraceAnalysis], "Finding | None"]

@@ -20,7 +20,7 @@ import re
 
 import numpy as np
 
-from torchdoctor.analysis.arrays import member
+from torchdoctor.trace.arrays import member
 from torchdoctor.trace.kinds import Kind
 from torchdoctor.trace.table import TraceTable
 

@@ -16,8 +16,8 @@ from typing import Literal
 
 import numpy as np
 
-from torchdoctor.analysis.arrays import member
 from torchdoctor.trace import server_steps
+from torchdoctor.trace.arrays import member
 from torchdoctor.trace.kinds import GPU_ACTIVITY_KINDS, Kind
 from torchdoctor.trace.table import TraceTable
 

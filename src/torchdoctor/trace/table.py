@@ -7,7 +7,7 @@ from typing import Any
 
 import numpy as np
 
-from torchdoctor.analysis.arrays import member
+from torchdoctor.trace.arrays import member
 from torchdoctor.trace.kinds import GPU_ACTIVITY_KINDS, Kind
 
 

@@ -140,7 +140,7 @@ def _knobs(text: str | None) -> tuple[str, ...] | None:
 )
 def tune_command(workload: str, **opts: Any) -> None:
     """Measure configurations of WORKLOAD.py side by side; keep the fastest faithful one."""
-    from torchdoctor.cli import _guarded
+    from torchdoctor.exits import guarded as _guarded
 
     _guarded(_tune)(workload, **opts)
 

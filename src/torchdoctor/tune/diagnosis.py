@@ -1,6 +1,6 @@
 """Which knobs to try first: the analyser's findings on the baseline's trace.
 
-The baseline trial profiles a few extra steps into a trace; ``torchdoctor.report.build.analyze_path``
+The baseline trial profiles a few extra steps into a trace; ``torchdoctor.commands.analyze.trace.analyze_path``
 turns it into findings, whose stable ids ``space.FINDING_KNOBS`` maps to knobs. When the analyser is
 not installed (or cannot read the trace), the diagnosis falls back to the baseline's own split of
 each step: waiting for the next batch more than ``DATA_WAIT_BOUND`` of the step is reported as
@@ -20,7 +20,7 @@ DATA_WAIT_BOUND = 0.2
 
 def _import_analyser() -> Callable[[str], Any] | None:
     try:
-        from torchdoctor.report.build import analyze_path
+        from torchdoctor.commands.analyze.trace import analyze_path
     except ImportError:
         return None
     return analyze_path  # type: ignore[no-any-return]

@@ -169,7 +169,7 @@ def _after(
                 f"{'' if n == 1 else 's'} measured before that"
             )
         if rank.rank == 0 and not evidence["published"]:
-            from torchdoctor.capture.publish import publish
+            from torchdoctor.commands.check.publish import publish
 
             record = json.loads(record_file.read_text(encoding="utf-8"))
             publish(folder, record, rank, options, top, json_path=json_path, html_path=html_path)

@@ -1,7 +1,7 @@
 """``torchdoctor check SCRIPT [ARGS...]``: run an unmodified training script and diagnose it.
 
 Register in the main CLI with ``cli.add_command(check_command)``; also runnable directly as
-``python -m torchdoctor.capture.cli SCRIPT [ARGS...]``.
+``python -m torchdoctor.commands.check.cli SCRIPT [ARGS...]``.
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING
 
 import click
 
-from torchdoctor.capture.cli_args import (
+from torchdoctor.commands.check.args import (
     check_json_path,
     normalize_args,
     reject_option_as_script,
@@ -177,7 +177,8 @@ def _run_watched(
     html_path: str | None,
 ) -> int:
     """``run_check`` in a child process watched by this one, where the console script runs."""
-    from torchdoctor.capture import runner, watcher
+    from torchdoctor.capture import runner
+    from torchdoctor.commands.check import watcher
     from torchdoctor.inputs import input_path, output_path
 
     if not watcher.available():
@@ -208,7 +209,7 @@ def run_check(
     script's output and the text report go to stderr), a path writes the JSON report there.
     ``html_path`` also writes the self-contained HTML report.
     """
-    from torchdoctor.api import run_check as api_run_check
+    from torchdoctor.commands.check.run import run_check as api_run_check
 
     result = api_run_check(
         script, args, options, echo=True, top=top, json_path=json_path, html_path=html_path

@@ -23,7 +23,7 @@ def analyze_path(
         run_traces = check_run_traces(p)
         if run_traces is not None:
             return analyze_path(run_traces, jobs, scheduler, dask)
-        from torchdoctor.report.folder import analyze_folder
+        from torchdoctor.commands.analyze.ranks import analyze_folder
 
         return analyze_folder(p, jobs, scheduler, dask)
     if not p.exists():

@@ -13,7 +13,7 @@ import os
 from torchdoctor.errors import UserError
 
 VALUE_OPTIONS = ("--warmup", "--steps", "--out", "--top", "--rank-timeout", "--json")
-"""check's options that take a value (the next token), as declared in ``capture/cli.py``."""
+"""check's options that take a value (the next token), as declared in ``commands/check/cli.py``."""
 FLAG_OPTIONS = (
     "--full",
     "--shapes",

@@ -8,6 +8,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from torchdoctor.capture.frameworks import framework_hint
 from torchdoctor.capture.measurement import measure
 from torchdoctor.capture.options import CheckOptions
 from torchdoctor.capture.runfolder import (
@@ -18,8 +19,7 @@ from torchdoctor.capture.runfolder import (
     wait_for_ranks,
     write_json,
 )
-from torchdoctor.capture.summary import build_report, render_analysis, summary_text
-from torchdoctor.integrations.hints import framework_hint
+from torchdoctor.commands.check.summary import build_report, render_analysis, summary_text
 from torchdoctor.report.account_text import account_text
 from torchdoctor.rules.finding import Finding
 from torchdoctor.terminal import clean_report
@@ -74,7 +74,7 @@ def publish(
     """
     framework = (record.get("framework") or {}).get("name")
     if advise is None and framework:  # a framework callback stepped aside for check
-        from torchdoctor.integrations.advice import rewriter
+        from torchdoctor.rules.framework_advice import rewriter
 
         advise = rewriter(framework)
     records, trace = _gather(folder, record, rank, options)
@@ -82,7 +82,7 @@ def publish(
     frameworks = record.get("frameworks") or []
     if advise is None and frameworks:
         # A framework's trainer runs the loop: the fix is its setting, not a line inside it.
-        from torchdoctor.integrations.advice import rewriter
+        from torchdoctor.rules.framework_advice import rewriter
 
         advise = rewriter(frameworks[0])
     if advise is not None:

@@ -16,9 +16,9 @@ from pathlib import Path
 from torchdoctor.analysis.bundle import TraceAnalysis, analyze_table
 from torchdoctor.analysis.cross_rank import CrossRank, FailedRank, cross_rank
 from torchdoctor.analysis.rank_summary import RankSummary, summarize
+from torchdoctor.commands.analyze.executors import make_executor
 from torchdoctor.errors import TraceError
 from torchdoctor.report.assemble import build_report
-from torchdoctor.report.executors import make_executor
 from torchdoctor.report.model import Report
 from torchdoctor.rules.finding import Finding, rank_findings
 from torchdoctor.rules.rank_rules import rank_rows, skew_or_comm, straggler

@@ -9,11 +9,12 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
-from torchdoctor import __version__
+from torchdoctor._version import __version__
 from torchdoctor.memory.headline import headline_of
 from torchdoctor.memory.model import DeviceMemory, HolderRow, MemoryReport, OomReport, SeriesPoint
-from torchdoctor.memory.render import DOCS, fmt_bytes
 from torchdoctor.report.html_model import Page, Section, Series, Table, command_line
+from torchdoctor.report.memory_text import DOCS
+from torchdoctor.units import fmt_bytes
 
 MIB = float(1 << 20)
 

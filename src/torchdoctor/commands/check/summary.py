@@ -84,7 +84,7 @@ def analyze_trace(path: Path) -> tuple[Any, str | None]:
     the run-level findings are reported either way.
     """
     try:
-        from torchdoctor.report.build import analyze_path
+        from torchdoctor.commands.analyze.trace import analyze_path
     except ImportError:
         return None, "trace analyser not available in this installation"
     try:

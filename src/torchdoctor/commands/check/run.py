@@ -1,0 +1,108 @@
+"""``check`` as a function: run a script (or a callable) under watch, then publish rank 0's
+report; the command line (``cli.py``) and ``torchdoctor.check`` both call ``run_check``."""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import os
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from torchdoctor.errors import UserError
+
+if TYPE_CHECKING:
+    from torchdoctor.rules.finding import Finding
+
+PathLike = str | Path
+
+
+@dataclass(frozen=True)
+class CheckResult:
+    """What ``check`` saw: the exit status, the run folder and the report written there."""
+
+    exit_code: int
+    """The script's own exit status (0 when the function returned or was stopped by check)."""
+    folder: Path
+    """The run folder (``run.json``, ``report.json``, ``report.txt``, the trace)."""
+    record: dict[str, Any]
+    """This process's ``run.json`` record (steps, settings seen, run-level findings)."""
+    report: dict[str, Any] | None
+    """``report.json`` (None on ranks other than 0, which write no report)."""
+    text: str
+    """``report.txt``: the report as printed by ``torchdoctor check``."""
+
+    @property
+    def findings(self) -> list[Finding]:
+        """The merged findings (trace and run level), the largest saving first."""
+        from torchdoctor.commands.check.summary import finding_from_dict
+
+        source = self.report if self.report is not None else self.record
+        return [finding_from_dict(d) for d in source.get("findings", [])]
+
+    @property
+    def steps(self) -> dict[str, Any]:
+        """Step counts and times (ms) as recorded in ``run.json``."""
+        return dict(self.record.get("steps") or {})
+
+    def __str__(self) -> str:
+        return self.text
+
+
+def run_check(
+    target: PathLike | Callable[[], Any],
+    args: list[str],
+    options: Any,
+    *,
+    echo: bool = True,
+    top: int = 10,
+    json_path: str | None = None,
+    html_path: str | None = None,
+) -> CheckResult:
+    """``check`` with a built ``CheckOptions``; ``echo`` prints the report (the CLI's way);
+    ``json_path`` as for ``torchdoctor check --json`` (``"-"``: only JSON on stdout)."""
+    from torchdoctor.capture.evidence import EvidenceLog, evidence_path
+    from torchdoctor.capture.runfolder import RankInfo
+    from torchdoctor.capture.runner import check_callable, check_script, internal_error
+    from torchdoctor.commands.check.publish import publish
+    from torchdoctor.exits import EXIT_INTERNAL, say
+    from torchdoctor.inputs import output_path
+
+    # Where the report goes is checked before the run: a typo must not cost a training run.
+    if html_path:
+        output_path(html_path, "HTML report")
+    if json_path and json_path != "-":
+        output_path(json_path, "JSON report")
+    if callable(target):
+        code, folder, record = check_callable(target, options)
+    else:
+        code, folder, record = check_script(
+            str(target), args, options, quiet_stdout=json_path == "-"
+        )
+    report, text = None, ""
+    if RankInfo.from_env().rank == 0:
+        try:
+            quiet = contextlib.redirect_stdout(io.StringIO())
+            with contextlib.nullcontext() if echo else quiet:
+                report = publish(
+                    folder,
+                    record,
+                    RankInfo.from_env(),
+                    options,
+                    top,
+                    json_path=json_path,
+                    html_path=html_path,
+                )
+            text = (folder / "report.txt").read_text(encoding="utf-8")
+            EvidenceLog(evidence_path(folder, RankInfo.from_env())).published()
+        except UserError as exc:  # an output that could not be written: one line, exit 2
+            say(f"torchdoctor: error: {exc}")
+            code = code or UserError.exit_code
+        except Exception as exc:
+            if os.environ.get("TORCHDOCTOR_DEBUG"):
+                raise
+            internal_error("while writing the report", exc)
+            code = code or EXIT_INTERNAL  # the script's own status first, ours if it had none
+    return CheckResult(code, folder, record, report, text)
