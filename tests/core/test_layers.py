@@ -14,7 +14,7 @@ SRC = Path(__file__).resolve().parents[2] / "src" / "torchdoctor"
 
 # Lowest first. A name is a top-level module (without .py) or a folder of the package.
 FLOORS: list[set[str]] = [
-    {"_version", "errors", "stats", "hardware", "terminal", "inputs", "exits", "config"},
+    {"_version", "errors", "stats", "hardware", "terminal", "inputs", "exits", "config", "threshold"},
     {"units", "roofline"},
     {"record"},
     {"trace"},

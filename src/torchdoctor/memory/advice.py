@@ -12,11 +12,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-# Fragmentation matters when at least this share of reserved bytes is cached but unallocated:
-# below it the cache is ordinary headroom between steps.
-FRAGMENTED_SHARE_OF_RESERVED = 0.2
-# ... and only above this many bytes: a few MiB of small-block cache is never worth a setting.
-FRAGMENTED_MIN_BYTES = 256 << 20
+from torchdoctor.memory.fragmentation import fragmented
+
 # The allocator refuses max_split_size_mb values at or below 20 MiB.
 MIN_SPLIT_MB = 21
 GC_THRESHOLD = 0.8
@@ -78,10 +75,7 @@ def fragmentation_matters(
 ) -> bool:
     """Free memory is in pieces: much of it inside partly used segments, or enough cached bytes
     for the largest request but no block that big (so it needed a new cudaMalloc)."""
-    split = (
-        split_free_bytes >= FRAGMENTED_MIN_BYTES
-        and split_free_bytes >= FRAGMENTED_SHARE_OF_RESERVED * reserved_bytes
-    )
+    split = fragmented(reserved_bytes, split_free_bytes)
     no_fit = largest_free_block_bytes < largest_request_bytes <= free_bytes
     return split or no_fit
 

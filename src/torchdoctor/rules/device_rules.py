@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from torchdoctor.analysis.bundle import TraceAnalysis
+from torchdoctor.memory.fragmentation import fragmented
 from torchdoctor.rules import thresholds as th
 from torchdoctor.rules.finding import Finding
 from torchdoctor.rules.registry import spec
@@ -56,12 +57,7 @@ def memory_pressure(a: TraceAnalysis) -> Finding | None:
         total, reserved = d.total_memory_bytes or 0, d.peak_reserved_bytes or 0
         free_pool = d.reserved_minus_allocated_at_peak_bytes or 0
         near_full = total > 0 and reserved / total >= th.MEMORY_PRESSURE
-        fragmented = (
-            reserved > 0
-            and free_pool / reserved >= th.FRAGMENTATION
-            and free_pool >= th.FRAGMENTATION_MIN_BYTES
-        )
-        if not (near_full or fragmented):
+        if not (near_full or fragmented(reserved, free_pool)):
             continue
         evidence = {
             "device": d.device_id,

@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from torchdoctor.memory.fragmentation import fragmented
 from torchdoctor.rules import thresholds as th
 from torchdoctor.rules.compile_rules import (
     compile_not_repaid,
@@ -151,8 +152,7 @@ def memory_rules(run: RunRecord) -> list[Finding]:
         return []
     slack = mem["peak_reserved_bytes"] - mem["peak_allocated_bytes"]
     retries = mem.get("alloc_retries", 0)
-    frag_min = th.FRAGMENTATION_MIN_BYTES
-    if not (retries or (mem["fragmentation"] >= th.FRAGMENTATION and slack >= frag_min)):
+    if not (retries or fragmented(mem["peak_reserved_bytes"], slack)):
         return []
     tight = mem["peak_reserved_bytes"] >= th.MEMORY_PRESSURE * mem.get("total_bytes", float("inf"))
     title = spec("memory-fragmentation").format_title(

@@ -10,9 +10,12 @@ Each value is a :class:`Threshold`: a ``float`` that also carries its ``reason``
 
 from __future__ import annotations
 
-from torchdoctor.analysis.definitions import KERNEL_LATENCY_US, Threshold
+from torchdoctor.analysis.definitions import KERNEL_LATENCY_US
+from torchdoctor.memory.fragmentation import FRAGMENTATION, FRAGMENTATION_MIN_BYTES
+from torchdoctor.threshold import Threshold
 
-__all__ = ["KERNEL_LATENCY_US", "Threshold"]  # defined by the analysis, read by the rules
+# Defined where they are measured (the analysis, the memory judgement), read by the rules.
+__all__ = ["FRAGMENTATION", "FRAGMENTATION_MIN_BYTES", "KERNEL_LATENCY_US", "Threshold"]
 
 
 def all_thresholds() -> dict[str, Threshold]:
@@ -88,11 +91,6 @@ FP32_GEMM_CRITICAL = Threshold(0.20, "tensor cores would save a fifth of the ste
 MEMORY_PRESSURE = Threshold(
     0.90, "peak reserved memory above 90% of the device: the next size up will not fit"
 )
-FRAGMENTATION = Threshold(
-    0.30, "reserved-but-unallocated above 30% of reserved at the peak: expandable segments help"
-)
-FRAGMENTATION_MIN_BYTES = Threshold(1 << 30, "and at least 1 GiB of it, so small pools stay quiet")
-
 STRAGGLER = Threshold(
     0.10, "a rank whose own work is 10% above the median makes every other rank wait"
 )
