@@ -14,7 +14,17 @@ SRC = Path(__file__).resolve().parents[2] / "src" / "torchdoctor"
 
 # Lowest first. A name is a top-level module (without .py) or a folder of the package.
 FLOORS: list[set[str]] = [
-    {"_version", "errors", "stats", "hardware", "terminal", "inputs", "exits", "config", "threshold"},
+    {
+        "_version",
+        "errors",
+        "stats",
+        "hardware",
+        "terminal",
+        "inputs",
+        "exits",
+        "config",
+        "threshold",
+    },
     {"units", "roofline"},
     {"record"},
     {"trace"},
@@ -86,7 +96,9 @@ def layer_violations(src: Path) -> tuple[list[str], dict[str, set[str]]]:
             if room not in FLOOR_OF or target not in FLOOR_OF:
                 bad.append(f"{path.relative_to(src)}:{line}: {room} or {target} has no floor")
             elif FLOOR_OF[target] > FLOOR_OF[room]:
-                bad.append(f"{path.relative_to(src)}:{line}: {room} imports {target}, a floor above")
+                bad.append(
+                    f"{path.relative_to(src)}:{line}: {room} imports {target}, a floor above"
+                )
     return sorted(set(bad)), graph
 
 

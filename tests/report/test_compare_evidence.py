@@ -13,10 +13,10 @@ import pytest
 from torchdoctor import stats
 from torchdoctor.compare.cost import RunCost, break_even_steps
 from torchdoctor.compare.diff import compare
+from torchdoctor.compare.estimates import MIN_RUNS_FOR_INTERVAL, estimates, run_to_run_log_sd
 from torchdoctor.compare.render import render_text
 from torchdoctor.compare.runs import load_runs, run_paths
 from torchdoctor.compare.sides import Side
-from torchdoctor.compare.stats import MIN_RUNS_FOR_INTERVAL, estimates, run_to_run_log_sd
 from torchdoctor.compare.verdict import decide
 
 

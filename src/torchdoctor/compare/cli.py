@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from torchdoctor.compare.stats import RUN_TO_RUN_PCT
+from torchdoctor.compare.estimates import RUN_TO_RUN_PCT
 from torchdoctor.exits import EXIT_SLOWER as EXIT_GATE_FAILED
 
 if TYPE_CHECKING:

@@ -7,9 +7,15 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from torchdoctor.compare.estimates import (
+    RUN_TO_RUN_PCT,
+    Estimate,
+    EvidenceKind,
+    Quantity,
+    estimates,
+)
 from torchdoctor.compare.runs import run_cost
 from torchdoctor.compare.sides import Side
-from torchdoctor.compare.stats import RUN_TO_RUN_PCT, Estimate, EvidenceKind, Quantity, estimates
 from torchdoctor.compare.verdict import Verdict, decide
 
 MIN_PART_MS = 0.005

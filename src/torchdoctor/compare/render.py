@@ -9,7 +9,7 @@ import numpy as np
 
 from torchdoctor.compare.cost import LONG_STEP_X, RunCost
 from torchdoctor.compare.diff import Comparison, Delta
-from torchdoctor.compare.stats import MIN_RUNS_FOR_INTERVAL, Estimate, EvidenceKind, Quantity
+from torchdoctor.compare.estimates import MIN_RUNS_FOR_INTERVAL, Estimate, EvidenceKind, Quantity
 from torchdoctor.compare.verdict import Verdict
 
 _ORDER: tuple[Quantity, ...] = ("mean_step", "median_step", "one_time", "time_to_n")

@@ -32,6 +32,7 @@ from typing import Protocol
 
 from torchdoctor import stats
 from torchdoctor.compare.cost import RunCost
+from torchdoctor.compare.estimates import Estimate, Quantity, estimates
 from torchdoctor.compare.rerun_types import (
     MIN_ROUNDS,
     ChildRun,
@@ -42,7 +43,6 @@ from torchdoctor.compare.rerun_types import (
     SideName,
     StopReason,
 )
-from torchdoctor.compare.stats import Estimate, Quantity, estimates
 from torchdoctor.compare.verdict import Verdict, decide
 
 __all__ = [

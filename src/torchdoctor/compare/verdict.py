@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from torchdoctor.compare.cost import break_even_steps
-from torchdoctor.compare.stats import (
+from torchdoctor.compare.estimates import (
     MIN_RUNS_FOR_INTERVAL,
     RUN_TO_RUN_PCT,
     Estimate,
@@ -212,7 +212,7 @@ def decide(
     job_steps: int | None = None,
     run_noise_pct: float = RUN_TO_RUN_PCT,
 ) -> Verdict:
-    """The verdict on these estimates (from :func:`torchdoctor.compare.stats.estimates`)."""
+    """The verdict on these estimates (from :func:`torchdoctor.compare.estimates.estimates`)."""
     head = headline(est)
     direction = _direction(head)
     one = est.get("one_time")
