@@ -15,6 +15,7 @@ import click
 from torchdoctor import exits
 from torchdoctor._version import __version__
 from torchdoctor.exits import EXIT_INTERNAL, OneLineErrors, broken_pipe, guarded
+from torchdoctor.json_arg import JsonPathCommand, emit_json, json_option, json_target
 
 # One error path for every command (see torchdoctor.exits for the statuses).
 _guarded = guarded
@@ -82,9 +83,9 @@ def cli() -> None:
     """
 
 
-@cli.command()
+@cli.command(cls=JsonPathCommand)
 @click.argument("path", type=click.Path(path_type=str))
-@click.option("--json", "as_json", is_flag=True, help="Print the whole report as JSON instead.")
+@json_option("whole report")
 @click.option(
     "--top",
     default=10,
@@ -120,7 +121,7 @@ def cli() -> None:
 @_guarded
 def analyze(
     path: str,
-    as_json: bool,
+    json_path: str | None,
     top: int,
     jobs: int | None,
     scheduler: str | None,
@@ -134,6 +135,7 @@ def analyze(
     for var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
         os.environ.setdefault(var, "1")
     _outputs(html_path, "HTML report", export_trace, "exported trace")
+    json_target(json_path, [path])
     if os.path.isfile(path):
         # A helper process starts decoding the trace now, while the analyses are imported.
         from torchdoctor.trace.prefetch import prefetch
@@ -142,9 +144,7 @@ def analyze(
     from torchdoctor.api import analyze as analyze_trace
 
     report = analyze_trace(path, jobs=jobs, scheduler=scheduler, dask=use_dask)
-    if as_json:
-        click.echo(report.to_json())
-    else:
+    if not emit_json(report.to_json(), json_path):
         report.print(top=top)
     if html_path or export_trace:
         from torchdoctor.report.outputs import write_extras
@@ -186,9 +186,9 @@ def demo(out: str, steps: int) -> None:
     render_text(analyze_path(trace_path), top=8)
 
 
-@cli.command()
+@cli.command(cls=JsonPathCommand)
 @click.argument("snapshot", type=click.Path(path_type=str))
-@click.option("--json", "as_json", is_flag=True, help="Print the whole report as JSON instead.")
+@json_option("whole report")
 @click.option(
     "--stream/--no-stream",
     default=None,
@@ -201,7 +201,9 @@ def demo(out: str, steps: int) -> None:
     help="Also write a self-contained HTML page (chart, fragmentation, sortable holders).",
 )
 @_guarded
-def memory(snapshot: str, as_json: bool, stream: bool | None, html_path: str | None) -> None:
+def memory(
+    snapshot: str, json_path: str | None, stream: bool | None, html_path: str | None
+) -> None:
     """Explain a CUDA memory snapshot (torch.cuda.memory._dump_snapshot) without importing torch."""
     from pathlib import Path
 
@@ -210,12 +212,14 @@ def memory(snapshot: str, as_json: bool, stream: bool | None, html_path: str | N
     from torchdoctor.report.memory_text import render_json, render_text
 
     _outputs(html_path, "HTML page")
+    json_target(json_path, [snapshot])
     path = Path(snapshot)
     data = ingest(path, stream=stream)
     report = analyze_ingested(path, data)
     from torchdoctor.terminal import clean_report
 
-    click.echo(render_json(report) if as_json else clean_report(render_text(report)))
+    if not emit_json(render_json(report), json_path):
+        click.echo(clean_report(render_text(report)))
     if html_path:
         from torchdoctor.report.html import write_html
         from torchdoctor.report.memory_page import page_from_memory

@@ -11,6 +11,7 @@ import click
 
 from torchdoctor.compare.estimates import RUN_TO_RUN_PCT
 from torchdoctor.exits import EXIT_SLOWER as EXIT_GATE_FAILED
+from torchdoctor.json_arg import TwoInputJsonCommand, emit_json, json_option, json_target
 
 if TYPE_CHECKING:
     from torchdoctor.compare.rerun import RerunOptions
@@ -18,7 +19,7 @@ if TYPE_CHECKING:
 _AFTER_DASHES = "torchdoctor.compare.after_dashes"
 
 
-class _SeesDashes(click.Command):
+class _SeesDashes(TwoInputJsonCommand):
     """Remembers how many arguments followed ``--``: ``compare A1 A2 -- B1 B2`` splits the sides
     there, and ``compare --rerun A.py B.py -- ARGS`` passes ARGS to both scripts."""
 
@@ -39,7 +40,7 @@ class _SeesDashes(click.Command):
     "slower by more than PCT percent with its whole interval on the slower side. With one run a "
     "side only a slowdown beyond the run-to-run allowance fails; the gate line says so.",
 )
-@click.option("--json", "as_json", is_flag=True, help="Print the comparison as JSON instead.")
+@json_option("comparison")
 @click.option(
     "--top",
     default=10,
@@ -112,7 +113,7 @@ class _SeesDashes(click.Command):
 def compare_command(
     sides: tuple[str, ...],
     fail_pct: float | None,
-    as_json: bool,
+    json_path: str | None,
     top: int,
     html_path: str | None,
     job_steps: int | None,
@@ -144,11 +145,11 @@ def compare_command(
         plan = RerunOptions(rounds=rounds, warmup=warmup, steps=steps, full=full, seed=seed,
                             timeout_s=timeout_s, job_steps=job_steps)  # fmt: skip
         failed = _guarded(_rerun)(
-            sides, after, plan, fail_pct=fail_pct, as_json=as_json, html_path=html_path
+            sides, after, plan, fail_pct=fail_pct, json_path=json_path, html_path=html_path
         )
     else:
         failed = _guarded(_compare)(
-            sides, after, fail_pct=fail_pct, as_json=as_json, html_path=html_path, top=top,
+            sides, after, fail_pct=fail_pct, json_path=json_path, html_path=html_path, top=top,
             job_steps=job_steps, run_noise_pct=run_noise_pct,
         )  # fmt: skip
     sys.exit(EXIT_GATE_FAILED if failed else 0)
@@ -175,7 +176,7 @@ def _compare(
     after: int | None,
     *,
     fail_pct: float | None,
-    as_json: bool,
+    json_path: str | None,
     top: int,
     html_path: str | None,
     job_steps: int | None,
@@ -188,12 +189,11 @@ def _compare(
 
     if html_path:
         output_path(html_path, "HTML page")
+    json_target(json_path, sides)
 
     base, new = _split(sides, after)
     c = compare(load_runs(base), load_runs(new), job_steps=job_steps, run_noise_pct=run_noise_pct)
-    if as_json:
-        click.echo(json.dumps(_clean(render.to_dict(c, fail_pct, top)), indent=1))
-    else:
+    if not emit_json(json.dumps(_clean(render.to_dict(c, fail_pct, top)), indent=1), json_path):
         from torchdoctor.terminal import clean_report
 
         click.echo(clean_report(render.render_text(c, fail_pct, top)), nl=False)
@@ -211,7 +211,7 @@ def _rerun(
     plan: RerunOptions,
     *,
     fail_pct: float | None,
-    as_json: bool,
+    json_path: str | None,
     html_path: str | None,
 ) -> bool:
     from torchdoctor.compare import rerun_render
@@ -225,6 +225,7 @@ def _rerun(
             f"--rerun takes two scripts, BASE and NEW (got {len(scripts)}); their arguments go "
             "after --: compare --rerun a.py b.py -- --epochs 1"
         )
+    json_target(json_path, scripts)
     base, new = Script(scripts[0], args), Script(scripts[1], args)
     result = run_interleaved(
         base,
@@ -234,9 +235,9 @@ def _rerun(
     )
     if result.verdict is None:
         raise UserError(f"--rerun: {result.failure}")
-    if as_json:
-        click.echo(json.dumps(_clean(rerun_render.to_dict(result, fail_pct)), indent=1))
-    else:
+    if not emit_json(
+        json.dumps(_clean(rerun_render.to_dict(result, fail_pct)), indent=1), json_path
+    ):
         click.echo(rerun_render.render_text(result, fail_pct), nl=False)
     if html_path:
         from torchdoctor.report.html import write_html

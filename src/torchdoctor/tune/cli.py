@@ -12,6 +12,7 @@ from typing import Any
 import click
 
 from torchdoctor.errors import UserError
+from torchdoctor.json_arg import JsonPathCommand, json_option, json_target
 from torchdoctor.tune.space import KNOB_NAMES
 
 _UNITS = {"s": 1.0, "m": 60.0, "h": 3600.0}
@@ -45,7 +46,9 @@ def _knobs(text: str | None) -> tuple[str, ...] | None:
     return names
 
 
-@click.command("tune", context_settings={"help_option_names": ["-h", "--help"]})
+@click.command(
+    "tune", cls=JsonPathCommand, context_settings={"help_option_names": ["-h", "--help"]}
+)
 @click.argument("workload", type=click.Path(path_type=str))
 @click.option(
     "--budget", default=None, help="Stop starting trials after this much time: 300, 90s, 5m, 1h."
@@ -121,13 +124,7 @@ def _knobs(text: str | None) -> tuple[str, ...] | None:
     help="SQLite results file.",
 )
 @click.option("--resume", is_flag=True, help="Continue the latest run of this workload in --db.")
-@click.option(
-    "--json",
-    "json_path",
-    default=None,
-    type=click.Path(path_type=str),
-    help="Also write the results as JSON to this file ('-': stdout).",
-)
+@json_option("results")
 @click.option(
     "--html", "html_path", type=click.Path(path_type=str), help="Also write an HTML report."
 )
@@ -305,6 +302,7 @@ def _checked(workload: str, opts: dict[str, Any]) -> tuple[dict[str, Any], float
     from torchdoctor.tune.workload import check_file
 
     check_file(workload, opts["function"])
+    json_target(opts["json_path"], [workload, opts["db"], opts["out"]])
     budget_s = parse_duration(opts["budget"]) if opts["budget"] else None
     parse_duration(opts["trial_timeout"])
     if opts["fidelity_steps"] > 6 * opts["steps"] + opts["warmup"]:
