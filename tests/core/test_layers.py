@@ -25,7 +25,7 @@ FLOORS: list[set[str]] = [
         "config",
         "threshold",
     },
-    {"units", "roofline"},
+    {"units", "roofline", "json_arg"},
     {"record"},
     {"trace"},
     {"analysis"},

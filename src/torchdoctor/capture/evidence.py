@@ -26,13 +26,12 @@ from typing import Any
 
 from torchdoctor._version import __version__
 from torchdoctor.capture.runfolder import RUN_SCHEMA, RUN_SCHEMA_VERSION, RankInfo
+from torchdoctor.record import layout
 
 
 def evidence_path(folder: Path, rank: RankInfo) -> Path:
     """Where this process's evidence goes."""
-    if rank.distributed:
-        return folder / "ranks" / f"rank{rank.rank}.steps.log"
-    return folder / "steps.log"
+    return layout.steps_log(folder, rank.rank, rank.distributed)
 
 
 class EvidenceLog:

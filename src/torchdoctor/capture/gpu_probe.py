@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from torchdoctor.hardware import is_mig
+from torchdoctor.record import layout
 
 _GIB = 2**30
 
@@ -282,13 +283,13 @@ def largest_blocks(
     return blocks[:top]
 
 
-SNAPSHOT_FILE = "memory_snapshot.pickle"
+SNAPSHOT_FILE = layout.SNAPSHOT
 """The snapshot's name in the run folder (``memory_snapshot_rank<R>.pickle`` under torchrun)."""
 
 
 def snapshot_name(rank: int | None = None) -> str:
     """The snapshot file for this process: ranks of one job share the run folder."""
-    return SNAPSHOT_FILE if rank is None else f"memory_snapshot_rank{rank}.pickle"
+    return layout.snapshot_name(rank)
 
 
 def write_snapshot(cuda: Any, path: Path) -> dict[str, Any]:

@@ -17,9 +17,9 @@ from pathlib import Path
 from typing import Any
 
 from torchdoctor.errors import UserError
+from torchdoctor.record import layout
 
-RUN_SCHEMA = "torchdoctor.run"
-RUN_SCHEMA_VERSION = 1
+RUN_SCHEMA, RUN_SCHEMA_VERSION = layout.RUN_SCHEMA, layout.RUN_SCHEMA_VERSION
 
 
 @dataclass(frozen=True)
@@ -98,14 +98,12 @@ def create_run_folder(
 
 def rank_result_path(folder: Path, rank: RankInfo) -> Path:
     """Where this process writes its ``run.json``-shaped record."""
-    return folder / "ranks" / f"rank{rank.rank}.json" if rank.distributed else folder / "run.json"
+    return layout.record_file(folder, rank.rank, rank.distributed)
 
 
 def trace_path(folder: Path, rank: RankInfo) -> Path:
     """Where this process writes its trace (one folder of per-rank traces under torchrun)."""
-    if rank.distributed:
-        return folder / "traces" / f"rank{rank.rank}.json.gz"
-    return folder / "trace.json.gz"
+    return layout.trace_file(folder, rank.rank, rank.distributed)
 
 
 def write_json(path: Path, data: dict[str, Any]) -> Path:
@@ -123,7 +121,7 @@ def wait_for_ranks(folder: Path, world_size: int, timeout_s: float) -> dict[int,
     found: dict[int, dict[str, Any]] = {}
     while True:
         for r in range(world_size):
-            path = folder / "ranks" / f"rank{r}.json"
+            path = layout.rank_record(folder, r)
             if r not in found and path.exists():
                 try:
                     found[r] = json.loads(path.read_text(encoding="utf-8"))

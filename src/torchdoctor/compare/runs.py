@@ -10,14 +10,15 @@ import numpy as np
 
 from torchdoctor.compare.cost import RunCost
 from torchdoctor.compare.sides import Side, load_side
+from torchdoctor.record import layout
 
 
 def run_paths(path: str) -> list[str]:
     """The runs a path stands for: itself, or each run folder directly inside a folder that is
     not itself a run folder (``torchdoctor-runs/`` after several ``check`` runs), in name order."""
     p = Path(path)
-    if p.is_dir() and not (p / "run.json").is_file():
-        subs = sorted(d for d in p.iterdir() if d.is_dir() and (d / "run.json").is_file())
+    if p.is_dir() and not layout.is_run_folder(p):
+        subs = sorted(d for d in p.iterdir() if d.is_dir() and layout.is_run_folder(d))
         if subs:
             return [str(d) for d in subs]
     return [path]

@@ -12,6 +12,7 @@ from typing import Any, Literal, TypeGuard
 import numpy as np
 
 from torchdoctor.errors import TraceError, UserError
+from torchdoctor.record import layout
 
 SideKind = Literal["trace", "ranks", "check-run", "tune"]
 
@@ -53,7 +54,7 @@ def load_side(path: str) -> Side:
 
     p = input_path(path, "file or folder", folder_ok=True)  # a FIFO would block the read
     if p.is_dir():
-        if (p / "run.json").is_file():
+        if layout.is_run_folder(p):
             return _check_run(p)
         return _from_report(str(p), "ranks")
     if p.name.endswith(".json"):
@@ -210,7 +211,7 @@ def _count(value: Any, where: str) -> int:
 def _rank0_record(folder: Path, run: dict[str, Any]) -> dict[str, Any]:
     """Rank 0's record of a torchrun run folder (its path is kept inside the folder)."""
     ranks = _dict(run["ranks"], f"{folder}/run.json: 'ranks'")
-    name = ranks.get("0", "ranks/rank0.json")
+    name = ranks.get("0", str(layout.rank_record(Path(), 0)))
     path = (folder / str(name)).resolve()
     if not isinstance(name, str) or not path.is_relative_to(folder.resolve()):
         raise UserError(f"{folder}/run.json: rank 0's record is not a file of the run folder")
@@ -219,15 +220,15 @@ def _rank0_record(folder: Path, run: dict[str, Any]) -> dict[str, Any]:
 
 def _check_run(folder: Path) -> Side:
     """A ``check`` run folder: the run's own step clock (many steps), the trace's details."""
-    run = _dict(_read_json(folder / "run.json"), f"{folder}/run.json")
+    run = _dict(_read_json(layout.run_file(folder)), str(layout.run_file(folder)))
     record = run
     if "ranks" in run:  # torchrun: rank 0's record
         record = _rank0_record(folder, run)
     steps = _dict(record.get("steps"), f"{folder}: the record's 'steps'")
     warm = _count(steps.get("warmup_steps"), f"{folder}: 'steps.warmup_steps'")
     step_ms = _script_steps(steps, folder)[warm:]
-    trace = folder / "trace.json.gz" if (folder / "trace.json.gz").is_file() else folder / "traces"
-    if trace.exists():
+    trace = layout.traces_of(folder)
+    if trace is not None:
         from torchdoctor.commands.analyze.trace import analyze_path
 
         base = from_report(
@@ -251,7 +252,7 @@ def _script_steps(steps: dict[str, Any], folder: Path) -> np.ndarray:
 def _with_record(base: Side, folder: Path, record: dict[str, Any], step_ms: np.ndarray) -> Side:
     from dataclasses import replace
 
-    report = folder / "report.json"
+    report = layout.report_json(folder)
     findings = base.findings
     if report.is_file():
         doc = _dict(_read_json(report), str(report))

@@ -17,6 +17,7 @@ import click
 
 from torchdoctor.commands.check.args import JSON_STDOUT, check_json_path, normalize_args
 from torchdoctor.errors import UserError
+from torchdoctor.record import layout
 
 VALUE_OPTIONS = (
     "--from",
@@ -180,17 +181,17 @@ def _say(line: str) -> None:
 def load_run(folder: str) -> tuple[dict[str, Any], list[dict[str, Any]]]:
     """``run.json`` (rank 0's record under torchrun) and the merged findings of a run folder."""
     base = Path(folder)
-    if not (base / "run.json").is_file():
+    if not layout.is_run_folder(base):
         raise UserError(f"{folder}: not a torchdoctor check run folder (no run.json)")
     try:
-        record = json.loads((base / "run.json").read_text(encoding="utf-8"))
-        rank0 = base / "ranks" / "rank0.json"
+        record = json.loads(layout.run_file(base).read_text(encoding="utf-8"))
+        rank0 = layout.rank_record(base, 0)
         if "config" not in record and rank0.is_file():
             record = {
                 **json.loads(rank0.read_text(encoding="utf-8")),
                 "script": record.get("script"),
             }
-        report = base / "report.json"
+        report = layout.report_json(base)
         doc = json.loads(report.read_text(encoding="utf-8")) if report.is_file() else record
     except (OSError, ValueError) as exc:
         raise UserError(f"{folder}: cannot read the run: {exc}") from None

@@ -26,6 +26,7 @@ from torchdoctor.integrations.watch import (
     run_name,
     say,
 )
+from torchdoctor.record import layout
 
 NAMESPACES = ("lightning.pytorch", "pytorch_lightning")
 
@@ -131,7 +132,7 @@ class _DoctorCallback:
         if not trainer.is_global_zero:
             return
         logging.getLogger("lightning.pytorch").info(result.headline)
-        say(f"torchdoctor: report in {result.folder / 'report.txt'}")
+        say(f"torchdoctor: report in {layout.report_text(result.folder)}")
         steps = result.record.get("steps") or {}
         metrics = {
             "torchdoctor/median_step_ms": steps.get("median_step_ms"),

@@ -30,6 +30,7 @@ from torchdoctor.integrations.watch import (
     run_name,
     say,
 )
+from torchdoctor.record import layout
 
 _ARGS = (
     "bf16",
@@ -105,13 +106,13 @@ class DoctorCallback(TrainerCallback):  # type: ignore[misc]
         from transformers.utils import logging
 
         logging.get_logger("transformers.trainer").warning(result.headline)
-        say(f"torchdoctor: report in {result.folder / 'report.txt'}")
+        say(f"torchdoctor: report in {layout.report_text(result.folder)}")
         steps = result.record.get("steps") or {}
         state.log_history.append(
             {
                 "torchdoctor/headline": result.headline,
                 "torchdoctor/median_step_ms": steps.get("median_step_ms"),
-                "torchdoctor/report": str(result.folder / "report.txt"),
+                "torchdoctor/report": str(layout.report_text(result.folder)),
                 "step": state.global_step,
             }
         )

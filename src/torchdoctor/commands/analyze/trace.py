@@ -6,6 +6,7 @@ from pathlib import Path
 
 from torchdoctor.analysis.bundle import analyze_table
 from torchdoctor.errors import TraceError
+from torchdoctor.record import layout
 from torchdoctor.report.assemble import build_report
 from torchdoctor.report.model import Report
 from torchdoctor.trace.load import load_trace
@@ -45,9 +46,9 @@ def load_events(path: Path) -> TraceTable:
 def check_run_traces(folder: Path) -> Path | None:
     """The trace file or folder of rank traces inside a ``check`` run folder (one holding
     ``run.json``), or None when ``folder`` is not one. A run folder without a trace is an error."""
-    if not (folder / "run.json").is_file():
+    if not layout.is_run_folder(folder):
         return None
-    for candidate in (folder / "traces", folder / "trace.json.gz", folder / "trace.json"):
-        if candidate.exists():
-            return candidate
+    found = layout.traces_of(folder)
+    if found is not None:
+        return found
     raise TraceError(f"{folder}: a torchdoctor check run folder without a trace (see run.json)")

@@ -20,6 +20,7 @@ from torchdoctor.capture.runfolder import (
     write_json,
 )
 from torchdoctor.commands.check.summary import build_report, render_analysis, summary_text
+from torchdoctor.record import layout
 from torchdoctor.report.account_text import account_text
 from torchdoctor.rules.finding import Finding
 from torchdoctor.terminal import clean_report
@@ -43,16 +44,16 @@ def _gather(
     records = wait_for_ranks(folder, rank.world_size, options.rank_timeout_s)
     records[rank.rank] = record
     write_json(
-        folder / "run.json",
+        layout.run_file(folder),
         {
             "schema": RUN_SCHEMA,
             "schema_version": RUN_SCHEMA_VERSION,
             "world_size": rank.world_size,
-            "ranks": {str(r): f"ranks/rank{r}.json" for r in sorted(records)},
+            "ranks": {str(r): str(layout.rank_record(Path(), r)) for r in sorted(records)},
             "missing_ranks": [r for r in range(rank.world_size) if r not in records],
         },
     )
-    traces = folder / "traces"
+    traces = folder / layout.TRACES
     return records, traces if traces.is_dir() and any(traces.iterdir()) else None
 
 
@@ -101,8 +102,8 @@ def publish(
     text += framework_hint(record.get("frameworks") or [])
     text += f"run folder: {folder}\n"
     text = clean_report(text)  # names and paths from the run reach a terminal
-    write_json(folder / "report.json", doc)
-    (folder / "report.txt").write_text(text, encoding="utf-8")
+    write_json(layout.report_json(folder), doc)
+    layout.report_text(folder).write_text(text, encoding="utf-8")
     release_pointer(options.out_dir, rank)
     if html_path:
         from torchdoctor.report.html_sources import write_check_html

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from torchdoctor.errors import UserError
+from torchdoctor.record import layout
 
 if TYPE_CHECKING:
     from torchdoctor.rules.finding import Finding
@@ -95,7 +96,7 @@ def run_check(
                     json_path=json_path,
                     html_path=html_path,
                 )
-            text = (folder / "report.txt").read_text(encoding="utf-8")
+            text = layout.report_text(folder).read_text(encoding="utf-8")
             EvidenceLog(evidence_path(folder, RankInfo.from_env())).published()
         except UserError as exc:  # an output that could not be written: one line, exit 2
             say(f"torchdoctor: error: {exc}")
