@@ -17,7 +17,8 @@ def in_window(table: TraceTable, steps: Steps, rows: np.ndarray) -> np.ndarray:
     """The subset of ``rows`` (sorted row indices) that start inside the analysed window."""
     lo, hi = steps.window
     ts = table.ts[rows]
-    return rows[(ts >= lo) & (ts < hi)] if hi > lo else rows[ts == lo]
+    out: np.ndarray = rows[(ts >= lo) & (ts < hi)] if hi > lo else rows[ts == lo]
+    return out
 
 
 def gpu_rows(table: TraceTable, *kinds: Kind) -> np.ndarray:

@@ -297,7 +297,8 @@ def _overlap_per_gap(gaps: iv.Intervals, ranges: iv.Intervals) -> np.ndarray:
         )
         return cum[np.maximum(k - 1, 0)] * (k > 0) + partial
 
-    return covered_until(g1) - covered_until(g0)
+    out: np.ndarray = covered_until(g1) - covered_until(g0)
+    return out
 
 
 def _next_launch(gap_end: np.ndarray, act: GpuActivity) -> np.ndarray:

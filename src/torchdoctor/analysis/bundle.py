@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING
 
 from torchdoctor.analysis.breakdown import StepBreakdown, step_breakdowns, total_breakdown
 from torchdoctor.analysis.communication import CommStats, analyze_communication
@@ -13,6 +13,14 @@ from torchdoctor.analysis.waits import DependencyWaits, dependency_waits, idle_g
 from torchdoctor.trace import server_steps
 from torchdoctor.trace.steps import Steps, find_steps
 from torchdoctor.trace.table import TraceTable
+
+if TYPE_CHECKING:  # imported when an analysis runs (graphs and serving only for their traces)
+    from torchdoctor.analysis.graphs import GraphStats
+    from torchdoctor.analysis.kernels import KernelStats
+    from torchdoctor.analysis.launch import LaunchStats
+    from torchdoctor.analysis.memory import MemoryStats
+    from torchdoctor.analysis.operators import OperatorStats
+    from torchdoctor.analysis.serving import ServingStats
 
 
 @dataclass(frozen=True)
@@ -26,15 +34,15 @@ class TraceAnalysis:
     total: StepBreakdown
     comm: CommStats
     hta: HtaBreakdown | None
-    kernels: Any
-    launch: Any
-    operators: Any
-    memory: Any
+    kernels: KernelStats
+    launch: LaunchStats
+    operators: OperatorStats
+    memory: MemoryStats
     waits: DependencyWaits | None = None
     """Idle gaps where queued work did not start, with evidence (None for CPU-only traces)."""
-    graphs: Any = None
+    graphs: GraphStats | None = None
     """CUDA/HIP graph capture and replay (``analysis/graphs.py``); None without graph events."""
-    serving: Any = None
+    serving: ServingStats | None = None
     """An inference engine's iterations (``analysis/serving.py``); None for other traces."""
 
     @property
@@ -98,7 +106,7 @@ def analyze_table(table: TraceTable) -> TraceAnalysis:
     )
 
 
-def _graphs(table: TraceTable, steps: Steps) -> Any:
+def _graphs(table: TraceTable, steps: Steps) -> GraphStats | None:
     """Graph capture and replay; the module is imported only by traces that have graphs."""
     if not server_steps.has_graph_events(table):
         return None
@@ -107,7 +115,9 @@ def _graphs(table: TraceTable, steps: Steps) -> Any:
     return analyze_graphs(table, steps)
 
 
-def _serving(table: TraceTable, steps: Steps, act: GpuActivity, per_step: Any) -> Any:
+def _serving(
+    table: TraceTable, steps: Steps, act: GpuActivity, per_step: list[StepBreakdown]
+) -> ServingStats | None:
     """The engine's iterations; imported only for traces whose steps are an engine's."""
     if not server_steps.is_serving(table, steps.source):
         return None

@@ -84,4 +84,5 @@ def _launched_before_last_step(table: TraceTable, rows: np.ndarray) -> np.ndarra
     markers = np.flatnonzero(cpu & member(table.name, step_codes))
     last_start = table.ts[markers].max()
     launched = table.corr[np.flatnonzero(cpu & (table.ts < last_start))]
-    return rows[member(table.corr[rows], launched[launched >= 0])]
+    out: np.ndarray = rows[member(table.corr[rows], launched[launched >= 0])]
+    return out

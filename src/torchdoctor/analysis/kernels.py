@@ -229,7 +229,7 @@ def _top(
             mean_us=float(total[i] / count[i]),
             share_of_gpu_time=float(total[i] / grand) if grand > 0 else 0.0,
             tensor_core=_TC_STATES[tc_of[i]],
-            dtype=KERNEL_DTYPES[dtype_of[i]],  # type: ignore[arg-type]
+            dtype=KERNEL_DTYPES[dtype_of[i]],
         )
         for i in order.tolist()
     )

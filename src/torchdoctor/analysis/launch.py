@@ -160,7 +160,8 @@ def _stream_prev_end(table: TraceTable, rows: np.ndarray) -> np.ndarray:
     prev[1:][same[1:]] = run[:-1][same[1:]]
     pos = np.empty(len(table), dtype=np.int64)
     pos[rows_sorted] = np.arange(len(rows_sorted))
-    return prev[pos[rows]]
+    out: np.ndarray = prev[pos[rows]]
+    return out
 
 
 def _host_late_idle(

@@ -118,7 +118,10 @@ def _top(rows: list[OperatorRow], key: str, n: int) -> tuple[OperatorRow, ...]:
 
 
 def _thread_key(table: TraceTable, rows: np.ndarray) -> np.ndarray:
-    return table.pid[rows].astype(np.int64) * (1 << 31) + table.tid[rows].astype(np.int64)
+    out: np.ndarray = table.pid[rows].astype(np.int64) * (1 << 31) + table.tid[rows].astype(
+        np.int64
+    )
+    return out
 
 
 def _nest(table: TraceTable) -> _Ops:

@@ -78,7 +78,8 @@ class RankSummary:
     @property
     def work_ms(self) -> np.ndarray:
         """Per step: the rank's own work, its step time minus its waiting in collectives."""
-        return self.step_ms - self.wait_ms
+        out: np.ndarray = self.step_ms - self.wait_ms
+        return out
 
     def per_step(self, total_ms: float) -> float:
         return total_ms / max(self.n_steps, 1)

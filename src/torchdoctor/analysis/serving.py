@@ -315,7 +315,7 @@ def _by_kind(steps: list[ServingStep]) -> dict[str, KindStats]:
             continue
         acc = sum(s.accounted_ms for s in mine)
         out[kind] = KindStats(
-            kind=kind,  # type: ignore[arg-type]
+            kind=kind,
             steps=len(mine),
             mean_step_ms=acc / len(mine),
             mean_batch_size=_mean([s.batch_size for s in mine]),

@@ -97,7 +97,8 @@ def _empty_graphs(table: TraceTable, graphs: np.ndarray) -> np.ndarray:
 
     gpu = np.flatnonzero(member(table.kind, np.array(GPU_ACTIVITY_KINDS, dtype=np.uint8)))
     owner = graph_owner(table, gpu, graphs)
-    return graphs[~member(graphs, owner[owner >= 0])]
+    out: np.ndarray = graphs[~member(graphs, owner[owner >= 0])]
+    return out
 
 
 def _after_unrecorded_graph(

@@ -177,19 +177,22 @@ def page_from_tune(data: dict[str, Any], workload: str = "") -> Page:
     )
 
 
+def _ms(seconds: float | None) -> float | None:
+    return None if seconds is None else seconds * 1e3
+
+
 def _trial_row(r: dict[str, Any]) -> list[Any]:
     f = r.get("fidelity") or {}
     fidelity = "" if not f else ("ok" if f.get("ok") else "rejected")
     if f.get("max_rel_dev") is not None:
         fidelity += f" (dev {f['max_rel_dev']:.1e}, tol {f.get('tolerance', 0):.0e})"
-    ms = lambda s: None if s is None else s * 1e3  # noqa: E731
     peak = r.get("peak_bytes")
     return [
         r.get("seq", 0) + 1,
         r.get("config"),
         r.get("phase"),
-        ms(r.get("median_step_s")),
-        ms(r.get("iqr_step_s")),
+        _ms(r.get("median_step_s")),
+        _ms(r.get("iqr_step_s")),
         r.get("speedup"),
         _interval(r.get("speedup_interval")),
         r.get("samples_per_s"),

@@ -231,7 +231,8 @@ def _matmul_kernels(a: TraceAnalysis) -> np.ndarray:
     t, act = a.table, a.activity
     rows = act.rows[act.cls == 0]
     cats = {c: kernel_category(t.names[c].lower()) for c in np.unique(t.name[rows])}
-    return rows[[cats[c] in MATMUL_CATEGORIES for c in t.name[rows]]]
+    out: np.ndarray = rows[[cats[c] in MATMUL_CATEGORIES for c in t.name[rows]]]
+    return out
 
 
 EVIDENCE: dict[str, Callable[[TraceAnalysis], np.ndarray]] = {

@@ -12,7 +12,7 @@ from torchdoctor.rules.finding import Finding
 from torchdoctor.rules.registry import spec
 from torchdoctor.rules.run_common import make
 from torchdoctor.rules.run_inputs import RunRecord
-from torchdoctor.rules.user_fixes import relative_site
+from torchdoctor.rules.sites import relative_site
 
 
 def _candidates(run: RunRecord) -> list[tuple[int, float]]:
