@@ -10,6 +10,11 @@ aliases, and docs/rules.md lists it.
 
 Adding a finding
 ----------------
+A trace finding goes in a family module under ``rules/families/``: its ``FindingSpec`` beside the
+function that measures it, as ``RULES = (TraceRule(SPEC, measure),)``; nothing else changes (see
+docs/architecture.md, and ``rules/families/device_copies.py`` for a worked example). The rules
+that predate the families are registered by hand:
+
 1. Add a threshold to ``rules/thresholds.py`` if it needs one: ``Threshold(value, "reason")``.
 2. Add a ``FindingSpec(...)`` to ``TRACE_SPECS`` (``rules/catalog_trace.py``), ``RUN_SPECS``
    (``rules/catalog_run.py``) or ``MODE_SPECS`` (``rules/catalog_modes.py``: the step's account). A fix that depends on what was measured is a function in
@@ -30,6 +35,7 @@ from torchdoctor.rules.catalog_inference import INFERENCE_SPECS
 from torchdoctor.rules.catalog_modes import MODE_SPECS
 from torchdoctor.rules.catalog_run import RUN_SPECS
 from torchdoctor.rules.catalog_trace import TRACE_SPECS
+from torchdoctor.rules.families import FAMILY_RULES
 from torchdoctor.rules.spec import FindingSpec
 
 
@@ -43,7 +49,12 @@ def _index(*groups: tuple[FindingSpec, ...]) -> dict[str, FindingSpec]:
 
 
 REGISTRY: dict[str, FindingSpec] = _index(
-    TRACE_SPECS, INFERENCE_SPECS, RUN_SPECS, HOST_SPECS, MODE_SPECS
+    TRACE_SPECS,
+    tuple(r.spec for r in FAMILY_RULES),
+    INFERENCE_SPECS,
+    RUN_SPECS,
+    HOST_SPECS,
+    MODE_SPECS,
 )
 """Every finding by id, in documentation order (trace findings first, then inference ones)."""
 

@@ -6,7 +6,7 @@ See ``rules/registry.py`` for how to add a finding.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Literal, get_args
 
 from torchdoctor.rules import thresholds as th
@@ -99,3 +99,65 @@ def static(text: str) -> FixBuilder:
         return text
 
     return build
+
+
+@dataclass(frozen=True)
+class Measured:
+    """What a family rule measured on one trace; the registry entry turns it into a finding.
+
+    The rule only measures. Its :class:`FindingSpec` decides: the finding fires when ``value``
+    reaches ``spec.threshold`` (any value fires when the spec has none), the title is
+    ``spec.title`` filled with ``title``, the severity is ``spec.severity`` graded on ``share``,
+    and the fix is ``spec.fix(**fix)``.
+    """
+
+    value: float
+    """The number compared with the spec's threshold (a share of the step, bytes, a count)."""
+    saving_ms: float
+    """What fixing it saves per step (clamped to the step when the finding is built)."""
+    share: float
+    """``saving_ms`` as a share of the step: graded by the spec's severity policy."""
+    title: dict[str, Any]
+    evidence: dict[str, Any]
+    fix: dict[str, Any] = field(default_factory=dict)
+    where: tuple[str, ...] = ()
+    details: Callable[[], Details] | None = None
+    """Evidence that costs time to gather, computed only for a finding that fires."""
+
+    def complete(self) -> Measured:
+        """This measurement with its ``details`` merged in (title values, evidence, where)."""
+        if self.details is None:
+            return self
+        d = self.details()
+        return Measured(
+            self.value,
+            self.saving_ms,
+            self.share,
+            {**self.title, **d.title},
+            {**self.evidence, **d.evidence},
+            self.fix,
+            d.where or self.where,
+        )
+
+
+@dataclass(frozen=True)
+class Details:
+    """The costly part of a measurement (see :attr:`Measured.details`)."""
+
+    title: dict[str, Any] = field(default_factory=dict)
+    evidence: dict[str, Any] = field(default_factory=dict)
+    where: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class TraceRule:
+    """A registry entry and the function that measures it on a trace, side by side in one
+    family module under ``rules/families/`` (see docs/architecture.md)."""
+
+    spec: FindingSpec
+    measure: Callable[[Any], Measured | None]
+    """Called with the trace's ``TraceAnalysis``; None when there is nothing to measure."""
+
+    def fires(self, m: Measured) -> bool:
+        """The spec's threshold decides (the rule never re-checks a constant of its own)."""
+        return self.spec.threshold is None or m.value >= self.spec.threshold

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from typing import Any
 
@@ -11,10 +12,12 @@ from torchdoctor.analysis.bundle import TraceAnalysis
 from torchdoctor.analysis.gpu_activity import SYNC_CALLS
 from torchdoctor.rules import thresholds as th
 from torchdoctor.rules.device_rules import fp32_gemms, memory_pressure
+from torchdoctor.rules.families import FAMILY_RULES
 from torchdoctor.rules.finding import Finding, rank_findings
 from torchdoctor.rules.fsdp_rules import exposed_all_gather, fsdp_gradient_reduction
 from torchdoctor.rules.inference_fixes import graphs_already_fix
 from torchdoctor.rules.registry import spec
+from torchdoctor.rules.spec import TraceRule
 from torchdoctor.rules.trace_common import finding, grade
 from torchdoctor.rules.wait_rules import (
     dependency_waits,
@@ -261,12 +264,36 @@ TRACE_RULES: tuple[Rule, ...] = (
 )
 
 
-def evaluate(a: TraceAnalysis, rules: tuple[Rule, ...] = TRACE_RULES) -> list[Finding]:
+def family_finding(rule: TraceRule, a: TraceAnalysis) -> Finding | None:
+    """A family rule's measurement, judged and worded by its registry entry: the spec's
+    threshold fires it, its title, severity policy and fix builder make the finding."""
+    m = rule.measure(a)
+    if m is None or not rule.fires(m):
+        return None
+    m, s = m.complete(), rule.spec
+    return finding(
+        a,
+        s.id,
+        s.format_title(**m.title),
+        m.saving_ms,
+        s.severity.grade(m.share),
+        m.evidence,
+        fix=s.fix(**m.fix),
+        where=list(m.where),
+    )
+
+
+def _family_rules() -> tuple[Rule, ...]:
+    return tuple(functools.partial(family_finding, r) for r in FAMILY_RULES)
+
+
+def evaluate(a: TraceAnalysis, rules: tuple[Rule, ...] | None = None) -> list[Finding]:
     """Run the rules and rank what fired by estimated saving.
 
     A trace of CUDA-graph capture gets only the capture findings (its launches were recorded,
     not run); every other trace gets the inference findings too (``rules/inference_rules.py``).
     """
+    rules = (*TRACE_RULES, *_family_rules()) if rules is None else rules
     found = [f for f in (rule(a) for rule in rules) if f is not None]
     if a.graphs is None and a.serving is None:
         return rank_findings(found)  # no inference rule applies: not even imported

@@ -1,0 +1,26 @@
+"""``python -m torchdoctor.rules.families``: the family findings as docs/rules.md lists them,
+read from their registry entries (so the page follows the code)."""
+
+from __future__ import annotations
+
+from torchdoctor.rules.families import FAMILY_RULES
+
+
+def table() -> str:
+    lines = ["id                 fires at          severity                       module"]
+    for rule in FAMILY_RULES:
+        s = rule.spec
+        at = "any" if s.threshold is None else f"{float(s.threshold):g}"
+        sev = (
+            s.severity.fixed
+            or f"warning >= {s.severity.warn:g}, critical >= {s.severity.critical:g}"
+        )
+        module = rule.measure.__module__.rsplit(".", 1)[-1]
+        lines.append(f"{s.id:<18} {at:<17} {sev:<30} {module}")
+        if s.threshold is not None:
+            lines.append(f"  why: {s.threshold.reason}")
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":
+    print(table())
