@@ -12,6 +12,7 @@ from tune_fakes import FakeWorld
 
 from torchdoctor.tune import report
 from torchdoctor.tune.cli import _write_outputs
+from torchdoctor.tune.options import TuneOptions
 from torchdoctor.tune.search import Search, Settings, Summary
 
 
@@ -27,7 +28,7 @@ def _render(summary: Summary) -> str:
 
 def _toml(summary: Summary, tmp_path: Path) -> str:
     runner = SimpleNamespace(batch_size=64, workload="w.py")
-    opts = {"seed": 0, "out": str(tmp_path / "t.toml"), "json_path": None, "min_gain": 0.02}
+    opts = TuneOptions(seed=0, out=str(tmp_path / "t.toml"), json_path=None, min_gain=0.02)
     _write_outputs(summary, runner, opts, Console(file=open(tmp_path / "log", "w")))  # noqa: SIM115
     return (tmp_path / "t.toml").read_text(encoding="utf-8")
 

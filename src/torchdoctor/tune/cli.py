@@ -13,7 +13,11 @@ import click
 
 from torchdoctor.errors import UserError
 from torchdoctor.json_arg import JsonPathCommand, json_option, json_target
+from torchdoctor.tune.options import TuneOptions
 from torchdoctor.tune.space import KNOB_NAMES
+
+D = TuneOptions()
+"""The defaults every option below shows."""
 
 _UNITS = {"s": 1.0, "m": 60.0, "h": 3600.0}
 _DURATION = re.compile(r"(\d+(?:\.\d+)?)\s*([smh]?)")
@@ -67,58 +71,58 @@ def _knobs(text: str | None) -> tuple[str, ...] | None:
 @click.option(
     "--steps",
     type=click.IntRange(1, 100_000),
-    default=10,
+    default=D.steps,
     show_default=True,
     help="Optimizer steps per configuration per round (one timed window).",
 )
 @click.option(
     "--max-rounds",
     type=click.IntRange(6, 1000),
-    default=20,
+    default=D.max_rounds,
     show_default=True,
     help="Interleaved rounds per comparison at most (it stops earlier once the interval decides).",
 )
 @click.option(
     "--warmup",
     type=click.IntRange(1, 10_000),
-    default=3,
+    default=D.warmup,
     show_default=True,
     help="Warm-up steps per trial (compile happens here).",
 )
 @click.option(
     "--fidelity-steps",
     type=click.IntRange(1, 100_000),
-    default=20,
+    default=D.fidelity_steps,
     show_default=True,
     help="Steps whose loss must match the fp32 reference.",
 )
 @click.option(
     "--min-gain",
     type=click.FloatRange(0.0, 0.9),
-    default=0.02,
+    default=D.min_gain,
     show_default=True,
     help="Smallest relative speed-up that counts: a win needs its whole 95% interval above it.",
 )
 @click.option(
     "--trial-timeout",
-    default="5m",
+    default=D.trial_timeout,
     show_default=True,
     help="Kill a trial after this long (a hang).",
 )
 @click.option(
     "--nproc",
     type=click.IntRange(1, 64),
-    default=1,
+    default=D.nproc,
     show_default=True,
     help="Processes per trial; above 1 trials run under torchrun with DDP (bucket size searched).",
 )
 @click.option(
-    "--seed", type=int, default=0, show_default=True, help="Seed for model init and data."
+    "--seed", type=int, default=D.seed, show_default=True, help="Seed for model init and data."
 )
 @click.option("--function", default=None, help="Workload function name, when the file has several.")
 @click.option(
     "--db",
-    default="torchdoctor-runs/tune.sqlite",
+    default=D.db,
     show_default=True,
     type=click.Path(path_type=str),
     help="SQLite results file.",
@@ -130,7 +134,7 @@ def _knobs(text: str | None) -> tuple[str, ...] | None:
 )
 @click.option(
     "--out",
-    default="torchdoctor.toml",
+    default=D.out,
     show_default=True,
     type=click.Path(path_type=str),
     help="Where to write the winning configuration.",
@@ -139,22 +143,22 @@ def tune_command(workload: str, **opts: Any) -> None:
     """Measure configurations of WORKLOAD.py side by side; keep the fastest faithful one."""
     from torchdoctor.exits import guarded as _guarded
 
-    _guarded(_tune)(workload, **opts)
+    _guarded(_tune)(workload, TuneOptions(**opts))
 
 
-def _settings(workload: str, opts: dict[str, Any]) -> dict[str, Any]:
+def _settings(workload: str, opts: TuneOptions) -> dict[str, Any]:
     """What identifies a run: resuming with different values would mix incomparable trials."""
     return {
         "workload": str(Path(workload).resolve()),
-        "function": opts["function"],
-        "steps": opts["steps"],
-        "max_rounds": opts["max_rounds"],
-        "warmup": opts["warmup"],
-        "fidelity_steps": opts["fidelity_steps"],
-        "min_gain": opts["min_gain"],
-        "seed": opts["seed"],
-        "nproc": opts["nproc"],
-        "knobs": _knobs(opts["knobs"]),
+        "function": opts.function,
+        "steps": opts.steps,
+        "max_rounds": opts.max_rounds,
+        "warmup": opts.warmup,
+        "fidelity_steps": opts.fidelity_steps,
+        "min_gain": opts.min_gain,
+        "seed": opts.seed,
+        "nproc": opts.nproc,
+        "knobs": _knobs(opts.knobs),
     }
 
 
@@ -176,16 +180,16 @@ def _open_run(store: Any, settings: dict[str, Any], resume: bool) -> int:
     return run_id
 
 
-def _tune(workload: str, **opts: Any) -> None:
+def _tune(workload: str, opts: TuneOptions) -> None:
     from torchdoctor.report.console import make_console
     from torchdoctor.tune import store
 
     settings, budget_s = _checked(workload, opts)
-    console = make_console(stderr=opts["json_path"] == "-")
-    if opts["resume"] and not Path(opts["db"]).is_file():
-        raise UserError(f"cannot resume: {opts['db']} does not exist (nothing to resume)")
-    db = store.Store(opts["db"])
-    run_id = _open_run(db, settings, opts["resume"])
+    console = make_console(stderr=opts.json_path == "-")
+    if opts.resume and not Path(opts.db).is_file():
+        raise UserError(f"cannot resume: {opts.db} does not exist (nothing to resume)")
+    db = store.Store(opts.db)
+    run_id = _open_run(db, settings, opts.resume)
     lock = store.RunLock(db.path, run_id).acquire(settings["workload"])
     try:
         _search(db, run_id, workload, opts, settings, budget_s, console)
@@ -197,7 +201,7 @@ def _search(
     db: Any,
     run_id: int,
     workload: str,
-    opts: dict[str, Any],
+    opts: TuneOptions,
     settings: dict[str, Any],
     budget_s: float | None,
     console: Any,
@@ -211,9 +215,9 @@ def _search(
         store.StoredRunner(db, run_id, live),
         Settings(
             budget_s,
-            opts["max_trials"],
-            opts["min_gain"],
-            opts["fidelity_steps"],
+            opts.max_trials,
+            opts.min_gain,
+            opts.fidelity_steps,
             settings["knobs"],
         ),
         diagnose=lambda result: _diagnose_once(db, run_id, result, diagnosis.diagnose),
@@ -275,7 +279,7 @@ def _on_sigterm(handler: Any) -> Any:
 
 def _interrupted(
     workload: str,
-    opts: dict[str, Any],
+    opts: TuneOptions,
     trials: int,
     *,
     code: int = 130,
@@ -287,48 +291,48 @@ def _interrupted(
 
     args = ["tune", workload]
     for name in _RESUME_OPTS:  # the settings a resumed run must repeat, plus the limits
-        if opts.get(name) is not None:
-            args += [f"--{name.replace('_', '-')}", str(opts[name])]
+        if getattr(opts, name) is not None:
+            args += [f"--{name.replace('_', '-')}", str(getattr(opts, name))]
     click.echo(
-        f"\ntorchdoctor: {why} after {trials} trials (all saved in {opts['db']}); "
+        f"\ntorchdoctor: {why} after {trials} trials (all saved in {opts.db}); "
         f"continue with: torchdoctor {shlex.join(args)} --resume",
         err=True,
     )
     sys.exit(code)
 
 
-def _checked(workload: str, opts: dict[str, Any]) -> tuple[dict[str, Any], float | None]:
+def _checked(workload: str, opts: TuneOptions) -> tuple[dict[str, Any], float | None]:
     """Validate everything before the first trial: (run settings, budget in seconds or None)."""
     from torchdoctor.tune.workload import check_file
 
-    check_file(workload, opts["function"])
-    json_target(opts["json_path"], [workload, opts["db"], opts["out"]])
-    budget_s = parse_duration(opts["budget"]) if opts["budget"] else None
-    parse_duration(opts["trial_timeout"])
-    if opts["fidelity_steps"] > 6 * opts["steps"] + opts["warmup"]:
+    check_file(workload, opts.function)
+    json_target(opts.json_path, [workload, opts.db, opts.out])
+    budget_s = parse_duration(opts.budget) if opts.budget else None
+    parse_duration(opts.trial_timeout)
+    if opts.fidelity_steps > 6 * opts.steps + opts.warmup:
         raise UserError(
             "--fidelity-steps must be at most --warmup + 6 x --steps (the steps every trial runs)"
         )
     return _settings(workload, opts), budget_s
 
 
-def _runner(workload: str, opts: dict[str, Any], run_id: int) -> Any:
+def _runner(workload: str, opts: TuneOptions, run_id: int) -> Any:
     from torchdoctor.tune.runner import TrialRunner
 
-    workdir = Path(opts["db"]).parent / f"run-{run_id}"
+    workdir = Path(opts.db).parent / f"run-{run_id}"
     workdir.mkdir(parents=True, exist_ok=True)
     return TrialRunner(
         workload,
-        function=opts["function"],
-        warmup=opts["warmup"],
-        steps=opts["steps"],
-        max_rounds=opts["max_rounds"],
-        min_gain=opts["min_gain"],
-        seed=opts["seed"],
-        timeout_s=parse_duration(opts["trial_timeout"]),
+        function=opts.function,
+        warmup=opts.warmup,
+        steps=opts.steps,
+        max_rounds=opts.max_rounds,
+        min_gain=opts.min_gain,
+        seed=opts.seed,
+        timeout_s=parse_duration(opts.trial_timeout),
         workdir=str(workdir),
-        env=_compile_cache_env(Path(opts["db"]).parent),
-        nproc=opts["nproc"],
+        env=_compile_cache_env(Path(opts.db).parent),
+        nproc=opts.nproc,
     )
 
 
@@ -351,39 +355,39 @@ def _diagnose_once(db: Any, run_id: int, result: Any, diagnose: Any) -> list[str
     return ids
 
 
-def _write_outputs(summary: Any, runner: Any, opts: dict[str, Any], console: Any) -> None:
+def _write_outputs(summary: Any, runner: Any, opts: TuneOptions, console: Any) -> None:
     from rich.markup import escape
 
     from torchdoctor.tune import report
     from torchdoctor.tune.space import to_config
 
     best = summary.best
-    config = to_config(best.trial.assignment, batch_size=runner.batch_size, seed=opts["seed"])
+    config = to_config(best.trial.assignment, batch_size=runner.batch_size, seed=opts.seed)
     config.seed = None  # the tuner's seed made trials comparable; training keeps its own
     what = (
         f"{report.claim_text(summary)} the fp32 eager baseline's speed (95% interval over "
         "interleaved rounds), loss within the fidelity tolerance"
         if summary.claim
-        else f"the fp32 eager baseline: no configuration was faster by more than {opts['min_gain']:.0%}"
+        else f"the fp32 eager baseline: no configuration was faster by more than {opts.min_gain:.0%}"
     )
     note = (
         f"Written by torchdoctor tune for {Path(runner.workload).name}: {what}.\n"
         f"Load it with torchdoctor.Runtime.from_file(...)."
     )
-    out = config.save(opts["out"], comment=note)
+    out = config.save(opts.out, comment=note)
     console.print(f"wrote {escape(str(out))}")
-    if opts["json_path"] == "-":
+    if opts.json_path == "-":
         click.echo(report.to_json(summary))
-    elif opts["json_path"]:
-        Path(opts["json_path"]).write_text(report.to_json(summary), encoding="utf-8")
-        console.print(f"wrote {escape(opts['json_path'])}")
-    if opts.get("html_path"):
+    elif opts.json_path:
+        Path(opts.json_path).write_text(report.to_json(summary), encoding="utf-8")
+        console.print(f"wrote {escape(opts.json_path)}")
+    if opts.html_path:
         import json
 
         from torchdoctor.report.html_sources import write_tune_html
 
         data = json.loads(report.to_json(summary))
-        console.print(f"wrote {write_tune_html(opts['html_path'], data, runner.workload)}")
+        console.print(f"wrote {write_tune_html(opts.html_path, data, runner.workload)}")
 
 
 class _Live:

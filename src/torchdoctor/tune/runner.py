@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from torchdoctor.tune.options import TuneOptions
 from torchdoctor.tune.space import to_config
 from torchdoctor.tune.trial import Trial, TrialResult
 
@@ -33,17 +34,17 @@ class TrialRunner:
     """The workload's global batch (learned from the baseline's probe); None until known."""
     function: str | None = None
     """Name of the workload function when the file has several."""
-    warmup: int = 3
+    warmup: int = TuneOptions.warmup
     """Warm-up optimizer steps per trial (not timed as steady state; they hold compile time)."""
-    steps: int = 10
+    steps: int = TuneOptions.steps
     """Optimizer steps per arm per round (one timed window)."""
     min_rounds: int = 6
     """Rounds before a trial may stop (6: the fewest with a 95% interval)."""
-    max_rounds: int = 20
+    max_rounds: int = TuneOptions.max_rounds
     """Rounds at most per trial."""
-    min_gain: float = 0.02
+    min_gain: float = TuneOptions.min_gain
     """The gain a candidate must clear; a trial stops once its interval decides."""
-    seed: int = 0
+    seed: int = TuneOptions.seed
     """Seed for torch, numpy and random before the model is built."""
     timeout_s: float = 300.0
     """A trial still running after this many seconds is killed and recorded as a hang."""

@@ -36,6 +36,7 @@ from dataclasses import dataclass, field
 
 from torchdoctor.stats import RatioInterval
 from torchdoctor.tune import fidelity, measure
+from torchdoctor.tune.options import TuneOptions
 from torchdoctor.tune.space import (
     BASELINE,
     Assignment,
@@ -97,7 +98,7 @@ class Settings:
     """Run at most this many trials, the confirmation included (None: no limit)."""
     min_gain: float = measure.MIN_GAIN
     """A knob wins only when its whole speed-up interval clears ``1 + min_gain``."""
-    fidelity_steps: int = 20
+    fidelity_steps: int = TuneOptions.fidelity_steps
     """Optimizer steps compared with the reference."""
     knobs: tuple[str, ...] | None = None
     """Restrict the search to these knobs (None: every knob that applies)."""
