@@ -119,6 +119,36 @@ def test_steady_steps_and_data_waits_are_not_long_steps() -> None:
     assert not [f for f in run_findings(rec) if f.id == "rare-long-steps"]
 
 
+def test_a_profiled_step_is_judged_against_the_profiled_steps() -> None:
+    """Seen on examples/check/slow_dataloader.py: with the profiler on, compute (step less data
+    wait) ran 2-17 ms a step against 2.3 ms unprofiled. Against the run's median (3.2 ms) the
+    17 ms step was "5.3x"; against the steps profiled like it (5.4 ms) it is 3.1x: noise."""
+    step_ms = [35.4, 28.9, 29.3, 36.4, 27.8, 32.2, 36.6, 30.2, 44.3, 28.8]
+    waits = [0.0, 26.5, 27.0, 29.1, 26.1, 26.8, 27.4, 27.0, 27.3, 26.7]
+    rec = _long_step_record(step_ms, {})
+    rec["steps"].update(  # type: ignore[attr-defined]
+        data_wait_ms=waits, window=[6, 10], own_steps=[4, 5], warmup_steps=5
+    )
+    assert not [f for f in run_findings(rec) if f.id == "rare-long-steps"]
+    # an evaluation inside the window is still one: 5x the profiled steps and more
+    step_ms[7] = 27.0 + 60.0
+    (f,) = [f for f in run_findings(rec) if f.id == "rare-long-steps"]
+    assert "step 8 took 60.0 ms" in f.title
+
+
+def test_an_unprofiled_step_is_never_judged_by_a_lower_baseline_than_every_steps() -> None:
+    """Two unprofiled steps are too few for a median of their own: they are judged by the
+    run's, never by their own (2 ms here)."""
+    step_ms = [100.0, 2.0, 30.0, 9.0, 9.0, 10.0, 9.0, 10.0]
+    rec = _long_step_record(step_ms, {})
+    rec["steps"].update(window=[4, 8], warmup_steps=3)  # type: ignore[attr-defined]
+    # 30 ms is 15x its unprofiled neighbour but 3.2x the run's 9.5 ms median: not rare-long
+    assert not [f for f in run_findings(rec) if f.id == "rare-long-steps"]
+    step_ms[2] = 80.0  # 8x the run's median
+    (f,) = [f for f in run_findings(rec) if f.id == "rare-long-steps"]
+    assert "step 3 took 80.0 ms" in f.title
+
+
 @pytest.mark.slow
 def test_check_eval_inside_the_loop(tmp_path: Path) -> None:
     r = check_inprocess(

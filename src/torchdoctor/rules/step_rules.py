@@ -33,24 +33,58 @@ def _candidates(run: RunRecord) -> list[tuple[int, float]]:
     return [(i, times[i]) for i in range(skip, end) if i not in own]
 
 
+def _groups(run: RunRecord, candidates: list[tuple[int, float]]) -> list[list[tuple[int, float]]]:
+    """The candidates split by the condition they ran under: inside the profiled window (the
+    profiler records every operator, a cost that varies step to step) and outside it. A step is
+    judged against the median of its own group, never against steps measured differently."""
+    window = (run.raw.get("steps") or {}).get("window") or []
+    if len(window) != 2:
+        return [candidates]
+    lo, hi = int(window[0]) - 1, int(window[1]) - 1  # 0-based, inclusive
+    inside = [(i, t) for i, t in candidates if lo <= i <= hi]
+    outside = [(i, t) for i, t in candidates if not lo <= i <= hi]
+    return [g for g in (outside, inside) if g]
+
+
+def _long_in(
+    group: list[tuple[int, float]], everyone: list[float]
+) -> tuple[float, list[tuple[int, float]]]:
+    """(the median the group is judged by, its steps at least RARE_LONG_RATIO times it). A
+    group of fewer than three steps has no median of its own: it is judged by every step's
+    (the unprofiled steps are the cheaper ones, so that baseline is never too low for them);
+    none where long steps are not rare."""
+    times = [t for _, t in group]
+    typical = median(times) if len(times) >= 3 else median(everyone)
+    long = [
+        (i, t)
+        for i, t in group
+        if t >= th.RARE_LONG_RATIO * typical and t - typical >= th.RARE_LONG_MIN_MS
+    ]
+    rare = len(long) <= th.RARE_LONG_MAX_SHARE * max(len(times), 3)
+    return typical, long if rare else []
+
+
 def rare_long_steps(run: RunRecord) -> list[Finding]:
-    """Steps at least RARE_LONG_RATIO times the median; saving (ms/step): their excess over
-    the median, averaged over every step considered."""
+    """Steps at least RARE_LONG_RATIO times the median of the steps measured like them
+    (profiled or not); saving (ms/step): their excess over that median, averaged over every
+    step considered."""
     candidates = _candidates(run)
     times = [t for _, t in candidates]
     if len(times) < 3:
         return []
-    typical = median(times)
-    long = [
-        (i, t)
-        for i, t in candidates
-        if t >= th.RARE_LONG_RATIO * typical and t - typical >= th.RARE_LONG_MIN_MS
+    judged = [
+        (typical, i, t)
+        for g in _groups(run, candidates)
+        for typical, lg in [_long_in(g, times)]
+        for i, t in lg
     ]
-    if not long or len(long) > th.RARE_LONG_MAX_SHARE * len(times):
+    if not judged:
         return []
-    excess = sum(t - typical for _, t in long)
+    long = [(i, t) for _, i, t in judged]
+    worst_typical, worst_i, worst = max(judged, key=lambda x: x[2] / x[0] if x[0] else float("inf"))
+    typical = worst_typical
+    excess = sum(t - med for med, _, t in judged)
     per_step = excess / len(times)
-    worst_i, worst = max(long, key=lambda x: x[1])
     stacks = _stacks(run, [i + 1 for i, _ in long])
     where = [relative_site(s.split(" in ")[0]) + " in " + s.split(" in ")[-1] for s in stacks]
     ran = f"; in it: {where[0]}" if where else ""
