@@ -243,3 +243,30 @@ def test_long_steps_name_the_loop_line_and_the_innermost_one() -> None:
         "/w/model.py:64 in forward",
     ]
     assert "train.py:264 in <module>" in f.where[0] and "model.py:64 in forward" in f.where[1]
+
+
+def test_the_watcher_samples_a_long_compute_part_of_a_data_bound_step() -> None:
+    """Steps of 30 ms, 27 ms of them waiting for a batch: the rule judges the 3 ms of compute,
+    so the watcher must sample a step whose compute has run 20 ms (the step is not yet 5x 30 ms)."""
+    from array import array
+    from time import perf_counter
+    from types import SimpleNamespace
+
+    from torchdoctor.capture.monitor import Monitor
+
+    clock = SimpleNamespace(
+        steps=5,
+        source="optimizer",
+        step_s=array("d", [0.030] * 5),
+        data_wait_s=array("d", [0.027] * 5),
+        _pending_wait=0.027,  # this step's batch came after the usual wait
+        _step_start=perf_counter() - 0.047,  # 27 ms waiting + 20 ms of compute so far
+    )
+    profiler = SimpleNamespace(rss_at_start=None, recording=False)
+    mon = Monitor(SimpleNamespace(clock=clock, profiler=profiler))
+    mon._tick()
+    assert 6 in mon.samples and sum(mon.samples[6].values()) == 1
+    clock._step_start = perf_counter() - 0.031  # 4 ms of compute: an ordinary step
+    mon.samples.clear()
+    mon._tick()
+    assert mon.samples == {}

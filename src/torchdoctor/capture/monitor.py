@@ -114,9 +114,11 @@ class Monitor:
             return
         if n < 3:
             return
-        times = clock.step_s[-50:]
+        # What the rule judges: each step less its wait for a batch (a data-bound loop's long
+        # compute part would never reach 5x a step made mostly of waiting).
+        times = [s - w for s, w in zip(clock.step_s[-50:], clock.data_wait_s[-50:], strict=False)]
         typical = median(times)
-        elapsed = perf_counter() - clock._step_start
+        elapsed = perf_counter() - clock._step_start - clock._pending_wait
         if elapsed < max(th.RARE_LONG_RATIO * typical, th.RARE_LONG_MIN_MS / 1e3):
             return
         step = n + 1
