@@ -10,6 +10,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.api.test_api_import_cycles import cycles  # Tarjan's, on any graph
+
 SRC = Path(__file__).resolve().parents[2] / "src" / "torchdoctor"
 
 # Lowest first. A name is a top-level module (without .py) or a folder of the package.
@@ -102,41 +104,6 @@ def layer_violations(src: Path) -> tuple[list[str], dict[str, set[str]]]:
     return sorted(set(bad)), graph
 
 
-def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
-    """Strongly connected sets of more than one folder (Tarjan's algorithm)."""
-    index: dict[str, int] = {}
-    low: dict[str, int] = {}
-    stack: list[str] = []
-    on: set[str] = set()
-    out: list[list[str]] = []
-
-    def visit(v: str) -> None:
-        index[v] = low[v] = len(index)
-        stack.append(v)
-        on.add(v)
-        for w in graph.get(v, ()):
-            if w not in index:
-                visit(w)
-                low[v] = min(low[v], low[w])
-            elif w in on:
-                low[v] = min(low[v], index[w])
-        if low[v] == index[v]:
-            group = []
-            while True:
-                w = stack.pop()
-                on.discard(w)
-                group.append(w)
-                if w == v:
-                    break
-            if len(group) > 1:
-                out.append(sorted(group))
-
-    for v in list(graph):
-        if v not in index:
-            visit(v)
-    return out
-
-
 def test_no_module_imports_from_a_floor_above_it() -> None:
     bad, _ = layer_violations(SRC)
     assert bad == [], "\n".join(bad)
@@ -144,7 +111,7 @@ def test_no_module_imports_from_a_floor_above_it() -> None:
 
 def test_the_folders_form_no_import_cycle() -> None:
     _, graph = layer_violations(SRC)
-    assert cycles(graph) == []
+    assert cycles(graph) == []  # modules: tests/api/test_api_import_cycles.py
 
 
 def test_every_file_is_on_a_floor() -> None:
