@@ -60,6 +60,7 @@ def test_a_copy_alone_on_the_device_is_named_with_the_operator_that_asked(tmp_pa
     assert f.severity == "warning" and "most from aten::clone" in f.title
     assert f.evidence["copies_per_step"] == 1 and f.evidence["bytes_per_step"] == 8 << 20
     assert f.where[0] == "aten::clone"  # not the aten::copy_ that carried it out
+    assert "model = torch.compile(model)" in f.fix  # an eager step: compiling folds copies
 
 
 def test_below_the_specs_threshold_nothing_fires(tmp_path: Path) -> None:
@@ -92,6 +93,8 @@ def test_the_real_recsys_trace_copies_a_tenth_of_its_step() -> None:
     )
     assert 0 < f.saving_ms_per_step <= sum(e["dur"] for e in copies) / 1e3 / n
     assert 0.05 <= f.share_of_step < 0.25 and f.severity == "warning"
+    # the step replays CUDA graphs (it is compiled already): no compile advice
+    assert "torch.compile" not in f.fix and "already replays graphs" in f.fix
 
 
 def test_a_corpus_trace_under_the_threshold_stays_quiet() -> None:

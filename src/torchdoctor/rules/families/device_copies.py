@@ -20,7 +20,6 @@ from torchdoctor.rules.spec import (
     Measured,
     SeverityPolicy,
     TraceRule,
-    static,
 )
 from torchdoctor.threshold import Threshold
 from torchdoctor.trace.kinds import Kind
@@ -39,6 +38,29 @@ COPY_OPS = ("aten::copy_", "aten::_to_copy", "aten::empty")
 OPS_EXAMINED = 64
 """The longest copies whose launching operator is looked up (the evidence, not the decision)."""
 
+
+def device_copies_fix(graphs: int = 0) -> str:
+    """Views and in-place writes always; ``torch.compile`` only for a step that is not already
+    replaying CUDA/HIP graphs (``graphs``: the trace's graph launches), which is compiled."""
+    lines = [
+        "# the evidence names the operators that copy: keep a view where one will do",
+        "# (x.view / x.transpose / x[idx] instead of x.contiguous() / x.clone()),",
+        "# preallocate and write in place instead of torch.cat in a loop",
+    ]
+    if graphs:
+        lines.append(
+            f"# (the step already replays graphs, {graphs} launches: the copies are in the"
+        )
+        lines.append("# captured code itself, so the change goes in the model's code)")
+        return "\n".join(lines)
+    lines[-1] += ", or let the"
+    lines += [
+        "# compiler fold layout copies into the kernels that read them:",
+        "model = torch.compile(model)",
+    ]
+    return "\n".join(lines)
+
+
 SPEC = FindingSpec(
     id="device-copies",
     label="device-to-device copies",
@@ -47,13 +69,7 @@ SPEC = FindingSpec(
     sources=("trace",),
     severity=SeverityPolicy(D2D_WARN, D2D_CRITICAL),
     threshold=D2D_WARN,
-    fix=static(
-        "# the evidence names the operators that copy: keep a view where one will do\n"
-        "# (x.view / x.transpose / x[idx] instead of x.contiguous() / x.clone()),\n"
-        "# preallocate and write in place instead of torch.cat in a loop, or let the\n"
-        "# compiler fold layout copies into the kernels that read them:\n"
-        "model = torch.compile(model)"
-    ),
+    fix=device_copies_fix,
     explanation="A copy from one device buffer to another moves bytes without computing; with no "
     "kernel running beside it the whole device waits for it. Such copies come from layout changes "
     "(.contiguous() after a transpose, .reshape() of a non-contiguous tensor), .clone(), "
@@ -100,6 +116,7 @@ def measure(a: TraceAnalysis) -> Measured | None:
             "bytes_per_step": int(nbytes / a.n_steps),
             "achieved_gb_per_s": round(nbytes / dur_s / 1e9, 1) if dur_s > 0 else None,
         },
+        fix={"graphs": a.launch.graph_launch_count or 0},
         details=details,
     )
 
