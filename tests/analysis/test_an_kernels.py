@@ -15,6 +15,7 @@ from torchdoctor.trace.steps import find_steps
 BRUTE = ["v100_resnet50_train_workers0", "a100_ddp_convnet_nccl", "h100_vit_classifier_infer"]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("stem", BRUTE)
 def test_top_kernels_match_raw_json(stem: str, corpus: Any, raw: Any) -> None:
     stats = analyze_kernels(corpus(stem), EVERYTHING, top_n=10)
@@ -75,6 +76,7 @@ def test_h100_bf16_matmuls_on_tensor_cores(corpus: Any, raw: Any) -> None:
     assert stats.tensor_core_share == 1.0
 
 
+@pytest.mark.slow
 def test_nccl_time_is_communication(corpus: Any, raw: Any) -> None:
     stem = "v100_ddp_compiled_rank1"
     stats = analyze_kernels(corpus(stem), EVERYTHING)

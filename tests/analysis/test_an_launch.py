@@ -78,6 +78,7 @@ def test_cpu_only_trace(corpus: Any) -> None:
     assert (s.kernel_count, s.launch_call_count, s.gpu_idle_ms) == (0, 0, 0.0)
 
 
+@pytest.mark.slow
 def test_recsys_uses_cuda_graphs(corpus: Any, raw: Any) -> None:
     stem = "v100_recsys_train_rank1"
     s = analyze_launch(corpus(stem), EVERYTHING)

@@ -29,6 +29,7 @@ def _total_mem(trace: dict[str, Any], device_id: int) -> int:
 @pytest.mark.parametrize(
     ("stem", "device_id"), [("v100_ddp_compiled_rank1", 1), ("h100_bert_small_infer", 0)]
 )
+@pytest.mark.slow
 def test_peaks_match_raw_json(stem: str, device_id: int, corpus: Any, raw: Any) -> None:
     s = analyze_memory(corpus(stem), EVERYTHING)
     args = _mem_events(raw(stem), device_id)

@@ -151,6 +151,7 @@ def _nested_ops(draw: Any) -> list[tuple[int, int, int]]:
     return ops
 
 
+@pytest.mark.slow
 @settings(max_examples=60, deadline=None)
 @given(_nested_ops())
 def test_self_cpu_matches_brute_force_on_random_nesting(ops: list[tuple[int, int, int]]) -> None:

@@ -43,6 +43,7 @@ def test_analyze_bad_input_is_one_user_error(tmp_path: Path) -> None:
         torchdoctor.analyze(tmp_path / "bad.json")
 
 
+@pytest.mark.slow
 def test_report_is_typed_and_its_json_is_the_cli_output() -> None:
     path = corpus_file("v100_ddp_compiled_rank1")
     report = torchdoctor.analyze(path)

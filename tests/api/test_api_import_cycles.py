@@ -7,6 +7,8 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
+import pytest
+
 SRC = Path(__file__).resolve().parents[2] / "src"
 
 
@@ -81,6 +83,7 @@ def test_cycle_finder_sees_a_lazy_cycle() -> None:
     assert cycles(graph) == [["a", "b", "c"]]
 
 
+@pytest.mark.slow
 def test_graph_counts_function_level_imports_not_type_only_ones() -> None:
     graph = import_graph()
     # capture.runner imports the session inside a function: it must still be an edge.
@@ -89,6 +92,7 @@ def test_graph_counts_function_level_imports_not_type_only_ones() -> None:
     assert "torchdoctor.report.model" not in graph["torchdoctor.report.render"]
 
 
+@pytest.mark.slow
 def test_package_has_no_import_cycles() -> None:
     # report/build <-> report/serialize and trace/load <-> trace/reader were the last two.
     assert cycles(import_graph()) == []

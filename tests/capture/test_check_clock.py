@@ -133,6 +133,7 @@ def test_options_validate(kwargs: dict[str, object]) -> None:
         CheckOptions(**kwargs)  # type: ignore[arg-type]
 
 
+@pytest.mark.slow
 def test_only_the_first_optimizer_counts(tmp_path: object) -> None:
     import torch
 

@@ -45,6 +45,7 @@ def test_crash_before_the_first_step_gets_no_step_advice(tmp_path: Path) -> None
     assert "crashed (RuntimeError: no data at /data/train) before its first step" in r.stdout
 
 
+@pytest.mark.slow
 def test_manual_sgd_is_counted_by_backward(tmp_path: Path) -> None:
     r = check_inprocess(tmp_path, EXAMPLES / "manual_sgd.py")
     assert r.code == 0, r.stderr
@@ -61,6 +62,7 @@ def test_backward_never_restarts_a_loop_with_an_optimizer(tmp_path: Path) -> Non
     assert r.run["steps"]["source"] == "optimizer" and not r.run["steps"]["signal_switches"]
 
 
+@pytest.mark.slow
 def test_no_step_is_said_within_the_notice_time(tmp_path: Path) -> None:
     prog = tmp_path / "nostep.py"
     prog.write_text(
@@ -159,6 +161,7 @@ def test_check_eval_inside_the_loop(tmp_path: Path) -> None:
     assert any("eval_in_loop.py:20" in w for w in f["where"]), f  # the estimate_loss() line
 
 
+@pytest.mark.slow
 def test_check_names_torch_save_and_gc_collect(tmp_path: Path) -> None:
     r = check_inprocess(
         tmp_path, EXAMPLES / "save_every_step.py", opts=["--warmup", "2", "--steps", "3"]

@@ -17,6 +17,7 @@ def site(name: str, text: str) -> str:
     return f"{path}:{next(i for i, ln in enumerate(lines, 1) if text in ln)}"
 
 
+@pytest.mark.slow
 def test_slow_dataloader(tmp_path: Path) -> None:
     r = check_inprocess(tmp_path, EXAMPLES / "slow_dataloader.py")
     assert r.code == 0, r.stderr
@@ -25,6 +26,7 @@ def test_slow_dataloader(tmp_path: Path) -> None:
     assert r.run["steps"]["mean_data_wait_ms"] > 10  # 16 items x 1.5 ms per batch
 
 
+@pytest.mark.slow
 def test_item_per_step(tmp_path: Path) -> None:
     r = check_inprocess(tmp_path, EXAMPLES / "item_per_step.py")
     assert r.code == 0, r.stderr
@@ -33,6 +35,7 @@ def test_item_per_step(tmp_path: Path) -> None:
     assert r.top["evidence"]["syncs_per_step"] == 1.0
 
 
+@pytest.mark.slow
 def test_tiny_ops(tmp_path: Path) -> None:
     r = check_inprocess(tmp_path, EXAMPLES / "tiny_ops.py")
     assert r.code == 0, r.stderr
@@ -67,6 +70,7 @@ def test_graph_breaks(tmp_path: Path) -> None:
     assert top["where"] == [site("graph_breaks.py", "if h.mean() > 0.1")]
 
 
+@pytest.mark.slow
 def test_well_tuned(tmp_path: Path) -> None:
     r = check_inprocess(tmp_path, EXAMPLES / "well_tuned.py")
     assert r.code == 0, r.stderr
@@ -75,6 +79,7 @@ def test_well_tuned(tmp_path: Path) -> None:
     assert r.run["steps"]["source"] == "optimizer" and r.run["steps"]["count"] == 6
 
 
+@pytest.mark.slow
 def test_no_global_module_hook_outlives_the_run(tmp_path: Path) -> None:
     """The window ends inside an optimizer step's hook, where our module hooks can only be
     neutralised; they must still be gone when check returns (a later torch.compile in the same

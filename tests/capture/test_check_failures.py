@@ -74,6 +74,7 @@ def test_full_runs_to_the_end(tmp_path: Path) -> None:
     assert r.run["steps"]["window"] == [3, 4]
 
 
+@pytest.mark.slow
 def test_default_stops_after_the_window(tmp_path: Path) -> None:
     prog = write(tmp_path, "for i in range(1000): train_step()\nraise SystemExit(5)\n")
     r = check_inprocess(tmp_path / "runs", prog)
@@ -81,6 +82,7 @@ def test_default_stops_after_the_window(tmp_path: Path) -> None:
     assert (r.folder / "trace.json.gz").stat().st_size > 0  # type: ignore[operator]
 
 
+@pytest.mark.slow
 def test_explicit_marker(tmp_path: Path) -> None:
     prog = write(
         tmp_path,
@@ -91,6 +93,7 @@ def test_explicit_marker(tmp_path: Path) -> None:
     assert r.code == 0 and r.run["steps"]["source"] == "marker" and r.run["steps"]["count"] == 6
 
 
+@pytest.mark.slow
 def test_inference_loop_counts_batches_with_fork_workers(tmp_path: Path) -> None:
     prog = write(
         tmp_path,
@@ -201,6 +204,7 @@ def test_profiler_options_reach_the_trace_and_json_output(tmp_path: Path) -> Non
     assert r.run["options"]["record_shapes"] and r.run["options"]["profile_memory"]
 
 
+@pytest.mark.slow
 def test_script_with_its_own_profiler_still_gets_a_report(tmp_path: Path) -> None:
     prog = write(
         tmp_path,

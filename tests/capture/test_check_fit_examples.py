@@ -21,6 +21,7 @@ def line_of(name: str, text: str, relative: bool = False) -> str:
     return f"{shown}:{line}"  # fixes show the site relative to the working directory
 
 
+@pytest.mark.slow
 def test_padded_text_loader_fix_keeps_collate_shuffle_drop_last(tmp_path: Path) -> None:
     r = check_inprocess(tmp_path, EXAMPLES / "padded_text_loader.py")
     assert r.code == 0, r.stderr
@@ -36,6 +37,7 @@ def test_padded_text_loader_fix_keeps_collate_shuffle_drop_last(tmp_path: Path) 
     )
 
 
+@pytest.mark.slow
 def test_workers_at_cores_points_at_the_item_cost(tmp_path: Path) -> None:
     r = check_inprocess(tmp_path, EXAMPLES / "workers_at_cores.py")
     assert r.code == 0, r.stderr
@@ -91,6 +93,7 @@ def test_sync_wrappers_add_no_graph_break_and_nothing_points_at_us(tmp_path: Pat
     assert PACKAGE_DIR not in text  # no finding, site or break names a file of ours
 
 
+@pytest.mark.slow
 def test_checkpointed_gemms_name_recomputation_not_overhead(tmp_path: Path) -> None:
     r = check_inprocess(tmp_path, EXAMPLES / "checkpointed_gemms.py", "--dim", "256")
     assert r.code == 0, r.stderr

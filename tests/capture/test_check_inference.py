@@ -71,6 +71,7 @@ def _script(tmp_path: Path, context: str) -> Path:
     return path
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("context", ["torch.inference_mode()", "torch.enable_grad()"])
 def test_generate_loop_steps_are_model_calls(tmp_path: Path, context: str) -> None:
     # with autograd recording too: the steps are there for a no-grad finding to use
@@ -93,6 +94,7 @@ def test_generate_loop_steps_are_model_calls(tmp_path: Path, context: str) -> No
     assert syncs["where"] == [f"{tmp_path / 'decode.py'}:{ITEM_LINE}"]
 
 
+@pytest.mark.slow
 def test_training_loop_is_still_counted_by_optimizer_steps(tmp_path: Path) -> None:
     script = tmp_path / "train.py"
     script.write_text(

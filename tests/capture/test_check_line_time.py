@@ -7,6 +7,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
+
 from tests.capture.check_helpers import check_inprocess
 
 CASE = Path(__file__).parent / "cases" / "known_time.py"
@@ -17,6 +19,7 @@ def _site(marker: str) -> str:
     return f"{CASE}:{next(i for i, ln in enumerate(lines, 1) if marker in ln)}"
 
 
+@pytest.mark.slow
 def test_sleep_and_python_loop_lines_within_ten_percent_of_the_step(tmp_path: Path) -> None:
     truth = tmp_path / "truth.json"
     r = check_inprocess(

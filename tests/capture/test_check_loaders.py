@@ -136,6 +136,7 @@ def test_torch_warnings_become_findings_with_the_fix_they_ask_for() -> None:
     assert "pin_memory" not in found[1].fix.splitlines()[0]  # dropped, not set to its default
 
 
+@pytest.mark.slow
 def test_check_names_the_training_loader_not_the_first_built(tmp_path: Path) -> None:
     r = check_inprocess(tmp_path, EXAMPLES / "two_loaders.py")
     assert r.code == 0, r.stderr

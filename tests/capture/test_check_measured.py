@@ -141,6 +141,7 @@ def test_syntax_and_import_errors_get_no_step_advice(
     assert r.report["findings"] == [] and r.report["measurement"]["failure"]
 
 
+@pytest.mark.slow
 def test_json_on_stdout_is_only_json(tmp_path: Path) -> None:
     body = TRAIN + (
         "print('hello from the script')\n"

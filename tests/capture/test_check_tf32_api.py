@@ -80,6 +80,7 @@ def _fresh(code: str) -> dict[str, Any]:
     return result
 
 
+@pytest.mark.slow
 @needs_new_api
 def test_new_matmul_api_does_not_raise() -> None:
     out = _fresh(NEW_MATMUL)
@@ -91,6 +92,7 @@ def test_new_matmul_api_does_not_raise() -> None:
     assert out["ieee"]["tf32_matmul"] is False and out["ieee"]["tf32_conv"] is False
 
 
+@pytest.mark.slow
 @needs_new_api
 def test_generic_setting_is_inherited_and_a_specific_one_wins() -> None:
     out = _fresh(NEW_GENERIC)
@@ -166,6 +168,7 @@ for step in range(12):
 """
 
 
+@pytest.mark.slow
 @needs_new_api
 def test_check_of_a_script_using_the_new_api(tmp_path: Path) -> None:
     # End to end, in a fresh process: the record is complete, not an internal-error stub.

@@ -75,6 +75,7 @@ def check_named(r: Any, case: Case) -> None:
         assert site in named[0]["where"] or any(w.startswith(site) for w in named[0]["where"])
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("script", sorted(FAST))
 def test_fast_cases_are_named(tmp_path: Path, script: str) -> None:
     check_named(run_case(tmp_path, BY_NAME[script]), BY_NAME[script])
@@ -89,6 +90,7 @@ def test_slow_cases_are_named(tmp_path: Path, script: str) -> None:
     check_named(run_case(tmp_path, BY_NAME[script]), BY_NAME[script])
 
 
+@pytest.mark.slow
 def test_anomaly_cost_is_measured_inside_the_run(tmp_path: Path) -> None:
     case = BY_NAME["anomaly_left_on.py"]
     r = run_case(tmp_path, case)

@@ -8,6 +8,8 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
+import pytest
+
 from tests.capture.check_helpers import EXAMPLES, check_subprocess
 from tests.core.synth import annotation, cpu_op, write_trace
 from torchdoctor.commands.check.summary import merge_findings
@@ -59,6 +61,7 @@ def test_a_recompile_title_is_one_line_without_dynamo_padding() -> None:
     assert f.fix.startswith("scale = torch.tensor(scale)") and "mark_dynamic" not in f.fix
 
 
+@pytest.mark.slow
 def test_kineto_progress_lines_stay_off_standard_error(tmp_path: Path) -> None:
     r = check_subprocess(tmp_path, EXAMPLES / "item_per_step.py")
     assert r.code == 0, r.stderr

@@ -69,6 +69,7 @@ def _summary(out: Path) -> dict[str, str]:
     return {line.split()[0]: line for line in lines if not line.startswith("#")}
 
 
+@pytest.mark.slow
 def test_dry_run_passes_within_a_minute_and_leaves_three_files(tmp_path: Path) -> None:
     t0 = time.monotonic()
     proc, out = _gpu_check(tmp_path, GPU_CHECK_DRY="1")

@@ -64,6 +64,7 @@ def test_the_torch_behaviour_the_deferral_avoids() -> None:
         theirs.remove()
 
 
+@pytest.mark.slow
 def test_check_survives_hostile_hooks_gc_and_threads(tmp_path: Path) -> None:
     r = check_inprocess(tmp_path, CASES / "hostile_hooks.py", "30")
     assert r.code == 0, r.stderr
@@ -91,6 +92,7 @@ def test_an_error_of_ours_is_a_note_and_the_training_goes_on(
     assert "torchdoctor note: optimizer step signal" in r.stdout
 
 
+@pytest.mark.slow
 def test_a_sampler_error_ends_sampling_not_the_training(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

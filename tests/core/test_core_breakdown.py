@@ -129,6 +129,7 @@ def _manifest_hta(traces_dir: Path) -> dict[str, tuple[float, float, float]]:
     return rows
 
 
+@pytest.mark.slow
 def test_hta_compatible_breakdown_matches_hta_on_every_trace(traces_dir: Path) -> None:
     published = _manifest_hta(traces_dir)
     assert len(published) >= 13  # every trace HTA could analyse

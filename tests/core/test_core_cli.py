@@ -6,6 +6,8 @@ import json
 import subprocess
 import sys
 
+import pytest
+
 from tests.conftest import corpus_file
 
 # Makes `import torch` fail inside the child, as on a machine without torch.
@@ -43,6 +45,7 @@ def test_help_and_version_without_torch() -> None:
     assert p.returncode == 0 and "torchdoctor" in p.stdout
 
 
+@pytest.mark.slow
 def test_text_report_without_torch() -> None:
     p = _run("analyze", str(corpus_file("v100_resnet50_train_workers0")), "--top", "3")
     assert p.returncode == 0, p.stderr

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import numpy as np
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -26,6 +27,7 @@ def _mask(x: iv.Intervals) -> np.ndarray:
     return m
 
 
+@pytest.mark.slow
 @settings(max_examples=300, deadline=None)
 @given(spans, spans, st.integers(0, 60), st.integers(60, 130))
 def test_operations_match_brute_force(a: list, b: list, lo: int, hi: int) -> None:

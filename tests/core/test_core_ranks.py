@@ -16,6 +16,7 @@ def _link(folder: Path, name: str, target: str) -> None:
     (folder / name).symlink_to(corpus_file(target))
 
 
+@pytest.mark.slow
 def test_folder_of_ranks_reports_each_rank_and_the_straggler(tmp_path: Path) -> None:
     _link(tmp_path, "a.json.gz", "a100_recsys_train_rank3")  # distributedInfo says rank 3
     _link(tmp_path, "b.json.gz", "v100_recsys_train_rank1")  # rank 1, on slower V100s

@@ -50,6 +50,7 @@ def test_run_folder_without_trace_is_one_line_exit_2(tmp_path: Path) -> None:
     assert "check run folder without a trace" in line
 
 
+@pytest.mark.slow
 def test_a_real_check_run_folder(tmp_path: Path) -> None:
     """``check`` on an example script, then ``analyze`` on the folder it wrote."""
     pytest.importorskip("torch")

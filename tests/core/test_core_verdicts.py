@@ -243,6 +243,7 @@ def test_generator_input_pipeline_is_named_not_launch_overhead(tmp_path: Path) -
     assert "host-bound" not in _ids(r)
 
 
+@pytest.mark.slow
 def test_recorded_generator_pipeline_on_cpu(tmp_path: Path) -> None:
     """A real torch.profiler trace (CPU) of a loop fed by a Python generator, recorded now."""
     pytest.importorskip("torch")
@@ -281,6 +282,7 @@ def test_check_does_not_count_collective_waits_as_python_time() -> None:
     assert after.saving_ms_per_step == pytest.approx(0.7 * 1.6) and after.severity == "info"
 
 
+@pytest.mark.slow
 def test_gloo_ddp_with_a_slow_rank_under_torchrun(tmp_path: Path) -> None:
     """Real DDP over gloo, 2 processes, rank 1 slowed by 50 ms a step: rank 0's wait in the
     all-reduce is communication in its trace and in check's operator summary, never overhead."""

@@ -202,6 +202,7 @@ def _gpu_only(fid: str) -> bool:
 @pytest.mark.parametrize(
     ("fid", "text", "gpu"), _fixes(), ids=lambda v: v if isinstance(v, str) and len(v) < 40 else ""
 )
+@pytest.mark.slow
 def test_every_fix_runs_against_the_real_api(fid: str, text: str, gpu: bool) -> None:
     # FSDP fixes act on a model whose blocks were passed to fully_shard
     extra = {"model": fixexec.sharded_model()} if fid == "exposed-all-gather" else None

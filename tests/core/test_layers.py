@@ -104,11 +104,13 @@ def layer_violations(src: Path) -> tuple[list[str], dict[str, set[str]]]:
     return sorted(set(bad)), graph
 
 
+@pytest.mark.slow
 def test_no_module_imports_from_a_floor_above_it() -> None:
     bad, _ = layer_violations(SRC)
     assert bad == [], "\n".join(bad)
 
 
+@pytest.mark.slow
 def test_the_folders_form_no_import_cycle() -> None:
     _, graph = layer_violations(SRC)
     assert cycles(graph) == []  # modules: tests/api/test_api_import_cycles.py
@@ -119,6 +121,7 @@ def test_every_file_is_on_a_floor() -> None:
     assert rooms - set(FLOOR_OF) == set()
 
 
+@pytest.mark.slow
 def test_every_imported_torchdoctor_module_exists() -> None:
     """A moved module leaves no stale import behind (a lazy one would only fail when it runs)."""
     missing = []

@@ -6,6 +6,8 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
+import pytest
+
 from torchdoctor.record import layout
 
 SRC = Path(__file__).resolve().parents[2] / "src" / "torchdoctor"
@@ -59,6 +61,7 @@ def _in_path(tree: ast.AST, const: ast.Constant) -> bool:
     return False
 
 
+@pytest.mark.slow
 def test_no_module_spells_a_run_folder_file_name() -> None:
     found = spelled_names(SRC)
     assert found == [], "\n".join(found)

@@ -5,6 +5,8 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[2]
 _REF = re.compile(r"`((?:tests/[\w/]+/)?test_\w+\.py)::(test_\w+)`")
 
@@ -19,6 +21,7 @@ def test_every_test_the_contract_names_exists() -> None:
         assert re.search(rf"^def {name}\(", path.read_text(encoding="utf-8"), re.M), (file, name)
 
 
+@pytest.mark.slow
 def test_benchmarks_compile_copies_never_the_checkout() -> None:
     """The analyse benchmarks run bytecode-compiled code; the bytecode goes to a temporary copy,
     so a benchmark never writes into ``src/``."""

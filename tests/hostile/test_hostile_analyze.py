@@ -45,6 +45,7 @@ def test_deep_nesting_is_one_line(tmp_path: Path, where: str) -> None:
     )
 
 
+@pytest.mark.slow
 def test_one_deep_rank_file_does_not_fail_the_folder(tmp_path: Path) -> None:
     folder = tmp_path / "ranks"
     folder.mkdir()
@@ -134,6 +135,7 @@ def _gz(path: Path, head: bytes, filler: bytes, total: int) -> Path:
         (b'{"traceEvents": [', b" ", "bigger than"),
     ],
 )
+@pytest.mark.slow
 def test_gzip_bombs_stop_early(tmp_path: Path, head: bytes, filler: bytes, needle: str) -> None:
     """200 MB of inflated junk from a ~1 MB file: refused in seconds, in bounded memory (before:
     93 s and 6.2 GB for 2 GB of NUL after the array's start)."""
@@ -142,6 +144,7 @@ def test_gzip_bombs_stop_early(tmp_path: Path, head: bytes, filler: bytes, needl
     one_line_error(ran, 2, needle)
 
 
+@pytest.mark.slow
 def test_a_name_of_closing_braces_is_cut_in_linear_time(tmp_path: Path) -> None:
     """One event whose 32 MB name is all "}": the cutter used to rescan every "}" it had seen at
     each 2 MiB read (quadratic: a 64 MB name never finished); now each byte is scanned once."""
@@ -159,6 +162,7 @@ def test_a_name_of_closing_braces_is_cut_in_linear_time(tmp_path: Path) -> None:
     assert int(ran.stdout) >= 32 * MIB
 
 
+@pytest.mark.slow
 def test_cpu_only_steps_cost_linear_time(tmp_path: Path) -> None:
     """16,000 CPU-only steps: 68.8 s before (quadratic in steps), about a second now."""
     events = []
@@ -209,6 +213,7 @@ def test_closed_stdout_is_one_line(tmp_path: Path, traces_dir: Path) -> None:
     one_line_error(ran, 2, "standard output is closed")
 
 
+@pytest.mark.slow
 def test_a_reader_that_goes_away_ends_it_quietly(traces_dir: Path) -> None:
     trace = traces_dir / "v100_ddp_compiled_rank1.json.gz"
     proc = subprocess.Popen(
@@ -228,6 +233,7 @@ def test_a_reader_that_goes_away_ends_it_quietly(traces_dir: Path) -> None:
 HOSTILE_NAME = "\x1b]0;owned\x07\x1b[2J\x1b]52;c;aGVsbG8=\x07\x9b31m\u202eaten::mm"
 
 
+@pytest.mark.slow
 def test_names_reach_the_terminal_inert_and_json_exact(tmp_path: Path) -> None:
     """Before: a trace set the window title, cleared the screen and wrote the clipboard."""
     events = [{**EV, "name": HOSTILE_NAME, "dur": 100}, {**EV, "name": "aten::add", "ts": 200}]

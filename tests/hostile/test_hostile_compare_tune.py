@@ -76,6 +76,7 @@ def test_a_rank_record_that_is_a_fifo_is_refused(tmp_path: Path, traces_dir: Pat
     one_line_error(run(["compare", str(folder), str(trace)], timeout_s=30), 2, "FIFO")
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("side", [0, 1])
 def test_compare_refuses_fifos_and_deep_json(tmp_path: Path, traces_dir: Path, side: int) -> None:
     trace = str(traces_dir / "a100_event_sync_micro.json.gz")
@@ -271,6 +272,7 @@ def _alive(pid: int) -> bool:
     return state not in ("Z", "X")
 
 
+@pytest.mark.slow
 def test_page_policy_runs_only_the_pages_own_script(tmp_path: Path, traces_dir: Path) -> None:
     """Before: 'unsafe-inline' let any inline script run; escaping was the only defence. Now a
     script the page did not write (here planted past the escaping on purpose) never runs,

@@ -60,6 +60,7 @@ def files(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     return out
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("reader", READERS)
 @pytest.mark.parametrize("name", sorted(CASES))
 def test_each_reader_under_limits(files: dict[str, Path], name: str, reader: str) -> None:
@@ -94,6 +95,7 @@ def _verdict(path: Path, stream: bool) -> Any:
     return ("report", doc)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", sorted(n for n in CASES if n != "deep-tuple-key"))
 def test_both_readers_agree_on_every_case(files: dict[str, Path], name: str) -> None:
     assert _verdict(files[name], False) == _verdict(files[name], True)
@@ -171,6 +173,7 @@ def snapshot_doc(draw: st.DrawFn) -> Any:
     return doc
 
 
+@pytest.mark.slow
 @settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(doc=snapshot_doc(), protocol=st.integers(2, 5))
 def test_generated_snapshots_get_one_verdict(

@@ -8,6 +8,7 @@ import re
 from pathlib import Path
 from typing import Any
 
+import pytest
 from click.testing import CliRunner
 
 from tests.memory import synth
@@ -60,6 +61,7 @@ def test_real_snapshot_summary_and_classes_match_the_raw_file(
     assert not any(s.id.startswith("oom-") for s in page.sections)  # this run did not run out
 
 
+@pytest.mark.slow
 def test_real_snapshot_chart_spans_the_history_and_keeps_the_peak(
     gpt_snapshot: Path, gpt_raw: dict[str, Any]
 ) -> None:

@@ -6,6 +6,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from tests.memory.test_mem_html import HOSTILE_FUNC, _hostile
 from tests.report import browser
 from tests.report.browser import browser_context
@@ -27,6 +29,7 @@ def _drawn_lines(loaded: browser.Loaded) -> int:
     )
 
 
+@pytest.mark.slow
 def test_real_snapshot_page_draws_and_sorts(
     browser_context: Any, tmp_path: Path, gpt_snapshot: Path
 ) -> None:
@@ -42,6 +45,7 @@ def test_real_snapshot_page_draws_and_sorts(
     browser.screenshot(loaded, "memory-gpt")
 
 
+@pytest.mark.slow
 def test_hostile_snapshot_page_stays_text(browser_context: Any, tmp_path: Path) -> None:
     html = _html(_hostile(tmp_path / "hostile.pickle"), tmp_path / "hostile-memory.html")
     loaded = browser.load(browser_context, html)

@@ -7,6 +7,7 @@ import pickle
 from pathlib import Path
 from typing import Any
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -65,6 +66,7 @@ def _live_memo_slots(path: Path) -> int:
     )
 
 
+@pytest.mark.slow
 def test_state_does_not_grow_with_the_history(tmp_path: Path, gpt_raw: dict[str, Any]) -> None:
     """Objects kept after reading 2 or 6 copies of the history: the same (entries are dropped)."""
     sizes = []

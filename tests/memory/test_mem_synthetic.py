@@ -164,6 +164,7 @@ def test_series_stays_bounded_and_keeps_the_maximum() -> None:
     assert max(p[1] for p in s.points) == max(values)
 
 
+@pytest.mark.slow
 def test_streaming_a_repeated_history_matches_the_whole_reader(
     tmp_path: Path, gpt_raw: dict
 ) -> None:

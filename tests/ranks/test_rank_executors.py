@@ -41,6 +41,7 @@ def test_pool_of_two_equals_one_process(tmp_path: Path) -> None:
     assert serial["cross_rank"]["slowest_rank"] == 3
 
 
+@pytest.mark.slow
 def test_local_dask_cluster_equals_local_run(tmp_path: Path) -> None:
     pytest.importorskip("distributed")
     # real traces (ranks 3 and 1 of two jobs), so the tasks ship real summaries and the detail
@@ -67,6 +68,7 @@ def test_executor_choice() -> None:
         pool.close()
 
 
+@pytest.mark.slow
 def test_default_path_never_imports_dask(tmp_path: Path) -> None:
     folder = _job(tmp_path)
     code = (
@@ -78,6 +80,7 @@ def test_default_path_never_imports_dask(tmp_path: Path) -> None:
     assert out.stdout.strip() == "[]"
 
 
+@pytest.mark.slow
 def test_unreachable_scheduler_is_one_line_and_exit_2(tmp_path: Path) -> None:
     pytest.importorskip("distributed")
     folder = _job(tmp_path)
@@ -104,6 +107,7 @@ def test_dask_missing_is_a_clear_error(monkeypatch: pytest.MonkeyPatch) -> None:
         DaskExecutor(None, 1)
 
 
+@pytest.mark.slow
 def test_a_task_returns_a_summary_not_the_trace() -> None:
     import pickle
 

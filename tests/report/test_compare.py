@@ -45,6 +45,7 @@ def test_rank_test_on_runs_matches_brute_force(seed: int) -> None:
     assert stats.mann_whitney(new, base).p_value == pytest.approx(_brute_force(base, new))
 
 
+@pytest.mark.slow
 def test_normal_approximation_with_ties_is_close_to_brute_force() -> None:
     base = np.array([10, 11, 11, 12, 12, 12, 13, 14.0])
     new = np.array([11, 12, 13, 13, 14, 14, 15, 15, 16.0])
@@ -111,6 +112,7 @@ def test_warnings_for_different_gpus_torch_and_batch() -> None:
     assert compare(a, a).warnings == []
 
 
+@pytest.mark.slow
 def test_corpus_before_after_pair() -> None:
     w0, w4 = (
         str(corpus_file("v100_resnet50_train_workers0")),
@@ -135,6 +137,7 @@ def _cli(*args: str) -> subprocess.CompletedProcess[str]:
     )
 
 
+@pytest.mark.slow
 def test_cli_exit_codes_json_and_html(tmp_path: Path) -> None:
     w0, w4 = (
         str(corpus_file("v100_resnet50_train_workers0")),

@@ -101,6 +101,7 @@ def test_a_failing_side_stops_the_rerun_and_is_named(tmp_path: Path) -> None:
     assert first.verdict is None and first.failure.startswith("BASE (")
 
 
+@pytest.mark.slow
 def test_real_child_runs_the_check_clock_and_stops(tmp_path: Path) -> None:
     """Two real processes: each stops after 2 warm-up + 3 steps, with its start-up measured."""
     a, b = _scripts(tmp_path)
@@ -118,6 +119,7 @@ def test_real_child_runs_the_check_clock_and_stops(tmp_path: Path) -> None:
     assert r.verdict is not None and not r.verdict.decided  # one round decides nothing
 
 
+@pytest.mark.slow
 def test_real_child_failure_is_one_line_and_exit_2(tmp_path: Path) -> None:
     ok, bad = tmp_path / "ok.py", tmp_path / "bad.py"
     ok.write_text(TINY)

@@ -68,6 +68,7 @@ def _many_tiny_kernels(path: Path, n: int) -> Path:
     return write_trace(path, ev)
 
 
+@pytest.mark.slow
 def test_timeline_merges_sub_pixel_events_and_keeps_long_ones(tmp_path: Path) -> None:
     a = analyze_path(_many_tiny_kernels(tmp_path / "big.json", 20_000)).analysis
     tl = build_timeline(a)
@@ -93,6 +94,7 @@ def test_timeline_merges_sub_pixel_events_and_keeps_long_ones(tmp_path: Path) ->
     assert end == pytest.approx((20_000 - 1) * 1.5 + 2.0)  # the last tiny kernel's end
 
 
+@pytest.mark.slow
 def test_page_size_does_not_grow_with_events(tmp_path: Path) -> None:
     small = render_html(
         page_from_report(analyze_path(_many_tiny_kernels(tmp_path / "s.json", 5_000)))

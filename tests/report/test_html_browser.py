@@ -44,6 +44,7 @@ def _svg_paths(loaded: Loaded, selector: str) -> int:
     )
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", CORPUS)
 def test_corpus_report_loads_clean_and_draws(
     browser_context: Any, tmp_path: Path, name: str
@@ -57,6 +58,7 @@ def test_corpus_report_loads_clean_and_draws(
     screenshot(loaded, name)
 
 
+@pytest.mark.slow
 def test_timeline_zooms_and_pans(browser_context: Any, tmp_path: Path) -> None:
     html = _report_html(corpus_file("v100_resnet50_train_workers0"), tmp_path / "z.html")
     loaded = load(browser_context, html)
@@ -86,6 +88,7 @@ def test_timeline_zooms_and_pans(browser_context: Any, tmp_path: Path) -> None:
     assert view()[2] == pytest.approx(w0)
 
 
+@pytest.mark.slow
 def test_hostile_names_stay_text(browser_context: Any, tmp_path: Path) -> None:
     from tests.report.hostile import HOSTILE_IMG, HOSTILE_KERNEL, HOSTILE_LINK, HOSTILE_OP
 
@@ -105,6 +108,7 @@ def test_hostile_names_stay_text(browser_context: Any, tmp_path: Path) -> None:
     screenshot(loaded, "hostile")
 
 
+@pytest.mark.slow
 def test_tables_sort_numerically(browser_context: Any, tmp_path: Path) -> None:
     html = _report_html(corpus_file("h100_qwen_0p5b_infer"), tmp_path / "s.html")
     page = load(browser_context, html).page
@@ -118,6 +122,7 @@ def test_tables_sort_numerically(browser_context: Any, tmp_path: Path) -> None:
     assert after != before or before == sorted(before, reverse=True)
 
 
+@pytest.mark.slow
 def test_fits_a_laptop_and_prints(browser_context: Any, tmp_path: Path) -> None:
     html = _report_html(corpus_file("v100_ddp_compiled_rank1"), tmp_path / "p.html")
     page = load(browser_context, html).page
@@ -136,6 +141,7 @@ def _render(page: Any, out: Path) -> Path:
     return write_html(page, out)
 
 
+@pytest.mark.slow
 def test_compare_page(browser_context: Any, tmp_path: Path) -> None:
     from torchdoctor.compare.diff import compare
     from torchdoctor.compare.render import page
@@ -177,6 +183,7 @@ def test_tune_page(browser_context: Any, tmp_path: Path) -> None:
     screenshot(loaded, "tune")
 
 
+@pytest.mark.slow
 def test_check_page(browser_context: Any, tmp_path: Path) -> None:
     from torchdoctor.report.html_sources import page_from_check
 
@@ -199,6 +206,7 @@ def test_check_page(browser_context: Any, tmp_path: Path) -> None:
     screenshot(loaded, "check")
 
 
+@pytest.mark.slow
 def test_copy_button_never_covers_a_fix_line(browser_context: Any, tmp_path: Path) -> None:
     """No text of a fix lies under its copy button, for a line that wraps to the box's edge
     (before, the button sat on the end of such lines)."""

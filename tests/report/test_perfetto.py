@@ -46,6 +46,7 @@ def _export(src: Path, tmp: Path) -> tuple[Any, Path]:
     return report, export_trace(report.analysis, report.findings, out)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", CORPUS)
 def test_reads_back_with_identical_results(tmp_path: Path, name: str) -> None:
     report, out = _export(corpus_file(name), tmp_path)
@@ -53,6 +54,7 @@ def test_reads_back_with_identical_results(tmp_path: Path, name: str) -> None:
     assert _without_source(report_dict(again)) == _without_source(report_dict(report))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", CORPUS)
 def test_original_events_unchanged(tmp_path: Path, name: str) -> None:
     src = corpus_file(name)
@@ -87,6 +89,7 @@ def _slices(events: list[dict[str, Any]], tid: int) -> list[tuple[str, float, fl
     return out
 
 
+@pytest.mark.slow
 def test_idle_track_and_counters_match_the_breakdown(tmp_path: Path) -> None:
     report, out = _export(corpus_file("v100_resnet50_train_workers0"), tmp_path)
     pid, added = _added(_doc(out))
@@ -111,6 +114,7 @@ def _event_starts(doc: dict[str, Any]) -> set[tuple[Any, Any, float]]:
     }
 
 
+@pytest.mark.slow
 def test_findings_have_slices_and_arrows_to_their_causes(tmp_path: Path) -> None:
     report, out = _export(corpus_file("v100_resnet50_train_workers0"), tmp_path)
     doc = _doc(out)

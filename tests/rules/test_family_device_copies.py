@@ -69,6 +69,7 @@ def test_below_the_specs_threshold_nothing_fires(tmp_path: Path) -> None:
     assert "device-copies" not in [f.id for f in r.findings]
 
 
+@pytest.mark.slow
 def test_the_real_recsys_trace_copies_a_tenth_of_its_step() -> None:
     """Checked against the raw JSON: the copies' bytes per step, and an exclusive time never
     above their summed durations."""

@@ -256,6 +256,7 @@ def _stuck_in_helper(chunk: bytearray) -> int:
     return int(bytes(chunk).strip(b"[]")) * 2
 
 
+@pytest.mark.slow
 def test_a_stuck_helper_is_given_up_on(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv(parallel.ENV_PARALLEL, "1")
     monkeypatch.setattr(parallel, "_STALL_S", 0.5)

@@ -38,6 +38,7 @@ PINNED = {
 }
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", [p.name for p in CORPUS] or ["(no corpus)"])
 def test_every_corpus_file_loads_with_exact_columns(name: str) -> None:
     _corpus_or_skip()
@@ -59,6 +60,7 @@ def test_every_corpus_file_loads_with_exact_columns(name: str) -> None:
         assert (table.meta.rank, table.meta.world_size, table.meta.backend) == dist_info
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("stem", LARGE)
 def test_plain_json_and_gzip_and_worker_give_the_same_table(
     stem: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch

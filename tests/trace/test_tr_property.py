@@ -103,6 +103,7 @@ def _load(data: bytes, gz: bool, chunk: int, parallel: bool) -> Any:
     gz=st.booleans(),
     chunk=st.integers(8, 400),
 )
+@pytest.mark.slow
 def test_valid_files_match_the_reference(
     events: list[Any], data: st.DataObject, gz: bool, chunk: int
 ) -> None:
@@ -121,6 +122,7 @@ def test_valid_files_match_the_reference(
     gz=st.booleans(),
     chunk=st.integers(8, 400),
 )
+@pytest.mark.slow
 def test_damaged_files_raise_only_trace_error(
     events: list[Any],
     data: st.DataObject,
@@ -144,6 +146,7 @@ def test_damaged_files_raise_only_trace_error(
         assert "\n" not in str(exc)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("seed", [0])
 @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(events=st.lists(event(), min_size=5, max_size=25), data=st.data())

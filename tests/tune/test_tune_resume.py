@@ -12,6 +12,8 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
+
 TINY = str(Path(__file__).parent / "workloads" / "tiny.py")
 
 
@@ -51,6 +53,7 @@ def cmd(tmp_path: Path, *extra: str) -> list[str]:
     ]
 
 
+@pytest.mark.slow
 def test_kill_9_then_resume(tmp_path: Path) -> None:
     db, log = tmp_path / "t.sqlite", tmp_path / "runs.log"
     env = {**os.environ, "TD_TUNE_TEST_LOG": str(log), "COLUMNS": "200"}
@@ -94,6 +97,7 @@ def test_kill_9_then_resume(tmp_path: Path) -> None:
     assert (tmp_path / "best.toml").exists() and exported["trials"] == len(after)
 
 
+@pytest.mark.slow
 def test_ctrl_c_prints_the_resume_command_and_exits_130(tmp_path: Path) -> None:
     db = tmp_path / "t.sqlite"
     proc = subprocess.Popen(

@@ -39,6 +39,7 @@ def run(
     return runner(Trial(assignment_key(a), phase, a, reference=ref))  # type: ignore[arg-type]
 
 
+@pytest.mark.slow
 def test_ok_trial_reports_times_losses_and_probe(tmp_path: Path) -> None:
     r = run(phase="baseline", workdir=str(tmp_path))
     assert r.status == "ok", r.reason
@@ -60,12 +61,14 @@ def test_ok_trial_reports_times_losses_and_probe(tmp_path: Path) -> None:
     )
 
 
+@pytest.mark.slow
 def test_accumulation_keeps_the_trajectory() -> None:
     whole, halves = run(), run(grad_accumulation=2)
     assert whole.status == halves.status == "ok"
     assert halves.losses == pytest.approx(whole.losses, rel=1e-5)
 
 
+@pytest.mark.slow
 def test_arms_run_interleaved_in_one_process() -> None:
     """Candidate, incumbent and baseline train side by side, one window each per round, each
     from the same seed: the incumbent's and the baseline's numbers never mix with the candidate's."""
@@ -88,11 +91,13 @@ def test_arms_run_interleaved_in_one_process() -> None:
         ("error", "error", "ValueError: the workload broke"),
     ],
 )
+@pytest.mark.slow
 def test_failures_are_classified(mode: str, status: str, reason: str) -> None:
     r = run(mode)
     assert r.status == status and reason in r.reason
 
 
+@pytest.mark.slow
 def test_hang_is_killed_at_the_timeout() -> None:
     r = run("hang", timeout_s=6.0)
     assert r.status == "timeout" and "6 s" in r.reason
