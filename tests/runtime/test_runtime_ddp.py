@@ -49,8 +49,8 @@ def ranks(tmp_path_factory: pytest.TempPathFactory) -> list[dict[str, object]]:
     proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=240)
     if proc.returncode != 0 and "terminate called without an active exception" in proc.stderr:
         # Seen in 2 of 4 full-suite runs on a 2-CPU machine (never alone, 0 of 6): a gloo rank
-        # aborts in its C++ teardown at exit. Not understood yet (see the closing note of the
-        # architecture work); one retry, so that the checks below still run on real ranks.
+        # aborts in its C++ teardown at exit. Not understood yet; one retry, so that the checks
+        # below still run on real ranks.
         proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=240)
     assert proc.returncode == 0, proc.stderr[-4000:]
     return [json.loads((out / f"rank{r}.json").read_text()) for r in range(2)]
