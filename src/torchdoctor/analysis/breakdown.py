@@ -102,9 +102,12 @@ def step_breakdowns(table: TraceTable, steps: Steps, act: GpuActivity) -> list[S
         # building it per step made a CPU-only trace quadratic in its step count.
         rows = table.rows_named(lambda n: not n.startswith(_NOT_WORK), Kind.CPU_OP)
         ops = iv.union(table.ts[rows], table.ts[rows] + table.dur[rows])
+        carried = _carried_over(table, steps)
         return [
-            _cpu_step(n, float(lo), float(hi), ops, act)
-            for n, lo, hi in zip(steps.numbers, steps.starts_us, steps.ends_us, strict=True)
+            _cpu_step(n, float(lo), float(hi), ops, act, float(c))
+            for n, lo, hi, c in zip(
+                steps.numbers, steps.starts_us, steps.ends_us, carried, strict=True
+            )
         ]
     # Exclusive attribution is local in time, so it is done once over the whole trace and each
     # step takes its slice: the cost stays linear in events however many steps there are.
@@ -320,12 +323,47 @@ def _sync_ended_inside(calls: iv.Intervals, g0: np.ndarray, g1: np.ndarray) -> n
     return out
 
 
+def _opening_gap(ops: iv.Intervals, data: iv.Intervals, comm: iv.Intervals, t0: float) -> float:
+    """Microseconds from ``t0`` until the first operator, loader or collective runs (0 when one
+    is running at ``t0``; 0 when none follows)."""
+    work = iv.union(
+        np.concatenate([ops[0], data[0], comm[0]]), np.concatenate([ops[1], data[1], comm[1]])
+    )
+    s, e = work
+    k = int(np.searchsorted(s, t0, side="right")) - 1
+    if k >= 0 and e[k] > t0:
+        return 0.0
+    return float(s[k + 1] - t0) if k + 1 < len(s) else 0.0
+
+
+def _carried_over(table: TraceTable, steps: Steps) -> np.ndarray:
+    """For each step, when the last annotated range begun before it ends inside it (its start
+    if none): the previous step's work finishing, such as ``Optimizer.step#AdamW.step`` when the
+    step marker is advanced from the optimizer's own hook. A range that spans the whole step
+    (an annotation around the loop) carries nothing over."""
+    lo = np.asarray(steps.starts_us, dtype=float)
+    hi = np.asarray(steps.ends_us, dtype=float)
+    out = lo.copy()
+    if not len(lo):
+        return out
+    rows = table.rows_named(lambda n: not n.startswith(_NOT_WORK), Kind.USER_ANNOTATION)
+    if not len(rows):
+        return out
+    start = table.ts[rows].astype(float)
+    end = start + table.dur[rows]
+    k = np.searchsorted(lo, end, side="left") - 1  # the step whose start the range's end follows
+    ok = (k >= 0) & (start < lo[np.maximum(k, 0)]) & (end <= hi[np.maximum(k, 0)])
+    np.maximum.at(out, k[ok], end[ok])
+    return out
+
+
 def _cpu_step(
-    n: int, lo: float, hi: float, all_ops: iv.Intervals, act: GpuActivity
+    n: int, lo: float, hi: float, all_ops: iv.Intervals, act: GpuActivity, carried: float = 0.0
 ) -> StepBreakdown:
     """CPU-only trace: time inside DataLoader, in CPU collectives (gloo), in other operators
     (``all_ops``: the union of every operator's span), and everything else (Python and glue),
-    exclusive in that order."""
+    exclusive in that order. ``carried``: until when the previous step's annotated work runs on
+    into this one (that time is not the batch being produced)."""
     ops = iv.clip(all_ops, lo, hi)
     data = iv.clip(act.dataloader, lo, hi)
     comm = iv.subtract(iv.clip(act.cpu_collectives, lo, hi), data)
@@ -336,8 +374,7 @@ def _cpu_step(
     # The step opens outside any operator, loader or collective: the batch is being produced
     # by something torch does not see (a generator, a queue, another loader).
     # Only where the trace records operators: without them "outside any operator" is unknown.
-    starts = [x[0][0] for x in (ops, data, comm) if len(x[0])] if len(ops[0]) else []
-    input_ms = (min(starts) - lo) / 1000.0 if starts else 0.0
+    input_ms = _opening_gap(ops, data, comm, max(lo, carried)) / 1000.0 if len(ops[0]) else 0.0
     idle = {
         "cpu_operators": op_ms,
         "communication": comm_ms,

@@ -1,0 +1,74 @@
+"""The input wait that opens a CPU-only step, on hand-built traces: work the previous step
+carries over (the optimizer finishing after the step marker moved from its own hook) is not the
+batch being produced, and one slow step start is not a pipeline that repeats every step."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from tests.core.synth import annotation, cpu_op, write_trace
+from torchdoctor.analysis.bundle import analyze_table
+from torchdoctor.rules.wait_rules import input_pipeline
+from torchdoctor.trace.load import load_trace
+
+STEP = 1000.0
+
+
+def _steps(tmp_path: Path, opening_us: list[float], carried_us: float = 0.0) -> Path:
+    """Steps of 1 ms; step k's first operator starts ``opening_us[k]`` after the marker, and an
+    optimizer annotation begun 200 µs before each marker (after the first) runs ``carried_us``
+    into it."""
+    ev = []
+    for k, gap in enumerate(opening_us):
+        lo = k * STEP
+        ev.append(annotation(f"ProfilerStep#{k + 1}", lo, STEP))
+        ev.append(cpu_op("aten::mm", lo + gap, STEP - gap - 300))
+        if k and carried_us:
+            ev.append(annotation("Optimizer.step#AdamW.step", lo - 200, 200 + carried_us))
+    return write_trace(tmp_path / "t.json", ev)
+
+
+def _input_ms(path: Path) -> list[float]:
+    return [p.idle_ms["input_pipeline"] for p in analyze_table(load_trace(path)).per_step]
+
+
+def test_the_opening_gap_is_measured_from_the_marker(tmp_path: Path) -> None:
+    assert _input_ms(_steps(tmp_path, [150, 250, 350])) == pytest.approx([0.15, 0.25, 0.35])
+
+
+def test_the_previous_steps_optimizer_running_on_is_not_input(tmp_path: Path) -> None:
+    # The optimizer range ends 120 µs into steps 2 and 3; their operators start at 250 µs.
+    got = _input_ms(_steps(tmp_path, [250, 250, 250], carried_us=120))
+    assert got == pytest.approx([0.25, 0.13, 0.13])
+
+
+def test_a_range_around_the_whole_loop_carries_nothing(tmp_path: Path) -> None:
+    path = _steps(tmp_path, [250, 250, 250])
+    doc = json.loads(path.read_text())
+    doc["traceEvents"].append(annotation("train_loop", -50, 3 * STEP + 100))
+    path.write_text(json.dumps(doc))
+    assert _input_ms(path) == pytest.approx([0.25, 0.25, 0.25])
+
+
+def test_an_operator_already_running_when_the_carry_ends_leaves_no_gap(tmp_path: Path) -> None:
+    # Operators start 50 µs in, inside the optimizer range that ends 120 µs in.
+    got = _input_ms(_steps(tmp_path, [50, 50, 50], carried_us=120))
+    assert got == pytest.approx([0.05, 0.0, 0.0])
+
+
+def test_one_slow_step_start_is_not_an_input_pipeline(tmp_path: Path) -> None:
+    # Mean opening 0.2 ms of 1 ms (20%), but the median step opens in 10 µs.
+    a = analyze_table(load_trace(_steps(tmp_path, [580, 10, 10])))
+    assert a.per_step_ms(a.total.idle_ms["input_pipeline"]) == pytest.approx(0.2)
+    assert input_pipeline(a) is None
+
+
+def test_a_wait_in_every_step_is_still_named(tmp_path: Path) -> None:
+    a = analyze_table(load_trace(_steps(tmp_path, [200, 180, 220])))
+    f = input_pipeline(a)
+    assert f is not None and f.id == "input-pipeline"
+    assert f.evidence["median_step_share"] == pytest.approx(0.2)
+    assert f.saving_ms_per_step == pytest.approx(0.2)
