@@ -66,26 +66,16 @@ def runs(tmp: Path, script: Path) -> None:
 
 
 @pytest.mark.slow
-def test_slow_loader_gets_workers_proven(tmp_path: Path) -> None:
+def test_slow_loader_gets_workers_written(tmp_path: Path) -> None:
+    """The patch keeps the user's own arguments and runs. Its proof (interleaved rounds, an
+    interval above 1.1x) is the README's `fix --prove` block on this same script, which the docs
+    test reruns; proving it twice cost the suite ~50 s."""
     script = copy(tmp_path, "slow_loader.py")
-    r = td(
-        tmp_path,
-        "fix",
-        "--prove",
-        "--rounds",
-        "6",
-        "--prove-steps",
-        "15",
-        *FAST,
-        "--write",
-        "--json",
-        "fix.json",
-        script.name,
-    )
+    r = td(tmp_path, "fix", *FAST, "--write", "--json", "fix.json", script.name)
     assert r.returncode == 0, r.stderr[-3000:]
     doc = json.loads((tmp_path / "fix.json").read_text())
-    c = proven(doc, "dataloader-args")
-    assert c["finding"] == "dataloader-config"
+    c = next(c for c in doc["changes"] if c["codemod"] == "dataloader-args")
+    assert c["status"] == "patched" and c["finding"] == "dataloader-config", c
     assert (tmp_path / "slow_loader.py.orig").is_file()
     text = script.read_text()
     assert "collate_fn=collate,  # labels as a LongTensor" in text and "num_workers=2," in text

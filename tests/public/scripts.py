@@ -74,8 +74,8 @@ def time_sequence_prediction(workdir: Path) -> Prepared:
     import torch
 
     _copy("time_sequence_prediction", workdir)
-    # generate_sine_wave.py's recipe, shorter (N=20 waves of L=100 points, not 100 of 1000)
-    n, length, period = 20, 100, 20
+    # generate_sine_wave.py's recipe, shorter (N=20 waves of L=50 points, not 100 of 1000)
+    n, length, period = 20, 50, 20
     x = np.empty((n, length), "int64")
     shift = np.random.default_rng(2).integers(-4 * period, 4 * period, n).reshape(n, 1)
     x[:] = np.array(range(length)) + shift
