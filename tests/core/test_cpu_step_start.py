@@ -11,10 +11,17 @@ import pytest
 
 from tests.core.synth import annotation, cpu_op, write_trace
 from torchdoctor.analysis.bundle import analyze_table
-from torchdoctor.rules.wait_rules import input_pipeline
+from torchdoctor.rules.families import waits
+from torchdoctor.rules.finding import Finding
+from torchdoctor.rules.trace_rules import family_finding
 from torchdoctor.trace.load import load_trace
 
 STEP = 1000.0
+INPUT = next(r for r in waits.RULES if r.spec.id == "input-pipeline")
+
+
+def input_pipeline(a: object) -> Finding | None:
+    return family_finding(INPUT, a)  # type: ignore[arg-type]
 
 
 def _steps(tmp_path: Path, opening_us: list[float], carried_us: float = 0.0) -> Path:

@@ -17,66 +17,6 @@ D = fx.DOCS
 
 TRACE_SPECS: tuple[FindingSpec, ...] = (
     FindingSpec(
-        id="data-loading-bound",
-        label="data loading",
-        title="Data loading: {when} for the next batch",
-        sources=("trace",),
-        severity=SeverityPolicy(th.DATA_WARN, th.DATA_CRITICAL),
-        threshold=th.DATA_WARN,
-        fix=static(fx.DATA_LOADER),
-        explanation="Batches are produced in the training process, so the device waits for every "
-        "one; worker processes prepare them ahead while the GPU computes.",
-        doc_url=f"{D}/data.html#multi-process-data-loading",
-        knobs=("num_workers", "device_prefetch", "pin_memory"),
-        codemods=("dataloader-args", "non-blocking-copies"),
-    ),
-    FindingSpec(
-        id="host-bound",
-        label="launch overhead",
-        title="Host bound: the GPU waits {ms:.1f} ms per step ({share:.0%}) for the CPU to launch "
-        "work",
-        sources=("trace", "run"),
-        severity=SeverityPolicy(th.HOST_WARN, th.HOST_CRITICAL),
-        threshold=th.HOST_WARN,
-        fix=fx.host_bound_fix,
-        explanation="Each op pays Python, dispatcher and launch cost before the GPU sees it; when "
-        "kernels are shorter than that cost the GPU runs dry. Fusion and CUDA graphs cut the "
-        "launches.",
-        doc_url=f"{D}/generated/torch.compile.html",
-        knobs=("compile", "optimizer_impl"),
-        codemods=("fused-optimizer", "compile-model"),
-    ),
-    FindingSpec(
-        id="dependency-waits",
-        label="waits on a dependency",
-        title="Waiting on a dependency: queued work did not start for {ms:.1f} ms per step "
-        "({share:.0%}); most of it {kind}",
-        sources=("trace",),
-        severity=SeverityPolicy(th.DEPENDENCY_WARN, th.DEPENDENCY_CRITICAL),
-        threshold=th.KERNEL_LATENCY_US,
-        fix=fx.dependency_fix,
-        explanation="The next kernel or copy was already queued but did not start: a stream "
-        "waited on an event, a collective on other ranks, a blocking copy on queued work, or a "
-        "first launch on loading its code. Faster kernels do not help; removing the dependency "
-        "does.",
-        doc_url=f"{D}/notes/cuda.html#cuda-streams",
-    ),
-    FindingSpec(
-        id="input-pipeline",
-        label="the input pipeline",
-        title="Input pipeline: each step starts with {what} {ms:.1f} ms ({share:.0%}) while the "
-        "CPU runs no torch operator (producing the batch?)",
-        sources=("trace",),
-        severity=SeverityPolicy(th.INPUT_WARN, th.DATA_CRITICAL),
-        threshold=th.INPUT_WARN,
-        fix=static(fx.INPUT_PIPELINE),
-        explanation="The step begins while the CPU is outside torch operators, typically in a "
-        "generator, a prefetch thread's queue or another loader building the next batch; the "
-        "device waits for it. Produce batches ahead, in workers or a background thread.",
-        doc_url=f"{D}/data.html#multi-process-data-loading",
-        knobs=("num_workers", "device_prefetch"),
-    ),
-    FindingSpec(
         id="sync-stalls",
         label="synchronisation stalls",
         title="Synchronisation stalls: {ms:.1f} ms per step ({share:.0%}) of GPU idle after the "
@@ -89,36 +29,6 @@ TRACE_SPECS: tuple[FindingSpec, ...] = (
         "copy) makes the CPU wait until the GPU finishes, so nothing is queued when it does.",
         doc_url=f"{D}/generated/torch.cuda.set_sync_debug_mode.html",
         codemods=("sync-every-n",),
-    ),
-    FindingSpec(
-        id="pageable-h2d-copies",
-        label="pageable host-to-device copies",
-        title="Pageable host-to-device copies: {mb:.1f} MB per step at {gbps:.1f} GB/s (pin the "
-        "memory)",
-        sources=("trace",),
-        severity=SeverityPolicy(th.PAGEABLE_WARN, th.PAGEABLE_CRITICAL),
-        threshold=th.PAGEABLE_MIN_BYTES,
-        fix=static(fx.PAGEABLE),
-        explanation="Copies from pageable memory go through a staging buffer at lower bandwidth "
-        "and block the CPU; pinned memory copies at full speed and overlaps with compute.",
-        doc_url=f"{D}/notes/cuda.html#use-pinned-memory-buffers",
-        knobs=("pin_memory",),
-        codemods=("dataloader-args", "non-blocking-copies"),
-    ),
-    FindingSpec(
-        id="synchronous-copies",
-        label="synchronous copies",
-        title="Synchronous copies: {per_step:.1f} per step hold the CPU; the GPU idles {ms:.1f} ms "
-        "per step ({share:.0%}) around them",
-        sources=("trace",),
-        severity=SeverityPolicy(th.SYNC_WARN, th.SYNC_CRITICAL),
-        threshold=th.SYNC_WARN,
-        fix=static(fx.SYNC_COPIES),
-        explanation="A blocking copy waits for all queued work and stops the CPU from running "
-        "ahead.",
-        doc_url=f"{D}/notes/cuda.html#use-pinned-memory-buffers",
-        knobs=("device_prefetch", "pin_memory"),
-        codemods=("non-blocking-copies",),
     ),
     FindingSpec(
         id="fp32-gemm-no-tensor-cores",
@@ -164,20 +74,6 @@ TRACE_SPECS: tuple[FindingSpec, ...] = (
         "(prefetch), every unit starts by waiting for the network.",
         doc_url=f"{D}/distributed.fsdp.fully_shard.html",
         knobs=(),
-    ),
-    FindingSpec(
-        id="low-gpu-utilization",
-        label="low GPU utilisation",
-        title="Low GPU utilisation: busy {busy:.0%} of the step, {ms:.1f} ms per step of short gaps "
-        "between kernels that no other cause explains",
-        sources=("trace",),
-        severity=SeverityPolicy(),
-        threshold=th.LOW_UTIL_BUSY,
-        fix=static(fx.LOW_UTIL),
-        explanation="The GPU is idle for much of the step even after the named causes; small "
-        "kernels with gaps between them leave the device waiting.",
-        doc_url=f"{D}/generated/torch.compile.html",
-        knobs=("compile", "optimizer_impl", "num_workers"),
     ),
     FindingSpec(
         id="data-parallel",

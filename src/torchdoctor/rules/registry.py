@@ -12,8 +12,8 @@ Adding a finding
 ----------------
 A trace finding goes in a family module under ``rules/families/``: its ``FindingSpec`` beside the
 function that measures it, as ``RULES = (TraceRule(SPEC, measure),)``; nothing else changes (see
-docs/architecture.md, and ``rules/families/device_copies.py`` for a worked example). The rules
-that predate the families are registered by hand:
+docs/architecture.md, and ``rules/families/device_copies.py`` for a worked example). The trace
+rules not yet moved into a family, and the run-level ones, are registered by hand:
 
 1. Add a threshold to ``rules/thresholds.py`` if it needs one: ``Threshold(value, "reason")``.
 2. Add a ``FindingSpec(...)`` to ``TRACE_SPECS`` (``rules/catalog_trace.py``), ``RUN_SPECS``

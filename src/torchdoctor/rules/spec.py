@@ -123,6 +123,16 @@ class Measured:
     where: tuple[str, ...] = ()
     details: Callable[[], Details] | None = None
     """Evidence that costs time to gather, computed only for a finding that fires."""
+    most: Severity | None = None
+    """The highest severity this measurement may get, whatever its share (``"info"`` when, say,
+    one step cannot show a pattern that repeats every step); None: the policy alone decides."""
+
+    def severity(self, policy: SeverityPolicy) -> Severity:
+        """``policy``'s grade of ``share``, capped at :attr:`most`."""
+        level = policy.grade(self.share)
+        if self.most is not None and SEVERITIES.index(level) < SEVERITIES.index(self.most):
+            return self.most
+        return level
 
     def complete(self) -> Measured:
         """This measurement with its ``details`` merged in (title values, evidence, where)."""
@@ -137,6 +147,7 @@ class Measured:
             {**self.evidence, **d.evidence},
             self.fix,
             d.where or self.where,
+            most=self.most,
         )
 
 
@@ -157,7 +168,13 @@ class TraceRule:
     spec: FindingSpec
     measure: Callable[[Any], Measured | None]
     """Called with the trace's ``TraceAnalysis``; None when there is nothing to measure."""
+    below: bool = False
+    """The finding fires when ``value`` falls below the threshold (a utilisation), not when it
+    reaches it."""
 
     def fires(self, m: Measured) -> bool:
         """The spec's threshold decides (the rule never re-checks a constant of its own)."""
-        return self.spec.threshold is None or m.value >= self.spec.threshold
+        t = self.spec.threshold
+        if t is None:
+            return True
+        return m.value < t if self.below else m.value >= t

@@ -15,80 +15,13 @@ from torchdoctor.rules.device_rules import fp32_gemms, memory_pressure
 from torchdoctor.rules.families import FAMILY_RULES
 from torchdoctor.rules.finding import Finding, rank_findings
 from torchdoctor.rules.fsdp_rules import exposed_all_gather, fsdp_gradient_reduction
-from torchdoctor.rules.inference_fixes import graphs_already_fix
 from torchdoctor.rules.registry import spec
 from torchdoctor.rules.spec import TraceRule
 from torchdoctor.rules.trace_common import finding, grade
-from torchdoctor.rules.wait_rules import (
-    dependency_waits,
-    input_pipeline,
-    low_utilization,
-    synchronous_copies,
-)
 from torchdoctor.trace.arrays import distinct
 from torchdoctor.trace.kinds import Kind
 
 Rule = Callable[[TraceAnalysis], "Finding | None"]
-
-
-def data_loading(a: TraceAnalysis) -> Finding | None:
-    """The GPU (or CPU loop) waits while the DataLoader produces the next batch."""
-    ms = a.per_step_ms(a.total.idle_ms.get("data_loading", 0.0))
-    share = ms / a.mean_step_ms if a.mean_step_ms else 0.0
-    if share < th.DATA_WARN:
-        return None
-    what = "the GPU idles {} waiting" if a.has_gpu else "the loop waits {}"
-    when = what.format(f"{ms:.1f} ms per step ({share:.0%})")
-    return finding(
-        a,
-        "data-loading-bound",
-        spec("data-loading-bound").format_title(when=when),
-        ms,
-        grade("data-loading-bound", share),
-        {"data_wait_ms_per_step": round(ms, 3), "share_of_step": round(share, 4)},
-    )
-
-
-def host_bound(a: TraceAnalysis) -> Finding | None:
-    """The GPU idles because the CPU launches work too late (Python/dispatcher/launch cost)."""
-    if not a.has_gpu:
-        return None
-    ms = a.per_step_ms(a.total.idle_ms.get("host_overhead", 0.0))
-    share = ms / a.mean_step_ms if a.mean_step_ms else 0.0
-    if share < th.HOST_WARN:
-        return None
-    launch = a.launch
-    evidence: dict[str, Any] = {
-        "host_late_idle_ms_per_step": round(ms, 3),
-        "share_of_step": round(share, 4),
-        "gpu_busy_share": round(a.gpu_busy_share, 4),
-    }
-    evidence.update(_launch_evidence(launch))
-    return finding(
-        a,
-        "host-bound",
-        spec("host-bound").format_title(ms=ms, share=share),
-        ms,
-        grade("host-bound", share),
-        evidence,
-        fix=graphs_already_fix(launch.graph_launch_count) if launch.graph_launch_count else None,
-    )
-
-
-def _launch_evidence(launch: Any) -> dict[str, Any]:
-    out: dict[str, Any] = {}
-    keys = (
-        "kernels_per_step",
-        "median_kernel_us",
-        "median_launch_cost_us",
-        "share_shorter_than_launch",
-        "graph_launch_count",
-    )
-    for key in keys:
-        value = getattr(launch, key, None)
-        if value is not None:
-            out[key] = round(value, 4) if isinstance(value, float) else value
-    return out
 
 
 def sync_stalls(a: TraceAnalysis) -> Finding | None:
@@ -125,37 +58,6 @@ def _count_names(a: TraceAnalysis, predicate: Any, *kinds: Kind) -> dict[str, in
     rows = rows[(t.ts[rows] >= lo) & (t.ts[rows] < hi)]
     codes, counts = np.unique(t.name[rows], return_counts=True)
     return {t.names[int(c)]: int(n) for c, n in zip(codes, counts, strict=True)}
-
-
-def pageable_copies(a: TraceAnalysis) -> Finding | None:
-    """Host-to-device copies from pageable memory: slower, and they block the CPU."""
-    act, t = a.activity, a.table
-    mask = act.pageable & (act.memcpy_dir == "HtoD")
-    if not mask.any():
-        return None
-    rows = act.rows[mask]
-    nbytes = float(np.clip(t.nbytes[rows], 0, None).sum()) / max(a.n_steps, 1)
-    ms = a.per_step_ms(a.total.pageable_h2d_ms)
-    if nbytes < th.PAGEABLE_MIN_BYTES:
-        return None
-    dur_s = float(t.dur[rows].sum()) / 1e6
-    gbps = float(np.clip(t.nbytes[rows], 0, None).sum()) / dur_s / 1e9 if dur_s > 0 else 0.0
-    evidence = {
-        "pageable_h2d_copies_per_step": round(len(rows) / max(a.n_steps, 1), 2),
-        "pageable_h2d_mb_per_step": round(nbytes / 2**20, 2),
-        "pageable_h2d_ms_per_step": round(ms, 3),
-        "achieved_gb_per_s": round(gbps, 2),
-    }
-    saving = ms * (1 - 1 / th.PINNED_SPEEDUP)
-    share = ms / a.mean_step_ms if a.mean_step_ms else 0.0
-    return finding(
-        a,
-        "pageable-h2d-copies",
-        spec("pageable-h2d-copies").format_title(mb=nbytes / 2**20, gbps=gbps),
-        saving,
-        grade("pageable-h2d-copies", share),
-        evidence,
-    )
 
 
 def exposed_communication(a: TraceAnalysis) -> Finding | None:
@@ -248,16 +150,9 @@ def _is_data_parallel_op(name: str) -> bool:
 
 
 TRACE_RULES: tuple[Rule, ...] = (
-    data_loading,
-    host_bound,
     sync_stalls,
-    pageable_copies,
-    synchronous_copies,
     exposed_communication,
     exposed_all_gather,
-    low_utilization,
-    dependency_waits,
-    input_pipeline,
     data_parallel,
     fp32_gemms,
     memory_pressure,
@@ -276,7 +171,7 @@ def family_finding(rule: TraceRule, a: TraceAnalysis) -> Finding | None:
         s.id,
         s.format_title(**m.title),
         m.saving_ms,
-        s.severity.grade(m.share),
+        m.severity(s.severity),
         m.evidence,
         fix=s.fix(**m.fix),
         where=list(m.where),

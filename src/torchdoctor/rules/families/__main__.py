@@ -6,17 +6,22 @@ from __future__ import annotations
 from torchdoctor.rules.families import FAMILY_RULES
 
 
+def _number(x: float) -> str:
+    return f"{x:,.0f}" if x >= 1e4 and x.is_integer() else f"{x:g}"
+
+
 def table() -> str:
-    lines = ["id                 fires at          severity                       module"]
+    lines = ["id                   fires at          severity                          module"]
     for rule in FAMILY_RULES:
         s = rule.spec
-        at = "any" if s.threshold is None else f"{float(s.threshold):g}"
+        at = "any" if s.threshold is None else _number(float(s.threshold))
+        at = f"< {at}" if rule.below else at
         sev = (
             s.severity.fixed
             or f"warning >= {s.severity.warn:g}, critical >= {s.severity.critical:g}"
         )
         module = rule.measure.__module__.rsplit(".", 1)[-1]
-        lines.append(f"{s.id:<18} {at:<17} {sev:<30} {module}")
+        lines.append(f"{s.id:<20} {at:<17} {sev:<33} {module}")
         if s.threshold is not None:
             lines.append(f"  why: {s.threshold.reason}")
     return "\n".join(lines)

@@ -1,0 +1,89 @@
+"""Host bound: the device idles because the CPU launches work too late (Python, dispatcher and
+launch cost per operator), as the trace shows it.
+
+The run-level rule (``rules/run_rules.py``: a CPU run's for-loop optimizers) shares this id and
+this registry entry; its fix passes the optimizers to :func:`host_bound_fix`.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from torchdoctor.rules import fixes as fx
+from torchdoctor.rules import thresholds as th
+from torchdoctor.rules.inference_fixes import graphs_already_fix
+from torchdoctor.rules.spec import FindingSpec, Measured, SeverityPolicy, TraceRule
+
+if TYPE_CHECKING:
+    from torchdoctor.analysis.bundle import TraceAnalysis
+    from torchdoctor.analysis.launch import LaunchStats
+
+LAUNCH_KEYS = (
+    "kernels_per_step",
+    "median_kernel_us",
+    "median_launch_cost_us",
+    "share_shorter_than_launch",
+    "graph_launch_count",
+)
+"""The launch statistics the evidence carries (those the trace has)."""
+
+
+def host_bound_fix(for_loop_optimizers: list[dict[str, Any]] | None = None, graphs: int = 0) -> str:
+    """compile and CUDA graphs on a GPU; with a CPU run's for-loop optimizers, compile plus the
+    faster implementation each has; on a step that already replays graphs (``graphs``
+    launches), never graphs again: the launches left are outside them."""
+    if graphs:
+        return graphs_already_fix(graphs)
+    return fx.host_bound_fix(for_loop_optimizers)
+
+
+SPEC = FindingSpec(
+    id="host-bound",
+    label="launch overhead",
+    title="Host bound: the GPU waits {ms:.1f} ms per step ({share:.0%}) for the CPU to launch work",
+    sources=("trace", "run"),
+    severity=SeverityPolicy(th.HOST_WARN, th.HOST_CRITICAL),
+    threshold=th.HOST_WARN,
+    fix=host_bound_fix,
+    explanation="Each op pays Python, dispatcher and launch cost before the GPU sees it; when "
+    "kernels are shorter than that cost the GPU runs dry. Fusion and CUDA graphs cut the "
+    "launches.",
+    doc_url=f"{fx.DOCS}/generated/torch.compile.html",
+    knobs=("compile", "optimizer_impl"),
+    codemods=("fused-optimizer", "compile-model"),
+)
+
+
+def measure(a: TraceAnalysis) -> Measured | None:
+    """The device idle the breakdown blames on late launches (``host_overhead``)."""
+    if not a.has_gpu or not a.mean_step_ms:
+        return None
+    ms = a.per_step_ms(a.total.idle_ms.get("host_overhead", 0.0))
+    share = ms / a.mean_step_ms
+    evidence: dict[str, Any] = {
+        "host_late_idle_ms_per_step": round(ms, 3),
+        "share_of_step": round(share, 4),
+        "gpu_busy_share": round(a.gpu_busy_share, 4),
+        **launch_evidence(a.launch),
+    }
+    return Measured(
+        value=share,
+        saving_ms=ms,
+        share=share,
+        title={"ms": ms, "share": share},
+        evidence=evidence,
+        fix={"graphs": a.launch.graph_launch_count or 0},
+    )
+
+
+def launch_evidence(launch: LaunchStats | None) -> dict[str, Any]:
+    """The launch statistics the trace has, rounded."""
+    out: dict[str, Any] = {}
+    for key in LAUNCH_KEYS:
+        value = getattr(launch, key, None)
+        if value is not None:
+            out[key] = round(value, 4) if isinstance(value, float) else value
+    return out
+
+
+RULES = (TraceRule(SPEC, measure),)
