@@ -4,7 +4,8 @@ the profiler's memory during the window.
 
 It wakes every ``interval_s`` and reads state (the clock's step times, the process's resident
 memory); it never calls into torch and never blocks the script. Sampling the main thread is
-``sys._current_frames()``: cheap, and only done while a step is already long.
+``sys._current_frames()`` read in one tight walk (``thread_stack.py``): cheap, and only done
+while a step is already long.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from statistics import median
 from time import perf_counter
 from typing import Any
 
+from torchdoctor.capture.thread_stack import RawStack, frame_stack, raw_stack
 from torchdoctor.rules import thresholds as th
 
 _MAX_LONG_STEPS = 32
@@ -51,16 +53,27 @@ _RUNNER_FILE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "runner.
 def user_stack(frame: Any, depth: int = _STACK_DEPTH) -> tuple[str, ...]:
     """Frames of user code (outside every library) as ``file:line in function``, innermost
     first: the innermost ``depth - 1`` and the outermost one (the script's own loop line)."""
+    return _user_lines(frame_stack(frame), depth)
+
+
+def thread_user_stack(ident: int | None, depth: int = _STACK_DEPTH) -> tuple[str, ...]:
+    """:func:`user_stack` of another thread, read in one tight walk (``thread_stack.py``)."""
+    raw = raw_stack(ident)
+    return _user_lines(raw, depth) if raw else ()
+
+
+def _user_lines(raw: RawStack, depth: int) -> tuple[str, ...]:
     from torchdoctor.capture.callsource import is_library_file
 
     out: list[str] = []
-    while frame is not None and len(out) < 64:
-        name = frame.f_code.co_filename
-        if frame.f_code.co_name == "run_function" and os.path.abspath(name) == _RUNNER_FILE:
+    for code, line in raw:
+        if len(out) >= 64:
+            break
+        name = code.co_filename
+        if code.co_name == "run_function" and os.path.abspath(name) == _RUNNER_FILE:
             break  # what called the script (pytest, an API caller) is not the script's loop
         if not name.startswith("<") and not is_library_file(name):
-            out.append(f"{name}:{frame.f_lineno} in {frame.f_code.co_name}")
-        frame = frame.f_back
+            out.append(f"{name}:{line} in {code.co_name}")
     if len(out) <= depth:
         return tuple(out)
     return (*out[: depth - 1], out[-1])
@@ -129,16 +142,14 @@ class Monitor:
             return
         counts = self.samples.setdefault(step, Counter())
         if sum(counts.values()) < _MAX_SAMPLES_PER_STEP:
-            frame = sys._current_frames().get(self.main_ident)  # type: ignore[arg-type]
-            counts[user_stack(frame)] += 1
+            counts[thread_user_stack(self.main_ident)] += 1
 
     def _notice_no_step(self) -> None:
         after = self.session.options.no_step_notice_s
         if self.noticed or perf_counter() - self._started < after:
             return
         self.noticed = True
-        frame = sys._current_frames().get(self.main_ident)  # type: ignore[arg-type]
-        where = user_stack(frame, 1)
+        where = thread_user_stack(self.main_ident, 1)
         at = f"; the script is at {where[0]}" if where else ""
         print(
             f"torchdoctor: no step seen after {after:.0f} s (no optimizer.step(), backward(), "

@@ -28,6 +28,7 @@ from typing import Any
 
 from torchdoctor.capture import guest
 from torchdoctor.capture.code_paths import USER, CodePaths
+from torchdoctor.capture.thread_stack import RawStack, raw_stack
 
 DEFAULT_INTERVAL_S = 0.001
 """One sample per millisecond asked."""
@@ -220,12 +221,11 @@ class StackSampler:
             guest.note("stack sampler", exc)
 
     def _sample(self) -> bool:
-        frame = sys._current_frames().get(self._target)
+        raw = raw_stack(self._target)  # one tight walk; no frame is held past it
         t = time.perf_counter_ns()
-        if frame is None:  # the training thread ended
+        if raw is None:  # the training thread ended
             return False
-        stack, leaf, ours = self._walk(frame)  # first: an error leaves the columns aligned
-        del frame
+        stack, leaf, ours = self._walk(raw)  # first: an error leaves the columns aligned
         s = self.samples
         flags = 1 if (self._gc is not None and self._gc.active) else 0
         if ours:
@@ -254,21 +254,19 @@ class StackSampler:
         s.leaf.append(lid)
         return True
 
-    def _walk(self, frame: Any) -> tuple[tuple[Frame, ...], str, bool]:
+    def _walk(self, raw: RawStack) -> tuple[tuple[Frame, ...], str, bool]:
         label = self.paths.label
         user: list[Frame] = []
         leaf = ""
         ours = False
-        while frame is not None:
-            code = frame.f_code
+        for code, line in raw:
             if code in self.ours:
                 ours = True
             owner = label(code.co_filename)
             if not leaf:
                 leaf = self.paths.detail(code.co_filename)
             if owner == USER:
-                user.append((code.co_filename, frame.f_lineno, _qualname(code)))
-            frame = frame.f_back
+                user.append((code.co_filename, line, _qualname(code)))
         if len(user) > MAX_USER_FRAMES:  # deep recursion: keep both ends of the stack
             user = user[: MAX_USER_FRAMES - 16] + user[-16:]
         return tuple(user), leaf, ours
