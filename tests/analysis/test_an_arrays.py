@@ -42,7 +42,7 @@ def test_distinct_is_np_unique() -> None:
 _PROBE = """
 import atexit, sys
 watched = ("numpy.ma", "torchdoctor.commands.analyze.ranks", "torchdoctor.analysis.cross_rank",
-           "torchdoctor.rules.run_inputs", "rich", "torch")
+           "torchdoctor.record.run", "rich", "torch")
 atexit.register(lambda: print("LOADED", sorted(m for m in watched if m in sys.modules)))
 sys.argv = ["torchdoctor", "analyze", "--json", sys.argv[1]]
 from torchdoctor.cli import main

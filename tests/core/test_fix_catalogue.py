@@ -16,7 +16,7 @@ from torchdoctor.rules import fixes as fx
 from torchdoctor.rules import framework_advice as advice
 from torchdoctor.rules.finding import Finding
 from torchdoctor.rules.registry import REGISTRY
-from torchdoctor.rules.run_inputs import LoaderConfig
+from torchdoctor.record.run import LoaderConfig
 from torchdoctor.rules.user_fixes import compiled_next_step
 
 pytest.importorskip("torch")

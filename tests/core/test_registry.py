@@ -10,7 +10,7 @@ import pytest
 
 from torchdoctor.rules import registry, thresholds
 from torchdoctor.rules.finding import FINDING_IDS, Finding
-from torchdoctor.rules.run_inputs import LoaderConfig, RunRecord
+from torchdoctor.record.run import LoaderConfig, RunRecord
 from torchdoctor.rules.spec import FindingSpec, SeverityPolicy, static
 from torchdoctor.tune import space
 

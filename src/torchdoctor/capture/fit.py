@@ -8,8 +8,8 @@ import dataclasses
 from typing import Any
 
 from torchdoctor.capture.own_frames import is_ours
+from torchdoctor.record.run import RunRecord
 from torchdoctor.rules.finding import Finding
-from torchdoctor.rules.run_inputs import RunRecord
 from torchdoctor.rules.thresholds import WARNING_SHARE
 from torchdoctor.rules.user_fixes import compiled_next_step
 

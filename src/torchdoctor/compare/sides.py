@@ -13,6 +13,7 @@ import numpy as np
 
 from torchdoctor.errors import TraceError, UserError
 from torchdoctor.record import layout
+from torchdoctor.record.folder import read_json, read_run
 
 SideKind = Literal["trace", "ranks", "check-run", "tune"]
 
@@ -163,18 +164,6 @@ def _str_or_none(v: Any) -> str | None:
     return None if v is None else str(v)
 
 
-def _read_json(p: Path) -> Any:
-    from torchdoctor.inputs import input_path
-
-    input_path(p, "JSON file")
-    try:
-        return json.loads(p.read_text(encoding="utf-8"))
-    except (OSError, ValueError) as exc:
-        raise UserError(f"{p}: not readable JSON ({exc})") from None
-    except RecursionError:
-        raise UserError(f"{p}: the JSON nests too deeply to be a torchdoctor file") from None
-
-
 def _dict(value: Any, where: str) -> dict[str, Any]:
     """``value`` if it is a JSON object (None counts as an empty one), else a UserError."""
     if value is None:
@@ -208,22 +197,9 @@ def _count(value: Any, where: str) -> int:
     return value
 
 
-def _rank0_record(folder: Path, run: dict[str, Any]) -> dict[str, Any]:
-    """Rank 0's record of a torchrun run folder (its path is kept inside the folder)."""
-    ranks = _dict(run["ranks"], f"{folder}/run.json: 'ranks'")
-    name = ranks.get("0", str(layout.rank_record(Path(), 0)))
-    path = (folder / str(name)).resolve()
-    if not isinstance(name, str) or not path.is_relative_to(folder.resolve()):
-        raise UserError(f"{folder}/run.json: rank 0's record is not a file of the run folder")
-    return _dict(_read_json(path), str(path))
-
-
 def _check_run(folder: Path) -> Side:
     """A ``check`` run folder: the run's own step clock (many steps), the trace's details."""
-    run = _dict(_read_json(layout.run_file(folder)), str(layout.run_file(folder)))
-    record = run
-    if "ranks" in run:  # torchrun: rank 0's record
-        record = _rank0_record(folder, run)
+    record = read_run(folder)  # rank 0's record under torchrun
     steps = _dict(record.get("steps"), f"{folder}: the record's 'steps'")
     warm = _count(steps.get("warmup_steps"), f"{folder}: 'steps.warmup_steps'")
     step_ms = _script_steps(steps, folder)[warm:]
@@ -255,7 +231,7 @@ def _with_record(base: Side, folder: Path, record: dict[str, Any], step_ms: np.n
     report = layout.report_json(folder)
     findings = base.findings
     if report.is_file():
-        doc = _dict(_read_json(report), str(report))
+        doc = _dict(read_json(report), str(report))
         findings = _findings(doc.get("findings"), str(report))
     gpu = _dict(_dict(record.get("gpu"), "'gpu'").get("device"), "'gpu.device'").get("name")
     loaders = _dict(record.get("config"), "'config'").get("dataloaders") or []

@@ -180,17 +180,11 @@ def _say(line: str) -> None:
 
 def load_run(folder: str) -> tuple[dict[str, Any], list[dict[str, Any]]]:
     """``run.json`` (rank 0's record under torchrun) and the merged findings of a run folder."""
+    from torchdoctor.record.folder import read_run
+
     base = Path(folder)
-    if not layout.is_run_folder(base):
-        raise UserError(f"{folder}: not a torchdoctor check run folder (no run.json)")
+    record = read_run(base)  # rank 0's record under torchrun; a one-line error when unreadable
     try:
-        record = json.loads(layout.run_file(base).read_text(encoding="utf-8"))
-        rank0 = layout.rank_record(base, 0)
-        if "config" not in record and rank0.is_file():
-            record = {
-                **json.loads(rank0.read_text(encoding="utf-8")),
-                "script": record.get("script"),
-            }
         report = layout.report_json(base)
         doc = json.loads(report.read_text(encoding="utf-8")) if report.is_file() else record
     except (OSError, ValueError) as exc:

@@ -1,4 +1,10 @@
-"""The run record's floor: the run folder's layout (``layout.py``, every file name in one place).
+"""The run record's floor.
+
+- ``layout.py``: the run folder's layout, every file name in one place.
+- ``run.py``: ``RunRecord``, the typed, versioned view of ``run.json`` (steps, compile activity,
+  settings, syncs, device) that the run rules, ``compare`` and ``fix`` read.
+- ``folder.py``: reading a folder: JSON files checked for their schema and version, and the
+  run's own record (rank 0's under torchrun), with one-line errors.
 
 Capture writes the folder; the commands, ``compare`` and ``fix`` read it, always through these
 names, never by spelling a file name of their own.

@@ -7,7 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from torchdoctor.rules.run_inputs import RunRecord
+from torchdoctor.record.run import RunRecord
 
 FRAMEWORK_PYTHON = frozenset(
     {

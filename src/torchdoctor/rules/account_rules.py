@@ -20,13 +20,13 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from torchdoctor.record.run import RunRecord
 from torchdoctor.rules import mode_fixes as mf
 from torchdoctor.rules import thresholds as th
 from torchdoctor.rules.account_inputs import Account, framework_python_ms
 from torchdoctor.rules.finding import Finding
 from torchdoctor.rules.registry import spec
 from torchdoctor.rules.run_common import make
-from torchdoctor.rules.run_inputs import RunRecord
 
 UNEXPLAINED_ID = "unexplained-step-time"
 

@@ -3,12 +3,12 @@ compile time that the run does not earn back."""
 
 from __future__ import annotations
 
+from torchdoctor.record.run import RunRecord
 from torchdoctor.rules import fixes as fx
 from torchdoctor.rules import thresholds as th
 from torchdoctor.rules.finding import Finding
 from torchdoctor.rules.registry import spec
 from torchdoctor.rules.run_common import make
-from torchdoctor.rules.run_inputs import RunRecord
 from torchdoctor.rules.user_fixes import reason_line, recompile_user_fix
 
 

@@ -13,11 +13,11 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
+from torchdoctor.record.run import RunRecord
 from torchdoctor.rules import thresholds as th
 from torchdoctor.rules.finding import Finding
 from torchdoctor.rules.registry import spec
 from torchdoctor.rules.run_common import make
-from torchdoctor.rules.run_inputs import RunRecord
 
 
 @dataclass(frozen=True)

@@ -1,6 +1,6 @@
 """Fix builders: the code a user pastes, built from what the rule measured.
 
-Each builder takes typed inputs (``rules/run_inputs.py`` for run-level findings, plain values for
+Each builder takes typed inputs (``record/run.py`` for run-level findings, plain values for
 trace ones) and returns the text. The registry (``rules/catalog_*.py``) names one per finding.
 """
 
@@ -15,7 +15,7 @@ from torchdoctor.rules.user_fixes import (
 )
 
 if TYPE_CHECKING:  # a trace analysis never builds run inputs: not imported by analyze
-    from torchdoctor.rules.run_inputs import LoaderConfig
+    from torchdoctor.record.run import LoaderConfig
 
 DOCS = "https://pytorch.org/docs/stable"
 

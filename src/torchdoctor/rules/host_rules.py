@@ -5,9 +5,9 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+from torchdoctor.record.run import RunRecord
 from torchdoctor.rules.cpu_rules import cpu_oversubscribed, torch_warnings
 from torchdoctor.rules.finding import Finding
-from torchdoctor.rules.run_inputs import RunRecord
 from torchdoctor.rules.step_rules import housekeeping_in_step, rare_long_steps
 
 HOST_RULES: tuple[Callable[[RunRecord], list[Finding]], ...] = (

@@ -18,11 +18,11 @@ from __future__ import annotations
 import math
 from typing import Any
 
+from torchdoctor.record.run import LoaderConfig, RunRecord
 from torchdoctor.rules import thresholds as th
 from torchdoctor.rules.finding import Finding
 from torchdoctor.rules.registry import spec
 from torchdoctor.rules.run_common import make
-from torchdoctor.rules.run_inputs import LoaderConfig, RunRecord
 from torchdoctor.rules.user_fixes import item_cost_ms, rebuilt_loader_call
 
 

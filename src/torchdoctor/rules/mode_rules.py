@@ -11,13 +11,13 @@ from __future__ import annotations
 
 from typing import Any
 
+from torchdoctor.record.run import RunRecord
 from torchdoctor.rules import mode_fixes as mf
 from torchdoctor.rules import thresholds as th
 from torchdoctor.rules.account_inputs import Account
 from torchdoctor.rules.finding import Finding
 from torchdoctor.rules.registry import spec
 from torchdoctor.rules.run_common import make
-from torchdoctor.rules.run_inputs import RunRecord
 
 
 def _measured(acc: Account, fid: str, step: float) -> tuple[float | None, str, dict[str, Any]]:

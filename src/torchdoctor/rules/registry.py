@@ -18,7 +18,7 @@ rules not yet moved into a family, and the run-level ones, are registered by han
 1. Add a threshold to ``rules/thresholds.py`` if it needs one: ``Threshold(value, "reason")``.
 2. Add a ``FindingSpec(...)`` to ``TRACE_SPECS`` (``rules/catalog_trace.py``), ``RUN_SPECS``
    (``rules/catalog_run.py``) or ``MODE_SPECS`` (``rules/catalog_modes.py``: the step's account). A fix that depends on what was measured is a function in
-   ``rules/fixes.py`` taking typed inputs (``rules/run_inputs.py`` for run-level ones); a fixed
+   ``rules/fixes.py`` taking typed inputs (``record/run.py`` for run-level ones); a fixed
    text is ``static("...")``.
 3. Write the rule: a function returning the finding built through the registry,
    ``trace_common.finding(a, "my-id", spec.format_title(...), saving_ms, evidence)`` for a trace

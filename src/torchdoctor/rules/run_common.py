@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from typing import Any
 
+from torchdoctor.record.run import RunRecord
 from torchdoctor.rules.finding import Finding, FindingId, Severity
 from torchdoctor.rules.registry import spec
-from torchdoctor.rules.run_inputs import RunRecord
 
 
 def make(

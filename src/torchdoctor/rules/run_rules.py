@@ -12,6 +12,7 @@ from collections.abc import Callable
 from typing import Any
 
 from torchdoctor.memory.fragmentation import fragmented
+from torchdoctor.record.run import RunRecord
 from torchdoctor.rules import thresholds as th
 from torchdoctor.rules.compile_rules import (
     compile_not_repaid,
@@ -24,7 +25,6 @@ from torchdoctor.rules.loader_rules import dataloader_config
 from torchdoctor.rules.mode_rules import MODE_RULES
 from torchdoctor.rules.registry import spec
 from torchdoctor.rules.run_common import make
-from torchdoctor.rules.run_inputs import RunRecord
 from torchdoctor.rules.user_fixes import compiled_next_step
 
 RunRule = Callable[[RunRecord], list[Finding]]

@@ -7,11 +7,11 @@ import itertools
 from statistics import median
 from typing import Any
 
+from torchdoctor.record.run import RunRecord
 from torchdoctor.rules import thresholds as th
 from torchdoctor.rules.finding import Finding
 from torchdoctor.rules.registry import spec
 from torchdoctor.rules.run_common import make
-from torchdoctor.rules.run_inputs import RunRecord
 from torchdoctor.rules.sites import relative_site
 
 

@@ -1,4 +1,5 @@
-"""Typed run-level inputs: what ``torchdoctor check`` recorded, as the run rules read it.
+"""The run record, typed: what ``torchdoctor check`` recorded in ``run.json``, as the run rules,
+``compare`` and ``fix`` read it.
 
 ``RunRecord.from_dict`` reads the ``run.json`` document (plain data written by the capture side)
 into small frozen dataclasses, so a rule asks for ``run.steps.mean_step_ms`` instead of digging in
@@ -200,6 +201,9 @@ class GpuInfo:
 class RunRecord:
     """One rank's ``run.json``, typed for the run rules."""
 
+    schema_version: int = 0
+    """The record's ``schema_version`` (0: a record older than the field); ``record/folder.py``
+    refuses one newer than this code reads (``layout.RUN_SCHEMA_VERSION``)."""
     exit_status: str | None = None
     """``completed``, ``stopped`` (by check after the window), ``exception``, ..."""
     steps: StepStats = field(default_factory=StepStats)
@@ -216,7 +220,9 @@ class RunRecord:
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> RunRecord:
         gpu, oom = d.get("gpu"), d.get("oom")
+        version = d.get("schema_version")
         return cls(
+            schema_version=version if isinstance(version, int) and version >= 0 else 0,
             exit_status=_d(d.get("exit")).get("status"),
             steps=StepStats.from_dict(_d(d.get("steps"))),
             compile=CompileStats.from_dict(_d(d.get("compile"))),
