@@ -368,6 +368,7 @@ def namespace(gpu: bool = False) -> dict[str, Any]:
         "ready": _Event(),
         # and those of the step's account (rules/mode_fixes.py)
         "inputs": x,
+        "images": torch.randn(2, 3, 8, 8),
         "out": model(x),
         "array": np.zeros((4, 8)),
         "input_size": 8,

@@ -12,11 +12,11 @@ from typing import Any
 import pytest
 
 from tests.core import fixexec
+from torchdoctor.record.run import LoaderConfig
 from torchdoctor.rules import fixes as fx
 from torchdoctor.rules import framework_advice as advice
 from torchdoctor.rules.finding import Finding
 from torchdoctor.rules.registry import REGISTRY
-from torchdoctor.record.run import LoaderConfig
 from torchdoctor.rules.user_fixes import compiled_next_step
 
 pytest.importorskip("torch")
@@ -106,7 +106,8 @@ CASES: dict[str, list[Case]] = {
     "unexplained-step-time": [
         ((cat, "train.py:12", ["aten::addmm"]), {}, False)
         for cat in ("torch ops", "I/O", "sleep/wait", "gc", "Python", "other")
-    ],
+    ]
+    + [(("torch ops", "infer.py:34", ["aten::max_pool2d", "aten::conv2d"]), {}, False)],
     "anomaly-detection": [((["train.py:3"],), {}, False), ((), {}, False)],
     "deterministic-algorithms": [((["train.py:3"], False), {}, False), ((None, True), {}, True)],
     "few-intra-op-threads": [((2, ["train.py:4"], {"OMP_NUM_THREADS": "1"}), {}, False)],

@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
+from torchdoctor.record.run import LoaderConfig, RunRecord
 from torchdoctor.rules import registry, thresholds
 from torchdoctor.rules.finding import FINDING_IDS, Finding
-from torchdoctor.record.run import LoaderConfig, RunRecord
 from torchdoctor.rules.spec import FindingSpec, SeverityPolicy, static
 from torchdoctor.tune import space
 

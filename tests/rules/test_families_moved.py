@@ -74,3 +74,15 @@ def test_the_severity_cap_holds_whatever_the_share() -> None:
     data = family_finding(RULES["data-loading-bound"], a)
     assert f is not None and data is not None
     assert f.severity == "info" and data.saving_ms_per_step > f.saving_ms_per_step
+
+
+def test_unexplained_time_in_pooling_points_at_channels_last() -> None:
+    """A step far off the roofline in NCHW max pooling (9x slower than channels_last on one
+    CPU) is told the memory format; one in a matmul is not."""
+    from torchdoctor.rules.mode_fixes import unexplained_fix
+
+    pool = unexplained_fix("torch ops", "infer.py:34", ["aten::max_pool2d", "aten::conv2d"])
+    assert "model = model.to(memory_format=torch.channels_last)" in pool
+    assert "aten::max_pool2d" in pool.splitlines()[0]
+    mm = unexplained_fix("torch ops", "train.py:12", ["aten::addmm", "aten::relu"])
+    assert "channels_last" not in mm and "torch.compile" in mm

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from torchdoctor.rules import fixes as fx
 from torchdoctor.rules import thresholds as th
-from torchdoctor.rules.catalog_trace import MEMORY_COMMAND
+from torchdoctor.rules.families.device import MEMORY_COMMAND
 from torchdoctor.rules.spec import FindingSpec, SeverityPolicy, static
 
 D = fx.DOCS

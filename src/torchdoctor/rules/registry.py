@@ -12,19 +12,18 @@ Adding a finding
 ----------------
 A trace finding goes in a family module under ``rules/families/``: its ``FindingSpec`` beside the
 function that measures it, as ``RULES = (TraceRule(SPEC, measure),)``; nothing else changes (see
-docs/architecture.md, and ``rules/families/device_copies.py`` for a worked example). The trace
-rules not yet moved into a family, and the run-level ones, are registered by hand:
+docs/architecture.md, and ``rules/families/device_copies.py`` for a worked example). Every trace
+finding lives there. The others are registered by hand:
 
 1. Add a threshold to ``rules/thresholds.py`` if it needs one: ``Threshold(value, "reason")``.
-2. Add a ``FindingSpec(...)`` to ``TRACE_SPECS`` (``rules/catalog_trace.py``), ``RUN_SPECS``
-   (``rules/catalog_run.py``) or ``MODE_SPECS`` (``rules/catalog_modes.py``: the step's account). A fix that depends on what was measured is a function in
-   ``rules/fixes.py`` taking typed inputs (``record/run.py`` for run-level ones); a fixed
-   text is ``static("...")``.
-3. Write the rule: a function returning the finding built through the registry,
-   ``trace_common.finding(a, "my-id", spec.format_title(...), saving_ms, evidence)`` for a trace
-   (``TraceAnalysis``) or ``run_common.make(run, "my-id", ...)`` for a run (``RunRecord``), and
-   append it to ``TRACE_RULES`` (``rules/trace_rules.py``) or ``RULES`` (``rules/run_rules.py``).
-4. Test it on a trace or record that fires it and one that does not; ``tests/core/test_registry.py``
+2. Add a ``FindingSpec(...)`` to ``RUN_SPECS`` (``rules/catalog_run.py``), ``MODE_SPECS``
+   (``rules/catalog_modes.py``: the step's account), ``HOST_SPECS``, ``INFERENCE_SPECS`` or
+   ``RANK_SPECS`` (``rules/catalog_ranks.py``). A fix that depends on what was measured is a
+   function in ``rules/fixes.py`` taking typed inputs (``record/run.py`` for run-level ones); a
+   fixed text is ``static("...")``.
+3. Write the rule: ``run_common.make(run, "my-id", ...)`` for a run (``RunRecord``), appended to
+   ``RULES`` (``rules/run_rules.py``).
+4. Test it on a record that fires it and one that does not; ``tests/core/test_registry.py``
    checks that every entry is complete.
 """
 
@@ -33,8 +32,8 @@ from __future__ import annotations
 from torchdoctor.rules.catalog_host import HOST_SPECS
 from torchdoctor.rules.catalog_inference import INFERENCE_SPECS
 from torchdoctor.rules.catalog_modes import MODE_SPECS
+from torchdoctor.rules.catalog_ranks import RANK_SPECS
 from torchdoctor.rules.catalog_run import RUN_SPECS
-from torchdoctor.rules.catalog_trace import TRACE_SPECS
 from torchdoctor.rules.families import FAMILY_RULES
 from torchdoctor.rules.spec import FindingSpec
 
@@ -49,8 +48,8 @@ def _index(*groups: tuple[FindingSpec, ...]) -> dict[str, FindingSpec]:
 
 
 REGISTRY: dict[str, FindingSpec] = _index(
-    TRACE_SPECS,
     tuple(r.spec for r in FAMILY_RULES),
+    RANK_SPECS,
     INFERENCE_SPECS,
     RUN_SPECS,
     HOST_SPECS,

@@ -60,6 +60,27 @@ class SeverityPolicy:
 
 
 @dataclass(frozen=True)
+class Gate:
+    """A second minimum a measurement must reach, beside the spec's threshold (a sync stall
+    must also last 50 µs per step; fp32 GEMMs must also be a fifth of the device's time)."""
+
+    key: str
+    """The name of the measured number in :attr:`Measured.gates`."""
+    minimum: Threshold
+
+
+@dataclass(frozen=True)
+class Variant:
+    """Another wording of one finding, for a case the rule tells apart (FSDP's gradient
+    reduction, CPU collectives): same id, same threshold, its own title and, where they
+    differ, explanation and fix builder."""
+
+    title: str
+    explanation: str | None = None
+    fix: FixBuilder | None = None
+
+
+@dataclass(frozen=True)
 class FindingSpec:
     """One registry entry: everything about a finding except the rule that measures it."""
 
@@ -86,6 +107,19 @@ class FindingSpec:
     codemods: tuple[str, ...] = ()
     """Ids of the ``torchdoctor fix`` codemods that rewrite the user's code for this finding
     (``fix/registry.py``), in the order they are tried; empty when the remedy is not code."""
+    gates: tuple[Gate, ...] = ()
+    """Further minimums the measurement must reach for the finding to fire."""
+    variants: tuple[tuple[str, Variant], ...] = ()
+    """Named wordings a rule may pick (``Measured.variant``)."""
+
+    def variant(self, name: str | None) -> Variant | None:
+        """The named variant; None for the spec's own wording (a KeyError for an unknown name)."""
+        if name is None:
+            return None
+        for key, v in self.variants:
+            if key == name:
+                return v
+        raise KeyError(f"{self.id}: no variant {name!r}")
 
     def format_title(self, **values: Any) -> str:
         """The title with the measured values filled in."""
@@ -126,6 +160,13 @@ class Measured:
     most: Severity | None = None
     """The highest severity this measurement may get, whatever its share (``"info"`` when, say,
     one step cannot show a pattern that repeats every step); None: the policy alone decides."""
+    gates: dict[str, float] = field(default_factory=dict)
+    """The numbers the spec's :attr:`FindingSpec.gates` are compared with."""
+    variant: str | None = None
+    """Which of the spec's wordings to use; None: its own."""
+    judged: str | None = None
+    """Another stage's judgement that fires the finding whatever ``value`` is, by name (the
+    allocator judged fragmented by ``memory/fragmentation.py``)."""
 
     def severity(self, policy: SeverityPolicy) -> Severity:
         """``policy``'s grade of ``share``, capped at :attr:`most`."""
@@ -148,6 +189,9 @@ class Measured:
             self.fix,
             d.where or self.where,
             most=self.most,
+            gates=self.gates,
+            variant=self.variant,
+            judged=self.judged,
         )
 
 
@@ -173,8 +217,11 @@ class TraceRule:
     reaches it."""
 
     def fires(self, m: Measured) -> bool:
-        """The spec's threshold decides (the rule never re-checks a constant of its own)."""
-        t = self.spec.threshold
-        if t is None:
+        """The spec decides (the rule never re-checks a constant of its own): its threshold,
+        then its gates; or another stage's judgement (:attr:`Measured.judged`)."""
+        if m.judged is not None:
             return True
-        return m.value < t if self.below else m.value >= t
+        t = self.spec.threshold
+        if t is not None and not (m.value < t if self.below else m.value >= t):
+            return False
+        return all(m.gates.get(g.key, 0.0) >= g.minimum for g in self.spec.gates)

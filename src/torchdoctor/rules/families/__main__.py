@@ -11,19 +11,20 @@ def _number(x: float) -> str:
 
 
 def table() -> str:
-    lines = ["id                   fires at          severity                          module"]
+    lines = ["id                         fires at    severity                              module"]
     for rule in FAMILY_RULES:
         s = rule.spec
         at = "any" if s.threshold is None else _number(float(s.threshold))
         at = f"< {at}" if rule.below else at
-        sev = (
-            s.severity.fixed
-            or f"warning >= {s.severity.warn:g}, critical >= {s.severity.critical:g}"
-        )
+        p = s.severity
+        sev = p.fixed or f"warning >= {p.warn:g}, critical >= {p.critical:g}"
+        sev = f"{sev} (at least {p.floor})" if p.fixed is None and p.floor != "info" else sev
         module = rule.measure.__module__.rsplit(".", 1)[-1]
-        lines.append(f"{s.id:<20} {at:<17} {sev:<33} {module}")
+        lines.append(f"{s.id:<26} {at:<11} {sev:<37} {module}")
         if s.threshold is not None:
             lines.append(f"  why: {s.threshold.reason}")
+        for g in s.gates:
+            lines.append(f"  and {g.key} >= {_number(float(g.minimum))}: {g.minimum.reason}")
     return "\n".join(lines)
 
 

@@ -1,0 +1,22 @@
+"""Counting named events in the steps' window (shared by the family modules; not a family)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+if TYPE_CHECKING:
+    from torchdoctor.analysis.bundle import TraceAnalysis
+    from torchdoctor.trace.kinds import Kind
+
+
+def count_names(a: TraceAnalysis, predicate: Callable[[str], bool], *kinds: Kind) -> dict[str, int]:
+    """How many events of ``kinds`` whose name satisfies ``predicate`` start in the window."""
+    t = a.table
+    lo, hi = a.steps.window
+    rows = t.rows_named(predicate, *kinds)
+    rows = rows[(t.ts[rows] >= lo) & (t.ts[rows] < hi)]
+    codes, counts = np.unique(t.name[rows], return_counts=True)
+    return {t.names[int(c)]: int(n) for c, n in zip(codes, counts, strict=True)}

@@ -1,0 +1,180 @@
+"""Collectives the step waits for: DDP's gradient all-reduce not hidden under backward (or, on
+the CPU, gloo collectives that block the training thread), and FSDP's two costs told apart:
+the parameter all-gather a unit waits for before it computes (fixed by prefetching) and the
+gradient reduce-scatter after its backward (fixed by finer units and fewer reductions)."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from torchdoctor.rules import fixes as fx
+from torchdoctor.rules import thresholds as th
+from torchdoctor.rules.spec import FindingSpec, Measured, SeverityPolicy, TraceRule, Variant
+
+if TYPE_CHECKING:
+    from torchdoctor.analysis.bundle import TraceAnalysis
+
+D = fx.DOCS
+GATHER = ("AllGather",)
+REDUCTION = ("ReduceScatter", "AllReduce", "Reduce")
+
+EXPOSED_SPEC = FindingSpec(
+    id="exposed-communication",
+    label="exposed communication",
+    title="Exposed communication: {ms:.1f} ms per step ({share:.0%}) of collectives not "
+    "overlapped with compute ({overlap:.0%} hidden)",
+    sources=("trace",),
+    severity=SeverityPolicy(th.EXPOSED_COMM_WARN, th.EXPOSED_COMM_CRITICAL),
+    threshold=th.EXPOSED_COMM_WARN,
+    fix=fx.exposed_comm_fix,
+    explanation="DDP overlaps each gradient bucket's all-reduce with the rest of backward; "
+    "exposed time means buckets finish late (too large, a sync in backward, or no compute "
+    "left to hide behind).",
+    doc_url=f"{D}/notes/ddp.html",
+    knobs=("ddp_bucket_cap_mb",),
+    variants=(
+        (
+            "fsdp-reduction",
+            Variant(
+                title="Exposed gradient reduction (FSDP): {ms:.1f} ms per step ({share:.0%}) of "
+                "reduce-scatter not overlapped with backward ({overlap:.0%} hidden)",
+                explanation="FSDP reduce-scatters each unit's gradients after its backward; it "
+                "hides under the next unit's backward unless the units are coarse or it is the "
+                "last one.",
+                fix=fx.fsdp_reduce_fix,
+            ),
+        ),
+        (
+            "cpu",
+            Variant(
+                title="Exposed communication: the loop waits {ms:.1f} ms per step "
+                "({share:.0%}) in CPU collectives",
+                explanation="CPU collectives run on the training thread and wait for every "
+                "rank, so this time is transfer plus waiting for the slowest rank.",
+            ),
+        ),
+    ),
+)
+
+
+def exposed_communication(a: TraceAnalysis) -> Measured | None:
+    """Collective time the step waits for instead of overlapping it with backward compute.
+
+    Under FSDP only the gradient reduction counts (all-gather is ``exposed-all-gather``); on
+    the CPU all of gloo's time blocks the loop; on a GPU, the collectives' exposed time plus the
+    device idle while the CPU waited inside a collective call (communication, never host time).
+    """
+    c = a.comm
+    if c.fsdp:
+        ms, share, hidden = _exposed(a, REDUCTION)
+        return Measured(
+            value=share,
+            saving_ms=ms,
+            share=share,
+            title={"ms": ms, "share": share, "overlap": hidden},
+            evidence=_fsdp_evidence(a, REDUCTION, ms, hidden),
+            fix={"cpu": not a.has_gpu},
+            variant="fsdp-reduction",
+        )
+    if not a.has_gpu:
+        ms = a.per_step_ms(a.total.idle_ms.get("communication", 0.0))
+        share = _share(a, ms)
+        return Measured(
+            value=share,
+            saving_ms=ms,
+            share=share,
+            title={"ms": ms, "share": share},
+            evidence={
+                "cpu_collective_ms_per_step": round(ms, 3),
+                "share_of_step": round(share, 4),
+                "backend": a.table.meta.backend,
+                "world_size": a.table.meta.world_size,
+            },
+            fix={"cpu": True},
+            variant="cpu",
+        )
+    waited = a.per_step_ms(a.total.idle_ms.get("collective_wait", 0.0))
+    if c.comm_ms <= 0 and waited <= 0:
+        return None
+    ms = a.per_step_ms(c.exposed_ms) + waited
+    share = _share(a, ms)
+    return Measured(
+        value=share,
+        saving_ms=ms,
+        share=share,
+        title={"ms": ms, "share": share, "overlap": c.overlap_share},
+        evidence={
+            "comm_ms_per_step": round(a.per_step_ms(c.comm_ms), 3),
+            "exposed_comm_ms_per_step": round(ms, 3),
+            "gpu_idle_in_cpu_collectives_ms_per_step": round(waited, 3),
+            "overlap_share": round(c.overlap_share, 4),
+            "collectives": c.collectives,
+            "world_size": c.world_size,
+        },
+    )
+
+
+GATHER_SPEC = FindingSpec(
+    id="exposed-all-gather",
+    label="exposed FSDP all-gather",
+    title="Exposed all-gather (FSDP): {ms:.1f} ms per step ({share:.0%}) waiting for "
+    "parameters to be gathered ({overlap:.0%} hidden under compute)",
+    sources=("trace",),
+    severity=SeverityPolicy(th.EXPOSED_COMM_WARN, th.EXPOSED_COMM_CRITICAL),
+    threshold=th.EXPOSED_COMM_WARN,
+    fix=fx.fsdp_prefetch_fix,
+    explanation="FSDP gathers each unit's parameters before its forward and backward; "
+    "unless the gather for the next unit is issued while the current one computes "
+    "(prefetch), every unit starts by waiting for the network.",
+    doc_url=f"{D}/distributed.fsdp.fully_shard.html",
+    knobs=(),
+)
+
+
+def exposed_all_gather(a: TraceAnalysis) -> Measured | None:
+    """FSDP parameter all-gathers the step waits for (not prefetched under compute)."""
+    if not a.comm.fsdp:
+        return None
+    ms, share, hidden = _exposed(a, GATHER)
+    return Measured(
+        value=share,
+        saving_ms=ms,
+        share=share,
+        title={"ms": ms, "share": share, "overlap": hidden},
+        evidence=_fsdp_evidence(a, GATHER, ms, hidden),
+        fix={"cpu": not a.has_gpu},
+    )
+
+
+def _share(a: TraceAnalysis, ms: float) -> float:
+    return ms / a.mean_step_ms if a.mean_step_ms else 0.0
+
+
+def _exposed(a: TraceAnalysis, kinds: tuple[str, ...]) -> tuple[float, float, float]:
+    """Exposed ms per step, its share of the step, and the share of that kind hidden."""
+    c = a.comm
+    total = sum(c.by_kind.get(k, {}).get("comm_ms", 0.0) for k in kinds)
+    exposed = c.exposed_ms_of(*kinds)
+    ms = a.per_step_ms(exposed)
+    hidden = 1.0 - exposed / total if total > 0 else 0.0
+    return ms, _share(a, ms), hidden
+
+
+def _fsdp_evidence(
+    a: TraceAnalysis, kinds: tuple[str, ...], ms: float, hidden: float
+) -> dict[str, Any]:
+    c = a.comm
+    return {
+        "collectives": {k: c.collectives.get(k, 0) for k in kinds if k in c.collectives},
+        "comm_ms_per_step": round(
+            a.per_step_ms(sum(c.by_kind.get(k, {}).get("comm_ms", 0.0) for k in kinds)), 3
+        ),
+        "exposed_ms_per_step": round(ms, 3),
+        "overlap_share": round(hidden, 4),
+        "on_cpu": not a.has_gpu,
+        "backend": c.backend,
+        "world_size": c.world_size,
+    }
+
+
+RULES = (TraceRule(EXPOSED_SPEC, exposed_communication), TraceRule(GATHER_SPEC, exposed_all_gather))
