@@ -17,6 +17,7 @@ import click
 
 from torchdoctor.commands.check.args import JSON_STDOUT, check_json_path, normalize_args
 from torchdoctor.errors import UserError
+from torchdoctor.fix.options import FixOptions
 from torchdoctor.record import layout
 
 VALUE_OPTIONS = (
@@ -156,19 +157,21 @@ def fix_command(
     """
     try:
         check_json_path(json_path)
-        opts = {
-            "mode": mode,
-            "prove": prove,
-            "min_gain": min_gain,
-            "keep_unproven": keep_unproven,
-            "rounds": rounds,
-            "prove_steps": prove_steps,
-            "warmup": warmup,
-            "seed": seed,
-            "only": [x.strip() for x in only.split(",") if x.strip()] if only else None,
-        }
-        result = run_fix(script, list(script_args), run_folder, opts, steps, out_dir)
-        emit(result, mode, json_path, html_path)
+        opts = FixOptions(
+            mode="write" if mode == "write" else "diff",
+            prove=prove,
+            min_gain=min_gain,
+            keep_unproven=keep_unproven,
+            rounds=rounds,
+            prove_steps=prove_steps,
+            warmup=warmup,
+            seed=seed,
+            only=FixOptions.parse_only(only),
+            check_steps=steps,
+            out_dir=out_dir,
+        )
+        result = run_fix(script, list(script_args), run_folder, opts)
+        emit(result, opts.mode, json_path, html_path)
     except UserError as exc:
         click.echo(f"torchdoctor: error: {exc}", err=True)
         sys.exit(exc.exit_code)
@@ -212,9 +215,7 @@ def run_fix(
     script: str | None,
     args: list[str],
     run_folder: str | None,
-    opts: dict[str, Any],
-    check_steps: int = 5,
-    out_dir: str = "torchdoctor-runs",
+    opts: FixOptions,
 ) -> Any:
     """Check (or read the run), plan the changes, prove them when asked; the ``FixResult``."""
     from torchdoctor.fix.context import FixContext
@@ -226,7 +227,7 @@ def run_fix(
         raise UserError("give a script to check, or --from RUN_FOLDER (one of the two)")
     if run_folder is None:
         assert script is not None
-        run_folder = _check(script, args, opts["warmup"], check_steps, out_dir)
+        run_folder = _check(script, args, opts.warmup, opts.check_steps, opts.out_dir)
     record, raw = load_run(run_folder)
     cwd = os.getcwd()
     name = script or str(record.get("script") or "")
@@ -238,33 +239,33 @@ def run_fix(
     for f in findings:
         ctx.add_sites_of([f.evidence, list(f.where)])
     notes = []
-    if opts.get("only"):
-        findings = [f for f in findings if f.id in opts["only"]]
+    if opts.only:
+        findings = [f for f in findings if f.id in opts.only]
         if not findings:
-            notes.append(f"no finding of the run is one of --only {','.join(opts['only'])}")
+            notes.append(f"no finding of the run is one of --only {','.join(opts.only)}")
     if path is None:
         notes.append(f"the script {name or '?'} is not here: run fix from the folder check ran in")
     p = plan(findings, ctx)
-    result = FixResult(p, path, run_folder, notes=notes, options=opts)
-    if opts.get("prove") and p.patched:
+    result = FixResult(p, path, run_folder, notes=notes, options=opts.to_dict())
+    if opts.prove and p.patched:
         if path is None:
             raise UserError("--prove needs the script: run fix from the folder check ran in")
         result = _prove(result, path, args, opts)
     return result
 
 
-def _prove(result: Any, script: str, args: list[str], opts: dict[str, Any]) -> Any:
+def _prove(result: Any, script: str, args: list[str], opts: FixOptions) -> Any:
     from dataclasses import replace
 
     from torchdoctor.fix.prove import ProveOptions, prove
 
     po = ProveOptions(
-        rounds=opts["rounds"],
-        warmup=opts["warmup"],
-        steps=opts["prove_steps"],
-        min_gain=opts["min_gain"],
-        keep_unproven=opts["keep_unproven"],
-        seed=opts["seed"],
+        rounds=opts.rounds,
+        warmup=opts.warmup,
+        steps=opts.prove_steps,
+        min_gain=opts.min_gain,
+        keep_unproven=opts.keep_unproven,
+        seed=opts.seed,
     )
     arms = len(result.plan.patched) + 1 + (len(result.plan.patched) > 1)
     _say(f"proving {len(result.plan.patched)} change(s): {po.rounds} rounds of {arms} processes")
