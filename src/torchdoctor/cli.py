@@ -15,7 +15,7 @@ import click
 from torchdoctor import exits
 from torchdoctor._version import __version__
 from torchdoctor.exits import EXIT_INTERNAL, OneLineErrors, broken_pipe, guarded
-from torchdoctor.json_arg import JsonPathCommand, emit_json, json_option, json_target
+from torchdoctor.json_arg import JsonPathCommand, json_option
 
 # One error path for every command (see torchdoctor.exits for the statuses).
 _guarded = guarded
@@ -131,25 +131,12 @@ def analyze(
 ) -> None:
     """Diagnose a torch.profiler trace: a .json / .json.gz file, a folder of per-rank traces, or
     a `torchdoctor check` run folder."""
-    # The analyser does no matrix algebra: starting a BLAS thread pool would only cost start-up.
-    for var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
-        os.environ.setdefault(var, "1")
-    _outputs(html_path, "HTML report", export_trace, "exported trace")
-    json_target(json_path, [path])
-    if os.path.isfile(path):
-        # A helper process starts decoding the trace now, while the analyses are imported.
-        from torchdoctor.trace.prefetch import prefetch
+    from torchdoctor.commands.analyze.command import AnalyzeOptions, emit, run
 
-        prefetch(path)
-    from torchdoctor.api import analyze as analyze_trace
-
-    report = analyze_trace(path, jobs=jobs, scheduler=scheduler, dask=use_dask)
-    if not emit_json(report.to_json(), json_path):
-        report.print(top=top)
-    if html_path or export_trace:
-        from torchdoctor.report.outputs import write_extras
-
-        write_extras(report.model, html_path, export_trace)
+    options = AnalyzeOptions(
+        path, json_path, top, jobs, scheduler, use_dask, html_path, export_trace
+    )
+    emit(run(options), options)
     global _done_early
     # Everything is written and no cluster or pool is left to shut down: the console script
     # may skip the interpreter's teardown (about 40 ms of freeing numpy's and our modules).
@@ -205,36 +192,12 @@ def memory(
     snapshot: str, json_path: str | None, stream: bool | None, html_path: str | None
 ) -> None:
     """Explain a CUDA memory snapshot (torch.cuda.memory._dump_snapshot) without importing torch."""
-    from pathlib import Path
+    from torchdoctor.commands.memory.command import MemoryOptions, emit, run
 
-    from torchdoctor.memory.analysis import analyze_ingested, series_of_ingested
-    from torchdoctor.memory.ingest import ingest
-    from torchdoctor.report.memory_text import render_json, render_text
-
-    _outputs(html_path, "HTML page")
-    json_target(json_path, [snapshot])
-    path = Path(snapshot)
-    data = ingest(path, stream=stream)
-    report = analyze_ingested(path, data)
-    from torchdoctor.terminal import clean_report
-
-    if not emit_json(render_json(report), json_path):
-        click.echo(clean_report(render_text(report)))
-    if html_path:
-        from torchdoctor.report.html import write_html
-        from torchdoctor.report.memory_page import page_from_memory
-
-        written = write_html(page_from_memory(report, series_of_ingested(data)), html_path)
+    options = MemoryOptions(snapshot, json_path, stream, html_path)
+    written = emit(run(options), options)
+    if written:
         click.echo(f"wrote {written}", err=True)
-
-
-def _outputs(*pairs: str | None) -> None:
-    """Check each (path, what) output before any work starts (a typo must not cost the work)."""
-    from torchdoctor.inputs import output_path
-
-    for path, what in zip(pairs[::2], pairs[1::2], strict=True):
-        if path:
-            output_path(path, what or "output")
 
 
 def main() -> None:

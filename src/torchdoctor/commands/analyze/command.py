@@ -1,0 +1,76 @@
+"""``torchdoctor analyze`` as a command: its options, ``run(options)`` (the report, as data),
+and ``emit(report, options)`` (printing and files, through ``report/``).
+
+The command line (``cli.py``) only builds :class:`AnalyzeOptions`; ``api.analyze`` is the same
+run without the printing. Imports stay inside the functions: ``analyze`` never imports torch
+and starts decoding the trace before the analyses are imported.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from torchdoctor.api import Report
+
+
+@dataclass(frozen=True)
+class AnalyzeOptions:
+    """One ``analyze`` run (the defaults are the command line's)."""
+
+    path: str
+    """A trace (``.json`` / ``.json.gz``), a folder of per-rank traces, or a check run folder."""
+    json_path: str | None = None
+    """``--json [PATH]``: the JSON report on standard output (``-``) or in a file."""
+    top: int = 10
+    """Rows in the kernel and operator tables."""
+    jobs: int | None = None
+    """A folder of ranks: worker processes (None: the CPUs)."""
+    scheduler: str | None = None
+    """A folder of ranks: a Dask scheduler's address."""
+    dask: bool = False
+    """A folder of ranks: a local Dask cluster."""
+    html_path: str | None = None
+    export_trace: str | None = None
+    """Also write the trace with torchdoctor's tracks, for ui.perfetto.dev."""
+
+
+def check_outputs(o: AnalyzeOptions) -> None:
+    """Every output path is checked before any work starts (a typo must not cost the work)."""
+    from torchdoctor.inputs import output_path
+    from torchdoctor.json_arg import json_target
+
+    for path, what in ((o.html_path, "HTML report"), (o.export_trace, "exported trace")):
+        if path:
+            output_path(path, what)
+    json_target(o.json_path, [o.path])
+
+
+def run(o: AnalyzeOptions) -> Report:
+    """The report of ``o.path`` (its outputs checked first)."""
+    # The analyser does no matrix algebra: starting a BLAS thread pool would only cost start-up.
+    for var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
+        os.environ.setdefault(var, "1")
+    check_outputs(o)
+    if os.path.isfile(o.path):
+        # A helper process starts decoding the trace now, while the analyses are imported.
+        from torchdoctor.trace.prefetch import prefetch
+
+        prefetch(o.path)
+    from torchdoctor.api import analyze as analyze_trace
+
+    return analyze_trace(o.path, jobs=o.jobs, scheduler=o.scheduler, dask=o.dask)
+
+
+def emit(report: Report, o: AnalyzeOptions) -> None:
+    """Print the report (text, or only JSON with ``--json``) and write the HTML and trace."""
+    from torchdoctor.json_arg import emit_json
+
+    if not emit_json(report.to_json(), o.json_path):
+        report.print(top=o.top)
+    if o.html_path or o.export_trace:
+        from torchdoctor.report.outputs import write_extras
+
+        write_extras(report.model, o.html_path, o.export_trace)

@@ -1,0 +1,1 @@
+"""``torchdoctor memory``: explain a CUDA memory snapshot (``command.py``)."""
