@@ -100,7 +100,7 @@ def _boom(*args: Any, **kwargs: Any) -> Any:
 @pytest.mark.parametrize(
     "command, target",
     [
-        (["analyze", "{trace}"], "torchdoctor.api.analyze"),
+        (["analyze", "{trace}"], "torchdoctor.commands.analyze.trace.analyze_path"),
         (["compare", "{trace}", "{trace}"], "torchdoctor.compare.diff.compare"),
         (["memory", "{snapshot}"], "torchdoctor.memory.ingest.ingest"),
         (["tune", "{workload}"], "torchdoctor.tune.cli._checked"),

@@ -1,8 +1,8 @@
 """``torchdoctor analyze`` as a command: its options, ``run(options)`` (the report, as data),
 and ``emit(report, options)`` (printing and files, through ``report/``).
 
-The command line (``cli.py``) only builds :class:`AnalyzeOptions`; ``api.analyze`` is the same
-run without the printing. Imports stay inside the functions: ``analyze`` never imports torch
+The command line (``cli.py``) only builds :class:`AnalyzeOptions`; ``api.analyze`` (a floor
+above) wraps the same ``analyze_path`` in its public ``Report``. Imports stay inside the functions: ``analyze`` never imports torch
 and starts decoding the trace before the analyses are imported.
 """
 
@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from torchdoctor.api import Report
+    from torchdoctor.report.model import Report
 
 
 @dataclass(frozen=True)
@@ -59,18 +59,21 @@ def run(o: AnalyzeOptions) -> Report:
         from torchdoctor.trace.prefetch import prefetch
 
         prefetch(o.path)
-    from torchdoctor.api import analyze as analyze_trace
+    from torchdoctor.commands.analyze.trace import analyze_path
 
-    return analyze_trace(o.path, jobs=o.jobs, scheduler=o.scheduler, dask=o.dask)
+    return analyze_path(o.path, o.jobs, o.scheduler, o.dask)
 
 
 def emit(report: Report, o: AnalyzeOptions) -> None:
     """Print the report (text, or only JSON with ``--json``) and write the HTML and trace."""
     from torchdoctor.json_arg import emit_json
+    from torchdoctor.report.render import render_json
 
-    if not emit_json(report.to_json(), o.json_path):
-        report.print(top=o.top)
+    if not emit_json(render_json(report), o.json_path):
+        from torchdoctor.report.render import render_text
+
+        render_text(report, top=o.top)
     if o.html_path or o.export_trace:
         from torchdoctor.report.outputs import write_extras
 
-        write_extras(report.model, o.html_path, o.export_trace)
+        write_extras(report, o.html_path, o.export_trace)
