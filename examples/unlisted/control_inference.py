@@ -21,18 +21,22 @@ def main() -> None:
     p.add_argument("--fixed", action="store_true", help="no effect: nothing to fix")
     args = p.parse_args()
     torch.manual_seed(0)
-    model = nn.Sequential(
-        nn.Conv2d(3, 32, 3, padding=1),
-        nn.ReLU(),
-        nn.MaxPool2d(2),
-        nn.Conv2d(32, 64, 3, padding=1),
-        nn.ReLU(),
-        nn.Conv2d(64, 64, 3, padding=1),
-        nn.ReLU(),
-        nn.MaxPool2d(2),
-        nn.Flatten(),
-        nn.Linear(64 * 8 * 8, 10),
-    ).eval().to(memory_format=torch.channels_last)
+    model = (
+        nn.Sequential(
+            nn.Conv2d(3, 32, 3, padding=1),
+            nn.ReLU(),
+            nn.MaxPool2d(2),
+            nn.Conv2d(32, 64, 3, padding=1),
+            nn.ReLU(),
+            nn.Conv2d(64, 64, 3, padding=1),
+            nn.ReLU(),
+            nn.MaxPool2d(2),
+            nn.Flatten(),
+            nn.Linear(64 * 8 * 8, 10),
+        )
+        .eval()
+        .to(memory_format=torch.channels_last)
+    )
     data = TensorDataset(torch.randn(BATCH * args.steps, 3, 32, 32))
     preds = []
     with torch.inference_mode():
