@@ -40,9 +40,34 @@ def _input_pipeline(f: Finding, record: dict[str, Any]) -> Finding | None:
         for r in sorted(lines["rows"], key=lambda r: -_outside_ops(r))[:3]
         if _outside_ops(r) > 0
     ]
+    changes: dict[str, Any] = {}
+    blocking = _blocking_call(lines["rows"], where)
+    if blocking is not None and not f.evidence.get("dataloader_in_trace"):
+        # not a batch being produced: the loop waits in a sleep or I/O at the user's own line
+        from torchdoctor.rules.mode_fixes import unexplained_fix
+
+        changes["fix"] = unexplained_fix(blocking[1], blocking[0], [])
     return dataclasses.replace(
-        f, saving_ms_per_step=round(saving, 4), share_of_step=round(saving / step, 4), where=where
+        f,
+        saving_ms_per_step=round(saving, 4),
+        share_of_step=round(saving / step, 4),
+        where=where,
+        **changes,
     )
+
+
+def _blocking_call(rows: list[dict[str, Any]], where: list[str]) -> tuple[str, str] | None:
+    """(site, category) when the main line of the wait spends most of its time outside torch
+    in a sleep or a wait, or in file or socket I/O, rather than in Python making a batch."""
+    row = next((r for r in rows if where and str(r.get("site")) == where[0]), None)
+    if row is None:
+        return None
+    under = row.get("under") or {}
+    outside = _outside_ops(row)
+    for category in ("sleep/wait", "I/O"):
+        if outside > 0 and float(under.get(category) or 0.0) >= 0.5 * outside:
+            return str(row["site"]), category
+    return None
 
 
 def _op_lines(record: dict[str, Any]) -> list[str]:

@@ -1,0 +1,47 @@
+"""check's view of an ``input-pipeline`` finding through the line table: a step that opens in a
+sleep or a blocking I/O call at the user's line is told to remove or overlap that wait, never
+to build a DataLoader; Python making the batch keeps the input fix."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from torchdoctor.capture.fit import _input_pipeline
+from torchdoctor.rules.finding import Finding
+from torchdoctor.rules.registry import spec
+
+
+def _finding() -> Finding:
+    s = spec("input-pipeline")
+    return Finding(
+        "input-pipeline",
+        "Input pipeline: ...",
+        "critical",
+        8.0,
+        0.8,
+        {"mean_step_ms": 10.0, "dataloader_in_trace": False},
+        s.fix(),
+        s.explanation,
+        s.doc_url,
+        where=[],
+    )
+
+
+def _record(under: dict[str, float]) -> dict[str, Any]:
+    return {"lines": {"rows": [{"site": "train.py:8", "under": under}], "gc_ms_per_step": 0.0}}
+
+
+def test_a_sleep_at_the_step_start_gets_the_wait_fix_at_its_line() -> None:
+    f = _input_pipeline(_finding(), _record({"sleep/wait": 7.0, "Python": 1.0}))
+    assert f is not None and f.where == ["train.py:8"]
+    assert f.fix.startswith("# train.py:8: the step sleeps or waits") and "DataLoader" not in f.fix
+
+
+def test_file_io_gets_the_io_fix() -> None:
+    f = _input_pipeline(_finding(), _record({"I/O": 5.0, "Python": 2.0}))
+    assert f is not None and "file or socket I/O" in f.fix
+
+
+def test_python_making_the_batch_keeps_the_input_fix() -> None:
+    f = _input_pipeline(_finding(), _record({"Python": 7.0, "sleep/wait": 1.0}))
+    assert f is not None and "DataLoader" in f.fix
