@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any
 
 from torchdoctor.rules import fixes as fx
 from torchdoctor.rules import thresholds as th
+from torchdoctor.rules.families._common import share_of_step
 from torchdoctor.rules.spec import FindingSpec, Measured, SeverityPolicy, TraceRule, Variant
 
 if TYPE_CHECKING:
@@ -78,7 +79,7 @@ def exposed_communication(a: TraceAnalysis) -> Measured | None:
         )
     if not a.has_gpu:
         ms = a.per_step_ms(a.total.idle_ms.get("communication", 0.0))
-        share = _share(a, ms)
+        share = share_of_step(a, ms)
         return Measured(
             value=share,
             saving_ms=ms,
@@ -97,7 +98,7 @@ def exposed_communication(a: TraceAnalysis) -> Measured | None:
     if c.comm_ms <= 0 and waited <= 0:
         return None
     ms = a.per_step_ms(c.exposed_ms) + waited
-    share = _share(a, ms)
+    share = share_of_step(a, ms)
     return Measured(
         value=share,
         saving_ms=ms,
@@ -146,10 +147,6 @@ def exposed_all_gather(a: TraceAnalysis) -> Measured | None:
     )
 
 
-def _share(a: TraceAnalysis, ms: float) -> float:
-    return ms / a.mean_step_ms if a.mean_step_ms else 0.0
-
-
 def _exposed(a: TraceAnalysis, kinds: tuple[str, ...]) -> tuple[float, float, float]:
     """Exposed ms per step, its share of the step, and the share of that kind hidden."""
     c = a.comm
@@ -157,7 +154,7 @@ def _exposed(a: TraceAnalysis, kinds: tuple[str, ...]) -> tuple[float, float, fl
     exposed = c.exposed_ms_of(*kinds)
     ms = a.per_step_ms(exposed)
     hidden = 1.0 - exposed / total if total > 0 else 0.0
-    return ms, _share(a, ms), hidden
+    return ms, share_of_step(a, ms), hidden
 
 
 def _fsdp_evidence(

@@ -9,7 +9,7 @@ import numpy as np
 
 from torchdoctor.rules import fixes as fx
 from torchdoctor.rules import thresholds as th
-from torchdoctor.rules.families._counts import count_names
+from torchdoctor.rules.families._common import count_names
 from torchdoctor.rules.spec import FindingSpec, Measured, SeverityPolicy, TraceRule, static
 from torchdoctor.trace.arrays import distinct
 from torchdoctor.trace.kinds import Kind

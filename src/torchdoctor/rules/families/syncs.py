@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 from torchdoctor.analysis.gpu_activity import SYNC_CALLS
 from torchdoctor.rules import fixes as fx
 from torchdoctor.rules import thresholds as th
-from torchdoctor.rules.families._counts import count_names
+from torchdoctor.rules.families._common import count_names
 from torchdoctor.rules.spec import (
     Details,
     FindingSpec,

@@ -10,6 +10,7 @@ import numpy as np
 from torchdoctor.analysis.waits import blocking_copy_calls, idle_gaps, idle_touching, innermost
 from torchdoctor.rules import fixes as fx
 from torchdoctor.rules import thresholds as th
+from torchdoctor.rules.families._common import share_of_step
 from torchdoctor.rules.inference_fixes import graphs_already_fix
 from torchdoctor.rules.spec import (
     Details,
@@ -25,10 +26,6 @@ if TYPE_CHECKING:
     from torchdoctor.analysis.bundle import TraceAnalysis
 
 D = fx.DOCS
-
-
-def _share(a: TraceAnalysis, ms: float) -> float:
-    return ms / a.mean_step_ms if a.mean_step_ms else 0.0
 
 
 # -- dependency waits ---------------------------------------------------------------------------
@@ -65,7 +62,7 @@ def dependency_waits(a: TraceAnalysis) -> Measured | None:
     ms = a.per_step_ms(a.total.idle_ms.get("dependency_wait", 0.0))
     if w is None or not w.count or not w.longest or ms <= 0:
         return None
-    share = _share(a, ms)
+    share = share_of_step(a, ms)
     kind = max(w.by_kind_ms, key=w.by_kind_ms.__getitem__) if w.by_kind_ms else "unknown"
     longest_us = max(x.wait_ms for x in w.longest) * 1000.0 + float(th.KERNEL_LATENCY_US)
     where = [f"{x.annotation or x.cpu_op or x.cpu_call or x.work}" for x in w.longest[:3]]
@@ -116,7 +113,7 @@ def input_pipeline(a: TraceAnalysis) -> Measured | None:
     three of four wait). One step cannot show a pattern: info at most.
     """
     ms = a.per_step_ms(a.total.idle_ms.get("input_pipeline", 0.0))
-    share = _share(a, ms)
+    share = share_of_step(a, ms)
     shares = sorted(p.share(p.idle_ms.get("input_pipeline", 0.0)) for p in a.per_step)
     typical = _quantile(shares, 0.5)
     low = _quantile(shares, 0.25)
@@ -200,7 +197,7 @@ def synchronous_copies(a: TraceAnalysis) -> Measured | None:
     stall_ms = a.per_step_ms(idle_touching(idle_gaps(a.steps, a.activity), ranges))
     held_ms = a.per_step_ms(float(np.sum(ranges[1] - ranges[0])) / 1000.0)
     per_step = n_calls / max(a.n_steps, 1)
-    share = _share(a, stall_ms)
+    share = share_of_step(a, stall_ms)
     return Measured(
         value=float(n_calls),
         saving_ms=stall_ms,
@@ -264,7 +261,7 @@ def low_utilization(a: TraceAnalysis) -> Measured | None:
     return Measured(
         value=busy,
         saving_ms=gaps_ms,
-        share=_share(a, gaps_ms),
+        share=share_of_step(a, gaps_ms),
         title={"busy": busy, "ms": gaps_ms},
         evidence={
             "gpu_busy_share": round(busy, 4),

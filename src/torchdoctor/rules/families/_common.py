@@ -1,4 +1,4 @@
-"""Counting named events in the steps' window (shared by the family modules; not a family)."""
+"""Helpers the family modules share (not a family: the package skips ``_`` modules)."""
 
 from __future__ import annotations
 
@@ -20,3 +20,8 @@ def count_names(a: TraceAnalysis, predicate: Callable[[str], bool], *kinds: Kind
     rows = rows[(t.ts[rows] >= lo) & (t.ts[rows] < hi)]
     codes, counts = np.unique(t.name[rows], return_counts=True)
     return {t.names[int(c)]: int(n) for c, n in zip(codes, counts, strict=True)}
+
+
+def share_of_step(a: TraceAnalysis, ms: float) -> float:
+    """``ms`` per step as a share of the mean step (0 for a trace without steps' time)."""
+    return ms / a.mean_step_ms if a.mean_step_ms else 0.0
