@@ -2,8 +2,8 @@
 torch.inference_mode(), predictions kept on the tensor side; the images are in memory, so the
 loader takes whole batches by index (a BatchSampler) instead of collating image by image; model
 and images in channels_last, the memory format CPU pooling and convolution kernels run fastest
-in (NCHW max pooling measured 9x slower on an AMD EPYC with torch 2.13, and check rightly named
-it: 20% of the machine's roofline)."""
+in (NCHW max pooling ran about 10x slower on an AMD EPYC with torch 2.13, and check rightly
+named it: 20% of the machine's roofline)."""
 
 import argparse
 

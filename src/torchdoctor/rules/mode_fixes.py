@@ -163,8 +163,8 @@ SPATIAL_OPS = (
     "aten::native_batch_norm",
 )
 """Operators on 4-D images whose CPU and GPU kernels depend on the memory format: NCHW
-max pooling measured 9x slower than channels_last on one CPU (AMD EPYC, torch 2.13, one
-thread: 11.8 ms against 1.3 ms for a 64x32x32x32 batch)."""
+max pooling ran about 10x slower than channels_last on one CPU (AMD EPYC, torch 2.13, one
+thread, a 64x32x32x32 batch: median 10.6x over 6 interleaved rounds, 2.4-12.1x)."""
 
 
 def unexplained_fix(category: str, site: str, ops: list[str]) -> str:
