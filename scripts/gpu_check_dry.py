@@ -174,7 +174,6 @@ GOOD: dict[str, dict[str, Any]] = {
         "sync_debug_mode": 2,
         "backends": {
             "runtime": {"backend": "runtime", "steps": 3, "error": None},
-            "local": {"backend": "local", "steps": 3, "error": None},
         },
     },
     "ddp": {

@@ -212,7 +212,7 @@ def judge_tune_loop(e: Evidence) -> dict[str, Any]:
         and int(b.get("steps") or 0) > 0
         for name, b in backends.items()
     }
-    checks["runtime and local loops both checked"] = set(backends) == {"runtime", "local"}
+    checks["the runtime loop (the only trial path) checked"] = set(backends) == {"runtime"}
     checks["sync-debug mode was 'error'"] = e.get("sync_debug_mode") == 2
     bad = [f"{n}: {b.get('error')}" for n, b in backends.items() if b.get("error")]
     return verdict("tune-loop", checks, "; ".join(bad) or "no sync in the loop step", e)

@@ -15,7 +15,7 @@ fp16            fp16-mixed with the GradScaler forced: one overflowing step skip
 memory-history  Runtime(memory_history=...) under caught OOMs: every OOM observed, snapshots
                 capped, nothing analysed inside the allocator, the observer's third argument the
                 device limit, quiet after ``close()``.
-tune-loop       the tuner's real loop step (both backends), gradient accumulation 4, run under
+tune-loop       the tuner's real loop step (through the runtime), gradient accumulation 4, run under
                 ``torch.cuda.set_sync_debug_mode("error")``: no host sync per micro-batch.
 
 Exit 0 when every section run passed, 1 otherwise (also without CUDA: each verdict says so).
@@ -452,16 +452,13 @@ def _tune_workload() -> Any:
 
 
 def check_tune_loop(steps: int = 3) -> dict[str, Any]:
-    import os
-
     import torch
 
     from torchdoctor.config import RuntimeConfig
     from torchdoctor.tune.worker import _Loop
 
     out: dict[str, Any] = {"backends": {}}
-    for backend in ("runtime", "local"):
-        os.environ["TORCHDOCTOR_TUNE_BACKEND"] = backend
+    for backend in ("runtime",):  # a trial has one path: torchdoctor.Runtime
         # Pinned batches copied without blocking: the data path itself must not sync either.
         config = RuntimeConfig(
             grad_accumulation=4, num_workers=0, pin_memory=True, device_prefetch=2
@@ -482,7 +479,6 @@ def check_tune_loop(steps: int = 3) -> dict[str, Any]:
             torch.cuda.set_sync_debug_mode(0)
         torch.cuda.synchronize()
         out["backends"][backend] = entry
-    os.environ.pop("TORCHDOCTOR_TUNE_BACKEND", None)
     return out
 
 

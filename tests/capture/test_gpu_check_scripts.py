@@ -177,7 +177,7 @@ BAD: dict[str, list[tuple[str, Any]]] = {
         ("a missed OOM", _set("observed_ooms", 4)),
     ],
     "tune-loop": [
-        ("a sync per micro-batch", _set("backends.local.error", "operation synchronized")),
+        ("a sync per micro-batch", _set("backends.runtime.error", "operation synchronized")),
         ("sync debug off", _set("sync_debug_mode", 0)),
     ],
     "ddp": [

@@ -32,7 +32,7 @@ def run(
         timeout_s=timeout_s,
         batch_size=16,
         workdir=workdir,
-        env={"TD_TUNE_TEST_MODE": mode, "TORCHDOCTOR_TUNE_BACKEND": "local"},
+        env={"TD_TUNE_TEST_MODE": mode},
         max_rounds=max_rounds,
     )
     ref = None if reference is None else {**BASELINE, **reference}

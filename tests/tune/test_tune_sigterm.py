@@ -33,7 +33,6 @@ def test_sigterm_kills_the_trial_process_group(tmp_path: Path) -> None:
         **os.environ,
         "TD_TUNE_TEST_MODE": "hang",  # the baseline trial sleeps an hour
         "TD_TUNE_TEST_LOG": str(log),
-        "TORCHDOCTOR_TUNE_BACKEND": "local",
     }
     cmd = [sys.executable, "-m", "torchdoctor", "tune", str(TINY)]
     cmd += ["--db", str(tmp_path / "t.sqlite"), "--out", str(tmp_path / "t.toml")]

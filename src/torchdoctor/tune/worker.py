@@ -91,10 +91,6 @@ class _Loop:
                 f"batch size {wl.batch_size} is not divisible by accumulation {self.accum}"
             )
         self.backend = make_backend(config)
-        if int(os.environ.get("WORLD_SIZE", "1")) > 1 and self.backend.name != "runtime":
-            raise UserError(
-                "distributed trials need torchdoctor.Runtime (it wraps the model in DDP)"
-            )
         optimizer = rebuild_optimizer(wl.optimizer, config.optimizer_impl)
         self.model, self.optimizer = self.backend.setup(wl.model, optimizer)
         loader = self.backend.loader(
@@ -207,6 +203,9 @@ def run_trial(spec: dict[str, Any]) -> TrialResult:
     out = TrialResult(status="ok")
     try:
         arms = _build_arms(spec)
+        device = arms[
+            0
+        ].loop.backend.device  # the runtime's choice (cuda:LOCAL_RANK under torchrun)
         wl = arms[0].loop.wl
         out.samples_per_step = wl.batch_size
         if spec.get("probe"):
