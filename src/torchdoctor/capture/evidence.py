@@ -18,15 +18,13 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import platform
 import time
 from pathlib import Path
-from statistics import median
 from typing import Any
 
-from torchdoctor._version import __version__
-from torchdoctor.capture.runfolder import RUN_SCHEMA, RUN_SCHEMA_VERSION, RankInfo
+from torchdoctor.capture.runfolder import RankInfo
 from torchdoctor.record import layout
+from torchdoctor.record.write import RankPlace, RunHeader, StepTimes, run_document
 
 
 def evidence_path(folder: Path, rank: RankInfo) -> Path:
@@ -154,45 +152,36 @@ def record_from_evidence(evidence: dict[str, Any], exit_info: dict[str, Any]) ->
     opts = h.get("options") or {}
     warmup = int(opts.get("warmup_steps") or 0)
     step_ms = [s * 1e3 for s in evidence["step_s"]]
-    wait_ms = [s * 1e3 for s in evidence["wait_s"]]
-    measured, measured_wait = step_ms[warmup:], wait_ms[warmup:]
     first, last = warmup + 1, min(len(step_ms), warmup + int(opts.get("profile_steps") or 0))
-    return {
-        "schema": RUN_SCHEMA,
-        "schema_version": RUN_SCHEMA_VERSION,
-        "torchdoctor_version": __version__,
-        "torch_version": h.get("torch_version"),
-        "python_version": platform.python_version(),
-        "platform": platform.platform(),
-        "script": h.get("script", "?"),
-        "argv": h.get("argv", []),
-        "started_unix_s": h.get("started_unix_s"),
-        "wall_s": time.time() - float(h.get("started_unix_s") or time.time()),
-        "options": opts,
-        "rank": h.get("rank") or {"rank": 0, "local_rank": 0, "world_size": 1},
-        "exit": exit_info,
-        "steps": {
-            "source": evidence["source"],
-            "count": len(step_ms),
-            "warmup_steps": min(warmup, len(step_ms)),
-            "window": [first, last] if evidence["window_opened"] and last >= first else None,
-            "profiled_steps": 0,
-            "step_ms": step_ms,
-            "data_wait_ms": wait_ms,
-            "measured_steps": len(measured),
-            "median_step_ms": median(measured) if measured else None,
-            "mean_step_ms": sum(measured) / len(measured) if measured else None,
-            "mean_data_wait_ms": sum(measured_wait) / len(measured) if measured else None,
-            "signal_switches": evidence["switches"],
-            "clock_errors": [],
+    header = RunHeader(
+        script=h.get("script", "?"),
+        argv=h.get("argv", []),
+        options=opts,
+        rank=RankPlace.from_dict(h.get("rank")),
+        exit=exit_info,
+        started_unix_s=h.get("started_unix_s"),
+        torch_version=h.get("torch_version"),
+    )
+    steps = StepTimes(
+        source=evidence["source"],
+        step_ms=step_ms,
+        data_wait_ms=[s * 1e3 for s in evidence["wait_s"]],
+        warmup_steps=warmup,
+        window=[first, last] if evidence["window_opened"] and last >= first else None,
+        signal_switches=evidence["switches"],
+    )
+    return run_document(
+        header,
+        steps,
+        {
+            "ops": None,
+            "compile": {},
+            "config": {},
+            "syncs": {},
+            "gpu": None,
+            "cuda_available": None,
+            "trace": None,
+            "frameworks": [],
+            "from_evidence": True,
         },
-        "ops": None,
-        "compile": {},
-        "config": {},
-        "syncs": {},
-        "gpu": None,
-        "cuda_available": None,
-        "trace": None,
-        "frameworks": [],
-        "from_evidence": True,
-    }
+    )

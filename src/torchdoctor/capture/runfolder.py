@@ -19,8 +19,6 @@ from typing import Any
 from torchdoctor.errors import UserError
 from torchdoctor.record import layout
 
-RUN_SCHEMA, RUN_SCHEMA_VERSION = layout.RUN_SCHEMA, layout.RUN_SCHEMA_VERSION
-
 
 @dataclass(frozen=True)
 class RankInfo:

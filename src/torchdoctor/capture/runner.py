@@ -220,7 +220,6 @@ def _watch(
         record = finish_record(session, outcome, script, args)
         # A framework callback that stepped aside for us is in use: no hint to add it.
         record["frameworks"] = [] if session.framework else spy.seen
-        record["steps"]["other_thread_steps"] = session.clock.other_thread_ticks
     except Exception as exc:
         # Our bug must not replace the script's exit status; say so in one line.
         if os.environ.get("TORCHDOCTOR_DEBUG"):

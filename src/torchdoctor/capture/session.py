@@ -3,14 +3,11 @@ that becomes ``run.json``."""
 
 from __future__ import annotations
 
-import platform
 import sys
 import time
 from pathlib import Path
-from statistics import median
 from typing import Any
 
-from torchdoctor._version import __version__
 from torchdoctor.capture import cpu_usage, gpu_probe, guest, markers
 from torchdoctor.capture.accounting import Accounting
 from torchdoctor.capture.checkpointing import CheckpointWatch
@@ -24,8 +21,9 @@ from torchdoctor.capture.housekeeping import HousekeepingWatch
 from torchdoctor.capture.monitor import Monitor
 from torchdoctor.capture.options import CheckOptions
 from torchdoctor.capture.profiling import WindowProfiler
-from torchdoctor.capture.runfolder import RUN_SCHEMA, RUN_SCHEMA_VERSION, RankInfo
+from torchdoctor.capture.runfolder import RankInfo
 from torchdoctor.capture.syncs import SyncRecorder
+from torchdoctor.record.write import RankPlace, RunHeader, StepTimes, run_document
 
 
 def _cuda_in_use() -> bool:
@@ -314,54 +312,41 @@ class Session:
     # -- the record ---------------------------------------------------------------------------
     def steps_record(self) -> dict[str, Any]:
         """Per-step wall and data-wait times (ms) and the statistics rules use."""
+        return self.step_times().to_dict()
+
+    def step_times(self) -> StepTimes:
+        """The clock's steps so far, and which of them are measured."""
         clock, opts = self.clock, self.options
-        step_ms = [s * 1e3 for s in clock.step_s]
-        wait_ms = [s * 1e3 for s in clock.data_wait_s]
-        # Steps after the window are the mode measurements' own (unless the script goes on).
-        end = None if opts.full else opts.last_profiled_step
-        measured = step_ms[opts.warmup_steps : end]
-        measured_wait = wait_ms[opts.warmup_steps : end]
-        return {
-            "source": clock.source,
-            "count": len(step_ms),
-            "warmup_steps": min(opts.warmup_steps, len(step_ms)),
-            "window": list(clock.window_steps) if clock.window_steps else None,
-            "profiled_steps": self.profiler.active_steps,
-            "step_ms": step_ms,
-            "data_wait_ms": wait_ms,
-            "measured_steps": len(measured),
-            "median_step_ms": median(measured) if measured else None,
-            "mean_step_ms": sum(measured) / len(measured) if measured else None,
-            "mean_data_wait_ms": sum(measured_wait) / len(measured) if measured else None,
-            "signal_switches": clock.switches,
-            "experiment_steps": clock.experiment_steps,
-            "own_steps": list(clock.own_steps),
-            "clock_errors": clock.errors,
-        }
+        return StepTimes(
+            source=clock.source,
+            step_ms=[s * 1e3 for s in clock.step_s],
+            data_wait_ms=[s * 1e3 for s in clock.data_wait_s],
+            warmup_steps=opts.warmup_steps,
+            window=list(clock.window_steps) if clock.window_steps else None,
+            profiled_steps=self.profiler.active_steps,
+            # Steps after the window are the mode measurements' own (unless the script goes on).
+            measured_end=None if opts.full else opts.last_profiled_step,
+            signal_switches=clock.switches,
+            experiment_steps=clock.experiment_steps,
+            own_steps=list(clock.own_steps),
+            clock_errors=clock.errors,
+            other_thread_steps=clock.other_thread_ticks,
+        )
 
     def record(self, outcome: dict[str, Any], script: str, argv: list[str]) -> dict[str, Any]:
         """Everything collected, as the versioned ``run.json`` document (without findings)."""
         import torch
 
-        return {
-            "schema": RUN_SCHEMA,
-            "schema_version": RUN_SCHEMA_VERSION,
-            "torchdoctor_version": __version__,
-            "torch_version": torch.__version__,
-            "python_version": platform.python_version(),
-            "platform": platform.platform(),
-            "script": script,
-            "argv": argv,
-            "started_unix_s": self.started_unix_s,
-            "wall_s": time.time() - self.started_unix_s,
-            "options": self.options.to_dict(),
-            "rank": {
-                "rank": self.rank.rank,
-                "local_rank": self.rank.local_rank,
-                "world_size": self.rank.world_size,
-            },
-            "exit": outcome,
-            "steps": self.steps_record(),
+        header = RunHeader(
+            script=script,
+            argv=argv,
+            options=self.options.to_dict(),
+            rank=RankPlace(self.rank.rank, self.rank.local_rank, self.rank.world_size),
+            exit=outcome,
+            started_unix_s=self.started_unix_s,
+            torch_version=torch.__version__,
+        )
+        sections = {
             "ops": self._op_summary(),
             "job": self.job,
             "compile": {
@@ -381,10 +366,11 @@ class Session:
             "profiler": self._profiler_record(),
             "gpu": self.gpu or None,
             "cuda_available": bool(torch.cuda.is_available()),
-            **self._accounting_record(),
+            **self._accounting_record(self.steps_record()),
             **({"framework": self.framework} if self.framework else {}),
             "notes": guest.notes(),
         }
+        return run_document(header, self.step_times(), sections)
 
     def _profiler_record(self) -> dict[str, Any]:
         budget = getattr(self.profiler, "budget_record", None)  # a test's fake may lack it
@@ -393,8 +379,7 @@ class Session:
             "peak_growth_mib": round(self.monitor.peak_window_growth / 2**20, 1),
         }
 
-    def _accounting_record(self) -> dict[str, Any]:
-        steps = self.steps_record()
+    def _accounting_record(self, steps: dict[str, Any]) -> dict[str, Any]:
         gpu = None
         if self.gpu:
             gpu = {**self.gpu, "backend_flags": self.config.flags_at_window or {}}

@@ -11,16 +11,10 @@ from typing import Any
 from torchdoctor.capture.frameworks import framework_hint
 from torchdoctor.capture.measurement import measure
 from torchdoctor.capture.options import CheckOptions
-from torchdoctor.capture.runfolder import (
-    RUN_SCHEMA,
-    RUN_SCHEMA_VERSION,
-    RankInfo,
-    release_pointer,
-    wait_for_ranks,
-    write_json,
-)
+from torchdoctor.capture.runfolder import RankInfo, release_pointer, wait_for_ranks, write_json
 from torchdoctor.commands.check.summary import build_report, render_analysis, summary_text
 from torchdoctor.record import layout
+from torchdoctor.record.write import rank_index
 from torchdoctor.report.account_text import account_text
 from torchdoctor.rules.finding import Finding
 from torchdoctor.terminal import clean_report
@@ -43,16 +37,7 @@ def _gather(
         return {0: record}, trace
     records = wait_for_ranks(folder, rank.world_size, options.rank_timeout_s)
     records[rank.rank] = record
-    write_json(
-        layout.run_file(folder),
-        {
-            "schema": RUN_SCHEMA,
-            "schema_version": RUN_SCHEMA_VERSION,
-            "world_size": rank.world_size,
-            "ranks": {str(r): str(layout.rank_record(Path(), r)) for r in sorted(records)},
-            "missing_ranks": [r for r in range(rank.world_size) if r not in records],
-        },
-    )
+    write_json(layout.run_file(folder), rank_index(rank.world_size, list(records)))
     traces = folder / layout.TRACES
     return records, traces if traces.is_dir() and any(traces.iterdir()) else None
 

@@ -1,0 +1,83 @@
+"""``run.json`` has one writer (``record/write.py``): the record a watched process writes at its
+end and the one its watching parent rebuilds from ``steps.log`` after a hard exit must carry the
+same header and steps keys, with the same statistics over the same steps."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from statistics import median
+
+import pytest
+
+import torchdoctor
+from torchdoctor.capture.evidence import read_evidence, record_from_evidence
+from torchdoctor.record import layout
+from torchdoctor.record.folder import read_run
+from torchdoctor.record.run import RunRecord
+from torchdoctor.record.write import RankPlace, RunHeader, StepTimes, rank_index, run_document
+
+
+def _train() -> None:
+    import torch
+
+    model = torch.nn.Linear(8, 8)
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    for _ in range(6):
+        model(torch.randn(4, 8)).sum().backward()
+        opt.step()
+        opt.zero_grad()
+
+
+def test_the_rebuilt_record_matches_the_written_one(tmp_path: Path) -> None:
+    result = torchdoctor.check(_train, warmup_steps=1, profile_steps=2, out_dir=tmp_path / "runs")
+    written = result.record
+    log = layout.steps_log(result.folder, 0, distributed=False)
+    rebuilt = record_from_evidence(read_evidence(log), written["exit"])
+    # Every header key of the written record, in the same order, with the same values where
+    # the log knows them (versions and the script's identity; not the wall time).
+    header = list(written)[: list(written).index("steps")]
+    assert list(rebuilt)[: list(rebuilt).index("steps")] == header
+    for key in ("schema", "schema_version", "script", "argv", "options", "rank", "exit"):
+        assert rebuilt[key] == written[key], key
+    ws, rs = written["steps"], rebuilt["steps"]
+    assert list(rs) == list(ws)
+    assert rs["step_ms"] == pytest.approx(ws["step_ms"][: len(rs["step_ms"])], rel=1e-6)
+    assert rs["count"] == ws["count"] and rs["source"] == ws["source"]
+    # The statistics a rule reads, over the same measured steps.
+    measured = rs["step_ms"][rs["warmup_steps"] :]
+    assert rs["median_step_ms"] == pytest.approx(median(measured))
+    assert RunRecord.from_dict(rebuilt).steps.mean_step_ms == pytest.approx(
+        sum(measured) / len(measured)
+    )
+
+
+def test_a_section_may_not_overwrite_the_header_or_the_steps() -> None:
+    header = RunHeader("t.py", [], {}, RankPlace(), {"status": "completed"}, 100.0, "2.13")
+    steps = StepTimes("optimizer", [10.0, 20.0, 30.0], [0.0, 1.0, 2.0], warmup_steps=1)
+    doc = run_document(header, steps, {"ops": None})
+    assert doc["steps"]["median_step_ms"] == 25.0 and doc["steps"]["mean_data_wait_ms"] == 1.5
+    with pytest.raises(ValueError, match="exit, steps"):
+        run_document(header, steps, {"exit": {}, "steps": {}})
+
+
+def test_measured_end_leaves_checks_own_mode_steps_out() -> None:
+    steps = StepTimes("marker", [5.0, 10.0, 10.0, 99.0], [0.0] * 4, 1, measured_end=3).to_dict()
+    assert steps["measured_steps"] == 2 and steps["mean_step_ms"] == 10.0
+    assert steps["count"] == 4  # every step is still recorded
+
+
+def test_the_rank_index_is_read_back_as_rank_zeros_record(tmp_path: Path) -> None:
+    for r in (0, 2):
+        path = layout.rank_record(tmp_path, r)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        doc = run_document(
+            RunHeader("t.py", [], {}, RankPlace(r, r, 3), {"status": "completed"}, 1.0, None),
+            StepTimes("optimizer", [1.0], [0.0], 0),
+            {},
+        )
+        path.write_text(json.dumps(doc))
+    index = rank_index(3, [2, 0])
+    assert index["missing_ranks"] == [1] and list(index["ranks"]) == ["0", "2"]
+    layout.run_file(tmp_path).write_text(json.dumps(index))
+    assert read_run(tmp_path)["rank"] == {"rank": 0, "local_rank": 0, "world_size": 3}
