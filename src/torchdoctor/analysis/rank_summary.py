@@ -9,6 +9,7 @@ Times are milliseconds except collective start times, which are absolute trace m
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from itertools import pairwise
 from typing import Any
 
 import numpy as np
@@ -20,6 +21,7 @@ from torchdoctor.analysis.bundle import TraceAnalysis
 # Private names on purpose: one definition of a collective's kind and of a CPU collective call.
 from torchdoctor.analysis.communication import _collective as collective_kind
 from torchdoctor.analysis.gpu_activity import CPU_COLLECTIVE
+from torchdoctor.trace.table import TraceTable
 
 TOP_KERNELS = 5
 
@@ -123,16 +125,14 @@ def waiting_intervals(a: TraceAnalysis) -> iv.Intervals:
 
 def collectives(a: TraceAnalysis) -> Collectives:
     """The rank's collectives inside its steps: communication kernels on a GPU trace, the
-    outermost CPU collective calls (``c10d::allreduce_`` around ``gloo:all_reduce``) otherwise."""
+    outermost CPU collective calls otherwise (see ``_cpu_calls``)."""
     t, act = a.table, a.activity
     if a.has_gpu:
         m = act.cls == 1
         names = t.name[act.rows[m]]
         start, end = act.start_us[m], act.end_us[m]
     else:
-        rows = t.rows_named(lambda n: bool(CPU_COLLECTIVE.match(n)))
-        rows = rows[np.argsort(t.ts[rows], kind="stable")]
-        names, start, end = _outermost(t.name[rows], t.ts[rows], t.ts[rows] + t.dur[rows])
+        names, start, end = _cpu_calls(t)
     step_idx = np.searchsorted(a.steps.starts_us, start, side="right") - 1
     ok = step_idx >= 0
     if len(a.steps):
@@ -147,11 +147,34 @@ def collectives(a: TraceAnalysis) -> Collectives:
     )
 
 
-def _outermost(
-    names: np.ndarray, start: np.ndarray, end: np.ndarray
-) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Keep calls that do not start inside an earlier call (nested ones are its parts)."""
-    reach = np.maximum.accumulate(end) if len(end) else end
-    keep = np.ones(len(start), dtype=bool)
-    keep[1:] = start[1:] >= reach[:-1]
-    return names[keep], start[keep], end[keep]
+def _cpu_calls(t: TraceTable) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """One range per collective the program issued, in time order.
+
+    A call appears twice: as the ``c10d::allreduce_`` the caller's thread dispatches, and as the
+    backend's ``gloo:all_reduce`` on a worker thread, which starts later and may end in the next
+    step (it closes when the caller next waits). Counting both, or nesting across threads, makes
+    the count per step depend on timing, so the caller's ``c10d::`` calls are used when the
+    trace has them (they also mark when the rank arrived), the backend's otherwise; a call
+    nested in an earlier one on the same thread is its part."""
+    rows = t.rows_named(lambda n: bool(CPU_COLLECTIVE.match(n)))
+    caller = t.rows_named(lambda n: bool(CPU_COLLECTIVE.match(n)) and n.startswith("c10d::"))
+    if len(caller):
+        rows = caller
+    rows = rows[np.lexsort((t.ts[rows], t.tid[rows]))]
+    start, end, tid = t.ts[rows], t.ts[rows] + t.dur[rows], t.tid[rows]
+    keep = np.ones(len(rows), dtype=bool)
+    for lo, hi in _runs(tid):
+        reach = np.maximum.accumulate(end[lo:hi])
+        keep[lo + 1 : hi] = start[lo + 1 : hi] >= reach[:-1]
+    rows = rows[keep]
+    rows = rows[np.argsort(t.ts[rows], kind="stable")]
+    return t.name[rows], t.ts[rows], t.ts[rows] + t.dur[rows]
+
+
+def _runs(values: np.ndarray) -> list[tuple[int, int]]:
+    """(start, end) index pairs of the runs of equal values in a sorted array."""
+    if not len(values):
+        return []
+    cuts = np.flatnonzero(values[1:] != values[:-1]) + 1
+    bounds = [0, *cuts.tolist(), len(values)]
+    return list(pairwise(bounds))
