@@ -5,18 +5,19 @@ from __future__ import annotations
 
 import json
 import sys
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import click
 
 from torchdoctor.compare.estimates import RUN_TO_RUN_PCT
+from torchdoctor.compare.options import TOP, CompareOptions, sides_of
+from torchdoctor.compare.rerun_types import RerunOptions
 from torchdoctor.exits import EXIT_SLOWER as EXIT_GATE_FAILED
 from torchdoctor.json_arg import TwoInputJsonCommand, emit_json, json_option, json_target
 
-if TYPE_CHECKING:
-    from torchdoctor.compare.rerun import RerunOptions
-
 _AFTER_DASHES = "torchdoctor.compare.after_dashes"
+_PLAN = RerunOptions()
+"""The rerun flags' defaults."""
 
 
 class _SeesDashes(TwoInputJsonCommand):
@@ -43,7 +44,7 @@ class _SeesDashes(TwoInputJsonCommand):
 @json_option("comparison")
 @click.option(
     "--top",
-    default=10,
+    default=TOP,
     show_default=True,
     type=click.IntRange(1, 1000),
     help="Rows in each kernel and operator table.",
@@ -78,7 +79,7 @@ class _SeesDashes(TwoInputJsonCommand):
 @click.option(
     "--rounds",
     type=click.IntRange(1, 1000),
-    default=8,
+    default=_PLAN.rounds,
     show_default=True,
     help="--rerun: rounds at most (it stops once decided, after 6: the fewest with a 95% "
     "interval).",
@@ -86,7 +87,7 @@ class _SeesDashes(TwoInputJsonCommand):
 @click.option(
     "--warmup",
     type=click.IntRange(0),
-    default=5,
+    default=_PLAN.warmup,
     show_default=True,
     help="--rerun: warm-up steps per run (compile, first batches); their excess over steady "
     "steps is the one-time cost.",
@@ -94,19 +95,21 @@ class _SeesDashes(TwoInputJsonCommand):
 @click.option(
     "--steps",
     type=click.IntRange(1),
-    default=20,
+    default=_PLAN.steps,
     show_default=True,
     help="--rerun: steady-state steps per run after the warm-up.",
 )
 @click.option(
     "--full", is_flag=True, help="--rerun: let each run go to the script's end (the whole job)."
 )
-@click.option("--seed", type=int, default=0, show_default=True, help="--rerun: order shuffle seed.")
+@click.option(
+    "--seed", type=int, default=_PLAN.seed, show_default=True, help="--rerun: order shuffle seed."
+)
 @click.option(
     "--timeout",
     "timeout_s",
     type=click.FloatRange(1),
-    default=900.0,
+    default=_PLAN.timeout_s,
     show_default=True,
     help="--rerun: seconds one run may take.",
 )
@@ -139,94 +142,65 @@ def compare_command(
     from torchdoctor.exits import guarded as _guarded
 
     after = click.get_current_context().meta.get(_AFTER_DASHES)
-    if rerun:
-        from torchdoctor.compare.rerun import RerunOptions
 
-        plan = RerunOptions(rounds=rounds, warmup=warmup, steps=steps, full=full, seed=seed,
-                            timeout_s=timeout_s, job_steps=job_steps)  # fmt: skip
-        failed = _guarded(_rerun)(
-            sides, after, plan, fail_pct=fail_pct, json_path=json_path, html_path=html_path
-        )
-    else:
-        failed = _guarded(_compare)(
-            sides, after, fail_pct=fail_pct, json_path=json_path, html_path=html_path, top=top,
-            job_steps=job_steps, run_noise_pct=run_noise_pct,
+    def options() -> CompareOptions:
+        plan = (
+            RerunOptions(rounds=rounds, warmup=warmup, steps=steps, full=full, seed=seed,
+                         timeout_s=timeout_s, job_steps=job_steps)
+            if rerun else None
         )  # fmt: skip
+        base, new, args = sides_of(sides, after, rerun)
+        return CompareOptions(
+            base, new, script_args=args, fail_pct=fail_pct, json_path=json_path, top=top,
+            html_path=html_path, job_steps=job_steps, run_noise_pct=run_noise_pct, rerun=plan,
+        )  # fmt: skip
+
+    failed = _guarded(lambda: run(options()))()
     sys.exit(EXIT_GATE_FAILED if failed else 0)
 
 
-def _split(sides: tuple[str, ...], after: int | None) -> tuple[list[str], list[str]]:
-    from torchdoctor.errors import UserError
-
-    if after is None:
-        if len(sides) != 2:
-            raise UserError(
-                f"give BASE and NEW (got {len(sides)} paths); for several runs a side, "
-                "separate the sides with --: compare A1 A2 A3 -- B1 B2 B3"
-            )
-        return [sides[0]], [sides[1]]
-    base, new = list(sides[: len(sides) - after]), list(sides[len(sides) - after :])
-    if not base or not new:
-        raise UserError("give at least one run on each side of --")
-    return base, new
+def run(o: CompareOptions) -> bool:
+    """Compare, print the report (or only its JSON), write the HTML page; True when the gate
+    failed."""
+    return _rerun(o, o.rerun) if o.rerun is not None else _compare(o)
 
 
-def _compare(
-    sides: tuple[str, ...],
-    after: int | None,
-    *,
-    fail_pct: float | None,
-    json_path: str | None,
-    top: int,
-    html_path: str | None,
-    job_steps: int | None,
-    run_noise_pct: float,
-) -> bool:
+def _compare(o: CompareOptions) -> bool:
     from torchdoctor.compare import render
     from torchdoctor.compare.diff import compare
     from torchdoctor.compare.runs import load_runs
     from torchdoctor.inputs import output_path
 
-    if html_path:
-        output_path(html_path, "HTML page")
-    json_target(json_path, sides)
-
-    base, new = _split(sides, after)
-    c = compare(load_runs(base), load_runs(new), job_steps=job_steps, run_noise_pct=run_noise_pct)
-    if not emit_json(json.dumps(_clean(render.to_dict(c, fail_pct, top)), indent=1), json_path):
+    if o.html_path:
+        output_path(o.html_path, "HTML page")
+    json_target(o.json_path, o.paths)
+    c = compare(
+        load_runs(list(o.base)),
+        load_runs(list(o.new)),
+        job_steps=o.job_steps,
+        run_noise_pct=o.run_noise_pct,
+    )
+    if not emit_json(
+        json.dumps(_clean(render.to_dict(c, o.fail_pct, o.top)), indent=1), o.json_path
+    ):
         from torchdoctor.terminal import clean_report
 
-        click.echo(clean_report(render.render_text(c, fail_pct, top)), nl=False)
-    if html_path:
+        click.echo(clean_report(render.render_text(c, o.fail_pct, o.top)), nl=False)
+    if o.html_path:
         from torchdoctor.report.html import write_html
 
-        write_html(render.page(c, fail_pct, top), html_path)
-        click.echo(f"wrote {html_path}", err=True)
-    return fail_pct is not None and c.gate(fail_pct)
+        write_html(render.page(c, o.fail_pct, o.top), o.html_path)
+        click.echo(f"wrote {o.html_path}", err=True)
+    return o.fail_pct is not None and c.gate(o.fail_pct)
 
 
-def _rerun(
-    sides: tuple[str, ...],
-    after: int | None,
-    plan: RerunOptions,
-    *,
-    fail_pct: float | None,
-    json_path: str | None,
-    html_path: str | None,
-) -> bool:
+def _rerun(o: CompareOptions, plan: RerunOptions) -> bool:
     from torchdoctor.compare import rerun_render
     from torchdoctor.compare.rerun import Script, run_interleaved
     from torchdoctor.errors import UserError
 
-    args = tuple(sides[len(sides) - after :]) if after else ()
-    scripts = sides[: len(sides) - after] if after else sides
-    if len(scripts) != 2:
-        raise UserError(
-            f"--rerun takes two scripts, BASE and NEW (got {len(scripts)}); their arguments go "
-            "after --: compare --rerun a.py b.py -- --epochs 1"
-        )
-    json_target(json_path, scripts)
-    base, new = Script(scripts[0], args), Script(scripts[1], args)
+    json_target(o.json_path, o.paths)
+    base, new = Script(o.base[0], o.script_args), Script(o.new[0], o.script_args)
     result = run_interleaved(
         base,
         new,
@@ -236,15 +210,15 @@ def _rerun(
     if result.verdict is None:
         raise UserError(f"--rerun: {result.failure}")
     if not emit_json(
-        json.dumps(_clean(rerun_render.to_dict(result, fail_pct)), indent=1), json_path
+        json.dumps(_clean(rerun_render.to_dict(result, o.fail_pct)), indent=1), o.json_path
     ):
-        click.echo(rerun_render.render_text(result, fail_pct), nl=False)
-    if html_path:
+        click.echo(rerun_render.render_text(result, o.fail_pct), nl=False)
+    if o.html_path:
         from torchdoctor.report.html import write_html
 
-        write_html(rerun_render.page(result, fail_pct), html_path)
-        click.echo(f"wrote {html_path}", err=True)
-    return fail_pct is not None and result.verdict.gate(fail_pct)
+        write_html(rerun_render.page(result, o.fail_pct), o.html_path)
+        click.echo(f"wrote {o.html_path}", err=True)
+    return o.fail_pct is not None and result.verdict.gate(o.fail_pct)
 
 
 def _clean(x: Any) -> Any:
