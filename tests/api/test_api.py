@@ -86,6 +86,7 @@ def test_check_a_script_with_arguments(tmp_path: Path) -> None:
     )
     assert full.exit_code == 3 and full.steps["count"] == 4
     assert full.record["argv"] == ["4", "3"] and full.record["exit"]["status"] == "exited"
+    assert (full.run.exit_status, full.run.steps.count) == ("exited", 4)
     assert full.report is not None and full.text.startswith("torchdoctor check:")
 
 

@@ -41,6 +41,8 @@ class StepStats:
     step_ms: tuple[float, ...] = ()
     window_steps: int = 0
     """Steps inside the profiled window (where CUDA's sync-debug mode counts); 0 if none."""
+    source: str | None = None
+    """What marked the steps (``optimizer``, ``dataloader``, ``marker``...); None if unknown."""
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> StepStats:
@@ -56,6 +58,7 @@ class StepStats:
             mean_data_wait_ms=_f(d.get("mean_data_wait_ms")),
             step_ms=step_ms,
             window_steps=int(window[1]) - int(window[0]) + 1 if len(window) == 2 else 0,
+            source=str(d["source"]) if d.get("source") else None,
         )
 
 

@@ -15,6 +15,7 @@ from torchdoctor.errors import UserError
 from torchdoctor.record import layout
 
 if TYPE_CHECKING:
+    from torchdoctor.record.run import RunRecord
     from torchdoctor.rules.finding import Finding
 
 PathLike = str | Path
@@ -29,7 +30,8 @@ class CheckResult:
     folder: Path
     """The run folder (``run.json``, ``report.json``, ``report.txt``, the trace)."""
     record: dict[str, Any]
-    """This process's ``run.json`` record (steps, settings seen, run-level findings)."""
+    """This process's ``run.json`` document as written (steps, settings seen, run-level
+    findings); ``run`` is the same record typed."""
     report: dict[str, Any] | None
     """``report.json`` (None on ranks other than 0, which write no report)."""
     text: str
@@ -42,6 +44,14 @@ class CheckResult:
 
         source = self.report if self.report is not None else self.record
         return [finding_from_dict(d) for d in source.get("findings", [])]
+
+    @property
+    def run(self) -> RunRecord:
+        """The ``run.json`` record typed (``run.steps.count``, ``run.exit_status``,
+        ``run.compile.recompiles``...), as the run rules, ``compare`` and ``fix`` read it."""
+        from torchdoctor.record.run import RunRecord
+
+        return RunRecord.from_dict(self.record)
 
     @property
     def steps(self) -> dict[str, Any]:
