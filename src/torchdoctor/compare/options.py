@@ -59,12 +59,7 @@ def sides_of(
     if rerun:
         args = tuple(sides[len(sides) - after :]) if after else ()
         scripts = sides[: len(sides) - after] if after else sides
-        if len(scripts) != 2:
-            raise UserError(
-                f"--rerun takes two scripts, BASE and NEW (got {len(scripts)}); their arguments "
-                "go after --: compare --rerun a.py b.py -- --epochs 1"
-            )
-        return scripts[:1], scripts[1:], args
+        return scripts[:1], scripts[1:], args  # CompareOptions refuses other than one a side
     if after is None:
         if len(sides) != 2:
             raise UserError(

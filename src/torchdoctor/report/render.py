@@ -145,7 +145,7 @@ def _findings(con: Console, report: Report) -> None:
         if "Not a clean bill" in (report.verdict or ""):  # check: the step is not accounted for
             con.print("No findings named; the time is not accounted for (see the lines below).\n")
         else:
-            con.print("[green]No findings: nothing here holds the workload back.[/green]\n")
+            con.print("[green]No findings: none of the rules fired on this run.[/green]\n")
         return
     con.print("[bold]Findings[/bold] (ranked by estimated saving)")
     for i, f in enumerate(report.findings, 1):
