@@ -153,8 +153,20 @@ CASES: tuple[Case, ...] = (
     Case(
         "debug_print_every_step.py",
         "debug print of whole tensors every step",
-        ("unexplained-step-time",),
+        ("unexplained-step-time", "work-beside-step"),
         'print(f"step {step} logits',
+    ),
+    Case(
+        "ema_param_loop.py",
+        "teacher average updated tensor by tensor in a helper",
+        ("work-beside-step",),
+        "t.copy_(decay * t + (1 - decay) * s)  # planted",
+    ),
+    Case(
+        "snapshot_every_step.py",
+        "best weights deep-copied at every improvement",
+        ("housekeeping-in-step", "work-beside-step"),
+        "return copy.deepcopy(model.state_dict())  # planted",
     ),
     Case("control_cnn.py", "", (), ""),
     Case("control_transformer.py", "", (), ""),

@@ -10,6 +10,7 @@ reached through a symlink is still a library. Plain Python, no torch import.
 from __future__ import annotations
 
 import contextlib
+import importlib.util
 import os
 import site
 import sys
@@ -27,8 +28,14 @@ def _real(path: str) -> str:
 
 
 def _package_dir(module: str) -> str | None:
+    """The folder of package ``module``, imported or not: the watcher is built before the
+    script imports torch, and torch's files must still be told from another package's."""
     mod = sys.modules.get(module)
     path = getattr(mod, "__file__", None)
+    if not path:
+        with contextlib.suppress(ImportError, ValueError):
+            spec = importlib.util.find_spec(module)  # finds, never imports
+            path = spec.origin if spec is not None else None
     return _real(os.path.dirname(path)) if path else None
 
 

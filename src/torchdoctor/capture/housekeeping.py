@@ -1,5 +1,10 @@
-"""Housekeeping calls inside the training loop: ``torch.save`` (checkpoints) and
-``gc.collect()`` (a full garbage collection), timed at the user's line.
+"""Housekeeping calls inside the training loop: ``torch.save`` (checkpoints),
+``gc.collect()`` (a full garbage collection) and deep copies of tensors (``copy.deepcopy`` of a
+model or of its ``state_dict``: a snapshot), timed at the user's line.
+
+A deep copy is timed tensor by tensor (``Tensor.__deepcopy__``), never by wrapping ``copy.deepcopy`` itself: that function recurses through its module's own
+global, and a wrapper there would add a frame to every level of every deep copy in the process.
+The site is the innermost user line on the stack (the helper that called ``deepcopy``).
 
 Neither is training work, and neither shows as anything but "time outside operators" in a
 trace, where it reads as framework overhead or an input pipeline. Recorded only while
@@ -25,6 +30,7 @@ class HousekeepingWatch:
     def __init__(self) -> None:
         self.measuring = False
         self.calls: dict[tuple[str, str], list[float]] = {}
+        self._copying = False
         self._patcher = Patcher()
 
     def install(self) -> None:
@@ -56,6 +62,30 @@ class HousekeepingWatch:
         self._patcher.patch(torch, "save", wrap("torch.save", torch.save))
         self._patcher.patch(gc, "collect", wrap("gc.collect", gc.collect))
 
+        def wrap_copy(orig: Any) -> Any:
+            @functools.wraps(orig)
+            def call(tensor: Any, memo: Any) -> Any:
+                if not watch.measuring or watch._copying:  # nested: a grad, a Parameter's data
+                    return orig(tensor, memo)
+                site = _user_site(sys._getframe(1), library)
+                if site is None:
+                    return orig(tensor, memo)  # a library's own copy
+                watch._copying = True
+                t0 = perf_counter()
+                try:
+                    return orig(tensor, memo)
+                finally:
+                    watch._copying = False
+                    watch._record("copy.deepcopy", site, perf_counter() - t0)
+
+            return call
+
+        # Plain tensors only (a state dict's): a module's deep copy is ``repeated-construction``'s
+        # (its ``Module.__setstate__``), and a Parameter copies itself without this method.
+        own = torch.Tensor.__dict__.get("__deepcopy__")
+        if own is not None:
+            self._patcher.patch(torch.Tensor, "__deepcopy__", wrap_copy(own))
+
     def _record(self, what: str, site: str, seconds: float) -> None:
         key = (what, site)
         if key in self.calls or len(self.calls) < _MAX_SITES:
@@ -74,3 +104,13 @@ class HousekeepingWatch:
             for (w, s), (c, t) in self.calls.items()
         ]
         return sorted(rows, key=lambda r: -r["seconds"])
+
+
+def _user_site(frame: Any, library: Any, depth: int = 64) -> str | None:
+    """``file:line`` of the innermost user frame from ``frame`` out, None within ``depth``."""
+    while frame is not None and depth > 0:
+        name = frame.f_code.co_filename
+        if not name.startswith("<") and not library(name):
+            return f"{name}:{frame.f_lineno}"
+        frame, depth = frame.f_back, depth - 1
+    return None

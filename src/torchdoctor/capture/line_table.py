@@ -15,6 +15,11 @@ stack (**inclusive**), split by what ran under it:
   cannot tell, the interval's CPU time of the thread is ``Python`` and the rest is ``I/O`` when
   bytes moved, else ``sleep/wait``.
 
+Each row also says which library call its self time was in (``calls``: ``owner|qualname``
+of the library frame the line called, ``""`` for the line's own Python or the operators it
+called directly, ``"?"`` where the sample did not say), so a rule can tell the model's forward,
+backward and optimizer from a ``copy.deepcopy`` or a ``state_dict`` made every step.
+
 Before any of these, the time the thread spent runnable but waiting for a CPU (the scheduler's
 run-queue wait) is ``CPU contention``: other processes, or too many threads of our own, held the
 cores.
@@ -50,6 +55,7 @@ CATEGORIES: tuple[Category, ...] = (
     "CPU contention",
 )
 MAX_ROWS = 25
+MAX_CALLS = 12
 NO_USER_FRAME = "(no frame of yours)"
 
 
@@ -129,6 +135,7 @@ class _Acc:
         self.under: dict[str, dict[str, int]] = defaultdict(lambda: defaultdict(int))
         self.ops: dict[str, dict[str, int]] = defaultdict(lambda: defaultdict(int))
         self.leaf: dict[str, dict[str, int]] = defaultdict(lambda: defaultdict(int))
+        self.entry: dict[str, dict[str, int]] = defaultdict(lambda: defaultdict(int))
         self.func: dict[str, str] = {}
         self.total: dict[str, int] = defaultdict(int)
         self.op_total: dict[str, int] = defaultdict(int)
@@ -182,6 +189,7 @@ def _add(
 ) -> None:
     stack = samples.stacks[samples.stack[i]]
     leaf = samples.leaves[samples.leaf[i]]
+    entry = samples.entries[samples.entry[i]] if i < len(samples.entry) else "?"
     for cat, ns in parts:
         acc.total[cat] += ns
         if cat == "Python":
@@ -203,6 +211,7 @@ def _add(
     if op is not None:
         acc.ops[site][op] += dt
     acc.leaf[site][leaf] += dt
+    acc.entry[site][entry] += dt
     for s in sites:
         acc.incl_ns[s] += dt
 
@@ -235,6 +244,7 @@ def _table(
                 "under": {c: ms(v) for c, v in _desc(acc.under.get(site, {}))},
                 "ops": [[name, ms(v)] for name, v in _desc(acc.ops.get(site, {}))[:5]],
                 "python_in": [[name, ms(v)] for name, v in _desc(acc.leaf.get(site, {}))[:4]],
+                "calls": [[name, ms(v)] for name, v in _desc(acc.entry.get(site, {}))[:MAX_CALLS]],
             }
         )
     modes = {

@@ -91,6 +91,13 @@ class Samples:
     stacks: list[tuple[Frame, ...]] = field(default_factory=list)
     """Distinct user stacks, innermost frame first (empty tuple: no user frame)."""
     leaves: list[str] = field(default_factory=list)
+    entry: array[int] = field(default_factory=lambda: array("i"))
+    """Index into ``entries``: the library call the innermost user frame was in (may be
+    shorter than the other columns in hand-built samples: then unknown)."""
+    entries: list[str] = field(default_factory=list)
+    """``owner|qualname`` of the outermost library frame under the innermost user frame
+    (``torch:nn|Module._wrapped_call_impl``, ``stdlib:copy|deepcopy``); ``""``: the user's own
+    line was running (its Python, or tensor operators called from it directly)."""
     modes: tuple[str, ...] = ()
     """Names of the mode probes behind ``flags`` bits 1.."""
     start_ns: int = 0
@@ -153,6 +160,7 @@ class StackSampler:
         self._target = 0
         self._stack_ids: dict[tuple[Frame, ...], int] = {}
         self._leaf_ids: dict[str, int] = {}
+        self._entry_ids: dict[str, int] = {}
         self._cpu_clock: int | None = None
         self._io_fd: int | None = None
         self._sys_fd: int | None = None
@@ -225,7 +233,7 @@ class StackSampler:
         t = time.perf_counter_ns()
         if raw is None:  # the training thread ended
             return False
-        stack, leaf, ours = self._walk(raw)  # first: an error leaves the columns aligned
+        stack, leaf, entry, ours = self._walk(raw)  # first: an error leaves the columns aligned
         s = self.samples
         flags = 1 if (self._gc is not None and self._gc.active) else 0
         if ours:
@@ -244,6 +252,10 @@ class StackSampler:
         if lid is None:
             lid = self._leaf_ids[leaf] = len(s.leaves)
             s.leaves.append(leaf)
+        eid = self._entry_ids.get(entry)
+        if eid is None:
+            eid = self._entry_ids[entry] = len(s.entries)
+            s.entries.append(entry)
         s.t_ns.append(t)
         s.cpu_ns.append(self._cpu_now())
         s.runq_ns.append(self._runq_now())
@@ -252,13 +264,15 @@ class StackSampler:
         s.flags.append(flags)
         s.stack.append(sid)
         s.leaf.append(lid)
+        s.entry.append(eid)
         return True
 
-    def _walk(self, raw: RawStack) -> tuple[tuple[Frame, ...], str, bool]:
+    def _walk(self, raw: RawStack) -> tuple[tuple[Frame, ...], str, str, bool]:
         label = self.paths.label
         user: list[Frame] = []
         leaf = ""
         ours = False
+        below: Any = None  # the outermost library frame seen before the first user frame
         for code, line in raw:
             if code in self.ours:
                 ours = True
@@ -267,9 +281,14 @@ class StackSampler:
                 leaf = self.paths.detail(code.co_filename)
             if owner == USER:
                 user.append((code.co_filename, line, _qualname(code)))
+            elif not user and owner != "torchdoctor":  # our wrappers: the call they wrap
+                below = code
         if len(user) > MAX_USER_FRAMES:  # deep recursion: keep both ends of the stack
             user = user[: MAX_USER_FRAMES - 16] + user[-16:]
-        return tuple(user), leaf, ours
+        entry = ""
+        if below is not None and user:
+            entry = f"{self.paths.detail(below.co_filename)}|{_qualname(below)}"
+        return tuple(user), leaf, entry, ours
 
     def _cpu_now(self) -> int:
         if self._cpu_clock is None:

@@ -14,6 +14,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from torchdoctor.record.lines import LineTable
+
 
 def _d(value: Any) -> dict[str, Any]:
     return value if isinstance(value, dict) else {}
@@ -218,6 +220,8 @@ class RunRecord:
     ops: dict[str, Any] = field(default_factory=dict)
     """Operator summary of the profiled window (``gemm_share``, ``median_op_us``, ...)."""
     oom: dict[str, Any] | None = None
+    lines: LineTable = field(default_factory=LineTable)
+    """The sampled line table of the measured steps (``record/lines.py``)."""
     raw: dict[str, Any] = field(default_factory=dict)
 
     @classmethod
@@ -234,6 +238,7 @@ class RunRecord:
             gpu=GpuInfo.from_dict(gpu) if isinstance(gpu, dict) and gpu else None,
             ops=_d(d.get("ops")),
             oom=oom if isinstance(oom, dict) and oom else None,
+            lines=LineTable.from_dict(_d(d.get("lines"))),
             raw=d,
         )
 

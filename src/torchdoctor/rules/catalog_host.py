@@ -1,5 +1,6 @@
 """Registry entries of the run-level findings about the host itself: threads waiting for cores,
-torch's own warnings, rare long steps, and housekeeping calls inside the step."""
+torch's own warnings, rare long steps, housekeeping calls inside the step, and work beside the
+step (a state copy, a parameter-by-parameter update made every step)."""
 
 from __future__ import annotations
 
@@ -61,5 +62,21 @@ HOST_SPECS: tuple[FindingSpec, ...] = (
         explanation="Saving a checkpoint or running a full garbage collection is not training "
         "work; done every step it adds its whole time to every step.",
         doc_url=f"{D}/notes/serialization.html",
+    ),
+    FindingSpec(
+        id="work-beside-step",
+        label="work beside the step",
+        title="{what} at {site} ({function}): {ms:.1f} ms per step ({share:.0%}), outside the "
+        "model's forward, backward and the optimizer's step",
+        sources=("run",),
+        severity=SeverityPolicy(),
+        threshold=th.ASIDE_SHARE,
+        fix=static("# run it every N steps, or make it cheaper (see the finding's evidence)"),
+        explanation="Time in the loop that is not the model's forward or backward, the "
+        "optimizer's step or the input: a copy of the weights, a state dict, an average of "
+        "the parameters updated tensor by tensor. Done every step it adds its whole time to "
+        "every step, and neither the roofline nor a trace calls it waste: the copies are real "
+        "work, only not training's.",
+        doc_url=f"{D}/optim.html#weight-averaging-swa-and-ema",
     ),
 )

@@ -148,6 +148,15 @@ _WHAT = {
         "if step % 1000 == 0:  # checkpoint every N steps, not every step\n"
         "    torch.save(model.state_dict(), path)",
     ),
+    "copy.deepcopy": (
+        "copy.deepcopy of tensors every step",
+        "# a snapshot of the weights every step allocates and copies the whole state; take it\n"
+        "# when it is needed (at evaluation, every N steps), into the tensors of the first one:\n"
+        "if step % 100 == 0:\n"
+        "    with torch.no_grad():\n"
+        "        for kept, t in zip(snapshot.values(), model.state_dict().values()):\n"
+        "            kept.copy_(t)",
+    ),
     "gc.collect": (
         "gc.collect() every step",
         "# Python collects garbage by itself: drop the call from the loop, or keep it rare:\n"
@@ -166,7 +175,13 @@ def housekeeping_in_step(run: RunRecord) -> list[Finding]:
         return []
     out = []
     s = spec("housekeeping-in-step")
+    # a module deep-copied at a line is repeated-construction's (its buffers' copies land here)
+    modules_copied = {
+        r.get("site") for r in run.raw.get("repeats") or [] if r.get("kind") == "copy"
+    }
     for r in rows:
+        if r["what"] == "copy.deepcopy" and r["site"] in modules_copied:
+            continue
         per_step_ms = float(r["seconds"]) * 1e3 / measured
         calls = int(r["calls"]) / measured
         if calls < 0.5 or per_step_ms / step < th.HOUSEKEEPING_SHARE or r["what"] not in _WHAT:

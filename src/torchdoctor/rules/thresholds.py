@@ -202,7 +202,21 @@ RARE_LONG_MAX_SHARE = Threshold(
     0.49, "long steps are rare while they are fewer than half: the median is still a normal step"
 )
 HOUSEKEEPING_SHARE = Threshold(
-    0.02, "torch.save or gc.collect() in the loop costing 2% of the step or more"
+    0.02,
+    "torch.save, gc.collect() or a deep copy of tensors in the loop costing 2% of the step or more",
+)
+ASIDE_SHARE = Threshold(
+    0.08,
+    "a function (or a call from the loop) outside the model's forward, backward and the "
+    "optimizer's step holding 8% of the step or more: below that, one or two samples",
+)
+ASIDE_MIN_SAMPLES = Threshold(
+    3, "at least three stack samples: one or two may be a moment, not a habit of every step"
+)
+ASIDE_UPDATE_OPS = Threshold(
+    0.5,
+    "a helper's own operators count as work beside the step when copies and element-wise "
+    "updates (copy_, clone, add, mul, lerp...) are half of their time or more",
 )
 SKEW_SHARE_OF_COMM = Threshold(
     0.5,

@@ -1,0 +1,103 @@
+"""The line table of a ``check`` record (``run.json``'s ``lines``), typed: where the measured
+steps' wall time went, by the user's own source line, as ``capture/line_table.py`` wrote it.
+
+Plain data; a missing or malformed field reads as its empty default, so a record written before
+a field existed still reads (a row of an older record has no ``calls``: it says nothing about
+the library calls under it).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+
+def _f(value: Any) -> float:
+    return float(value) if isinstance(value, int | float) and not isinstance(value, bool) else 0.0
+
+
+def _pairs(value: Any) -> tuple[tuple[str, float], ...]:
+    """``[[name, ms], ...]`` as a tuple of pairs (malformed entries left out)."""
+    if not isinstance(value, list):
+        return ()
+    out = []
+    for item in value:
+        if isinstance(item, list | tuple) and len(item) == 2 and isinstance(item[0], str):
+            out.append((item[0], _f(item[1])))
+    return tuple(out)
+
+
+def _ms(value: Any) -> dict[str, float]:
+    return {str(k): _f(v) for k, v in value.items()} if isinstance(value, dict) else {}
+
+
+@dataclass(frozen=True)
+class LineRow:
+    """One user source line: its self time (sampled with it innermost) and inclusive time (it
+    anywhere on the stack), in ms per step, and what ran under its self time."""
+
+    site: str
+    """``file:line``."""
+    function: str = ""
+    """The function the line is in (``<module>`` at a script's top level)."""
+    code: str = ""
+    self_ms: float = 0.0
+    inclusive_ms: float = 0.0
+    under: dict[str, float] = field(default_factory=dict)
+    """ms per step of the self time by category (``torch ops``, ``Python``, ``I/O``...)."""
+    ops: tuple[tuple[str, float], ...] = ()
+    """The torch operators running under the self time, most first."""
+    calls: tuple[tuple[str, float], ...] = ()
+    """The library call the self time was in, ``owner|qualname`` (``torch:nn|
+    Module._wrapped_call_impl``, ``stdlib:copy|deepcopy``); ``""`` the line's own Python or the
+    operators it called directly; ``"?"`` unknown."""
+
+    @property
+    def file(self) -> str:
+        return self.site.rpartition(":")[0]
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> LineRow:
+        return cls(
+            site=str(d.get("site") or ""),
+            function=str(d.get("function") or ""),
+            code=str(d.get("code") or ""),
+            self_ms=_f(d.get("self_ms")),
+            inclusive_ms=_f(d.get("inclusive_ms")),
+            under=_ms(d.get("under")),
+            ops=_pairs(d.get("ops")),
+            calls=_pairs(d.get("calls")),
+        )
+
+
+@dataclass(frozen=True)
+class LineTable:
+    """The sampled line table of the measured steps (empty when the run was not sampled)."""
+
+    samples: int = 0
+    interval_s: float = 0.0
+    steps: int = 0
+    ms_per_step: float = 0.0
+    categories: dict[str, float] = field(default_factory=dict)
+    """ms per step of all sampled time by category."""
+    rows: tuple[LineRow, ...] = ()
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> LineTable:
+        rows = d.get("rows")
+        return cls(
+            samples=int(_f(d.get("samples"))),
+            interval_s=_f(d.get("interval_s")),
+            steps=int(_f(d.get("steps"))),
+            ms_per_step=_f(d.get("ms_per_step")),
+            categories=_ms(d.get("categories")),
+            rows=tuple(
+                LineRow.from_dict(r)
+                for r in (rows if isinstance(rows, list) else [])
+                if isinstance(r, dict) and r.get("site")
+            ),
+        )
+
+    def samples_in(self, ms_per_step: float) -> float:
+        """How many samples ``ms_per_step`` of time stands for (how much evidence it has)."""
+        return ms_per_step * self.steps / (self.interval_s * 1e3) if self.interval_s else 0.0
