@@ -81,10 +81,19 @@ class LineTable:
     categories: dict[str, float] = field(default_factory=dict)
     """ms per step of all sampled time by category."""
     rows: tuple[LineRow, ...] = ()
+    python_by_owner: dict[str, float] | None = None
+    """ms per step of Python time by the owner of the innermost frame (``torch:nn``,
+    ``stdlib:json``, ``user``...); None when not recorded."""
+    gc_ms_per_step: float = 0.0
+    """Time in garbage collections of the training thread (timed exactly, not sampled)."""
+    gc_collections: dict[str, int] = field(default_factory=dict)
+    """Collections per generation (``"0"``, ``"1"``, ``"2"``) while sampling."""
+    modes_on_share: dict[str, float] = field(default_factory=dict)
+    """Share of the samples with each global mode probe on (``anomaly_detection``...)."""
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> LineTable:
-        rows = d.get("rows")
+        rows, owners = d.get("rows"), d.get("python_by_owner")
         return cls(
             samples=int(_f(d.get("samples"))),
             interval_s=_f(d.get("interval_s")),
@@ -96,7 +105,20 @@ class LineTable:
                 for r in (rows if isinstance(rows, list) else [])
                 if isinstance(r, dict) and r.get("site")
             ),
+            python_by_owner=_ms(owners) if isinstance(owners, dict) else None,
+            gc_ms_per_step=_f(d.get("gc_ms_per_step")),
+            gc_collections={str(k): int(v) for k, v in _ms(d.get("gc_collections")).items()},
+            modes_on_share=_ms(d.get("modes_on_share")),
         )
+
+    def row(self, site: str) -> LineRow | None:
+        """The row of ``site`` (None when it is not in the table)."""
+        return next((r for r in self.rows if r.site == site), None)
+
+    def inclusive_ms(self, site: str) -> float:
+        """Inclusive ms per step of a user line (0 when it is not in the table)."""
+        row = self.row(site)
+        return row.inclusive_ms if row else 0.0
 
     def samples_in(self, ms_per_step: float) -> float:
         """How many samples ``ms_per_step`` of time stands for (how much evidence it has)."""

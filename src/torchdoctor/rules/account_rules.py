@@ -20,10 +20,11 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from torchdoctor.record.lines import LineRow
 from torchdoctor.record.run import RunRecord
 from torchdoctor.rules import mode_fixes as mf
 from torchdoctor.rules import thresholds as th
-from torchdoctor.rules.account_inputs import Account, framework_python_ms
+from torchdoctor.rules.account_inputs import Account, python_ms_of_framework
 from torchdoctor.rules.finding import Finding
 from torchdoctor.rules.registry import spec
 from torchdoctor.rules.run_common import make
@@ -74,15 +75,15 @@ def step_account(record: dict[str, Any], findings: list[Finding]) -> StepAccount
     if not step:
         return None
     acc = Account.from_record(run)
-    eff = acc.efficiency
-    categories = {k: float(v) for k, v in (acc.lines.get("categories") or {}).items()}
-    roof = float(eff["roofline_ms"]) if eff.get("roofline_ms") is not None else None
+    roofline = acc.roofline
+    categories = dict(acc.lines.categories)
+    roof = roofline.roofline_ms
     # The roofline explains compute: the time inside torch operators and torch's own Python
     # around them, never the user's Python, I/O, sleeps or collections (when sampled).
     compute = categories.get("torch ops", 0.0) + _framework_python(acc)
     if roof is not None:
         allowance = min(step, roof / th.EXPLAINED_EFFICIENCY)
-        if acc.lines.get("rows"):
+        if acc.lines.rows:
             allowance = min(allowance, compute)
     else:
         allowance = min(step, compute)
@@ -99,14 +100,13 @@ def step_account(record: dict[str, Any], findings: list[Finding]) -> StepAccount
     unexplained = max(0.0, step - allowance - named - contention)
     ops_ms = categories.get("torch ops", 0.0)
     excess = max(0.0, 1.0 - allowance / ops_ms) if ops_ms > 0 else 0.0
-    att = acc.roofline.get("attainable") or {}
     return StepAccount(
         step_ms=step,
         roofline_ms=roof,
-        efficiency=_f(eff.get("share")),
-        flops_share=_f(eff.get("flops_share")),
-        bytes_share=_f(eff.get("bytes_share")),
-        attainable=str(att.get("source") or acc.roofline.get("unavailable") or "not counted"),
+        efficiency=roofline.share,
+        flops_share=roofline.flops_share,
+        bytes_share=roofline.bytes_share,
+        attainable=roofline.attainable_source or roofline.unavailable or "not counted",
         allowance_ms=round(allowance, 4),
         named_ms=round(named, 4),
         contention_ms=round(contention, 4),
@@ -117,28 +117,23 @@ def step_account(record: dict[str, Any], findings: list[Finding]) -> StepAccount
     )
 
 
-def _f(v: Any) -> float | None:
-    return float(v) if isinstance(v, int | float) else None
-
-
 def _top_lines(acc: Account, ops_excess: float, n: int = 5) -> list[dict[str, Any]]:
     """Rows ranked by their unexplained self time: everything but torch operators, plus the
     operators' time beyond the roofline allowance (shared out in proportion)."""
-    out = []
-    for r in acc.lines.get("rows") or []:
-        under = r.get("under") or {}
-        ops = float(under.get("torch ops") or 0.0)
-        rest = sum(float(v) for k, v in under.items() if k not in ("torch ops", "CPU contention"))
+    out: list[dict[str, Any]] = []
+    for r in acc.lines.rows:
+        ops = r.under.get("torch ops", 0.0)
+        rest = sum(v for k, v in r.under.items() if k not in ("torch ops", "CPU contention"))
         out.append(
             {
-                "site": r.get("site"),
-                "function": r.get("function"),
-                "code": r.get("code"),
-                "self_ms": r.get("self_ms"),
-                "inclusive_ms": r.get("inclusive_ms"),
+                "site": r.site,
+                "function": r.function,
+                "code": r.code,
+                "self_ms": r.self_ms,
+                "inclusive_ms": r.inclusive_ms,
                 "unexplained_ms": round(rest + ops * ops_excess, 4),
                 "runs": main_category(r),
-                "ops": [o[0] for o in (r.get("ops") or [])[:3]],
+                "ops": [o[0] for o in r.ops[:3]],
             }
         )
     out.sort(key=lambda x: -x["unexplained_ms"])
@@ -148,12 +143,12 @@ def _top_lines(acc: Account, ops_excess: float, n: int = 5) -> list[dict[str, An
 
 
 def _framework_python(acc: Account) -> float:
-    return framework_python_ms(acc.lines)
+    return python_ms_of_framework(acc.lines)
 
 
-def main_category(row: dict[str, Any]) -> str:
+def main_category(row: LineRow) -> str:
     """What runs under a line table row most of its self time (``torch ops``, ``Python``...)."""
-    under = row.get("under") or {}
+    under = row.under
     return max(under, key=lambda c: under[c]) if under else "Python"
 
 

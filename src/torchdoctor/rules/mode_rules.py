@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from torchdoctor.record.account import DtypeWork
 from torchdoctor.record.run import RunRecord
 from torchdoctor.rules import mode_fixes as mf
 from torchdoctor.rules import thresholds as th
@@ -23,12 +24,12 @@ from torchdoctor.rules.run_common import make
 def _measured(acc: Account, fid: str, step: float) -> tuple[float | None, str, dict[str, Any]]:
     """(saving ms or None, title suffix, evidence) from the toggle of finding ``fid``."""
     e = acc.experiment(fid)
-    if e is None:
+    if e is None or e.ratio is None:
         return None, "", {}
-    ratio = float(e["ratio"])
-    ev = {"measured": e}
-    base, changed = e.get("baseline_median_ms"), e.get("changed_median_ms")
-    text = f": measured {base:.1f} ms per step with it, {changed:.1f} ms with {e['toggle']}"
+    ratio = e.ratio
+    ev = {"measured": e.raw}
+    base, changed = e.baseline_median_ms or 0.0, e.changed_median_ms or 0.0
+    text = f": measured {base:.1f} ms per step with it, {changed:.1f} ms with {e.toggle}"
     return max(0.0, (1.0 - ratio) * step), text, ev
 
 
@@ -36,7 +37,7 @@ def anomaly_detection(run: RunRecord) -> list[Finding]:
     """Anomaly detection on during the measured steps; saving measured by switching it off."""
     acc, step = Account.from_record(run), run.step_ms
     share = acc.mode_share("anomaly_detection")
-    on = bool(acc.modes.get("anomaly_detection")) or share >= th.MODE_ON_SHARE
+    on = acc.modes.anomaly_detection or share >= th.MODE_ON_SHARE
     if not on or not step:
         return []
     saving, text, ev = _measured(acc, "anomaly-detection", step)
@@ -64,7 +65,7 @@ def deterministic_algorithms(run: RunRecord) -> list[Finding]:
     """Deterministic algorithms on; saving measured by switching them off (else 0, info)."""
     acc, step = Account.from_record(run), run.step_ms
     share = acc.mode_share("deterministic_algorithms")
-    on = bool(acc.modes.get("deterministic_algorithms")) or share >= th.MODE_ON_SHARE
+    on = acc.modes.deterministic_algorithms or share >= th.MODE_ON_SHARE
     if not on or not step:
         return []
     saving, text, ev = _measured(acc, "deterministic-algorithms", step)
@@ -89,14 +90,14 @@ def few_intra_op_threads(run: RunRecord) -> list[Finding]:
     """Fewer intra-op threads than cores, chosen by the script or its environment, and more
     threads measured faster inside the run."""
     acc, step = Account.from_record(run), run.step_ms
-    threads, cores = acc.modes.get("intra_op_threads"), acc.modes.get("cores_per_rank")
-    if not step or not isinstance(threads, int) or not isinstance(cores, int) or threads >= cores:
+    threads, cores = acc.modes.intra_op_threads, acc.modes.cores_per_rank
+    if not step or threads is None or cores is None or threads >= cores:
         return []
     e = acc.experiment("few-intra-op-threads")
     if e is None:
         return []
     saving, text, ev = _measured(acc, "few-intra-op-threads", step)
-    pairs = e.get("pair_ratios") or []
+    pairs = e.pair_ratios
     if (
         saving is None
         or saving < th.THREADS_GAIN * step
@@ -104,7 +105,7 @@ def few_intra_op_threads(run: RunRecord) -> list[Finding]:
     ):
         return []  # more threads were not clearly faster here: the choice stands
     sites = acc.setter_sites("set_num_threads")
-    env = acc.modes.get("thread_env") or {}
+    env = acc.modes.thread_env
     s = spec("few-intra-op-threads")
     return [
         make(
@@ -122,10 +123,10 @@ def few_intra_op_threads(run: RunRecord) -> list[Finding]:
 def grad_without_backward(run: RunRecord) -> list[Finding]:
     """Outermost forwards whose recorded graphs never reached a backward."""
     acc, step = Account.from_record(run), run.step_ms
-    unreached = [r for r in acc.forwards.get("unreached") or [] if r.get("site")]
+    unreached = acc.forwards.unreached
     if not unreached or not step:
         return []
-    sites = [str(r["site"]) for r in unreached]
+    sites = [r.site for r in unreached]
     saving, text, ev = _measured(acc, "grad-without-backward", step)
     estimated = saving is None
     if saving is None:  # not measured (--full, torchrun): the estimate
@@ -133,16 +134,16 @@ def grad_without_backward(run: RunRecord) -> list[Finding]:
     # Measured without a clear gain (a forward of large operators gains little on a CPU): for
     # the record; the graph still holds the activations in memory until it is freed.
     little = not estimated and saving < th.TOGGLE_GAIN * step
-    code = {site: str((acc.row(site) or {}).get("code") or "") for site in sites}
+    code = {site: _code(acc, site) for site in sites}
     s = spec("grad-without-backward")
-    calls = sum(int(r.get("graphs") or 0) for r in unreached)
+    calls = sum(r.graphs for r in unreached)
     return [
         make(
             run,
             s.id,
             s.format_title(n=calls, sites=", ".join(_short(x) for x in sites[:2]), measured=text),
             saving,
-            {"forwards": unreached, "sites": sites, "estimated": estimated, **ev},
+            {"forwards": [r.raw for r in unreached], "sites": sites, "estimated": estimated, **ev},
             mf.no_grad_fix(sites, code),
             where=sites,
             severity="info" if little else None,
@@ -159,36 +160,34 @@ def repeated_construction(run: RunRecord) -> list[Finding]:
     rows = [
         r
         for r in acc.repeats
-        if r["calls"] / measured
-        >= (th.ITER_PER_STEP if r["kind"] == "dataloader iterator" else th.REPEAT_PER_STEP)
+        if r.calls / measured
+        >= (th.ITER_PER_STEP if r.kind == "dataloader iterator" else th.REPEAT_PER_STEP)
     ]
     if not rows:
         return []
     saving = 0.0
     for r in rows:
-        timed = float(r.get("seconds") or 0.0) * 1e3 / measured
-        saving += max(
-            timed, acc.inclusive_ms(r["site"]) if r["kind"] in ("module", "copy") else 0.0
-        )
-        if r["kind"] == "dataloader iterator":
+        timed = r.seconds * 1e3 / measured
+        saving += max(timed, acc.inclusive_ms(r.site) if r.kind in ("module", "copy") else 0.0)
+        if r.kind == "dataloader iterator":
             # the first batch from new workers waits for them to start: the data wait
-            saving += run.steps.mean_data_wait_ms * min(1.0, r["calls"] / measured)
-        if r["kind"] == "hook":
+            saving += run.steps.mean_data_wait_ms * min(1.0, r.calls / measured)
+        if r.kind == "hook":
             # Hooks registered every step pile up: by step k, k of them run where one would.
-            piled = max(1.0, float(run.steps.count) * min(1.0, r["calls"] / measured))
-            saving += _function_ms(acc, r.get("hook_functions") or []) * (1.0 - 1.0 / piled)
+            piled = max(1.0, float(run.steps.count) * min(1.0, r.calls / measured))
+            saving += _function_ms(acc, r.hook_functions) * (1.0 - 1.0 / piled)
     top = rows[0]
     s = spec("repeated-construction")
-    what = f"{top.get('what') or top['kind']} ({top['kind']})"
+    what = f"{top.what or top.kind} ({top.kind})"
     return [
         make(
             run,
             s.id,
-            s.format_title(what=what, per_step=top["calls"] / measured, site=_short(top["site"])),
+            s.format_title(what=what, per_step=top.calls / measured, site=_short(top.site)),
             saving,
-            {"constructions": rows, "measured_steps": measured},
-            mf.repeat_fix([{**r, "code": (acc.row(r["site"]) or {}).get("code")} for r in rows]),
-            where=[r["site"] for r in rows[:8]],
+            {"constructions": [r.raw for r in rows], "measured_steps": measured},
+            mf.repeat_fix([{**r.raw, "code": _row_code(acc, r.site)} for r in rows]),
+            where=[r.site for r in rows[:8]],
         )
     ]
 
@@ -198,41 +197,37 @@ def module_call_loop(run: RunRecord) -> list[Finding]:
     slices of one tensor (an RNN cell over time steps, a model over samples); saving: an
     estimate from the loop line's forward time (``LOOP_SAVING``)."""
     acc, step = Account.from_record(run), run.step_ms
-    loops = [
-        r
-        for r in acc.forwards.get("loops") or []
-        if r.get("site") and (r.get("sliced") or r.get("cell"))
-    ]
+    loops = [r for r in acc.forwards.loops if r.sliced or r.cell]
     if not loops or not step:
         return []
     top = loops[0]
-    site = str(top["site"])
+    site = top.site
     forward_ms = acc.inclusive_ms(site)
-    training = int(top.get("grad_calls") or 0) * 2 > int(top["calls"])
+    training = top.grad_calls * 2 > top.calls
     factor = float(th.LOOP_SAVING) if training else float(th.LOOP_SAVING) / 3
     saving = min(step, factor * forward_ms)
-    cell = bool(top.get("cell"))
+    cell = top.cell
     s = spec("module-call-loop")
     return [
         make(
             run,
             s.id,
             s.format_title(
-                module=top["module"],
-                calls=top["calls"],
+                module=top.module,
+                calls=top.calls,
                 site=_short(site),
                 over="time steps" if cell else "slices (samples?)",
             ),
             saving,
             {
-                "loops": loops,
+                "loops": [r.raw for r in loops],
                 "site": site,
                 "forward_ms_per_step": round(forward_ms, 4),
                 "training": training,
                 "estimated": True,
             },
-            mf.loop_fix(str(top["module"]), _short(site), cell),
-            where=[str(r["site"]) for r in loops[:4]],
+            mf.loop_fix(top.module, _short(site), cell),
+            where=[r.site for r in loops[:4]],
         )
     ]
 
@@ -240,16 +235,16 @@ def module_call_loop(run: RunRecord) -> list[Finding]:
 def float64_compute(run: RunRecord) -> list[Finding]:
     """Most of the counted work in float64; saving: FP64_SAVING of the operator time."""
     acc, step = Account.from_record(run), run.step_ms
-    by = acc.work.get("by_dtype") or {}
-    flops = sum(float(v.get("flops") or 0) for v in by.values())
-    nbytes = sum(float(v.get("bytes") or 0) for v in by.values())
-    fp64 = by.get("fp64") or {}
-    basis, share = "FLOPs", (float(fp64.get("flops") or 0) / flops if flops else 0.0)
+    by = acc.roofline.by_dtype
+    flops = sum(v.flops for v in by.values())
+    nbytes = sum(v.bytes for v in by.values())
+    fp64 = by.get("fp64") or DtypeWork()
+    basis, share = "FLOPs", (fp64.flops / flops if flops else 0.0)
     if not flops and nbytes:
-        basis, share = "bytes moved", float(fp64.get("bytes") or 0) / nbytes
+        basis, share = "bytes moved", fp64.bytes / nbytes
     if share < th.FP64_SHARE or not step:
         return []
-    ops_ms = float((acc.lines.get("categories") or {}).get("torch ops") or 0.0)
+    ops_ms = acc.lines.categories.get("torch ops") or 0.0
     if not ops_ms:
         ops_ms = float(run.ops.get("op_time_ms_per_step") or step)
     sites = acc.setter_sites("set_default_dtype") + acc.setter_sites("double")
@@ -260,7 +255,12 @@ def float64_compute(run: RunRecord) -> list[Finding]:
             s.id,
             s.format_title(share=share, basis=basis),
             th.FP64_SAVING * share * ops_ms,
-            {"fp64_share": share, "basis": basis, "by_dtype": by, "sites": sites},
+            {
+                "fp64_share": share,
+                "basis": basis,
+                "by_dtype": acc.roofline.by_dtype_raw,
+                "sites": sites,
+            },
             mf.fp64_fix(sites),
             where=sites,
         )
@@ -270,12 +270,12 @@ def float64_compute(run: RunRecord) -> list[Finding]:
 def gc_in_step(run: RunRecord) -> list[Finding]:
     """Garbage collection above GC_SHARE of the step (timed by gc callbacks)."""
     acc, step = Account.from_record(run), run.step_ms
-    ms = float(acc.lines.get("gc_ms_per_step") or 0.0)
+    ms = acc.lines.gc_ms_per_step
     if not step or ms < th.GC_SHARE * step:
         return []
-    rows = [r for r in acc.lines.get("rows") or [] if (r.get("under") or {}).get("gc")]
-    rows.sort(key=lambda r: -float(r["under"]["gc"]))
-    explicit = [r["site"] for r in rows if "gc.collect" in str(r.get("code") or "")]
+    rows = [r for r in acc.lines.rows if r.under.get("gc")]
+    rows.sort(key=lambda r: -r.under["gc"])
+    explicit = [r.site for r in rows if "gc.collect" in r.code]
     # the housekeeping watch saw every gc.collect() call and its site, sampled or not
     called = (run.raw.get("config") or {}).get("housekeeping") or []
     explicit += [
@@ -294,11 +294,11 @@ def gc_in_step(run: RunRecord) -> list[Finding]:
             ms,
             {
                 "gc_ms_per_step": ms,
-                "collections": acc.lines.get("gc_collections"),
-                "sites": [r["site"] for r in rows[:5]],
+                "collections": acc.lines.gc_collections,
+                "sites": [r.site for r in rows[:5]],
             },
             mf.gc_fix(explicit),
-            where=explicit or [r["site"] for r in rows[:3]],
+            where=explicit or [r.site for r in rows[:3]],
         )
     ]
 
@@ -310,8 +310,8 @@ def backend_disabled(run: RunRecord) -> list[Finding]:
         return []
     cuda = run.gpu is not None
     name = "cudnn" if cuda else "mkldnn"
-    enabled = acc.modes.get(f"{name}_enabled")
-    if enabled is not False or (name == "mkldnn" and acc.modes.get("mkldnn_available") is False):
+    enabled = acc.modes.enabled(name)
+    if enabled is not False or (name == "mkldnn" and acc.modes.mkldnn_available is False):
         return []
     saving, text, ev = _measured(acc, "backend-disabled", step)
     gain = saving is not None and saving >= th.TOGGLE_GAIN * step
@@ -329,15 +329,21 @@ def backend_disabled(run: RunRecord) -> list[Finding]:
     ]
 
 
-def _function_ms(acc: Account, functions: list[list[str]]) -> float:
+def _function_ms(acc: Account, functions: tuple[tuple[str, str], ...]) -> float:
     """ms per step inside these (file, function) pairs: the inclusive time of their lines."""
-    wanted = {(f, n) for f, n in functions}
-    total = 0.0
-    for row in acc.lines.get("rows") or []:
-        file = str(row.get("site", "")).rpartition(":")[0]
-        if (file, row.get("function")) in wanted:
-            total += float(row.get("inclusive_ms") or 0.0)
-    return total
+    wanted = set(functions)
+    return sum(row.inclusive_ms for row in acc.lines.rows if (row.file, row.function) in wanted)
+
+
+def _code(acc: Account, site: str) -> str:
+    row = acc.row(site)
+    return row.code if row else ""
+
+
+def _row_code(acc: Account, site: str) -> str | None:
+    """The row's source text as ``repeat_fix`` takes it (None when the line was not sampled)."""
+    row = acc.row(site)
+    return row.code if row else None
 
 
 def _short(site: str) -> str:

@@ -268,12 +268,11 @@ def tiny_ops(run: RunRecord) -> list[Finding]:
 
 def _framework_python_ms(run: RunRecord) -> float | None:
     """ms per step of Python time in torch's and installed packages' code (None unsampled)."""
-    from torchdoctor.rules.account_inputs import framework_python_ms
+    from torchdoctor.rules.account_inputs import python_ms_of_framework
 
-    lines = run.raw.get("lines") or {}
-    if not isinstance(lines.get("python_by_owner"), dict) or not lines.get("rows"):
+    if run.lines.python_by_owner is None or not run.lines.rows:
         return None
-    return framework_python_ms(lines)
+    return python_ms_of_framework(run.lines)
 
 
 def activation_recompute(run: RunRecord) -> list[Finding]:

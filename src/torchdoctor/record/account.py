@@ -1,0 +1,247 @@
+"""The accounting sections of a ``check`` record (``run.json``), typed: the roofline, the global
+modes, repeated construction, forwards that record graphs for nothing or run in loops, and the
+toggles measured inside the run. The line table is ``record/lines.py``.
+
+Each object keeps the ``raw`` dict it was read from, which is what a finding's evidence shows;
+a rule reads the typed fields. A missing or malformed section reads as its empty default.
+Plain data; no torch import.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+
+def _d(value: Any) -> dict[str, Any]:
+    return value if isinstance(value, dict) else {}
+
+
+def _rows(value: Any) -> list[dict[str, Any]]:
+    return [r for r in value if isinstance(r, dict)] if isinstance(value, list) else []
+
+
+def _num(value: Any) -> float | None:
+    return float(value) if isinstance(value, int | float) and not isinstance(value, bool) else None
+
+
+def _int(value: Any) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+def _flag(value: Any) -> bool | None:
+    return value if isinstance(value, bool) else None
+
+
+@dataclass(frozen=True)
+class DtypeWork:
+    """Counted work of one dtype class per step."""
+
+    flops: float = 0.0
+    bytes: float = 0.0
+
+
+@dataclass(frozen=True)
+class Roofline:
+    """The step's counted work (FLOPs, bytes) at the attainable rates (``roofline``)."""
+
+    by_dtype: dict[str, DtypeWork] = field(default_factory=dict)
+    attainable_source: str | None = None
+    """Where the attainable rates come from (measured on this CPU, a GPU's datasheet)."""
+    unavailable: str | None = None
+    """Why there is no roofline (compiled code, an unknown GPU), when there is none."""
+    roofline_ms: float | None = None
+    share: float | None = None
+    """``roofline_ms`` over the step: the efficiency."""
+    flops_share: float | None = None
+    bytes_share: float | None = None
+    raw: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def by_dtype_raw(self) -> dict[str, Any]:
+        """``work.by_dtype`` as recorded (for evidence)."""
+        return _d(_d(self.raw.get("work")).get("by_dtype"))
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> Roofline:
+        work, eff, att = _d(d.get("work")), _d(d.get("efficiency")), _d(d.get("attainable"))
+        by = {
+            str(k): DtypeWork(_num(v.get("flops")) or 0.0, _num(v.get("bytes")) or 0.0)
+            for k, v in _d(work.get("by_dtype")).items()
+            if isinstance(v, dict)
+        }
+        source, unavailable = att.get("source"), d.get("unavailable")
+        return cls(
+            by_dtype=by,
+            attainable_source=str(source) if source else None,
+            unavailable=str(unavailable) if unavailable else None,
+            roofline_ms=_num(eff.get("roofline_ms")),
+            share=_num(eff.get("share")),
+            flops_share=_num(eff.get("flops_share")),
+            bytes_share=_num(eff.get("bytes_share")),
+            raw=d,
+        )
+
+
+@dataclass(frozen=True)
+class SetterCall:
+    """A user line that called a global mode's setter (``set_detect_anomaly(True)``...)."""
+
+    call: str
+    site: str
+    value: object = None
+
+
+@dataclass(frozen=True)
+class Modes:
+    """Global modes and thread settings seen during the measured steps (``modes``)."""
+
+    anomaly_detection: bool = False
+    deterministic_algorithms: bool = False
+    intra_op_threads: int | None = None
+    cores_per_rank: int | None = None
+    thread_env: dict[str, Any] = field(default_factory=dict)
+    """The thread variables of the environment (``OMP_NUM_THREADS``...), as recorded."""
+    cudnn_enabled: bool | None = None
+    mkldnn_enabled: bool | None = None
+    mkldnn_available: bool | None = None
+    setter_calls: tuple[SetterCall, ...] = ()
+
+    def enabled(self, backend: str) -> bool | None:
+        """``cudnn`` or ``mkldnn`` switched on (None: not recorded)."""
+        return {"cudnn": self.cudnn_enabled, "mkldnn": self.mkldnn_enabled}.get(backend)
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> Modes:
+        calls = tuple(
+            SetterCall(str(c.get("call")), str(c["site"]), c.get("value"))
+            for c in _rows(d.get("setter_calls"))
+            if c.get("site")
+        )
+        return cls(
+            anomaly_detection=bool(d.get("anomaly_detection")),
+            deterministic_algorithms=bool(d.get("deterministic_algorithms")),
+            intra_op_threads=_int(d.get("intra_op_threads")),
+            cores_per_rank=_int(d.get("cores_per_rank")),
+            thread_env=_d(d.get("thread_env")),
+            cudnn_enabled=_flag(d.get("cudnn_enabled")),
+            mkldnn_enabled=_flag(d.get("mkldnn_enabled")),
+            mkldnn_available=_flag(d.get("mkldnn_available")),
+            setter_calls=calls,
+        )
+
+
+@dataclass(frozen=True)
+class Repeat:
+    """Construction work at one user line inside the measured steps (``repeats``)."""
+
+    kind: str
+    """``optimizer``, ``module``, ``module.to``, ``copy``, ``dataloader``, ``hook``..."""
+    site: str
+    what: str = ""
+    calls: int = 0
+    seconds: float = 0.0
+    hook_functions: tuple[tuple[str, str], ...] = ()
+    """(file, function) of the hooks registered, for ``hook``."""
+    raw: dict[str, Any] = field(default_factory=dict)
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> Repeat:
+        hooks = tuple(
+            (str(h[0]), str(h[1]))
+            for h in d.get("hook_functions") or []
+            if isinstance(h, list | tuple) and len(h) == 2
+        )
+        return cls(
+            kind=str(d.get("kind") or ""),
+            site=str(d.get("site") or ""),
+            what=str(d.get("what") or ""),
+            calls=_int(d.get("calls")) or 0,
+            seconds=_num(d.get("seconds")) or 0.0,
+            hook_functions=hooks,
+            raw=d,
+        )
+
+
+@dataclass(frozen=True)
+class UnreachedForward:
+    """An outermost forward whose recorded autograd graphs no backward reached."""
+
+    site: str
+    graphs: int = 0
+    raw: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class ModuleLoop:
+    """One module instance called many times from one user line in a step."""
+
+    site: str
+    module: str = ""
+    calls: int = 0
+    grad_calls: int = 0
+    sliced: bool = False
+    """Called on slices of one tensor (samples, time steps)."""
+    cell: bool = False
+    """An RNN cell (``nn.RNNCellBase``)."""
+    raw: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Forwards:
+    """What the forward watch saw (``forwards``)."""
+
+    unreached: tuple[UnreachedForward, ...] = ()
+    loops: tuple[ModuleLoop, ...] = ()
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> Forwards:
+        return cls(
+            unreached=tuple(
+                UnreachedForward(str(r["site"]), _int(r.get("graphs")) or 0, r)
+                for r in _rows(d.get("unreached"))
+                if r.get("site")
+            ),
+            loops=tuple(
+                ModuleLoop(
+                    site=str(r["site"]),
+                    module=str(r.get("module") or ""),
+                    calls=_int(r.get("calls")) or 0,
+                    grad_calls=_int(r.get("grad_calls")) or 0,
+                    sliced=bool(r.get("sliced")),
+                    cell=bool(r.get("cell")),
+                    raw=r,
+                )
+                for r in _rows(d.get("loops"))
+                if r.get("site")
+            ),
+        )
+
+
+@dataclass(frozen=True)
+class Experiment:
+    """A toggle measured inside the run: some steps with a mode changed, interleaved with
+    steps without (``experiments``)."""
+
+    id: str
+    """The finding it measures (``anomaly-detection``...)."""
+    toggle: str = ""
+    """What was changed, in words (``2 intra-op threads instead of 1``)."""
+    ratio: float | None = None
+    """Changed over baseline median step; None without a step of each arm."""
+    baseline_median_ms: float | None = None
+    changed_median_ms: float | None = None
+    pair_ratios: tuple[float, ...] = ()
+    raw: dict[str, Any] = field(default_factory=dict)
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> Experiment:
+        return cls(
+            id=str(d.get("id") or ""),
+            toggle=str(d.get("toggle") or ""),
+            ratio=_num(d.get("ratio")),
+            baseline_median_ms=_num(d.get("baseline_median_ms")),
+            changed_median_ms=_num(d.get("changed_median_ms")),
+            pair_ratios=tuple(float(x) for x in d.get("pair_ratios") or [] if _num(x) is not None),
+            raw=d,
+        )

@@ -1,0 +1,60 @@
+"""The accounting sections of run.json read typed (record/account.py, record/lines.py): the
+values the rules read, the raw dicts kept for evidence, and malformed input read as defaults."""
+
+from __future__ import annotations
+
+from torchdoctor.record.account import Experiment, Forwards, Modes, Repeat, Roofline
+from torchdoctor.record.lines import LineTable
+from torchdoctor.record.run import RunRecord
+
+
+def test_sections_read_typed_and_keep_their_raw_dicts() -> None:
+    roof = Roofline.from_dict(
+        {
+            "work": {"by_dtype": {"fp64": {"flops": 30, "bytes": 8}, "fp32": {"flops": 10}}},
+            "attainable": {"source": "measured"},
+            "efficiency": {"share": 0.4, "roofline_ms": 2.0, "flops_share": 0.3},
+        }
+    )
+    assert roof.by_dtype["fp64"].flops == 30.0 and roof.by_dtype["fp32"].bytes == 0.0
+    assert (roof.share, roof.roofline_ms, roof.bytes_share) == (0.4, 2.0, None)
+    assert roof.attainable_source == "measured" and roof.by_dtype_raw["fp32"] == {"flops": 10}
+    modes = Modes.from_dict(
+        {
+            "anomaly_detection": True,
+            "intra_op_threads": 1,
+            "cores_per_rank": 4,
+            "mkldnn_enabled": False,
+            "setter_calls": [{"call": "set_num_threads", "value": 1, "site": "t.py:3"}, {}],
+        }
+    )
+    assert modes.anomaly_detection and not modes.deterministic_algorithms
+    assert (modes.intra_op_threads, modes.cores_per_rank) == (1, 4)
+    assert modes.enabled("mkldnn") is False and modes.enabled("cudnn") is None
+    assert [c.site for c in modes.setter_calls] == ["t.py:3"]  # the row without a site is dropped
+    raw = {"kind": "hook", "site": "t.py:9", "calls": 5, "hook_functions": [["t.py", "f"]]}
+    rep = Repeat.from_dict(raw)
+    assert (rep.kind, rep.calls, rep.hook_functions, rep.raw) == ("hook", 5, (("t.py", "f"),), raw)
+    fw = Forwards.from_dict(
+        {
+            "unreached": [{"site": "t.py:4", "graphs": 3}, {"graphs": 1}],
+            "loops": [{"site": "t.py:7", "module": "LSTMCell", "calls": 40, "cell": True}],
+        }
+    )
+    assert [(u.site, u.graphs) for u in fw.unreached] == [("t.py:4", 3)]
+    assert fw.loops[0].cell and not fw.loops[0].sliced and fw.loops[0].calls == 40
+    e = Experiment.from_dict({"id": "x", "ratio": 0.5, "pair_ratios": [0.4, "bad", 0.6]})
+    assert (e.ratio, e.pair_ratios, e.baseline_median_ms) == (0.5, (0.4, 0.6), None)
+
+
+def test_malformed_sections_read_as_their_defaults() -> None:
+    run = RunRecord.from_dict({"lines": {"rows": "nope", "gc_collections": [1]}, "steps": {}})
+    assert run.lines == LineTable(rows=(), python_by_owner=None)
+    assert Modes.from_dict({"intra_op_threads": True, "setter_calls": 3}) == Modes()
+    assert Roofline.from_dict({"efficiency": {"share": "high"}}).share is None
+    assert Forwards.from_dict({"unreached": {"site": "x"}}) == Forwards()
+    lines = LineTable.from_dict(
+        {"rows": [{"site": "t.py:1", "inclusive_ms": 2.0, "calls": [["", 1.0], [3, 4]]}]}
+    )
+    assert lines.inclusive_ms("t.py:1") == 2.0 and lines.inclusive_ms("t.py:2") == 0.0
+    assert lines.rows[0].calls == (("", 1.0),)
