@@ -38,6 +38,10 @@ class DynamoAside:
         for p in self.patchers:
             p.resume()
 
+    def install(self) -> None:
+        """The ``Watcher`` interface: register the callbacks (``ensure_registered``)."""
+        self.ensure_registered()
+
     def ensure_registered(self) -> None:
         """Register the callbacks with dynamo if it is loaded and they are missing."""
         if "torch._dynamo" not in sys.modules:  # nothing compiles without it; stay cheap

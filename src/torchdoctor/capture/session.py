@@ -23,6 +23,7 @@ from torchdoctor.capture.options import CheckOptions
 from torchdoctor.capture.profiling import WindowProfiler
 from torchdoctor.capture.runfolder import RankInfo
 from torchdoctor.capture.syncs import SyncRecorder
+from torchdoctor.capture.watcher import Watchers
 from torchdoctor.record.write import RankPlace, RunHeader, StepTimes, run_document
 
 
@@ -77,21 +78,29 @@ class Session:
         self.accounting = Accounting(options, rank.distributed, self._compiled, _cuda_in_use)
         self.framework: dict[str, Any] | None = None
         """A framework callback that stepped aside for this session says who it is here."""
+        self.watchers = Watchers()
+        """Every watcher, in install order (``capture/watcher.py``)."""
+        for name, watcher in (
+            ("compile", self.compile),
+            ("checkpoint", self.checkpoints),
+            ("housekeeping", self.housekeeping),
+            ("configuration", self.config),
+            ("host sync", self.syncs),
+            ("step hooks", self.hooks),
+            ("forward", self.forward),
+            ("dynamo aside", self.aside),
+            ("accounting", self.accounting),
+        ):
+            self.watchers.add(name, watcher)
 
     # -- lifetime -----------------------------------------------------------------------------
     def install(self) -> None:
         """Install every hook and start the clock."""
-        self.compile.install()
-        self.checkpoints.install()
-        self.housekeeping.install()
-        self.config.install()
-        self.syncs.install()
-        self.hooks.install()
-        self.forward.install()
-        self.aside.ensure_registered()
+        early = [name for name in self.watchers.names if name != "accounting"]
+        self.watchers.install(*early)
         guest.reset()
         guest.flush_deferred()
-        self.accounting.install()
+        self.watchers.install("accounting")
         guest.set_active(self)
         markers.set_clock(self.clock)
         if self.rank.rank == 0:
@@ -140,15 +149,7 @@ class Session:
         """Remove every hook (idempotent); the profiler stops if the window is still open."""
         markers.set_clock(None)
         self.monitor.stop()
-        self.accounting.uninstall()  # installed last, removed first: patches unwind in order
-        self.hooks.uninstall()
-        self.forward.uninstall()
-        self.aside.uninstall()
-        self.syncs.uninstall()
-        self.config.uninstall()
-        self.compile.uninstall()
-        self.checkpoints.uninstall()
-        self.housekeeping.uninstall()
+        self.watchers.uninstall()  # the last installed first: patches unwind in order
         self.profiler.stop()
         self._stop_gpu_sampling()
         # Hooks removed inside an optimizer step (the window ended in its hook) were only
@@ -262,10 +263,7 @@ class Session:
 
     def set_measuring(self, on: bool) -> None:
         """Record host syncs and copies only during the measured steps."""
-        self.syncs.measuring = on
-        self.checkpoints.measuring = on
-        self.housekeeping.measuring = on
-        self.hooks.measuring = on
+        self.watchers.set_measuring(on)
         self.accounting.measuring(on)
         if on:
             self.measure_start_unix_s = time.time()
@@ -285,8 +283,7 @@ class Session:
         """After the window: switch modes for a few extra steps to measure their cost."""
         started = self.accounting.experiments_begin(self.options.full)
         if started:  # the extra steps are the toggles' own: no sync, copy or batch counts
-            for watch in (self.syncs, self.checkpoints, self.housekeeping, self.hooks):
-                watch.measuring = False
+            self.watchers.set_measuring(False)
         if started and self.rank.rank == 0:
             ex = self.accounting.experiments
             what = "; ".join(t.what for t in ex.toggles) if ex is not None else ""
