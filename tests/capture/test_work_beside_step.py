@@ -79,6 +79,9 @@ LOOP = [
 
 def test_a_helper_updating_tensors_one_by_one_is_work_beside_the_step() -> None:
     ema = _row("t.py:14", "update_ema", 3.0, [["", 3.0]], [["aten::mul", 1.8], ["aten::add", 1.2]])
+    only_copy = _row("t.py:14", "update_ema", 3.0, [["", 3.0]], [["aten::copy_", 3.0]])
+    (g,) = work_beside_step(_record([*LOOP, only_copy]))  # copy_ writes in place: an update
+    assert "tensor-by-tensor updates (copy_)" in g.title
     (f,) = work_beside_step(_record([*LOOP, ema]))
     assert f.id == "work-beside-step" and f.saving_ms_per_step == pytest.approx(3.0)
     assert "at t.py:14 (update_ema)" in f.title and "tensor-by-tensor updates (mul, add)" in f.title
@@ -92,6 +95,9 @@ def test_a_helper_building_the_input_and_the_inline_loss_stay_quiet() -> None:
         "t.py:8", "get_batch", 3.0, [["", 3.0]], [["aten::index", 2.0], ["aten::stack", 1]]
     )
     assert work_beside_step(_record([*LOOP, batch])) == []
+    # the batch moved to the device in the helper (nanoGPT's get_batch): the input, not a copy
+    to = [["aten::_to_copy", 2.0], ["aten::to", 1.0]]
+    assert work_beside_step(_record([*LOOP, _row("t.py:9", "get_batch", 3.0, [["", 3]], to)])) == []
 
 
 def test_a_state_copy_built_in_the_loop_counts_the_line_with_its_clones() -> None:

@@ -91,7 +91,8 @@ _BESIDE_TENSOR = frozenset(
         "__str__",
     }
 )
-_COPY_OPS = frozenset({"aten::copy_", "aten::clone", "aten::detach", "aten::_to_copy", "aten::to"})
+# Not ``to`` / ``_to_copy``: a batch moved to the device or cast is the input's work
+_COPY_OPS = frozenset({"aten::copy_", "aten::clone", "aten::detach"})
 _UPDATE_OPS = _COPY_OPS | frozenset(
     {
         "aten::add",
@@ -228,10 +229,10 @@ def _what(group: _Group) -> tuple[str, str]:
         if top.startswith("torch:_tensor_str"):
             return _label(top), "print"
         return _label(top), "copy" if name in _COPY_CALLS else "other"
-    # An average written as ``e.copy_(d * e + (1 - d) * p)`` copies too: arithmetic beside
-    # the copies makes it an update
-    arithmetic = sum(ms for op, ms in ops.items() if op in _UPDATE_OPS and op not in _COPY_OPS)
-    if arithmetic < 0.25 * sum(ops.values()):
+    # New tensors (clone, detach) are a copy of state; writes into existing ones (copy_, an
+    # average written as ``e.copy_(d * e + (1 - d) * p)``, mul_, lerp_) are updates
+    new_tensors = sum(ms for op, ms in ops.items() if op in ("aten::clone", "aten::detach"))
+    if new_tensors >= 0.5 * sum(ops.values()):
         return f"tensor copies ({', '.join(top_ops[:3])})", "copy"
     return f"tensor-by-tensor updates ({', '.join(top_ops[:3])})", "update"
 
@@ -261,7 +262,8 @@ def _fix(function: str, site: str, code: str, kind: str) -> str:
             "with torch.no_grad():\n"
             "    torch._foreach_lerp_(ema_params, model_params, 1 - decay)  # lists of tensors\n"
             "# or keep the average with torch.optim.swa_utils.AveragedModel(\n"
-            "#     model, multi_avg_fn=torch.optim.swa_utils.get_ema_multi_avg_fn(decay))"
+            "#     model, multi_avg_fn=torch.optim.swa_utils.get_ema_multi_avg_fn(decay));\n"
+            "# other updates: torch._foreach_copy_, _foreach_mul_, _foreach_add_ on lists"
         )
     return f"{where}\n# run it every N steps, not every step:\nif step % 100 == 0:\n    ..."
 
