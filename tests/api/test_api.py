@@ -88,6 +88,14 @@ def test_check_a_script_with_arguments(tmp_path: Path) -> None:
     assert full.record["argv"] == ["4", "3"] and full.record["exit"]["status"] == "exited"
     assert (full.run.exit_status, full.run.steps.count) == ("exited", 4)
     assert full.report is not None and full.text.startswith("torchdoctor check:")
+    summary = full.summary  # report.json typed
+    assert summary is not None and summary.verdict == full.report["verdict"]
+    assert summary.measurement.measured_steps == full.report["measurement"]["measured_steps"]
+    assert [f.id for f in summary.findings] == [f["id"] for f in full.report["findings"]]
+    assert summary.world_size == 1 and summary.ranks_reported == (0,)
+    account = full.report["account"]
+    assert summary.account is not None and summary.account.explained is account["explained"]
+    assert summary.account.to_dict() == {**account, "top_lines": account.get("top_lines", [])}
 
 
 def test_check_rejects_unknown_options_and_missing_scripts(tmp_path: Path) -> None:

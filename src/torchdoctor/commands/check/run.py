@@ -15,6 +15,7 @@ from torchdoctor.errors import UserError
 from torchdoctor.record import layout
 
 if TYPE_CHECKING:
+    from torchdoctor.commands.check.report_doc import CheckReport
     from torchdoctor.record.run import RunRecord
     from torchdoctor.rules.finding import Finding
 
@@ -40,10 +41,19 @@ class CheckResult:
     @property
     def findings(self) -> list[Finding]:
         """The merged findings (trace and run level), the largest saving first."""
-        from torchdoctor.commands.check.summary import finding_from_dict
+        from torchdoctor.commands.check.report_doc import finding_from_dict
 
         source = self.report if self.report is not None else self.record
         return [finding_from_dict(d) for d in source.get("findings", [])]
+
+    @property
+    def summary(self) -> CheckReport | None:
+        """``report.json`` typed (``summary.verdict``, ``summary.findings``,
+        ``summary.account.explained``, ``summary.measurement.measured_steps``); None on ranks
+        other than 0, which write no report."""
+        from torchdoctor.commands.check.report_doc import CheckReport
+
+        return None if self.report is None else CheckReport.from_dict(self.report)
 
     @property
     def run(self) -> RunRecord:

@@ -11,6 +11,7 @@ from typing import Any
 
 from torchdoctor.capture.fit import fit_to_run
 from torchdoctor.capture.measurement import Measurement, measure
+from torchdoctor.commands.check.report_doc import finding_from_dict
 from torchdoctor.rules.account_rules import account_verdict
 from torchdoctor.rules.finding import Finding, rank_findings
 from torchdoctor.rules.registry import alias_map
@@ -23,12 +24,6 @@ REPORT_SCHEMA_VERSION = 1
 # one names the setting or line to change), with the larger saving and both sets of evidence.
 # The pairs are the registry's aliases (rules/registry.py).
 SAME_PROBLEM = alias_map()
-
-
-def finding_from_dict(d: dict[str, Any]) -> Finding:
-    """Rebuild a ``Finding`` from its ``to_dict`` form (as stored in run.json)."""
-    names = {f.name for f in dataclasses.fields(Finding)}
-    return Finding(**{k: v for k, v in d.items() if k in names})
 
 
 def contradicted(f: Finding, record: dict[str, Any]) -> bool:
