@@ -122,6 +122,15 @@ def test_below_the_threshold_or_timed_exactly_it_stays_quiet() -> None:
     assert f.title.startswith("copy.deepcopy at t.py:11 (keep_best)")
     timed = [{"what": "copy.deepcopy", "site": "t.py:11", "calls": 20, "seconds": 0.015}]
     assert work_beside_step(_record([*LOOP, copy_row], housekeeping=timed)) == []
+    # a module deep-copied at that line: repeated-construction's
+    rec = _record([*LOOP, copy_row])
+    rec.raw["repeats"] = [{"kind": "copy", "site": "t.py:11", "calls": 5, "seconds": 0.01}]
+    assert work_beside_step(rec) == []
+    shown = _row("t.py:31", "main", 3.0, [["torch:_tensor|Tensor.__format__", 3.0]], [])
+    (p,) = work_beside_step(_record([*LOOP, shown]))
+    assert p.title.startswith("printing tensors at t.py:31 (main)") and "loss.item()" in (
+        p.fix or ""
+    )
 
 
 def test_deep_copies_of_tensors_are_timed_at_the_users_line() -> None:
@@ -190,10 +199,10 @@ import copy
 import torch
 from torch import nn
 
-model = nn.Sequential(*[nn.Linear(256, 256) for _ in range(12)])
+model = nn.Sequential(*[nn.Linear(512, 512) for _ in range(8)])
 ema = copy.deepcopy(model)
 opt = torch.optim.SGD(model.parameters(), lr=0.01)
-x = torch.randn(8, 256)
+x = torch.randn(4, 512)
 
 
 def update_ema(decay=0.99):

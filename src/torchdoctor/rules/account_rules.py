@@ -33,6 +33,38 @@ UNEXPLAINED_ID = "unexplained-step-time"
 
 
 @dataclass(frozen=True)
+class TopLine:
+    """A user line holding some of the step's unexplained time, and what runs under it."""
+
+    site: str
+    function: str
+    code: str
+    self_ms: float
+    inclusive_ms: float
+    unexplained_ms: float
+    runs: str
+    """What runs under it most of its self time: ``torch ops``, ``Python``, ``I/O``..."""
+    ops: list[str] = field(default_factory=list)
+    """The torch operators under it, most first (at most three)."""
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> TopLine:
+        def num(v: Any) -> float:
+            return float(v) if isinstance(v, int | float) and not isinstance(v, bool) else 0.0
+
+        return cls(
+            site=str(d.get("site") or ""),
+            function=str(d.get("function") or ""),
+            code=str(d.get("code") or ""),
+            self_ms=num(d.get("self_ms")),
+            inclusive_ms=num(d.get("inclusive_ms")),
+            unexplained_ms=num(d.get("unexplained_ms")),
+            runs=str(d.get("runs") or ""),
+            ops=[str(o) for o in d.get("ops") or []],
+        )
+
+
+@dataclass(frozen=True)
 class StepAccount:
     """Where one rank's mean step goes, in ms per step."""
 
@@ -53,7 +85,7 @@ class StepAccount:
     explained: bool
     categories: dict[str, float] = field(default_factory=dict)
     """The line table's totals (ms per step): torch ops, Python, I/O, sleep/wait, gc."""
-    top_lines: list[dict[str, Any]] = field(default_factory=list)
+    top_lines: list[TopLine] = field(default_factory=list)
     """The lines holding most of the unexplained time, with what runs under each."""
 
     @property
@@ -117,29 +149,29 @@ def step_account(record: dict[str, Any], findings: list[Finding]) -> StepAccount
     )
 
 
-def _top_lines(acc: Account, ops_excess: float, n: int = 5) -> list[dict[str, Any]]:
+def _top_lines(acc: Account, ops_excess: float, n: int = 5) -> list[TopLine]:
     """Rows ranked by their unexplained self time: everything but torch operators, plus the
     operators' time beyond the roofline allowance (shared out in proportion)."""
-    out: list[dict[str, Any]] = []
+    out: list[TopLine] = []
     for r in acc.lines.rows:
         ops = r.under.get("torch ops", 0.0)
         rest = sum(v for k, v in r.under.items() if k not in ("torch ops", "CPU contention"))
         out.append(
-            {
-                "site": r.site,
-                "function": r.function,
-                "code": r.code,
-                "self_ms": r.self_ms,
-                "inclusive_ms": r.inclusive_ms,
-                "unexplained_ms": round(rest + ops * ops_excess, 4),
-                "runs": main_category(r),
-                "ops": [o[0] for o in r.ops[:3]],
-            }
+            TopLine(
+                site=r.site,
+                function=r.function,
+                code=r.code,
+                self_ms=r.self_ms,
+                inclusive_ms=r.inclusive_ms,
+                unexplained_ms=round(rest + ops * ops_excess, 4),
+                runs=main_category(r),
+                ops=[o[0] for o in r.ops[:3]],
+            )
         )
-    out.sort(key=lambda x: -x["unexplained_ms"])
+    out.sort(key=lambda x: -x.unexplained_ms)
     # Lines with a tenth of the top line's unexplained time or more: the rest is noise.
-    floor = 0.1 * out[0]["unexplained_ms"] if out else 0.0
-    return [x for x in out if x["unexplained_ms"] > 0 and x["unexplained_ms"] >= floor][:n]
+    floor = 0.1 * out[0].unexplained_ms if out else 0.0
+    return [x for x in out if x.unexplained_ms > 0 and x.unexplained_ms >= floor][:n]
 
 
 def _framework_python(acc: Account) -> float:
@@ -164,12 +196,10 @@ def unexplained(record: dict[str, Any], findings: list[Finding]) -> Finding | No
         return None
     if a.roofline_ms is None and not a.top_lines:
         return None  # neither sampled nor counted: nothing to say where the time goes
-    top = a.top_lines[0] if a.top_lines else {}
-    site = str(top.get("site") or "?")
-    runs = str(top.get("runs") or "")
-    what = runs + (
-        f": {', '.join(top['ops'][:2])}" if runs == "torch ops" and top.get("ops") else ""
-    )
+    top = a.top_lines[0] if a.top_lines else None
+    site = (top.site if top else "") or "?"
+    runs = top.runs if top else ""
+    what = runs + (f": {', '.join(top.ops[:2])}" if top and runs == "torch ops" and top.ops else "")
     s = spec(UNEXPLAINED_ID)
     run = RunRecord.from_dict(record)
     return make(
@@ -184,14 +214,9 @@ def unexplained(record: dict[str, Any], findings: list[Finding]) -> Finding | No
         ),
         a.unexplained_share * (run.step_ms or a.step_ms),  # the same share of the mean step
         {"account": a.to_dict()},
-        "\n".join(
-            mf.unexplained_fix(
-                str(t.get("runs")), _short(str(t.get("site"))), list(t.get("ops") or [])
-            )
-            for t in a.top_lines[:3]
-        )
+        "\n".join(mf.unexplained_fix(t.runs, _short(t.site), list(t.ops)) for t in a.top_lines[:3])
         or mf.unexplained_fix("Python", site, []),
-        where=[str(t["site"]) for t in a.top_lines[:5] if t.get("site")],
+        where=[t.site for t in a.top_lines[:5] if t.site],
     )
 
 

@@ -226,8 +226,8 @@ def _what(group: _Group) -> tuple[str, str]:
     top = max(calls, key=lambda c: calls[c]) if calls else ""
     name = top.rpartition("|")[2].rsplit(".", 1)[-1]
     if top and (calls[top] >= own or not ops):
-        if top.startswith("torch:_tensor_str"):
-            return _label(top), "print"
+        if top.startswith("torch:_tensor_str") or name in ("__format__", "__repr__", "__str__"):
+            return "printing tensors", "print"
         return _label(top), "copy" if name in _COPY_CALLS else "other"
     # New tensors (clone, detach) are a copy of state; writes into existing ones (copy_, an
     # average written as ``e.copy_(d * e + (1 - d) * p)``, mul_, lerp_) are updates
@@ -283,6 +283,9 @@ def work_beside_step(run: RunRecord) -> list[Finding]:
         for r in (run.raw.get("config") or {}).get("housekeeping") or []
         if isinstance(r, dict) and r.get("what") == "copy.deepcopy"
     }
+    # constructions repeated at a line (a module deep-copied, an optimizer rebuilt) are
+    # repeated-construction's
+    timed |= {str(r.get("site")) for r in run.raw.get("repeats") or [] if isinstance(r, dict)}
     out = []
     for group in _groups(table):
         if any(r.site in timed for r, _ in group.rows):

@@ -12,7 +12,7 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Any
 
-from torchdoctor.rules.account_rules import StepAccount
+from torchdoctor.rules.account_rules import StepAccount, TopLine
 from torchdoctor.rules.finding import Finding
 
 
@@ -48,7 +48,7 @@ def account_from_dict(d: dict[str, Any]) -> StepAccount | None:
         unexplained_ms=_num(d.get("unexplained_ms")) or 0.0,
         explained=bool(d.get("explained")),
         categories={str(k): _num(v) or 0.0 for k, v in _d(d.get("categories")).items()},
-        top_lines=[r for r in d.get("top_lines") or [] if isinstance(r, dict)],
+        top_lines=[TopLine.from_dict(r) for r in d.get("top_lines") or [] if isinstance(r, dict)],
     )
 
 
