@@ -11,9 +11,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from torchdoctor.record.values import as_float
 
-def _f(value: Any) -> float:
-    return float(value) if isinstance(value, int | float) and not isinstance(value, bool) else 0.0
+_f = as_float
 
 
 def _pairs(value: Any) -> tuple[tuple[str, float], ...]:

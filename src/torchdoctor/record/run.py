@@ -15,20 +15,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from torchdoctor.record.lines import LineTable
+from torchdoctor.record.values import as_dict, as_float, as_rows
 
-
-def _d(value: Any) -> dict[str, Any]:
-    return value if isinstance(value, dict) else {}
-
-
-def _rows(value: Any) -> list[dict[str, Any]]:
-    return [r for r in value if isinstance(r, dict)] if isinstance(value, list) else []
-
-
-def _f(value: Any, default: float = 0.0) -> float:
-    return (
-        float(value) if isinstance(value, int | float) and not isinstance(value, bool) else default
-    )
+_d, _rows, _f = as_dict, as_rows, as_float
 
 
 @dataclass(frozen=True)

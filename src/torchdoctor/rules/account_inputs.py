@@ -11,6 +11,7 @@ from typing import Any
 from torchdoctor.record.account import Experiment, Forwards, Modes, Repeat, Roofline
 from torchdoctor.record.lines import LineRow, LineTable
 from torchdoctor.record.run import RunRecord
+from torchdoctor.record.values import as_dict, as_rows
 
 USER_WORK_IN_TORCH = frozenset(
     {
@@ -102,9 +103,4 @@ class Account:
         return self.lines.inclusive_ms(site)
 
 
-def _d(value: Any) -> dict[str, Any]:
-    return value if isinstance(value, dict) else {}
-
-
-def _rows(value: Any) -> list[dict[str, Any]]:
-    return [r for r in value if isinstance(r, dict)] if isinstance(value, list) else []
+_d, _rows = as_dict, as_rows

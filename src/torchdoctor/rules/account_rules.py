@@ -22,6 +22,7 @@ from typing import Any
 
 from torchdoctor.record.lines import LineRow
 from torchdoctor.record.run import RunRecord
+from torchdoctor.record.values import as_float
 from torchdoctor.rules import mode_fixes as mf
 from torchdoctor.rules import thresholds as th
 from torchdoctor.rules.account_inputs import Account, python_ms_of_framework
@@ -49,9 +50,7 @@ class TopLine:
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> TopLine:
-        def num(v: Any) -> float:
-            return float(v) if isinstance(v, int | float) and not isinstance(v, bool) else 0.0
-
+        num = as_float
         return cls(
             site=str(d.get("site") or ""),
             function=str(d.get("function") or ""),

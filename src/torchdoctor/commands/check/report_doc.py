@@ -12,16 +12,11 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Any
 
+from torchdoctor.record.values import as_dict, as_number
 from torchdoctor.rules.account_rules import StepAccount, TopLine
 from torchdoctor.rules.finding import Finding
 
-
-def _d(value: Any) -> dict[str, Any]:
-    return value if isinstance(value, dict) else {}
-
-
-def _num(value: Any) -> float | None:
-    return float(value) if isinstance(value, int | float) and not isinstance(value, bool) else None
+_d, _num = as_dict, as_number
 
 
 def finding_from_dict(d: dict[str, Any]) -> Finding:
