@@ -130,17 +130,17 @@ def data_parallel(run: RunRecord) -> list[Finding]:
     dp = run.config.data_parallel
     if not dp:
         return []
+    v = spec("data-parallel").variant("built")
+    assert v is not None and v.fix is not None
     return [
         make(
             run,
             "data-parallel",
-            "nn.DataParallel in use: one process drives every GPU",
+            v.title,
             (run.step_ms or 0.0) * th.DATA_PARALLEL_SHARE,
             {"data_parallel": dp},
-            "torchrun --nproc_per_node=NGPU train.py  # with\n"
-            "model = torch.nn.parallel.DistributedDataParallel(model, device_ids=[local_rank])",
-            "DataParallel scatters inputs, re-replicates the model every step and gathers "
-            "outputs on GPU 0, with one Python thread per GPU contending for the GIL.",
+            v.fix(),
+            v.explanation,
         )
     ]
 
@@ -249,19 +249,20 @@ def tiny_ops(run: RunRecord) -> list[Finding]:
         if c.compiled
         else spec("host-bound").fix(optim)
     )
+    v = spec("host-bound").variant("cpu")
+    assert v is not None
+    title = v.title.format(
+        n=n, median_us=ops["median_op_us"], ms=tiny + python_ms, compute=compute_ms / step
+    )
     return [
         make(
             run,
             "host-bound",
-            f"{n:.0f} operators per step, median {ops['median_op_us']:.1f} us: "
-            f"{tiny + python_ms:.1f} ms per step in tiny operators and the Python between them "
-            f"(matmul, convolution, recurrent and attention ops: {compute_ms / step:.0%} of the "
-            "step)",
+            title,
             th.TINY_OP_SAVING * (tiny + python_ms),
             {**ops, "python_between_ops_ms_per_step": python_ms, "for_loop_optimizers": optim},
             fix,
-            "Each operator pays Python, dispatcher (and on a GPU, launch) overhead of several "
-            "microseconds; hundreds of tiny ones per step cost more than their arithmetic.",
+            v.explanation,
         )
     ]
 

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 from torchdoctor.rules import fixes as fx
 from torchdoctor.rules import thresholds as th
 from torchdoctor.rules.inference_fixes import graphs_already_fix
-from torchdoctor.rules.spec import FindingSpec, Measured, SeverityPolicy, TraceRule
+from torchdoctor.rules.spec import FindingSpec, Measured, SeverityPolicy, TraceRule, Variant
 
 if TYPE_CHECKING:
     from torchdoctor.analysis.bundle import TraceAnalysis
@@ -51,6 +51,19 @@ SPEC = FindingSpec(
     doc_url=f"{fx.DOCS}/generated/torch.compile.html",
     knobs=("compile", "optimizer_impl"),
     codemods=("fused-optimizer", "compile-model"),
+    variants=(
+        (
+            "cpu",  # the run-level rule on a CPU run (rules/run_rules.py: tiny_ops)
+            Variant(
+                title="{n:.0f} operators per step, median {median_us:.1f} us: {ms:.1f} ms per "
+                "step in tiny operators and the Python between them (matmul, convolution, "
+                "recurrent and attention ops: {compute:.0%} of the step)",
+                explanation="Each operator pays Python, dispatcher (and on a GPU, launch) "
+                "overhead of several microseconds; hundreds of tiny ones per step cost more "
+                "than their arithmetic.",
+            ),
+        ),
+    ),
 )
 
 

@@ -10,7 +10,14 @@ import numpy as np
 from torchdoctor.rules import fixes as fx
 from torchdoctor.rules import thresholds as th
 from torchdoctor.rules.families._common import count_names
-from torchdoctor.rules.spec import FindingSpec, Measured, SeverityPolicy, TraceRule, static
+from torchdoctor.rules.spec import (
+    FindingSpec,
+    Measured,
+    SeverityPolicy,
+    TraceRule,
+    Variant,
+    static,
+)
 from torchdoctor.trace.arrays import distinct
 from torchdoctor.trace.kinds import Kind
 
@@ -30,6 +37,22 @@ SPEC = FindingSpec(
     "backward.",
     doc_url=f"{fx.DOCS}/notes/ddp.html",
     knobs=("ddp_bucket_cap_mb",),
+    variants=(
+        (
+            "built",  # the run-level rule: check saw the nn.DataParallel built
+            Variant(
+                title="nn.DataParallel in use: one process drives every GPU",
+                explanation="DataParallel scatters inputs, re-replicates the model every step "
+                "and gathers outputs on GPU 0, with one Python thread per GPU contending for "
+                "the GIL.",
+                fix=static(
+                    "torchrun --nproc_per_node=NGPU train.py  # with\n"
+                    "model = torch.nn.parallel.DistributedDataParallel(model, "
+                    "device_ids=[local_rank])"
+                ),
+            ),
+        ),
+    ),
 )
 
 
