@@ -58,3 +58,25 @@ def test_malformed_sections_read_as_their_defaults() -> None:
     )
     assert lines.inclusive_ms("t.py:1") == 2.0 and lines.inclusive_ms("t.py:2") == 0.0
     assert lines.rows[0].calls == (("", 1.0),)
+
+
+def test_the_operator_summary_reads_typed_and_a_partial_one_fires_nothing() -> None:
+    from torchdoctor.rules.run_rules import tiny_ops
+
+    ops = {
+        "gemm_share_basis": "cpu",
+        "top_level_ops_per_step": 400,
+        "median_op_us": 3.0,
+        "op_time_ms_per_step": 4.0,
+        "tiny_op_time_ms_per_step": 2.0,
+        "gemm_share": 0.1,
+    }
+    steps = {"measured_steps": 3, "mean_step_ms": 10.0}
+    run = RunRecord.from_dict({"ops": ops, "steps": steps})
+    assert run.op_summary.median_op_us == 3.0 and run.op_summary.compute_share is None
+    assert tiny_ops(run) == []  # no tiny-op threshold recorded: nothing to judge (it raised)
+    (f,) = tiny_ops(
+        RunRecord.from_dict({"ops": {**ops, "tiny_op_threshold_us": 20.0}, "steps": steps})
+    )
+    assert f.title.startswith("400 operators per step, median 3.0 us: 8.0 ms per step")
+    assert f.evidence["tiny_op_threshold_us"] == 20.0  # the recorded summary, as evidence

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from torchdoctor.record.lines import LineTable
-from torchdoctor.record.values import as_dict, as_float, as_rows
+from torchdoctor.record.values import as_dict, as_float, as_number, as_rows
 
 _d, _rows, _f = as_dict, as_rows, as_float
 
@@ -192,6 +192,41 @@ class GpuInfo:
 
 
 @dataclass(frozen=True)
+class OpSummary:
+    """The profiled window's operators (``ops``, from the trace): how many, how small, and how
+    much of their time dense math holds. None for a value the summary did not record."""
+
+    top_level_ops_per_step: float | None = None
+    median_op_us: float | None = None
+    op_time_ms_per_step: float | None = None
+    tiny_op_time_ms_per_step: float | None = None
+    tiny_op_threshold_us: float | None = None
+    gemm_share: float | None = None
+    """GEMM (and convolution) time over operator time, on ``gemm_share_basis``."""
+    gemm_share_basis: str | None = None
+    """``cpu`` (operator time on the CPU) or ``device`` (kernel time)."""
+    compute_share: float | None = None
+    compute_ms_per_step: float | None = None
+    collective_time_ms_per_step: float | None = None
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> OpSummary:
+        basis = d.get("gemm_share_basis")
+        return cls(
+            top_level_ops_per_step=as_number(d.get("top_level_ops_per_step")),
+            median_op_us=as_number(d.get("median_op_us")),
+            op_time_ms_per_step=as_number(d.get("op_time_ms_per_step")),
+            tiny_op_time_ms_per_step=as_number(d.get("tiny_op_time_ms_per_step")),
+            tiny_op_threshold_us=as_number(d.get("tiny_op_threshold_us")),
+            gemm_share=as_number(d.get("gemm_share")),
+            gemm_share_basis=str(basis) if basis else None,
+            compute_share=as_number(d.get("compute_share")),
+            compute_ms_per_step=as_number(d.get("compute_ms_per_step")),
+            collective_time_ms_per_step=as_number(d.get("collective_time_ms_per_step")),
+        )
+
+
+@dataclass(frozen=True)
 class RunRecord:
     """One rank's ``run.json``, typed for the run rules."""
 
@@ -207,7 +242,9 @@ class RunRecord:
     gpu: GpuInfo | None = None
     """None on a CPU run."""
     ops: dict[str, Any] = field(default_factory=dict)
-    """Operator summary of the profiled window (``gemm_share``, ``median_op_us``, ...)."""
+    """Operator summary of the profiled window as recorded (a finding's evidence shows it);
+    ``op_summary`` is the same typed, for the rules."""
+    op_summary: OpSummary = field(default_factory=OpSummary)
     oom: dict[str, Any] | None = None
     lines: LineTable = field(default_factory=LineTable)
     """The sampled line table of the measured steps (``record/lines.py``)."""
@@ -226,6 +263,7 @@ class RunRecord:
             syncs=SyncStats.from_dict(_d(d.get("syncs"))),
             gpu=GpuInfo.from_dict(gpu) if isinstance(gpu, dict) and gpu else None,
             ops=_d(d.get("ops")),
+            op_summary=OpSummary.from_dict(_d(d.get("ops"))),
             oom=oom if isinstance(oom, dict) and oom else None,
             lines=LineTable.from_dict(_d(d.get("lines"))),
             raw=d,

@@ -96,7 +96,7 @@ def _oversubscribed(
 ) -> Finding:
     ratio = float(probe["ratio_median"])
     k = int(probe.get("threads_b") or d.suggested_threads)
-    op_ms = float(run.ops.get("op_time_ms_per_step") or step)
+    op_ms = run.op_summary.op_time_ms_per_step or step
     saving = min(op_ms, step) * (1.0 - 1.0 / ratio)
     s = spec("cpu-oversubscribed")
     title = s.format_title(

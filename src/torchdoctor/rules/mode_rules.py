@@ -246,7 +246,7 @@ def float64_compute(run: RunRecord) -> list[Finding]:
         return []
     ops_ms = acc.lines.categories.get("torch ops") or 0.0
     if not ops_ms:
-        ops_ms = float(run.ops.get("op_time_ms_per_step") or step)
+        ops_ms = run.op_summary.op_time_ms_per_step or step
     sites = acc.setter_sites("set_default_dtype") + acc.setter_sites("double")
     s = spec("float64-compute")
     return [

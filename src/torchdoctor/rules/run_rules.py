@@ -108,8 +108,8 @@ def amp_rules(run: RunRecord) -> list[Finding]:
 
 def precision_rules(run: RunRecord) -> list[Finding]:
     """fp32 GEMMs on an sm80+ GPU, TF32 off; saving (ms/step): half the GEMM time."""
-    gpu, ops = run.gpu, run.ops
-    gemm = float(ops.get("gemm_share") or 0.0) if ops.get("gemm_share_basis") == "device" else 0.0
+    gpu, ops = run.gpu, run.op_summary
+    gemm = (ops.gemm_share or 0.0) if ops.gemm_share_basis == "device" else 0.0
     if gpu is None or not gpu.bf16_tensor_cores or run.config.autocast_dtypes:
         return []
     if gemm < th.GEMM_MIN_SHARE:
@@ -213,28 +213,30 @@ def out_of_memory(run: RunRecord) -> list[Finding]:
 
 def tiny_ops(run: RunRecord) -> list[Finding]:
     """CPU steps made of hundreds of tiny ops; saving (ms/step): TINY_OP_SAVING of their overhead."""
-    ops, step = run.ops, run.step_ms
-    if ops.get("gemm_share_basis") != "cpu" or not step:
+    ops, step = run.op_summary, run.step_ms
+    op_ms, tiny, median_us = ops.op_time_ms_per_step, ops.tiny_op_time_ms_per_step, ops.median_op_us
+    if ops.gemm_share_basis != "cpu" or not step or op_ms is None or tiny is None:
         return []
-    n, tiny = float(ops.get("top_level_ops_per_step") or 0), float(ops["tiny_op_time_ms_per_step"])
+    n = ops.top_level_ops_per_step or 0.0
     # Python time between ops: the step minus op time, batch waits, compile pauses and time
     # waiting in collectives (other ranks' lateness is never Python overhead).
     measured = max(1, run.steps.measured_steps)
     paused_ms = run.steps.mean_data_wait_ms + run.compile.recompile_s_in_window * 1e3 / measured
-    paused_ms += float(ops.get("collective_time_ms_per_step") or 0.0)
-    python_ms = max(0.0, step - float(ops["op_time_ms_per_step"]) - paused_ms)
+    paused_ms += ops.collective_time_ms_per_step or 0.0
+    python_ms = max(0.0, step - op_ms - paused_ms)
     # The line table, when sampled, says whose Python that is: only torch's own (module calls,
     # optimizer loops) and the frameworks' is overhead fusing removes; the user's own loops,
     # file writes, sleeps and collections are not (they have findings of their own).
     framework_ms = _framework_python_ms(run)
     if framework_ms is not None:
         python_ms = min(python_ms, framework_ms)
-    if n < th.TINY_OPS_PER_STEP or ops["median_op_us"] >= ops["tiny_op_threshold_us"]:
+    threshold_us = ops.tiny_op_threshold_us
+    if n < th.TINY_OPS_PER_STEP or median_us is None or threshold_us is None:
         return []
-    compute = float(ops.get("compute_share", ops.get("gemm_share")) or 0.0)
-    compute_ms = float(
-        ops.get("compute_ms_per_step") or compute * float(ops["op_time_ms_per_step"])
-    )
+    if median_us >= threshold_us:
+        return []
+    compute = (ops.compute_share if ops.compute_share is not None else ops.gemm_share) or 0.0
+    compute_ms = ops.compute_ms_per_step or compute * op_ms
     if max(compute, compute_ms / step) >= th.COMPUTE_BOUND_GEMM_SHARE:
         return []  # dense math holds the step: compute, not overhead (forward and backward)
     optim = [o for o in run.config.optimizers if o.get("impl") == "for-loop"]
@@ -251,16 +253,14 @@ def tiny_ops(run: RunRecord) -> list[Finding]:
     )
     v = spec("host-bound").variant("cpu")
     assert v is not None
-    title = v.title.format(
-        n=n, median_us=ops["median_op_us"], ms=tiny + python_ms, compute=compute_ms / step
-    )
+    title = v.title.format(n=n, median_us=median_us, ms=tiny + python_ms, compute=compute_ms / step)
     return [
         make(
             run,
             "host-bound",
             title,
             th.TINY_OP_SAVING * (tiny + python_ms),
-            {**ops, "python_between_ops_ms_per_step": python_ms, "for_loop_optimizers": optim},
+            {**run.ops, "python_between_ops_ms_per_step": python_ms, "for_loop_optimizers": optim},
             fix,
             v.explanation,
         )
@@ -293,7 +293,7 @@ def activation_recompute(run: RunRecord) -> list[Finding]:
             {
                 "recompute_ms_per_step": ms,
                 "checkpointed_calls_per_step": calls / measured,
-                "gemm_share": run.ops.get("gemm_share"),
+                "gemm_share": run.op_summary.gemm_share,
                 "checkpointing": ck,
             },
         )
