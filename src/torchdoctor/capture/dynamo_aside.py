@@ -17,6 +17,7 @@ from __future__ import annotations
 import sys
 from typing import Any
 
+from torchdoctor.capture import guest, thread_stack
 from torchdoctor.capture.patches import Patcher
 
 
@@ -31,12 +32,20 @@ class DynamoAside:
 
     def _start(self, args: Any) -> None:
         self.compilations += 1
+        try:  # the samplers read the stack as it is now, never walk it while dynamo compiles
+            thread_stack.hold_own_stack()
+        except Exception as exc:
+            guest.note("holding the stack while dynamo compiles", exc)
         for p in self.patchers:
             p.suspend()
 
     def _end(self, args: Any) -> None:
         for p in self.patchers:
             p.resume()
+        try:
+            thread_stack.release_own_stack()
+        except Exception as exc:
+            guest.note("releasing the stack after dynamo compiled", exc)
 
     def install(self) -> None:
         """The ``Watcher`` interface: register the callbacks (``ensure_registered``)."""
@@ -62,7 +71,9 @@ class DynamoAside:
                     skip_code(code)
 
     def uninstall(self) -> None:
-        """Remove the callbacks and resume the patches (idempotent)."""
+        """Remove the callbacks and resume the patches (idempotent); a stack still held (a
+        compilation the callbacks never saw end) is let go."""
+        thread_stack.release_all()
         handler, self._handler = self._handler, None
         if handler is not None:
             for callbacks, cb in (
