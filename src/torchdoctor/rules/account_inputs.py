@@ -51,6 +51,12 @@ def python_ms_of_framework(table: LineTable) -> float:
     return sum(v for k, v in (table.python_by_owner or {}).items() if is_framework_python(k))
 
 
+def repeat_sites(run: RunRecord, kind: str | None = None) -> set[str]:
+    """The user lines where ``check`` saw a construction repeated (of ``kind``, if given)."""
+    repeats = (Repeat.from_dict(r) for r in _rows(run.raw.get("repeats")))
+    return {r.site for r in repeats if r.site and (kind is None or r.kind == kind)}
+
+
 @dataclass(frozen=True)
 class Account:
     """What ``check`` recorded to account for the step, typed (``record/lines.py``,

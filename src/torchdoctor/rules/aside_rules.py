@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 from torchdoctor.record.lines import LineRow, LineTable
 from torchdoctor.record.run import RunRecord
 from torchdoctor.rules import thresholds as th
+from torchdoctor.rules.account_inputs import repeat_sites
 from torchdoctor.rules.finding import Finding
 from torchdoctor.rules.registry import spec
 from torchdoctor.rules.run_common import make
@@ -285,7 +286,7 @@ def work_beside_step(run: RunRecord) -> list[Finding]:
     }
     # constructions repeated at a line (a module deep-copied, an optimizer rebuilt) are
     # repeated-construction's
-    timed |= {str(r.get("site")) for r in run.raw.get("repeats") or [] if isinstance(r, dict)}
+    timed |= repeat_sites(run)
     out = []
     for group in _groups(table):
         if any(r.site in timed for r, _ in group.rows):

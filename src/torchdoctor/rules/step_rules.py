@@ -9,6 +9,7 @@ from typing import Any
 
 from torchdoctor.record.run import RunRecord
 from torchdoctor.rules import thresholds as th
+from torchdoctor.rules.account_inputs import repeat_sites
 from torchdoctor.rules.finding import Finding
 from torchdoctor.rules.registry import spec
 from torchdoctor.rules.run_common import make
@@ -176,9 +177,7 @@ def housekeeping_in_step(run: RunRecord) -> list[Finding]:
     out = []
     s = spec("housekeeping-in-step")
     # a module deep-copied at a line is repeated-construction's (its buffers' copies land here)
-    modules_copied = {
-        r.get("site") for r in run.raw.get("repeats") or [] if r.get("kind") == "copy"
-    }
+    modules_copied = repeat_sites(run, "copy")
     for r in rows:
         if r["what"] == "copy.deepcopy" and r["site"] in modules_copied:
             continue
