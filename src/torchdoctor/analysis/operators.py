@@ -6,6 +6,11 @@ Device time (kernels, memcpys, memsets) is charged to the operator that launched
 call (joined to the device activity by correlation id) lies inside the innermost operator on the
 same thread, which gets it as *self* device time; that operator and all its ancestors get it as
 *total* device time.
+
+A call nested inside a call of the same name (``aten::copy_`` inside ``aten::copy_``) adds its
+self times but not its totals: the outer call's total already holds it, and counting it again
+gave an operator more CPU time than the step lasted. ``ProfilerStep#N`` ranges are markers, not
+operators: they keep their place in the nesting but get no row.
 """
 
 from __future__ import annotations
@@ -22,6 +27,7 @@ from torchdoctor.trace.table import TraceTable
 
 _EPS_US = 1e-6  # float slack when comparing nested boundaries (timestamps are rounded to 1 ns)
 _MAX_PASSES = 10_000  # the pointer walks converge in O(log n + depth) passes; this only guards
+_MARKERS = ("ProfilerStep#",)
 
 
 @dataclass(frozen=True)
@@ -31,13 +37,16 @@ class OperatorRow:
     name: str
     calls: int
     total_cpu_ms: float
+    """Duration of its calls, each counted once: a call inside a call of the same name is in the
+    outer call's duration."""
     self_cpu_ms: float
     """Duration minus the durations of the operators it called directly."""
     total_device_ms: float
-    """Device time launched by the operator or anything it called."""
+    """Device time launched by the operator or anything it called (nested same-name calls once)."""
     self_device_ms: float
     """Device time launched directly by the operator (it is the innermost operator)."""
     mean_cpu_us: float
+    """total_cpu_ms per call not inside a call of the same name, in µs."""
 
 
 @dataclass(frozen=True)
@@ -84,10 +93,17 @@ def analyze_operators(table: TraceTable, steps: Steps, top_n: int = 20) -> Opera
     self_cpu = np.maximum(dur - child_dur, 0.0)
     lo, hi = steps.window
     win = (ops.ts >= lo) & (ops.ts < hi) if hi > lo else ops.ts == lo
+    win &= ~_is_marker(table, ops.rows)
+    outer = ~_inside_same_name(table.name[ops.rows], ops.parent)
     codes, inv = np.unique(table.name[ops.rows[win]], return_inverse=True)
     n = len(codes)
-    sums = [np.bincount(inv, x[win], n) / 1e3 for x in (dur, self_cpu, total_dev, self_dev)]
+    once = outer[win]
+    sums = [
+        np.bincount(inv, x[win] * w, n) / 1e3
+        for x, w in ((dur, once), (self_cpu, 1.0), (total_dev, once), (self_dev, 1.0))
+    ]
     calls = np.bincount(inv, minlength=n)
+    outer_calls = np.maximum(np.bincount(inv, once, n), 1)
     table_rows = [
         OperatorRow(
             name=table.names[codes[i]],
@@ -96,7 +112,7 @@ def analyze_operators(table: TraceTable, steps: Steps, top_n: int = 20) -> Opera
             self_cpu_ms=float(sums[1][i]),
             total_device_ms=float(sums[2][i]),
             self_device_ms=float(sums[3][i]),
-            mean_cpu_us=float(sums[0][i] * 1e3 / calls[i]),
+            mean_cpu_us=float(sums[0][i] * 1e3 / outer_calls[i]),
         )
         for i in range(n)
     ]
@@ -110,6 +126,27 @@ def analyze_operators(table: TraceTable, steps: Steps, top_n: int = 20) -> Opera
         top_by_self_device=_top(table_rows, "self_device_ms", top_n),
         top_by_self_cpu=_top(table_rows, "self_cpu_ms", top_n),
     )
+
+
+def _is_marker(table: TraceTable, rows: np.ndarray) -> np.ndarray:
+    """Per row: is it a step marker rather than an operator."""
+    codes = table.codes_matching(lambda n: n.startswith(_MARKERS))
+    return np.isin(table.name[rows], codes)
+
+
+def _inside_same_name(name: np.ndarray, parent: np.ndarray) -> np.ndarray:
+    """Per operator: does an enclosing operator (at any depth) have the same name."""
+    out = np.zeros(len(parent), dtype=bool)
+    anc = parent.copy()
+    live = np.flatnonzero(anc >= 0)
+    for _ in range(_MAX_PASSES):  # one pass per nesting level
+        if not len(live):
+            break
+        out[live] |= name[anc[live]] == name[live]
+        live = live[~out[live]]
+        anc[live] = parent[anc[live]]
+        live = live[anc[live] >= 0]
+    return out
 
 
 def _top(rows: list[OperatorRow], key: str, n: int) -> tuple[OperatorRow, ...]:
