@@ -90,7 +90,7 @@ CASES = [
         "4, cutlass::bfloat16_t> >, false, false, false, false, true, true, false, false>("
         "pytorch_flash::Flash_fwd_params)",
         "attention",
-        None,
+        True,  # FlashAttention runs its matmuls on tensor cores on every path
         "bf16",
     ),
     ("ncclKernel_AllReduce_RING_LL_Sum_float(ncclWorkElem)", "communication", None, "unknown"),
@@ -113,7 +113,7 @@ CASES = [
     ),
     ("Cijk_Ailk_Bljk_HHS_BH_MT128x128x32_MI32x32x8x1_SN_1LDSB0", "gemm", True, "fp16"),
     ("Cijk_Ailk_Bljk_BBS_BH_MT128x128x32_MI32x32x8x1_SN_1LDSB0", "gemm", True, "bf16"),
-    ("nvjet_tst_128x256_64x4_1x2_h_bz_coopB_TNN", "gemm", None, "unknown"),  # bf16 or fp16
+    ("nvjet_tst_128x256_64x4_1x2_h_bz_coopB_TNN", "gemm", True, "bf16"),  # t: bf16 inputs
     ("volta_h884gemm_64x64_ldg8_nn", "gemm", True, "fp16"),
     ("turing_fp16_s1688gemm_fp16_128x128_ldg8_f2f_nn", "gemm", True, "fp16"),
     (

@@ -1,8 +1,10 @@
 """What a GPU kernel's name says: its category, whether it runs on tensor cores, and its dtype.
 
 Kernel names are the only record of which library routine ran (cuBLAS, cuBLASLt, cuDNN, CUTLASS,
-Triton, NCCL, rocBLAS/Tensile, MIOpen, ATen's own kernels). The rules below were written against
-the names in the real-trace corpus; each one says which family of names it covers.
+Triton, NCCL, rocBLAS/Tensile, MIOpen, ATen's own kernels). The library families with a name
+grammar of their own are read by ``kernel_families``; the generic rules below cover the rest
+(ATen's kernels, the pre-Hopper cuBLAS and cuDNN names, Tensile). A name nobody recognises is
+family "unknown": counted and shown as such, never "no tensor cores".
 """
 
 from __future__ import annotations
@@ -11,6 +13,8 @@ import re
 from dataclasses import dataclass
 from functools import lru_cache
 from typing import Literal, get_args
+
+from torchdoctor.analysis.kernel_families import FAMILIES
 
 KernelCategory = Literal[
     "gemm",
@@ -38,10 +42,16 @@ class KernelNameInfo:
 
     category: KernelCategory
     tensor_core: bool | None
-    """True: a tensor-core (or AMD matrix-core) kernel; False: a SIMT kernel; None: the name
-    does not say (or the kernel is not a GEMM/convolution)."""
+    """True: a tensor-core (or AMD matrix-core) kernel; False: the name spells CUDA-core math
+    (``simt``, ``sgemm``, ``ffma``); None: the name does not say (or not a GEMM/conv/attention)."""
     dtype: KernelDtype
     """Math dtype read from the name; "unknown" when the name does not say."""
+    family: str = "unknown"
+    """The name grammar that read it (``cublas-nvjet``, ``cudnn-sdpa``, ``xmma``...; ``generic``
+    for the fallback rules, ``unknown`` when nothing recognised the name)."""
+    dtype_in_name: bool = True
+    """False where this family's names carry no input dtype (cuDNN SDPA's ``f16`` is bf16 and
+    fp16 alike): the dtype is then not claimable from the name, only from the operator."""
 
 
 _COMM = re.compile(r"nccl|rccl|allreduce|allgather|reducescatter|all_reduce|all_gather")
@@ -64,17 +74,9 @@ _REDUCTION = re.compile(
 _ELEMENTWISE = re.compile(
     r"elementwise|vectorized|pointwise|copy|fill|index|scatter|gather|nchwtonhwc|nhwctonchw"
     r"|scalepacked|dropout|clamp|transpose|permute|cat_|where|_add|_mul|relu|gelu|silu"
+    r"|rotary|embedding"
 )
-_TRITON_PART = {
-    "poi": "elementwise",
-    "red": "reduction",
-    "per": "reduction",
-    "tem": "gemm",
-    "mm": "gemm",
-    "bmm": "gemm",
-}
-
-_FP8 = re.compile(r"e4m3|e5m2|fp8|f8f8")
+_FP8 = re.compile(r"e4m3|e5m2|(?<!d)fp8(?!kvcache)|f8f8")
 _INT8 = re.compile(r"i8816|i8832|imma|int8|i8i8|s8s8")
 _BF16 = re.compile(r"bf16|bfloat16")
 _FP16 = re.compile(r"fp16|f16f16|h884|h1688|h16816|hmma|half|_f16_|f16_s|tensorop_f16")
@@ -84,16 +86,15 @@ _TENSOR_CORE = re.compile(
     r"tensorop|wmma|hmma|imma|xmma|gmma|wgmma|884|1688|16816|16832|161616|8816|8832"
     r"|tensor\d+x\d+x\d+|^sm9\d_|^sm1\d\d_|_mfma|mfma_"
 )
-# cuBLASLt's Hopper/Blackwell GEMMs (nvjet_<types>_<tile>...). The family alone does not say
-# whether tensor cores ran, so the name decides only where it spells the math: "tf32"
-# (nvjet_sss_tf32_...), an fp16 triple (nvjet_hsh_, nvjet_sm90_hss_), or plain fp32 "sss"
-# without "tf32" (cuBLAS names its TF32 variants). Others (nvjet_tst_ runs bf16 and fp16 alike)
-# are left to the launching operator's input dtype.
-_NVJET = re.compile(r"^nvjet_(?:sm\d+_)?([a-z]{3})_")
-_NVJET_TYPES: dict[str, KernelDtype] = {"hsh": "fp16", "hss": "fp16", "sss": "fp32"}
-# SIMT fp32: cuBLAS sgemm (volta_/ampere_/maxwell_sgemm), cutlass simt, cuDNN scudnn and its
-# legacy float engines, magma, gemv; xmma with fp32 inputs and no tf32.
-_SIMT = re.compile(r"sgemm|simt|scudnn|magma|gemv|gemmk1|_f32f32_f32f32_|dgemm")
+# Names that spell CUDA-core math: cuBLAS sgemm/dgemm (volta_/ampere_/maxwell_sgemm), its
+# small-shape and helper kernels (gemv, gemmSN, gemmk1, split-K reduce, epilogue, scal), cutlass
+# simt, cuDNN scudnn and its legacy float engines (implicit/explicit_convolve_sgemm, winograd,
+# fft, dgrad_engine, wgrad_alg), magma. Only these say "no tensor cores"; a float template alone
+# does not.
+_SIMT = re.compile(
+    r"sgemm|simt|scudnn|magma|gemv|gemmk1|gemmsn_|dgemm|splitkreduce|epilogue::impl|scal_kernel"
+    r"|dgrad_engine|wgrad_alg|winograd|fft2d|reduce_wgrad|ffma"
+)
 _FLOAT_TEMPLATE = re.compile(r"<float[,>]|\(float\*?,|float const\*")
 # Tensile names: Cijk_<A layout>_<B layout>_<dtypes>..., e.g. ..._SB_..., ..._HHS_..., ..._BBS_
 _TENSILE_DTYPE = re.compile(r"^cijk_a\w+?_b\w+?_([a-z0-9]+?)_")
@@ -102,29 +103,37 @@ _TENSILE_FIRST = {"s": "fp32", "h": "fp16", "b": "bf16", "d": "fp64", "i": "int8
 
 @lru_cache(maxsize=65536)
 def classify_kernel(name: str) -> KernelNameInfo:
-    """Category, tensor-core use and dtype of one kernel (or memcpy/memset) name."""
+    """Category, tensor-core use, dtype and family of one kernel (or memcpy/memset) name: the
+    first family grammar that reads it (``kernel_families``), else the generic rules below."""
     n = name.lower()
-    category = kernel_category(n)
+    if n.startswith("memcpy") or "rocclr_copy" in n:
+        return KernelNameInfo("memcpy", None, "unknown", "memcpy", False)
+    if n.startswith("memset") or "rocclr_fill" in n:
+        return KernelNameInfo("memset", None, "unknown", "memset", False)
+    for name_family, parse in FAMILIES:
+        got = parse(n)
+        if got is not None:
+            cat, tc, dt, in_name = got
+            return KernelNameInfo(cat, tc, dt, name_family, in_name)  # type: ignore[arg-type]
+    category = _generic_category(n)
+    family = "generic" if category != "other" else "unknown"
     if category not in MATMUL_CATEGORIES and category != "attention":
-        return KernelNameInfo(category, None, "unknown")
+        return KernelNameInfo(category, None, "unknown", family)
     dtype = _name_dtype(n)
-    return KernelNameInfo(category, _name_tensor_core(n, dtype), dtype)
+    return KernelNameInfo(category, _name_tensor_core(n, dtype), dtype, family)
 
 
 def kernel_category(lowered: str) -> KernelCategory:
-    """The category of a lower-cased kernel name (first matching family wins)."""
-    n = lowered
-    if n.startswith("memcpy") or "rocclr_copy" in n:
-        return "memcpy"
-    if n.startswith("memset") or "rocclr_fill" in n:
-        return "memset"
+    """The category of a lower-cased kernel name (``classify_kernel``'s)."""
+    return classify_kernel(lowered).category
+
+
+def _generic_category(n: str) -> KernelCategory:
+    """The category by the generic rules (first matching pattern wins)."""
     if _COMM.search(n):
         return "communication"
     if _ATTENTION.search(n):
         return "attention"
-    if n.startswith("triton_"):
-        part = n.split("_")[1] if n.count("_") >= 1 else ""
-        return _TRITON_PART.get(part, "other")  # type: ignore[return-value]
     if _ATEN_ELEMENTWISE.search(n):
         return "elementwise"
     for pattern, category in (
@@ -142,9 +151,6 @@ def _name_dtype(n: str) -> KernelDtype:
     m = _TENSILE_DTYPE.match(n)
     if m:
         return _TENSILE_FIRST.get(m.group(1)[0], "unknown")  # type: ignore[return-value]
-    nvjet = _NVJET.match(n)
-    if nvjet:
-        return "tf32" if _TF32.search(n) else _NVJET_TYPES.get(nvjet.group(1), "unknown")
     for pattern, dtype in (
         (_FP8, "fp8"),
         (_INT8, "int8"),
@@ -163,17 +169,11 @@ def _name_dtype(n: str) -> KernelDtype:
 def _name_tensor_core(n: str, dtype: KernelDtype) -> bool | None:
     if n.startswith("cijk_"):
         return "_mi" in n  # Tensile: MI<m>x<n>x<k> tiles are MFMA (matrix-core) instructions
-    if _NVJET.match(n):
-        if dtype == "unknown":
-            return None  # the launching operator's dtype and the GPU decide (analysis.kernels)
-        return dtype in ("tf32", "fp16", "bf16", "fp8", "int8")
-    if "_f32f32_f32f32_" in n and "tf32" not in n:
+    if _SIMT.search(n):
         return False
     if _TENSOR_CORE.search(n) or dtype == "tf32":
         return True
-    if _SIMT.search(n) or dtype in ("fp32", "fp64"):
-        return False
-    return None
+    return None  # the launching operator's dtype and the GPU decide (analysis.kernels)
 
 
 _INPUT_DTYPES: dict[str, KernelDtype] = {

@@ -7,7 +7,7 @@ streams each count their full time.
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
 import numpy as np
@@ -22,6 +22,7 @@ from torchdoctor.analysis.kernel_names import (
     classify_kernel,
     input_type_dtype,
 )
+from torchdoctor.analysis.op_classes import classify_op
 from torchdoctor.trace.arrays import member
 from torchdoctor.trace.kinds import Kind
 from torchdoctor.trace.steps import Steps
@@ -29,6 +30,18 @@ from torchdoctor.trace.table import TraceTable
 
 _TC_STATES = (False, True, None)  # index 0, 1, 2 in the per-row tensor-core code
 _HALF_DTYPES = ("fp16", "bf16", "fp8", "int8")
+
+
+@dataclass(frozen=True)
+class KernelContext:
+    """What the run recorded beside its trace, for kernels whose names leave the math open."""
+
+    autocast_dtype: KernelDtype | None = None
+    """The autocast dtype the run used (``check`` records it), or None: a GEMM/attention kernel
+    launched by a matmul or attention operator whose dtype nothing else gives runs in it."""
+    tf32_matmul: bool | None = None
+    """The run's TF32 state for fp32 matmuls (None: not recorded): with it off, an fp32 GEMM
+    whose name leaves the question open ran on CUDA cores; with it on, on tensor cores in TF32."""
 
 
 @dataclass(frozen=True)
@@ -57,6 +70,20 @@ class KernelRow:
     """For GEMM/convolution/attention kernels: ran on tensor cores (by name, else inferred from
     the launching operator's dtype); None where unknown or not applicable."""
     dtype: KernelDtype
+    family: str = "unknown"
+    """The name grammar that read it (``kernel_names.KernelNameInfo.family``)."""
+    dtype_in_name: bool = True
+    """False where the family's names carry no input dtype (none claimed from the name)."""
+
+    @property
+    def classified(self) -> bool:
+        """A known family and category; for GEMM/conv/attention also tensor-core use (yes/no)
+        and a dtype, or a family whose names cannot carry one."""
+        if self.family == "unknown" or self.category == "other":
+            return False
+        if self.category not in MATMUL_CATEGORIES and self.category != "attention":
+            return True
+        return self.tensor_core is not None and (self.dtype != "unknown" or not self.dtype_in_name)
 
 
 @dataclass(frozen=True)
@@ -83,6 +110,14 @@ class KernelStats:
     fp32_off_tensor_core_ms: float
     """GEMM/conv time in fp32 SIMT kernels: the time bf16 autocast or TF32 could speed up."""
     gpu: GpuInfo
+    unclassified_ms: float = 0.0
+    """Summed duration of kernels no family grammar recognised (family "unknown")."""
+    unclassified_names: int = 0
+    """How many distinct kernel names that is."""
+    peak_tflops_by_dtype: dict[str, float] = field(default_factory=dict)
+    """Dense datasheet peak (TFLOP/s) of this GPU for each GEMM/conv dtype seen: ``fp32`` is
+    the CUDA-core rate, ``tf32`` the TF32 tensor-core rate (``hardware.py``); empty when the GPU
+    is not in the table."""
 
     def to_dict(self) -> dict[str, Any]:
         """Plain JSON-able data."""
@@ -91,15 +126,19 @@ class KernelStats:
         return d
 
 
-def analyze_kernels(table: TraceTable, steps: Steps, top_n: int = 20) -> KernelStats:
-    """Top kernels by total time, time per category, and GEMM/conv tensor-core use and dtype."""
+def analyze_kernels(
+    table: TraceTable, steps: Steps, top_n: int = 20, context: KernelContext | None = None
+) -> KernelStats:
+    """Top kernels by total time, time per category, and GEMM/conv tensor-core use and dtype
+    (the name's family grammar first, then the launching operator and the run's ``context``)."""
     rows = in_window(table, steps, gpu_rows(table))
     dur = table.dur[rows]
     codes, inv = np.unique(table.name[rows], return_inverse=True)
     first_kind = table.kind[rows][np.unique(inv, return_index=True)[1]]
     cats = [_category(table.names[c], Kind(k)) for c, k in zip(codes, first_kind, strict=True)]
     gpu = gpu_info(table, rows)
-    dtype_idx, tc_idx = _row_dtype_and_tc(table, rows, codes, inv, cats, gpu)
+    dtype_idx, tc_idx = _row_dtype_and_tc(table, rows, codes, inv, cats, gpu, context)
+    unknown = np.array([classify_kernel(table.names[c]).family == "unknown" for c in codes])
     cat_idx = np.array([KERNEL_CATEGORIES.index(c) for c in cats], dtype=np.int64)[inv]
     matmul = member(cat_idx, [KERNEL_CATEGORIES.index(c) for c in MATMUL_CATEGORIES])
     total = float(dur.sum())
@@ -123,7 +162,22 @@ def analyze_kernels(table: TraceTable, steps: Steps, top_n: int = 20) -> KernelS
         matmul_ms_by_dtype={d: float(v) for d, v in zip(KERNEL_DTYPES, by_dtype, strict=True) if v},
         fp32_off_tensor_core_ms=float(dur[fp32_off].sum()) / 1e3,
         gpu=gpu,
+        unclassified_ms=float(dur[unknown[inv]].sum()) / 1e3 if len(codes) else 0.0,
+        unclassified_names=int(unknown.sum()),
+        peak_tflops_by_dtype=_peaks(gpu, by_dtype),
     )
+
+
+def _peaks(gpu: GpuInfo, by_dtype: np.ndarray) -> dict[str, float]:
+    """Datasheet dense peak per GEMM/conv dtype with time (see ``KernelStats``)."""
+    from torchdoctor.hardware import peak_flops
+
+    out: dict[str, float] = {}
+    for d, v in zip(KERNEL_DTYPES, by_dtype, strict=True):
+        rate = peak_flops(gpu.name, d) if gpu.name and v > 0 else None
+        if rate:
+            out[d] = rate / 1e12
+    return out
 
 
 def _category(name: str, kind: Kind) -> KernelCategory:
@@ -148,11 +202,13 @@ def _row_dtype_and_tc(
     inv: np.ndarray,
     cats: list[KernelCategory],
     gpu: GpuInfo,
+    context: KernelContext | None = None,
 ) -> tuple[np.ndarray, np.ndarray]:
     """Per-row dtype index (into KERNEL_DTYPES) and tensor-core code (0 no, 1 yes, 2 unknown).
 
     The name decides; where it is silent about the dtype, the launching operator's
-    ``Input type`` does (kernel corr -> launch call -> External id -> input_types).
+    ``Input type`` does (kernel corr -> launch call -> External id -> input_types), then the
+    run's autocast dtype for kernels a matmul or attention operator launched.
     """
     infos = [classify_kernel(table.names[c]) for c in codes]
     name_dtype = np.array([KERNEL_DTYPES.index(i.dtype) for i in infos], dtype=np.int64)
@@ -162,8 +218,33 @@ def _row_dtype_and_tc(
     silent = is_mm[inv] & (dtype_idx == KERNEL_DTYPES.index("unknown"))
     if silent.any() and table.input_types:
         dtype_idx[silent] = _input_dtypes(table, rows[silent])
+    unknown = KERNEL_DTYPES.index("unknown")
+    silent &= dtype_idx == unknown
+    if silent.any() and context is not None and context.autocast_dtype:
+        under = _launched_by_compute_op(table, rows[silent])
+        dtype_idx[np.flatnonzero(silent)[under]] = KERNEL_DTYPES.index(context.autocast_dtype)
     tc_idx = _resolve_tc(tc_idx, dtype_idx, is_mm[inv], gpu)
+    tf32 = context.tf32_matmul if context is not None else None
+    if tf32 is not None and gpu.has_tensor_cores and (gpu.compute_capability or (0, 0)) >= (8, 0):
+        fp32_open = is_mm[inv] & (tc_idx == 2) & (dtype_idx == KERNEL_DTYPES.index("fp32"))
+        tc_idx[fp32_open] = 1 if tf32 else 0
+        if tf32:
+            dtype_idx[fp32_open] = KERNEL_DTYPES.index("tf32")
     return dtype_idx, tc_idx
+
+
+def _launched_by_compute_op(table: TraceTable, rows: np.ndarray) -> np.ndarray:
+    """For each device row, whether the operator that launched it is a matmul or attention."""
+    launch = launch_of(table, rows)
+    ext = np.where(launch >= 0, table.ext_id[np.maximum(launch, 0)], -1)
+    ops = np.flatnonzero(table.kind == Kind.CPU_OP)
+    ops = ops[table.ext_id[ops] >= 0]
+    compute = {
+        int(e)
+        for e, code in zip(table.ext_id[ops], table.name[ops], strict=True)
+        if classify_op(table.names[code]) in ("matmul", "attention", "convolution")
+    }
+    return np.array([int(e) in compute for e in ext], dtype=bool)
 
 
 def _input_dtypes(table: TraceTable, rows: np.ndarray) -> np.ndarray:
@@ -230,6 +311,8 @@ def _top(
             share_of_gpu_time=float(total[i] / grand) if grand > 0 else 0.0,
             tensor_core=_TC_STATES[tc_of[i]],
             dtype=KERNEL_DTYPES[dtype_of[i]],
+            family=(info := classify_kernel(table.names[codes[i]])).family,
+            dtype_in_name=info.dtype_in_name,
         )
         for i in order.tolist()
     )
