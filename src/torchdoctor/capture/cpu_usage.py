@@ -188,7 +188,7 @@ def thread_probe(
     finally:
         torch.set_num_threads(before)
     ratios.sort()
-    return {
+    out: dict[str, Any] = {
         "threads_a": threads_a,
         "threads_b": threads_b,
         "rounds": len(ratios),
@@ -196,6 +196,10 @@ def thread_probe(
         "ratio_low": ratios[0],
         "ratio_high": ratios[-1],
     }
+    from torchdoctor.rules.cpu_rules import implausible_probe
+
+    out["failed"] = implausible_probe(out)  # a ratio no thread count makes: not a measurement
+    return out
 
 
 def main_thread_id() -> int:

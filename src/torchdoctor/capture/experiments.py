@@ -11,17 +11,28 @@ refill). The result is both medians and the per-pair ratios.
 A toggle changes nothing the script can observe in its results, except where noted by its
 rule (more threads reorder float sums; no grad for forwards whose outputs never reach a
 backward). Everything is switched back before the script is stopped.
+
+The extra steps are an instrument of their own, so they are planned from the measured window
+(``plan``) and skipped, with the reason in the record, when they cannot be clean: steps too long
+for the time limit (it scales with the step: a few extra steps' worth, never more than
+``MAX_BUDGET_S``), steps too uneven for four pairs to say anything, and (per toggle, in
+``Accounting._toggles``) a compiled model whose guards the switch would trip. A pair whose step
+waited for its batch far longer than the window's steps did (an epoch's start: workers
+restarted) or whose baseline step ran far beyond the window's (something else ran in it) is
+rejected, not averaged in. The run's record is written before the first extra step
+(``Accounting.experiments_begin``), so no ending of the experiments loses the report.
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from statistics import median
 from typing import Any
 
 from torchdoctor.capture import guest
+from torchdoctor.threshold import Threshold
 
 PATTERN = (
     "changed",
@@ -34,9 +45,84 @@ PATTERN = (
     "changed",
 )
 WARM_STEPS = 1
-BUDGET_S = 20.0
-"""At most this long in extra steps, all toggles together; a toggle cut short keeps the pairs
-it finished."""
+STEPS_PER_TOGGLE = WARM_STEPS + len(PATTERN)
+MAX_BUDGET_S = Threshold(
+    20.0,
+    "the script was told it stops: at most 20 s of extra steps, all toggles together, so a "
+    "measurement never holds a run (or a CI job) much past its profiled steps",
+)
+BUDGET_S = MAX_BUDGET_S  # the name older callers use
+BUDGET_SLACK = Threshold(
+    1.5,
+    "the time limit is the planned steps at the window's median step times 1.5: room for a "
+    "slower arm (the mode being measured can cost that much) without waiting on a stuck one",
+)
+UNEVEN_SPREAD = Threshold(
+    0.5,
+    "window steps whose interquartile range is half their median or more: four pairs of such "
+    "steps cannot tell a mode's cost from the steps' own variation",
+)
+WAIT_OUTLIER_SHARE = Threshold(
+    0.25,
+    "a step that waited for its batch longer than the window's median wait plus a quarter of "
+    "the median step was an epoch's start (workers restarted) or a stall, not a regular step",
+)
+BASELINE_OUTLIER = Threshold(
+    2.0,
+    "a baseline step (the user's own setting) more than twice the window's median step did "
+    "something the window's steps did not (an epoch boundary, evaluation, a checkpoint)",
+)
+MIN_PAIRS = 2
+"""Fewer clean pairs than this measure nothing: the toggle reports no ratio."""
+
+
+@dataclass(frozen=True)
+class Plan:
+    """What the window's steps allow: the time limit of the extra steps, or why they cannot run."""
+
+    budget_s: float = 0.0
+    """Wall time allowed for every planned toggle together (0 when skipped)."""
+    toggles: int = 0
+    """How many toggles fit in the limit (the first ones of the list)."""
+    skip: str | None = None
+    """Why no extra step may run (None: they may)."""
+    step_ms: float = 0.0
+    """The window's median step, the reference of every limit."""
+    wait_ms: float = 0.0
+    """The window's median data wait per step."""
+
+
+def plan(step_ms: Sequence[float], wait_ms: Sequence[float], toggles: int) -> Plan:
+    """The extra steps' plan from the measured window's step and data-wait times (ms)."""
+    from torchdoctor.stats import describe
+
+    steps = [float(x) for x in step_ms if x > 0]
+    if toggles <= 0:
+        return Plan(skip="nothing to measure")
+    if len(steps) < 2:
+        return Plan(skip="too few measured steps to compare the extra steps against")
+    spread = describe(steps)
+    waits = [float(x) for x in wait_ms] or [0.0]
+    ref, wait = spread.median, float(median(waits))
+    per_toggle_s = STEPS_PER_TOGGLE * ref / 1e3 * BUDGET_SLACK
+    if per_toggle_s > MAX_BUDGET_S:
+        return Plan(
+            skip=f"steps of {ref / 1e3:.1f} s: the {STEPS_PER_TOGGLE} extra steps a measurement "
+            f"needs would take about {STEPS_PER_TOGGLE * ref / 1e3:.0f} s (limit "
+            f"{MAX_BUDGET_S:.0f} s)",
+            step_ms=ref,
+            wait_ms=wait,
+        )
+    if spread.rel_spread >= UNEVEN_SPREAD:
+        return Plan(
+            skip=f"the measured steps are too uneven (quartiles {spread.q1:.1f}-{spread.q3:.1f} "
+            f"ms around a {ref:.1f} ms median) for {len(PATTERN) // 2} pairs to measure a "
+            "mode's cost",
+            step_ms=ref,
+            wait_ms=wait,
+        )
+    fit = min(toggles, int(MAX_BUDGET_S // per_toggle_s))
+    return Plan(budget_s=fit * per_toggle_s, toggles=fit, step_ms=ref, wait_ms=wait)
 
 
 @dataclass
@@ -53,13 +139,42 @@ class Toggle:
     """Called once when the experiments end (hooks the toggle installed for both arms)."""
     baseline_ms: list[float] = field(default_factory=list)
     changed_ms: list[float] = field(default_factory=list)
+    baseline_wait_ms: list[float] = field(default_factory=list)
+    """Each baseline step's wait for its batch (ms), in step order."""
+    changed_wait_ms: list[float] = field(default_factory=list)
     error: str | None = None
+    skipped: str | None = None
+    """Why this toggle was not measured (never switched), for the report."""
 
-    def result(self) -> dict[str, Any]:
-        """Both medians (ms), their ratio (changed / baseline) and the per-pair ratios."""
-        pairs = [c / b for c, b in zip(self.changed_ms, self.baseline_ms, strict=False) if b > 0]
-        base = median(self.baseline_ms) if self.baseline_ms else None
-        changed = median(self.changed_ms) if self.changed_ms else None
+    @classmethod
+    def skip(cls, id: str, what: str, reason: str) -> Toggle:
+        """A toggle that is never switched, only reported with ``reason``."""
+        return cls(id, what, _nothing, _nothing, skipped=reason)
+
+    def record(self, arm: str, step_ms: float, wait_ms: float) -> None:
+        """One step of ``arm`` (``changed`` or ``baseline``) ended."""
+        if arm == "changed":
+            self.changed_ms.append(step_ms)
+            self.changed_wait_ms.append(wait_ms)
+        elif arm == "baseline":
+            self.baseline_ms.append(step_ms)
+            self.baseline_wait_ms.append(wait_ms)
+
+    def result(self, ref: Plan | None = None) -> dict[str, Any]:
+        """Both medians (ms) over the clean pairs, their ratio (changed / baseline), the
+        per-pair ratios, and the pairs rejected with the reason (``ref``: the window's plan,
+        the reference of a regular step; None: every pair counts)."""
+        pairs, rejected = self._pairs(ref)
+        base_ms = [b for _, b in pairs]
+        changed_ms = [c for c, _ in pairs]
+        base = median(base_ms) if base_ms else None
+        changed = median(changed_ms) if changed_ms else None
+        ratio = (changed / base) if base and changed is not None else None
+        skipped = self.skipped
+        if skipped is None and self.error is None and ratio is not None and len(pairs) < MIN_PAIRS:
+            skipped = f"only {len(pairs)} clean pair(s) of steps: not a measurement"
+        if skipped is not None:
+            base = changed = ratio = None
         return {
             "id": self.id,
             "toggle": self.what,
@@ -67,30 +182,87 @@ class Toggle:
             "changed_ms": [round(x, 4) for x in self.changed_ms],
             "baseline_median_ms": base,
             "changed_median_ms": changed,
-            "ratio": (changed / base) if base and changed is not None else None,
-            "pair_ratios": [round(r, 4) for r in pairs],
+            "ratio": ratio,
+            "pair_ratios": [] if skipped else [round(c / b, 4) for c, b in pairs if b > 0],
+            "rejected_pairs": rejected,
             "error": self.error,
+            "skipped": skipped,
         }
+
+    def _pairs(self, ref: Plan | None) -> tuple[list[tuple[float, float]], list[str]]:
+        """(changed, baseline) step pairs that are regular steps, and why the others are not."""
+        n = min(len(self.changed_ms), len(self.baseline_ms))
+        pairs: list[tuple[float, float]] = []
+        rejected: list[str] = []
+        for i in range(n):
+            c, b = self.changed_ms[i], self.baseline_ms[i]
+            why = None if ref is None else self._irregular(i, ref)
+            if why is None:
+                pairs.append((c, b))
+            else:
+                rejected.append(f"pair {i + 1} ({c:.1f} ms changed, {b:.1f} ms baseline): {why}")
+        return pairs, rejected
+
+    def _irregular(self, i: int, ref: Plan) -> str | None:
+        limit = ref.wait_ms + WAIT_OUTLIER_SHARE * ref.step_ms
+        waits = (_at(self.changed_wait_ms, i), _at(self.baseline_wait_ms, i))
+        if max(waits) > limit:
+            return (
+                f"a step waited {max(waits):.1f} ms for its batch (the window's steps: "
+                f"{ref.wait_ms:.1f} ms): an epoch's start or a stall"
+            )
+        if ref.step_ms > 0 and self.baseline_ms[i] > BASELINE_OUTLIER * ref.step_ms:
+            return (
+                f"the baseline step ran {self.baseline_ms[i] / ref.step_ms:.1f}x the window's "
+                f"{ref.step_ms:.1f} ms median: it did more than a regular step"
+            )
+        return None
+
+
+def _nothing() -> None:
+    return None
+
+
+def _at(values: list[float], i: int) -> float:
+    return values[i] if i < len(values) else 0.0
 
 
 class Experiments:
-    """Runs the toggles one after another, one step per tick."""
+    """Runs the toggles one after another, one step per tick, within the plan's time limit."""
 
-    def __init__(self, toggles: list[Toggle], budget_s: float = BUDGET_S) -> None:
+    def __init__(
+        self,
+        toggles: list[Toggle],
+        budget_s: float = MAX_BUDGET_S,
+        ref: Plan | None = None,
+        last_wait_s: Callable[[], float] | None = None,
+    ) -> None:
         self.toggles = toggles
         self.budget_s = budget_s
+        self.ref = ref
+        """The window's plan: the reference of a regular step (None: no pair is rejected)."""
+        self.last_wait_s = last_wait_s or (lambda: 0.0)
+        """The data wait (s) of the step that just ended."""
+        self.stopped: str | None = None
+        """Why the extra steps stopped before the plan's end (the time limit)."""
         self._plan: list[tuple[int, str]] = []
-        for i in range(len(toggles)):
-            self._plan += [(i, "warm")] * WARM_STEPS + [(i, arm) for arm in PATTERN]
+        for i, t in enumerate(toggles):
+            if t.skipped is None:
+                self._plan += [(i, "warm")] * WARM_STEPS + [(i, arm) for arm in PATTERN]
         self._pos = -1
         self._current: tuple[int, str] | None = None
         self._t0 = 0.0
         self.done = False
 
+    @property
+    def planned(self) -> list[Toggle]:
+        """The toggles that will be switched (not skipped)."""
+        return [t for t in self.toggles if t.skipped is None]
+
     def begin(self) -> bool:
         """Set up the first step; False when there is nothing to run."""
         if not self._plan:
-            self.done = True
+            self.abort()
             return False
         self._t0 = time.perf_counter()
         return self._next()
@@ -99,15 +271,28 @@ class Experiments:
         """Record the step that just ended; set up the next one. False when finished."""
         if self._current is not None:
             i, arm = self._current
-            t = self.toggles[i]
-            if arm == "changed":
-                t.changed_ms.append(step_s * 1e3)
-            elif arm == "baseline":
-                t.baseline_ms.append(step_s * 1e3)
-        if time.perf_counter() - self._t0 > self.budget_s:
+            try:
+                wait_ms = float(self.last_wait_s()) * 1e3
+            except Exception:
+                wait_ms = 0.0
+            self.toggles[i].record(arm, step_s * 1e3, wait_ms)
+        elapsed = time.perf_counter() - self._t0
+        # The next step must fit too: a run stops within the limit, not one long step past it.
+        expected_s = max(step_s, (self.ref.step_ms / 1e3) if self.ref else 0.0)
+        if self._pos + 1 < len(self._plan) and elapsed + expected_s > self.budget_s:
+            self.stopped = (
+                f"time limit: {elapsed:.1f} s of extra steps, the next would pass the "
+                f"{self.budget_s:.1f} s limit"
+            )
+            self._cut_short()
             self.abort()
             return False
         return self._next()
+
+    def _cut_short(self) -> None:
+        for t in self.planned:
+            if t.error is None and len(t.changed_ms) + len(t.baseline_ms) < len(PATTERN):
+                t.error = f"cut short by the {self.budget_s:.1f} s limit of the extra steps"
 
     def _next(self) -> bool:
         self._pos += 1
@@ -161,5 +346,48 @@ class Experiments:
                     guest.note(f"cleaning up after {t.id}", exc)
 
     def results(self) -> list[dict[str, Any]]:
-        """One result per toggle that ran at least one pair."""
-        return [t.result() for t in self.toggles if t.baseline_ms or t.changed_ms or t.error]
+        """One result per toggle: measured, failed, skipped (with the reason), or, while the
+        extra steps still run (the record written before them), not measured yet."""
+        out = []
+        for t in self.toggles:
+            r = t.result(self.ref)
+            if not self.done and t.skipped is None and t.error is None:
+                r["skipped"] = "not measured: the run ended during its extra steps"
+                r["ratio"] = r["baseline_median_ms"] = r["changed_median_ms"] = None
+            out.append(r)
+        return out
+
+
+@dataclass
+class Host:
+    """What the extra steps need from the run around them (``host_for`` builds it from the
+    step clock)."""
+
+    window_times: Callable[[], tuple[list[float], list[float]]]
+    """The measured window's step times and data waits (ms)."""
+    last_wait_s: Callable[[], float]
+    """The data wait (s) of the step that just ended."""
+    before: Callable[[], None]
+    """Called once before the first extra step: the run's record is written, and what happens
+    from here on (a recompile) is marked as ours."""
+
+
+def host_for(clock: Any, before: Callable[[], None]) -> Host:
+    """A ``Host`` reading a ``StepClock``'s steps (its window: the measured steps)."""
+
+    def window_times() -> tuple[list[float], list[float]]:
+        # The clean window (steps timed with no instrument armed) when the schedule has one:
+        # the extra steps run without instruments too. Else the profiled window.
+        span = getattr(getattr(clock, "schedule", None), "clean", None) or clock.window_steps
+        if span is None or len(clock.step_s) < span[1]:
+            span = clock.window_steps
+        if span is None:
+            return [], []
+        lo, hi = span[0] - 1, span[1]
+        return [s * 1e3 for s in clock.step_s[lo:hi]], [s * 1e3 for s in clock.data_wait_s[lo:hi]]
+
+    def last_wait_s() -> float:
+        waits = clock.data_wait_s
+        return float(waits[-1]) if len(waits) else 0.0
+
+    return Host(window_times, last_wait_s, before)

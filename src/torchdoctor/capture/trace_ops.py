@@ -19,7 +19,7 @@ from torchdoctor.analysis import intervals as iv
 from torchdoctor.analysis.gpu_activity import is_cpu_collective
 from torchdoctor.analysis.kernel_names import kernel_category
 from torchdoctor.analysis.op_classes import classify_op
-from torchdoctor.analysis.operators import _nest, _thread_key
+from torchdoctor.analysis.operators import _innermost, _nest, _thread_key
 from torchdoctor.rules.thresholds import TINY_OP_THRESHOLD_US
 from torchdoctor.trace.kinds import Kind
 from torchdoctor.trace.load import load_trace
@@ -44,6 +44,9 @@ def summarise_trace(path: Path, steps: int) -> dict[str, Any]:
     idx = np.flatnonzero(top)
     durs = (ops.end - ops.ts)[idx]
     total_us = float(durs.sum())
+    # Operators that computed on the CPU: no CUDA runtime or driver call inside them (a launch,
+    # a copy, a wait); the intra-op threads can only speed these up.
+    cpu_us = float(durs[~_calls_the_device(table, ops, top)[idx]].sum())
     tiny_us = float(durs[durs < float(TINY_OP_THRESHOLD_US)].sum())
     by_class: dict[str, float] = {}
     device = np.flatnonzero(np.isin(table.kind, [int(k) for k in _DEVICE_KINDS]))
@@ -67,6 +70,7 @@ def summarise_trace(path: Path, steps: int) -> dict[str, Any]:
         "median_op_us": float(np.median(durs)) if len(durs) else 0.0,
         "op_time_ms_per_step": total_us / steps / 1e3,
         "tiny_op_time_ms_per_step": tiny_us / steps / 1e3,
+        "cpu_op_time_ms_per_step": cpu_us / steps / 1e3,
         "tiny_op_threshold_us": float(TINY_OP_THRESHOLD_US),
         "gemm_share": gemm / denominator if denominator else 0.0,
         "compute_share": compute / denominator if denominator else 0.0,
@@ -77,6 +81,24 @@ def summarise_trace(path: Path, steps: int) -> dict[str, Any]:
         "read_from": "trace",
         "events": len(table),
     }
+
+
+def _calls_the_device(table: Any, ops: Any, top: np.ndarray) -> np.ndarray:
+    """Per operator (in ``ops`` order): a top-level operator inside which a CUDA runtime or
+    driver call ran on its thread (it launched, copied or waited: GPU work, not CPU work)."""
+    out = np.zeros(len(ops.rows), dtype=bool)
+    calls = np.flatnonzero(np.isin(table.kind, [int(Kind.RUNTIME), int(Kind.DRIVER)]))
+    if not len(calls) or not len(ops.rows):
+        return out
+    pos = _innermost(table, ops, calls)
+    pos = pos[pos >= 0]
+    for _ in range(64):  # up to the top-level operator (nesting is a few levels deep)
+        up = ~top[pos] & (ops.parent[pos] >= 0)
+        if not up.any():
+            break
+        pos[up] = ops.parent[pos[up]]
+    out[pos[top[pos]]] = True
+    return out
 
 
 def _inside_loader(table: Any, ops: Any) -> np.ndarray:

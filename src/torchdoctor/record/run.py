@@ -201,6 +201,9 @@ class OpSummary:
     op_time_ms_per_step: float | None = None
     tiny_op_time_ms_per_step: float | None = None
     tiny_op_threshold_us: float | None = None
+    cpu_op_time_ms_per_step: float | None = None
+    """Top-level operator time of operators that computed on the CPU (no CUDA runtime call
+    inside: no launch, copy or wait); what the intra-op threads can speed up."""
     gemm_share: float | None = None
     """GEMM (and convolution) time over operator time, on ``gemm_share_basis``."""
     gemm_share_basis: str | None = None
@@ -218,6 +221,7 @@ class OpSummary:
             op_time_ms_per_step=as_number(d.get("op_time_ms_per_step")),
             tiny_op_time_ms_per_step=as_number(d.get("tiny_op_time_ms_per_step")),
             tiny_op_threshold_us=as_number(d.get("tiny_op_threshold_us")),
+            cpu_op_time_ms_per_step=as_number(d.get("cpu_op_time_ms_per_step")),
             gemm_share=as_number(d.get("gemm_share")),
             gemm_share_basis=str(basis) if basis else None,
             compute_share=as_number(d.get("compute_share")),

@@ -53,6 +53,24 @@ class CpuDemand:
         return max(1, min(self.threads - 1, fit))
 
 
+def implausible_probe(probe: dict[str, Any]) -> str | None:
+    """Why a thread probe's ratio is no measurement (None: it may be one): a slow-down no
+    thread count can produce, above ``PROBE_RATIO_PER_THREAD`` per thread removed."""
+    try:
+        ratio = float(probe["ratio_median"])
+        extra = max(1, int(probe["threads_a"]) - int(probe["threads_b"]))
+    except (KeyError, TypeError, ValueError):
+        return None
+    bound = th.PROBE_RATIO_PER_THREAD * extra
+    if ratio <= bound:
+        return None
+    return (
+        f"{ratio:.1f}x slower with {probe['threads_a']} threads than with {probe['threads_b']}: "
+        f"no thread count does that (at most about {bound:.0f}x for {extra} thread(s) too "
+        "many); the probe measured something else"
+    )
+
+
 def cpu_demand(cpu: dict[str, Any]) -> CpuDemand | None:
     """Demand and supply from ``run.json``'s ``cpu`` record; None without a window."""
     wall = float(cpu.get("wall_s") or 0.0)
@@ -77,9 +95,24 @@ def cpu_oversubscribed(run: RunRecord) -> list[Finding]:
         return []
     probe = cpu.get("thread_probe") or {}
     ratio = float(probe.get("ratio_median") or 0.0)
-    if d.oversubscribed and ratio >= th.OVERSUBSCRIBED_RATIO:
-        return [_oversubscribed(run, cpu, d, probe, step)]
+    failed = probe.get("failed") or implausible_probe(probe)
+    cpu_ms = _cpu_op_ms(run, step)
+    if d.oversubscribed and ratio >= th.OVERSUBSCRIBED_RATIO and not failed and cpu_ms:
+        return [_oversubscribed(run, cpu, d, probe, step, cpu_ms)]
     return _starved(run, cpu, d, step)
+
+
+def _cpu_op_ms(run: RunRecord, step: float) -> float | None:
+    """Operator time per step the intra-op threads can speed up (ms), None when too little to
+    matter: on a CPU run the operators' time; on a GPU run only the operators that computed on
+    the CPU, and only when they hold ``THREADS_CPU_OP_SHARE`` of the step."""
+    ops = run.op_summary
+    if run.gpu is None:
+        return ops.op_time_ms_per_step or step
+    cpu_ms = ops.cpu_op_time_ms_per_step
+    if cpu_ms is None or cpu_ms < th.THREADS_CPU_OP_SHARE * step:
+        return None  # the step is GPU kernels: the CPU's threads do not set its time
+    return cpu_ms
 
 
 def _evidence(cpu: dict[str, Any], d: CpuDemand) -> dict[str, Any]:
@@ -92,12 +125,16 @@ def _evidence(cpu: dict[str, Any], d: CpuDemand) -> dict[str, Any]:
 
 
 def _oversubscribed(
-    run: RunRecord, cpu: dict[str, Any], d: CpuDemand, probe: dict[str, Any], step: float
+    run: RunRecord,
+    cpu: dict[str, Any],
+    d: CpuDemand,
+    probe: dict[str, Any],
+    step: float,
+    op_ms: float,
 ) -> Finding:
     ratio = float(probe["ratio_median"])
     k = int(probe.get("threads_b") or d.suggested_threads)
-    op_ms = run.op_summary.op_time_ms_per_step or step
-    saving = min(op_ms, step) * (1.0 - 1.0 / ratio)
+    saving = min(op_ms, step) * (1.0 - 1.0 / ratio)  # bounded by the CPU's operator time
     s = spec("cpu-oversubscribed")
     title = s.format_title(
         threads=d.threads,

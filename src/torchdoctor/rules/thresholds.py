@@ -175,6 +175,19 @@ OVERSUBSCRIBED_RATIO = Threshold(
     "the same matmul and elementwise work measured at least 1.2x slower with the script's "
     "thread count than with the suggested one (interleaved rounds, after the steps)",
 )
+PROBE_RATIO_PER_THREAD = Threshold(
+    4.0,
+    "a thread probe that ran the same work more than 4x slower per thread above the suggested "
+    "count measured something else (a preempted thread pool, a spinning barrier on a 100 us "
+    "workload): one thread too many on a core roughly doubles a parallel region, no more; "
+    "such a ratio is a failed measurement, not a finding (H200 runs printed 281x for 16 "
+    "threads against 15)",
+)
+THREADS_CPU_OP_SHARE = Threshold(
+    0.05,
+    "on a GPU run the intra-op threads only speed up operators that compute on the CPU; when "
+    "those take under 5% of the step, no thread count can win more than noise",
+)
 STARVED_SHARE = Threshold(
     0.3,
     "the main thread runnable but waiting for a core for 30% of the measured steps or more: "
