@@ -12,26 +12,28 @@ if TYPE_CHECKING:
 
 def render_capture(con: Console, a: TraceAnalysis) -> None:
     """What a capture trace holds, per graph, instead of an idle breakdown."""
-    from rich.table import Table
+    from torchdoctor.report.layout import Column, TableText, print_table
 
     g = a.graphs
     assert g is not None
-    con.print(f"[bold]Graph capture[/bold] ({len(g.captures)} graphs)")
-    table = Table(show_edge=False)
-    for col in ("graph", "start ms", "recording ms", "instantiate ms", "launches", "annotation"):
-        table.add_column(col, justify="left" if col == "annotation" else "right")
+    heads = ("graph", "start ms", "recording ms", "instantiate ms", "launches")
+    columns = (*(Column(h) for h in heads), Column("annotation", right=False, flex="shorten"))
     shown = g.captures if len(g.captures) <= 12 else (*g.captures[:6], *g.captures[-6:])
+    rows = []
     for c in shown:
         i = g.captures.index(c) + 1
-        table.add_row(
-            str(i),
-            f"{c.start_us / 1e3:.2f}",
-            f"{c.record_ms:.3f}",
-            f"{c.instantiate_ms:.3f}",
-            str(c.recorded_launches),
-            c.annotation[:40],
+        rows.append(
+            (
+                str(i),
+                f"{c.start_us / 1e3:.2f}",
+                f"{c.record_ms:.3f}",
+                f"{c.instantiate_ms:.3f}",
+                str(c.recorded_launches),
+                c.annotation,
+            )
         )
-    con.print(table)
+    title = f"Graph capture ({len(g.captures)} graphs)"
+    print_table(con, TableText(columns, tuple(rows), title=title))
     con.print(
         f"  total {g.capture_ms:.2f} ms; first to last capture {g.capture_span_ms:.2f} ms "
         "(with the eager warm-up runs between them)\n"
@@ -41,19 +43,17 @@ def render_capture(con: Console, a: TraceAnalysis) -> None:
 def render_serving(con: Console, a: TraceAnalysis) -> None:
     """Per-kind step table, graph coverage and GEMM/attention bandwidth."""
     from rich.markup import escape
-    from rich.table import Table
+
+    from torchdoctor.report.layout import Column, TableText, print_table
 
     s = a.serving
     if s is None:
         return
     engine = "" if s.engine == "unknown" else f" ({s.engine})"
-    con.print(f"[bold]Engine steps{engine}[/bold] (ms per step accounted for, means by kind)")
-    table = Table(show_edge=False)
-    cols = ("kind", "steps", "ms/step", "batch", "tokens/step", "tokens/s", "GPU busy", "host ms")
-    for col in cols:
-        table.add_column(col, justify="left" if col == "kind" else "right")
-    for kind, k in s.by_kind.items():
-        table.add_row(
+    heads = ("steps", "ms/step", "batch", "tokens/step", "tokens/s", "GPU busy", "host ms")
+    columns = (Column("kind", right=False, flex="shorten"), *(Column(h) for h in heads))
+    rows = [
+        (
             kind,
             str(k.steps),
             f"{k.mean_step_ms:.2f}",
@@ -63,7 +63,10 @@ def render_serving(con: Console, a: TraceAnalysis) -> None:
             f"{k.gpu_busy_share:.0%}",
             f"{k.host_wait_ms:.2f}",
         )
-    con.print(table)
+        for kind, k in s.by_kind.items()
+    ]
+    title = f"Engine steps{engine} (ms per step accounted for, means by kind)"
+    print_table(con, TableText(columns, tuple(rows), title=title))
     if s.between_steps_ms:
         mean = sum(s.between_steps_ms) / len(s.between_steps_ms)
         con.print(f"  CPU time between iterations: {mean:.2f} ms mean")

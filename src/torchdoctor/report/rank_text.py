@@ -26,26 +26,30 @@ _SKEWS_SHOWN = 5
 
 def render_ranks(con: Console, report: Report) -> None:
     """Print the ranks table, then the cross-rank sections when there is something to say."""
-    from rich.markup import escape
-    from rich.table import Table
+    from torchdoctor.report.layout import Column, TableText, print_table
 
-    table = Table(title="Ranks (ms per step)", title_justify="left", show_edge=False)
-    for col in ("rank", "steps", "step", "waiting", "own work", "largest parts", "status"):
-        table.add_column(col, justify="left" if col in ("largest parts", "status") else "right")
+    heads = ("rank", "steps", "step", "waiting", "own work")
+    columns = (
+        *(Column(h) for h in heads),
+        Column("largest parts", right=False, flex="wrap"),
+        Column("status", right=False),
+    )
+    rows = []
     for r in report.ranks:
         parts = sorted(r.breakdown_ms.items(), key=lambda kv: -kv[1])[:_PARTS_SHOWN]
-        shown = ", ".join(f"{_SHORT_PART.get(k, k)} {v:.1f}" for k, v in parts)
-        status = r.status if r.status == "ok" else f"[bold red]{escape(r.status)}[/bold red]"
-        table.add_row(
-            str(r.rank),
-            str(r.steps),
-            f"{r.mean_step_ms:.2f}",
-            f"{r.wait_ms:.2f}",
-            f"{r.work_ms:.2f}",
-            escape(shown),
-            status,
+        shown = ", ".join(f"{_SHORT_PART.get(k, k)}\u00a0{v:.1f}" for k, v in parts)
+        rows.append(
+            (
+                str(r.rank),
+                str(r.steps),
+                f"{r.mean_step_ms:.2f}",
+                f"{r.wait_ms:.2f}",
+                f"{r.work_ms:.2f}",
+                shown,
+                r.status,
+            )
         )
-    con.print(table)
+    print_table(con, TableText(columns, tuple(rows), title="Ranks (ms per step)"))
     con.print()
     if report.cross_rank is not None:
         _cross(con, report.cross_rank)

@@ -74,12 +74,13 @@ def render_text(report: Report, top: int = 10, console: Console | None = None) -
             render_serving(con, a)
     _findings(con, report)
     _ranks(con, report)
+    from torchdoctor.report.layout import print_table
     from torchdoctor.report.tables import kernel_table, operator_tables
 
     kernels = kernel_table(report.analysis, top)
     for table in [kernels, *operator_tables(report.analysis, top)]:
         if table is not None:
-            con.print(table)
+            print_table(con, table)
             con.print()
     if report.notes:
         from rich.markup import escape
@@ -104,16 +105,13 @@ def _header(con: Console, report: Report) -> None:
 
 
 def _breakdown(con: Console, report: Report) -> None:
-    from rich.table import Table
+    from torchdoctor.report.layout import Column, TableText, print_table
 
     a = report.analysis
     t = a.total
     title = f"Step breakdown (ms per step, mean of {a.n_steps} step{'s' * (a.n_steps != 1)})"
-    con.print(f"[bold]{title}[/bold]")  # a table title would wrap to the table's width
-    table = Table(show_edge=False)
-    table.add_column("part")
-    table.add_column("ms/step", justify="right")
-    table.add_column("share", justify="right")
+    rows: list[tuple[str, str, str]] = []
+    bold = []
     # With GPU work the trace does not hold, shares are of the time it accounts for.
     hidden = a.not_recorded_ms
     base = a.accounted_ms if hidden > 0 else t.step_ms
@@ -123,13 +121,16 @@ def _breakdown(con: Console, report: Report) -> None:
         per = a.per_step_ms(ms)
         label_key = f"{key}_cpu" if not a.has_gpu and key in _CPU_LABELS else key
         share = ms / base if base > 0 else 0.0
-        table.add_row(_PART_LABEL.get(label_key, key), f"{per:.2f}", f"{share:.1%}")
+        rows.append((_PART_LABEL.get(label_key, key), f"{per:.2f}", f"{share:.1%}"))
     if hidden > 0:
-        table.add_row("[bold]accounted for[/bold]", f"[bold]{a.mean_step_ms:.2f}[/bold]", "100%")
-        table.add_row(_PART_LABEL["not_recorded"], f"{a.per_step_ms(hidden):.2f}", "")
+        bold.append(len(rows))
+        rows.append(("accounted for", f"{a.mean_step_ms:.2f}", "100%"))
+        rows.append((_PART_LABEL["not_recorded"], f"{a.per_step_ms(hidden):.2f}", ""))
     window_ms = a.per_step_ms(t.step_ms)  # the parts add up to the window
-    table.add_row("[bold]step[/bold]", f"[bold]{window_ms:.2f}[/bold]", "" if hidden else "100%")
-    con.print(table)
+    bold.append(len(rows))
+    rows.append(("step", f"{window_ms:.2f}", "" if hidden else "100%"))
+    columns = (Column("part", right=False, flex="wrap"), Column("ms/step"), Column("share"))
+    print_table(con, TableText(columns, tuple(rows), title=title, bold_rows=frozenset(bold)))
     if t.pageable_h2d_ms > 0:
         con.print(
             f"  of which pageable host→device copies: "

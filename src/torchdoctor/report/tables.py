@@ -2,78 +2,77 @@
 
 from __future__ import annotations
 
+import re
 from typing import TYPE_CHECKING, Any
 
-from rich.table import Table
+from torchdoctor.report.layout import Column, TableText, middle
 
 if TYPE_CHECKING:
     from torchdoctor.analysis.bundle import TraceAnalysis
 
 _NAME_WIDTH = 60
+"""The longest a simplified kernel name gets before it is shortened from the middle."""
+_ANONYMOUS = re.compile(r"\(anonymous namespace\)::")
 
 
-def _short(name: str, kernel: bool = True) -> str:
-    """A readable name; for kernels, drop ``void``, namespaces and template arguments."""
-    from rich.markup import escape
-
-    n = name.removeprefix("void ") if kernel else name
-    if not kernel:
-        pass
-    elif "<" in n:
-        n = n[: n.index("<")] + "<…>"
-    if kernel and "(" in n:
-        n = n[: n.index("(")]
-    if kernel and "::" in n:
-        head = n.split("<", 1)[0]
-        n = head.rsplit("::", 1)[-1] + n[len(head) :]
-    n = n if len(n) <= _NAME_WIDTH else n[: _NAME_WIDTH - 1] + "…"
-    return escape(n)
+def short_kernel(name: str) -> str:
+    """A readable kernel name: no ``void``, namespaces, template or call arguments; the full
+    name shortened from the middle when that leaves nothing to read."""
+    n = _ANONYMOUS.sub("", name.removeprefix("void "))
+    cut = [i for i in (n.find("<"), n.find("(")) if i > 0]
+    if cut:
+        i = min(cut)
+        n = n[:i] + ("<…>" if n[i] == "<" else "")
+    base = n.removesuffix("<…>")
+    n = base.rsplit("::", 1)[-1] + n[len(base) :]
+    if not n.removesuffix("<…>").strip(" :"):
+        n = name.strip()
+    return middle(n, _NAME_WIDTH)
 
 
-def kernel_table(a: TraceAnalysis, top: int) -> Table | None:
+def kernel_table(a: TraceAnalysis, top: int) -> TableText | None:
     """Top kernels by total time, with category, tensor-core use and dtype."""
     k = a.kernels
     if k is None or not k.top_kernels:
         return None
-    t = Table(
-        title=f"Top kernels (of {k.kernel_count} in {a.n_steps} steps)",
-        title_justify="left",
-        show_edge=False,
+    columns = (
+        Column("kernel", right=False, flex="shorten"),
+        Column("category", right=False),
+        Column("count"),
+        Column("total ms"),
+        Column("mean µs"),
+        Column("share"),
+        Column("TC", right=False),
+        Column("dtype", right=False),
     )
-    t.add_column("kernel", no_wrap=True, overflow="ellipsis", max_width=_NAME_WIDTH)
-    for col, just in (
-        ("category", "left"),
-        ("count", "right"),
-        ("total ms", "right"),
-        ("mean µs", "right"),
-        ("share", "right"),
-        ("TC", "left"),
-        ("dtype", "left"),
-    ):
-        t.add_column(col, justify=just)  # type: ignore[arg-type]
+    rows = []
     for r in k.top_kernels[:top]:
         tc = "" if r.tensor_core is None else ("yes" if r.tensor_core else "no")
-        t.add_row(
-            _short(r.name),
-            r.category,
-            str(r.count),
-            f"{r.total_ms:.2f}",
-            f"{r.mean_us:.1f}",
-            f"{r.share_of_gpu_time:.1%}",
-            tc,
-            r.dtype,
+        rows.append(
+            (
+                short_kernel(r.name),
+                r.category,
+                str(r.count),
+                f"{r.total_ms:.2f}",
+                f"{r.mean_us:.1f}",
+                f"{r.share_of_gpu_time:.1%}",
+                tc,
+                r.dtype,
+            )
         )
+    caption = ""
     if k.tensor_core_share is not None:
-        t.caption = (
+        caption = (
             f"GEMM/conv {k.matmul_ms:.1f} ms, on tensor cores "
             f"{k.tensor_core_share:.0%}; by dtype: "
             + ", ".join(f"{d} {v:.1f} ms" for d, v in k.matmul_ms_by_dtype.items() if v >= 0.05)
         )
-        t.caption_justify = "left"
-    return t
+    steps = f"{a.n_steps} step{'s' * (a.n_steps != 1)}"
+    title = f"Top kernels (of {k.kernel_count} in {steps})"
+    return TableText(columns, tuple(rows), title=title, caption=caption)
 
 
-def operator_tables(a: TraceAnalysis, top: int) -> list[Table]:
+def operator_tables(a: TraceAnalysis, top: int) -> list[TableText]:
     """key_averages-style tables: top operators by self device time (GPU traces) and self CPU."""
     ops = a.operators
     out = []
@@ -84,17 +83,15 @@ def operator_tables(a: TraceAnalysis, top: int) -> list[Table]:
     return out
 
 
-def _op_table(rows: Any, key: str, top: int, device: bool) -> Table:
-    t = Table(title=f"Top operators by {key} time", title_justify="left", show_edge=False)
-    t.add_column("operator", no_wrap=True, overflow="ellipsis", max_width=_NAME_WIDTH)
-    cols = ["calls", "self CPU ms", "CPU total ms"]
+def _op_table(rows: Any, key: str, top: int, device: bool) -> TableText:
+    heads = ["calls", "self CPU ms", "CPU total ms"]
     if device:
-        cols += ["self device ms", "device total ms"]
-    for col in cols:
-        t.add_column(col, justify="right")
+        heads += ["self device ms", "device total ms"]
+    columns = (Column("operator", right=False, flex="shorten"), *(Column(h) for h in heads))
+    out = []
     for r in rows[:top]:
         cells = [str(r.calls), f"{r.self_cpu_ms:.2f}", f"{r.total_cpu_ms:.2f}"]
         if device:
             cells += [f"{r.self_device_ms:.2f}", f"{r.total_device_ms:.2f}"]
-        t.add_row(_short(r.name, kernel=False), *cells)
-    return t
+        out.append((r.name, *cells))
+    return TableText(columns, tuple(out), title=f"Top operators by {key} time")

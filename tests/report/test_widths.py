@@ -1,0 +1,133 @@
+"""The terminal report at 60, 80, 100 and 160 columns: every number a table shows is printed whole.
+
+The numbers come from the report's JSON (what ``--json`` prints), formatted as the tables format
+them (ms to 2 decimals, µs to 1, shares as percentages); each table row's values must stand on one
+line, in order, whole (no digit cut, no ellipsis), and each row keeps a readable name.
+"""
+
+from __future__ import annotations
+
+import io
+import re
+from functools import cache
+from typing import Any
+
+import pytest
+
+from tests.conftest import TRACES
+
+WIDTHS = (60, 80, 100, 160)
+TOP = 10
+# A few traces that broke the old layout (long kernel names, many number columns, a serving
+# table); the whole corpus runs as a slow test.
+QUICK = (
+    "h200/nanogpt_gpt2_eager_check",
+    "h100_qwen_0p5b_infer",
+    "mi300x_sglang_qwen3_8b_prefill_decode",
+    "v100_resnet50_train_workers0",
+)
+_SEP = r"[\s│┃]+"  # what may stand between two cells of one row
+
+
+def _corpus() -> list[str]:
+    found = sorted(TRACES.glob("*.json.gz")) + sorted((TRACES / "h200").glob("*.json.gz"))
+    return [str(p.relative_to(TRACES)).removesuffix(".json.gz") for p in found]
+
+
+@cache
+def _report(stem: str) -> Any:
+    from torchdoctor import api
+
+    path = TRACES / f"{stem}.json.gz"
+    if not path.is_file():
+        pytest.skip(f"corpus trace {path} not found (set TORCHDOCTOR_TRACES)")
+    return api.analyze(path)
+
+
+def _token(value: str) -> str:
+    """``value`` as a whole cell: no digit, point or ellipsis glued to either side."""
+    return r"(?<![\w.…])" + re.escape(value) + r"(?![\w.…%])"
+
+
+def _rows(d: dict[str, Any]) -> list[tuple[str, list[str]]]:
+    """(table, cells in order) for every row the text tables show, formatted from the JSON."""
+    out: list[tuple[str, list[str]]] = []
+    n = max(d["steps"]["count"], 1)
+    total = d["breakdown"]["total"]
+    hidden = total["idle_ms"].get("not_recorded", 0.0)
+    base = total["step_ms"] - hidden if hidden > 0 else total["step_ms"]
+    parts = [*total["busy_ms"].items(), *total["idle_ms"].items()]
+    for key, ms in [] if _capture(d) else parts:  # a capture trace has no idle breakdown
+        if ms > 0 and key != "not_recorded":
+            share = ms / base if base > 0 else 0.0
+            out.append(("breakdown", [f"{ms / n:.2f}", f"{share:.1%}"]))
+    k = d["kernels"]
+    for r in (k or {}).get("top_kernels", [])[:TOP]:
+        tc = "" if r["tensor_core"] is None else ("yes" if r["tensor_core"] else "no")
+        cells = [r["category"], str(r["count"]), f"{r['total_ms']:.2f}", f"{r['mean_us']:.1f}"]
+        cells += [f"{r['share_of_gpu_time']:.1%}", *([tc] if tc else []), r["dtype"]]
+        out.append(("kernels", cells))
+    ops = d["operators"]
+    device = bool(k and k["top_kernels"])
+    for key in ("top_by_self_device", "top_by_self_cpu"):
+        if key == "top_by_self_device" and not device:
+            continue
+        for r in ops[key][:TOP]:
+            cells = [str(r["calls"]), f"{r['self_cpu_ms']:.2f}", f"{r['total_cpu_ms']:.2f}"]
+            if device:
+                cells += [f"{r['self_device_ms']:.2f}", f"{r['total_device_ms']:.2f}"]
+            out.append((key, cells))
+    s = d["serving"]
+    for r in (s or {}).get("by_kind", {}).values():
+        out.append(("serving", [str(r["steps"]), f"{r['mean_step_ms']:.2f}"]))
+    return out
+
+
+def _capture(d: dict[str, Any]) -> bool:
+    return bool(d["graphs"] and d["graphs"].get("is_capture_trace"))
+
+
+def _check(stem: str, width: int) -> None:
+    report = _report(stem)
+    text = report.text(top=TOP, width=width)
+    lines = text.splitlines()
+    rows = _rows(report.to_dict())
+    assert rows, "no table rows to check"
+    for table, cells in rows:
+        pattern = re.compile(_SEP.join(_token(c) for c in cells))
+        hits = [i for i, line in enumerate(lines) if pattern.search(line)]
+        assert hits, f"{stem} at {width} columns: {table} row {cells} not printed whole"
+        i = hits[0]
+        assert len(lines[i]) <= width, f"{table} row wider than the terminal: {lines[i]}"
+        if table in ("kernels", "top_by_self_device", "top_by_self_cpu"):
+            # the name is on the row's line (wide) or on the line above it (stacked)
+            before = lines[i][: pattern.search(lines[i]).start()]  # type: ignore[union-attr]
+            name = before if before.strip() else lines[i - 1]
+            assert len(re.findall(r"\w", name)) >= 3, f"{table} row {cells} lost its name"
+
+
+@pytest.mark.parametrize("width", WIDTHS)
+@pytest.mark.parametrize("stem", QUICK)
+def test_table_numbers_print_whole(stem: str, width: int) -> None:
+    _check(stem, width)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("width", WIDTHS)
+@pytest.mark.parametrize("stem", [s for s in _corpus() if s not in QUICK])
+def test_table_numbers_print_whole_on_the_corpus(stem: str, width: int) -> None:
+    _check(stem, width)
+
+
+@pytest.mark.parametrize("width", WIDTHS)
+def test_a_kernel_in_an_anonymous_namespace_keeps_its_name(width: int) -> None:
+    # void at::native::(anonymous namespace)::CatArrayBatchedCopy<...>(...) was cut to nothing
+    text = _report("h100_qwen_0p5b_infer").text(top=TOP, width=width)
+    assert "CatArrayBatchedCopy<…>" in text
+
+
+def test_piped_output_is_100_columns_wide(monkeypatch: pytest.MonkeyPatch) -> None:
+    from torchdoctor.report.console import report_width
+
+    monkeypatch.setenv("COLUMNS", "80")
+    assert report_width(io.StringIO()) == 100
