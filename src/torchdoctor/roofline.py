@@ -8,8 +8,17 @@ per run (``capture/machine_rates.py``), with the thread count the script uses.
 
 ``roofline_seconds(flops, bytes, dtypes, att)`` is the time the counted work needs at those
 rates, operator by operator: each call takes ``max(flops / FLOP/s, bytes / bytes/s)`` (bound
-by its arithmetic or by its memory traffic), summed. ``efficiency(...)`` compares it with the
+by its arithmetic or by its memory traffic), summed. That is the **eager traffic floor**: every
+eager operator reads its inputs from memory and writes its outputs back, traffic that fusion
+(``torch.compile``) removes, so a compiled step can beat it. ``fusion_floor(...)`` is the floor
+no correct implementation beats: the counted FLOPs at the attainable rates, or the compulsory
+traffic (parameters, gradients, optimizer state) at the bandwidth, whichever is longer. The gap
+between the two is the most fusion can save. ``efficiency(...)`` compares a floor with the
 measured step. Pure Python: no torch import, so rules and reports can use it anywhere.
+
+Precision modes: ``fp32`` in the hardware table is the CUDA-core rate; with TF32 on (the run's
+``allow_tf32`` / ``set_float32_matmul_precision`` / ``fp32_precision`` state), fp32 matmuls run
+at the ``tf32`` rate, and ``Attainable.fp32_matmul`` says which of the two the ``fp32`` rate is.
 """
 
 from __future__ import annotations
@@ -40,6 +49,19 @@ class Attainable:
     """Memory bandwidth (read + write bytes per second)."""
     source: str = ""
     """Where the rates come from (measured how, or which datasheet)."""
+    fp32_matmul: str = ""
+    """What the ``fp32`` rate is on a GPU: ``"tf32"`` (TF32 on: fp32 matmuls at the TF32
+    tensor-core rate) or ``"cuda-cores"`` (TF32 off); empty where not recorded (CPU, old runs)."""
+
+    @property
+    def fp32_mode(self) -> str:
+        """``fp32_matmul``, or for a record without it, read from the rates (fp32 == tf32)."""
+        if self.fp32_matmul or self.device == "cpu":
+            return self.fp32_matmul
+        fp32, tf32 = self.flops_per_s.get("fp32"), self.flops_per_s.get("tf32")
+        if fp32 is None or tf32 is None:
+            return ""
+        return "tf32" if fp32 == tf32 else "cuda-cores"
 
     def flops_for(self, dtype: str) -> float | None:
         """FLOP/s for ``dtype``, falling back to a related dtype's rate; None when unknown.
@@ -66,6 +88,7 @@ class Attainable:
             flops_per_s={str(k): float(v) for k, v in (d.get("flops_per_s") or {}).items()},
             bytes_per_s=float(d.get("bytes_per_s") or 0.0),
             source=str(d.get("source", "")),
+            fp32_matmul=str(d.get("fp32_matmul") or ""),
         )
 
 
@@ -78,13 +101,88 @@ def attainable_gpu(name: str, sm_count: int | None = None, tf32: bool = False) -
     if spec is None or not bandwidth:
         return None
     rates = {k: v * ATTAINABLE_SHARE for k, v in spec.peak_flops.items()}
-    if tf32 and "tf32" in rates:
+    on_tf32 = tf32 and "tf32" in rates
+    if on_tf32:
         rates["fp32"] = rates["tf32"]
     return Attainable(
         device=spec.name,
         flops_per_s=rates,
         bytes_per_s=bandwidth * ATTAINABLE_SHARE,
         source=f"{spec.source}; {ATTAINABLE_SHARE:.0%} of the dense peaks",
+        fp32_matmul="tf32" if on_tf32 else "cuda-cores",
+    )
+
+
+# Optimizer state tensors per parameter, by class name (each the size of the parameter); a class
+# not listed counts none, which keeps the floor a floor.
+OPTIMIZER_STATES = {
+    "Adam": 2,
+    "AdamW": 2,
+    "NAdam": 2,
+    "RAdam": 2,
+    "Adamax": 2,
+    "Adagrad": 1,
+    "RMSprop": 1,
+    "Adadelta": 2,
+    "SGD": 0,
+}
+
+
+@dataclass(frozen=True)
+class FusionFloor:
+    """The step time no correct implementation beats, and what it counts."""
+
+    floor_ms: float
+    """``max(compute_ms, traffic_ms)``."""
+    compute_ms: float
+    """The counted FLOPs at the attainable rate of their dtype."""
+    traffic_ms: float
+    """The compulsory bytes at the attainable bandwidth."""
+    compulsory_bytes: float
+    counted: str
+    """What the compulsory bytes are, in words."""
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain data."""
+        return asdict(self)
+
+
+def compulsory_bytes(optimizers: Sequence[dict[str, Any]]) -> tuple[float, str]:
+    """(bytes per training step that any implementation moves, what they are) from the
+    optimizers ``check`` records (``param_bytes``, ``class``): the parameters read once in the
+    forward pass, the gradients written once, and the optimizer step reading parameters,
+    gradients and its state and writing parameters and state back. Saved activations and the
+    batch are not counted: recomputation can trade activations for FLOPs, and the batch is small
+    beside them, so leaving both out keeps it a floor."""
+    total, states = 0.0, set()
+    for opt in optimizers:
+        p = float(opt.get("param_bytes") or 0.0)
+        k = OPTIMIZER_STATES.get(str(opt.get("class") or ""), 0)
+        # forward read p, gradient write g, step: read p g state, write p state (g = p in size)
+        total += p * (1 + 1 + 2 + 2 * k + 1)
+        if k:
+            states.add(str(opt.get("class")))
+    what = "parameters, gradients" + (f", {'/'.join(sorted(states))} state" if states else "")
+    return total, what
+
+
+def fusion_floor(
+    flops_by_dtype: dict[str, float], nbytes: float, att: Attainable, counted: str = ""
+) -> FusionFloor:
+    """The fusion floor of a step with ``flops_by_dtype`` FLOPs and ``nbytes`` compulsory bytes
+    at ``att``'s rates (see ``FusionFloor``); FLOPs of a dtype without a rate count nothing."""
+    compute_s = 0.0
+    for dtype, flops in flops_by_dtype.items():
+        rate = att.flops_for(dtype)
+        if rate and flops:
+            compute_s += flops / rate
+    traffic_s = nbytes / att.bytes_per_s if att.bytes_per_s else 0.0
+    return FusionFloor(
+        floor_ms=max(compute_s, traffic_s) * 1e3,
+        compute_ms=compute_s * 1e3,
+        traffic_ms=traffic_s * 1e3,
+        compulsory_bytes=nbytes,
+        counted=counted,
     )
 
 

@@ -6,6 +6,8 @@ from __future__ import annotations
 import io
 from typing import Any
 
+from torchdoctor.record.floors import StepFloors, step_floors
+from torchdoctor.roofline import Attainable
 from torchdoctor.rules.thresholds import EXPLAINED_EFFICIENCY
 
 _COLS = ("torch ops", "Python", "I/O", "sleep/wait", "gc", "CPU contention")
@@ -23,8 +25,35 @@ def _si(value: float, unit: str) -> str:
     return f"{value:.0f} {unit}"
 
 
+def _rates(att: dict[str, Any]) -> str:
+    """The attainable FLOP/s per dtype, with which precision mode the fp32 rate is."""
+    mode = Attainable.from_dict(att).fp32_mode
+    parts = []
+    for k, v in (att.get("flops_per_s") or {}).items():
+        if k == "fp32" and mode:
+            how = "TF32 on: the TF32 rate" if mode == "tf32" else "CUDA cores, TF32 off"
+            parts.append(f"{_si(v, 'FLOP/s')} fp32 ({how})")
+        elif not (k == "tf32" and mode == "tf32"):
+            parts.append(f"{_si(v, 'FLOP/s')} {k}")
+    return ", ".join(parts)
+
+
+def _floors_text(floors: StepFloors | None) -> str:
+    """The fusion floor and the eager traffic floor, and the gap fusion could close."""
+    if floors is None or floors.fusion is None or floors.eager_traffic_ms is None:
+        return ""
+    f = floors.fusion
+    return (
+        f"floors: fusion floor {f.floor_ms:.2f} ms (the counted FLOPs at the attainable rates "
+        f"{f.compute_ms:.2f} ms; compulsory traffic {_si(f.compulsory_bytes, 'B')} of {f.counted} "
+        f"{f.traffic_ms:.2f} ms): no implementation beats it; eager traffic floor "
+        f"{floors.eager_traffic_ms:.2f} ms (every eager operator's bytes): fusion "
+        f"(torch.compile) could save up to {floors.fusion_gain_ms or 0.0:.2f} ms per step\n"
+    )
+
+
 def roofline_line(record: dict[str, Any], account: dict[str, Any] | None) -> str:
-    """One line: work per step, attainable rates, roofline time and achieved efficiency."""
+    """Work per step and attainable rates, the floors, and the achieved efficiency and MFU."""
     roof = record.get("roofline") or {}
     work = roof.get("work") or {}
     eff = roof.get("efficiency") or {}
@@ -32,21 +61,32 @@ def roofline_line(record: dict[str, Any], account: dict[str, Any] | None) -> str
     if not eff:
         why = roof.get("unavailable") or (roof.get("error") or "not measured")
         return f"roofline: not available ({why}); efficiency unknown\n"
-    rates = ", ".join(f"{_si(v, 'FLOP/s')} {k}" for k, v in (att.get("flops_per_s") or {}).items())
+    floors = step_floors(record, float(eff["step_ms"]))
+    fusion = floors.fusion if floors is not None else None
+    floor_name = "fusion floor" if fusion is not None else "eager traffic floor"
+    floor_ms = fusion.floor_ms if fusion is not None else float(eff["roofline_ms"])
+    share = min(1.0, floor_ms / eff["step_ms"]) if eff["step_ms"] else 0.0
     text = (
         f"roofline: {_si(float(work.get('flops_per_step') or 0), 'FLOP')} and "
-        f"{_si(float(work.get('bytes_per_step') or 0), 'B')} per step; attainable {rates}, "
-        f"{_si(float(att.get('bytes_per_s') or 0), 'B/s')} ({att.get('source', '?')})\n"
-        f"efficiency: the step takes {eff['step_ms']:.1f} ms, its roofline {eff['roofline_ms']:.2f} ms: "
-        f"{eff['share']:.0%} of attainable (FLOP/s {eff['flops_share']:.0%}, "
+        f"{_si(float(work.get('bytes_per_step') or 0), 'B')} per step counted; attainable "
+        f"{_rates(att)}, {_si(float(att.get('bytes_per_s') or 0), 'B/s')} "
+        f"({att.get('source', '?')})\n"
+        + _floors_text(floors)
+        + f"efficiency: the step takes {eff['step_ms']:.1f} ms, its {floor_name} "
+        f"{floor_ms:.2f} ms: {share:.0%} of attainable (FLOP/s {eff['flops_share']:.0%}, "
         f"bandwidth {eff['bytes_share']:.0%})"
     )
+    if floors is not None and floors.mfu is not None:
+        text += (
+            f"; MFU {floors.mfu:.0%} (counted FLOPs over the step, against the "
+            f"{floors.mfu_peak_tflops:.1f} TFLOP/s dense {floors.mfu_dtype} datasheet peak)"
+        )
     if account:
         state = "explained" if account.get("explained") else "not explained"
         text += (
             f"; {state}: {account['unexplained_ms']:.1f} ms per step "
             f"({account['unexplained_share']:.0%}) left over beyond "
-            f"{1 / EXPLAINED_EFFICIENCY:.0f}x the roofline and what the findings claim"
+            f"{1 / EXPLAINED_EFFICIENCY:.0f}x the eager traffic floor and what the findings claim"
         )
         if account.get("contention_ms"):
             text += (

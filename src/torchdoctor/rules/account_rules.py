@@ -2,11 +2,15 @@
 named findings claim, and what is left: the ``unexplained-step-time`` finding names where that
 time goes (the user's lines and what runs under them).
 
-    allowance  = min(step, roofline / EXPLAINED_EFFICIENCY,   # compute near the roofline ...
-                     torch operators + torch's own Python)   # ... and only where compute runs
+    allowance  = min(step, eager traffic floor / EXPLAINED_EFFICIENCY,  # operators near their
+                     torch operators + torch's own Python)   # floor, only where compute runs
     named      = min(step, sum of the other actionable findings' savings)
     contention = time the training thread waited for a CPU (other processes held them)
     unexplained = max(0, step - allowance - named - contention)
+
+The allowance uses the eager traffic floor (every operator's counted work, op by op: what the
+operators as run need); the efficiency reported is against the fusion floor (``record.floors``),
+which no implementation beats, and the gap between the two is what fusion could save.
 
 A step is *explained* when its roofline is known and the unexplained time is under
 ``UNEXPLAINED_SHARE`` of it; only then may a report say that nothing holds it back. Without a
@@ -20,6 +24,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from torchdoctor.record.floors import step_floors
 from torchdoctor.record.lines import LineRow
 from torchdoctor.record.run import RunRecord
 from torchdoctor.record.values import as_float
@@ -69,7 +74,8 @@ class StepAccount:
 
     step_ms: float
     roofline_ms: float | None
-    """The counted work at the attainable rates; None when it could not be counted."""
+    """The step's floor: the fusion floor where FLOPs were counted, else the eager traffic floor;
+    None when nothing could be counted."""
     efficiency: float | None
     """``roofline_ms / step_ms``."""
     flops_share: float | None
@@ -86,6 +92,14 @@ class StepAccount:
     """The line table's totals (ms per step): torch ops, Python, I/O, sleep/wait, gc."""
     top_lines: list[TopLine] = field(default_factory=list)
     """The lines holding most of the unexplained time, with what runs under each."""
+    floor: str = "eager traffic floor"
+    """Which floor ``roofline_ms`` is: ``fusion floor`` or ``eager traffic floor``."""
+    eager_traffic_ms: float | None = None
+    """Every eager operator's counted work at the attainable rates (the allowance's basis)."""
+    fusion_gain_ms: float | None = None
+    """Eager traffic floor minus fusion floor: the most fusion (torch.compile) could save."""
+    mfu: float | None = None
+    """Counted FLOP/s over the datasheet dense peak (``record.floors.StepFloors``)."""
 
     @property
     def unexplained_share(self) -> float:
@@ -109,6 +123,7 @@ def step_account(record: dict[str, Any], findings: list[Finding]) -> StepAccount
     roofline = acc.roofline
     categories = dict(acc.lines.categories)
     roof = roofline.roofline_ms
+    floors = step_floors(record, step)
     # The roofline explains compute: the time inside torch operators and torch's own Python
     # around them, never the user's Python, I/O, sleeps or collections (when sampled).
     compute = categories.get("torch ops", 0.0) + _framework_python(acc)
@@ -131,10 +146,11 @@ def step_account(record: dict[str, Any], findings: list[Finding]) -> StepAccount
     unexplained = max(0.0, step - allowance - named - contention)
     ops_ms = categories.get("torch ops", 0.0)
     excess = max(0.0, 1.0 - allowance / ops_ms) if ops_ms > 0 else 0.0
+    fusion = floors.fusion if floors is not None else None
     return StepAccount(
         step_ms=step,
-        roofline_ms=roof,
-        efficiency=roofline.share,
+        roofline_ms=fusion.floor_ms if fusion is not None else roof,
+        efficiency=min(1.0, fusion.floor_ms / step) if fusion is not None else roofline.share,
         flops_share=roofline.flops_share,
         bytes_share=roofline.bytes_share,
         attainable=roofline.attainable_source or roofline.unavailable or "not counted",
@@ -145,6 +161,10 @@ def step_account(record: dict[str, Any], findings: list[Finding]) -> StepAccount
         explained=roof is not None and unexplained < th.UNEXPLAINED_SHARE * step,
         categories=categories,
         top_lines=_top_lines(acc, excess),
+        floor="fusion floor" if fusion is not None else "eager traffic floor",
+        eager_traffic_ms=roof,
+        fusion_gain_ms=floors.fusion_gain_ms if floors is not None else None,
+        mfu=floors.mfu if floors is not None else None,
     )
 
 

@@ -44,6 +44,10 @@ def account_from_dict(d: dict[str, Any]) -> StepAccount | None:
         explained=bool(d.get("explained")),
         categories={str(k): _num(v) or 0.0 for k, v in _d(d.get("categories")).items()},
         top_lines=[TopLine.from_dict(r) for r in d.get("top_lines") or [] if isinstance(r, dict)],
+        floor=str(d.get("floor") or "eager traffic floor"),
+        eager_traffic_ms=_num(d.get("eager_traffic_ms")),
+        fusion_gain_ms=_num(d.get("fusion_gain_ms")),
+        mfu=_num(d.get("mfu")),
     )
 
 
