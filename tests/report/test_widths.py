@@ -131,3 +131,66 @@ def test_piped_output_is_100_columns_wide(monkeypatch: pytest.MonkeyPatch) -> No
 
     monkeypatch.setenv("COLUMNS", "80")
     assert report_width(io.StringIO()) == 100
+
+
+def _rows_on_lines(text: str, rows: list[list[str]], width: int, what: str) -> None:
+    """Each row's cells stand whole, in order, on one line no wider than ``width``."""
+    lines = text.splitlines()
+    for cells in rows:
+        pattern = re.compile(_SEP.join(_token(c) for c in cells))
+        hits = [line for line in lines if pattern.search(line)]
+        assert hits, f"{what} at {width} columns: row {cells} not printed whole"
+        assert len(hits[0]) <= width, f"{what} row wider than the terminal: {hits[0]}"
+
+
+@cache
+def _comparison() -> Any:
+    from torchdoctor.compare.diff import compare
+    from torchdoctor.compare.runs import load_runs
+
+    sides = [TRACES / f"v100_resnet50_train_workers{n}.json.gz" for n in (0, 4)]
+    if not all(p.is_file() for p in sides):
+        pytest.skip("the V100 ResNet-50 pair is not in the corpus")
+    return compare(load_runs([str(sides[0])]), load_runs([str(sides[1])]))
+
+
+@pytest.mark.parametrize("width", WIDTHS)
+def test_compare_tables_print_whole(width: int) -> None:
+    from torchdoctor.compare import render
+
+    c = _comparison()
+    d = render.to_dict(c, None, TOP)
+    keys = ("breakdown", "kernels_moved", "kernels_added", "kernels_removed", "operators_moved")
+    rows = [
+        [f"{r['base_ms']:.3f}", f"{r['new_ms']:.3f}", f"{r['delta_ms']:+.3f}"]
+        for key in keys
+        for r in d[key]
+    ]
+    assert len(rows) > 20
+    _rows_on_lines(render.render_text(c, None, TOP, width=width), rows, width, "compare")
+
+
+@pytest.mark.parametrize("width", WIDTHS)
+def test_memory_tables_print_whole(width: int) -> None:
+    import json
+
+    from tests.memory.conftest import GPT, SNAPSHOTS
+    from torchdoctor.memory.analysis import analyze_snapshot
+    from torchdoctor.report.memory_text import render_json, render_text
+    from torchdoctor.units import fmt_bytes
+
+    if not (SNAPSHOTS / GPT).is_file():
+        pytest.skip(f"real snapshot {SNAPSHOTS / GPT} not found (set TORCHDOCTOR_SNAPSHOTS)")
+    report = analyze_snapshot(SNAPSHOTS / GPT)
+    rows = []
+    for dev in json.loads(render_json(report))["devices"]:
+        for c in dev["segments"]["by_class"]:
+            rows.append(
+                [str(c["segments"])]
+                + [fmt_bytes(c[k]) for k in ("reserved_bytes", "free_bytes")]
+                + [fmt_bytes(c["largest_free_block_bytes"])]
+            )
+        for h in dev["history"]["holders_at_peak"]:
+            rows.append([fmt_bytes(h["live_bytes"]), f"{h['share']:.1%}"])
+    assert len(rows) >= 5
+    _rows_on_lines(render_text(report, width=width), rows, width, "memory")

@@ -11,6 +11,8 @@ from torchdoctor.compare.cost import LONG_STEP_X, RunCost
 from torchdoctor.compare.diff import Comparison, Delta
 from torchdoctor.compare.estimates import MIN_RUNS_FOR_INTERVAL, Estimate, EvidenceKind, Quantity
 from torchdoctor.compare.verdict import Verdict
+from torchdoctor.report.layout import Column, TableText, lines
+from torchdoctor.report.tables import kernel_signature
 
 _ORDER: tuple[Quantity, ...] = ("mean_step", "median_step", "one_time", "time_to_n")
 
@@ -19,9 +21,23 @@ def _label(key: str) -> str:
     return key.replace("_", " ").replace(":", ": ")
 
 
-def _row(d: Delta, name_width: int = 60) -> str:
-    name = d.name if len(d.name) <= name_width else d.name[: name_width - 1] + "…"
-    return f"  {name:<{name_width}} {d.base_ms:9.3f} {d.new_ms:9.3f} {d.delta_ms:+9.3f}"
+def _delta_table(title: str, rows: list[Delta]) -> TableText:
+    """A table of ms per step on each side: its name column gives up width, its numbers never."""
+    columns = (
+        Column("", right=False, flex="shorten"),
+        Column("BASE"),
+        Column("NEW"),
+        Column("delta"),
+    )
+    name = kernel_signature if title.startswith("kernels") else str
+    cells = tuple(
+        (name(d.name), f"{d.base_ms:.3f}", f"{d.new_ms:.3f}", f"{d.delta_ms:+.3f}") for d in rows
+    )
+    return TableText(columns, cells, title=f"{title} (ms per step):")
+
+
+def _plain(table: TableText, width: int) -> list[str]:
+    return [line.plain for line in lines(table, width)]
 
 
 def _side_line(word: str, runs: list[Any], first: Any) -> str:
@@ -34,9 +50,16 @@ def _side_line(word: str, runs: list[Any], first: Any) -> str:
     )
 
 
-def render_text(c: Comparison, max_slower_pct: float | None = None, top: int = 10) -> str:
-    """The comparison as lines of text (ms per step in the tables)."""
-    lines = [
+def render_text(
+    c: Comparison, max_slower_pct: float | None = None, top: int = 10, width: int | None = None
+) -> str:
+    """The comparison as lines of text (ms per step in the tables), its tables laid out to
+    ``width`` columns (default: the terminal's, or 100 when the output is not a terminal)."""
+    if width is None:
+        from torchdoctor.report.console import text_width
+
+        width = text_width()
+    out = [
         _side_line("BASE", c.base_runs or [c.base], c.base),
         _side_line("NEW ", c.new_runs or [c.new], c.new),
         *(f"warning: {w}" for w in c.warnings),
@@ -44,14 +67,13 @@ def render_text(c: Comparison, max_slower_pct: float | None = None, top: int = 1
         c.verdict,
         *summary_lines(c, max_slower_pct),
     ]
-    head = f"  {'':<60} {'BASE':>9} {'NEW':>9} {'delta':>9}"
     for title, rows in _sections(c, top):
         if rows:
-            lines += ["", f"{title} (ms per step):", head, *(_row(d) for d in rows)]
-    lines += _finding_lines(c)
+            out += ["", *_plain(_delta_table(title, rows), width)]
+    out += _finding_lines(c)
     for side in (c.base, c.new):
-        lines += [f"note ({'BASE' if side is c.base else 'NEW'}): {n}" for n in side.notes]
-    return "\n".join(lines) + "\n"
+        out += [f"note ({'BASE' if side is c.base else 'NEW'}): {n}" for n in side.notes]
+    return "\n".join(out) + "\n"
 
 
 def evidence_line(v: Verdict, n_base: int, n_new: int, orders: Sequence[str] | None = None) -> str:

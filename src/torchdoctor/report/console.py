@@ -19,6 +19,12 @@ def report_width(stream: Any = None) -> int | None:
     return max(100, shutil.get_terminal_size((100, 24)).columns)
 
 
+def text_width(stream: Any = None) -> int:
+    """The width plain-text reports are laid out to: the terminal's on a terminal, else (a file,
+    a pipe, a CI log) at least 100 columns."""
+    return report_width(stream) or shutil.get_terminal_size((100, 24)).columns
+
+
 def make_console(stderr: bool = False) -> Console:
     """A console for reports on stdout (or stderr), without rich's automatic highlighting.
 

@@ -136,7 +136,7 @@ def _stacked(table: TableText, width: int, flex: int) -> list[Text]:
         tuple(cols[i] for i in keep), tuple(tuple(r[i] for i in keep) for r in table.rows)
     )
     widths = _fixed_widths(sub, None, width - 3)
-    out = [Text(" " + cols[flex].header, style="bold")]
+    out = [Text(" " + cols[flex].header, style="bold")] if cols[flex].header else []
     out += _header(sub.columns, widths, "   ")
     out.append(Text("   " + "─" * (sum(widths) + len(_GAP) * (len(keep) - 1)), style="dim"))
     for n, row in enumerate(table.rows):

@@ -7,22 +7,31 @@ import json
 from typing import Any
 
 from torchdoctor.memory.model import DeviceHistory, DeviceMemory, HolderRow, MemoryReport, OomReport
+from torchdoctor.report.layout import Column, TableText, lines
 from torchdoctor.units import fmt_bytes
 
 DOCS = "docs/memory.md"
 
 
-def _holders(rows: tuple[HolderRow, ...], indent: str = "    ") -> list[str]:
-    width = max((len(r.label) for r in rows), default=10)
-    return [
-        f"{indent}{fmt_bytes(r.live_bytes):>10}  {r.share:6.1%}  {r.label:<{width}}  [{r.category}]"
-        for r in rows
-    ]
+def _holders(rows: tuple[HolderRow, ...], width: int) -> list[str]:
+    columns = (
+        Column("held"),
+        Column("share"),
+        Column("first user frame", right=False, flex="shorten"),
+        Column("kind", right=False),
+    )
+    cells = tuple((fmt_bytes(r.live_bytes), f"{r.share:.1%}", r.label, r.category) for r in rows)
+    return _indented(TableText(columns, cells), width, "   ")
 
 
-def _segments(d: DeviceMemory) -> list[str]:
+def _indented(table: TableText, width: int, indent: str) -> list[str]:
+    """The table's lines laid out to ``width`` less the indent, each line indented."""
+    return [indent + line.plain for line in lines(table, width - len(indent))]
+
+
+def _segments(d: DeviceMemory, width: int) -> list[str]:
     s = d.segments
-    lines = [
+    out = [
         f"  at the snapshot: reserved {fmt_bytes(s.reserved_bytes)}, allocated {fmt_bytes(s.allocated_bytes)}, "
         f"active {fmt_bytes(s.active_bytes)}, requested {fmt_bytes(s.requested_bytes)} ({s.segments} segments)",
         f"  cached but unallocated: {fmt_bytes(s.free_bytes)}"
@@ -30,18 +39,30 @@ def _segments(d: DeviceMemory) -> list[str]:
         f"{s.empty_segments} ({fmt_bytes(s.empty_segment_bytes)}, released by torch.cuda.empty_cache()); "
         f"mostly empty segments {s.mostly_empty_segments} of {s.segments}",
     ]
-    for c in s.by_class:
-        lines.append(
-            f"    {c.size_class:<10} {c.segments:4d} segments  reserved {fmt_bytes(c.reserved_bytes):>10}  "
-            f"free {fmt_bytes(c.free_bytes):>10}  largest free block {fmt_bytes(c.largest_free_block_bytes)}"
+    columns = (
+        Column("pool", right=False, flex="shorten"),
+        Column("segments"),
+        Column("reserved"),
+        Column("free"),
+        Column("largest free block"),
+    )
+    cells = tuple(
+        (
+            c.size_class,
+            str(c.segments),
+            fmt_bytes(c.reserved_bytes),
+            fmt_bytes(c.free_bytes),
+            fmt_bytes(c.largest_free_block_bytes),
         )
-    return lines
+        for c in s.by_class
+    )
+    return out + (_indented(TableText(columns, cells), width, "   ") if cells else [])
 
 
-def _history(h: DeviceHistory) -> list[str]:
+def _history(h: DeviceHistory, width: int) -> list[str]:
     span_ms = (h.last_time_us - h.first_time_us) / 1000
     actions = ", ".join(f"{k} {v}" for k, v in sorted(h.actions.items()))
-    lines = [
+    out = [
         f"  history: {h.entries} entries over {span_ms:.1f} ms ({actions})",
         f"  peak allocated: {fmt_bytes(h.peak_allocated_bytes)} at entry {h.peak_entry} "
         f"(+{(h.peak_time_us - h.first_time_us) / 1000:.1f} ms); "
@@ -49,7 +70,7 @@ def _history(h: DeviceHistory) -> list[str]:
         f"largest request {fmt_bytes(h.largest_request_bytes)}",
     ]
     if not h.consistent:
-        lines.append(
+        out.append(
             f"  warning: {h.unmatched_live_blocks} allocations live at the end of the history "
             "are not allocated blocks of the snapshot (history and segments disagree)"
         )
@@ -57,56 +78,62 @@ def _history(h: DeviceHistory) -> list[str]:
         f"{k} {fmt_bytes(v)}"
         for k, v in sorted(h.categories_at_peak.items(), key=lambda kv: -kv[1])
     )
-    lines += [
+    out += [
         f"  by kind at the peak: {cats}",
         "  who holds the memory at the peak (first user frame):",
     ]
-    return lines + _holders(h.holders_at_peak)
+    return out + _holders(h.holders_at_peak, width)
 
 
-def _oom(o: OomReport) -> list[str]:
+def _oom(o: OomReport, width: int) -> list[str]:
     return [
         f"  OUT OF MEMORY: requested {fmt_bytes(o.requested_bytes)}, the device had "
         f"{fmt_bytes(o.device_free_bytes)} free; allocated {fmt_bytes(o.allocated_bytes)}, reserved "
         f"{fmt_bytes(o.reserved_bytes)}, of which {fmt_bytes(o.cached_unallocated_bytes)} cached but "
         "unallocated (fragmented)",
         "  top holders at that moment:",
-        *_holders(o.top_holders),
+        *_holders(o.top_holders, width),
     ]
 
 
-def _device(d: DeviceMemory) -> list[str]:
-    lines = [f"device {d.device}", *_segments(d)]
+def _device(d: DeviceMemory, width: int) -> list[str]:
+    out = [f"device {d.device}", *_segments(d, width)]
     if d.history is not None:
         for o in d.history.ooms:
-            lines += _oom(o)
-        lines += _history(d.history)
+            out += _oom(o, width)
+        out += _history(d.history, width)
     if d.fixes:
-        lines.append("  fragmentation matters; fixes (try in order):")
+        out.append("  fragmentation matters; fixes (try in order):")
         for f in d.fixes:
-            lines += [f"    {f.env}", f"      why: {f.evidence}"]
+            out += [f"    {f.env}", f"      why: {f.evidence}"]
     elif d.fragmentation_matters:
-        lines.append("  fragmentation matters, but the allocator settings that help are already on")
+        out.append("  fragmentation matters, but the allocator settings that help are already on")
     else:
         s = d.segments
-        lines.append(
+        out.append(
             f"  fragmentation: low ({fmt_bytes(s.split_free_bytes)} free inside partly used segments, "
             f"{s.split_free_bytes / max(1, s.reserved_bytes):.0%} of reserved; largest free block "
             f"{fmt_bytes(s.largest_free_block_bytes)})"
         )
-    return lines
+    return out
 
 
-def render_text(report: MemoryReport) -> str:
+def render_text(report: MemoryReport, width: int | None = None) -> str:
+    """The report as text, its tables laid out to ``width`` columns (default: the terminal's,
+    or 100 when the output is not a terminal)."""
+    if width is None:
+        from torchdoctor.report.console import text_width
+
+        width = text_width()
     mode = "streamed" if report.streamed else "read whole"
-    lines = [
+    out = [
         f"memory snapshot {report.path} ({fmt_bytes(report.file_bytes)}, {mode}, restricted unpickler)"
     ]
-    lines += [f"note: {n}" for n in report.notes]
+    out += [f"note: {n}" for n in report.notes]
     for d in report.devices:
-        lines += ["", *_device(d)]
-    lines += ["", f"definitions and fixes: {DOCS}"]
-    return "\n".join(lines)
+        out += ["", *_device(d, width)]
+    out += ["", f"definitions and fixes: {DOCS}"]
+    return "\n".join(out)
 
 
 def _plain(obj: Any) -> Any:

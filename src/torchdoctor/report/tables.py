@@ -30,6 +30,20 @@ def short_kernel(name: str) -> str:
     return middle(n, _NAME_WIDTH)
 
 
+def kernel_signature(name: str) -> str:
+    """A kernel's name without ``void`` and its argument list, template arguments kept (they
+    tell apart two instances of one kernel)."""
+    n = name.removeprefix("void ").rstrip()
+    if not n.endswith(")"):
+        return n
+    depth = 0
+    for i in range(len(n) - 1, 0, -1):
+        depth += {")": 1, "(": -1}.get(n[i], 0)
+        if depth == 0:  # "Memcpy HtoD (Pageable -> Device)" is no call: a space before "("
+            return n if n[i - 1] == " " else n[:i]
+    return n
+
+
 def kernel_table(a: TraceAnalysis, top: int) -> TableText | None:
     """Top kernels by total time, with category, tensor-core use and dtype."""
     k = a.kernels
