@@ -247,7 +247,7 @@ def run_fix(
         notes.append(f"the script {name or '?'} is not here: run fix from the folder check ran in")
     p = plan(findings, ctx)
     result = FixResult(p, path, run_folder, notes=notes, options=opts.to_dict())
-    if opts.prove and p.patched:
+    if opts.prove and (p.patched or p.switched):
         if path is None:
             raise UserError("--prove needs the script: run fix from the folder check ran in")
         result = _prove(result, path, args, opts)
@@ -267,8 +267,9 @@ def _prove(result: Any, script: str, args: list[str], opts: FixOptions) -> Any:
         keep_unproven=opts.keep_unproven,
         seed=opts.seed,
     )
-    arms = len(result.plan.patched) + 1 + (len(result.plan.patched) > 1)
-    _say(f"proving {len(result.plan.patched)} change(s): {po.rounds} rounds of {arms} processes")
+    n = len(result.plan.patched) + len(result.plan.switched)
+    arms = n + 1 + (n > 1)
+    _say(f"proving {n} change(s): {po.rounds} rounds of {arms} processes")
     proof = prove(result.plan, script, args, po, progress=_say)
     return replace(result, plan=proof.plan, proof=proof)
 

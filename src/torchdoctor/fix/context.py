@@ -59,6 +59,12 @@ class FixContext:
         return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else 1
 
     @property
+    def argv(self) -> list[str]:
+        """The script's arguments in the run (after the script's name)."""
+        a = self.record.get("argv")
+        return [str(x) for x in a] if isinstance(a, list) else []
+
+    @property
     def compile_record(self) -> dict[str, Any]:
         c = self.record.get("compile")
         return c if isinstance(c, dict) else {}

@@ -31,7 +31,7 @@ text-align:left;vertical-align:top}th{background:#f3f4f7}
 .hunk header{background:#f3f4f7;padding:.4rem .7rem}.hunk header p{margin:.15rem 0}
 pre{margin:0;padding:.5rem .7rem;overflow-x:auto;font:12.5px/1.4 ui-monospace,monospace}
 .add{background:#e6f6e9;display:block}.del{background:#fbe9e9;display:block}
-.meta{color:#5a6270}.status-patched{color:#17752f}.status-refused,.status-rejected,
+.meta{color:#5a6270}.status-patched,.status-switch{color:#17752f}.status-refused,.status-rejected,
 .status-failed{color:#a12a2a}.status-no-gain,.status-already{color:#6a5a10}
 """
 
@@ -110,7 +110,7 @@ def _table(result: FixResult) -> str:
                     esc(c.codemod),
                     esc(where),
                     f'<span class="status-{esc(c.status)}">{esc(STATUS_WORDS[c.status])}</span>',
-                    esc(predicted_text(c) if c.target is not None else ""),
+                    esc(predicted_text(c) if c.target or c.switch else ""),
                     esc(measured_text(c.measured) if c.measured else ""),
                     esc(c.reason or c.summary),
                 )

@@ -10,10 +10,11 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-Status = Literal["patched", "refused", "already", "no-gain", "rejected", "failed"]
+Status = Literal["patched", "switch", "refused", "already", "no-gain", "rejected", "failed"]
 """What became of a change.
 
-patched: in the patch (proven with ``--prove``, else proposed); refused: the code cannot be
+patched: in the patch (proven with ``--prove``, else proposed); switch: the script's own
+setting makes the change, set on its command line (no edit; proven with ``--prove``); refused: the code cannot be
 rewritten safely (the reason says why); already: the code already does it; no-gain: measured,
 but its interval does not clear ``--min-gain``; rejected: the losses left the tolerance;
 failed: the patched script did not run.
@@ -21,6 +22,7 @@ failed: the patched script did not run.
 
 STATUS_WORDS: dict[str, str] = {
     "patched": "patched",
+    "switch": "use the switch",
     "refused": "refused",
     "already": "already done",
     "no-gain": "no measured gain",
@@ -90,6 +92,32 @@ class Target:
     """1-based line in the original file the edit is anchored at."""
     params: dict[str, Any] = field(default_factory=dict)
     """What the codemod needs beyond the place: the arguments to set, the dimension, N..."""
+
+
+@dataclass(frozen=True)
+class Switch:
+    """The script's own setting that makes a change, set on its command line: no edit.
+
+    nanoGPT reads ``--compile=True`` into its ``compile`` global and compiles the model under
+    ``if compile:``; naming that switch is the fix its user would make, where a patch would
+    compile the model a second way beside the script's own."""
+
+    setting: str
+    """The setting's name in the script (``compile``, ``args.workers``)."""
+    file: str
+    """Absolute path of the file whose code reads the setting (its default is written there)."""
+    line: int
+    """Line of the setting's default (the global, the ``add_argument`` call)."""
+    add: tuple[str, ...]
+    """The command-line words that set it (``--compile=True``; ``--workers``, ``4``)."""
+    args: tuple[str, ...]
+    """The run's own arguments with the switch set (words of the same setting replaced)."""
+    how: str
+    """How the script reads it, for the summary (``configurator.py's --key=value``)."""
+
+    @property
+    def summary(self) -> str:
+        return f"run with `{' '.join(self.add)}` (the script's own `{self.setting}` setting, {self.how})"
 
 
 @dataclass(frozen=True)
@@ -168,6 +196,8 @@ class Change:
     """Other findings whose remedy is this same edit."""
     measured: Measured | None = None
     fidelity: Fidelity | None = None
+    switch: Switch | None = None
+    """The command-line setting that makes this change instead of an edit (status ``switch``)."""
 
     @property
     def applicable(self) -> bool:

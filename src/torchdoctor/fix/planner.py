@@ -15,7 +15,7 @@ from dataclasses import dataclass, field, replace
 
 from torchdoctor.fix import diff
 from torchdoctor.fix.context import FixContext
-from torchdoctor.fix.model import Change, FindingRef, Refusal, Rewrite, Status, Target
+from torchdoctor.fix.model import Change, FindingRef, Refusal, Rewrite, Status, Switch, Target
 from torchdoctor.fix.registry import codemod, codemods_for
 
 
@@ -37,10 +37,17 @@ class Plan:
         """The changes that go into the patch."""
         return [c for c in self.changes if c.status == "patched"]
 
+    @property
+    def switched(self) -> list[Change]:
+        """The changes the script's own command-line settings make (no edit)."""
+        return [c for c in self.changes if c.status == "switch"]
 
-def _guarded_plan(cm_id: str, finding: FindingRef, ctx: FixContext) -> list[Target | Refusal]:
+
+def _guarded_plan(
+    cm_id: str, finding: FindingRef, ctx: FixContext
+) -> list[Target | Refusal | Switch]:
     try:
-        return codemod(cm_id).plan(finding, ctx)
+        return list(codemod(cm_id).plan(finding, ctx))
     except Exception as exc:  # a codemod bug never ends fix: that one finding is refused
         if os.environ.get("TORCHDOCTOR_DEBUG"):
             raise
@@ -68,6 +75,27 @@ def plan(findings: Sequence[FindingRef], ctx: FixContext) -> Plan:
                 n = len(changes) + 1
                 if isinstance(item, Refusal):
                     changes.append(_refused(f"c{n}", cm_id, finding, item))
+                    continue
+                if isinstance(item, Switch):
+                    key = (cm_id, item.file, item.line, repr(item.args))
+                    if key in by_key:
+                        k = by_key[key]
+                        changes[k] = replace(changes[k], also=(*changes[k].also, finding.id))
+                        continue
+                    by_key[key] = len(changes)
+                    changes.append(
+                        Change(
+                            f"c{n}",
+                            cm_id,
+                            finding,
+                            "switch",
+                            "",
+                            item.file,
+                            item.line,
+                            item.summary,
+                            switch=item,
+                        )
+                    )
                     continue
                 key = (item.codemod, item.file, item.line, repr(sorted(item.params.items())))
                 if key in by_key:

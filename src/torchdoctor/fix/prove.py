@@ -74,6 +74,8 @@ class Arm:
     label: str
     sources: dict[str, str]
     """Absolute path -> text, for every file that differs from disk (and the script)."""
+    args: tuple[str, ...] | None = None
+    """The script's arguments in this arm (a switch set), when not the run's own."""
 
 
 @dataclass
@@ -107,7 +109,7 @@ def run_arm(
     out, log = workdir / f"result-{n}.json", workdir / f"log-{n}.txt"
     spec = {
         "script": script,
-        "args": list(args),
+        "args": list(args if arm.args is None else arm.args),
         "sources": sources,
         "warmup": opts.warmup,
         "steps": opts.steps,
@@ -263,17 +265,17 @@ def prove(
 ) -> Proof:
     """Measure every patched change alone and all of them together; returns the plan with
     each change's measurement, fidelity and final status."""
-    candidates = [c for c in plan.changes if c.status == "patched"]
+    candidates = [c for c in plan.changes if c.status in ("patched", "switch")]
     if not candidates:
         return Proof(plan)
     base = {script: plan.originals.get(script) or Path(script).read_text(encoding="utf-8")}
     arms = [Arm("original", base)]
     for c in candidates:
         files, _ = compose(plan, [c])
-        arms.append(Arm(c.id, {**base, **files}))
+        arms.append(Arm(c.id, {**base, **files}, c.switch.args if c.switch else None))
     together_files, skipped = compose(plan, candidates)
     if len(candidates) > 1:
-        arms.append(Arm("all", {**base, **together_files}))
+        arms.append(Arm("all", {**base, **together_files}, together_args(args, candidates)))
 
     def show(r: int, this: dict[str, ArmRun]) -> None:
         if progress is not None:
@@ -304,6 +306,16 @@ def prove(
             together_ids=tuple(c.id for c in candidates if c.id not in skipped),
         )
     return proof
+
+
+def together_args(args: Sequence[str], changes: Sequence[Change]) -> tuple[str, ...] | None:
+    """The run's arguments with every change's switch set (None when no change is a switch):
+    the words any switch replaced are dropped, and each switch's own words appended."""
+    switches = [c.switch for c in changes if c.switch is not None]
+    if not switches:
+        return None
+    kept = [a for a in args if all(a in s.args for s in switches)]
+    return (*kept, *(w for s in switches for w in s.add))
 
 
 def _decide(

@@ -67,6 +67,14 @@ def fidelity_text(f: Fidelity | None) -> str:
     return f.reason
 
 
+def command_text(script: str | None, args: tuple[str, ...], cwd: str) -> str:
+    """``python train.py --compile=True``: the run's command line with a switch set."""
+    import shlex
+
+    name = relative(script, cwd) if script else "SCRIPT"
+    return shlex.join(["python", name, *args])
+
+
 def summary_lines(result: FixResult) -> list[str]:
     """The summary printed on standard error (the diff itself goes to standard output)."""
     plan = result.plan
@@ -87,7 +95,9 @@ def summary_lines(result: FixResult) -> list[str]:
         )
         if c.summary:
             lines.append(f"      {c.summary}")
-        if c.target is not None:
+        if c.switch is not None:
+            lines.append(f"      run: {command_text(result.script, c.switch.args, plan.cwd)}")
+        if c.target is not None or c.switch is not None:
             lines.append(f"      predicted: {predicted_text(c)}")
         if c.measured is not None or c.fidelity is not None:
             lines.append(f"      measured:  {measured_text(c.measured)}")
@@ -156,6 +166,16 @@ def change_dict(c: Change, cwd: str) -> dict[str, Any]:
         "measured": _measured(c.measured),
         "fidelity": _fidelity(c.fidelity),
         "diff": c.diff,
+        "switch": None
+        if c.switch is None
+        else {
+            "setting": c.switch.setting,
+            "file": relative(c.switch.file, cwd),
+            "line": c.switch.line,
+            "add": list(c.switch.add),
+            "args": list(c.switch.args),
+            "how": c.switch.how,
+        },
     }
 
 

@@ -8,7 +8,7 @@ edited (the planner composes changes), so it finds its node again from the targe
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol
 
@@ -16,7 +16,7 @@ import libcst as cst
 
 from torchdoctor.fix import sources
 from torchdoctor.fix.cst_tools import Parsed
-from torchdoctor.fix.model import FindingRef, Precision, Refusal, Rewrite, Target
+from torchdoctor.fix.model import FindingRef, Precision, Refusal, Rewrite, Switch, Target
 
 if TYPE_CHECKING:
     from torchdoctor.fix.context import FixContext
@@ -32,8 +32,9 @@ class Codemod(Protocol):
     precision: Precision
     """The arithmetic after the change (the fidelity gate's tolerance)."""
 
-    def plan(self, finding: FindingRef, ctx: FixContext) -> list[Target | Refusal]:
-        """Where to rewrite for this finding (one target per place), or why nowhere."""
+    def plan(self, finding: FindingRef, ctx: FixContext) -> Sequence[Target | Refusal | Switch]:
+        """Where to rewrite for this finding (one target per place), the script's own switch
+        that does it (no edit), or why nowhere."""
         ...
 
     def rewrite(self, source: str, target: Target) -> Rewrite | Refusal:
