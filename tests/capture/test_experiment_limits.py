@@ -37,8 +37,13 @@ def _toggle(log: list[str] | None = None) -> Toggle:
 def test_the_time_limit_scales_with_the_step() -> None:
     p = plan([100.0, 101.0, 99.0, 100.0], [0.0] * 4, toggles=2)
     assert p.skip is None and p.toggles == 2
-    # 9 steps per toggle at the 100 ms median, 1.5x slack, two toggles: 2.7 s, not a flat 20 s
-    assert p.budget_s == pytest.approx(2 * STEPS_PER_TOGGLE * 0.1 * 1.5)
+    # 9 steps per toggle at the 100 ms median, 3x slack, two toggles: 5.4 s, not a flat 20 s
+    assert p.budget_s == pytest.approx(2 * STEPS_PER_TOGGLE * 0.1 * 3)
+    # millisecond steps get the floor: a switch's own cost must not cut them short
+    assert plan([1.0, 1.1, 0.9], [0.0] * 3, toggles=1).budget_s == pytest.approx(2.0)
+    # 500 ms steps: one toggle needs 4.5 s, 13.5 s with slack; four fit 20 s, capped at 20 s
+    p = plan([500.0] * 4, [0.0] * 4, toggles=4)
+    assert p.toggles == 4 and p.budget_s == pytest.approx(MAX_BUDGET_S)
 
 
 def test_steps_of_75_s_skip_the_experiments_and_say_why() -> None:
@@ -48,15 +53,15 @@ def test_steps_of_75_s_skip_the_experiments_and_say_why() -> None:
 
 
 def test_only_the_toggles_that_fit_the_limit_are_planned() -> None:
-    # 1 s steps: one toggle needs 9 s (13.5 s with slack); a second would pass 20 s
-    p = plan([1000.0] * 5, [0.0] * 5, toggles=3)
+    # 1.5 s steps: one toggle needs 13.5 s; a second would pass 20 s
+    p = plan([1500.0] * 5, [0.0] * 5, toggles=3)
     assert p.skip is None and p.toggles == 1
 
 
 def test_uneven_steps_skip_the_experiments() -> None:
-    p = plan([10.0, 30.0, 10.0, 30.0, 10.0, 30.0], [0.0] * 6, toggles=1)
+    p = plan([10.0, 40.0, 10.0, 40.0, 10.0, 40.0], [0.0] * 6, toggles=1)
     assert p.skip is not None and "uneven" in p.skip
-    assert plan([10.0, 10.5, 9.8, 10.2], [0.0] * 4, toggles=1).skip is None
+    assert plan([10.0, 15.0, 9.0, 12.0], [0.0] * 4, toggles=1).skip is None
 
 
 def test_no_window_no_experiments() -> None:

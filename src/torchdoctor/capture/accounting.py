@@ -23,7 +23,7 @@ from typing import Any
 
 from torchdoctor.capture import guest
 from torchdoctor.capture.code_paths import CodePaths
-from torchdoctor.capture.experiments import Experiments, Toggle
+from torchdoctor.capture.experiments import Experiments, Host, Toggle
 from torchdoctor.capture.forward_watch import ForwardWatch
 from torchdoctor.capture.line_table import OpIntervals, build_line_table
 from torchdoctor.capture.modes import ModeWatch, sampler_probes
@@ -61,6 +61,8 @@ class Accounting:
         self.rates: Any = None
         self.rates_error: str | None = None
         self.experiments: Experiments | None = None
+        self.experiment_host: Host | None = None
+        """What the toggles read from the run (its clock) and call before their first step."""
         self._marks: list[int] | None = None
 
     # -- lifetime -------------------------------------------------------------------------------
@@ -143,15 +145,44 @@ class Accounting:
             self._measure_cpu()
 
     def experiments_begin(self, full: bool) -> bool:
-        """Start the toggles; False when there are none (or they may not run)."""
+        """Start the toggles; False when there are none (or they may not run). Their time limit
+        comes from the window's steps (``experiments.plan``); a toggle that cannot be measured
+        cleanly is kept as skipped, with the reason, for the record. Before the first extra
+        step the host writes the run's record (``experiment_host.before``)."""
         if full or self.distributed:
             return False
+        import sys
+
+        from torchdoctor.capture.experiments import plan
+
         try:
             toggles = self._toggles()
         except Exception as exc:
             guest.note("planning the mode measurements", exc)
             return False
-        self.experiments = Experiments(toggles)
+        host = self.experiment_host
+        steps, waits = host.window_times() if host is not None else ([], [])
+        runnable = [t for t in toggles if t.skipped is None]
+        p = plan(steps, waits, len(runnable))
+        for i, t in enumerate(runnable):
+            if p.skip is not None:
+                t.skipped = p.skip
+            elif i >= p.toggles:
+                t.skipped = f"no time left within the {p.budget_s:.0f} s limit of the extra steps"
+        self.experiments = Experiments(
+            toggles, p.budget_s, p, host.last_wait_s if host is not None else None
+        )
+        for t in toggles:
+            if t.skipped is not None:
+                print(f"torchdoctor: not measuring {t.what}: {t.skipped}", file=sys.stderr)
+        if not self.experiments.planned:
+            self.experiments.abort()  # hooks a skipped toggle installed come off
+            return False
+        if host is not None:
+            try:
+                host.before()
+            except Exception as exc:
+                guest.note("writing the record before the mode measurements", exc)
         return self.experiments.begin()
 
     def experiment_tick(self, step_s: float) -> bool:
@@ -190,27 +221,50 @@ class Accounting:
         from torchdoctor.capture import toggles
         from torchdoctor.capture.modes import THREAD_ENV, cores_per_rank
 
+        # Dynamo guards on the global state (grad mode, deterministic algorithms, the intra-op
+        # thread count): switching one recompiles every compiled frame, and the arms would
+        # time the recompiles, which the report must not charge to the script either.
+        compiled = self.compiled()
+        guard = "the model is compiled and {what} is one of dynamo's guards: switching it would recompile"
         out: list[Toggle] = []
         shares = self._mode_shares()
         if torch.is_anomaly_enabled() or shares.get("anomaly_detection", 0.0) >= MODE_ON_SHARE:
             out.append(toggles.anomaly_off())
         unreached = self.forwards.snapshot()["unreached"]
         sites = {r["site"] for r in unreached if r.get("site")}
-        if sites:
+        if sites and compiled:
+            what = "no grad for the forwards at " + ", ".join(sorted(sites))
+            out.append(Toggle.skip("grad-without-backward", what, guard.format(what="grad mode")))
+        elif sites:
             out.append(toggles.no_grad_at(self.paths, sites))
         threads, cores = torch.get_num_threads(), cores_per_rank()
         chosen = any(c["call"] == "set_num_threads" for c in self.modes.calls) or any(
             k in os.environ for k in THREAD_ENV
         )
         if threads < cores and chosen and self.modes.original_set_num_threads is not None:
-            out.append(toggles.more_threads(self.modes.original_set_num_threads, threads, cores))
+            if compiled:
+                what = f"{cores} intra-op threads instead of {threads}"
+                reason = guard.format(what="the intra-op thread count (torch.set_num_threads)")
+                out.append(Toggle.skip("few-intra-op-threads", what, reason))
+            else:
+                out.append(
+                    toggles.more_threads(self.modes.original_set_num_threads, threads, cores)
+                )
         if (
             torch.are_deterministic_algorithms_enabled()
             or shares.get("deterministic_algorithms", 0.0) >= MODE_ON_SHARE
         ):
-            out.append(
-                toggles.deterministic_off(self.modes.originals.get("use_deterministic_algorithms"))
-            )
+            if compiled:
+                reason = guard.format(what="torch.use_deterministic_algorithms")
+                out.append(
+                    Toggle.skip("deterministic-algorithms", "deterministic algorithms off", reason)
+                )
+            else:
+                out.append(
+                    toggles.deterministic_off(
+                        self.modes.originals.get("use_deterministic_algorithms")
+                    )
+                )
         if torch.backends.mkldnn.is_available() and not torch.backends.mkldnn.enabled:
             out.append(toggles.backend_on(torch.backends.mkldnn, "mkldnn"))
         return out

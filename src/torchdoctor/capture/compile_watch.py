@@ -143,6 +143,9 @@ class CompileWatch:
         self._earlier: set[int] = set()
         self.compile_calls: list[dict[str, Any]] = []
         """Settings of each ``torch.compile`` call the script made (at most 16)."""
+        self.ours_from_unix_s: float | None = None
+        """From this moment on compiles are check's own (its extra steps switch modes dynamo
+        guards on): counted apart, never as the script's (``ours_from``)."""
         self._handler = _Handler(self)
         self._saved: list[tuple[logging.Logger, int, bool]] = []
         self._patcher = Patcher()
@@ -215,6 +218,10 @@ class CompileWatch:
                 }
             )
 
+    def ours_from(self, unix_s: float) -> None:
+        """Compiles that start at ``unix_s`` or later are caused by check, not the script."""
+        self.ours_from_unix_s = unix_s
+
     def compiled(self) -> bool:
         """True once this run has compiled something (a torch.compile call of the script, or
         dynamo compiled a frame since ``install``; compiles from before the run do not count)."""
@@ -239,7 +246,24 @@ class CompileWatch:
         ours = [m for m in get_compilation_metrics() if id(m) not in self._earlier]
         metrics = [_metric_record(m) for m in ours]
         metrics = [m for m in metrics if m["start_unix_s"] >= self.started_at_unix_s]
-        return _summary(metrics, self, window_start_unix_s)
+        cut = self.ours_from_unix_s
+        mine = [m for m in metrics if cut is None or m["start_unix_s"] < cut]
+        out = _summary(mine, self, window_start_unix_s)
+        if cut is not None:
+            out["ours"] = _ours([m for m in metrics if m["start_unix_s"] >= cut])
+        return out
+
+
+def _ours(metrics: list[dict[str, Any]]) -> dict[str, Any]:
+    """Compiles check's own extra steps caused (after the script's last measured step)."""
+    return {
+        "compiles": len(metrics),
+        "recompiles": sum(1 for m in metrics if m["recompile"]),
+        "compile_s": sum(m["seconds"] for m in metrics),
+        "reasons": sorted({m["reason"] for m in metrics if m["reason"]})[:5],
+        "note": "compiled during check's own extra steps after the measured ones: not the "
+        "script's, left out of its compiles and recompiles",
+    }
 
 
 def _metric_record(m: Any) -> dict[str, Any]:

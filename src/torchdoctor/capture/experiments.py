@@ -14,8 +14,8 @@ backward). Everything is switched back before the script is stopped.
 
 The extra steps are an instrument of their own, so they are planned from the measured window
 (``plan``) and skipped, with the reason in the record, when they cannot be clean: steps too long
-for the time limit (it scales with the step: a few extra steps' worth, never more than
-``MAX_BUDGET_S``), steps too uneven for four pairs to say anything, and (per toggle, in
+for the time limit (it scales with the step: the planned steps' time, three times over, never
+more than ``MAX_BUDGET_S``), steps too uneven for four pairs to say anything, and (per toggle, in
 ``Accounting._toggles``) a compiled model whose guards the switch would trip. A pair whose step
 waited for its batch far longer than the window's steps did (an epoch's start: workers
 restarted) or whose baseline step ran far beyond the window's (something else ran in it) is
@@ -53,14 +53,21 @@ MAX_BUDGET_S = Threshold(
 )
 BUDGET_S = MAX_BUDGET_S  # the name older callers use
 BUDGET_SLACK = Threshold(
-    1.5,
-    "the time limit is the planned steps at the window's median step times 1.5: room for a "
-    "slower arm (the mode being measured can cost that much) without waiting on a stuck one",
+    3.0,
+    "the time limit is the planned steps at the window's median step times 3: room for a "
+    "slower arm (the mode being measured can cost that much, a switch's first step more) "
+    "without waiting on a stuck one",
+)
+MIN_TOGGLE_S = Threshold(
+    2.0,
+    "a toggle of millisecond steps gets 2 s all the same: a switch's own cost (a thread pool "
+    "growing, a hook installed) must not cut short a measurement that is cheap anyway",
 )
 UNEVEN_SPREAD = Threshold(
-    0.5,
-    "window steps whose interquartile range is half their median or more: four pairs of such "
-    "steps cannot tell a mode's cost from the steps' own variation",
+    1.0,
+    "window steps whose interquartile range is as large as their median: four pairs of such "
+    "steps cannot tell a mode's cost from the steps' own variation (alternating kinds of "
+    "step, or a machine too busy to time anything)",
 )
 WAIT_OUTLIER_SHARE = Threshold(
     0.25,
@@ -104,8 +111,8 @@ def plan(step_ms: Sequence[float], wait_ms: Sequence[float], toggles: int) -> Pl
     spread = describe(steps)
     waits = [float(x) for x in wait_ms] or [0.0]
     ref, wait = spread.median, float(median(waits))
-    per_toggle_s = STEPS_PER_TOGGLE * ref / 1e3 * BUDGET_SLACK
-    if per_toggle_s > MAX_BUDGET_S:
+    planned_s = STEPS_PER_TOGGLE * ref / 1e3  # one toggle's steps at the window's pace
+    if planned_s > MAX_BUDGET_S:
         return Plan(
             skip=f"steps of {ref / 1e3:.1f} s: the {STEPS_PER_TOGGLE} extra steps a measurement "
             f"needs would take about {STEPS_PER_TOGGLE * ref / 1e3:.0f} s (limit "
@@ -121,8 +128,10 @@ def plan(step_ms: Sequence[float], wait_ms: Sequence[float], toggles: int) -> Pl
             step_ms=ref,
             wait_ms=wait,
         )
-    fit = min(toggles, int(MAX_BUDGET_S // per_toggle_s))
-    return Plan(budget_s=fit * per_toggle_s, toggles=fit, step_ms=ref, wait_ms=wait)
+    fit = min(toggles, int(MAX_BUDGET_S // planned_s))
+    per_toggle_s = max(MIN_TOGGLE_S, planned_s * BUDGET_SLACK)
+    budget = min(float(MAX_BUDGET_S), fit * per_toggle_s)
+    return Plan(budget_s=budget, toggles=fit, step_ms=ref, wait_ms=wait)
 
 
 @dataclass

@@ -22,6 +22,7 @@ from typing import Any
 
 from torchdoctor.capture.clock import StopScript
 from torchdoctor.capture.evidence import EvidenceLog, evidence_path
+from torchdoctor.capture.experiments import host_for
 from torchdoctor.capture.options import CheckOptions
 from torchdoctor.capture.runfolder import (
     RankInfo,
@@ -191,6 +192,9 @@ def _watch(
     log.header(script, args, options.to_dict(), rank)
     session.clock.log = log
     spy = FrameworkSpy()  # which framework's trainer steps the optimizer, for the hint
+    session.accounting.experiment_host = host_for(
+        session.clock, lambda: _record_before_experiments(session, script, args, spy, log)
+    )
     stop = StopSignals(options.timeout_s, watched=PRESET_FOLDER is not None)
     pid = os.getpid()
     # A fork stops a recording profiler first; a forked child never counts steps.
@@ -233,6 +237,22 @@ def _watch(
     return outcome.code, folder, record
 
 
+def _record_before_experiments(
+    session: Any, script: str, args: list[str], spy: Any, log: EvidenceLog
+) -> None:
+    """Check's extra steps (``capture/experiments.py``) are about to run: write the record as
+    it stands, so that no ending of theirs (``--timeout``, a signal, a crash) loses the report;
+    it is written again when they end. What compiles from now on is check's own."""
+    import time
+
+    session.compile.ours_from(time.time())
+    record = finish_record(session, Outcome("stopped", 0), script, args)
+    record["frameworks"] = [] if session.framework else spy.seen
+    record["written_before_experiments"] = True
+    write_json(rank_result_path(session.folder, session.rank), record)
+    log.record_written()
+
+
 def _leave_forked_child(code: int) -> None:
     """A child the script forked came back from the script: it is not the watched run and must
     not write the run folder. It ends with its own status, its atexit handlers run and its
@@ -264,7 +284,10 @@ def finish_record(session: Any, outcome: Outcome, script: str, args: list[str]) 
 
     for probe in (_probe_threads, _probe_loader):  # extra evidence: never worth the report
         _optional(probe, session)
-    exported = session.profiler.export(trace_path(session.folder, session.rank))
+    # Exported once: a record written before check's extra steps exported it already.
+    exported = session.trace_file or session.profiler.export(
+        trace_path(session.folder, session.rank)
+    )
     session.trace_file = exported
     record: dict[str, Any] = scrub(session.record(outcome.to_dict(), script, args))
     record["trace"] = None if exported is None else str(exported.relative_to(session.folder))
@@ -295,7 +318,7 @@ def _probe_threads(session: Any) -> None:
 
     cpu: Any = getattr(session, "cpu", None)
     d = cpu_demand(cpu) if isinstance(cpu, dict) else None
-    if d is None or not d.oversubscribed:
+    if d is None or not d.oversubscribed or "thread_probe" in cpu:  # probed once per run
         return
     try:
         cpu["thread_probe"] = thread_probe(d.threads, d.suggested_threads)
