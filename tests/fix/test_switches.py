@@ -493,3 +493,94 @@ def test_an_arm_with_arguments_runs_with_them(tmp_path: Path, monkeypatch: Any) 
     )
     prove.run_arm("train.py", ["--compile=False"], prove.Arm("original", {}), opts, tmp_path)
     assert seen == [["--compile=True"], ["--compile=False"]]
+
+
+# -- DataLoader workers read from a setting --------------------------------------------------------
+LOADER = """
+import argparse
+import torch
+from torch.utils.data import DataLoader, TensorDataset
+
+parser = argparse.ArgumentParser()
+parser.add_argument("-j", "--workers", type=int, default=0, help="loader processes")
+parser.add_argument("--epochs", type=int, default=1)
+args = parser.parse_args()
+
+ds = TensorDataset(torch.randn(64, 8), torch.randn(64, 1))
+loader = DataLoader(ds, batch_size=16, shuffle=True, num_workers=args.workers)
+model = torch.nn.Linear(8, 1)
+opt = torch.optim.SGD(model.parameters(), lr=0.1)
+if __name__ == "__main__":
+    for epoch in range(args.epochs):
+        for step, (x, y) in enumerate(loader):
+            loss = (model(x) - y).pow(2).mean()
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+            print(f"iter {step}: loss {loss.item():.4f}")
+    print("workers", loader.num_workers)
+"""
+
+
+def loader_changes_of(
+    tmp: Path, path: Path, argv: list[str], gpu: dict[str, Any] | None = None
+) -> list[Any]:
+    raw = {"num_workers": 0, "pin_memory": False, "cpus_per_rank": 2, "batch_size": 16}
+    line = next(i for i, t in enumerate(path.read_text().splitlines(), 1) if "DataLoader(ds" in t)
+    raw["call"] = {"site": f"{path.name}:{line}"}
+    f = FindingRef(
+        "dataloader-config",
+        saving_ms_per_step=5.0,
+        evidence={"mean_step_ms": 20.0, "dataloader": raw, "suggested_num_workers": 2},
+    )
+    record: dict[str, Any] = {"argv": argv, **({"gpu": gpu} if gpu else {})}
+    ctx = FixContext(record, str(tmp), str(path))
+    return [c for c in planner.plan([f], ctx).changes if c.codemod == "dataloader-args"]
+
+
+def test_loader_workers_from_argparse_are_the_switch(tmp_path: Path) -> None:
+    path = script(tmp_path, LOADER)
+    c = one(loader_changes_of(tmp_path, path, ["--workers", "0", "--epochs", "1"]))
+    assert c.status == "switch" and c.switch.add == ("--workers", "2")
+    assert c.switch.args == ("--epochs", "1", "--workers", "2")
+    assert (c.switch.setting, c.switch.line) == ("args.workers", 6)
+    out = run_py(tmp_path, [path.name, *c.switch.args])
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert len(losses(out.stdout)) == 4 and "workers 2" in out.stdout
+
+
+def test_loader_switch_on_a_gpu_keeps_pinning_as_an_edit_without_worker_only_args(
+    tmp_path: Path,
+) -> None:
+    """pin_memory is an edit; persistent_workers/prefetch_factor are left out (with the
+    script's default of 0 workers they make DataLoader raise)."""
+    path = script(tmp_path, LOADER)
+    gpu = {"device": {"name": "NVIDIA H200", "bf16_tensor_cores": True}}
+    sw, edit = loader_changes_of(tmp_path, path, ["-j", "0"], gpu)
+    assert sw.status == "switch" and sw.switch.args == ("--workers", "2")
+    assert edit.status == "patched" and "pin_memory=True" in edit.diff
+    assert "persistent_workers" not in edit.diff and "prefetch_factor" not in edit.diff
+
+
+def test_loader_workers_already_at_the_switch_value_are_already_done(tmp_path: Path) -> None:
+    path = script(tmp_path, LOADER)
+    c = one(loader_changes_of(tmp_path, path, ["--workers=4"]))
+    assert c.status == "already" and "args.workers is already 4" in c.reason
+
+
+def test_loader_workers_from_a_configurator_global(tmp_path: Path) -> None:
+    nanogpt(tmp_path)  # its configurator.py, beside the script
+    text = LOADER.replace(
+        'parser = argparse.ArgumentParser()\nparser.add_argument("-j", "--workers", type=int, '
+        'default=0, help="loader processes")\nparser.add_argument("--epochs", type=int, '
+        "default=1)\nargs = parser.parse_args()\n",
+        "num_workers = 0\nepochs = 1\nexec(open('configurator.py').read())\n",
+    )
+    text = text.replace("args.workers", "num_workers").replace("args.epochs", "epochs")
+    path = script(tmp_path, text, "loop.py")
+    c = one(loader_changes_of(tmp_path, path, ["--num_workers=0", "--epochs=1"]))
+    assert c.status == "switch" and c.switch.add == ("--num_workers=2",)
+    assert c.switch.args == ("--epochs=1", "--num_workers=2")
+    out = run_py(tmp_path, [path.name, *c.switch.args])
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert "Overriding: num_workers = 2" in out.stdout and "workers 2" in out.stdout

@@ -3,8 +3,10 @@ and (on CUDA) pinned memory, every other argument kept as written.
 
 The values are check's (``rules/user_fixes.loader_changes``): the same function builds the
 text fix of ``dataloader-config``, so the patch and the report never disagree. Workers come
-from the finding's ``suggested_num_workers`` (the rank's CPUs, 2 to 8); an argument the call
-sets from an expression (``num_workers=args.workers``) is the user's to change, and refused.
+from the finding's ``suggested_num_workers`` (the rank's CPUs, 2 to 8). Workers the call reads
+from a setting of the script (``num_workers=args.workers``, nanoGPT-style globals, a config
+dict) are set there: the switch on the command line (``--workers 4``), or the setting's default
+edited (``fix/switches.py``); any other expression is the user's to change, and refused.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 import libcst as cst
 
+from torchdoctor.fix import switches
 from torchdoctor.fix.codemods.base import (
     Hit,
     located,
@@ -29,7 +32,7 @@ from torchdoctor.fix.cst_tools import (
     literal,
     set_args,
 )
-from torchdoctor.fix.model import FindingRef, Refusal, Rewrite, Target
+from torchdoctor.fix.model import FindingRef, Refusal, Rewrite, Switch, Target
 from torchdoctor.rules.user_fixes import _DL_POSITIONAL as DL_POSITIONAL
 from torchdoctor.rules.user_fixes import loader_changes
 
@@ -76,7 +79,7 @@ class DataLoaderArgs:
     title = "DataLoader workers, persistence, prefetch, pinned memory"
     precision = "fp32"
 
-    def plan(self, finding: FindingRef, ctx: FixContext) -> list[Target | Refusal]:
+    def plan(self, finding: FindingRef, ctx: FixContext) -> list[Target | Refusal | Switch]:
         raw = loader_record(finding, ctx)
         changes = wanted(finding, raw, ctx)
         if not changes:
@@ -102,9 +105,49 @@ class DataLoaderArgs:
                 return [hit]
             assert isinstance(hit, Hit)
             file, line = hit.file, hit.line
+        by_setting = self._workers_setting(ctx, file, line, changes)
+        if by_setting is not None:
+            return by_setting
         return [Target(self.id, file, line, {"changes": changes})]
 
+    def _workers_setting(
+        self, ctx: FixContext, file: str, line: int, changes: dict[str, str]
+    ) -> list[Target | Refusal | Switch] | None:
+        """Workers the call reads from a setting of the script: that setting (a switch, or its
+        default edited), and the other arguments as an edit without the worker-only ones
+        (``persistent_workers``/``prefetch_factor`` make DataLoader raise if the script runs
+        without the switch); None when workers are not read from a setting."""
+        p = ctx.parsed(file)
+        if p is None or "num_workers" not in changes:
+            return None
+        call = innermost_spanning(p, [c for c in p.all(cst.Call) if is_loader_call(p, c)], line)
+        i = arg_index(call, "num_workers", DL_POSITIONAL) if call is not None else None
+        if call is None or i is None:
+            return None
+        s = switches.setting_of(p, file, call.args[i].value)
+        if s is None:
+            return None
+        workers = int(changes["num_workers"])
+        now = switches.value_in_run(s, ctx.argv)
+        if isinstance(now, int) and not isinstance(now, bool) and now >= workers:
+            return [Refusal(f"{s.spelled} is already {now} in this run", already=True)]
+        out: list[Target | Refusal | Switch] = []
+        switch = switches.switch_to(s, workers, ctx.argv, ctx.rel(s.file))
+        if switch is not None:
+            out.append(switch)
+        else:
+            out.append(Target(self.id, s.file, s.line, {"setting": s.name, "value": workers}))
+        worker_only = ("num_workers", "persistent_workers", "prefetch_factor")
+        rest = {k: v for k, v in changes.items() if k not in worker_only}
+        if rest:
+            out.append(Target(self.id, file, line, {"changes": rest}))
+        return out
+
     def rewrite(self, source: str, target: Target) -> Rewrite | Refusal:
+        if "setting" in target.params:
+            return switches.edit_default(
+                source, target.params["setting"], target.line, target.params["value"]
+            )
         p = parse_or_refuse(source)
         if isinstance(p, Refusal):
             return p
