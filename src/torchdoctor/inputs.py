@@ -66,3 +66,18 @@ def output_path(path: str | Path, what: str = "output") -> Path:
     if not os.access(parent, os.W_OK):
         raise UserError(f"cannot write the {what} to {p}: {parent} is not writable")
     return p  # a pipe or a device (/dev/null, /dev/fd/N) is a fine place to write to
+
+
+def absolute_path(path: str | Path, what: str = "output") -> str:
+    """``path`` made absolute against the working directory now (symbolic links kept).
+
+    Every path a command is given is resolved before the user's script runs: a script may change
+    its working directory (``os.chdir``, Hydra's ``job.chdir``) and a relative path would then
+    name another place. Raises UserError when the working directory itself no longer exists.
+    """
+    try:
+        return os.path.abspath(os.fspath(path))
+    except FileNotFoundError:
+        raise UserError(
+            f"cannot place the {what} {path}: the working directory no longer exists"
+        ) from None

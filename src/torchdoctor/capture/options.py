@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from torchdoctor.errors import UserError
+from torchdoctor.inputs import absolute_path
 
 
 @dataclass(frozen=True)
@@ -26,7 +27,8 @@ class CheckOptions:
     profile_memory: bool = False
     """Record allocations in the trace and, on CUDA, the allocator history for OOM snapshots."""
     out_dir: str = "torchdoctor-runs"
-    """Parent folder of run folders."""
+    """Parent folder of run folders, made absolute when the options are built: the script may
+    change its working directory (Hydra's job.chdir) before anything is written there."""
     rank_timeout_s: float = 120.0
     """How long rank 0 waits for the other ranks' results before summarising without them."""
     nvml_interval_s: float = 0.1
@@ -43,6 +45,7 @@ class CheckOptions:
     """Say on standard error when no step has been seen for this long (seconds)."""
 
     def __post_init__(self) -> None:
+        object.__setattr__(self, "out_dir", absolute_path(self.out_dir, "the run folders' parent"))
         if self.warmup_steps < 0:
             raise UserError(f"--warmup must be >= 0; got {self.warmup_steps}")
         if self.profile_steps < 1:

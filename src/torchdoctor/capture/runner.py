@@ -99,13 +99,17 @@ def show_traceback(exc: BaseException) -> None:
 def run_script(script: str, args: list[str], stop: StopSignals | None = None) -> Outcome:
     """Execute ``script`` as ``__main__`` with ``args``; never raises for the script's sake."""
     saved_argv, saved_path0 = sys.argv[:], sys.path[:]
+    # As python (3.9+) does: argv[0] as given, but __file__ and the code's file names absolute,
+    # resolved now. A script that changes its working directory (Hydra's job.chdir) must still
+    # have its lines found: a relative name would be resolved against the new folder later.
+    path = os.path.abspath(script)
     sys.argv = [script, *args]
-    sys.path.insert(0, os.path.dirname(os.path.abspath(script)))
+    sys.path.insert(0, os.path.dirname(path))
     try:
-        parsed = _parse_error(script)
+        parsed = _parse_error(path)
         if parsed is not None:
             return parsed
-        return run_function(lambda: runpy.run_path(script, run_name="__main__"), stop)
+        return run_function(lambda: runpy.run_path(path, run_name="__main__"), stop)
     finally:
         sys.argv, sys.path[:] = saved_argv, saved_path0
 

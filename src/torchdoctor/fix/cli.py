@@ -7,6 +7,7 @@ to standard error.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import sys
@@ -205,8 +206,16 @@ def _check(script: str, args: list[str], warmup: int, steps: int, out_dir: str) 
         raise UserError(f"{script}: no such script")
     options = CheckOptions(warmup_steps=warmup, profile_steps=steps, out_dir=out_dir)
     _say(f"running check on {script} ...")
+    cwd = os.getcwd()
     with stdout_to_stderr():
-        result = run_check(script, args, options, echo=False)
+        try:
+            result = run_check(script, args, options, echo=False)
+        finally:
+            # The script ran in this process and may have changed the working directory
+            # (os.chdir, Hydra's job.chdir); fix reads the script and writes its patch, --json
+            # and --html from where it was started (unless the script removed that folder).
+            with contextlib.suppress(OSError):
+                os.chdir(cwd)
     _say(f"run folder: {result.folder}")
     return str(result.folder)
 

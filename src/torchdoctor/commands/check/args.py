@@ -83,3 +83,13 @@ def check_json_path(path: str | None) -> None:
     parent = os.path.dirname(os.path.abspath(path))
     if not os.path.isdir(parent):
         raise UserError(f"--json {path}: no such folder {parent}")
+
+
+def absolute_outputs(json_path: str | None, html_path: str | None) -> tuple[str | None, str | None]:
+    """``--json`` and ``--html`` files made absolute before the script runs (it may change its
+    working directory); ``-`` (JSON on stdout) and None stay as they are."""
+    from torchdoctor.inputs import absolute_path
+
+    if json_path and json_path != JSON_STDOUT:
+        json_path = absolute_path(json_path, "JSON report")
+    return json_path, absolute_path(html_path, "HTML report") if html_path else html_path

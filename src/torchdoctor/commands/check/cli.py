@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING
 import click
 
 from torchdoctor.commands.check.args import (
+    absolute_outputs,
     check_json_path,
     normalize_args,
     reject_option_as_script,
@@ -150,6 +151,7 @@ def check_command(
     try:
         reject_option_as_script(script)
         check_json_path(json_path)
+        json_path, html_path = absolute_outputs(json_path, html_path)
         options = CheckOptions(
             warmup_steps=warmup,
             profile_steps=steps,
