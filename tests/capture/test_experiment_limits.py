@@ -249,3 +249,36 @@ def test_cpu_operator_time_of_a_gpu_trace_leaves_out_the_launching_operators() -
     assert d["op_time_ms_per_step"] == pytest.approx(8.98, abs=0.01)
     # most operator time there is launching kernels: under a millisecond computes on the CPU
     assert d["cpu_op_time_ms_per_step"] == pytest.approx(0.742, abs=0.01)
+
+
+# -- the report -------------------------------------------------------------------------------
+def test_the_report_says_what_was_skipped_failed_and_compiled_by_check() -> None:
+    from torchdoctor.report.account_text import experiments_text
+
+    record = {
+        "experiments": [
+            {
+                "id": "few-intra-op-threads",
+                "toggle": "2 intra-op threads instead of 1",
+                "skipped": "the model is compiled and the intra-op thread count is one of "
+                "dynamo's guards: switching it would recompile",
+            },
+            {
+                "id": "anomaly-detection",
+                "toggle": "anomaly detection off",
+                "ratio": 0.5,
+                "baseline_median_ms": 20.0,
+                "changed_median_ms": 10.0,
+                "pair_ratios": [0.5, 0.5, 0.5],
+                "rejected_pairs": ["pair 2 (10.0 ms changed, 900.0 ms baseline): an epoch's start"],
+            },
+        ],
+        "cpu": {"thread_probe": {"failed": "281.5x slower with 16 threads than with 15"}},
+        "compile": {"ours": {"compiles": 2, "compile_s": 1.25}},
+    }
+    text = experiments_text(record)
+    assert "2 intra-op threads instead of 1: not measured: the model is compiled" in text
+    assert "anomaly detection off: 10.0 ms per step against 20.0 ms (3 pairs, 1 rejected" in text
+    assert "thread probe: failed: 281.5x" in text
+    assert "2 compile(s), 1.2 s" in text or "2 compile(s), 1.3 s" in text
+    assert experiments_text({"experiments": []}) == ""

@@ -134,8 +134,47 @@ def line_table_text(record: dict[str, Any], top: int = 10) -> str:
     return out.getvalue()
 
 
-def account_text(doc: dict[str, Any], record: dict[str, Any], top: int = 10) -> str:
-    """Both parts, for the end of the check report."""
-    if (doc.get("measurement") or {}).get("failure"):
+def experiments_text(record: dict[str, Any]) -> str:
+    """check's own measurements after the window (the toggles' extra steps, the thread probe,
+    what compiled during them): measured, skipped or failed, each with its reason."""
+    rows = []
+    for e in record.get("experiments") or []:
+        if not isinstance(e, dict):
+            continue
+        what = str(e.get("toggle") or e.get("id"))
+        base, changed = e.get("baseline_median_ms"), e.get("changed_median_ms")
+        if e.get("skipped"):
+            rows.append(f"{what}: not measured: {e['skipped']}")
+        elif e.get("ratio") is not None and base is not None and changed is not None:
+            n, bad = len(e.get("pair_ratios") or []), len(e.get("rejected_pairs") or [])
+            dropped = f", {bad} rejected ({e['rejected_pairs'][0]})" if bad else ""
+            rows.append(
+                f"{what}: {float(changed):.1f} ms per step against {float(base):.1f} ms "
+                f"({n} pairs{dropped})"
+            )
+        elif e.get("error"):
+            rows.append(f"{what}: failed: {e['error']}")
+    probe = (record.get("cpu") or {}).get("thread_probe") or {}
+    if isinstance(probe, dict) and (probe.get("failed") or probe.get("error")):
+        rows.append(f"thread probe: failed: {probe.get('failed') or probe.get('error')}")
+    ours = (record.get("compile") or {}).get("ours") or {}
+    if isinstance(ours, dict) and ours.get("compiles"):
+        rows.append(
+            f"{ours['compiles']} compile(s), {float(ours.get('compile_s') or 0):.1f} s, during "
+            "them: check's, not counted as the script's"
+        )
+    if not rows:
         return ""
-    return roofline_line(record, doc.get("account")) + line_table_text(record, top)
+    head = "check's own measurements (extra steps after the measured ones, never the script's):\n"
+    return head + "".join(f"  {r}\n" for r in rows)
+
+
+def account_text(doc: dict[str, Any], record: dict[str, Any], top: int = 10) -> str:
+    """Both parts, then check's own measurements, for the end of the check report."""
+    if (doc.get("measurement") or {}).get("failure"):
+        return experiments_text(record)
+    return (
+        roofline_line(record, doc.get("account"))
+        + line_table_text(record, top)
+        + experiments_text(record)
+    )
