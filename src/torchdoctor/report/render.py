@@ -142,6 +142,8 @@ def _breakdown(con: Console, report: Report) -> None:
 def _findings(con: Console, report: Report) -> None:
     from rich.markup import escape as esc
 
+    from torchdoctor.report.evidence_text import evidence_line
+
     if not report.findings:
         if "Not a clean bill" in (report.verdict or ""):  # check: the step is not accounted for
             con.print("No findings named; the time is not accounted for (see the lines below).\n")
@@ -156,7 +158,7 @@ def _findings(con: Console, report: Report) -> None:
             con.print(
                 f"    saves up to {f.saving_ms_per_step:.2f} ms per step ({f.share_of_step:.0%})"
             )
-        ev = ", ".join(f"{k}={_short(v)}" for k, v in f.evidence.items())
+        ev = evidence_line(f.evidence)
         con.print(f"    [dim]evidence: {esc(ev)}[/dim]", soft_wrap=True)
         if f.where:
             con.print(f"    [dim]where: {esc(', '.join(f.where[:5]))}[/dim]")
@@ -166,16 +168,6 @@ def _findings(con: Console, report: Report) -> None:
         if f.doc_url:
             con.print(f"    [dim]docs: {f.doc_url}[/dim]")
     con.print()
-
-
-def _short(v: Any) -> str:
-    if isinstance(v, dict):
-        items = list(v.items())[:4]
-        more = ", …" if len(v) > 4 else ""
-        return "{" + ", ".join(f"{k}: {_short(x)}" for k, x in items) + more + "}"
-    if isinstance(v, float):
-        return f"{v:.4g}"
-    return str(v)
 
 
 def _ranks(con: Console, report: Report) -> None:
