@@ -111,6 +111,29 @@ class FakeCudaState:
         self.sync_mode = {"default": 0, "warn": 1, "error": 2}.get(mode, mode)  # type: ignore[call-overload]
 
 
+class FakeCudaEvent:
+    """``torch.cuda.Event`` of a GPU that finishes work the moment it is queued: an event
+    completes when recorded (``perf_counter``), so its times are the host's."""
+
+    def __init__(self, enable_timing: bool = False, **kwargs: Any) -> None:
+        self.ns: int | None = None
+
+    def record(self, stream: Any = None) -> None:
+        import time
+
+        self.ns = time.perf_counter_ns()
+
+    def synchronize(self) -> None:
+        return None
+
+    def query(self) -> bool:
+        return self.ns is not None
+
+    def elapsed_time(self, end: FakeCudaEvent) -> float:
+        assert self.ns is not None and end.ns is not None, "event not recorded"
+        return (end.ns - self.ns) / 1e6
+
+
 def install_fake_cuda(
     monkeypatch: pytest.MonkeyPatch,
     devices: list[FakeDevice] | None = None,
@@ -154,6 +177,9 @@ def install_fake_cuda(
     def attach(observer: Any) -> None:  # torch._C's binding takes one callable
         state.observers.append(observer)
 
+    mocks["synchronize"] = _spec(cuda.synchronize, lambda device=None: None)
+    monkeypatch.setattr(cuda, "synchronize", mocks["synchronize"])
+    monkeypatch.setattr(cuda, "Event", FakeCudaEvent)
     mocks["attach_oom"] = mock.Mock(side_effect=attach)
     monkeypatch.setattr(
         torch._C, "_cuda_attach_out_of_memory_observer", mocks["attach_oom"], raising=False

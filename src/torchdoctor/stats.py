@@ -9,6 +9,7 @@ Public API (stable; other modules and branches depend on it)
   linearly between order statistics (numpy's default ``linear`` method, the same as
   ``statistics.quantiles(method="inclusive")``).
 - :func:`describe` -> :class:`Spread`: n, median, q1, q3, iqr, min, max and ``rel_spread``.
+- :func:`median_interval`: a distribution-free (order statistics) interval of the median.
 - :func:`paired_ratio_interval` -> :class:`RatioInterval`: interval of the typical per-round ratio
   ``num[i] / den[i]`` of paired (interleaved) rounds. Speed-up of a candidate over a baseline:
   ``num`` = baseline step times, ``den`` = candidate step times.
@@ -119,6 +120,27 @@ def describe(values: Sequence[float] | np.ndarray) -> Spread:
     xs = _array(values)
     q1, q2, q3 = np.quantile(xs, [0.25, 0.5, 0.75])
     return Spread(xs.size, float(q2), float(q1), float(q3), float(xs.min()), float(xs.max()))
+
+
+def median_interval(
+    values: Sequence[float] | np.ndarray, confidence: float = 0.9
+) -> tuple[float, float, float]:
+    """A distribution-free interval of the median: (low, high, its actual confidence).
+
+    The order statistics x(k) and x(n+1-k) with the largest k whose binomial coverage is at
+    least ``confidence``; with too few values for that, the range (and its coverage,
+    1 - 2 / 2**n). Raises ValueError on empty input."""
+    _check_confidence(confidence)
+    xs = np.sort(_array(values))
+    n = xs.size
+    k, cover = 1, 1.0 - 2.0 * 0.5**n
+    tail = 0.0
+    for j in range(1, n // 2 + 1):  # P(Binomial(n, 1/2) <= j - 1), both tails
+        tail += math.comb(n, j - 1) * 0.5**n
+        if 1.0 - 2.0 * tail < confidence:
+            break
+        k, cover = j, 1.0 - 2.0 * tail
+    return float(xs[k - 1]), float(xs[n - k]), cover
 
 
 @dataclass(frozen=True)

@@ -57,7 +57,7 @@ def _drive(clock: StepClock, rec: Recorder, source: str, n: int) -> list[list[tu
 
 def test_default_schedule_trajectory() -> None:
     rec = Recorder()
-    clock = StepClock(CheckOptions(warmup_steps=3, profile_steps=2), rec)
+    clock = StepClock(CheckOptions(warmup_steps=3, profile_steps=2, clean_steps=0), rec)
     clock.begin()
     ticks = _drive(clock, rec, "optimizer", 10)
     assert ticks == [
@@ -72,7 +72,7 @@ def test_default_schedule_trajectory() -> None:
 
 def test_full_keeps_running_and_goes_quiet() -> None:
     rec = Recorder()
-    clock = StepClock(CheckOptions(warmup_steps=2, profile_steps=1, full=True), rec)
+    clock = StepClock(CheckOptions(warmup_steps=2, profile_steps=1, clean_steps=0, full=True), rec)
     clock.begin()
     ticks = _drive(clock, rec, "optimizer", 8)
     assert len(ticks) == 8 and all(t == [] for t in ticks[3:])
@@ -81,7 +81,7 @@ def test_full_keeps_running_and_goes_quiet() -> None:
 
 def test_zero_warmup_opens_at_begin() -> None:
     rec = Recorder()
-    clock = StepClock(CheckOptions(warmup_steps=0, profile_steps=2), rec)
+    clock = StepClock(CheckOptions(warmup_steps=0, profile_steps=2, clean_steps=0), rec)
     clock.begin()
     assert rec.events == [("start", 0), ("measuring", True)]
     ticks = _drive(clock, rec, "marker", 5)
@@ -90,7 +90,7 @@ def test_zero_warmup_opens_at_begin() -> None:
 
 def test_stronger_signal_restarts_counting() -> None:
     rec = Recorder()
-    clock = StepClock(CheckOptions(warmup_steps=2, profile_steps=3), rec)
+    clock = StepClock(CheckOptions(warmup_steps=2, profile_steps=3, clean_steps=0), rec)
     clock.begin()
     _drive(clock, rec, "dataloader", 2)  # window opened on batches
     assert clock.source == "dataloader" and ("start", 1) in rec.events
@@ -107,7 +107,7 @@ def test_stronger_signal_restarts_counting() -> None:
 
 
 def test_step_times_and_data_wait() -> None:
-    clock = StepClock(CheckOptions(warmup_steps=50, profile_steps=1), Recorder())
+    clock = StepClock(CheckOptions(warmup_steps=50, profile_steps=1, clean_steps=0), Recorder())
     clock.begin()
     time.sleep(0.02)  # the first step starts with the script, not at its first signal
     clock.add_wait(0.005)
@@ -119,7 +119,7 @@ def test_step_times_and_data_wait() -> None:
 
 def test_listener_failure_never_reaches_the_script() -> None:
     rec = Recorder(fail_on="start")
-    clock = StepClock(CheckOptions(warmup_steps=2, profile_steps=1, full=True), rec)
+    clock = StepClock(CheckOptions(warmup_steps=2, profile_steps=1, clean_steps=0, full=True), rec)
     clock.begin()
     _drive(clock, rec, "optimizer", 4)
     assert clock.errors and "boom" in clock.errors[0]
@@ -139,7 +139,7 @@ def test_only_the_first_optimizer_counts(tmp_path: object) -> None:
 
     from torchdoctor.capture.hooks import StepHooks
 
-    clock = StepClock(CheckOptions(warmup_steps=100, profile_steps=1), Recorder())
+    clock = StepClock(CheckOptions(warmup_steps=100, profile_steps=1, clean_steps=0), Recorder())
     hooks = StepHooks(clock)
     hooks.install()
     try:
@@ -162,14 +162,19 @@ def test_only_the_first_optimizer_counts(tmp_path: object) -> None:
 
 @given(
     warmup=st.integers(0, 6),
+    clean=st.integers(0, 5),
     profile=st.integers(1, 4),
     full=st.booleans(),
     sources=st.lists(st.sampled_from(["dataloader", "optimizer", "marker"]), max_size=40),
 )
 @settings(max_examples=200, deadline=None)
-def test_schedule_invariants(warmup: int, profile: int, full: bool, sources: list[str]) -> None:
+def test_schedule_invariants(
+    warmup: int, clean: int, profile: int, full: bool, sources: list[str]
+) -> None:
     rec = Recorder()
-    clock = StepClock(CheckOptions(warmup_steps=warmup, profile_steps=profile, full=full), rec)
+    options = CheckOptions(warmup_steps=warmup, clean_steps=clean, profile_steps=profile, full=full)
+    sched = options.schedule
+    clock = StepClock(options, rec)
     clock.begin()
     stopped = False
     for source in sources:
@@ -192,11 +197,12 @@ def test_schedule_invariants(warmup: int, profile: int, full: bool, sources: lis
         if name != "measuring":
             state = moves[(state, name)]  # KeyError: an illegal transition
     assert names.count("end") <= 1 + names.count("abort")
-    if stopped:
-        assert not full and clock.steps == warmup + profile and names[-1] == "end"
+    after = sched.after[1] - sched.after[0] + 1 if sched.after else 0
+    if stopped:  # stopped after the profiled steps and the clean ones after them
+        assert not full and clock.steps == sched.last_profiled + after and names[-1] == "end"
     last = names[len(names) - 1 - names[::-1].index("start") :] if "start" in names else []
     if "end" in last:  # a finished window saw its warm-up step (if any) and every profiled one
-        assert last.count("step") == profile + (1 if warmup >= 2 else 0)
+        assert last.count("step") == profile + sched.profiler_warmup
 
 
 @pytest.mark.slow

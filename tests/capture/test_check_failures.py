@@ -68,10 +68,12 @@ def test_script_args_pass_through_even_check_option_names(tmp_path: Path) -> Non
 
 def test_full_runs_to_the_end(tmp_path: Path) -> None:
     prog = write(tmp_path, "for i in range(12): train_step()\n")
-    r = check_inprocess(tmp_path / "runs", prog, opts=["--warmup", "2", "--steps", "2", "--full"])
+    opts = ["--warmup", "2", "--clean-steps", "4", "--steps", "2", "--full"]
+    r = check_inprocess(tmp_path / "runs", prog, opts=opts)
     assert r.code == 0 and r.run["steps"]["count"] == 12
     assert r.run["exit"]["status"] == "completed" and r.run["steps"]["profiled_steps"] == 2
-    assert r.run["steps"]["window"] == [3, 4]
+    # clean 3-6, the profiler's own step 7, profiled 8-9, clean again 10-12 (the script ends)
+    assert r.run["steps"]["window"] == [8, 9] and r.run["steps"]["clean"]["steps"] == 4
 
 
 @pytest.mark.slow

@@ -114,9 +114,11 @@ def write(tmp_path: Path, body: str, name: str = "prog.py") -> Path:
 
 def test_early_exit_reports_what_was_measured(tmp_path: Path) -> None:
     prog = write(tmp_path, TRAIN + "for _ in range(4): train_step()\nsys.exit(4)\n")
-    r = check_inprocess(tmp_path / "runs", prog)  # --warmup 3 --steps 3: one step measured
+    # --warmup 3 --steps 3 and 8 clean steps by default: nothing measured
+    r = check_inprocess(tmp_path / "runs", prog)
     assert r.code == 4
-    assert "1 step measured of 3 requested" in r.stdout and "try --warmup 1" in r.stdout
+    assert "0 steps measured of 3 requested" in r.stdout
+    assert "try --warmup 1 --clean-steps 0" in r.stdout
     assert "No bottleneck worth fixing" not in r.stdout and "findings: none\n" not in r.stdout
     assert r.report["measurement"]["complete"] is False
     assert r.report["verdict"] == r.report["measurement"]["note"]

@@ -80,6 +80,9 @@ def test_window_runs_every_cuda_probe(fake_gpu: Any, tmp_path: Path) -> None:
     history.assert_not_called()  # not before the script ran: that would initialise CUDA
     try:
         _train(6)
+        history.assert_not_called()  # nothing armed during the clean steps (3-10)
+        assert fake_gpu.mocks["set_sync_debug_mode"].call_args_list == []
+        _train(14)
     finally:
         session.uninstall()
     # --memory from the window's start, Python stacks only (C++ symbolisation takes minutes)
@@ -99,6 +102,10 @@ def test_window_runs_every_cuda_probe(fake_gpu: Any, tmp_path: Path) -> None:
     assert gpu["memory"]["alloc_retries"] == 2 and gpu["device"]["count"] == 2
     assert gpu["nvml"]["error"] is None and gpu["nvml"]["samples"] >= 1
     fake_gpu.nvml.nvmlDeviceGetHandleByPciBusId.assert_called_once_with("00000000:3B:00.0")
+    # the clean steps and the ones after the instruments, timed by CUDA events
+    steps = rec["steps"]
+    assert steps["clean"]["clock"] == "cuda-events" and steps["clean"]["steps"] == 8
+    assert len(steps["clean"]["host_lead_ms"]) == 8 and steps["after"]["steps"] == 5
     # fp32 training, GEMM-heavy, on an sm90 device with TF32 off: the precision finding, and
     # the allocator retries as fragmentation
     found = {f.id for f in run_findings(rec)}
@@ -122,7 +129,9 @@ def test_no_memory_recording_when_the_script_never_used_cuda(
 
 
 def test_oom_the_script_caught_is_recorded_with_its_snapshot(fake_gpu: Any, tmp_path: Path) -> None:
-    opts = CheckOptions(warmup_steps=1, profile_steps=1, full=True, profile_memory=True)
+    opts = CheckOptions(
+        warmup_steps=1, profile_steps=1, clean_steps=0, full=True, profile_memory=True
+    )
     rank = RankInfo(rank=1, local_rank=1, world_size=2)
     session = Session(opts, tmp_path, rank)
     session.install()
@@ -169,7 +178,7 @@ def test_a_rank_on_cuda_local_rank_without_set_device_reports_its_own_gpu(
 ) -> None:
     # Rank 1 moved its model to cuda:1 but never called set_device: the current device is 0.
     fake_gpu.state.current = 0
-    opts = CheckOptions(warmup_steps=1, profile_steps=1, full=True)
+    opts = CheckOptions(warmup_steps=1, profile_steps=1, clean_steps=0, full=True)
     session = Session(opts, tmp_path, RankInfo(rank=1, local_rank=1, world_size=2))
     session.install()
     try:

@@ -139,7 +139,9 @@ def test_window_still_starts_every_probe(monkeypatch: pytest.MonkeyPatch, tmp_pa
 
     monkeypatch.setattr("torchdoctor.capture.session.WindowProfiler", Profiler)
     session = Session(
-        CheckOptions(warmup_steps=1, profile_steps=2, full=True), tmp_path, RankInfo()
+        CheckOptions(warmup_steps=1, profile_steps=2, clean_steps=0, full=True),
+        tmp_path,
+        RankInfo(),
     )
     session.install()
     torch.backends.cuda.matmul.fp32_precision = "tf32"  # the script's first line

@@ -149,7 +149,7 @@ def drive(listener: Listener, options: CheckOptions, limit: int = 50) -> int:
 
 def test_the_probe_is_the_warm_up_step_before_the_profiler_and_extra_steps_follow() -> None:
     listener = Listener(extra_steps=3)
-    stopped_at = drive(listener, CheckOptions(warmup_steps=5, profile_steps=2))
+    stopped_at = drive(listener, CheckOptions(warmup_steps=5, profile_steps=2, clean_steps=0))
     names = [(n, s) for n, s in listener.calls if not n.startswith("window_step")]
     # probe: step 4 (ticks 3 -> 4); the profiler warms up in step 5; measured steps 6-7
     assert ("probe_start", 3) in names and ("probe_end", 4) in names
@@ -161,8 +161,8 @@ def test_the_probe_is_the_warm_up_step_before_the_profiler_and_extra_steps_follo
 
 def test_no_probe_without_room_and_no_extra_steps_with_full() -> None:
     listener = Listener(extra_steps=3)
-    drive(listener, CheckOptions(warmup_steps=1, profile_steps=2))
+    drive(listener, CheckOptions(warmup_steps=1, profile_steps=2, clean_steps=0))
     assert not [n for n, _ in listener.calls if n.startswith("probe")]
     full = Listener(extra_steps=3)
-    drive(full, CheckOptions(warmup_steps=3, profile_steps=2, full=True), limit=12)
+    drive(full, CheckOptions(warmup_steps=3, profile_steps=2, clean_steps=0, full=True), limit=12)
     assert not [n for n, _ in full.calls if n.startswith("experiment")]

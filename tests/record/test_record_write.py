@@ -30,7 +30,9 @@ def _train() -> None:
 
 
 def test_the_rebuilt_record_matches_the_written_one(tmp_path: Path) -> None:
-    result = torchdoctor.check(_train, warmup_steps=1, profile_steps=2, out_dir=tmp_path / "runs")
+    result = torchdoctor.check(
+        _train, warmup_steps=1, clean_steps=2, profile_steps=2, out_dir=tmp_path / "runs"
+    )
     written = result.record
     log = layout.steps_log(result.folder, 0, distributed=False)
     rebuilt = record_from_evidence(read_evidence(log), written["exit"])

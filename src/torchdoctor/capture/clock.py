@@ -82,6 +82,22 @@ class WindowListener(Protocol):
         """An extra step of ``step_s`` seconds ended; True to run another."""
         return False
 
+    def timed_start(self, name: str) -> None:
+        """A window timed by its step boundaries only (``clean``, ``after``) begins."""
+        return None
+
+    def timed_step(self, name: str, host_end_s: float) -> None:
+        """One step of that window ended at ``host_end_s`` (``perf_counter``)."""
+        return None
+
+    def timed_end(self, name: str) -> None:
+        """That window's last step ended."""
+        return None
+
+    def timed_abort(self) -> None:
+        """Discard the timed windows (the step signal changed)."""
+        return None
+
 
 class QuietListener(WindowListener):
     """A listener that does nothing at any call (the protocol's own bodies): a listener that
@@ -116,15 +132,19 @@ class StepClock:
         self.window_opened = False
         self.window_closed = False
         self._pending_wait = 0.0
-        warmup = self.options.warmup_steps
+        sched = self.options.schedule
+        self.schedule = sched
         # The profiler gets one warm-up step of its own when there is room for it, so that its
         # start-up cost does not land in the first recorded step.
-        self._profiler_warmup = 1 if warmup >= 2 else 0
-        self._start_at = warmup - self._profiler_warmup
-        # The probe step (work count, forward watch) is the warm-up step just before the
-        # window opens; the first step (script set-up included) never is one.
-        self._probe_at = self._start_at if self._start_at >= 2 else None
-        self._next_event: float = self._start_at if self._probe_at is None else self._probe_at - 1
+        self._profiler_warmup = sched.profiler_warmup
+        self._start_at = sched.open_after
+        # The probe step (work count, forward watch) is a warm-up step before any timed or
+        # profiled one; the first step (script set-up included) never is one.
+        self._probe_at = sched.probe_step
+        self._timing: str | None = None
+        """The timed window the current step belongs to (``clean``, ``after``), if any."""
+        self._next_event: float = self._following(0)
+        self._step_end = 0.0
         self.experimenting = False
         self.experiment_steps = 0
         self.own_steps: list[int] = []
@@ -133,13 +153,32 @@ class StepClock:
         self._step_start = perf_counter()
 
     def begin(self) -> None:
-        """Start timing; with zero warm-up steps the window opens now."""
+        """Start timing; with zero warm-up steps the clean window (or the profiler) starts now."""
         self._begin_pending = False
         self._step_start = perf_counter()
+        clean = self.schedule.clean
+        if clean is not None and clean[0] == 1:
+            self._timed_start("clean")
         if self._start_at == 0:
             self._open()
-        if self.options.warmup_steps == 0:
+        if self.schedule.lead == 0:
             self._call("set_measuring", True)
+
+    def _following(self, n: int) -> float:
+        """The next step count after ``n`` at which the schedule does something."""
+        sched = self.schedule
+        marks = [sched.open_after, sched.lead, sched.last_profiled]
+        if self._probe_at is not None:
+            marks += [self._probe_at - 1, self._probe_at]
+        if sched.clean is not None:
+            marks.append(sched.clean[0] - 1)
+        later = [m for m in marks if m > n]
+        return min(later) if later else math.inf
+
+    def _timed_start(self, name: str) -> None:
+        self._timing = name
+        self._next_event = len(self.step_s) + 1  # every step of a timed window is recorded
+        self._call("timed_start", name)
 
     def add_wait(self, seconds: float) -> None:
         """Add time spent waiting for a batch to the current step."""
@@ -170,6 +209,7 @@ class StepClock:
                 self._step_start = perf_counter()
                 return
         now = perf_counter()
+        self._step_end = now
         self.step_s.append(now - self._step_start)
         self.data_wait_s.append(self._pending_wait)
         if self.log is not None:
@@ -226,6 +266,7 @@ class StepClock:
         # not optimizer steps), so start counting again.
         self.switches.append(f"{self.source}->{source} after {len(self.step_s)} steps")
         self._call("probe_end")  # a probe of the weaker signal's steps ends here
+        self._call("timed_abort")
         aborted = self.window_opened
         if aborted:  # even a finished window counted the wrong steps: discard it
             self._call("window_abort")
@@ -241,11 +282,11 @@ class StepClock:
         return False
 
     def _advance(self, n: int) -> None:
-        opts = self.options
+        sched = self.schedule
         if not self.profiles:  # steps from a thread other than the main one
-            if n == opts.warmup_steps:
+            if n == sched.lead:
                 self._call("set_measuring", True)
-            self._next_event = n + 1 if n < opts.warmup_steps else math.inf
+            self._next_event = n + 1 if n < sched.lead else math.inf
             return
         if self.experimenting:
             self.experiment_steps += 1
@@ -254,30 +295,62 @@ class StepClock:
                 raise StopScript
             self._next_event = n + 1
             return
+        if self._timing is not None and self._timed_tick(n):
+            return
         if self._probe_at is not None:
             if n == self._probe_at - 1:
                 self.own_steps.append(n + 1)
                 self._call("probe_start")
             elif n == self._probe_at:
                 self._call("probe_end")
+        if sched.clean is not None and n == sched.clean[0] - 1 and n > 0:
+            self._timed_start("clean")
+            self._next_event = n + 1
+            return
         if n == self._start_at and not self.window_opened:
             self._open()
-        if n == opts.warmup_steps:
+        if n == sched.lead:
             self._call("set_measuring", True)
         if self.window_opened and not self.window_closed and n > self._start_at:
             self._call("window_step")
-        if n >= opts.last_profiled_step and not self.window_closed:
+        if n >= sched.last_profiled and not self.window_closed:
             self.window_closed = True
             self._next_event = math.inf
             self._call("window_end")
-            if not opts.full:
-                if self._ask("experiments_begin"):  # a few extra steps measure a mode's cost
-                    self.experimenting = True
-                    self._next_event = n + 1
-                    return
-                raise StopScript
+            if sched.after is not None:  # the instruments' after-effect, timed clean
+                self._timed_start("after")
+                self._next_event = n + 1
+                return
+            self._finish(n)
             return
-        self._next_event = n + 1
+        self._next_event = n + 1 if self.window_opened else self._following(n)
+
+    def _timed_tick(self, n: int) -> bool:
+        """A step of a timed window ended; True when the schedule has nothing else to do now."""
+        name = self._timing
+        assert name is not None
+        self._call("timed_step", name, self._step_end)
+        last = (self.schedule.clean if name == "clean" else self.schedule.after) or (0, 0)
+        if n < last[1]:
+            self._next_event = n + 1
+            return True
+        self._timing = None
+        self._call("timed_end", name)
+        if name == "after":
+            self._next_event = math.inf
+            self._finish(n)
+            return True
+        return False  # the clean window's end: the profiler may start at this boundary
+
+    def _finish(self, n: int) -> None:
+        """Everything scheduled is done: the toggles, then the script stops (unless --full)."""
+        if self.options.full:
+            return
+        if self._ask("experiments_begin"):  # a few extra steps measure a mode's cost
+            self.experimenting = True
+            self._next_event = n + 1
+            return
+        raise StopScript
 
     def _open(self) -> None:
         # The next step is the profiler's first (its own warm-up when there is one): it pays
@@ -315,6 +388,6 @@ class StepClock:
         """First and last (1-based) step numbers inside the profiled window, if it opened."""
         if not self.window_opened:
             return None
-        first = self.options.warmup_steps + 1
-        last = min(self.steps, self.options.last_profiled_step)
+        first = self.schedule.lead + 1
+        last = min(self.steps, self.schedule.last_profiled)
         return (first, last) if last >= first else None

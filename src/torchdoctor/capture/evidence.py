@@ -22,6 +22,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from torchdoctor.capture.options import Schedule
 from torchdoctor.capture.runfolder import RankInfo
 from torchdoctor.record import layout
 from torchdoctor.record.write import RankPlace, RunHeader, StepTimes, run_document
@@ -150,9 +151,14 @@ def record_from_evidence(evidence: dict[str, Any], exit_info: dict[str, Any]) ->
     """
     h = evidence["header"]
     opts = h.get("options") or {}
-    warmup = int(opts.get("warmup_steps") or 0)
+    sched = Schedule.of(
+        int(opts.get("warmup_steps") or 0),
+        int(opts.get("clean_steps") or 0),
+        int(opts.get("profile_steps") or 0),
+    )
+    warmup = sched.lead
     step_ms = [s * 1e3 for s in evidence["step_s"]]
-    first, last = warmup + 1, min(len(step_ms), warmup + int(opts.get("profile_steps") or 0))
+    first, last = warmup + 1, min(len(step_ms), sched.last_profiled)
     header = RunHeader(
         script=h.get("script", "?"),
         argv=h.get("argv", []),
@@ -169,6 +175,7 @@ def record_from_evidence(evidence: dict[str, Any], exit_info: dict[str, Any]) ->
         warmup_steps=warmup,
         window=[first, last] if evidence["window_opened"] and last >= first else None,
         signal_switches=evidence["switches"],
+        schedule=sched.to_dict(),
     )
     return run_document(
         header,

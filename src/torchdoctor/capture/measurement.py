@@ -51,10 +51,20 @@ def failure_kind(exception: str | None, phase: str | None = None) -> Failure | N
     return None
 
 
-def suggested_options(seen: int, requested: int) -> str:
-    """Options that fit a window into ``seen`` steps (one warm-up step kept when possible)."""
+def suggested_options(seen: int, requested: int, clean: int = 0) -> str:
+    """Options that fit a window into ``seen`` steps (one warm-up step kept when possible);
+    with ``clean`` steps asked, a clean window of at least 3 steps when there is room for one
+    (one warm-up step, the clean ones, the profiler's own step, the profiled ones), else none."""
     if seen <= 0:
         return ""
+    if clean > 0:
+        steps = min(requested, max(1, seen - 5))
+        fit = min(clean, seen - 2 - steps)
+        if fit >= 3:
+            return f"--warmup 1 --clean-steps {fit}" + (
+                "" if steps == requested else f" --steps {steps}"
+            )
+        return (suggested_options(seen, requested) + " --clean-steps 0").strip()
     warmup = max(min(1, seen - 1), seen - requested)
     steps = min(requested, seen - warmup)
     return f"--warmup {warmup}" + ("" if steps == requested else f" --steps {steps}")
@@ -96,7 +106,7 @@ def measure(record: dict[str, Any]) -> Measurement:
         return Measurement(requested, measured, seen, False, "crash", note)
     if measured >= requested:
         return Measurement(requested, measured, seen, True, None, "")
-    hint = suggested_options(seen, requested)
+    hint = suggested_options(seen, requested, int(opts.get("clean_steps") or 0))
     note = (
         f"{measured} step{'s' if measured != 1 else ''} measured of {requested} requested: "
         f"{_ending(record)} after {seen} step{'s' if seen != 1 else ''}"

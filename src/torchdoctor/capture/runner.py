@@ -337,7 +337,7 @@ def _probe_loader(session: Any) -> None:
     from torchdoctor.rules.thresholds import DATA_WAIT_MIN_MS
 
     hooks = session.hooks
-    measured = max(1, len(session.clock.step_s) - session.options.warmup_steps)
+    measured = max(1, len(session.clock.step_s) - session.clock.schedule.lead)
     waits = {k: u["measured_wait_s"] for k, u in hooks.usage.items() if u["measured_wait_s"] > 0}
     if not waits:
         return

@@ -23,6 +23,7 @@ from torchdoctor.capture.options import CheckOptions
 from torchdoctor.capture.profiling import WindowProfiler
 from torchdoctor.capture.runfolder import RankInfo
 from torchdoctor.capture.syncs import SyncRecorder
+from torchdoctor.capture.timed_window import TimedWindow, WindowTiming
 from torchdoctor.capture.watcher import Watchers
 from torchdoctor.record.write import RankPlace, RunHeader, StepTimes, run_document
 
@@ -33,6 +34,18 @@ def _cuda_in_use() -> bool:
 
     # is_initialized first: it reads a flag, while is_available() starts the CUDA driver.
     return bool(torch.cuda.is_initialized() and torch.cuda.is_available())
+
+
+def _plan_words(opts: CheckOptions) -> str:
+    """The schedule in one line for standard error."""
+    sched = opts.schedule
+    clean = (
+        f"steps {sched.clean[0]}-{sched.clean[1]} timed clean, " if sched.clean is not None else ""
+    )
+    return (
+        f"{clean}profiling steps {sched.lead + 1}-{sched.last_profiled} after "
+        f"{opts.warmup_steps} warm-up steps"
+    )
 
 
 class Session:
@@ -78,6 +91,9 @@ class Session:
         self.accounting = Accounting(options, rank.distributed, self._compiled, _cuda_in_use)
         self.framework: dict[str, Any] | None = None
         """A framework callback that stepped aside for this session says who it is here."""
+        self.timed: dict[str, WindowTiming] = {}
+        """The windows timed by their step boundaries alone (``clean``, ``after``)."""
+        self._timing: TimedWindow | None = None
         self.watchers = Watchers()
         """Every watcher, in install order (``capture/watcher.py``)."""
         for name, watcher in (
@@ -106,8 +122,7 @@ class Session:
         if self.rank.rank == 0:
             opts = self.options
             print(
-                f"torchdoctor: watching; profiling steps {opts.warmup_steps + 1}-"
-                f"{opts.last_profiled_step} after {opts.warmup_steps} warm-up steps",
+                f"torchdoctor: watching; {_plan_words(opts)}",
                 file=sys.stderr,
             )
         self.clock.begin()
@@ -190,7 +205,7 @@ class Session:
     def window_step(self) -> None:
         """Mark a step boundary in the trace (and, for model-call steps, that they are
         inference iterations, so the trace analysis reads them as such)."""
-        if self.accounting.wants_clock_marks(self.clock.steps > self.options.warmup_steps):
+        if self.accounting.wants_clock_marks(self.clock.steps > self.clock.schedule.lead):
             import torch  # markers while the profiler records: they align the line table
 
             self.accounting.mark_clock(torch.profiler.record_function)
@@ -201,6 +216,7 @@ class Session:
     def window_end(self) -> None:
         """Stop the profiler and the GPU probes; say what happens next."""
         self.profiler.stop()
+        self.watchers.set_measuring(False)  # what follows is not measured: syncs, copies, batches
         self._cpu_window_end()
         self._read_job_length()
         self._stop_gpu_sampling()
@@ -294,6 +310,35 @@ class Session:
         """One extra step ended."""
         return self.accounting.experiment_tick(step_s)
 
+    # -- the timed windows ------------------------------------------------------------------
+    def timed_start(self, name: str) -> None:
+        """A window timed by its boundaries alone begins (``capture/timed_window.py``)."""
+        cuda = None
+        if _cuda_in_use():
+            import torch
+
+            cuda = torch.cuda
+        self._timing = TimedWindow(name, self.clock.steps + 1, cuda)
+        self._timing.start()
+
+    def timed_step(self, name: str, host_end_s: float) -> None:
+        """One step of that window ended."""
+        if self._timing is not None:
+            self._timing.step(host_end_s)
+
+    def timed_end(self, name: str) -> None:
+        """Read the window; it is kept for ``run.json``."""
+        window, self._timing = self._timing, None
+        if window is None:
+            return
+        host = list(self.clock.step_s[window.first_step - 1 :])
+        self.timed[name] = window.finish(host)
+
+    def timed_abort(self) -> None:
+        """The step signal changed: what was timed measured other steps."""
+        self._timing = None
+        self.timed.clear()
+
     def _stop_gpu_sampling(self) -> None:
         self.syncs.stop_sync_debug()
         if self._nvml is not None:
@@ -318,7 +363,7 @@ class Session:
             source=clock.source,
             step_ms=[s * 1e3 for s in clock.step_s],
             data_wait_ms=[s * 1e3 for s in clock.data_wait_s],
-            warmup_steps=opts.warmup_steps,
+            warmup_steps=clock.schedule.lead,
             window=list(clock.window_steps) if clock.window_steps else None,
             profiled_steps=self.profiler.active_steps,
             # Steps after the window are the mode measurements' own (unless the script goes on).
@@ -328,6 +373,8 @@ class Session:
             own_steps=list(clock.own_steps),
             clock_errors=clock.errors,
             other_thread_steps=clock.other_thread_ticks,
+            schedule=clock.schedule.to_dict(),
+            timed={k: w.to_dict() for k, w in self.timed.items()},
         )
 
     def record(self, outcome: dict[str, Any], script: str, argv: list[str]) -> dict[str, Any]:

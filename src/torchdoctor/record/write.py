@@ -98,6 +98,10 @@ class StepTimes:
     clock_errors: Sequence[Any] = field(default_factory=list)
     other_thread_steps: int = 0
     """Step signals that came from a thread other than the script's main one (not counted)."""
+    schedule: Mapping[str, Any] | None = None
+    """Which steps were warm-up, clean, profiled and after (``Schedule.to_dict()``)."""
+    timed: Mapping[str, Any] = field(default_factory=dict)
+    """The windows timed by their boundaries alone: ``clean`` and ``after``."""
 
     def to_dict(self) -> dict[str, Any]:
         step_ms, wait_ms = list(self.step_ms), list(self.data_wait_ms)
@@ -121,6 +125,9 @@ class StepTimes:
             "own_steps": list(self.own_steps),
             "clock_errors": list(self.clock_errors),
             "other_thread_steps": self.other_thread_steps,
+            "schedule": dict(self.schedule) if self.schedule else None,
+            "clean": self.timed.get("clean"),
+            "after": self.timed.get("after"),
         }
 
 

@@ -16,13 +16,23 @@ def build_report(a: TraceAnalysis, extra: list[Finding] | None = None) -> Report
     return Report(a, findings, verdict(a, findings), notes=notes)
 
 
-def verdict(a: TraceAnalysis, findings: list[Finding]) -> str:
-    """One line: the step time, how busy the device was, and the most valuable fix."""
+def verdict(a: TraceAnalysis, findings: list[Finding], clean_step_ms: float | None = None) -> str:
+    """One line: the step time, how busy the device was, and the most valuable fix.
+
+    ``clean_step_ms``: the step as ``check`` timed it with no instrument armed; the line then
+    gives it, the traced step beside it, and the GPU's busy share of the clean step."""
     if a.graphs is not None and a.graphs.is_capture_trace:
         from torchdoctor.report.inference_verdict import capture_verdict
 
         return capture_verdict(a)
     head = f"{a.n_steps} step{'s' if a.n_steps != 1 else ''}, {a.mean_step_ms:.1f} ms per step"
+    busy = a.gpu_busy_share
+    if clean_step_ms:
+        head = (
+            f"{a.n_steps} step{'s' if a.n_steps != 1 else ''}, {clean_step_ms:.1f} ms per step "
+            f"un-instrumented ({a.mean_step_ms:.1f} ms under the profiler)"
+        )
+        busy = min(1.0, a.gpu_busy_share * a.mean_step_ms / clean_step_ms)
     if a.serving is not None:
         from torchdoctor.report.inference_verdict import serving_head
 
@@ -33,7 +43,7 @@ def verdict(a: TraceAnalysis, findings: list[Finding]) -> str:
             "trace does not hold)"
         )
     if a.has_gpu:
-        head += f"; GPU busy {a.gpu_busy_share:.0%}"
+        head += f"; GPU busy {busy:.0%}"
     else:
         head += " (CPU only)"
     if a.serving is not None or a.graphs is not None:

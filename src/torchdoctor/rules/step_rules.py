@@ -27,8 +27,9 @@ def _candidates(run: RunRecord) -> list[tuple[int, float]]:
     waits += [0.0] * (len(run.steps.step_ms) - len(waits))
     times = [max(0.0, t - w) for t, w in zip(run.steps.step_ms, waits, strict=False)]
     skip = 1
-    if run.compile.compiles:
-        skip = max(skip, int(raw.get("warmup_steps") or 0))
+    if run.compile.compiles:  # the user's warm-up (the clean steps after it are candidates)
+        warmup = (raw.get("schedule") or {}).get("warmup", raw.get("warmup_steps"))
+        skip = max(skip, int(warmup or 0))
     end = len(times) - int(raw.get("experiment_steps") or 0)
     own = {int(n) - 1 for n in raw.get("own_steps") or []}
     return [(i, times[i]) for i in range(skip, end) if i not in own]
@@ -37,13 +38,18 @@ def _candidates(run: RunRecord) -> list[tuple[int, float]]:
 def _groups(run: RunRecord, candidates: list[tuple[int, float]]) -> list[list[tuple[int, float]]]:
     """The candidates split by the condition they ran under: inside the profiled window (the
     profiler records every operator, a cost that varies step to step) and outside it. A step is
-    judged against the median of its own group, never against steps measured differently."""
-    window = (run.raw.get("steps") or {}).get("window") or []
+    judged against the median of its own group, never against steps measured differently.
+    A run with a clean window is judged on the steps no instrument touched alone: a profiled
+    step made long by the profiler (its start, a buffer flush) is not the user's."""
+    steps = run.raw.get("steps") or {}
+    window = steps.get("window") or []
     if len(window) != 2:
         return [candidates]
     lo, hi = int(window[0]) - 1, int(window[1]) - 1  # 0-based, inclusive
     inside = [(i, t) for i, t in candidates if lo <= i <= hi]
     outside = [(i, t) for i, t in candidates if not lo <= i <= hi]
+    if steps.get("clean") and len(outside) >= 3:
+        return [outside]
     return [g for g in (outside, inside) if g]
 
 

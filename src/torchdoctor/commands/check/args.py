@@ -12,7 +12,15 @@ import os
 
 from torchdoctor.errors import UserError
 
-VALUE_OPTIONS = ("--warmup", "--steps", "--out", "--top", "--rank-timeout", "--json")
+VALUE_OPTIONS = (
+    "--warmup",
+    "--steps",
+    "--clean-steps",
+    "--out",
+    "--top",
+    "--rank-timeout",
+    "--json",
+)
 """check's options that take a value (the next token), as declared in ``commands/check/cli.py``."""
 FLAG_OPTIONS = (
     "--full",

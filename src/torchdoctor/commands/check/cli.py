@@ -51,6 +51,15 @@ class _CheckCommand(OneLineErrors, click.Command):
     "--steps", default=5, show_default=True, type=click.IntRange(1), help="Steps to profile."
 )
 @click.option(
+    "--clean-steps",
+    "clean_steps",
+    default=8,
+    show_default=True,
+    type=click.IntRange(0),
+    help="Steps timed after the warm-up with no instrument armed: the report's step time "
+    "(0: none).",
+)
+@click.option(
     "--full", is_flag=True, help="Let the script run to its end after the profiled steps."
 )
 @click.option(
@@ -132,6 +141,7 @@ def check_command(
     html_path: str | None = None,
     timeout_s: float | None = None,
     memory_budget_mb: float = 1024.0,
+    clean_steps: int = 8,
 ) -> None:
     """Run SCRIPT (with its own arguments) as __main__, profile a window of its steps, and
     report what slows it down, including what no trace shows.
@@ -155,6 +165,7 @@ def check_command(
         options = CheckOptions(
             warmup_steps=warmup,
             profile_steps=steps,
+            clean_steps=clean_steps,
             full=full,
             record_shapes=shapes,
             with_stack=stack,

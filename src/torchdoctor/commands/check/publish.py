@@ -76,7 +76,7 @@ def publish(
         doc["findings"] = [f.to_dict() for f in merged]
     measured = measure(record)
     trace_text, shows_findings = render_analysis(
-        analysis, merged, top, measured, doc.get("account")
+        analysis, merged, top, measured, doc.get("account"), doc.get("verdict")
     )
     text = summary_text(doc, record, top, with_findings=not shows_findings) + trace_text
     text += account_text(doc, record, top)

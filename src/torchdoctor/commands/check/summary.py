@@ -14,6 +14,7 @@ from torchdoctor.capture.measurement import Measurement, measure
 from torchdoctor.commands.check.report_doc import finding_from_dict
 from torchdoctor.rules.account_rules import account_verdict
 from torchdoctor.rules.finding import Finding, rank_findings
+from torchdoctor.rules.probe_effect import ProbeEffect
 from torchdoctor.rules.registry import alias_map
 from torchdoctor.stats import median
 
@@ -121,7 +122,8 @@ def build_report(
     trace_findings = list(getattr(analysis, "findings", []) or [])
     merged = fit_to_run(merge_findings(trace_findings, run_level, primary), primary)
     merged, account = _account(primary, merged, measured)
-    verdict = _verdict(analysis, merged, measured, account)
+    merged, effect = _probe_effect(primary, merged, analysis, measured)
+    verdict = _verdict(analysis, merged, measured, account, effect)
     analysis_doc = report_dict(analysis) if analysis is not None else None
     if isinstance(analysis_doc, dict) and verdict is not None:
         analysis_doc["verdict"] = verdict  # the analyser saw only the trace's findings
@@ -137,6 +139,7 @@ def build_report(
         "analysis_unavailable": why,
         "verdict": verdict,
         "measurement": measured.to_dict(),
+        "probe_effect": effect.to_dict() if effect is not None else None,
         "findings": [f.to_dict() for f in merged],
         "account": account,
         "lines": primary.get("lines"),
@@ -165,6 +168,35 @@ def _account(
     return merged, None if account is None else account.to_dict()
 
 
+def _probe_effect(
+    record: dict[str, Any], merged: list[Finding], analysis: Any, measured: Measurement
+) -> tuple[list[Finding], ProbeEffect | None]:
+    """The findings scaled to the clean step, and the probe effect (``rules/probe_effect.py``);
+    the findings as they are when the run had no clean window."""
+    if measured.failure is not None:
+        return merged, None
+    from torchdoctor.rules import probe_effect
+
+    try:
+        effect = probe_effect.measure(record, _gpu_busy_ms(analysis))
+        if effect is None:
+            return merged, None
+        return probe_effect.apply(merged, effect, record)
+    except Exception as exc:  # the findings stand as measured; the report says why
+        notes = record.setdefault("notes", [])
+        if isinstance(notes, list):
+            notes.append(f"the probe effect could not be measured: {type(exc).__name__}: {exc}")
+        return merged, None
+
+
+def _gpu_busy_ms(analysis: Any) -> float | None:
+    """The trace's GPU busy time per step (kernels do not slow under the profiler)."""
+    a = getattr(analysis, "analysis", None)
+    if a is None or not getattr(a, "has_gpu", False) or not getattr(a, "mean_step_ms", None):
+        return None
+    return float(a.gpu_busy_share) * float(a.mean_step_ms)
+
+
 def _site(where: str) -> str:
     return where.split(" in ")[0]
 
@@ -187,7 +219,11 @@ def _after_its_causes(ranked: list[Finding], extra: Finding) -> list[Finding]:
 
 
 def _verdict(
-    analysis: Any, merged: list[Finding], measured: Measurement, account: dict[str, Any] | None
+    analysis: Any,
+    merged: list[Finding],
+    measured: Measurement,
+    account: dict[str, Any] | None,
+    effect: ProbeEffect | None = None,
 ) -> str | None:
     """The verdict line over the merged findings; the measurement note for a short run."""
     if measured.note:
@@ -197,7 +233,9 @@ def _verdict(
     try:
         from torchdoctor.report.assemble import verdict
 
-        return account_verdict(verdict(getattr(analysis, "analysis"), merged), account)  # noqa: B009
+        clean = effect.clean_ms if effect is not None else None
+        line = verdict(getattr(analysis, "analysis"), merged, clean_step_ms=clean)  # noqa: B009
+        return account_verdict(line, account)
     except Exception:
         return None
 
@@ -217,8 +255,7 @@ def summary_text(
     w(f"torchdoctor check: {doc['script']}  (exit: {ex.get('status')}, code {ex.get('code')})\n")
     w(
         f"steps: {steps.get('count', 0)} by {steps.get('source') or 'no signal'}; "
-        f"warm-up {steps.get('warmup_steps', 0)}, profiled {steps.get('profiled_steps', 0)}; "
-        f"median step {_fmt(steps.get('median_step_ms'))} ms, "
+        f"{_plan(steps)}; median profiled step {_fmt(steps.get('median_step_ms'))} ms, "
         f"data wait {_fmt(steps.get('mean_data_wait_ms'))} ms\n"
     )
     if doc["world_size"] > 1:
@@ -239,6 +276,12 @@ def summary_text(
             f"torch.compile: {c['compiles']} compiles ({c['compile_s']:.2f} s), "
             f"{c['recompiles']} recompiles, {len(c.get('graph_breaks') or [])} graph break sites\n"
         )
+    effect = doc.get("probe_effect")
+    if isinstance(effect, dict):
+        from torchdoctor.rules.probe_effect import effect_from_dict
+
+        for line in effect_from_dict(effect).lines():
+            w(line + "\n")
     note = (doc.get("measurement") or {}).get("note")
     if note:
         w(f"measured: {note}\n")
@@ -252,6 +295,22 @@ def summary_text(
     if with_findings and not (doc.get("measurement") or {}).get("failure"):
         w(_findings_text(doc["findings"][:top], complete=not note))
     return out.getvalue()
+
+
+def _plan(steps: dict[str, Any]) -> str:
+    """Which steps were warm-up, clean, profiled and after, in words."""
+    sched = steps.get("schedule") or {}
+    clean = (steps.get("clean") or {}).get("steps")
+    after = (steps.get("after") or {}).get("steps")
+    if not sched:
+        return f"warm-up {steps.get('warmup_steps', 0)}, profiled {steps.get('profiled_steps', 0)}"
+    parts = [f"warm-up {sched.get('warmup', 0)}"]
+    if clean:
+        parts.append(f"clean {clean}")
+    parts.append(f"profiled {steps.get('profiled_steps', 0)}")
+    if after:
+        parts.append(f"after {after}")
+    return ", ".join(parts)
 
 
 def _findings_text(findings: list[dict[str, Any]], complete: bool = True) -> str:
@@ -277,6 +336,7 @@ def _with_findings(
     merged: list[Finding],
     measured: Measurement | None = None,
     account: dict[str, Any] | None = None,
+    verdict_line: str | None = None,
 ) -> tuple[Any, bool]:
     """The analyser's report with the merged findings (and a verdict that sees them).
 
@@ -293,6 +353,8 @@ def _with_findings(
             verdict(getattr(analysis, "analysis"), merged),  # noqa: B009
             account,
         )
+    if verdict_line:  # the report's own verdict (the clean step's)
+        changes["verdict"] = verdict_line
     if measured is not None and measured.note:
         changes["verdict"] = measured.note
     try:
@@ -307,6 +369,7 @@ def render_analysis(
     top: int,
     measured: Measurement | None = None,
     account: dict[str, Any] | None = None,
+    verdict_line: str | None = None,
 ) -> tuple[str, bool]:
     """The analyser's text report and whether it shows the merged findings ('' if none)."""
     if analysis is None:
@@ -315,7 +378,7 @@ def render_analysis(
         from torchdoctor.report.render import render_text
     except ImportError:
         return "", False
-    analysis, replaced = _with_findings(analysis, merged, measured, account)
+    analysis, replaced = _with_findings(analysis, merged, measured, account, verdict_line)
     buf = io.StringIO()
     try:
         from rich.console import Console

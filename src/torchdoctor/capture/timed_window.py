@@ -1,0 +1,129 @@
+"""Steps timed by their boundaries alone: the clean window before any instrument starts, and
+the same again after the instruments (their after-effect).
+
+On a CPU a step is the host clock between two boundaries (the step clock's own times). On a
+GPU the boundaries are CUDA events recorded on the current stream as each step ends (no
+synchronisation inside the window): a step is the GPU's time between two events, and the
+*host lead* of a step is how long after the CPU finished dispatching it the GPU finished it.
+A GPU-bound loop dispatches ahead and the GPU trails it (lead > 0, the queue never drains);
+when the GPU finishes as soon as the CPU is done, or before (a sync in the step), it waited
+for the host at least at the step's end. Reading the events needs one synchronisation, at the
+window's end, outside every timed step; so does the reference event at its start, which ties
+the GPU's clock to the host's (the GPU is idle then, so the event completes when recorded).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from time import perf_counter
+from typing import Any
+
+from torchdoctor.capture import guest
+
+
+@dataclass(frozen=True)
+class WindowTiming:
+    """What one timed window measured (``run.json``'s ``steps.clean`` / ``steps.after``)."""
+
+    name: str
+    first_step: int
+    """The window's first step (1-based)."""
+    clock: str
+    """``cuda-events`` (the GPU's time between step boundaries) or ``host``."""
+    step_ms: tuple[float, ...]
+    """Each step's time on that clock."""
+    host_step_ms: tuple[float, ...]
+    """Each step's host time (the step clock's, our bookkeeping left out)."""
+    host_lead_ms: tuple[float, ...] = ()
+    """Per step: when the GPU finished it minus when the CPU finished dispatching it (ms)."""
+    error: str | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain data for ``run.json``, with the median and the range."""
+        ms = sorted(self.step_ms)
+        out: dict[str, Any] = {
+            "first_step": self.first_step,
+            "steps": len(ms),
+            "clock": self.clock,
+            "step_ms": [round(x, 4) for x in self.step_ms],
+            "host_step_ms": [round(x, 4) for x in self.host_step_ms],
+            "median_ms": _median(ms),
+        }
+        if self.host_lead_ms:
+            out["host_lead_ms"] = [round(x, 4) for x in self.host_lead_ms]
+            out["host_lead_median_ms"] = _median(sorted(self.host_lead_ms))
+        if self.error:
+            out["error"] = self.error
+        return out
+
+
+def _median(xs: list[float]) -> float | None:
+    n = len(xs)
+    if not n:
+        return None
+    return xs[n // 2] if n % 2 else (xs[n // 2 - 1] + xs[n // 2]) / 2
+
+
+class TimedWindow:
+    """Records one timed window's boundaries (see the module docstring).
+
+    ``cuda``: a ``torch.cuda``-like module when the script uses a GPU, else None. Every call
+    is guarded by the caller (the step clock turns an error into a clock error, never into the
+    user's exception)."""
+
+    def __init__(self, name: str, first_step: int, cuda: Any = None) -> None:
+        self.name = name
+        self.first_step = first_step
+        self.cuda = cuda
+        self._ref: Any = None
+        self._ref_host = 0.0
+        self._events: list[Any] = []
+        self._host_end: list[float] = []
+        self._error: str | None = None
+
+    def start(self) -> None:
+        """At the boundary before the window's first step."""
+        if self.cuda is not None:
+            try:
+                self.cuda.synchronize()  # outside every timed step: ties the two clocks
+                self._ref = self.cuda.Event(enable_timing=True)
+                self._ref.record()
+            except Exception as exc:  # the host clock still times the window
+                guest.note(f"starting the {self.name} window's CUDA events", exc)
+                self._ref, self._error = None, f"{type(exc).__name__}: {exc}"
+        self._ref_host = perf_counter()
+
+    def step(self, host_end_s: float) -> None:
+        """A step of the window ended at ``host_end_s`` (``perf_counter``)."""
+        self._host_end.append(host_end_s)
+        if self._ref is not None:
+            try:
+                event = self.cuda.Event(enable_timing=True)
+                event.record()
+            except Exception as exc:  # no GPU clock for this window: the host's stands
+                guest.note(f"recording the {self.name} window's CUDA events", exc)
+                self._ref, self._events, self._error = None, [], f"{type(exc).__name__}: {exc}"
+                return
+            self._events.append(event)
+
+    def finish(self, host_step_s: list[float]) -> WindowTiming:
+        """Read the window (one synchronisation on a GPU). ``host_step_s``: the step clock's
+        times of the window's steps."""
+        host_ms = tuple(s * 1e3 for s in host_step_s)
+        if self._ref is None or not self._events:
+            return WindowTiming(
+                self.name, self.first_step, "host", host_ms, host_ms, (), self._error
+            )
+        try:
+            self._events[-1].synchronize()
+            ends = [self._ref.elapsed_time(e) for e in self._events]  # ms after the reference
+        except Exception as exc:  # the host's times still stand
+            guest.note(f"reading the {self.name} window's CUDA events", exc)
+            err = f"{type(exc).__name__}: {exc}"
+            return WindowTiming(self.name, self.first_step, "host", host_ms, host_ms, (), err)
+        gpu_ms = tuple(b - a for a, b in zip([0.0, *ends[:-1]], ends, strict=True))
+        lead = tuple(
+            self._ref_host * 1e3 + end - host * 1e3
+            for end, host in zip(ends, self._host_end, strict=False)
+        )
+        return WindowTiming(self.name, self.first_step, "cuda-events", gpu_ms, host_ms, lead)
