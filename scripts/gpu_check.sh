@@ -11,8 +11,8 @@
 #   GPU_CHECK_DRY=1 OUT=/tmp/x bash scripts/gpu_check.sh   # no GPU: every verdict on faked inputs
 #
 # On the H200 machine: copy the checkout there with the wheels that scripts/fetch_gpu_wheels.sh
-# built in .whl/ (msgspec, tomli-w, isal for cp312 manylinux), then from the repository root, under
-# a 450 s wall-clock limit:
+# built in .whl/ (msgspec, tomli-w, isal, libcst, pyyaml for cp312 manylinux), then from the
+# repository root, under a 450 s wall-clock limit:
 #
 #   timeout 450 bash scripts/gpu_check.sh
 #
@@ -154,7 +154,7 @@ check_case() {
 }
 
 # shellcheck disable=SC2329  # called through `bash -c` (exported below)
-tune_case() { # the tuner on a matmul-bound MLP, precision only, bounded in trials and time
+tune_case() { # the tuner on a GEMM-bound MLP (data on the device), precision only, bounded
   "$PY" -m torchdoctor tune "$CASES/tune_precision.py" --knobs precision --max-trials 4 \
     --trial-timeout 60s --warmup 2 --steps 10 --max-rounds 8 --fidelity-steps 12 \
     --db "$WORK/tune/tune.sqlite" --out "$WORK/tune/torchdoctor.toml" --json "$WORK/tune/tune.json"
@@ -207,6 +207,8 @@ run_group runtime 100 "$runtime_only" -- "$PY" scripts/gpu_check_runtime.py "$WO
 run_group dist 60 ddp,fsdp -- "${TORCHRUN[@]}" scripts/gpu_check_paths.py "$WORK" dist
 run_group ddp-check 60 ddp-check -- bash -c 'check_case "$@"' _ ddp-check \
   "$ROOT/examples/check/ddp_train.py" --warmup 3 --steps 5 -- --steps 12
+# Every kernel taking >= 1% of the GPU time in the traces above is classified by its name.
+run_group kernels 40 kernels -- "$PY" scripts/gpu_check_kernels.py "$WORK"
 run_group tune 120 tune -- bash -c tune_case
 run_group compile 120 compile -- "$PY" scripts/gpu_check_paths.py "$WORK" compile
 

@@ -60,7 +60,7 @@ GOOD: dict[str, dict[str, Any]] = {
         "torch": "2.11.0+cu130",
         "torchdoctor_file": str(ROOT / "src" / "torchdoctor" / "__init__.py"),
         "root": str(ROOT),
-        "deps": {"msgspec": "0.19.0", "tomli_w": "1.2.0", "isal": "1.7.2"},
+        "deps": {"msgspec": "0.19.0", "tomli_w": "1.2.0", "isal": "1.7.2", "libcst": "1.9.0"},
         "pip_rc": 0,
     },
     "analyze": {
@@ -210,12 +210,63 @@ GOOD: dict[str, dict[str, Any]] = {
             },
         },
     },
+    "kernels": {
+        "traces": {
+            "analyze/bf16_matmul.json.gz": {
+                "gpu_ms": 15.5,
+                "kernels": [
+                    {
+                        "name": "nvjet_sm90_tst_128x256_64x4_2x1_v_bz_coopA_NTN",
+                        "category": "gemm",
+                        "family": "cublas-nvjet",
+                        "tensor_core": True,
+                        "dtype": "bf16",
+                        "dtype_in_name": True,
+                        "share": 0.267,
+                        "classified": True,
+                    }
+                ],
+            },
+            "analyze/fp32_matmul.json.gz": {
+                "gpu_ms": 228.4,
+                "kernels": [
+                    {
+                        "name": "sm80_xmma_gemm_f32f32_f32f32_f32_nn_n_tilesize256x128x8_stage3"
+                        "_warpsize4x2x1_ffma_aligna4_alignc4_execute_kernel__5x_cublas",
+                        "category": "gemm",
+                        "family": "xmma",
+                        "tensor_core": False,
+                        "dtype": "fp32",
+                        "dtype_in_name": True,
+                        "share": 0.375,
+                        "classified": True,
+                    }
+                ],
+            },
+            "runs-syncs/scaler_syncs-20261201-000000/trace.json.gz": {
+                "gpu_ms": 207.3,
+                "kernels": [
+                    {
+                        "name": "cudnn_generated_fort_native_sdpa_sm90_flash_fprop_wgmma_f16_knob_7"
+                        "_64x128x64_4x1x1_cga1x1x1_kernel0_0",
+                        "category": "attention",
+                        "family": "cudnn-sdpa",
+                        "tensor_core": True,
+                        "dtype": "unknown",
+                        "dtype_in_name": False,
+                        "share": 0.047,
+                        "classified": True,
+                    }
+                ],
+            },
+        }
+    },
     "tune": {
         "rc": 0,
         "max_trials": 4,
         "json": {
             "best": _tune_row(3, "single", "bf16-mixed", 4.1),
-            "baseline": _tune_row(1, "baseline", "fp32", 1.0),
+            "baseline": {**_tune_row(1, "baseline", "fp32", 1.0), "data_wait_share": 0.01},
             "claim": {"ratio": 4.1, "low": 3.98, "high": 4.22, "confidence": 0.95},
             "min_gain": 0.02,
             "confirmed": True,

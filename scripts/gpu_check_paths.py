@@ -6,7 +6,7 @@
     python scripts/gpu_check_paths.py WORK compile
 
 env      the GPU, torch, the torchdoctor actually imported (must be this checkout's src/) and the
-         dependencies the image may lack (msgspec, tomli_w, isal), with pip's result.
+         dependencies the image may lack (msgspec, tomli_w, isal, libcst), with pip's result.
 dist     a one-rank NCCL process group made here, then ``strategy="ddp"`` and ``"fsdp"`` over
          it: the DDP wrapper / DTensor parameters present, the loss falls, and a checkpoint
          round trip restores every tensor (verdicts ``ddp`` and ``fsdp``).
@@ -30,7 +30,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import gpu_check_judge as judge
 
 ROOT = Path(__file__).resolve().parents[1]
-DEPS = ("msgspec", "tomli_w", "isal", "numpy", "click", "rich", "pynvml")
+DEPS = ("msgspec", "tomli_w", "isal", "libcst", "numpy", "click", "rich", "pynvml")
 
 
 def _mlp(width: int = 1024, depth: int = 3) -> Any:

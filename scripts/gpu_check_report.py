@@ -38,6 +38,7 @@ SECTIONS: tuple[tuple[str, str], ...] = (
     ("ddp", "dist"),
     ("fsdp", "dist"),
     ("ddp-check", "ddp-check"),
+    ("kernels", "kernels"),
     ("tune", "tune"),
     ("compile", "compile"),
 )

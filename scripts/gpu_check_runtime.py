@@ -9,8 +9,10 @@ meter           MFU of a small GPT (bf16 autocast): FlopCounterMode's FLOPs agai
                 the meter's CUDA-event step time against synchronised host timing.
 prefetch        side-stream prefetch: batches equal synchronous copies; from a profiled run,
                 copies and kernels on separate streams and the copy time hidden under kernels
-                over min(copy, compute); the speed-up against the ideal one computed from the
-                copy and compute times measured alone; each step credited with its own batch.
+                over min(copy, compute); the speed-up against the ideal one, the serial step over
+                the longer of the copy (back to back on a side stream) and the compute (input
+                already on the device), each measured alone: at least half of it, never above it;
+                each step credited with its own batch.
 fp16            fp16-mixed with the GradScaler forced: one overflowing step skipped, counted once.
 memory-history  Runtime(memory_history=...) under caught OOMs: every OOM observed, snapshots
                 capped, nothing analysed inside the allocator, the observer's third argument the
@@ -291,6 +293,33 @@ def _calibrate(layer: Any, batch: Any, device: Any) -> tuple[float, int]:
     return copy_s, max(1, round(copy_s / matmul_s))
 
 
+def _alone(layer: Any, batches: list[Any], repeats: int, device: Any) -> tuple[float, float]:
+    """(copy seconds per batch, compute seconds per step), each measured alone: the copies back
+    to back on a side stream (the copy engine's rate, no per-copy sync), the compute with its
+    input already on the device, timed in the loop ``_prefetch_run`` times. A prefetched step
+    still runs that compute in that loop and needs one copy: neither figure can be beaten."""
+    import torch
+
+    x = batches[0].to(device)
+    compute = []
+    for _ in range(7):
+        t0 = time.perf_counter()
+        with torch.no_grad():
+            for _ in range(repeats):
+                y = torch.tanh(layer(x))
+        del y
+        torch.cuda.synchronize()
+        compute.append(time.perf_counter() - t0)
+    stream = torch.cuda.Stream()
+    torch.cuda.synchronize()
+    t0 = time.perf_counter()
+    with torch.cuda.stream(stream):
+        for b in batches:
+            b.to(device, non_blocking=True)
+    stream.synchronize()
+    return (time.perf_counter() - t0) / len(batches), _median(compute)
+
+
 def _prefetch_run(
     depth: int, batches: list[Any], layer: Any, repeats: int, trace: Path | None
 ) -> tuple[float, list[int]]:
@@ -345,14 +374,16 @@ def check_prefetch(steps: int) -> dict[str, Any]:
     layer = torch.nn.Linear(4096, 4096).to(device)
     # 64 MiB per batch from pinned memory; the matmul count per step balances copy and compute.
     batches = [torch.randn(4096, 4096).pin_memory() for _ in range(steps)]
-    copy_s, repeats = _calibrate(layer, batches[0], device)
+    _, repeats = _calibrate(layer, batches[0], device)
     with tempfile.TemporaryDirectory() as tmp:
         trace_path = Path(tmp) / "prefetch.json"
         _prefetch_run(2, batches[:6], layer, repeats, trace_path)  # a short profiled window
         overlap = overlap_from_trace(json.loads(trace_path.read_text()))
     serial_s, _ = _prefetch_run(0, batches, layer, repeats, None)
     ahead_s, counted = _prefetch_run(2, batches, layer, repeats, None)
-    compute_s = max(1e-9, serial_s - copy_s)
+    # The ideal from measured parts (it was the calibration copy, sync included, and the serial
+    # step less it: 1.24x against a measured 1.36x on an H200).
+    copy_s, compute_s = _alone(layer, batches, repeats, device)
     return {
         "equal_to_synchronous_copies": equal,
         "trace": overlap,
