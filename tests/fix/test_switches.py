@@ -584,3 +584,36 @@ def test_loader_workers_from_a_configurator_global(tmp_path: Path) -> None:
     out = run_py(tmp_path, [path.name, *c.switch.args])
     assert out.returncode == 0, out.stderr[-3000:]
     assert "Overriding: num_workers = 2" in out.stdout and "workers 2" in out.stdout
+
+
+# -- autocast in the dtype a setting picks (nanoGPT's --dtype) -----------------------------------
+H200 = {"device": {"name": "NVIDIA H200", "bf16_tensor_cores": True, "tf32_capable": True}}
+
+
+def test_nanogpt_fp32_on_a_bf16_gpu_is_its_dtype_switch(tmp_path: Path) -> None:
+    """nanoGPT run with --dtype=float32 on a bf16 GPU: its own autocast (ptdtype picked by
+    the dtype setting) in bf16 is `--dtype=bfloat16`, not a second autocast around the step.
+    Applied on the CPU (where nanoGPT's autocast context is a no-op), it still trains."""
+    path, args = nanogpt(tmp_path)
+    assert "--dtype=float32" in args
+    f = FindingRef("fp32-on-bf16-gpu", saving_ms_per_step=5.0, evidence={"mean_step_ms": 20.0})
+    ctx = FixContext({"argv": args, "gpu": H200}, str(tmp_path), str(path))
+    c = one([c for c in planner.plan([f], ctx).changes if c.codemod == "bf16-autocast"])
+    assert c.status == "switch" and c.switch.add == ("--dtype=bfloat16",)
+    assert "--dtype=float32" not in c.switch.args
+    line = next(
+        i for i, t in enumerate(path.read_text().splitlines(), 1) if t.startswith("dtype = ")
+    )
+    assert c.switch.line == line
+    out = run_py(tmp_path, ["train.py", *c.switch.args[:-1], *TINY_ITERS, c.switch.args[-1]])
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert "Overriding: dtype = bfloat16" in out.stdout and len(losses(out.stdout)) == 4
+
+
+def test_nanogpt_already_in_bf16_is_not_switched_again(tmp_path: Path) -> None:
+    path, args = nanogpt(tmp_path)
+    argv = [a if a != "--dtype=float32" else "--dtype=bfloat16" for a in args]
+    f = FindingRef("fp32-on-bf16-gpu", saving_ms_per_step=5.0, evidence={"mean_step_ms": 20.0})
+    ctx = FixContext({"argv": argv, "gpu": H200}, str(tmp_path), str(path))
+    c = one([c for c in planner.plan([f], ctx).changes if c.codemod == "bf16-autocast"])
+    assert c.status == "refused" and "already runs in dtype='bfloat16'" in c.reason

@@ -76,7 +76,7 @@ def setting_of(p: Parsed, file: str, expr: cst.BaseExpression) -> Setting | None
     return None
 
 
-def _module_assign(p: Parsed, name: str) -> tuple[cst.SimpleStatementLine, cst.BaseExpression]:
+def module_assign(p: Parsed, name: str) -> tuple[cst.SimpleStatementLine, cst.BaseExpression]:
     """The last module-level ``name = value`` statement and its value (KeyError when none)."""
     found: tuple[cst.SimpleStatementLine, cst.BaseExpression] | None = None
     for stmt in p.module.body:
@@ -115,7 +115,7 @@ def _global(p: Parsed, file: str, expr: cst.Name) -> Setting | None:
     if _local_name(p, expr, name):
         return None
     try:
-        stmt, value = _module_assign(p, name)
+        stmt, value = module_assign(p, name)
     except KeyError:
         return None
     reader = configurator(p, file)
@@ -206,7 +206,7 @@ def _dict_key(expr: cst.BaseExpression) -> tuple[str, str] | None:
 
 def _dict_entry(p: Parsed, file: str, var: str, key: str) -> Setting | None:
     try:
-        _, value = _module_assign(p, var)
+        _, value = module_assign(p, var)
     except KeyError:
         return None
     if not isinstance(value, cst.Dict):

@@ -4,7 +4,9 @@
 compute the name whose ``.backward()`` is called, in ``torch.autocast("cuda",
 dtype=torch.bfloat16)``: not the batch's copy to the device, not ``zero_grad``, not the
 backward (autocast is for the forward only). bf16 has fp32's range, so no GradScaler is
-needed; the fidelity gate then uses tune's bf16 tolerance. ``tf32-matmul`` adds
+needed; the fidelity gate then uses tune's bf16 tolerance. A script whose own autocast takes
+its dtype from a setting (nanoGPT: ``ptdtype = {...}[dtype]``, ``torch.amp.autocast(...,
+dtype=ptdtype)``) gets that setting instead (``--dtype=bfloat16``). ``tf32-matmul`` adds
 ``torch.set_float32_matmul_precision("high")`` after the imports (the call every torch from
 1.12 on accepts; 2.9+ maps it onto the ``fp32_precision`` settings).
 """
@@ -15,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 import libcst as cst
 
+from torchdoctor.fix import switches
 from torchdoctor.fix.codemods.base import Hit, one_site, parse_or_refuse, search
 from torchdoctor.fix.cst_tools import (
     Parsed,
@@ -27,7 +30,7 @@ from torchdoctor.fix.cst_tools import (
     with_comment,
     wrap,
 )
-from torchdoctor.fix.model import FindingRef, Refusal, Rewrite, Target
+from torchdoctor.fix.model import FindingRef, Refusal, Rewrite, Switch, Target
 
 if TYPE_CHECKING:
     from torchdoctor.fix.context import FixContext
@@ -96,12 +99,70 @@ def _is_autocast(p: Parsed, stmt: cst.CSTNode) -> bool:
     )
 
 
+def _is_autocast_call(p: Parsed, node: cst.CSTNode) -> bool:
+    return isinstance(node, cst.Call) and full_name(node.func).rsplit(".", 1)[-1] == "autocast"
+
+
+def _dtype_setting(
+    p: Parsed, file: str, expr: cst.BaseExpression
+) -> tuple[switches.Setting, str] | None:
+    """The setting an autocast's ``dtype=`` comes from, and the setting's value for bf16: a
+    module-level ``name = {"bfloat16": torch.bfloat16, ...}[setting]`` (nanoGPT's ptdtype)."""
+    if not isinstance(expr, cst.Name):
+        return None
+    try:
+        _, value = switches.module_assign(p, expr.value)
+    except KeyError:
+        return None
+    if not (isinstance(value, cst.Subscript) and isinstance(value.value, cst.Dict)):
+        return None
+    index = value.slice[0].slice if len(value.slice) == 1 else None
+    if not isinstance(index, cst.Index):
+        return None
+    s = switches.setting_of(p, file, index.value)
+    keys = [
+        el.key.evaluated_value
+        for el in value.value.elements
+        if isinstance(el, cst.DictElement)
+        and isinstance(el.key, cst.SimpleString)
+        and full_name(el.value).endswith("bfloat16")
+    ]
+    return (s, str(keys[0])) if s is not None and keys else None
+
+
+def _own_dtype_switch(ctx: FixContext) -> Switch | Target | Refusal | None:
+    """The script's own autocast, in the dtype a setting picks: that setting set to bf16."""
+    found = []
+    for f in ctx.files():
+        p = ctx.parsed(f)
+        for call in p.all(cst.Call) if p is not None else ():
+            if _is_autocast_call(p, call):  # type: ignore[arg-type]
+                dtype = next(
+                    (a.value for a in call.args if a.keyword and a.keyword.value == "dtype"), None
+                )
+                got = _dtype_setting(p, f, dtype) if dtype is not None else None  # type: ignore[arg-type]
+                if got is not None:
+                    found.append(got)
+    if len({(s.file, s.line) for s, _ in found}) != 1:
+        return None
+    s, bf16 = found[0]
+    if switches.value_in_run(s, ctx.argv) == bf16:
+        return Refusal(f"the script's own autocast already runs in {s.spelled}={bf16!r}")
+    switch = switches.switch_to(s, bf16, ctx.argv, ctx.rel(s.file))
+    if switch is not None:
+        return switch
+    return Target(BF16_ID, s.file, s.line, {"setting": s.name, "value": bf16})
+
+
+BF16_ID = "bf16-autocast"
+
+
 class Bf16Autocast:
-    id = "bf16-autocast"
+    id = BF16_ID
     title = "bf16 autocast of the forward on bf16 tensor cores"
     precision = "bf16-mixed"
 
-    def plan(self, finding: FindingRef, ctx: FixContext) -> list[Target | Refusal]:
+    def plan(self, finding: FindingRef, ctx: FixContext) -> list[Target | Refusal | Switch]:
         if not ctx.cuda:
             return [Refusal("the run's GPU is not known (bf16 autocast only pays on tensor cores)")]
         if not ctx.bf16_tensor_cores:
@@ -110,6 +171,9 @@ class Bf16Autocast:
                     "this GPU has no bf16 tensor cores: fp16 with a GradScaler is the remedy, not rewritten"
                 )
             ]
+        own = _own_dtype_switch(ctx)
+        if own is not None:
+            return [own]
         hit = one_site(search(ctx, ctx.files(), cst.Call, _is_backward), ctx, "a .backward() call")
         if isinstance(hit, Refusal):
             return [hit]
@@ -117,6 +181,10 @@ class Bf16Autocast:
         return [Target(self.id, hit.file, hit.line)]
 
     def rewrite(self, source: str, target: Target) -> Rewrite | Refusal:
+        if "setting" in target.params:
+            return switches.edit_default(
+                source, target.params["setting"], target.line, target.params["value"]
+            )
         p = parse_or_refuse(source)
         if isinstance(p, Refusal):
             return p
