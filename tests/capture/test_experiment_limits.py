@@ -282,3 +282,30 @@ def test_the_report_says_what_was_skipped_failed_and_compiled_by_check() -> None
     assert "thread probe: failed: 281.5x" in text
     assert "2 compile(s), 1.2 s" in text or "2 compile(s), 1.3 s" in text
     assert experiments_text({"experiments": []}) == ""
+
+
+def test_the_thread_probe_never_calls_the_scripts_recorded_setter(monkeypatch: Any) -> None:
+    import types
+
+    import torch
+
+    from torchdoctor.capture import runner
+
+    orig = torch.set_num_threads
+    recorded: list[int] = []
+
+    def wrapper(n: int) -> None:  # what ModeWatch installs while the session runs
+        recorded.append(n)
+        orig(n)
+
+    monkeypatch.setattr(torch, "set_num_threads", wrapper)
+    cpu = {"wall_s": 1.0, "cores": 2, "intra_op_threads": 4, "other_busy_cores": 0.0}
+    modes = types.SimpleNamespace(originals={"set_num_threads": orig})
+    session = types.SimpleNamespace(cpu=cpu, accounting=types.SimpleNamespace(modes=modes))
+    before = torch.get_num_threads()
+    runner._probe_threads(session)
+    assert cpu["thread_probe"]["threads_a"] == 4 and cpu["thread_probe"]["rounds"] >= 3
+    assert recorded == []  # the probe's switches are not the script's calls
+    assert torch.get_num_threads() == before
+    runner._probe_threads(session)  # once per run: the record written again does not re-probe
+    assert recorded == []

@@ -151,11 +151,17 @@ def window_record(
 
 
 def thread_probe(
-    threads_a: int, threads_b: int, rounds: int = 9, budget_s: float = 1.5
+    threads_a: int,
+    threads_b: int,
+    rounds: int = 9,
+    budget_s: float = 1.5,
+    set_threads: Any = None,
 ) -> dict[str, Any] | None:
     """Time the same small matmul and elementwise work with ``threads_a`` and ``threads_b``
     intra-op threads, interleaved (A B or B A, shuffled per round), and return the per-round
     ratios (A / B). The thread count is restored; None when torch is not importable.
+    ``set_threads``: torch's own ``set_num_threads`` where a wrapper that records the script's
+    calls is installed (the probe's calls are not the script's).
 
     Run only after the script's steps, when the window suggested oversubscription: it measures
     what the current thread count costs on this machine now, against fewer threads."""
@@ -164,6 +170,7 @@ def thread_probe(
     except ImportError:
         return None
     before = torch.get_num_threads()
+    set_num_threads = set_threads or torch.set_num_threads
     x, y = torch.randn(192, 192), torch.randn(1 << 16)
 
     def work() -> float:
@@ -179,14 +186,14 @@ def thread_probe(
         for _ in range(rounds):
             times = {}
             for n in random.sample([threads_a, threads_b], 2):
-                torch.set_num_threads(n)
+                set_num_threads(n)
                 work()  # let the thread pool settle on the new size
                 times[n] = work()
             ratios.append(times[threads_a] / max(times[threads_b], 1e-9))
             if time.perf_counter() > deadline and len(ratios) >= 3:
                 break
     finally:
-        torch.set_num_threads(before)
+        set_num_threads(before)
     ratios.sort()
     out: dict[str, Any] = {
         "threads_a": threads_a,

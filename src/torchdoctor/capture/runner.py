@@ -324,8 +324,12 @@ def _probe_threads(session: Any) -> None:
     d = cpu_demand(cpu) if isinstance(cpu, dict) else None
     if d is None or not d.oversubscribed or "thread_probe" in cpu:  # probed once per run
         return
+    # torch's own setter: a record written before check's extra steps probes with the
+    # session's wrappers still installed, and the probe's calls are not the script's.
+    modes = getattr(getattr(session, "accounting", None), "modes", None)
+    setter = getattr(modes, "originals", {}).get("set_num_threads")
     try:
-        cpu["thread_probe"] = thread_probe(d.threads, d.suggested_threads)
+        cpu["thread_probe"] = thread_probe(d.threads, d.suggested_threads, set_threads=setter)
     except Exception as exc:  # a measurement of ours: never the script's problem
         cpu["thread_probe"] = {"error": f"{type(exc).__name__}: {exc}"}
 
