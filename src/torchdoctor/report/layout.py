@@ -31,7 +31,7 @@ MIN_NAME = 24
 """The fewest columns a name gets beside its values before the table stacks instead."""
 _GAP = "  "
 _ELLIPSIS = "…"
-_NUMBER_SPACE = re.compile(r"(\d) (?=\S)")
+_NUMBER_SPACE = re.compile(r"([\d±]) (?=\S)")
 
 Flex = Literal["shorten", "wrap"]
 
@@ -53,6 +53,7 @@ class TableText:
 
     columns: tuple[Column, ...]
     rows: tuple[tuple[str, ...], ...]
+    """Cells as text; a cell other than the flexible one may hold several lines."""
     title: str = ""
     caption: str = ""
     bold_rows: frozenset[int] = frozenset()
@@ -92,18 +93,33 @@ def print_table(con: Console, table: TableText) -> None:
 
 
 def _fixed_widths(table: TableText, skip: int | None, room: int) -> list[int]:
-    """Widths of the columns other than ``skip``: whole headers if they fit in ``room``, else
-    headers wrapped at their spaces; never narrower than a cell."""
-    cells = [max([cell_len(r[i]) for r in table.rows] or [0]) for i in range(len(table.columns))]
-    full = [max(c, cell_len(col.header)) for c, col in zip(cells, table.columns, strict=True)]
-    words = [
-        max(c, *(cell_len(w) for w in col.header.split() or [""]))
-        for c, col in zip(cells, table.columns, strict=True)
-    ]
-    keep = [i for i in range(len(table.columns)) if i != skip]
-    need_full = sum(full[i] for i in keep) + len(_GAP) * (len(keep) - 1)
-    chosen = full if need_full <= room else words
-    return [chosen[i] if i != skip else 0 for i in range(len(table.columns))]
+    """Widths of the columns other than ``skip``, the first that fits in ``room`` of: cells and
+    headers whole; headers wrapped at their spaces; cells wrapped at their spaces too (a word,
+    a number with its unit, is never split)."""
+    n = range(len(table.columns))
+    cells = [max([_longest(r[i]) for r in table.rows] or [0]) for i in n]
+    words = [max([_longest_word(r[i]) for r in table.rows] or [0]) for i in n]
+    heads = [cell_len(c.header) for c in table.columns]
+    head_words = [_longest_word(c.header) for c in table.columns]
+    keep = [i for i in n if i != skip]
+    whole = [max(cells[i], heads[i]) for i in n]
+    widths = whole if _sum(whole, keep) <= room else [max(cells[i], head_words[i]) for i in n]
+    # Still too wide: wrap the cells that give back the most columns first, one at a time.
+    for i in sorted(keep, key=lambda i: words[i] - widths[i]):
+        if _sum(widths, keep) <= room:
+            break
+        widths[i] = max(words[i], head_words[i])
+    return [widths[i] if i != skip else 0 for i in n]
+
+
+def _sum(widths: Sequence[int], keep: Sequence[int]) -> int:
+    return sum(widths[i] for i in keep) + len(_GAP) * (len(keep) - 1)
+
+
+def _longest_word(value: str) -> int:
+    """The width of the longest run a cell's text keeps together when it wraps."""
+    held = _NUMBER_SPACE.sub("\\1\u00a0", value)
+    return max([cell_len(w) for w in re.split(r"[ \t\n]+", held)] or [0])  # not at U+00A0
 
 
 def _wide(table: TableText, width: int, flex: int | None) -> list[Text] | None:
@@ -145,9 +161,7 @@ def _stacked(table: TableText, width: int, flex: int) -> list[Text]:
             out += [Text(" " + x, style=style) for x in _wrap(row[flex], width - 1)]
         else:
             out.append(Text(" " + middle(row[flex], width - 1), style=style))
-        values = [
-            [_pad(v, w, c.right)] for v, w, c in zip(sub.rows[n], widths, sub.columns, strict=True)
-        ]
+        values = [_cell(v, w, c) for v, w, c in zip(sub.rows[n], widths, sub.columns, strict=True)]
         out += _join(values, widths, "   ", style)
     return out
 
@@ -179,6 +193,11 @@ def _wrap(text: str, width: int) -> list[str]:
     return [x.replace("\u00a0", " ") for x in got] or [""]
 
 
+def _longest(value: str) -> int:
+    """The width of a cell's longest line."""
+    return max(cell_len(x) for x in value.split("\n"))
+
+
 def _cell(value: str, width: int, col: Column) -> list[str]:
     """A cell's lines, padded to ``width``."""
     if col.flex == "shorten":
@@ -186,7 +205,7 @@ def _cell(value: str, width: int, col: Column) -> list[str]:
     elif col.flex == "wrap":
         got = _wrap(value, width)
     else:
-        got = [value]
+        got = [part for x in value.split("\n") for part in _wrap(x, width)]
     return [_pad(x, width, col.right) for x in got]
 
 

@@ -175,6 +175,9 @@ COLUMNS: tuple[str, ...] = (
 )
 
 
+_NUMBER_COLUMNS = frozenset({"#", "step ms (median ± IQR)", "rounds", "samples/s", "peak MiB"})
+
+
 def _speed_text(rec: Record) -> str:
     if rec.vs_baseline is None:
         return "1.00x" if rec.stats else ""
@@ -220,15 +223,36 @@ def _cells(summary: Summary, rec: Record, rank: int) -> list[str]:
 
 
 def render_table(summary: Summary, console: Any) -> None:
-    """Print the ranked table and the headline to a rich console."""
+    """Print the ranked table and the headline to a rich console. Where the console is too narrow
+    for the boxed table, the table is laid out to its width instead (every number whole, text
+    wrapped at its spaces; rich would fold ``[1.24-1.26]`` across two lines)."""
+    from rich.measure import Measurement
     from rich.table import Table
+    from rich.text import Text
 
-    table = Table(title="torchdoctor tune: configurations, fastest first", show_lines=False)
+    from torchdoctor.report.layout import Column, TableText, print_table
+
+    title = "torchdoctor tune: configurations, fastest first"
+    cells = [_cells(summary, rec, rank) for rank, rec in enumerate(ranked(summary), 1)]
+    table = Table(title=title, show_lines=False)
     for col in COLUMNS:
-        table.add_column(escape(col), overflow="fold")
-    for rank, rec in enumerate(ranked(summary), 1):
-        table.add_row(*_cells(summary, rec, rank))
-    console.print(table)
+        table.add_column(escape(col), no_wrap=True)
+    for row in cells:
+        table.add_row(*row)
+    natural = Measurement.get(console, console.options.update_width(100_000), table).maximum
+    if natural <= console.size.width:
+        console.print(table)
+    else:
+        columns = tuple(
+            Column(
+                col,
+                right=col in _NUMBER_COLUMNS,
+                flex="wrap" if col == "configuration" else None,
+            )
+            for col in COLUMNS
+        )
+        plain = tuple(tuple(Text.from_markup(c).plain for c in row) for row in cells)
+        print_table(console, TableText(columns, plain, title=title))
     console.print(escape(headline(summary)))
 
 
