@@ -100,7 +100,7 @@ def test_an_experiment_killed_from_outside_leaves_the_report_written_before_it(
     tmp_path: Path,
 ) -> None:
     r = check_subprocess(tmp_path / "out", CASES / "anomaly_steps.py", "0.005", "kill")
-    assert r.code == 137, r.stderr  # as a shell reports a SIGKILL
+    assert r.code in (-9, 137), r.stderr  # check ends by the same signal (137 in a shell)
     run = r.run
     # the record written before the first extra step, not one rebuilt from the step log
     assert run.get("written_before_experiments") is True and not run.get("from_evidence")
