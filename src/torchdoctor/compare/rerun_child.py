@@ -102,8 +102,12 @@ def measure(spec: dict[str, Any]) -> dict[str, Any]:
     from torchdoctor.capture.options import CheckOptions
     from torchdoctor.capture.runner import run_script
 
+    # No profiler in a rerun: the measured steps are the clean ones (no window of their own).
     opts = CheckOptions(
-        warmup_steps=int(spec["warmup"]), profile_steps=int(spec["steps"]), full=spec["full"]
+        warmup_steps=int(spec["warmup"]),
+        profile_steps=int(spec["steps"]),
+        clean_steps=0,
+        full=spec["full"],
     )
     marks = _Marks()
     clock = StepClock(opts, marks)

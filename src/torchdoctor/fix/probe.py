@@ -148,7 +148,9 @@ def probe(spec: dict[str, Any]) -> dict[str, Any]:
     main_source = sources.get(script) or Path(script).read_text(encoding="utf-8")
     warmup, steps = int(spec["warmup"]), int(spec["steps"])
     seed_everything(int(spec.get("seed", 0)))
-    clock = StepClock(CheckOptions(warmup_steps=warmup, profile_steps=steps), QuietListener())
+    # No instrument runs in this child: every step it times is clean already.
+    options = CheckOptions(warmup_steps=warmup, profile_steps=steps, clean_steps=0)
+    clock = StepClock(options, QuietListener())
     hooks = StepHooks(clock)
     losses = LossRecorder(int(spec.get("loss_steps", warmup + steps)))
     finder = _Overlay({p: t for p, t in sources.items() if p != script})

@@ -138,10 +138,15 @@ class RunWatch:
 def headline(record: dict[str, Any], report: dict[str, Any] | None) -> str:
     """Median step time and the finding worth most (or that none was found)."""
     steps = record.get("steps") or {}
+    effect = (report or {}).get("probe_effect") or {}
+    clean = effect.get("clean_ms")
     median = steps.get("median_step_ms")
-    head = f"{steps.get('count', 0)} steps" + (
-        f", median {median:.1f} ms" if isinstance(median, int | float) else ""
-    )
+    if isinstance(clean, int | float):  # the step with no instrument armed
+        head = f"{steps.get('count', 0)} steps, median {clean:.1f} ms (clean)"
+    else:
+        head = f"{steps.get('count', 0)} steps" + (
+            f", median {median:.1f} ms" if isinstance(median, int | float) else ""
+        )
     findings = (report or record).get("findings") or []
     worth = [f for f in findings if f.get("severity") != "info"]
     if not worth:

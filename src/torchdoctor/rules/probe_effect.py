@@ -237,8 +237,10 @@ def _effect(
     med = stats.median(ms)
     ratio = med / stats.median(clean) if stats.median(clean) > 0 else 1.0
     slower = False
-    if len(ms) >= 3 and ratio >= NOISE_RATIO:
+    if ratio >= NOISE_RATIO and len(ms) >= 3:
         slower = stats.mann_whitney(ms, clean).p_value < 0.05
+    elif ratio >= NOISE_RATIO:  # too few for the test: beyond the clean median's interval
+        slower = med > stats.median_interval(clean)[1]
     return WindowEffect(name, instruments, med, ratio, slower)
 
 
