@@ -10,11 +10,14 @@
 | 130 | interrupted (Ctrl-C), 143: terminated (SIGTERM) |
 
 ``check`` exits with the script's own status, so a script's exit 2 or 3 reads the same as
-torchdoctor's; its report says which it was.
+torchdoctor's; its report says which it was. When a signal N ended the script (a segfault,
+SIGKILL, SIGTERM, Ctrl-C), ``check``'s process ends by signal N once the report is out
+(``end_by_signal``; a shell shows 128 + N), as the script's own process did.
 """
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import functools
 import os
@@ -86,6 +89,36 @@ def broken_pipe() -> NoReturn:
     except (OSError, AttributeError, ValueError):
         pass
     os._exit(EXIT_BROKEN_PIPE)
+
+
+def end_by_signal(signum: int) -> NoReturn:
+    """End this process by ``signum`` (``check``'s watching parent, once the report is out,
+    when that signal ended the script): a supervisor (torchrun's agent, Slurm, a CI runner, a
+    shell) tells a signal death from an exit status, so check's process dies as the script did.
+
+    Standard output and error are flushed first, the core dump is turned off (the script's own
+    crash is the one that matters; a core of this process would only mislead), faulthandler is
+    disabled and the signal's default action restored and unblocked, then the signal is raised.
+    A signal whose default action does not end a process leaves with ``128 + signum``.
+    """
+    import faulthandler
+    import resource
+    import signal
+
+    for stream in (sys.stdout, sys.stderr):
+        if stream is not None:
+            with contextlib.suppress(Exception):
+                stream.flush()
+    with contextlib.suppress(Exception):
+        resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+    faulthandler.disable()
+    with contextlib.suppress(Exception):  # SIGKILL and SIGSTOP take no handler
+        signal.signal(signum, signal.SIG_DFL)
+    with contextlib.suppress(Exception):
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, {signum})
+    with contextlib.suppress(Exception):
+        signal.raise_signal(signum)
+    os._exit(128 + signum)
 
 
 def guarded(func: F) -> F:

@@ -33,26 +33,34 @@ def step():
     opt.zero_grad(); loss.backward(); opt.step()
 """
 
-# name -> (script body, check options, exit status, run.json exit status, steps at least)
+# name -> (script body, check options, returncode, run.json exit status). A negative returncode
+# is check's own process ended by that signal (once the report is out), as the script was.
 CASES = {
     "os-exit": ("for i in range(20):\n    step()\n    if i == 3: os._exit(3)\n", [], 3, "lost"),
     "segfault": (
         "import ctypes\nfor i in range(20):\n    step()\n    if i == 3: ctypes.string_at(0)\n",
         [],
-        128 + signal.SIGSEGV,
+        -signal.SIGSEGV,
         "killed",
     ),
     "sigkill": (
         "for i in range(20):\n    step()\n    if i == 3: os.kill(os.getpid(), signal.SIGKILL)\n",
         [],
-        128 + signal.SIGKILL,
+        -signal.SIGKILL,
         "killed",
     ),
     "sigterm": (
         "for i in range(20):\n    step()\n    if i == 3: os.kill(os.getpid(), signal.SIGTERM)\n",
         [],
-        128 + signal.SIGTERM,
+        -signal.SIGTERM,
         "terminated",
+    ),
+    # Python itself ends by SIGINT after an uncaught KeyboardInterrupt.
+    "sigint": (
+        "for i in range(20):\n    step()\n    if i == 3: os.kill(os.getpid(), signal.SIGINT)\n",
+        [],
+        -signal.SIGINT,
+        "interrupted",
     ),
     # Long enough for torch to import and four steps to run on a busy machine.
     "timeout": (
@@ -90,6 +98,7 @@ def _start(tmp: Path, name: str, body: str, opts: list[str]) -> Case:
         stderr=subprocess.PIPE,
         text=True,
         env=env(OMP_NUM_THREADS="1"),
+        cwd=tmp,  # a core dump of the script's own crash lands here, never in the repository
     )
     return Case(proc, out, time.monotonic())
 
@@ -102,7 +111,9 @@ def _run_folder(out: Path) -> Path:
 
 def test_every_ending_reports_the_steps_measured(tmp_path: Path) -> None:
     """Before: os._exit, a segfault, SIGKILL and SIGTERM left an empty run folder, and a script
-    that never finished its window made check wait forever."""
+    that never finished its window made check wait forever. Then check exited 128 + N after a
+    signal N: a supervisor (torchrun's agent, Slurm, a CI runner) saw an exit status where the
+    script had died by a signal; now check's process ends by the same signal."""
     # The timed cases start once the others are done, so their time is the script's own.
     first = {n: c for n, c in CASES.items() if "--timeout" not in c[1]}
     _check_all(tmp_path, first)
@@ -119,7 +130,7 @@ def _check_all(tmp_path: Path, batch: dict[str, tuple[str, list[str], int, str]]
             case.proc.kill()
             raise AssertionError(f"{name}: check did not end") from None
         assert case.proc.returncode == status, (name, stderr[-1500:])
-        assert "Traceback" not in stderr or name in ("segfault",), (name, stderr[-1500:])
+        assert "Traceback" not in stderr or name in ("segfault", "sigint"), (name, stderr[-1500:])
         folder = _run_folder(case.out)
         run = json.loads((folder / "run.json").read_text())
         assert run["exit"]["status"] == ending, (name, run["exit"])
@@ -127,6 +138,11 @@ def _check_all(tmp_path: Path, batch: dict[str, tuple[str, list[str], int, str]]
         report = (folder / "report.txt").read_text()
         assert "not a clean bill of health" in report, (name, report[:800])
         assert report in stdout or report.strip() in stdout, name
+        if status < 0:  # the report and the last line say which signal, and the shell's status
+            sig = signal.Signals(-status)
+            said = f"killed by {sig.name}" if ending == "killed" else ending
+            assert f"(exit: {said}, code {128 + sig})" in report, (name, report[:300])
+            assert f"check ends by {sig.name} too (status {128 + sig}" in stderr, name
 
 
 def test_threads_stepping_optimizers_are_not_profiled_from_a_thread(tmp_path: Path) -> None:

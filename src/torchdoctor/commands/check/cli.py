@@ -6,6 +6,7 @@ Register in the main CLI with ``cli.add_command(check_command)``; also runnable 
 
 from __future__ import annotations
 
+import signal
 import sys
 from typing import TYPE_CHECKING
 
@@ -150,8 +151,10 @@ def check_command(
       torchdoctor check train.py --lr 3e-4
       torchrun --nproc_per_node=2 -m torchdoctor check train.py
 
-    Exits with the script's own exit status (128 + N when a signal N ended it, 124 at
-    --timeout); a torchdoctor error exits 2 (bad input) or 3 (internal) before the script runs.
+    Exits with the script's own exit status (124 at --timeout); when a signal ended the
+    script (a segfault, SIGKILL, SIGTERM, Ctrl-C), check ends by that signal once the report is
+    out (a shell shows 128 + N); a torchdoctor error exits 2 (bad input) or 3 (internal) before
+    the script runs.
     A parent process watches the script, so the steps measured so far are reported however it
     ends (os._exit, a segfault, SIGKILL, SIGTERM).
     """
@@ -201,9 +204,18 @@ def _run_watched(
         output_path(html_path, "HTML report")
     if json_path and json_path != "-":
         output_path(json_path, "JSON report")
-    status, folder = watcher.fork_watched(script, options, top, json_path, html_path)
-    if status is not None:
-        return status  # the parent: the child ran the script and is gone
+    ending, folder = watcher.fork_watched(script, options, top, json_path, html_path)
+    if ending is not None:  # the parent: the child ran the script and is gone
+        if ending.signum is not None:
+            from torchdoctor.exits import end_by_signal, say
+
+            name = signal.Signals(ending.signum).name
+            say(
+                f"torchdoctor: the script was ended by {name}; check ends by {name} too "
+                f"(status {ending.code} in a shell)"
+            )
+            end_by_signal(ending.signum)
+        return ending.code
     runner.PRESET_FOLDER = folder
     return run_check(script, args, options, top, json_path, html_path)
 

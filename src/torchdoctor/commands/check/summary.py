@@ -6,6 +6,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import io
+import signal
 from pathlib import Path
 from typing import Any
 
@@ -252,7 +253,7 @@ def summary_text(
     steps, c = primary.get("steps") or {}, primary.get("compile") or {}
     ex = primary.get("exit") or {}
     w = out.write
-    w(f"torchdoctor check: {doc['script']}  (exit: {ex.get('status')}, code {ex.get('code')})\n")
+    w(f"torchdoctor check: {doc['script']}  (exit: {_ending(ex)}, code {ex.get('code')})\n")
     w(
         f"steps: {steps.get('count', 0)} by {steps.get('source') or 'no signal'}; "
         f"{_plan(steps)}; median profiled step {_fmt(steps.get('median_step_ms'))} ms, "
@@ -295,6 +296,16 @@ def summary_text(
     if with_findings and not (doc.get("measurement") or {}).get("failure"):
         w(_findings_text(doc["findings"][:top], complete=not note))
     return out.getvalue()
+
+
+def _ending(ex: dict[str, Any]) -> str:
+    """``run.json``'s exit status in words: ``killed`` names its signal (the shell's code is
+    128 + N; check's own process ends by the same signal)."""
+    status, code = ex.get("status"), ex.get("code")
+    if status == "killed" and isinstance(code, int) and code > 128:
+        with contextlib.suppress(ValueError):
+            return f"killed by {signal.Signals(code - 128).name}"
+    return str(status)
 
 
 def _plan(steps: dict[str, Any]) -> str:

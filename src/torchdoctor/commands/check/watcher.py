@@ -5,8 +5,10 @@ as before (and normally writes the record and the report itself); the parent onl
 child dies without writing its record (``os._exit``, a segfault, SIGKILL from the out-of-memory
 killer or from us), the parent rebuilds the record from the evidence the child wrote as it went
 (``capture/evidence.py``) and publishes the report: the steps measured so far, and how the
-process ended. The parent exits with the child's status (128 + the signal for a signal, as a
-shell reports it).
+process ended. The parent exits with the child's status; when a signal ended the script (a
+segfault, SIGKILL, SIGTERM, Ctrl-C's SIGINT), the parent, once the report is out, ends by that
+same signal (``exits.end_by_signal``, no core dump of its own), so a supervisor (torchrun's
+agent, Slurm, a CI runner, a shell) sees the death the script had; the report says which.
 
 Signals: SIGTERM to the parent is forwarded to the child (which ends the script as Ctrl-C does);
 if the child is still alive ``GRACE_S`` later it is killed. Ctrl-C at a terminal reaches both
@@ -23,6 +25,7 @@ import os
 import signal
 import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -45,15 +48,25 @@ def available() -> bool:
     return exits.console_script and hasattr(os, "fork") and os.environ.get(ENV_WATCHER) != "0"
 
 
+@dataclass(frozen=True)
+class Ending:
+    """How the watching parent leaves once the run is reported."""
+
+    code: int
+    """The exit status, as a shell shows it (128 + N for a signal N)."""
+    signum: int | None = None
+    """The signal that ended the script, if one did: the parent ends by it too."""
+
+
 def fork_watched(
     script: str,
     options: CheckOptions,
     top: int,
     json_path: str | None,
     html_path: str | None,
-) -> tuple[int | None, Path]:
+) -> tuple[Ending | None, Path]:
     """Create the run folder, fork: in the child return ``(None, folder)`` (go on and run the
-    script); in the parent wait for the child and return ``(exit status, folder)``."""
+    script); in the parent wait for the child and return ``(how to end, folder)``."""
     rank = RankInfo.from_env()
     # The folder is made here, before the fork: ranks find it through a pointer keyed by the
     # torchrun agent's pid, which is this process's parent (the child's would be us).
@@ -148,12 +161,13 @@ def _after(
     top: int,
     json_path: str | None,
     html_path: str | None,
-) -> int:
-    """Write what the child could not, publish if it did not; the exit status to leave with."""
+) -> Ending:
+    """Write what the child could not, publish if it did not; how to leave."""
     code, killed_for = status["code"], status["killed_for"]
     exit_status = 128 - code if code < 0 else code
     evidence = read_evidence(evidence_path(folder, rank))
     record_file = rank_result_path(folder, rank)
+    ended = None
     try:
         if not evidence["record_written"]:
             info = _exit_info(code, killed_for, options)
@@ -173,8 +187,32 @@ def _after(
 
             record = json.loads(record_file.read_text(encoding="utf-8"))
             publish(folder, record, rank, options, top, json_path=json_path, html_path=html_path)
+        ended = json.loads(record_file.read_text(encoding="utf-8"))["exit"]["status"]
     except Exception as exc:  # the script's status stands; our failure is one line
         if os.environ.get("TORCHDOCTOR_DEBUG"):
             raise
         say(f"torchdoctor: internal error while reporting the run: {type(exc).__name__}: {exc}")
-    return exit_status
+    return Ending(exit_status, ending_signal(code, killed_for, ended))
+
+
+def ending_signal(code: int, killed_for: str | None, ended: str | None) -> int | None:
+    """The signal that ended the script, or None: ``code`` is the child's status as
+    ``os.waitstatus_to_exitcode`` gives it (-N for a signal N), ``killed_for`` why the parent
+    killed it, if it did, ``ended`` the record's ``exit.status``.
+
+    A child the parent killed at ``--timeout`` was stopped by check (exit 124, no signal). A
+    SIGTERM or a Ctrl-C stopped the script as an exception (its ``finally`` blocks ran) and
+    the child exited 143 or 130; without check, python would have died by the signal (Python
+    itself ends by SIGINT after an uncaught KeyboardInterrupt).
+    """
+    if killed_for == "timeout":
+        return None
+    if killed_for == "terminated":
+        return signal.SIGTERM
+    if code < 0:
+        return -code
+    if ended == "terminated" and code == 128 + signal.SIGTERM:
+        return signal.SIGTERM
+    if ended == "interrupted" and code == 128 + signal.SIGINT:
+        return signal.SIGINT
+    return None
