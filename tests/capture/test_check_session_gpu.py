@@ -82,7 +82,9 @@ def test_window_runs_every_cuda_probe(fake_gpu: Any, tmp_path: Path) -> None:
         _train(6)
         history.assert_not_called()  # nothing armed during the clean steps (3-10)
         assert fake_gpu.mocks["set_sync_debug_mode"].call_args_list == []
-        _train(14)
+        _train(6)  # the profiler's step 11, profiled step 12
+        assert fake_gpu.mocks["set_sync_debug_mode"].call_args_list == []  # not with the profiler
+        _train(9)
     finally:
         session.uninstall()
     # --memory from the window's start, Python stacks only (C++ symbolisation takes minutes)
@@ -106,6 +108,9 @@ def test_window_runs_every_cuda_probe(fake_gpu: Any, tmp_path: Path) -> None:
     steps = rec["steps"]
     assert steps["clean"]["clock"] == "cuda-events" and steps["clean"]["steps"] == 8
     assert len(steps["clean"]["host_lead_ms"]) == 8 and steps["after"]["steps"] == 5
+    # sync-debug mode in untimed steps of its own (14-16), then the after window (17-21)
+    assert steps["schedule"]["sync_debug"] == [14, 16] and rec["syncs"]["sync_debug_steps"] == 3
+    assert steps["schedule"]["after"] == [17, 21] and steps["after"]["first_step"] == 17
     # fp32 training, GEMM-heavy, on an sm90 device with TF32 off: the precision finding, and
     # the allocator retries as fragmentation
     found = {f.id for f in run_findings(rec)}

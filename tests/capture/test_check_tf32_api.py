@@ -162,7 +162,7 @@ import torch
 torch.backends.fp32_precision = "tf32"  # the generic switch, set before anything else
 model = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.ReLU(), torch.nn.Linear(32, 1))
 opt = torch.optim.SGD(model.parameters(), lr=0.01)
-for step in range(12):
+for step in range(30):
     loss = model(torch.randn(8, 16)).square().mean()
     loss.backward()
     opt.step()

@@ -35,6 +35,10 @@ _PRIORITY: dict[str, int] = {
 }
 
 
+SYNC_STEPS = 3
+"""Untimed steps that CUDA's sync-debug mode watches, after the profiled window (on a GPU)."""
+
+
 class StopScript(BaseException):
     """Raised from a step hook to end the script once the profiled steps are recorded.
 
@@ -98,6 +102,14 @@ class WindowListener(Protocol):
         """Discard the timed windows (the step signal changed)."""
         return None
 
+    def sync_window_begin(self) -> bool:
+        """After the profiled window: watch host syncs for a few untimed steps? (True: yes)."""
+        return False
+
+    def sync_window_end(self, steps: int) -> None:
+        """That window's ``steps`` steps ended."""
+        return None
+
 
 class QuietListener(WindowListener):
     """A listener that does nothing at any call (the protocol's own bodies): a listener that
@@ -145,6 +157,9 @@ class StepClock:
         """The timed window the current step belongs to (``clean``, ``after``), if any."""
         self._next_event: float = self._following(0)
         self._step_end = 0.0
+        self._sync_left = 0
+        self.sync_window: tuple[int, int] | None = None
+        """The untimed steps sync-debug mode watched (on a GPU), if any."""
         self.experimenting = False
         self.experiment_steps = 0
         self.own_steps: list[int] = []
@@ -295,6 +310,9 @@ class StepClock:
                 raise StopScript
             self._next_event = n + 1
             return
+        if self._sync_left:
+            self._sync_tick(n)
+            return
         if self._timing is not None and self._timed_tick(n):
             return
         if self._probe_at is not None:
@@ -317,21 +335,45 @@ class StepClock:
             self.window_closed = True
             self._next_event = math.inf
             self._call("window_end")
-            if sched.after is not None:  # the instruments' after-effect, timed clean
-                self._timed_start("after")
+            if sched.after is not None and self._ask("sync_window_begin"):
+                # sync-debug mode in steps of its own: it would bend the profiled ones
+                self._sync_left = SYNC_STEPS
+                self.sync_window = (n + 1, n + SYNC_STEPS)
                 self._next_event = n + 1
                 return
-            self._finish(n)
+            self._after_profiled(n)
             return
         self._next_event = n + 1 if self.window_opened else self._following(n)
+
+    def _sync_tick(self, n: int) -> None:
+        self._sync_left -= 1
+        self._next_event = n + 1
+        if not self._sync_left:
+            self._call("sync_window_end", SYNC_STEPS)
+            self._after_profiled(n)
+
+    def _after_profiled(self, n: int) -> None:
+        """The instruments are off: time their after-effect clean, or finish."""
+        if self.schedule.after is not None:
+            self._timed_start("after")
+            self._next_event = n + 1
+            return
+        self._next_event = math.inf
+        self._finish(n)
 
     def _timed_tick(self, n: int) -> bool:
         """A step of a timed window ended; True when the schedule has nothing else to do now."""
         name = self._timing
         assert name is not None
         self._call("timed_step", name, self._step_end)
-        last = (self.schedule.clean if name == "clean" else self.schedule.after) or (0, 0)
-        if n < last[1]:
+        if name == "clean":
+            last = (self.schedule.clean or (0, 0))[1]
+        else:  # after the profiled window and the sync window, if there was one
+            after = self.schedule.after or (0, 0)
+            last = (self.sync_window[1] if self.sync_window else self.schedule.last_profiled) + (
+                after[1] - after[0] + 1
+            )
+        if n < last:
             self._next_event = n + 1
             return True
         self._timing = None

@@ -48,6 +48,17 @@ def _plan_words(opts: CheckOptions) -> str:
     )
 
 
+def _schedule_record(clock: StepClock) -> dict[str, Any]:
+    """The schedule as it ran: on a GPU the sync-debug steps come before the after window."""
+    out = clock.schedule.to_dict()
+    sync = clock.sync_window
+    out["sync_debug"] = list(sync) if sync else None
+    after = clock.schedule.after
+    if sync and after:
+        out["after"] = [sync[1] + 1, sync[1] + after[1] - after[0] + 1]
+    return out
+
+
 class Session:
     """Hooks, clock and probes for one run of a script (one rank)."""
 
@@ -190,7 +201,8 @@ class Session:
             import torch
 
             self.start_memory_recording()
-            self.syncs.start_sync_debug()
+            if self.clock.schedule.after is None:  # no clean window: no window of its own
+                self.syncs.start_sync_debug()
             pynvml = gpu_probe.try_import_pynvml()
             if pynvml is not None and not torch.version.hip:
                 self._nvml = gpu_probe.nvml_sampler(
@@ -339,6 +351,18 @@ class Session:
         self._timing = None
         self.timed.clear()
 
+    def sync_window_begin(self) -> bool:
+        """On a GPU, sync-debug mode for a few untimed steps of its own (True: started)."""
+        if not _cuda_in_use():
+            return False
+        self.syncs.start_sync_debug()
+        return True
+
+    def sync_window_end(self, steps: int) -> None:
+        """Sync-debug mode off: its counts are per ``steps`` steps."""
+        self.syncs.stop_sync_debug()
+        self.syncs.sync_debug_steps = steps
+
     def _stop_gpu_sampling(self) -> None:
         self.syncs.stop_sync_debug()
         if self._nvml is not None:
@@ -373,7 +397,7 @@ class Session:
             own_steps=list(clock.own_steps),
             clock_errors=clock.errors,
             other_thread_steps=clock.other_thread_ticks,
-            schedule=clock.schedule.to_dict(),
+            schedule=_schedule_record(clock),
             timed={k: w.to_dict() for k, w in self.timed.items()},
         )
 

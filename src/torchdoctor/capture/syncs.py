@@ -94,6 +94,8 @@ class SyncRecorder:
         self.unpinned: dict[str, list[float]] = {}
         """"file:line" -> [non_blocking copies from pageable memory, bytes copied]."""
         self.sync_debug: dict[str, int] = {}
+        self.sync_debug_steps = 0
+        """Steps sync-debug mode watched (its own window after the profiled one)."""
         """"file:line" -> synchronising operations reported by the CUDA sync debug mode."""
         self._patcher = Patcher()
         self._torch_dir = ""
@@ -266,7 +268,7 @@ class SyncRecorder:
 
         return cuda
 
-    # -- CUDA sync debug mode (profiled window only) ---------------------------------------
+    # -- CUDA sync debug mode (a window of its own, after the profiled one) ---------------------------------------
     def start_sync_debug(self) -> None:
         """Turn on ``set_sync_debug_mode("warn")`` and collect where it fires."""
         import torch
@@ -324,4 +326,5 @@ class SyncRecorder:
                 {"site": s, "count": n}
                 for s, n in sorted(self.sync_debug.items(), key=lambda kv: -kv[1])
             ],
+            "sync_debug_steps": self.sync_debug_steps,
         }

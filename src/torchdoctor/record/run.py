@@ -165,6 +165,8 @@ class SyncStats:
     unpinned_non_blocking: list[dict[str, Any]] = field(default_factory=list)
     """``{"site", "copies", "bytes"}`` per site."""
     sync_debug: list[dict[str, Any]] = field(default_factory=list)
+    sync_debug_steps: int = 0
+    """Steps sync-debug mode watched (0: it watched the profiled window, older records)."""
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> SyncStats:
@@ -172,6 +174,7 @@ class SyncStats:
             host_syncs=_rows(d.get("host_syncs")),
             unpinned_non_blocking=_rows(d.get("unpinned_non_blocking")),
             sync_debug=_rows(d.get("sync_debug")),
+            sync_debug_steps=int(d.get("sync_debug_steps") or 0),
         )
 
 

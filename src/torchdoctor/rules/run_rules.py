@@ -61,9 +61,10 @@ def host_syncs(run: RunRecord) -> list[Finding]:
     if not per_step and not debug:
         return []
     calls = sum(r["calls"] for r in per_step) / measured
-    # CUDA's sync-debug mode counts over the profiled window, and also sees the syncs torch makes
-    # for the user (GradScaler's found_inf): per window step, the larger count is the truth.
-    debug_steps = run.steps.window_steps or measured
+    # CUDA's sync-debug mode counts over its own window (older records: the profiled one), and
+    # also sees the syncs torch makes for the user (GradScaler's found_inf): per step it
+    # watched, the larger count is the truth.
+    debug_steps = run.syncs.sync_debug_steps or run.steps.window_steps or measured
     debug_calls = sum(int(d.get("count") or 0) for d in debug) / debug_steps
     blocked_ms = sum(r["seconds"] for r in per_step) * 1e3 / measured
     on_device = any(r["device"] != "cpu" for r in per_step) or bool(debug)
