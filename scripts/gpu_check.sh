@@ -209,6 +209,8 @@ run_group ddp-check 60 ddp-check -- bash -c 'check_case "$@"' _ ddp-check \
   "$ROOT/examples/check/ddp_train.py" --warmup 3 --steps 5 -- --steps 12
 # Every kernel taking >= 1% of the GPU time in the traces above is classified by its name.
 run_group kernels 40 kernels -- "$PY" scripts/gpu_check_kernels.py "$WORK"
+# The probe effect: a GPT-2-shaped and a small char model, plain and under check, interleaved.
+run_group probe 150 probe -- "$PY" scripts/gpu_check_probe.py "$WORK"
 run_group tune 120 tune -- bash -c tune_case
 run_group compile 120 compile -- "$PY" scripts/gpu_check_paths.py "$WORK" compile
 

@@ -288,6 +288,75 @@ def good(section: str) -> dict[str, Any]:
     return copy.deepcopy(GOOD[section])
 
 
+# The H200 run of nanoGPT (../shared/traces/h200/MANIFEST.md): plain steps, what check's
+# instruments made of them, the trace's GPU busy time and its host-bound claim.
+H200_PROBE = {  # plain ms, instrumented ms, GPU busy ms, host lead ms, trace's host-bound ms
+    "gpt2": (23.1, 47.0, 22.0, 9.0, 31.2),
+    "char": (17.0, 44.3, 6.7, -0.05, 33.2),
+}
+
+
+def probe_evidence() -> dict[str, Any]:
+    """The probe section's evidence from torchdoctor's own probe-effect rules, run on records
+    shaped like the H200 runs: clean steps at the plain time, the profiled ones at what the
+    instruments made of them, the trace's host-bound claim."""
+    from torchdoctor.rules import probe_effect
+    from torchdoctor.rules.finding import Finding
+
+    out: dict[str, Any] = {}
+    for shape, (plain, instrumented, busy, lead, host_ms) in H200_PROBE.items():
+        clean = [plain * (1 + 0.01 * ((i % 3) - 1)) for i in range(8)]
+        profiled = [instrumented * (1 + 0.02 * ((i % 2) - 0.5)) for i in range(5)]
+        steps = [60.0, 30.0, 30.0, 30.0, 30.0, *clean, 300.0, *profiled]
+        record = {
+            "gpu": {"device": {"name": H200}},
+            "lines": {"samples": 100},
+            "steps": {
+                "step_ms": steps,
+                "data_wait_ms": [0.0] * len(steps),
+                "window": [15, 19],
+                "own_steps": [14],
+                "clean": {
+                    "first_step": 6,
+                    "clock": "cuda-events",
+                    "step_ms": clean,
+                    "host_lead_ms": [lead] * 8,
+                },
+            },
+        }
+        host = Finding(
+            id="host-bound",
+            title="Host bound",
+            severity="critical",
+            saving_ms_per_step=host_ms,
+            share_of_step=host_ms / instrumented,
+            evidence={},
+            fix="",
+        )
+        effect = probe_effect.measure(record, gpu_busy_ms=busy)
+        assert effect is not None
+        found, effect = probe_effect.apply([host], effect, record)
+        top = next((f.id for f in found if f.severity != "info"), None)
+        hb = next((f for f in found if f.id == "host-bound"), None)
+        out[shape] = {
+            "plain_ms": [plain, plain * 1.01],
+            "rc": 0,
+            "reported_ms": effect.clean_ms,
+            "clock": effect.clock,
+            "profiled_ratio": effect.profiled.ratio if effect.profiled else None,
+            "gpu_busy_ms": busy,
+            "host_lead_ms": effect.host_lead_ms,
+            "gpu_bound": effect.gpu_bound,
+            "top": top,
+            "host_bound_saving_ms": hb.saving_ms_per_step if hb else None,
+            "changed": list(effect.changed),
+        }
+    return out
+
+
+GOOD["probe"] = probe_evidence()
+
+
 # -- check-based sections: run folders ---------------------------------------------------------
 def _base_record(script: Path, status: str = "stopped") -> dict[str, Any]:
     return {

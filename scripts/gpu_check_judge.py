@@ -38,6 +38,10 @@ MAX_DATA_WAIT = 0.2
 step (0.80 on an H200 with the loader-fed case) hides any precision gain."""
 IDEAL_NOISE = 1.05
 """A measured speed-up may exceed the ideal by timing noise only: 5%."""
+PROBE_STEP_BAND = 1.15
+"""check's reported step over the script's own plain step (GPT-2 shape): within 15%."""
+PROBE_IDLE_NOISE = 1.05
+"""host-bound's saving may pass the plain step less the GPU's busy time by 5% (timing noise)."""
 
 
 def verdict(section: str, checks: Checks, figure: str, evidence: Evidence) -> dict[str, Any]:
@@ -333,6 +337,39 @@ def judge_kernels(e: Evidence) -> dict[str, Any]:
     return verdict("kernels", checks, figure, e)
 
 
+# -- probe effect ------------------------------------------------------------------------------
+def judge_probe(e: Evidence) -> dict[str, Any]:
+    """check on a GPT-2-shaped eager step reports the script's own (plain) step within 15% and
+    does not call it host-bound; on the small char model host-bound's saving is at most the
+    plain step less the GPU's busy time."""
+    gpt, char = e.get("gpt2") or {}, e.get("char") or {}
+
+    def plain(d: Evidence) -> float | None:
+        xs = [v for v in (_num(x) for x in d.get("plain_ms") or []) if v is not None]
+        return sorted(xs)[len(xs) // 2] if xs else None
+
+    gpt_plain, char_plain = plain(gpt), plain(char)
+    ratio = _ratio(gpt.get("reported_ms"), gpt_plain)
+    busy = _num(char.get("gpu_busy_ms"))
+    saving = _num(char.get("host_bound_saving_ms")) or 0.0
+    idle = (char_plain - busy) if char_plain is not None and busy is not None else None
+    checks = {
+        "GPT-2 shape: reported step within 1.15x of plain": ratio is not None
+        and 1 / PROBE_STEP_BAND <= ratio <= PROBE_STEP_BAND,
+        "GPT-2 shape: timed by CUDA events": gpt.get("clock") == "cuda-events",
+        "GPT-2 shape: top finding is not host-bound": gpt.get("top") != "host-bound",
+        "char model: host-bound saving <= plain step - GPU busy": idle is not None
+        and saving <= max(0.0, idle) * PROBE_IDLE_NOISE,
+    }
+    figure = (
+        f"GPT-2 reported {_fmt(gpt.get('reported_ms'))} ms vs plain {_fmt(gpt_plain)} ms "
+        f"({_fmt(ratio, '.2f')}x; profiled window {_fmt(gpt.get('profiled_ratio'), '.2f')}x), "
+        f"top {gpt.get('top')}; char host-bound {_fmt(saving)} ms <= plain {_fmt(char_plain)} - "
+        f"busy {_fmt(busy)} ms"
+    )
+    return verdict("probe", checks, figure, e)
+
+
 JUDGES: dict[str, Callable[[Evidence], dict[str, Any]]] = {
     "env": judge_env,
     "analyze": judge_analyze,
@@ -347,6 +384,7 @@ JUDGES: dict[str, Callable[[Evidence], dict[str, Any]]] = {
     "compile": judge_compile,
     "tune": judge_tune,
     "kernels": judge_kernels,
+    "probe": judge_probe,
 }
 
 

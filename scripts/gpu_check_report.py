@@ -39,6 +39,7 @@ SECTIONS: tuple[tuple[str, str], ...] = (
     ("fsdp", "dist"),
     ("ddp-check", "ddp-check"),
     ("kernels", "kernels"),
+    ("probe", "probe"),
     ("tune", "tune"),
     ("compile", "compile"),
 )

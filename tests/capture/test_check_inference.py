@@ -79,10 +79,14 @@ def test_generate_loop_steps_are_model_calls(tmp_path: Path, context: str) -> No
     assert run.code == 0, run.stdout + run.stderr
     steps = run.run["steps"]
     assert steps["source"] == "forward"
-    # 3 warm-up + 3 profiled, then the steps that measure grad mode off (with autograd on)
-    assert steps["count"] - steps["experiment_steps"] == 6 and steps["profiled_steps"] == 3
+    # 3 warm-up, 8 clean, the profiler's own step, 3 profiled, 5 clean again, then the steps
+    # that measure grad mode off (with autograd on)
+    assert steps["count"] - steps["experiment_steps"] == 20 and steps["profiled_steps"] == 3
+    assert steps["clean"]["steps"] == 8 and steps["after"]["steps"] == 5
     if context == "torch.enable_grad()":
-        assert steps["experiment_steps"] > 0
+        toggles = [e for e in run.run["experiments"] if e["id"] == "grad-without-backward"]
+        # measured, or skipped with its reason (uneven steps on a loaded machine)
+        assert steps["experiment_steps"] > 0 or (toggles and toggles[0].get("skipped"))
         assert any(f["id"] == "grad-without-backward" for f in run.report["findings"])
     assert run.run["config"]["forward_steps"]["model"] == "Decoder"
     analysis = run.report["analysis"]

@@ -218,6 +218,15 @@ BAD: dict[str, list[tuple[str, Any]]] = {
         ),
         ("no traces", _set("traces", {})),
     ],
+    "probe": [
+        # the H200's first run: check's step was the instrumented one, called host-bound
+        ("the instrumented step reported", _set("gpt2.reported_ms", 47.0)),
+        ("GPT-2 called host-bound", _set("gpt2.top", "host-bound")),
+        ("timed by the host clock", _set("gpt2.clock", "host")),
+        ("host-bound's saving beyond the GPU idle", _set("char.host_bound_saving_ms", 33.2)),
+        ("no plain run", _set("gpt2.plain_ms", [None, None])),
+        ("busy time unknown", _set("char.gpu_busy_ms", None)),
+    ],
 }
 EVIDENCE_CASES = [(s, why, m) for s, bads in BAD.items() for why, m in bads]
 
