@@ -16,6 +16,10 @@ import pytest
 
 from tests.conftest import TRACES
 
+# Imported here, at collection: a test that patches the memory reader while this module is first
+# imported would leave the patch bound in it.
+from torchdoctor.memory.analysis import analyze_snapshot
+
 WIDTHS = (60, 80, 100, 160)
 TOP = 10
 # A few traces that broke the old layout (long kernel names, many number columns, a serving
@@ -49,6 +53,11 @@ def _token(value: str) -> str:
     return r"(?<![\w.…])" + re.escape(value) + r"(?![\w.…%])"
 
 
+def _cell(value: str) -> str:
+    """A cell's pattern; an empty cell (a kernel's unknown tensor-core use) may show a mark."""
+    return _token(value) if value else r"\S{0,3}"
+
+
 def _rows(d: dict[str, Any]) -> list[tuple[str, list[str]]]:
     """(table, cells in order) for every row the text tables show, formatted from the JSON."""
     out: list[tuple[str, list[str]]] = []
@@ -65,7 +74,7 @@ def _rows(d: dict[str, Any]) -> list[tuple[str, list[str]]]:
     for r in (k or {}).get("top_kernels", [])[:TOP]:
         tc = "" if r["tensor_core"] is None else ("yes" if r["tensor_core"] else "no")
         cells = [r["category"], str(r["count"]), f"{r['total_ms']:.2f}", f"{r['mean_us']:.1f}"]
-        cells += [f"{r['share_of_gpu_time']:.1%}", *([tc] if tc else []), r["dtype"]]
+        cells += [f"{r['share_of_gpu_time']:.1%}", tc, r["dtype"]]
         out.append(("kernels", cells))
     ops = d["operators"]
     device = bool(k and k["top_kernels"])
@@ -94,7 +103,7 @@ def _check(stem: str, width: int) -> None:
     rows = _rows(report.to_dict())
     assert rows, "no table rows to check"
     for table, cells in rows:
-        pattern = re.compile(_SEP.join(_token(c) for c in cells))
+        pattern = re.compile(_SEP.join(_cell(c) for c in cells))
         hits = [i for i, line in enumerate(lines) if pattern.search(line)]
         assert hits, f"{stem} at {width} columns: {table} row {cells} not printed whole"
         i = hits[0]
@@ -175,7 +184,6 @@ def test_memory_tables_print_whole(width: int) -> None:
     import json
 
     from tests.memory.conftest import GPT, SNAPSHOTS
-    from torchdoctor.memory.analysis import analyze_snapshot
     from torchdoctor.report.memory_text import render_json, render_text
     from torchdoctor.units import fmt_bytes
 
