@@ -3,11 +3,18 @@
 
 from __future__ import annotations
 
+import gzip
+import json
+from pathlib import Path
+from typing import Any
+
 import pytest
 
 from tests.conftest import TRACES
 from torchdoctor.analysis.bundle import analyze_table
 from torchdoctor.analysis.kernel_names import classify_kernel
+from torchdoctor.commands.analyze.trace import analyze_path
+from torchdoctor.report.kernel_notes import kernel_notes
 from torchdoctor.trace.load import load_trace
 
 H200 = TRACES / "h200"
@@ -149,6 +156,15 @@ CASES = [
         "triton",
     ),
     ("triton_tem_fused_addmm_0", "gemm", None, "unknown", "triton"),
+    # triton_kernels' MoE GEMM and its finalize step (vLLM on MI300X)
+    (
+        "_matmul_ogs_NNT_bf16xbf16xmxfp4_128x128x128x1_swiglu",
+        "gemm",
+        True,
+        "bf16",
+        "triton-kernels",
+    ),
+    ("_finalize_matmul_scatter_bf16", "reduction", None, "unknown", "triton-kernels"),
     # vLLM / SGLang on MI300X: a KV-cache write is a copy, not fp8 attention; cache type 0 = auto
     (
         "void vllm::reshape_and_cache_flash_kernel<__hip_bfloat16, __hip_bfloat16, "
@@ -273,3 +289,50 @@ def test_every_kernel_over_one_percent_is_classified(stem: str) -> None:
     k = _kernels(stem)
     big = [r for r in k.top_kernels if r.share_of_gpu_time >= 0.01]  # type: ignore[attr-defined]
     assert big and [r.name for r in big if not r.classified] == []
+
+
+def _mm_trace(folder: Path) -> Path:
+    """A trace whose one GEMM kernel (a Triton template) says no dtype, launched by aten::mm."""
+    events = [
+        {"ph": "X", "cat": "cpu_op", "name": "aten::mm", "ts": 0, "dur": 40, "pid": 1, "tid": 1}
+        | {"args": {"External id": 5}},
+        {"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", "ts": 2, "dur": 2}
+        | {"pid": 1, "tid": 1, "args": {"External id": 5, "correlation": 9}},
+        {"ph": "X", "cat": "kernel", "name": "triton_tem_fused_mm_0", "ts": 10, "dur": 500}
+        | {"pid": 0, "tid": 7, "args": {"External id": 5, "correlation": 9, "device": 0}},
+    ]
+    props = [{"id": 0, "name": "NVIDIA H100 80GB HBM3", "computeMajor": 9, "computeMinor": 0}]
+    path = folder / "trace.json.gz"
+    doc = {"traceEvents": events, "deviceProperties": props}
+    path.write_bytes(gzip.compress(json.dumps(doc).encode()))
+    return path
+
+
+@pytest.mark.parametrize(
+    ("record", "dtype", "tc"),
+    [
+        (None, "unknown", None),  # a bare trace: the name and the operator leave it open
+        (
+            {"config": {"autocast": [{"device": "cuda", "dtype": "bfloat16", "enabled": True}]}},
+            "bf16",
+            True,
+        ),
+        ({"config": {"autocast": [], "backend_flags": {"tf32_matmul": False}}}, "unknown", None),
+    ],
+)
+def test_a_check_run_folder_lends_its_autocast_dtype(
+    tmp_path: Path, record: dict[str, Any] | None, dtype: str, tc: bool | None
+) -> None:
+    trace = _mm_trace(tmp_path)
+    if record is not None:
+        (tmp_path / "run.json").write_text(json.dumps(record))
+    report = analyze_path(trace)
+    (row,) = report.analysis.kernels.top_kernels  # type: ignore[union-attr]
+    assert (row.dtype, row.tensor_core) == (dtype, tc)
+
+
+def test_kernel_notes_name_the_cuda_core_peak_and_unclaimed_dtypes() -> None:
+    fp32 = kernel_notes(_kernels("planted_fp32_matmul"))  # type: ignore[arg-type]
+    assert "dense peaks (datasheet): fp32 on CUDA cores 66.9 TFLOP/s" in fp32
+    gpt2 = " ".join(kernel_notes(_kernels("nanogpt_gpt2_eager_check")))  # type: ignore[arg-type]
+    assert "2 attention kernel(s) on tensor cores whose names carry no input dtype" in gpt2

@@ -16,7 +16,7 @@ from torchdoctor.trace.table import TraceTable
 
 if TYPE_CHECKING:  # imported when an analysis runs (graphs and serving only for their traces)
     from torchdoctor.analysis.graphs import GraphStats
-    from torchdoctor.analysis.kernels import KernelStats
+    from torchdoctor.analysis.kernels import KernelContext, KernelStats
     from torchdoctor.analysis.launch import LaunchStats
     from torchdoctor.analysis.memory import MemoryStats
     from torchdoctor.analysis.operators import OperatorStats
@@ -78,8 +78,9 @@ class TraceAnalysis:
         return total_ms / max(self.n_steps, 1)
 
 
-def analyze_table(table: TraceTable) -> TraceAnalysis:
-    """Run every analysis on a loaded trace."""
+def analyze_table(table: TraceTable, context: KernelContext | None = None) -> TraceAnalysis:
+    """Run every analysis on a loaded trace (``context``: what the run recorded beside it, for
+    kernels whose names leave tensor-core use or dtype open)."""
     from torchdoctor.analysis.kernels import analyze_kernels
     from torchdoctor.analysis.launch import analyze_launch
     from torchdoctor.analysis.memory import analyze_memory
@@ -96,7 +97,7 @@ def analyze_table(table: TraceTable) -> TraceAnalysis:
         total=total_breakdown(per_step),
         comm=analyze_communication(table, steps, act),
         hta=hta_temporal_breakdown(table),
-        kernels=analyze_kernels(table, steps),
+        kernels=analyze_kernels(table, steps, context=context),
         launch=analyze_launch(table, steps),
         operators=analyze_operators(table, steps),
         memory=analyze_memory(table, steps),

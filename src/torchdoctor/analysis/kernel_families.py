@@ -162,6 +162,23 @@ def triton(n: str) -> Parsed | None:
     return category, None, "unknown", False
 
 
+# -- OpenAI's triton_kernels (vLLM's MoE on MI300X): _matmul_ogs_NNT_bf16xbf16xmxfp4_... is a GEMM
+# whose activation dtype leads its type group; _finalize_matmul_scatter_* sums the experts' rows.
+_OGS = re.compile(r"^_p?_?matmul_ogs_\w*?_(bf16|fp16|f16|fp8|f8|e4m3|fp32|f32)x")
+_OGS_DTYPE = {"bf16": "bf16", "fp16": "fp16", "f16": "fp16", "fp8": "fp8", "f8": "fp8"}
+_OGS_DTYPE |= {"e4m3": "fp8", "fp32": "fp32", "f32": "fp32"}
+
+
+def triton_kernels(n: str) -> Parsed | None:
+    if n.startswith("_finalize_matmul"):
+        return "reduction", None, "unknown", False
+    m = _OGS.match(n)
+    if not m:
+        return None
+    dtype = _OGS_DTYPE[m.group(1)]
+    return "gemm", True if dtype in _HALF_OR_NARROWER else None, dtype, True
+
+
 # -- Paged-KV cache writes (vLLM reshape_and_cache[_flash], concat_and_cache_mla, SGLang
 # store_kvcache): copies into the cache, not attention; Fp8KVCacheDataType)0 is "auto" (no fp8). --
 _KV_WRITE = re.compile(r"reshape_and_cache|concat_and_cache|store_kvcache|copy_blocks|swap_blocks")
@@ -215,6 +232,7 @@ FamilyName = Literal[
     "flash-attention",
     "mem-efficient-attention",
     "triton",
+    "triton-kernels",
     "cublas-nvjet",
     "xmma",
     "cutlass",
@@ -228,6 +246,7 @@ FAMILIES: tuple[tuple[FamilyName, Callable[[str], Parsed | None]], ...] = (
     ("flash-attention", flash_attention),
     ("mem-efficient-attention", mem_efficient_attention),
     ("triton", triton),
+    ("triton-kernels", triton_kernels),
     ("cublas-nvjet", nvjet),
     ("xmma", xmma),
     ("cutlass", cutlass),

@@ -43,6 +43,28 @@ class KernelContext:
     """The run's TF32 state for fp32 matmuls (None: not recorded): with it off, an fp32 GEMM
     whose name leaves the question open ran on CUDA cores; with it on, on tensor cores in TF32."""
 
+    @classmethod
+    def from_record(cls, record: dict[str, Any]) -> KernelContext:
+        """The context a ``check`` record (``run.json``) holds: the one enabled CUDA autocast
+        dtype (none when the run used several or none) and ``backend_flags.tf32_matmul``."""
+        raw = record.get("config")
+        config: dict[str, Any] = raw if isinstance(raw, dict) else {}
+        entries = [e for e in config.get("autocast") or [] if isinstance(e, dict)]
+        dtypes = {
+            _AUTOCAST_DTYPES.get(str(e.get("dtype")))
+            for e in entries
+            if e.get("enabled") and str(e.get("device", e.get("device_type", "cuda"))) == "cuda"
+        }
+        raw_flags = config.get("backend_flags")
+        tf32 = raw_flags.get("tf32_matmul") if isinstance(raw_flags, dict) else None
+        return cls(
+            autocast_dtype=dtypes.pop() if len(dtypes) == 1 else None,
+            tf32_matmul=tf32 if isinstance(tf32, bool) else None,
+        )
+
+
+_AUTOCAST_DTYPES: dict[str, KernelDtype] = {"bfloat16": "bf16", "float16": "fp16", "half": "fp16"}
+
 
 @dataclass(frozen=True)
 class GpuInfo:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import re
 from typing import TYPE_CHECKING, Any
 
+from torchdoctor.report.kernel_notes import kernel_notes
 from torchdoctor.report.layout import Column, TableText, middle
 
 if TYPE_CHECKING:
@@ -62,6 +63,8 @@ def kernel_table(a: TraceAnalysis, top: int) -> TableText | None:
     rows = []
     for r in k.top_kernels[:top]:
         tc = "" if r.tensor_core is None else ("yes" if r.tensor_core else "no")
+        if r.tensor_core is None and r.category in ("gemm", "convolution", "attention"):
+            tc = "?"  # the name, the operator and the run leave it open: not "no"
         rows.append(
             (
                 short_kernel(r.name),
@@ -81,6 +84,7 @@ def kernel_table(a: TraceAnalysis, top: int) -> TableText | None:
             f"{k.tensor_core_share:.0%}; by dtype: "
             + ", ".join(f"{d} {v:.1f} ms" for d, v in k.matmul_ms_by_dtype.items() if v >= 0.05)
         )
+    caption = ". ".join(x for x in (caption, *kernel_notes(k)) if x)
     steps = f"{a.n_steps} step{'s' * (a.n_steps != 1)}"
     title = f"Top kernels (of {k.kernel_count} in {steps})"
     return TableText(columns, tuple(rows), title=title, caption=caption)

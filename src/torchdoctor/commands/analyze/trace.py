@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from torchdoctor.analysis.bundle import analyze_table
+from torchdoctor.analysis.kernels import KernelContext
 from torchdoctor.errors import TraceError
 from torchdoctor.record import layout
 from torchdoctor.report.assemble import build_report
@@ -29,7 +30,23 @@ def analyze_path(
         return analyze_folder(p, jobs, scheduler, dask)
     if not p.exists():
         raise TraceError(f"{p}: no such file or directory")
-    return build_report(analyze_table(load_events(p)))
+    return build_report(analyze_table(load_events(p), run_context(p)))
+
+
+def run_context(trace: Path) -> KernelContext | None:
+    """The autocast dtype and TF32 state a ``check`` run recorded beside ``trace`` (its
+    ``run.json`` in the same folder, or one up for ``traces/rankN``); None elsewhere or when the
+    record cannot be read (the names and operators still decide)."""
+    import json
+
+    for folder in (trace.parent, trace.parent.parent):
+        if layout.is_run_folder(folder):
+            try:
+                record = json.loads((folder / layout.RUN).read_text())
+            except (OSError, ValueError):
+                return None
+            return KernelContext.from_record(record) if isinstance(record, dict) else None
+    return None
 
 
 def load_events(path: Path) -> TraceTable:
