@@ -218,7 +218,9 @@ def main() -> None:
             sys.stderr.flush()
         except BrokenPipeError:
             broken_pipe()
-        except (OSError, ValueError):
+        except OSError as exc:  # a full or failing device: one line, the environment's status
+            exits.output_failed(exits.STDOUT, exc)
+        except ValueError:
             os._exit(EXIT_INTERNAL)
         os._exit(0)
 

@@ -159,5 +159,6 @@ class RuntimeConfig:
         p = Path(path)
         body = {k: v for k, v in self.to_dict().items() if v is not None and v != {}}
         head = "".join(f"# {line}\n" for line in (comment or "").splitlines())
-        p.write_text(head + tomli_w.dumps(body), encoding="utf-8")
-        return p
+        from torchdoctor.inputs import write_output
+
+        return write_output(p, head + tomli_w.dumps(body), "configuration")

@@ -9,5 +9,13 @@ class UserError(Exception):
     exit_code = 2
 
 
+class OutputError(UserError):
+    """An output that could not be written when it was (a full disk, a quota, an I/O error):
+    the user's environment, not a bad input and not a torchdoctor bug. One line naming the
+    output, exit status 74 (``EX_IOERR`` of sysexits.h; ``torchdoctor.exits.EXIT_OUTPUT``)."""
+
+    exit_code = 74
+
+
 class TraceError(UserError):
     """A trace file that cannot be read as a Kineto / Chrome trace."""

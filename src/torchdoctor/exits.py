@@ -6,6 +6,7 @@
 | 1 | ``compare``: the gate failed (NEW is slower); ``check``: the script's own status |
 | 2 | bad input or usage: one line on standard error says what is wrong |
 | 3 | an internal error (a torchdoctor bug): one line on standard error |
+| 74 | an output could not be written (standard output or a file: a full disk, a quota, an I/O error): one line naming it |
 | 124 | ``check --timeout``: the script was stopped at the limit |
 | 130 | interrupted (Ctrl-C), 143: terminated (SIGTERM) |
 
@@ -21,11 +22,12 @@ import contextlib
 import errno
 import functools
 import os
+import stat
 import sys
 from collections.abc import Callable, Sequence
 from typing import Any, NoReturn, TypeVar
 
-from torchdoctor.errors import UserError
+from torchdoctor.errors import OutputError, UserError
 from torchdoctor.terminal import clean_field
 
 EXIT_OK = 0
@@ -36,6 +38,11 @@ EXIT_TIMEOUT = 124
 EXIT_INTERRUPTED = 130
 EXIT_TERMINATED = 143
 EXIT_BROKEN_PIPE = 141  # what a shell shows for a writer whose reader went away (128 + SIGPIPE)
+EXIT_OUTPUT = OutputError.exit_code  # 74, sysexits.h's EX_IOERR: an output could not be written
+STDOUT = "standard output"
+# A write that fails with one of these is the machine's state (space, quota, a read-only or
+# failing disk), whatever torchdoctor was writing.
+_ENVIRONMENT_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EFBIG, errno.EIO, errno.EROFS})
 
 F = TypeVar("F", bound=Callable[..., Any])
 console_script = False
@@ -121,9 +128,107 @@ def end_by_signal(signum: int) -> NoReturn:
     os._exit(128 + signum)
 
 
+def _stdout_failed(exc: OSError) -> bool:
+    """True when standard output is what failed: it cannot flush what it still buffers, it
+    refuses even an empty write (``/dev/full``), or ``exc`` is ENOSPC and standard output is a
+    file on a file system with no free block. An OSError carries no stream, so these probes
+    tell one; the files torchdoctor writes name themselves (``OutputError``)."""
+    stream = sys.stdout
+    if stream is None:
+        return False
+    try:
+        stream.flush()
+    except OSError:
+        return True
+    except ValueError:  # closed
+        return False
+    try:
+        fd = stream.fileno()
+    except (OSError, ValueError, AttributeError):  # not a file (a test runner's buffer)
+        return False
+    try:
+        os.write(fd, b"")  # only run after a failure: nothing is written to a healthy stream
+    except OSError:
+        return True
+    try:
+        if exc.errno != errno.ENOSPC or not stat.S_ISREG(os.fstat(fd).st_mode):
+            return False
+        vfs = os.fstatvfs(fd)
+    except OSError:
+        return False
+    return (vfs.f_bavail if os.geteuid() else vfs.f_bfree) == 0
+
+
+def failed_output(exc: OSError) -> str | None:
+    """Which output ``exc`` failed to write (``standard output``, or the file it names), or
+    None when it is no failed write of an output (then it is a torchdoctor bug)."""
+    if exc.errno == errno.EPIPE:
+        return None  # a reader that went away: broken_pipe()
+    if _stdout_failed(exc):
+        return STDOUT
+    if exc.errno in _ENVIRONMENT_ERRNOS:
+        return str(exc.filename) if exc.filename else "an output"
+    return None
+
+
+def _detach_stdout() -> None:
+    # What the failed stream still buffers goes to /dev/null at exit, where Python would
+    # otherwise print "Exception ignored" and exit 120.
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+    except (OSError, AttributeError, ValueError):
+        pass
+
+
+def tell_output_failure(what: str, exc: BaseException) -> None:
+    """``torchdoctor: error: cannot write WHAT: REASON`` on standard error; a failed standard
+    output is detached (what it buffers goes nowhere, quietly)."""
+    reason = getattr(exc, "strerror", None) or _text(exc)
+    say(f"torchdoctor: error: cannot write {'to ' if what == STDOUT else ''}{what}: {reason}")
+    if what == STDOUT:
+        _detach_stdout()
+
+
+def told_output_failure(exc: BaseException) -> bool:
+    """Tell in one line the output ``exc`` failed to write, if that is what it is (``check``
+    keeps the script's status, then)."""
+    what = failed_output(exc) if isinstance(exc, OSError) else None
+    if what is not None:
+        tell_output_failure(what, exc)
+    return what is not None
+
+
+def output_failed(what: str, exc: BaseException, status: int = EXIT_OUTPUT) -> NoReturn:
+    """``tell_output_failure``, then exit ``status`` (74 unless a caller keeps a status of its
+    own, e.g. ``check``'s script's)."""
+    tell_output_failure(what, exc)
+    sys.exit(status)
+
+
+def flush_stdout(status: int = EXIT_OUTPUT) -> None:
+    """Flush standard output while a failure can still be told in one line: a reader that went
+    away is a quiet exit 141, a full or failing device ``output_failed`` (exit ``status``)."""
+    stream = sys.stdout
+    if stream is None:
+        return
+    try:
+        stream.flush()
+    except BrokenPipeError:
+        broken_pipe()
+    except OSError as exc:
+        if exc.errno == errno.EPIPE:
+            broken_pipe()
+        output_failed(STDOUT, exc, status)
+    except ValueError:  # closed: nothing is waiting to be written
+        pass
+
+
 def guarded(func: F) -> F:
-    """Run a command body: a UserError becomes one line and exit 2, a broken pipe a quiet exit,
-    anything else one line and exit 3 (``TORCHDOCTOR_DEBUG=1`` re-raises)."""
+    """Run a command body: a UserError becomes one line and exit 2 (an OutputError 74), a broken
+    pipe a quiet exit, a failed write of an output (standard output on a full device, a file on
+    a full disk) one line naming it and exit 74, anything else one line and exit 3
+    (``TORCHDOCTOR_DEBUG=1`` re-raises)."""
 
     @functools.wraps(func)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
@@ -145,6 +250,9 @@ def guarded(func: F) -> F:
         except OSError as exc:
             if exc.errno == errno.EPIPE:
                 broken_pipe()
+            what = failed_output(exc)
+            if what is not None:
+                output_failed(what, exc)
             internal(exc)
         except MemoryError as exc:
             internal(exc, "(out of memory)")
@@ -198,7 +306,12 @@ class OneLineErrors:
         check_stdout()
         try:
             rv = run()
+            flush_stdout()  # a full device fails here, while it can be told in one line
+        except SystemExit as exc:  # a command's own status (check: the script's)
+            flush_stdout(exc.code if isinstance(exc.code, int) and exc.code else EXIT_OUTPUT)
+            raise
         except click.exceptions.Exit as exc:
+            flush_stdout()
             sys.exit(exc.exit_code)
         except click.UsageError as exc:
             hint = f" (see: {exc.ctx.command_path} --help)" if exc.ctx is not None else ""
@@ -213,5 +326,8 @@ class OneLineErrors:
         except OSError as exc:
             if exc.errno == errno.EPIPE:
                 broken_pipe()
+            what = failed_output(exc)
+            if what is not None:
+                output_failed(what, exc)
             raise
         sys.exit(rv if isinstance(rv, int) else EXIT_OK)

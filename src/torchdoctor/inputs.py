@@ -11,7 +11,7 @@ import os
 import stat
 from pathlib import Path
 
-from torchdoctor.errors import UserError
+from torchdoctor.errors import OutputError, UserError
 
 _KINDS = {
     stat.S_IFIFO: "a FIFO (named pipe)",
@@ -81,3 +81,14 @@ def absolute_path(path: str | Path, what: str = "output") -> str:
         raise UserError(
             f"cannot place the {what} {path}: the working directory no longer exists"
         ) from None
+
+
+def write_output(path: str | Path, text: str, what: str = "output") -> Path:
+    """Write ``text`` to ``path`` (UTF-8); a write that fails (a full disk, a quota, an I/O
+    error) raises OutputError naming the file: one line, exit 74."""
+    p = Path(path)
+    try:
+        p.write_text(text, encoding="utf-8")
+    except OSError as exc:
+        raise OutputError(f"cannot write the {what} to {p}: {exc.strerror or exc}") from None
+    return p

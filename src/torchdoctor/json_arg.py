@@ -148,9 +148,8 @@ def emit_json(text: str, json_path: str | None) -> bool:
     if json_path == JSON_STDOUT:
         click.echo(text)
         return True
-    try:
-        Path(json_path).write_text(text if text.endswith("\n") else text + "\n", encoding="utf-8")
-    except OSError as exc:
-        raise UserError(f"cannot write the JSON report to {json_path}: {exc.strerror}") from None
+    from torchdoctor.inputs import write_output
+
+    write_output(json_path, text if text.endswith("\n") else text + "\n", "JSON report")
     click.echo(f"wrote {json_path}", err=True)
     return False

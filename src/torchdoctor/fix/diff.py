@@ -9,7 +9,7 @@ import tempfile
 from collections.abc import Callable
 from pathlib import Path
 
-from torchdoctor.errors import UserError
+from torchdoctor.errors import OutputError, UserError
 from torchdoctor.fix.sources import relative
 
 BACKUP_SUFFIX = ".orig"
@@ -105,6 +105,9 @@ def write_patched(originals: dict[str, str], patched: dict[str, str]) -> list[tu
                 f.write(patched[path])
             shutil.copymode(path, tmp)
             os.replace(tmp, path)
+        except OSError as exc:  # a full disk: the file is left as it was, named in one line
+            Path(tmp).unlink(missing_ok=True)
+            raise OutputError(f"cannot write {path}: {exc.strerror or exc}") from None
         except BaseException:
             Path(tmp).unlink(missing_ok=True)
             raise

@@ -11,7 +11,6 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from torchdoctor.errors import UserError
 from torchdoctor.fix import diff
 from torchdoctor.fix.model import STATUS_WORDS, Change
 from torchdoctor.fix.planner import compose
@@ -166,9 +165,6 @@ def render_page(result: FixResult) -> str:
 
 
 def write_page(result: FixResult, path: str) -> Path:
-    p = Path(path)
-    try:
-        p.write_text(render_page(result), encoding="utf-8")
-    except OSError as exc:
-        raise UserError(f"cannot write the HTML page to {p}: {exc.strerror or exc}") from None
-    return p
+    from torchdoctor.inputs import write_output
+
+    return write_output(path, render_page(result), "HTML page")

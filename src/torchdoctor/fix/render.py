@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import math
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 from torchdoctor.fix.model import STATUS_WORDS, Change, Fidelity, Measured
@@ -210,9 +209,6 @@ def to_json(result: FixResult) -> str:
 
 
 def write_json(result: FixResult, path: str) -> None:
-    from torchdoctor.errors import UserError
+    from torchdoctor.inputs import write_output
 
-    try:
-        Path(path).write_text(to_json(result) + "\n", encoding="utf-8")
-    except OSError as exc:
-        raise UserError(f"cannot write {path}: {exc.strerror or exc}") from None
+    write_output(path, to_json(result) + "\n", "JSON document")

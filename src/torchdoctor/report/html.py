@@ -16,7 +16,6 @@ import math
 from pathlib import Path
 from typing import Any
 
-from torchdoctor.errors import UserError
 from torchdoctor.report.html_assets import CSS, JS
 from torchdoctor.report.html_model import Page, Section, Table
 from torchdoctor.report.html_svg import COLORS, esc, legend, line_chart, stacked_bars
@@ -54,13 +53,10 @@ def render_html(page: Page) -> str:
 
 
 def write_html(page: Page, path: str | Path) -> Path:
-    """Write the page; a path that cannot be written is a UserError (one line, exit 2)."""
-    p = Path(path)
-    try:
-        p.write_text(render_html(page), encoding="utf-8")
-    except OSError as exc:
-        raise UserError(f"cannot write the HTML report to {p}: {exc.strerror or exc}") from None
-    return p
+    """Write the page; a path that cannot be written is an OutputError (one line, exit 74)."""
+    from torchdoctor.inputs import write_output
+
+    return write_output(path, render_html(page), "HTML report")
 
 
 def _json(data: Any) -> str:

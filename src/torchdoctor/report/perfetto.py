@@ -26,7 +26,7 @@ from torchdoctor.analysis.breakdown import IDLE_PARTS, gap_causes
 from torchdoctor.analysis.bundle import TraceAnalysis
 from torchdoctor.analysis.gpu_activity import DATALOADER_PREFIX, SYNC_CALLS
 from torchdoctor.analysis.kernel_names import MATMUL_CATEGORIES, kernel_category
-from torchdoctor.errors import TraceError, UserError
+from torchdoctor.errors import OutputError, TraceError
 from torchdoctor.rules.finding import Finding
 from torchdoctor.trace.kinds import Kind
 
@@ -64,7 +64,7 @@ def export_trace(a: TraceAnalysis, findings: list[Finding], out: str | Path) -> 
                 fh.write((b"" if empty else b",") + added[1:])
             fh.write(b"}")
     except OSError as exc:
-        raise UserError(f"cannot write {p}: {exc.strerror or exc}") from None
+        raise OutputError(f"cannot write the trace to {p}: {exc.strerror or exc}") from None
     return p
 
 

@@ -358,6 +358,7 @@ def _diagnose_once(db: Any, run_id: int, result: Any, diagnose: Any) -> list[str
 def _write_outputs(summary: Any, runner: Any, opts: TuneOptions, console: Any) -> None:
     from rich.markup import escape
 
+    from torchdoctor.inputs import write_output
     from torchdoctor.tune import report
     from torchdoctor.tune.space import to_config
 
@@ -379,7 +380,7 @@ def _write_outputs(summary: Any, runner: Any, opts: TuneOptions, console: Any) -
     if opts.json_path == "-":
         click.echo(report.to_json(summary))
     elif opts.json_path:
-        Path(opts.json_path).write_text(report.to_json(summary), encoding="utf-8")
+        write_output(opts.json_path, report.to_json(summary), "JSON report")
         console.print(f"wrote {escape(opts.json_path)}")
     if opts.html_path:
         import json

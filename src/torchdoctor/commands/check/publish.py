@@ -13,6 +13,8 @@ from torchdoctor.capture.measurement import measure
 from torchdoctor.capture.options import CheckOptions
 from torchdoctor.capture.runfolder import RankInfo, release_pointer, wait_for_ranks, write_json
 from torchdoctor.commands.check.summary import build_report, render_analysis, summary_text
+from torchdoctor.errors import OutputError
+from torchdoctor.inputs import write_output
 from torchdoctor.record import layout
 from torchdoctor.record.write import rank_index
 from torchdoctor.report.account_text import account_text
@@ -87,21 +89,28 @@ def publish(
     text += framework_hint(record.get("frameworks") or [])
     text += f"run folder: {folder}\n"
     text = clean_report(text)  # names and paths from the run reach a terminal
-    write_json(layout.report_json(folder), doc)
-    layout.report_text(folder).write_text(text, encoding="utf-8")
+    try:
+        write_json(layout.report_json(folder), doc)
+    except OSError as exc:  # a full disk: the environment's, one line naming the file
+        raise OutputError(
+            f"cannot write the report to {layout.report_json(folder)}: {exc.strerror or exc}"
+        ) from None
+    write_output(layout.report_text(folder), text, "report")
     release_pointer(options.out_dir, rank)
     if html_path:
         from torchdoctor.report.html_sources import write_check_html
 
         text += f"wrote {write_check_html(html_path, doc, analysis, record)}\n"
     as_json = json.dumps(doc, indent=1, default=str) + "\n"
+    # Every file first: standard output on a full device must not cost the --json file.
+    if json_path and json_path != "-":
+        write_output(json_path, as_json, "JSON report")
     if json_path == "-":
         sys.stderr.write(text)
         sys.stdout.write(as_json)
     else:
         sys.stdout.write(text)
         if json_path:
-            Path(json_path).write_text(as_json, encoding="utf-8")
             sys.stderr.write(f"torchdoctor: wrote {json_path}\n")
     sys.stdout.flush()
     return doc

@@ -89,7 +89,7 @@ def run_check(
     from torchdoctor.capture.runner import check_callable, check_script, internal_error
     from torchdoctor.commands.check.args import absolute_outputs
     from torchdoctor.commands.check.publish import publish
-    from torchdoctor.exits import EXIT_INTERNAL, say
+    from torchdoctor.exits import EXIT_INTERNAL, EXIT_OUTPUT, say, told_output_failure
     from torchdoctor.inputs import output_path
 
     # Where the report goes is checked (and made absolute) before the run: a typo must not cost
@@ -121,12 +121,24 @@ def run_check(
                 )
             text = layout.report_text(folder).read_text(encoding="utf-8")
             EvidenceLog(evidence_path(folder, RankInfo.from_env())).published()
-        except UserError as exc:  # an output that could not be written: one line, exit 2
+        except UserError as exc:  # an output that could not be written: one line, exit 74
             say(f"torchdoctor: error: {exc}")
-            code = code or UserError.exit_code
+            code = code or exc.exit_code
+            _published(folder)  # the watching parent would fail the same way
         except Exception as exc:
-            if os.environ.get("TORCHDOCTOR_DEBUG"):
-                raise
-            internal_error("while writing the report", exc)
-            code = code or EXIT_INTERNAL  # the script's own status first, ours if it had none
+            if told_output_failure(exc):  # standard output on a full device: one line
+                code = code or EXIT_OUTPUT
+                _published(folder)
+            else:
+                if os.environ.get("TORCHDOCTOR_DEBUG"):
+                    raise
+                internal_error("while writing the report", exc)
+                code = code or EXIT_INTERNAL  # the script's own status first, ours if none
     return CheckResult(code, folder, record, report, text)
+
+
+def _published(folder: Path) -> None:
+    from torchdoctor.capture.evidence import EvidenceLog, evidence_path
+    from torchdoctor.capture.runfolder import RankInfo
+
+    EvidenceLog(evidence_path(folder, RankInfo.from_env())).published()

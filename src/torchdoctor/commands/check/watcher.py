@@ -32,7 +32,8 @@ from typing import Any
 from torchdoctor.capture.evidence import evidence_path, read_evidence, record_from_evidence
 from torchdoctor.capture.options import CheckOptions
 from torchdoctor.capture.runfolder import RankInfo, create_run_folder, rank_result_path, write_json
-from torchdoctor.exits import EXIT_TIMEOUT, say
+from torchdoctor.errors import UserError
+from torchdoctor.exits import EXIT_OUTPUT, EXIT_TIMEOUT, say, told_output_failure
 
 ENV_WATCHER = "TORCHDOCTOR_WATCHER"
 """0: run the script in this process only (no watching parent)."""
@@ -188,10 +189,16 @@ def _after(
             record = json.loads(record_file.read_text(encoding="utf-8"))
             publish(folder, record, rank, options, top, json_path=json_path, html_path=html_path)
         ended = json.loads(record_file.read_text(encoding="utf-8"))["exit"]["status"]
+    except UserError as exc:  # an output that could not be written (a full disk): one line
+        say(f"torchdoctor: error: {exc}")
+        exit_status = exit_status or exc.exit_code
     except Exception as exc:  # the script's status stands; our failure is one line
-        if os.environ.get("TORCHDOCTOR_DEBUG"):
+        if told_output_failure(exc):  # standard output on a full device
+            exit_status = exit_status or EXIT_OUTPUT
+        elif os.environ.get("TORCHDOCTOR_DEBUG"):
             raise
-        say(f"torchdoctor: internal error while reporting the run: {type(exc).__name__}: {exc}")
+        else:
+            say(f"torchdoctor: internal error while reporting the run: {type(exc).__name__}: {exc}")
     return Ending(exit_status, ending_signal(code, killed_for, ended))
 
 
