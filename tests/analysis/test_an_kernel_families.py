@@ -208,6 +208,31 @@ CASES = [
         "unknown",
         "nccl",
     ),
+    # nanoGPT's embedding backward on an H200: CUB's sort, ATen's segment reduction
+    (
+        "void at_cuda_detail::cub::detail::radix_sort::DeviceRadixSortOnesweepKernel<at_cuda_detail"
+        "::cub::detail::radix::policy_hub<long, at::cuda::cub::detail::OpaqueType<8>, unsigned long"
+        " long>::Policy1000, false, long, int>(int*, int*, long*, long const*)",
+        "other",
+        None,
+        "unknown",
+        "cub-sort",
+    ),
+    (
+        "void at::native::(anonymous namespace)::krn_partials_per_segment<long>(long*, long const*,"
+        " long const*, long)",
+        "reduction",
+        None,
+        "unknown",
+        "generic",
+    ),
+    (
+        "at::native::amp_update_scale_cuda_kernel(float*, int*, float const*, double, double, int)",
+        "elementwise",
+        None,
+        "unknown",
+        "generic",
+    ),
     # names nobody reads: unknown, never "no tensor cores"
     ("at::cuda::(anonymous namespace)::spin_kernel(long)", "other", None, "unknown", "unknown"),
     ("my_custom_matmul_kernel_v2", "gemm", None, "unknown", "generic"),

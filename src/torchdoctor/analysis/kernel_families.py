@@ -188,6 +188,14 @@ def kv_cache_write(n: str) -> Parsed | None:
     return ("elementwise", None, "unknown", False) if _KV_WRITE.search(n) else None
 
 
+# -- CUB's device-wide sorts and scans (torch's sort/unique/embedding backward): data movement,
+# category "other", but a known family.
+def cub_sort(n: str) -> Parsed | None:
+    if "cub::" in n and ("radixsort" in n or "devicescan" in n or "devicesegmented" in n):
+        return "other", None, "unknown", False
+    return None
+
+
 # -- NCCL / RCCL collectives (ncclKernel_AllReduce_RING_LL_Sum_float, ncclDevKernel_...). --------
 def nccl(n: str) -> Parsed | None:
     if n.startswith(("nccl", "rccl", "void nccl", "void rccl")) or "ncclkernel" in n:
@@ -228,6 +236,7 @@ FamilyName = Literal[
     "ck-fmha",
     "kv-cache-write",
     "nccl",
+    "cub-sort",
     "cudnn-sdpa",
     "flash-attention",
     "mem-efficient-attention",
@@ -242,6 +251,7 @@ FAMILIES: tuple[tuple[FamilyName, Callable[[str], Parsed | None]], ...] = (
     ("paged-attention", paged_attention),
     ("ck-fmha", ck_fmha),
     ("nccl", nccl),
+    ("cub-sort", cub_sort),
     ("cudnn-sdpa", cudnn_sdpa),
     ("flash-attention", flash_attention),
     ("mem-efficient-attention", mem_efficient_attention),

@@ -70,11 +70,12 @@ _GEMM = re.compile(
 _REDUCTION = re.compile(
     r"reduce|reduction|softmax|norm(?!al)|bn_fw|bn_bw|welford|gammabeta|scan|argmax|argmin"
     r"|topk|cross_entropy|classnllcriterion|_sum_|logsumexp|max_pool|avg_pool|average_pool"
+    r"|compute_grad_weight|partial_segment|partials_per_segment|partial_to_segment|searchsorted"
 )
 _ELEMENTWISE = re.compile(
     r"elementwise|vectorized|pointwise|copy|fill|index|scatter|gather|nchwtonhwc|nhwctonchw"
     r"|scalepacked|dropout|clamp|transpose|permute|cat_|where|_add|_mul|relu|gelu|silu"
-    r"|rotary|embedding"
+    r"|rotary|embedding|amp_update_scale|unpack_cudnn|to_dense|bounds_check|offsets_range"
 )
 _FP8 = re.compile(r"e4m3|e5m2|(?<!d)fp8(?!kvcache)|f8f8")
 _INT8 = re.compile(r"i8816|i8832|imma|int8|i8i8|s8s8")

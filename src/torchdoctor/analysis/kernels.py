@@ -99,9 +99,9 @@ class KernelRow:
 
     @property
     def classified(self) -> bool:
-        """A known family and category; for GEMM/conv/attention also tensor-core use (yes/no)
-        and a dtype, or a family whose names cannot carry one."""
-        if self.family == "unknown" or self.category == "other":
+        """A name some family grammar read; for GEMM/conv/attention also tensor-core use
+        (yes/no) and a dtype, or a family whose names cannot carry one."""
+        if self.family == "unknown":
             return False
         if self.category not in MATMUL_CATEGORIES and self.category != "attention":
             return True
