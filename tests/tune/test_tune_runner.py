@@ -129,3 +129,16 @@ def test_distributed_trial_under_torchrun(tmp_path: Path) -> None:
     assert r.status == "ok", r.reason
     assert r.probe is not None and r.probe["world_size"] == 2 and r.probe["backend"] == "runtime"
     assert len(r.step_times_s) == 6 and len(r.losses) == 2 + 6 * 6
+
+
+def test_the_baseline_trace_path_is_absolute(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The worker imports the workload, which may change its working directory: a relative
+    ``workdir`` (the tune database's folder) would put the baseline's trace elsewhere."""
+    monkeypatch.chdir(tmp_path)
+    a = dict(BASELINE)
+    spec = TrialRunner(TINY, workdir="run-1").spec(
+        Trial(assignment_key(a), "baseline", a), tmp_path / "result.json"
+    )
+    assert spec["trace_path"] == str(tmp_path / "run-1" / "baseline-trace.json")

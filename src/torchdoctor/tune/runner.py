@@ -57,7 +57,9 @@ class TrialRunner:
 
     def spec(self, trial: Trial, result_path: Path) -> dict[str, Any]:
         """The JSON the child reads: workload, arms, steps, rounds, seed, result path."""
-        wd = Path(self.workdir or tempfile.gettempdir())
+        # Absolute: the worker imports the workload, which may change its working directory
+        # before the baseline's trace is written.
+        wd = Path(self.workdir or tempfile.gettempdir()).absolute()
         baseline = trial.phase == "baseline"
         arms = [
             {
