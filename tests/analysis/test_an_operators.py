@@ -234,3 +234,16 @@ def test_self_cpu_matches_brute_force_on_random_nesting(ops: list[tuple[int, int
         if self_us > 0:
             expected[f"op{i}"] = self_us
     assert got == pytest.approx(expected)
+
+
+def test_totals_by_name_agree_with_the_table(corpus: Any) -> None:
+    from torchdoctor.analysis.operators import total_cpu_ms_by_name
+
+    table = corpus("mi300x_sglang_qwen3_8b_decode")
+    steps = find_steps(table)
+    totals = total_cpu_ms_by_name(table, steps)
+    rows = analyze_operators(table, steps, top_n=10_000).top_by_self_cpu
+    assert len(rows) > 10 and len(totals) >= len(rows)
+    for r in rows:
+        assert totals[r.name] == pytest.approx(r.total_cpu_ms), r.name
+    assert not any(n.startswith("ProfilerStep#") for n in totals)

@@ -128,6 +128,18 @@ def analyze_operators(table: TraceTable, steps: Steps, top_n: int = 20) -> Opera
     )
 
 
+def total_cpu_ms_by_name(table: TraceTable, steps: Steps) -> dict[str, float]:
+    """Total CPU ms per operator name over the calls that started in the window, a call inside a
+    call of the same name counted once (in the outer call); step markers left out."""
+    ops = _nest(table)
+    lo, hi = steps.window
+    win = (ops.ts >= lo) & (ops.ts < hi) if hi > lo else ops.ts == lo
+    win &= ~_is_marker(table, ops.rows) & ~_inside_same_name(table.name[ops.rows], ops.parent)
+    names = table.name[ops.rows[win]]
+    sums = np.bincount(names, (ops.end - ops.ts)[win], len(table.names)) / 1e3
+    return {table.names[c]: float(sums[c]) for c in np.unique(names)}
+
+
 def _is_marker(table: TraceTable, rows: np.ndarray) -> np.ndarray:
     """Per row: is it a step marker rather than an operator."""
     codes = table.codes_matching(lambda n: n.startswith(_MARKERS))

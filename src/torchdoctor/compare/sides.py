@@ -138,21 +138,14 @@ def _kernels(a: Any) -> dict[str, tuple[str, float]]:
 
 
 def _operators(a: Any) -> dict[str, float]:
-    from torchdoctor.trace.kinds import Kind
+    """Inclusive CPU ms per step by operator (nested calls of one name counted once)."""
+    from torchdoctor.analysis.operators import total_cpu_ms_by_name
 
-    t = a.table
-    lo, hi = a.steps.window
-    rows = t.of_kind(Kind.CPU_OP)
-    rows = rows[(t.ts[rows] >= lo) & (t.ts[rows] < hi)]
-    if not len(rows):
-        return {}
-    sums = np.bincount(t.name[rows], weights=t.dur[rows], minlength=len(t.names))
-    codes = np.unique(t.name[rows])
-    skip = ("ProfilerStep#", "enumerate(DataLoader)#")
+    totals = total_cpu_ms_by_name(a.table, a.steps)
     return {
-        t.names[c]: float(sums[c]) / 1000.0 / a.n_steps
-        for c in codes
-        if not t.names[c].startswith(skip)
+        name: ms / a.n_steps
+        for name, ms in totals.items()
+        if not name.startswith("enumerate(DataLoader)#")  # data loading has its own line
     }
 
 
