@@ -100,3 +100,25 @@ def test_autocast_is_not_claimed_for_kernels_of_other_operators() -> None:
     ctx = KernelContext(autocast_dtype="bf16")
     (row,) = analyze_kernels(table, steps_of((0, 100)), context=ctx).top_kernels  # type: ignore[arg-type]
     assert (row.dtype, row.tensor_core) == ("unknown", None)
+
+
+def test_an_unrecognised_kernel_of_a_matmul_counts_as_gemm_time_of_unknown_tensor_cores() -> None:
+    events = [
+        op("aten::mm", 0, 20, ext_id=5),
+        launch(2, 4, corr=9, ext_id=5),
+        kernel("vendor_opaque_kernel_7", 10, 30, corr=9),
+    ]
+    stats = analyze_kernels(make_table(events, devices=[H100]), steps_of((0, 100)))  # type: ignore[arg-type]
+    (row,) = stats.top_kernels
+    assert (row.category, row.tensor_core, row.family, row.classified) == (
+        "gemm",
+        None,
+        "unknown",
+        False,
+    )
+    assert (stats.matmul_ms, stats.unknown_tensor_core_ms, stats.off_tensor_core_ms) == (
+        0.03,  # the kernel's 30 us
+        0.03,
+        0.0,
+    )
+    assert stats.unclassified_names == 1

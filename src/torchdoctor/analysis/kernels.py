@@ -158,6 +158,7 @@ def analyze_kernels(
     codes, inv = np.unique(table.name[rows], return_inverse=True)
     first_kind = table.kind[rows][np.unique(inv, return_index=True)[1]]
     cats = [_category(table.names[c], Kind(k)) for c, k in zip(codes, first_kind, strict=True)]
+    cats = _by_parent(table, rows, codes, inv, cats)
     gpu = gpu_info(table, rows)
     dtype_idx, tc_idx = _row_dtype_and_tc(table, rows, codes, inv, cats, gpu, context)
     unknown = np.array([classify_kernel(table.names[c]).family == "unknown" for c in codes])
@@ -256,17 +257,57 @@ def _row_dtype_and_tc(
 
 
 def _launched_by_compute_op(table: TraceTable, rows: np.ndarray) -> np.ndarray:
-    """For each device row, whether the operator that launched it is a matmul or attention."""
+    """For each device row, whether the operator that launched it is a matmul, convolution or
+    attention."""
+    return np.array([c in _OP_CATEGORY for c in _op_classes(table, rows)], dtype=bool)
+
+
+_OP_CATEGORY: dict[str, KernelCategory] = {
+    "matmul": "gemm",
+    "convolution": "convolution",
+    "attention": "attention",
+}
+
+
+def _op_classes(table: TraceTable, rows: np.ndarray) -> list[str]:
+    """For each device row, the class (``op_classes``) of the operator that launched it (kernel
+    corr -> launch call -> External id -> CPU op), "" where none is recorded."""
     launch = launch_of(table, rows)
     ext = np.where(launch >= 0, table.ext_id[np.maximum(launch, 0)], -1)
     ops = np.flatnonzero(table.kind == Kind.CPU_OP)
     ops = ops[table.ext_id[ops] >= 0]
-    compute = {
-        int(e)
+    by_ext = {
+        int(e): classify_op(table.names[code])
         for e, code in zip(table.ext_id[ops], table.name[ops], strict=True)
-        if classify_op(table.names[code]) in ("matmul", "attention", "convolution")
     }
-    return np.array([int(e) in compute for e in ext], dtype=bool)
+    return [by_ext.get(int(e), "") for e in ext]
+
+
+def _by_parent(
+    table: TraceTable,
+    rows: np.ndarray,
+    codes: np.ndarray,
+    inv: np.ndarray,
+    cats: list[KernelCategory],
+) -> list[KernelCategory]:
+    """Categories with an unrecognised name's taken from its launching operator: a kernel no
+    family reads, launched mostly by a matmul (convolution, attention) operator, counts as GEMM
+    (convolution, attention) time, its tensor-core use unknown, never "off"."""
+    open_codes = [
+        i
+        for i, c in enumerate(codes)
+        if cats[i] == "other" and classify_kernel(table.names[c]).family == "unknown"
+    ]
+    if not open_codes:
+        return cats
+    classes = _op_classes(table, rows)
+    out = list(cats)
+    for i in open_codes:
+        mine = [classes[j] for j in np.flatnonzero(inv == i)]
+        votes = [c for c in mine if c in _OP_CATEGORY]
+        if votes and 2 * len(votes) > len(mine):
+            out[i] = _OP_CATEGORY[max(set(votes), key=votes.count)]
+    return out
 
 
 def _input_dtypes(table: TraceTable, rows: np.ndarray) -> np.ndarray:
