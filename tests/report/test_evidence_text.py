@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import re
 
+import pytest
+
 from tests.report.test_widths import _report
 from torchdoctor.report.evidence_text import evidence_line
 
@@ -56,3 +58,16 @@ def test_real_evidence_lines_are_short_and_plain() -> None:
         assert "None" not in line and "'" not in line, line
         assert not re.search(r"\de-\d", line), line
     assert any("share_of_step=0.02%" in line for line in lines)
+
+
+@pytest.mark.parametrize(
+    ("stem", "title"),
+    [
+        ("mi250_toy_train_rocm", "Synchronous copies: 1 per step hold the CPU"),
+        ("a100_recsys_train_rank3", "Synchronous copies: 10 per step hold the CPU"),
+        ("mi300x_sglang_qwen3_8b_decode", "decode step: 1 per step hold the CPU"),
+    ],
+)
+def test_a_count_per_step_reads_as_a_count(stem: str, title: str) -> None:
+    titles = [f.title for f in _report(stem).findings]
+    assert any(title in t for t in titles), titles

@@ -84,7 +84,7 @@ INFERENCE_SPECS: tuple[FindingSpec, ...] = (
     FindingSpec(
         id="sync-d2h-per-token",
         label="a blocking device-to-host copy per step",
-        title="Blocking device-to-host copy per decode step: {per_step:.1f} per step hold the "
+        title="Blocking device-to-host copy per decode step: {per_step:.4g} per step hold the "
         "CPU; the GPU then idles {ms:.2f} ms per step ({share:.0%}) before the next launch",
         sources=("trace",),
         severity=SeverityPolicy(th.SYNC_WARN, th.SYNC_CRITICAL),

@@ -172,7 +172,7 @@ def input_frames(a: TraceAnalysis) -> list[str]:
 SYNC_COPIES_SPEC = FindingSpec(
     id="synchronous-copies",
     label="synchronous copies",
-    title="Synchronous copies: {per_step:.1f} per step hold the CPU; the GPU idles {ms:.1f} ms "
+    title="Synchronous copies: {per_step:.4g} per step hold the CPU; the GPU idles {ms:.1f} ms "
     "per step ({share:.0%}) around them",
     sources=("trace",),
     severity=SeverityPolicy(th.SYNC_WARN, th.SYNC_CRITICAL),
