@@ -92,10 +92,13 @@ def print_table(con: Console, table: TableText) -> None:
         con.print(line, soft_wrap=True)
 
 
-def _fixed_widths(table: TableText, skip: int | None, room: int) -> list[int]:
-    """Widths of the columns other than ``skip``, the first that fits in ``room`` of: cells and
-    headers whole; headers wrapped at their spaces; cells wrapped at their spaces too (a word,
-    a number with its unit, is never split)."""
+def _fixed_widths(
+    table: TableText, skip: int | None, room: int, whole_room: int | None = None
+) -> list[int]:
+    """Widths of the columns other than ``skip``: cells and headers whole if they fit in
+    ``whole_room`` (default ``room``); else headers wrapped at their spaces; if that does not fit
+    in ``room``, cells wrapped at their spaces too (a word, a number with its unit, is never
+    split)."""
     n = range(len(table.columns))
     cells = [max([_longest(r[i]) for r in table.rows] or [0]) for i in n]
     words = [max([_longest_word(r[i]) for r in table.rows] or [0]) for i in n]
@@ -103,7 +106,8 @@ def _fixed_widths(table: TableText, skip: int | None, room: int) -> list[int]:
     head_words = [_longest_word(c.header) for c in table.columns]
     keep = [i for i in n if i != skip]
     whole = [max(cells[i], heads[i]) for i in n]
-    widths = whole if _sum(whole, keep) <= room else [max(cells[i], head_words[i]) for i in n]
+    fits_whole = _sum(whole, keep) <= (room if whole_room is None else whole_room)
+    widths = whole if fits_whole else [max(cells[i], head_words[i]) for i in n]
     # Still too wide: wrap the cells that give back the most columns first, one at a time.
     for i in sorted(keep, key=lambda i: words[i] - widths[i]):
         if _sum(widths, keep) <= room:
@@ -129,7 +133,11 @@ def _wide(table: TableText, width: int, flex: int | None) -> list[Text] | None:
         widths = _fixed_widths(table, None, width - 1)
     else:
         name_full = max([cell_len(r[flex]) for r in table.rows] + [cell_len(cols[flex].header)])
-        widths = _fixed_widths(table, flex, width - 1 - MIN_NAME - len(_GAP))
+        # Whole headers only where the names then print whole too: a name is worth more than a
+        # header on one line.
+        widths = _fixed_widths(
+            table, flex, width - 1 - MIN_NAME - len(_GAP), width - 1 - name_full - len(_GAP)
+        )
         rest = sum(widths) + len(_GAP) * (len(cols) - 1)
         room = width - 1 - rest
         squeezed = cols[flex].flex == "shorten" and name_full > room
