@@ -36,6 +36,7 @@ from torch import nn
 from torch.profiler import ProfilerActivity, profile
 
 from torchdoctor import stats
+from torchdoctor.capture.kineto_quiet import kineto_quiet
 from torchdoctor.capture.sampler import StackSampler
 
 REPO = Path(__file__).resolve().parents[1]
@@ -107,7 +108,8 @@ def run_arm(arm: str, step: Callable[[], None], steps: int) -> float:
         )
         sampler = StackSampler() if arm in ("sampler", "profiled window") else None
         if prof is not None:
-            prof.__enter__()
+            with kineto_quiet():  # Kineto's own progress lines, off the table
+                prof.__enter__()
         if sampler is not None:
             sampler.start()
         try:
@@ -119,7 +121,8 @@ def run_arm(arm: str, step: Callable[[], None], steps: int) -> float:
             if sampler is not None:
                 sampler.stop()
             if prof is not None:
-                prof.__exit__(None, None, None)
+                with kineto_quiet():
+                    prof.__exit__(None, None, None)
     return median(times) * 1e3
 
 

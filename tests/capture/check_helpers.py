@@ -18,6 +18,19 @@ EXAMPLES = REPO / "examples" / "check"
 FAST = ["--warmup", "3", "--steps", "3"]
 
 
+def _fast_steps() -> int:
+    from torchdoctor.capture.options import CheckOptions
+
+    after = CheckOptions(warmup_steps=3, profile_steps=3).schedule.after
+    assert after is not None
+    return after[1]
+
+
+FAST_STEPS = _fast_steps()
+"""Steps a FAST run takes before check stops the script on a CPU: 3 warm-up, 8 clean, the
+profiler's own step, 3 profiled, 5 clean again (20)."""
+
+
 @dataclass
 class CheckRun:
     code: int

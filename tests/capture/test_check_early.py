@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.capture.check_helpers import EXAMPLES, REPO, check_inprocess
+from tests.capture.check_helpers import EXAMPLES, FAST_STEPS, REPO, check_inprocess
 from torchdoctor.rules.run_rules import run_findings
 
 
@@ -50,7 +50,11 @@ def test_manual_sgd_is_counted_by_backward(tmp_path: Path) -> None:
     r = check_inprocess(tmp_path, EXAMPLES / "manual_sgd.py")
     assert r.code == 0, r.stderr
     steps = r.run["steps"]
-    assert steps["source"] == "backward" and steps["count"] == 6 and steps["profiled_steps"] == 3
+    assert (
+        steps["source"] == "backward"
+        and steps["count"] == FAST_STEPS
+        and steps["profiled_steps"] == 3
+    )
 
 
 def test_backward_never_restarts_a_loop_with_an_optimizer(tmp_path: Path) -> None:
@@ -185,6 +189,8 @@ def test_a_million_small_ops_per_step_stays_within_the_memory_budget(tmp_path: P
         "check",
         "--warmup",
         "1",
+        "--clean-steps",
+        "0",  # six steps of a million operators: no room for a clean window
         "--steps",
         "3",
         "--profile-memory-budget",

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.capture.check_helpers import EXAMPLES, check_inprocess
+from tests.capture.check_helpers import EXAMPLES, FAST_STEPS, check_inprocess
 
 
 def site(name: str, text: str) -> str:
@@ -76,7 +76,7 @@ def test_well_tuned(tmp_path: Path) -> None:
     assert r.code == 0, r.stderr
     loud = [f for f in r.report["findings"] if f["severity"] != "info"]
     assert loud == [], r.stdout
-    assert r.run["steps"]["source"] == "optimizer" and r.run["steps"]["count"] == 6
+    assert r.run["steps"]["source"] == "optimizer" and r.run["steps"]["count"] == FAST_STEPS
 
 
 @pytest.mark.slow

@@ -55,7 +55,7 @@ if __name__ == "__main__":
         os.environ.get("TD_TEST_LIGHTNING", "lightning.pytorch"), 0.001
     )
     out = sys.argv[1] if len(sys.argv) > 1 else "runs_cb"
-    make([DoctorCallback(warmup_steps=2, profile_steps=2, out_dir=out), Churn()], max_steps=20).fit(
+    make([DoctorCallback(warmup_steps=2, profile_steps=2, out_dir=out), Churn()], max_steps=40).fit(
         model_cls(), data_cls()
     )
     print("TRAINING DONE")

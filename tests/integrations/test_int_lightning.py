@@ -27,7 +27,8 @@ pytestmark = pytest.mark.slow
 
 def _fit(namespace: str, delay_s: float, tmp_path: Path, logger: Any = False) -> Any:
     model_cls, data_cls, make = app.build(namespace, delay_s)
-    cb = DoctorCallback(warmup_steps=2, profile_steps=3, out_dir=tmp_path / "runs")
+    # a 10-step fit: 2 warm-up, 3 clean, the profiler's own step, 3 profiled, 1 after
+    cb = DoctorCallback(warmup_steps=2, clean_steps=3, profile_steps=3, out_dir=tmp_path / "runs")
     make([cb], logger=logger).fit(model_cls(), data_cls())
     assert cb.result is not None
     return cb.result
@@ -78,7 +79,8 @@ def test_check_on_a_lightning_script_works_and_points_at_the_callback(tmp_path: 
     )
     assert result.exit_code == 0
     assert result.record["exit"]["status"] == "stopped"  # check ends it after the window
-    assert result.steps["source"] == "optimizer" and result.steps["count"] == 5
+    # stopped after 2 warm-up, 8 clean, the profiler's own step, 3 profiled, 5 clean again
+    assert result.steps["source"] == "optimizer" and result.steps["count"] == 19
     assert result.record["frameworks"] == ["lightning"]
     assert "torchdoctor.integrations.lightning import DoctorCallback" in result.text
     assert result.findings[0].id == "dataloader-config"

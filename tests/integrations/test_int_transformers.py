@@ -22,7 +22,8 @@ pytestmark = pytest.mark.slow
 
 
 def test_callback_reports_the_slow_loader_as_training_arguments(tmp_path: Path) -> None:
-    cb = DoctorCallback(warmup_steps=2, profile_steps=3, out_dir=tmp_path / "runs")
+    # a 10-step run: 2 warm-up, 3 clean, the profiler's own step, 3 profiled, 1 after
+    cb = DoctorCallback(warmup_steps=2, clean_steps=3, profile_steps=3, out_dir=tmp_path / "runs")
     trainer = app.make_trainer(tmp_path / "out", [cb])
     trainer.train()
     result = cb.result
@@ -52,7 +53,8 @@ def test_check_on_a_trainer_script_points_at_the_callback(tmp_path: Path) -> Non
         out_dir=tmp_path / "runs",
     )
     assert result.exit_code == 0 and result.record["exit"]["status"] == "stopped"
-    assert result.steps["count"] == 4 and result.steps["source"] == "optimizer"
+    # stopped after 2 warm-up, 8 clean, the profiler's own step, 2 profiled, 5 clean again
+    assert result.steps["count"] == 18 and result.steps["source"] == "optimizer"
     assert result.record["frameworks"] == ["transformers"]
     assert "torchdoctor.integrations.transformers import DoctorCallback" in result.text
     assert "dataloader-config" in [f.id for f in result.findings]

@@ -167,3 +167,26 @@ def test_the_effect_round_trips_through_report_json() -> None:
     _, effect = pe.apply([_finding("host-bound", 20.0, 45.0)], effect, rec)
     again = pe.effect_from_dict(effect.to_dict())
     assert again == effect and again.lines() == effect.lines()
+
+
+def test_clean_steps_that_compiled_are_not_the_step() -> None:
+    # a script that recompiles on every new shape until the limit: the clean steps compile
+    clean = [120.0, 118.0, 5.0, 121.0, 119.0, 5.2, 117.0, 123.0]
+    rec = _record(clean, [6.0] * 5, after=[4.9, 5.1, 5.0, 5.3, 4.8])
+    first = rec["steps"]["clean"]["first_step"]
+    rec["steps"]["clean"]["compiled_steps"] = [first + i for i in (0, 1, 3, 4, 6, 7)]
+    effect = pe.measure(rec)
+    assert effect is not None and effect.pooled
+    assert effect.clean_ms == pytest.approx(5.05, abs=0.2)  # the steady steps, clean and after
+    assert "compiled" in "\n".join(effect.lines())
+    rec["steps"]["clean"]["compiled_steps"] = [first]  # one compiled step: left out
+    effect = pe.measure(rec)
+    assert effect is not None and not effect.pooled and effect.steps == 7
+
+
+def test_compiles_are_placed_in_their_steps() -> None:
+    from torchdoctor.capture.timed_window import compiled_steps
+
+    ends = [10.0, 11.0, 12.0, 13.0]  # four steps from 9.0 on the wall clock
+    assert compiled_steps(6, 9.0, ends, [9.5, 12.2, 20.0, 1.0]) == (6, 9)
+    assert compiled_steps(6, 9.0, ends, []) == ()

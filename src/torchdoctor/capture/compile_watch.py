@@ -222,6 +222,23 @@ class CompileWatch:
         """Compiles that start at ``unix_s`` or later are caused by check, not the script."""
         self.ours_from_unix_s = unix_s
 
+    def start_times(self) -> list[float]:
+        """When (unix s) each compile of this run started; [] when dynamo never loaded."""
+        import sys
+
+        if "torch._dynamo" not in sys.modules:
+            return []
+        from torch._dynamo.utils import get_compilation_metrics
+
+        out = []
+        for m in get_compilation_metrics():
+            if id(m) in self._earlier:
+                continue
+            start = _metric_record(m).get("start_unix_s")
+            if isinstance(start, int | float) and start >= self.started_at_unix_s:
+                out.append(float(start))
+        return out
+
     def compiled(self) -> bool:
         """True once this run has compiled something (a torch.compile call of the script, or
         dynamo compiled a frame since ``install``; compiles from before the run do not count)."""

@@ -3,6 +3,7 @@ that becomes ``run.json``."""
 
 from __future__ import annotations
 
+import dataclasses
 import sys
 import time
 from pathlib import Path
@@ -23,7 +24,7 @@ from torchdoctor.capture.options import CheckOptions
 from torchdoctor.capture.profiling import WindowProfiler
 from torchdoctor.capture.runfolder import RankInfo
 from torchdoctor.capture.syncs import SyncRecorder
-from torchdoctor.capture.timed_window import TimedWindow, WindowTiming
+from torchdoctor.capture.timed_window import TimedWindow, WindowTiming, compiled_steps
 from torchdoctor.capture.watcher import Watchers
 from torchdoctor.record.write import RankPlace, RunHeader, StepTimes, run_document
 
@@ -84,6 +85,8 @@ class Session:
         self.profiler = WindowProfiler(options)
         self.monitor = Monitor(self)
         self.measure_start_unix_s: float | None = None
+        """When the warm-up ended: the clean window's start, else the measured steps' start
+        (compiles after it are the run's recompiles "after warm-up")."""
         self.gpu: dict[str, Any] = {}
         self._nvml: gpu_probe.NvmlSampler | None = None
         self.started_unix_s = time.time()
@@ -294,10 +297,12 @@ class Session:
         self.watchers.set_measuring(on)
         self.accounting.measuring(on)
         if on:
-            self.measure_start_unix_s = time.time()
+            if self.measure_start_unix_s is None:  # no clean window started the count
+                self.measure_start_unix_s = time.time()
             self._cpu_window_start()  # the measured steps are the profiled ones
-        else:
+        else:  # counting restarts (a stronger step signal)
             self._cpu_start = None
+            self.measure_start_unix_s = None
 
     def probe_start(self) -> None:
         """The warm-up step before the window: count its work, watch its forwards."""
@@ -332,6 +337,8 @@ class Session:
             cuda = torch.cuda
         self._timing = TimedWindow(name, self.clock.steps + 1, cuda)
         self._timing.start()
+        if name == "clean" and self.measure_start_unix_s is None:
+            self.measure_start_unix_s = self._timing.wall_start
 
     def timed_step(self, name: str, host_end_s: float) -> None:
         """One step of that window ended."""
@@ -344,7 +351,14 @@ class Session:
         if window is None:
             return
         host = list(self.clock.step_s[window.first_step - 1 :])
-        self.timed[name] = window.finish(host)
+        timing = window.finish(host)
+        try:  # a step that compiled is not a steady one (compiles are named apart)
+            starts = self.compile.start_times()
+            marked = compiled_steps(window.first_step, window.wall_start, window.wall_ends, starts)
+            timing = dataclasses.replace(timing, compiled_steps=marked)
+        except Exception as exc:
+            guest.note("placing compiles in the timed steps", exc)
+        self.timed[name] = timing
 
     def timed_abort(self) -> None:
         """The step signal changed: what was timed measured other steps."""

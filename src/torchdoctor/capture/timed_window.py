@@ -14,6 +14,7 @@ the GPU's clock to the host's (the GPU is idle then, so the event completes when
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
 from time import perf_counter
 from typing import Any
@@ -37,6 +38,8 @@ class WindowTiming:
     host_lead_ms: tuple[float, ...] = ()
     """Per step: when the GPU finished it minus when the CPU finished dispatching it (ms)."""
     error: str | None = None
+    compiled_steps: tuple[int, ...] = ()
+    """Steps (1-based, as the clock counts) in which a compile started: not steady steps."""
 
     def to_dict(self) -> dict[str, Any]:
         """Plain data for ``run.json``, with the median and the range."""
@@ -54,7 +57,22 @@ class WindowTiming:
             out["host_lead_median_ms"] = _median(sorted(self.host_lead_ms))
         if self.error:
             out["error"] = self.error
+        if self.compiled_steps:
+            out["compiled_steps"] = list(self.compiled_steps)
         return out
+
+
+def compiled_steps(
+    first_step: int, wall_start: float, wall_ends: list[float], compile_starts: list[float]
+) -> tuple[int, ...]:
+    """The steps (1-based) in which one of ``compile_starts`` (unix s) fell."""
+    out = []
+    begin = wall_start
+    for i, end in enumerate(wall_ends):
+        if any(begin <= t < end for t in compile_starts):
+            out.append(first_step + i)
+        begin = end
+    return tuple(out)
 
 
 def _median(xs: list[float]) -> float | None:
@@ -80,6 +98,9 @@ class TimedWindow:
         self._events: list[Any] = []
         self._host_end: list[float] = []
         self._error: str | None = None
+        self.wall_ends: list[float] = []
+        """Each step's end on the wall clock (unix s), to place compiles in steps."""
+        self.wall_start = 0.0
 
     def start(self) -> None:
         """At the boundary before the window's first step."""
@@ -92,10 +113,12 @@ class TimedWindow:
                 guest.note(f"starting the {self.name} window's CUDA events", exc)
                 self._ref, self._error = None, f"{type(exc).__name__}: {exc}"
         self._ref_host = perf_counter()
+        self.wall_start = time.time()
 
     def step(self, host_end_s: float) -> None:
         """A step of the window ended at ``host_end_s`` (``perf_counter``)."""
         self._host_end.append(host_end_s)
+        self.wall_ends.append(time.time())
         if self._ref is not None:
             try:
                 event = self.cuda.Event(enable_timing=True)

@@ -114,6 +114,9 @@ class ProbeEffect:
     verdict_differs: bool = False
     """The top finding under the instruments is not the top finding of the clean step."""
     instrumented_top: str | None = None
+    pooled: bool = False
+    """Fewer than 3 clean steps were steady (the others compiled): the step time pools the
+    steady clean steps with the ones after the instruments."""
 
     @property
     def profiled(self) -> WindowEffect | None:
@@ -126,10 +129,13 @@ class ProbeEffect:
     def lines(self) -> list[str]:
         """The report's lines: the clean step, each window's ratio, what changed."""
         where = "CUDA events at step boundaries" if self.clock == "cuda-events" else "host clock"
+        which = "steady steps (clean and after)" if self.pooled else "clean steps"
         out = [
-            f"step time: {self.clean_ms:.2f} ms, median of {self.steps} clean steps "
+            f"step time: {self.clean_ms:.2f} ms, median of {self.steps} {which} "
             f"[{self.low_ms:.2f}-{self.high_ms:.2f}] ({where}, no instrument armed)"
         ]
+        if self.pooled:
+            out.append("  (the clean steps compiled: they are not the steady step)")
         for w in self.windows:
             what = "slower beyond noise" if w.slower else "within noise"
             out.append(
@@ -166,6 +172,16 @@ class ProbeEffect:
         return out
 
 
+def _steady(window: Mapping[str, Any], key: str = "step_ms", strict: bool = False) -> list[float]:
+    """A timed window's values less its steps that compiled; not ``strict``: all of them when
+    fewer than 3 are left."""
+    values = [float(x) for x in window.get(key) or []]
+    first = int(window.get("first_step") or 0)
+    compiled = {int(n) - first for n in window.get("compiled_steps") or []}
+    steady = [v for i, v in enumerate(values) if i not in compiled]
+    return steady if strict or len(steady) >= MIN_CLEAN_STEPS else values
+
+
 def _window_steps(steps: Mapping[str, Any], first: int, last: int) -> list[float]:
     ms = [float(x) for x in steps.get("step_ms") or []]
     return ms[first - 1 : last]
@@ -190,7 +206,12 @@ def measure(record: Mapping[str, Any], gpu_busy_ms: float | None = None) -> Prob
     least ``MIN_CLEAN_STEPS`` steps. ``gpu_busy_ms``: the trace's kernel time per step."""
     steps = record.get("steps") or {}
     clean = steps.get("clean") or {}
-    ms = [float(x) for x in clean.get("step_ms") or []]
+    after = steps.get("after") or {}
+    ms = _steady(clean, strict=True)
+    after_ms = _steady(after)
+    pooled = False
+    if len(ms) < MIN_CLEAN_STEPS:  # the clean steps compiled: the ones after are clean too
+        ms, after_ms, pooled = ms + _steady(after, strict=True), [], True
     if len(ms) < MIN_CLEAN_STEPS:
         return None
     mid = stats.median(ms)
@@ -207,11 +228,11 @@ def measure(record: Mapping[str, Any], gpu_busy_ms: float | None = None) -> Prob
             prof = prof[1:]
         if prof:
             windows.append(_effect("profiled", _instruments(record), prof, ms))
-    after = steps.get("after") or {}
-    after_ms = [float(x) for x in after.get("step_ms") or []]
     if after_ms:
         windows.append(_effect("after", "none, after the instruments", after_ms, ms))
-    lead = [float(x) for x in clean.get("host_lead_ms") or []]
+    lead = _steady(clean, "host_lead_ms", strict=True) + (
+        _steady(after, "host_lead_ms", strict=True) if pooled else []
+    )
     lead_ms = stats.median(lead) if lead else None
     gpu_bound = None
     if lead_ms is not None:
@@ -228,6 +249,7 @@ def measure(record: Mapping[str, Any], gpu_busy_ms: float | None = None) -> Prob
         host_lead_ms=lead_ms,
         gpu_bound=gpu_bound,
         gpu_busy_ms=gpu_busy_ms if record.get("gpu") else None,
+        pooled=pooled,
     )
 
 

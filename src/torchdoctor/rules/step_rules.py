@@ -32,6 +32,9 @@ def _candidates(run: RunRecord) -> list[tuple[int, float]]:
         skip = max(skip, int(warmup or 0))
     end = len(times) - int(raw.get("experiment_steps") or 0)
     own = {int(n) - 1 for n in raw.get("own_steps") or []}
+    for timed in (raw.get("clean"), raw.get("after")):  # steps that compiled: named apart
+        if isinstance(timed, dict):
+            own |= {int(n) - 1 for n in timed.get("compiled_steps") or []}
     return [(i, times[i]) for i in range(skip, end) if i not in own]
 
 
