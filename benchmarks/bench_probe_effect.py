@@ -127,7 +127,8 @@ def run_arm(arm: str, step: Callable[[], None], steps: int) -> float:
 
 
 def interval(num: list[float], den: list[float]) -> str:
-    iv = stats.paired_ratio_interval(num, den)
+    """The typical per-round ratio with its 90% interval (5 rounds reach 94%)."""
+    iv = stats.paired_ratio_interval(num, den, confidence=0.9)
     return f"{iv.ratio:.2f}x [{iv.low:.2f}-{iv.high:.2f}]"
 
 
