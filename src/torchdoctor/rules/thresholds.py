@@ -76,6 +76,25 @@ LOW_UTIL_BUSY = Threshold(
     0.60, "GPU busy under 60% of the step is low utilisation for a training or inference loop"
 )
 
+UNFUSED_SHARE = Threshold(
+    0.40,
+    "elementwise/copy/reduction kernels taking 40% of device time or more: in the corpus's "
+    "GEMM- or convolution-bound training steps (ResNet-50, GPT-2, recommender, DDP conv net) "
+    "they take 20-38%; above 40% memory-bound glue, not matrix math, sets the pace",
+)
+UNFUSED_BUSY = Threshold(
+    0.60,
+    "the device busy for 60% of the step or more: below it the host sets the pace and faster "
+    "kernels do not shorten the step (host-bound says what does)",
+)
+FUSION_SAVING = Threshold(
+    0.50,
+    "the share of unfused elementwise/reduction time fusion is assumed to remove: a fused "
+    "chain moves each tensor once instead of once per operator and launches one kernel; half "
+    "is conservative for chains of two or more operators, and stands in for the fusion floor "
+    "because the trace records no bytes for these operators",
+)
+
 FP32_GEMM_SHARE = Threshold(
     0.50, "half or more of GEMM/convolution time in fp32 SIMT kernels on a tensor-core GPU"
 )
