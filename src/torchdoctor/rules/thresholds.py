@@ -89,10 +89,10 @@ UNFUSED_BUSY = Threshold(
 )
 FUSION_SAVING = Threshold(
     0.50,
-    "the share of unfused elementwise/reduction time fusion is assumed to remove: a fused "
-    "chain moves each tensor once instead of once per operator and launches one kernel; half "
-    "is conservative for chains of two or more operators, and stands in for the fusion floor "
-    "because the trace records no bytes for these operators",
+    "the share of unfused elementwise/reduction time fusion is assumed to remove: fusing a "
+    "chain of two same-sized elementwise operators turns four tensor passes into two, longer "
+    "chains save more, a lone operator nothing; it stands in for the fusion floor because "
+    "the trace records no bytes for these operators",
 )
 
 FP32_GEMM_SHARE = Threshold(
