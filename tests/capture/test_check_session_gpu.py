@@ -103,7 +103,10 @@ def test_window_runs_every_cuda_probe(fake_gpu: Any, tmp_path: Path) -> None:
     fake_gpu.mocks["memory_stats"].assert_called_with(1)
     assert gpu["memory"]["alloc_retries"] == 2 and gpu["device"]["count"] == 2
     assert gpu["nvml"]["error"] is None and gpu["nvml"]["samples"] >= 1
-    fake_gpu.nvml.nvmlDeviceGetHandleByPciBusId.assert_called_once_with("00000000:3B:00.0")
+    # the NVML sampler and the GPM counters over the clean steps both read cuda:1's GPU
+    calls = fake_gpu.nvml.nvmlDeviceGetHandleByPciBusId.call_args_list
+    assert [c.args for c in calls] == [("00000000:3B:00.0",)] * 2
+    assert isinstance(gpu["gpm"], dict) and "supported" in gpu["gpm"]
     # the clean steps and the ones after the instruments, timed by CUDA events
     steps = rec["steps"]
     assert steps["clean"]["clock"] == "cuda-events" and steps["clean"]["steps"] == 8

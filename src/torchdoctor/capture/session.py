@@ -108,6 +108,8 @@ class Session:
         self.timed: dict[str, WindowTiming] = {}
         """The windows timed by their step boundaries alone (``clean``, ``after``)."""
         self._timing: TimedWindow | None = None
+        self._gpm: Any = None
+        """NVML's GPM window over the clean steps (``capture/gpm.py``), while it runs."""
         self.watchers = Watchers()
         """Every watcher, in install order (``capture/watcher.py``)."""
         for name, watcher in (
@@ -335,6 +337,8 @@ class Session:
             import torch
 
             cuda = torch.cuda
+        if name == "clean" and cuda is not None:
+            self._gpm_start(cuda)
         self._timing = TimedWindow(name, self.clock.steps + 1, cuda)
         self._timing.start()
         if name == "clean" and self.measure_start_unix_s is None:
@@ -350,6 +354,9 @@ class Session:
         window, self._timing = self._timing, None
         if window is None:
             return
+        if name == "clean" and self._gpm is not None:  # the counters over the clean steps
+            self.gpu["gpm"] = self._gpm.stop()
+            self._gpm = None
         host = list(self.clock.step_s[window.first_step - 1 :])
         timing = window.finish(host)
         try:  # a step that compiled is not a steady one (compiles are named apart)
@@ -364,6 +371,31 @@ class Session:
         """The step signal changed: what was timed measured other steps."""
         self._timing = None
         self.timed.clear()
+        if self._gpm is not None:
+            self._gpm.stop()
+            self._gpm = None
+
+    def _gpm_start(self, cuda: Any) -> None:
+        """NVML's GPM counters (Hopper and later) over the clean steps, when NVML answers."""
+        import os
+
+        from torchdoctor.capture.gpm import gpm_window, unavailable
+
+        try:
+            device = gpu_probe.script_device(cuda, self.rank.local_rank)
+            window = gpm_window(
+                gpu_probe.try_import_pynvml(),
+                cuda,
+                device,
+                os.environ.get("CUDA_VISIBLE_DEVICES"),
+            )
+            if window is None:
+                self.gpu["gpm"] = unavailable("nvidia-ml-py not installed")
+                return
+            window.start()
+            self._gpm = window
+        except Exception as exc:  # counters are a bonus: the clean window goes on
+            guest.note("starting the GPU counters", exc)
 
     def sync_window_begin(self) -> bool:
         """On a GPU, sync-debug mode for a few untimed steps of its own (True: started)."""

@@ -283,6 +283,12 @@ def summary_text(
 
         for line in effect_from_dict(effect).lines():
             w(line + "\n")
+    gpm = (primary.get("gpu") or {}).get("gpm")
+    if isinstance(gpm, dict):
+        from torchdoctor.capture.gpm import gpm_lines
+
+        for line in gpm_lines(gpm):
+            w(f"  {line}\n")
     note = (doc.get("measurement") or {}).get("note")
     if note:
         w(f"measured: {note}\n")
