@@ -70,6 +70,15 @@ def test_a_training_step_gets_compile_without_the_kv_cache(tmp_path: Path) -> No
     assert "torch.compile(model)" in f.fix and "cache" not in f.fix
 
 
+def test_a_serving_engine_is_told_to_use_its_own_compiled_mode(tmp_path: Path) -> None:
+    path = _trace(tmp_path, 50.0)
+    doc = json.loads(path.read_text())
+    doc["traceEvents"].append(cpu_op("vllm::unified_attention_with_output", 9, 1))
+    path.write_text(json.dumps(doc))
+    f = next(f for f in analyze_path(path).findings if f.id == ID)
+    assert "enforce_eager" in f.fix and "StaticCache" not in f.fix
+
+
 def test_under_the_share_threshold_nothing_fires(tmp_path: Path) -> None:
     # 5 x 10 µs against 100 µs of GEMM: a third of device time, under 40%
     assert th.UNFUSED_SHARE > 50 / 150

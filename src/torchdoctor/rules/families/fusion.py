@@ -23,6 +23,7 @@ import numpy as np
 from torchdoctor.analysis._join import gpu_rows, in_window
 from torchdoctor.analysis.kernel_names import classify_kernel
 from torchdoctor.analysis.op_classes import classify_op
+from torchdoctor.analysis.serving import detect_engine
 from torchdoctor.rules import fixes as fx
 from torchdoctor.rules import thresholds as th
 from torchdoctor.rules.spec import FindingSpec, Gate, Measured, SeverityPolicy, TraceRule
@@ -40,10 +41,19 @@ TOP_KERNELS = 3
 """How many kernel names (and launching operators) the evidence lists."""
 
 
-def unfused_fix(inference: bool = True) -> str:
+ENGINES_THAT_COMPILE = frozenset({"vLLM", "SGLang"})
+"""Serving engines that own their model's step and compile it themselves when allowed to."""
+
+
+def unfused_fix(inference: bool = True, engine: str = "unknown") -> str:
     """Compile the step; for inference, compile the decode step with CUDA graphs and give it a
     static KV cache (a dynamic cache grows by ``torch.cat`` every token and changes shape, which
-    keeps the step eager and out of graphs)."""
+    keeps the step eager and out of graphs); in a serving engine, its own compiled mode."""
+    if engine in ENGINES_THAT_COMPILE:
+        return (
+            f"# {engine} compiles and graphs its own step: run it without the eager switch\n"
+            "# vLLM: do not pass enforce_eager=True; SGLang: --enable-torch-compile"
+        )
     if not inference:
         return (
             "model = torch.compile(model)  # fuses elementwise/reduction chains into few kernels\n"
@@ -170,7 +180,7 @@ def measure(a: TraceAnalysis) -> Measured | None:
             "top": lead,
         },
         evidence=evidence,
-        fix={"inference": not _has_backward(a)},
+        fix={"inference": not _has_backward(a), "engine": detect_engine(a.table)},
         where=tuple(r.name for r in ops),
         gates={"gpu_busy_share": a.gpu_busy_share},
     )
