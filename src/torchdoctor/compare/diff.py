@@ -14,6 +14,7 @@ from torchdoctor.compare.estimates import (
     Quantity,
     estimates,
 )
+from torchdoctor.compare.explain import contended, explaining_cause
 from torchdoctor.compare.runs import run_cost
 from torchdoctor.compare.sides import Side
 from torchdoctor.compare.verdict import Verdict, decide
@@ -113,11 +114,15 @@ def compare(
         run_noise_pct=run_noise_pct,
     )
     kernels_moved, added, removed = _kernel_deltas(b, n)
+    busy = tuple(
+        c for c in (contended("BASE", base_runs), contended("NEW", new_runs)) if c is not None
+    )
+    cause = explaining_cause(b.breakdown_ms, n.breakdown_ms)
     return Comparison(
         base=b,
         new=n,
         estimates=est,
-        decision=decide(est, job, run_noise_pct),
+        decision=decide(est, job, run_noise_pct, cause, busy),
         breakdown=_breakdown(b, n),
         kernels_moved=kernels_moved,
         kernels_added=added,

@@ -262,11 +262,14 @@ def verdict_dict(
         "break_even_steps": v.break_even,
         "job_steps": v.job_steps,
         "run_noise_pct": v.run_noise_pct if v.evidence == "one run a side" else None,
+        "explained_by": v.cause.to_dict() if v.cause is not None else None,
+        "contention": [{"side": c.side, "path": c.path, "why": c.why} for c in v.contention],
         "gate": None
         if max_slower_pct is None
         else {
             "fail_if_slower_pct": max_slower_pct,
             "failed": v.gate(max_slower_pct),
+            "judged": not (v.new_contended and v.slower_beyond(max_slower_pct)),
             "on": v.evidence,
             "line": v.gate_line(max_slower_pct),
         },

@@ -11,6 +11,7 @@ from typing import Any, Literal, TypeGuard
 
 import numpy as np
 
+from torchdoctor.compare.explain import contention_of
 from torchdoctor.errors import TraceError, UserError
 from torchdoctor.record import layout
 from torchdoctor.record.folder import read_json, read_run
@@ -47,6 +48,9 @@ class Side:
     """torch.compile's compile time, when the side recorded it."""
     job_steps: int | None = None
     """The run's length when it ran to its end by itself (a completed ``check --full`` run)."""
+    contention: str | None = None
+    """Why this run's step times are inflated by other work on the CPU (a ``cpu-oversubscribed``
+    finding, or the record's ``cpu`` counters), or None."""
 
 
 def load_side(path: str) -> Side:
@@ -83,6 +87,7 @@ def from_report(path: str, kind: SideKind, report: Any, step_ms: np.ndarray | No
         steps, note = _slowest_rank_steps(path, a)
         notes.append(note)
     gpus = sorted({str(d.get("name")) for d in a.table.meta.devices if d.get("name")})
+    findings = {f.id: f.to_dict() for f in report.findings}
     return Side(
         path=path,
         kind=kind,
@@ -90,10 +95,11 @@ def from_report(path: str, kind: SideKind, report: Any, step_ms: np.ndarray | No
         breakdown_ms=_breakdown(a),
         kernels=_kernels(a),
         operators=_operators(a),
-        findings={f.id: f.to_dict() for f in report.findings},
+        findings=findings,
         gpu=", ".join(gpus) or None,
         torch_version=_str_or_none(a.table.meta.top_level.get("pytorch_version")),
         notes=notes,
+        contention=contention_of(findings, None),
     )
 
 
@@ -254,6 +260,7 @@ def _with_record(base: Side, folder: Path, record: dict[str, Any], step_ms: np.n
         torch_version=_str_or_none(record.get("torch_version")) or base.torch_version,
         batch_size=batch,
         samples_per_step=float(batch) if batch else None,
+        contention=contention_of(findings, record.get("cpu")),
     )
 
 
@@ -296,11 +303,13 @@ def _tune(p: Path, doc: dict[str, Any]) -> Side:
     if not isinstance(ids, list):
         raise UserError(f"{p}: 'finding_ids' is not a list")
     batch = _dict(best.get("assignment"), f"{p}: 'best.assignment'").get("batch_size")
+    findings = {str(i): {"id": str(i), "title": str(i)} for i in ids}
     return Side(
         path=str(p),
         kind="tune",
         step_ms=step_ms,
-        findings={str(i): {"id": str(i), "title": str(i)} for i in ids},
+        findings=findings,
+        contention=contention_of(findings, None),
         batch_size=int(batch) if _is_number(batch) and batch > 0 else None,
         samples_per_step=sps * med if sps else None,
         notes=[f"tune pick: {_str_or_none(best.get('config')) or '?'}", *notes],

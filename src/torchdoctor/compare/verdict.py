@@ -20,6 +20,7 @@ from torchdoctor.compare.estimates import (
     EvidenceKind,
     Quantity,
 )
+from torchdoctor.compare.explain import Cause, Contention
 
 Direction = Literal["faster", "slower", "no change", "unclear"]
 
@@ -53,19 +54,43 @@ class Verdict:
     job_steps: int | None
     evidence: EvidenceKind
     run_noise_pct: float
+    cause: Cause | None = None
+    """The breakdown part that explains the mean step's change, when one does."""
+    contention: tuple[Contention, ...] = ()
+    """The sides whose runs recorded other work holding the CPU cores."""
 
-    def gate(self, max_slower_pct: float) -> bool:
-        """True (fail) when NEW is slower by more than ``max_slower_pct`` on the headline cost
-        and the whole interval lies on the slower side. With one run a side the interval is the
-        widened one: only a slowdown beyond the run-to-run allowance fails."""
+    @property
+    def new_contended(self) -> Contention | None:
+        """NEW's contention: its step times are inflated, so no regression verdict rests on them."""
+        return next((c for c in self.contention if c.side == "NEW"), None)
+
+    def slower_beyond(self, max_slower_pct: float) -> bool:
+        """NEW is slower by more than ``max_slower_pct`` on the headline cost with the whole
+        interval on the slower side (what fails the gate on a side measured cleanly)."""
         e = self.headline
         if not e.has_interval:
             return False
         return e.change_pct > max_slower_pct and e.speedup.high < 1.0
 
+    def gate(self, max_slower_pct: float) -> bool:
+        """True (fail) when NEW is slower by more than ``max_slower_pct`` on the headline cost
+        and the whole interval lies on the slower side. With one run a side the interval is the
+        widened one: only a slowdown beyond the run-to-run allowance fails. Never when NEW ran
+        under CPU contention: step times inflated by other work cannot support a regression
+        (BASE's contention does not stop it: an inflated BASE hides a slowdown, never makes one)."""
+        return self.slower_beyond(max_slower_pct) and self.new_contended is None
+
     def gate_line(self, max_slower_pct: float) -> str:
         """The gate's outcome, what it gated on, and how weak that is."""
         e = self.headline
+        busy = self.new_contended
+        if busy is not None and self.slower_beyond(max_slower_pct):
+            return (
+                f"gate --fail-if-slower {max_slower_pct:g}%: NOT JUDGED, passed ({e.label} "
+                f"{e.change_pct:+.1f}%, speed-up {e.speedup.format()}): {busy.text()}, so its "
+                "step times are inflated and cannot support a regression verdict. Measure again "
+                "where the cores are free."
+            )
         outcome = "FAILED" if self.gate(max_slower_pct) else "passed"
         head = (
             f"gate --fail-if-slower {max_slower_pct:g}%: {outcome} ({e.label} {e.change_pct:+.1f}% "
@@ -141,15 +166,29 @@ def _digits(e: Estimate) -> int:
     return 2 if e.unit.startswith("ms") else 1
 
 
-def _lead(e: Estimate, direction: Direction) -> str:
+def _lead(e: Estimate, direction: Direction, explained: bool = False) -> str:
     if direction == "no change":
         return "No change"
     if direction == "unclear":
         return "No clear change"
-    return f"NEW {'is' if e.decided else 'looks'} {direction}"
+    return f"NEW {'is' if e.decided or explained else 'looks'} {direction}"
 
 
-def _evidence_phrase(e: Estimate, run_noise_pct: float) -> str:
+def _explains(cause: Cause | None, head: Estimate, direction: Direction) -> Cause | None:
+    """The cause, when the verdict follows the mean step and the cause moved the same way."""
+    if cause is None or head.quantity != "mean_step" or direction not in ("faster", "slower"):
+        return None
+    return cause if (cause.step_delta_ms < 0) == (head.speedup.ratio > 1.0) else None
+
+
+def _evidence_phrase(e: Estimate, run_noise_pct: float, explained: bool = False) -> str:
+    phrase = _test_phrase(e, run_noise_pct)
+    if explained and not e.decided:
+        return f"{phrase}, but each run's breakdown names the cause"
+    return phrase
+
+
+def _test_phrase(e: Estimate, run_noise_pct: float) -> str:
     if e.evidence == "one run a side":
         if not e.has_interval:
             return "one value a side: not a test"
@@ -207,26 +246,56 @@ def _clauses(est: dict[Quantity, Estimate], head: Estimate, be: int | None) -> l
     return out
 
 
+def _contention_clauses(contention: tuple[Contention, ...], head: Estimate) -> list[str]:
+    out = []
+    for c in contention:
+        if c.side == "NEW" and head.speedup.ratio < 1.0:
+            out.append(
+                f"{c.text()}: its step times are inflated, so this cannot support a regression "
+                "verdict"
+            )
+        else:
+            out.append(f"{c.text()}: its step times are inflated")
+    return out
+
+
 def decide(
     est: dict[Quantity, Estimate],
     job_steps: int | None = None,
     run_noise_pct: float = RUN_TO_RUN_PCT,
+    cause: Cause | None = None,
+    contention: tuple[Contention, ...] = (),
 ) -> Verdict:
-    """The verdict on these estimates (from :func:`torchdoctor.compare.estimates.estimates`)."""
+    """The verdict on these estimates (from :func:`torchdoctor.compare.estimates.estimates`);
+    ``cause``: the breakdown part that explains the mean step's change (named when the verdict
+    follows the mean step and the cause moved its way); ``contention``: the sides whose runs
+    recorded CPU contention (said in the verdict; NEW's keeps the gate from failing)."""
     head = headline(est)
     direction = _direction(head)
+    cause = _explains(cause, head, direction)
     one = est.get("one_time")
     step = est["mean_step"]
     be = None
     if one is not None and step.unit == "ms" and _material_one_time(one):
         be = break_even_steps(one.base, one.new, step.base, step.new)
-    text = f"{_lead(head, direction)}: {_amount(head)}"
+    text = f"{_lead(head, direction, cause is not None)}: {_amount(head)}"
     if head.quantity == "time_to_n":
         text = text.replace("time to N steps", f"time to {job_steps} steps", 1)
-    text += f"; {_evidence_phrase(head, run_noise_pct)}"
-    clauses = _clauses(est, head, be)
+    if cause is not None:
+        text += f", {cause.text()}"
+    text += f"; {_evidence_phrase(head, run_noise_pct, cause is not None)}"
+    clauses = _clauses(est, head, be) + _contention_clauses(contention, head)
     if clauses:
         text += "; " + "; ".join(clauses)
     return Verdict(
-        head, direction, head.decided, text + ".", be, job_steps, head.evidence, run_noise_pct
+        head,
+        direction,
+        head.decided,
+        text + ".",
+        be,
+        job_steps,
+        head.evidence,
+        run_noise_pct,
+        cause,
+        contention,
     )

@@ -1,0 +1,149 @@
+"""Why the step time changed, when one named cause accounts for it, and whether a side's step
+times can support a verdict at all (a side measured while other work held the CPU cores).
+
+A cause *explains* the change when its time per step moved the same way as the mean step and by
+at least :data:`EXPLAINS_MIN` of the mean step's difference (and by no more than
+:data:`EXPLAINS_MAX` of it: a part that moved far more than the step, offset by the others, is
+a reshuffle, not the reason). Both come from the same run's breakdown, so the words are
+arithmetic on one trace; the interval on the step time stays what it was.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+EXPLAINS_MIN = 0.5
+"""A part that moved by half the step's difference or more (same direction) is named: a cause
+that accounts for less leaves most of the change to the others."""
+EXPLAINS_MAX = 2.0
+"""...and by at most twice the difference: beyond that the other parts moved the other way by
+more than the step did, and no single part is the reason."""
+MIN_STEP_CHANGE = 0.02
+"""A step-time difference under 2% of BASE's mean step has nothing to explain."""
+
+
+@dataclass(frozen=True)
+class Cause:
+    """One part of the mean step that accounts for the step time's change."""
+
+    key: str
+    """The breakdown part (``idle:data_loading``...)."""
+    name: str
+    """The cause in words (``data loading``)."""
+    label: str
+    """Its time in words (``waiting on data loading``)."""
+    base_ms: float
+    new_ms: float
+    step_delta_ms: float
+    """The mean step's change (NEW - BASE) the part is weighed against."""
+
+    @property
+    def delta_ms(self) -> float:
+        return self.new_ms - self.base_ms
+
+    @property
+    def share(self) -> float:
+        """The part's change over the step's change (1: all of it)."""
+        return self.delta_ms / self.step_delta_ms
+
+    def text(self) -> str:
+        moved = "fell" if self.delta_ms < 0 else "rose"
+        return (
+            f"explained by {self.name}: {self.label} {moved} from {self.base_ms:.1f} to "
+            f"{self.new_ms:.1f} ms per step"
+        )
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "part": self.key,
+            "name": self.name,
+            "label": self.label,
+            "base_ms": self.base_ms,
+            "new_ms": self.new_ms,
+            "delta_ms": self.delta_ms,
+            "share_of_step_change": self.share,
+        }
+
+
+def _words(key: str) -> tuple[str, str]:
+    """(cause, its time) in the analyze report's vocabulary."""
+    from torchdoctor.report.render import _PART_LABEL as labels
+
+    kind, _, part = key.partition(":")
+    label = labels.get(f"{part}_cpu" if kind == "cpu" else part, part.replace("_", " "))
+    label = label.removeprefix("idle: ")
+    if kind == "busy":
+        name = label if label.startswith("GPU ") else f"GPU {part.replace('_', ' ')}"
+        return name, f"{name} time"
+    return part.replace("_", " "), label
+
+
+def explaining_cause(base: Mapping[str, float], new: Mapping[str, float]) -> Cause | None:
+    """The breakdown part that explains the mean step's change (see the module docstring), the
+    one that moved most when several do; None when none does. ``base`` and ``new``: ms per step
+    by part, whose sums are each side's mean step."""
+    if not base or not new:
+        return None
+    step_delta = sum(new.values()) - sum(base.values())
+    if abs(step_delta) < MIN_STEP_CHANGE * sum(base.values()):
+        return None
+    best: Cause | None = None
+    for key in dict.fromkeys([*base, *new]):
+        b, n = base.get(key, 0.0), new.get(key, 0.0)
+        share = (n - b) / step_delta
+        if EXPLAINS_MIN <= share <= EXPLAINS_MAX and (
+            best is None or abs(n - b) > abs(best.delta_ms)
+        ):
+            best = Cause(key, *_words(key), b, n, step_delta)
+    return best
+
+
+@dataclass(frozen=True)
+class Contention:
+    """A side whose run recorded other work holding the CPU: its step times are inflated."""
+
+    side: str
+    """``BASE`` or ``NEW``."""
+    path: str
+    why: str
+
+    def text(self) -> str:
+        return f"{self.side} ({self.path}) ran under CPU contention: {self.why}"
+
+
+def contention_of(findings: Mapping[str, Mapping[str, Any]], cpu: Any) -> str | None:
+    """Why one run's step times are inflated by contention, or None: a ``cpu-oversubscribed``
+    finding, or a ``cpu`` record where the main thread waited for a core long enough
+    (``STARVED_SHARE``) or other processes left fewer free cores than the run's threads."""
+    f = findings.get("cpu-oversubscribed")
+    if f is not None:
+        return f"finding cpu-oversubscribed: {f.get('title', '')}".rstrip(": ")
+    if not isinstance(cpu, dict):
+        return None
+    from torchdoctor.rules import thresholds as th
+    from torchdoctor.rules.cpu_rules import cpu_demand
+
+    try:
+        d = cpu_demand(cpu)
+        wait = cpu.get("main_thread_runqueue_wait_s")
+        share = float(wait) / float(cpu["wall_s"]) if wait is not None else 0.0
+    except (KeyError, TypeError, ValueError, ZeroDivisionError):
+        return None
+    if d is None:
+        return None
+    held = f"other processes kept {d.other_cores:.1f} of {d.cores} cores busy"
+    if share >= th.STARVED_SHARE:
+        return f"the main thread waited for a core {share:.0%} of the measured time; {held}"
+    if d.other_cores >= 1.0 and d.oversubscribed:
+        return f"{held}, leaving {d.free_cores:.1f} for {d.demand:.1f} runnable threads"
+    return None
+
+
+def contended(side: str, runs: Sequence[Any]) -> Contention | None:
+    """The first run of one side that recorded contention (``Side.contention``), if any."""
+    for r in runs:
+        if r.contention:
+            return Contention(side, r.path, r.contention)
+    return None
