@@ -111,6 +111,21 @@ def test_decisions(plan: planner.Plan, monkeypatch: pytest.MonkeyPatch) -> None:
     assert [c.id for c in proof.plan.patched] == ["c1"]
 
 
+def test_too_few_rounds_say_so_instead_of_does_not_clear(
+    plan: planner.Plan, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    behaviour = {"original": (10.0, LOSSES), "c1": (3.75, LOSSES), "default": (10.0, LOSSES)}
+    monkeypatch.setattr(prove, "run_arm", fake_runs(behaviour, []))
+    proof = prove.prove(plan, next(iter(plan.originals)), [], ProveOptions(rounds=4))
+    c1 = proof.plan.changes[0]  # a 2.67x gain over 4 rounds: no 95% interval exists
+    assert c1.status == "no-gain" and "does not clear" not in c1.reason
+    assert c1.reason.startswith("4 rounds cannot give a 95% interval; run --rounds 6 or more")
+    assert "measured 2.6" in c1.reason or "measured 2.7" in c1.reason
+    # with 6 rounds the same gain is proven
+    proof6 = prove.prove(plan, next(iter(plan.originals)), [], ProveOptions(rounds=6))
+    assert proof6.plan.changes[0].status == "patched"
+
+
 def test_changed_losses_are_rejected_with_the_numbers(
     plan: planner.Plan, monkeypatch: pytest.MonkeyPatch
 ) -> None:

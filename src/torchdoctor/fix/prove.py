@@ -332,6 +332,17 @@ def _decide(
     if m is None or not (m.low > 1.0 + opts.min_gain):
         shown = m.format() if m else "not measured"
         why = f"{shown} does not clear {1 + opts.min_gain:.2f}x"
+        if m is not None and (m.low <= 0 or m.high == float("inf")):
+            # too few rounds for a 95% signed-rank interval: say so, not "does not clear"
+            fewest = next(
+                n
+                for n in range(2, 64)
+                if stats.paired_ratio_interval([1.0] * n, [1.0] * n).high < float("inf")
+            )
+            why = (
+                f"{m.rounds} rounds cannot give a 95% interval; run --rounds {fewest} or more "
+                f"(measured {m.ratio:.2f}x over {m.rounds} rounds: unproven, not a loss)"
+            )
         if opts.keep_unproven:
             return replace(c, reason=f"{why}; kept (--keep-unproven)")
         return replace(c, status="no-gain", reason=why)
