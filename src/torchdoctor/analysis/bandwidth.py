@@ -28,6 +28,7 @@ import numpy as np
 
 from torchdoctor.analysis._join import gpu_rows, launch_of
 from torchdoctor.hardware import memory_bandwidth, peak_flops
+from torchdoctor.trace.columns import SHAPE_OPS
 from torchdoctor.trace.table import TraceTable
 
 _ELEMENT_BYTES = {
@@ -125,7 +126,7 @@ def bandwidth_in(
     total_ms = float(table.dur[kernels].sum()) / 1e3
     by_op: dict[int, float] = {}
     for x, d in zip(ext.tolist(), table.dur[kernels].tolist(), strict=True):
-        if x in table.shapes:
+        if x in table.shapes and table.shapes[x][0] in SHAPE_OPS:  # not elementwise ones
             by_op[x] = by_op.get(x, 0.0) + d
     nbytes = flops = us = 0.0
     elt_time: dict[int, float] = {}

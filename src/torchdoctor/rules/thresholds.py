@@ -92,7 +92,7 @@ FUSION_SAVING = Threshold(
     "the share of unfused elementwise/reduction time fusion is assumed to remove: fusing a "
     "chain of two same-sized elementwise operators turns four tensor passes into two, longer "
     "chains save more, a lone operator nothing; it stands in for the fusion floor because "
-    "the trace records no bytes for these operators",
+    "a trace does not show which intermediates a fused kernel would keep out of memory",
 )
 
 FP32_GEMM_SHARE = Threshold(

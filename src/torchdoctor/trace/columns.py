@@ -38,6 +38,15 @@ SHAPE_OPS = frozenset(
         *("aten::_scaled_dot_product_cudnn_attention", "aten::_scaled_dot_product_attention_math"),
     }
 )
+# Elementwise operators (one memory-bound kernel each in eager mode) whose recorded shapes give
+# the bytes their kernel reads and writes (``analysis/elementwise_traffic.py``).
+TRAFFIC_OPS = frozenset(
+    {
+        *("aten::mul", "aten::add", "aten::sub", "aten::div", "aten::copy_", "aten::pow"),
+        *("aten::neg", "aten::rsqrt", "aten::sqrt", "aten::exp", "aten::silu", "aten::gelu"),
+        *("aten::relu", "aten::sigmoid", "aten::tanh", "aten::mul_", "aten::add_", "aten::div_"),
+    }
+)
 INT_COLS = ("corr", "ext_id", "device", "stream", "nbytes")
 _ARG_ATTRS = ("correlation", "external_id", "device", "stream", "bytes")
 _MEM_ATTRS = ("total_allocated", "total_reserved", "device_id", "device_type", "alloc_bytes")
@@ -259,8 +268,9 @@ def _input_types(
 def _shapes(
     args: list[Any], kind: np.ndarray, names: Interned, ext_id: np.ndarray
 ) -> dict[int, tuple[str, bytes, bytes]]:
-    """Raw ``Input Dims`` and ``Input type`` of the ``SHAPE_OPS`` operators, by External id."""
-    codes = [i for i, n in enumerate(names.values) if n in SHAPE_OPS]
+    """Raw ``Input Dims`` and ``Input type`` of the ``SHAPE_OPS`` and ``TRAFFIC_OPS``
+    operators, by External id."""
+    codes = [i for i, n in enumerate(names.values) if n in SHAPE_OPS or n in TRAFFIC_OPS]
     if not codes:
         return {}
     rows = np.flatnonzero((kind == Kind.CPU_OP) & np.isin(names.codes, codes))

@@ -7,10 +7,11 @@ casts, an activation) moves the same tensor once per operator where one fused ke
 it once. Their time is set by memory traffic and launch count, not by arithmetic, and it is the
 time ``torch.compile`` removes.
 
-The trace does not record the bytes of these operators (``record_shapes`` keeps GEMM and
-attention shapes only, ``trace/columns.py``), so the fusion floor (their compulsory bytes at the
-device's bandwidth) is not computed: the saving is the documented conservative fraction
-``FUSION_SAVING`` of their time. Kernels Inductor already generated (the ``triton`` family:
+The bytes a fused kernel would still move depend on which intermediates it keeps out of memory,
+which a trace does not show, so the fusion floor (those bytes at the device's bandwidth) is not
+computed: the saving is the documented fraction ``FUSION_SAVING`` of their time. Where shapes
+were recorded, the evidence gives the bandwidth the unfused kernels reach
+(``analysis/elementwise_traffic.py``). Kernels Inductor already generated (the ``triton`` family:
 ``triton_poi_fused_...``) are fused work and never count.
 """
 
@@ -21,9 +22,11 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from torchdoctor.analysis._join import gpu_rows, in_window
+from torchdoctor.analysis.elementwise_traffic import traffic_of
 from torchdoctor.analysis.kernel_names import classify_kernel
 from torchdoctor.analysis.op_classes import classify_op
 from torchdoctor.analysis.serving import detect_engine
+from torchdoctor.hardware import memory_bandwidth
 from torchdoctor.rules import fixes as fx
 from torchdoctor.rules import thresholds as th
 from torchdoctor.rules.spec import FindingSpec, Gate, Measured, SeverityPolicy, TraceRule
@@ -84,8 +87,8 @@ SPEC = FindingSpec(
     "kernel reads its inputs from device memory and writes its output back, so a chain of them "
     "moves the same tensor many times and pays a launch each. Fused (torch.compile), the chain "
     "moves it once; with a static KV cache the decode step keeps one shape and can run as a "
-    "CUDA graph. The saving is a conservative half of these kernels' time (their bytes are not "
-    "recorded, so the fusion floor is not computed).",
+    "CUDA graph. The saving is an estimated half of these kernels' time (what a fused kernel "
+    "would still move is not in the trace, so the fusion floor is not computed).",
     doc_url=f"{fx.DOCS}/generated/torch.compile.html",
     knobs=("compile",),
     codemods=("compile-model",),
@@ -101,25 +104,47 @@ def _short(name: str) -> str:
     return n.rsplit("::", 1)[-1].strip() or name
 
 
-def _unfused_kernels(a: TraceAnalysis) -> dict[str, tuple[int, float]]:
-    """Short kernel name -> (launches, summed µs) of the unfused kernels in the window."""
+def _unfused_kernels(a: TraceAnalysis) -> tuple[dict[str, tuple[int, float]], np.ndarray]:
+    """Short kernel name -> (launches, summed µs) of the unfused kernels in the window, and
+    their rows."""
     t = a.table
     rows = in_window(t, a.steps, gpu_rows(t))
     rows = rows[t.kind[rows] == Kind.KERNEL]
     if not len(rows):
-        return {}
+        return {}, rows
     codes, inv = np.unique(t.name[rows], return_inverse=True)
     dur = np.bincount(inv, t.dur[rows].astype(np.float64))
     counts = np.bincount(inv)
+    keep = np.zeros(len(codes), dtype=bool)
     out: dict[str, tuple[int, float]] = {}
-    for c, us, n in zip(codes.tolist(), dur.tolist(), counts.tolist(), strict=True):
+    for i, (c, us, n) in enumerate(zip(codes.tolist(), dur.tolist(), counts.tolist(), strict=True)):
         name = t.names[int(c)]
         info = classify_kernel(name)
         if info.category not in UNFUSED_CATEGORIES or info.family in FUSED_FAMILIES:
             continue
+        keep[i] = True
         key = _short(name)
         had = out.get(key, (0, 0.0))
         out[key] = (had[0] + int(n), had[1] + float(us))
+    return out, rows[keep[inv]]
+
+
+def _bandwidth(a: TraceAnalysis, rows: np.ndarray) -> dict[str, Any]:
+    """The rate the shape-recorded elementwise kernels reach (a lower bound), against the
+    device's peak where ``hardware.py`` knows it; empty without recorded shapes."""
+    got = traffic_of(a.table, rows)
+    if got is None:
+        return {}
+    rate = got.achieved_bytes_per_s
+    out: dict[str, Any] = {
+        "achieved_gb_per_s": round(rate / 1e9, 1),
+        "bytes_known_share_of_unfused_time": round(got.covered_share, 4),
+    }
+    gpu = a.kernels.gpu
+    peak = memory_bandwidth(gpu.name, gpu.total_memory_bytes) if gpu.name else None
+    if peak:
+        out["peak_gb_per_s"] = round(peak[0] / 1e9, 1)
+        out["share_of_peak_bandwidth"] = round(rate / peak[0], 4)
     return out
 
 
@@ -135,7 +160,7 @@ def measure(a: TraceAnalysis) -> Measured | None:
     k = a.kernels
     if not a.has_gpu or k is None or k.gpu_time_ms <= 0 or not a.mean_step_ms:
         return None
-    kernels = _unfused_kernels(a)
+    kernels, rows = _unfused_kernels(a)
     if not kernels:
         return None
     launches = sum(n for n, _ in kernels.values())
@@ -160,6 +185,7 @@ def measure(a: TraceAnalysis) -> Measured | None:
         "top_operators_self_device_ms": {
             r.name: round(a.per_step_ms(r.self_device_ms), 3) for r in ops
         },
+        **_bandwidth(a, rows),
         "gpu_busy_share": round(a.gpu_busy_share, 4),
         "assumed_fusion_saving": float(th.FUSION_SAVING),
     }
