@@ -56,7 +56,7 @@ def main() -> None:
     doctor = DoctorCallback(warmup_steps=3, profile_steps=3)
     trainer = L.Trainer(
         accelerator="cpu",
-        max_steps=12,
+        max_steps=24,  # 3 warm-up, 8 clean, the profiler's own, 3 profiled, 5 clean again
         callbacks=[doctor],
         logger=False,
         enable_progress_bar=False,
