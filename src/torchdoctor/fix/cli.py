@@ -176,6 +176,8 @@ def fix_command(
     except UserError as exc:
         click.echo(f"torchdoctor: error: {exc}", err=True)
         sys.exit(exc.exit_code)
+    if result.failure is not None:  # the script's own status, as check exits with it
+        sys.exit(result.failure.code)
 
 
 def _say(line: str) -> None:
@@ -230,7 +232,7 @@ def run_fix(
     from torchdoctor.fix.context import FixContext
     from torchdoctor.fix.model import FindingRef
     from torchdoctor.fix.planner import plan
-    from torchdoctor.fix.render import FixResult
+    from torchdoctor.fix.render import FixResult, ScriptFailure
 
     if (script is None) == (run_folder is None):
         raise UserError("give a script to check, or --from RUN_FOLDER (one of the two)")
@@ -255,7 +257,8 @@ def run_fix(
     if path is None:
         notes.append(f"the script {name or '?'} is not here: run fix from the folder check ran in")
     p = plan(findings, ctx)
-    result = FixResult(p, path, run_folder, notes=notes, options=opts.to_dict())
+    failure = ScriptFailure.of(record)
+    result = FixResult(p, path, run_folder, notes=notes, options=opts.to_dict(), failure=failure)
     if opts.prove and (p.patched or p.switched):
         if path is None:
             raise UserError("--prove needs the script: run fix from the folder check ran in")

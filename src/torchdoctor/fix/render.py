@@ -17,6 +17,42 @@ ONE_TIME_S = 0.5  # a warm-up this much longer is worth saying (compilation, wor
 
 
 @dataclass(frozen=True)
+class ScriptFailure:
+    """How the checked script ended when it did not end well (``run.json``'s ``exit``)."""
+
+    status: str
+    """``error``, ``exited``, ``killed``...: the record's ``exit.status``."""
+    code: int
+    """The script's own exit status (128 + N for signal N): fix exits with it."""
+    exception: str = ""
+    steps: int = 0
+    """Steps the script took before it ended."""
+
+    @classmethod
+    def of(cls, record: dict[str, Any]) -> ScriptFailure | None:
+        """The failure ``record`` (a ``run.json``) tells of, None when the script ended well."""
+        ex = record.get("exit")
+        if not isinstance(ex, dict):
+            return None
+        code = ex.get("code")
+        if not isinstance(code, int) or isinstance(code, bool) or code == 0:
+            return None
+        steps = (record.get("steps") or {}).get("count")
+        return cls(
+            status=str(ex.get("status") or "exited"),
+            code=code if 0 < code < 256 else 1,
+            exception=str(ex.get("exception") or ""),
+            steps=steps if isinstance(steps, int) and not isinstance(steps, bool) else 0,
+        )
+
+    def text(self) -> str:
+        """``the script failed before its first step (exit: error, code 1): RuntimeError: ...``"""
+        when = "before its first step" if self.steps == 0 else f"after {self.steps} step(s)"
+        head = f"the script failed {when} (exit: {self.status}, code {self.code})"
+        return f"{head}: {self.exception}" if self.exception else head
+
+
+@dataclass(frozen=True)
 class FixResult:
     """Everything one ``fix`` run decided, ready to print, serialise or draw."""
 
@@ -28,6 +64,9 @@ class FixResult:
     """(file, backup) per file ``--write`` wrote."""
     notes: list[str] = field(default_factory=list)
     options: dict[str, Any] = field(default_factory=dict)
+    failure: ScriptFailure | None = None
+    """The script of the run ended with an error (``run.json``'s ``exit``); fix exits with its
+    status."""
 
     @property
     def kept(self) -> list[Change]:
@@ -85,7 +124,13 @@ def summary_lines(result: FixResult) -> list[str]:
         or "nothing to change"
     )
     findings = len({c.finding.id for c in plan.changes})
-    lines = [f"torchdoctor fix: {findings} finding(s) with a code remedy; {head}"]
+    failure = result.failure
+    if failure is not None and failure.steps == 0 and not plan.changes:
+        lines = [f"torchdoctor fix: {failure.text()}; no step ran, so there is nothing to fix"]
+    else:
+        lines = [f"torchdoctor fix: {findings} finding(s) with a code remedy; {head}"]
+        if failure is not None:
+            lines.append(f"torchdoctor fix: {failure.text()}")
     for c in plan.changes:
         where = f"{relative(c.file, plan.cwd)}:{c.line}" if c.file and c.line else "-"
         also = f" (+{', '.join(c.also)})" if c.also else ""
@@ -201,6 +246,14 @@ def to_dict(result: FixResult) -> dict[str, Any]:
             {"file": relative(f, cwd), "backup": relative(b, cwd)} for f, b in result.written
         ],
         "notes": result.notes,
+        "script_failed": None
+        if result.failure is None
+        else {
+            "status": result.failure.status,
+            "code": result.failure.code,
+            "exception": result.failure.exception or None,
+            "steps": result.failure.steps,
+        },
     }
 
 
