@@ -21,26 +21,26 @@ from torchdoctor.json_arg import JsonPathCommand, json_option
 _guarded = guarded
 
 
+COMMANDS: tuple[tuple[str, str, str], ...] = (
+    ("analyze", "TRACE", "diagnose a torch.profiler trace (file or folder of ranks)"),
+    ("check", "train.py ARGS", "run a script unchanged, watch it, report what is slow"),
+    ("tune", "workload.py", "measure configurations, keep the fastest faithful one"),
+    ("memory", "SNAPSHOT", "explain a CUDA memory snapshot: peak, holders, fragmentation, OOM"),
+    ("compare", "BASE NEW", "before/after, with a regression gate for CI"),
+    ("fix", "train.py ARGS", "patch the script for what check found (--prove to measure)"),
+    ("demo", "", "profile a small bundled training loop, then analyse it"),
+)
+"""The top-level help's one list of commands: name, arguments, what it does (in this order)."""
+
+
 class LazyGroup(OneLineErrors, click.Group):
     """A group whose heavier subcommands are imported only when they run (or show their help)."""
 
-    lazy: ClassVar[dict[str, tuple[str, str]]] = {
-        "check": (
-            "torchdoctor.commands.check.cli:check_command",
-            "Run an unmodified training script, watch real steps, report what is slow.",
-        ),
-        "tune": (
-            "torchdoctor.tune.cli:tune_command",
-            "Measure configurations of a workload and keep the fastest faithful one.",
-        ),
-        "compare": (
-            "torchdoctor.compare.cli:compare_command",
-            "Compare two traces, rank folders, check runs or tune results; gate on slowdowns.",
-        ),
-        "fix": (
-            "torchdoctor.fix.cli:fix_command",
-            "Turn check's findings into a patch of the script, proven by interleaved runs.",
-        ),
+    lazy: ClassVar[dict[str, str]] = {
+        "check": "torchdoctor.commands.check.cli:check_command",
+        "tune": "torchdoctor.tune.cli:tune_command",
+        "compare": "torchdoctor.compare.cli:compare_command",
+        "fix": "torchdoctor.fix.cli:fix_command",
     }
 
     def list_commands(self, ctx: click.Context) -> list[str]:
@@ -50,21 +50,28 @@ class LazyGroup(OneLineErrors, click.Group):
         if cmd_name in self.lazy:
             import importlib
 
-            module, attr = self.lazy[cmd_name][0].split(":")
+            module, attr = self.lazy[cmd_name].split(":")
             cmd: click.Command = getattr(importlib.import_module(module), attr)
             cmd.name = cmd_name
             return cmd
         return super().get_command(ctx, cmd_name)
 
     def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        """One list: each command with its arguments and what it does (no second, shortened
+        copy of the subcommands' docstrings)."""
+        names = self.list_commands(ctx)
+        order = [c for c in COMMANDS if c[0] in names]
+        order += [(n, "", "") for n in names if n not in {c[0] for c in COMMANDS}]
         rows = [
-            (name, self.lazy[name][1])
-            if name in self.lazy
-            else (name, self.commands[name].get_short_help_str(80))
-            for name in self.list_commands(ctx)
+            (f"{name} {args}".rstrip(), what or self._short_help(ctx, name))
+            for name, args, what in order
         ]
         with formatter.section("Commands"):
             formatter.write_dl(rows)
+
+    def _short_help(self, ctx: click.Context, name: str) -> str:
+        cmd = self.get_command(ctx, name)
+        return cmd.get_short_help_str(80) if cmd else ""
 
 
 @click.group(cls=LazyGroup, context_settings={"help_option_names": ["-h", "--help"]})
@@ -72,14 +79,7 @@ class LazyGroup(OneLineErrors, click.Group):
 def cli() -> None:
     """Find what makes a PyTorch workload slow on a GPU, and how to fix it.
 
-    \b
-      torchdoctor analyze TRACE        diagnose a torch.profiler trace (file or folder of ranks)
-      torchdoctor check train.py ARGS  run a script unchanged, watch it, report what is slow
-      torchdoctor tune workload.py     measure configurations, keep the fastest faithful one
-      torchdoctor memory SNAPSHOT      explain a CUDA memory snapshot: peak, holders, fragmentation, OOM
-      torchdoctor compare BASE NEW     before/after, with a regression gate for CI
-      torchdoctor fix train.py ARGS    patch the script for what check found (--prove to measure)
-      torchdoctor demo                 profile a small bundled training loop, then analyse it
+    Run `torchdoctor COMMAND --help` for a command's options.
     """
 
 
@@ -195,9 +195,7 @@ def memory(
     from torchdoctor.commands.memory.command import MemoryOptions, emit, run
 
     options = MemoryOptions(snapshot, json_path, stream, html_path)
-    written = emit(run(options), options)
-    if written:
-        click.echo(f"wrote {written}", err=True)
+    emit(run(options), options)
 
 
 def main() -> None:

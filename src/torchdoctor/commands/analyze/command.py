@@ -65,15 +65,18 @@ def run(o: AnalyzeOptions) -> Report:
 
 
 def emit(report: Report, o: AnalyzeOptions) -> None:
-    """Print the report (text, or only JSON with ``--json``) and write the HTML and trace."""
+    """Write the HTML and trace, then print the report (text, or only JSON with ``--json``).
+
+    The files come first: a reader that closes standard output early (``| head``) ends the
+    printing with a broken pipe, and the files must not depend on it."""
     from torchdoctor.json_arg import emit_json
     from torchdoctor.report.render import render_json
 
-    if not emit_json(render_json(report), o.json_path):
-        from torchdoctor.report.render import render_text
-
-        render_text(report, top=o.top)
     if o.html_path or o.export_trace:
         from torchdoctor.report.outputs import write_extras
 
         write_extras(report, o.html_path, o.export_trace)
+    if not emit_json(render_json(report), o.json_path):
+        from torchdoctor.report.render import render_text
+
+        render_text(report, top=o.top)

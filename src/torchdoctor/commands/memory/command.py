@@ -49,18 +49,21 @@ def run(o: MemoryOptions) -> MemoryResult:
 
 
 def emit(result: MemoryResult, o: MemoryOptions) -> str | None:
-    """Print the report (or only its JSON); write the HTML page and return its path."""
+    """Write the HTML page (first: a reader that closes standard output early, ``| head``,
+    must not cost the file), then print the report (or only its JSON); return the page's path."""
     import click
 
     from torchdoctor.json_arg import emit_json
     from torchdoctor.report.memory_text import render_json, render_text
     from torchdoctor.terminal import clean_report
 
+    written = None
+    if o.html_path and result.series is not None:
+        from torchdoctor.report.html import write_html
+        from torchdoctor.report.memory_page import page_from_memory
+
+        written = str(write_html(page_from_memory(result.report, result.series), o.html_path))
+        click.echo(f"wrote {written}", err=True)
     if not emit_json(render_json(result.report), o.json_path):
         click.echo(clean_report(render_text(result.report)))
-    if not o.html_path or result.series is None:
-        return None
-    from torchdoctor.report.html import write_html
-    from torchdoctor.report.memory_page import page_from_memory
-
-    return str(write_html(page_from_memory(result.report, result.series), o.html_path))
+    return written
