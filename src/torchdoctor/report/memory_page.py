@@ -10,10 +10,9 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 
 from torchdoctor._version import __version__
-from torchdoctor.memory.headline import headline_of
 from torchdoctor.memory.model import DeviceMemory, HolderRow, MemoryReport, OomReport, SeriesPoint
 from torchdoctor.report.html_model import Page, Section, Series, Table, command_line
-from torchdoctor.report.memory_text import DOCS
+from torchdoctor.report.memory_text import DEFINITIONS
 from torchdoctor.units import fmt_bytes
 
 MIB = float(1 << 20)
@@ -29,7 +28,7 @@ def page_from_memory(
         title="torchdoctor memory",
         verdict=_verdict(report),
         metadata=_metadata(report),
-        notes=[*report.notes, f"definitions and fixes: {DOCS}"],
+        notes=[*report.notes, DEFINITIONS],
         show_findings=False,
     )
     page.sections.append(_summary(report))
@@ -39,8 +38,9 @@ def page_from_memory(
 
 
 def _verdict(report: MemoryReport) -> str:
-    text = str(headline_of(report)["text"])
-    return text.rpartition(" (details: ")[0] or text
+    from torchdoctor.memory.verdict import verdict_of
+
+    return verdict_of(report).text
 
 
 def _metadata(report: MemoryReport) -> list[tuple[str, str]]:

@@ -10,7 +10,16 @@ from torchdoctor.memory.model import DeviceHistory, DeviceMemory, HolderRow, Mem
 from torchdoctor.report.layout import Column, TableText, lines
 from torchdoctor.units import fmt_bytes
 
-DOCS = "docs/memory.md"
+DEFINITIONS = (
+    "terms: reserved = obtained from the driver (cudaMalloc); allocated = blocks owned by "
+    "tensors; active = allocated plus blocks freed but still used by another stream; requested = "
+    "what callers asked for before rounding; cached but unallocated = reserved - allocated "
+    "(torch.cuda.empty_cache() returns whole empty segments; the free bytes inside partly used "
+    "segments are the fragmented part); peak = the most allocated at once, replaying the "
+    "recorded history; kind = from the allocating stack (optimizer step -> optimizer state, "
+    "backward -> gradients, module forward -> activations, .to()/load_state_dict -> parameters)"
+)
+"""What the report's words mean, printed with it (a pip install has no docs folder)."""
 
 
 def _holders(rows: tuple[HolderRow, ...], width: int) -> list[str]:
@@ -125,15 +134,24 @@ def render_text(report: MemoryReport, width: int | None = None) -> str:
         from torchdoctor.report.console import text_width
 
         width = text_width()
+    from torchdoctor.memory.verdict import verdict_of
+
     mode = "streamed" if report.streamed else "read whole"
     out = [
-        f"memory snapshot {report.path} ({fmt_bytes(report.file_bytes)}, {mode}, restricted unpickler)"
+        f"Verdict: {verdict_of(report).text}",
+        f"memory snapshot {report.path} ({fmt_bytes(report.file_bytes)}, {mode}, restricted unpickler)",
     ]
     out += [f"note: {n}" for n in report.notes]
     for d in report.devices:
         out += ["", *_device(d, width)]
-    out += ["", f"definitions and fixes: {DOCS}"]
+    out += ["", *_wrapped(DEFINITIONS, width)]
     return "\n".join(out)
+
+
+def _wrapped(text: str, width: int) -> list[str]:
+    import textwrap
+
+    return textwrap.wrap(text, max(40, width), subsequent_indent="  ", break_on_hyphens=False)
 
 
 def _plain(obj: Any) -> Any:
@@ -151,4 +169,6 @@ def _plain(obj: Any) -> Any:
 
 
 def render_json(report: MemoryReport) -> str:
-    return json.dumps(_plain(report), indent=2)
+    from torchdoctor.memory.verdict import verdict_of
+
+    return json.dumps({"verdict": _plain(verdict_of(report)), **_plain(report)}, indent=2)
