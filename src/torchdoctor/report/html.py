@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from torchdoctor.report.html_assets import CSS, JS
-from torchdoctor.report.html_model import Page, Section, Table
+from torchdoctor.report.html_model import Num, Page, Section, Table
 from torchdoctor.report.html_svg import COLORS, esc, legend, line_chart, stacked_bars
 
 # The page's one script runs by its hash: no inline script the page did not write itself (a
@@ -181,19 +181,34 @@ def _table(t: Table, level: int = 2) -> str:
 
 
 def _num_cls(t: Table, j: int) -> str:
-    numeric = t.rows and all(isinstance(r[j], int | float) or r[j] is None for r in t.rows)
+    numeric = t.rows and all(
+        (isinstance(r[j], int | float | Num) and not isinstance(r[j], bool)) or r[j] is None
+        for r in t.rows
+    )
     return ' class="num"' if numeric else ""
 
 
+WRAP_AT = 32
+"""Text cells longer than this wrap at their spaces (an error message, a long configuration),
+so a table keeps to the page's width; shorter ones stay on one line."""
+
+
 def _cell(v: Any) -> str:
-    if isinstance(v, bool) or v is None:
-        return f"<td>{'' if v is None else esc(v)}</td>"
+    if v is None:
+        return "<td></td>"
+    if isinstance(v, bool):
+        return f"<td>{'yes' if v else 'no'}</td>"
+    if isinstance(v, Num):
+        if not math.isfinite(v.value):
+            return f"<td>{esc(v.text)}</td>"
+        return f'<td class="num" data-v="{v.value!r}">{esc(v.text)}</td>'
     if isinstance(v, int | float):
         text = f"{v:,}" if isinstance(v, int) else (f"{v:.4g}" if abs(v) < 1e4 else f"{v:,.0f}")
         return (
             f'<td class="num" data-v="{v!r}">{esc(text)}</td>' if math.isfinite(v) else "<td></td>"
         )
-    return f"<td>{esc(v)}</td>"
+    text = str(v)
+    return f'<td class="wrap">{esc(text)}</td>' if len(text) > WRAP_AT else f"<td>{esc(text)}</td>"
 
 
 def _memory(page: Page) -> str:

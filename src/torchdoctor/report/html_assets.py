@@ -29,9 +29,12 @@ table { border-collapse: collapse; width: 100%; margin: 6px 0; font-size: 13px; 
 th, td { border-bottom: 1px solid var(--line); padding: 3px 8px; text-align: left;
   vertical-align: top; overflow-wrap: anywhere; }
 th, td:not(:first-child) { white-space: nowrap; }
-td:first-child { overflow-wrap: anywhere; min-width: 16em; }
+td:first-child:not(.num) { overflow-wrap: anywhere; min-width: 16em; }
+td.wrap { white-space: normal; min-width: 8em; }
 table.evidence td { white-space: normal; overflow-wrap: anywhere; }
 td.num, th.num { text-align: right; font-variant-numeric: tabular-nums; white-space: nowrap; }
+/* headers wrap at their spaces when the table would be wider than the page */
+th, th.num { white-space: normal; overflow-wrap: normal; }
 table.sortable th { cursor: pointer; user-select: none; }
 table.sortable th[aria-sort=ascending]::after { content: " \\25B2"; }
 table.sortable th[aria-sort=descending]::after { content: " \\25BC"; }

@@ -24,6 +24,15 @@ MEMORY_POINTS = 1500
 """Points kept in the memory chart (the max of each bin, so peaks survive)."""
 
 
+@dataclass(frozen=True)
+class Num:
+    """A number shown as the text report writes it (``1.25x [1.24-1.26]``, ``80.0``) that still
+    sorts as the number."""
+
+    value: float
+    text: str
+
+
 @dataclass
 class Table:
     """A sortable table: numbers stay numbers so the page sorts them as numbers."""

@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from torchdoctor._version import __version__
-from torchdoctor.report.html_model import Page, Table, command_line, page_from_report
+from torchdoctor.report.html_model import Num, Page, Table, command_line, page_from_report
 
 
 def page_from_check(doc: dict[str, Any], report: Any, record: dict[str, Any]) -> Page:
@@ -128,7 +128,8 @@ def write_check_html(path: str, doc: dict[str, Any], report: Any, record: dict[s
 
 
 def page_from_tune(data: dict[str, Any], workload: str = "") -> Page:
-    """Every trial with its interval, fidelity verdict and failure reason; the pick highlighted."""
+    """Every trial with its interval, fidelity verdict and failure reason; the pick highlighted.
+    Numbers read as the text report prints them (``1.25x [1.24-1.26]``, ``79.8``)."""
     ranked = data.get("ranked") or []
     best = data.get("best") or {}
     rows, pick = [], None
@@ -140,24 +141,37 @@ def page_from_tune(data: dict[str, Any], workload: str = "") -> Page:
         "#",
         "configuration",
         "phase",
-        "median step ms",
+        "step ms (median)",
         "IQR ms",
-        "speedup",
-        "speed-up interval",
+        "vs baseline [95% interval]",
         "samples/s",
         "peak MiB",
         "status",
         "fidelity",
         "reason",
     ]
-    speed = data.get("confirmed_speedup")
-    verdict = f"best: {best.get('config', '?')}" + (f", {speed:.2f}x the baseline" if speed else "")
+    verdict = f"best: {best.get('config', '?')}"
+    claim = _interval(data.get("claim"))
+    if claim and best.get("config") != "baseline":
+        verdict += f" — {claim} the baseline's speed (95% interval over interleaved rounds)"
+    grid = data.get("grid_size")
+    trials = data.get("trials")
+    confirmed = data.get("confirmed")
     headline = [
-        f"trials: {data.get('trials')} (grid: {data.get('grid_size')}); stopped by "
-        f"{data.get('stopped_by')}; confirmed on re-measurement: {data.get('confirmed')}",
+        f"trials: {trials}"
+        + (f" (the full grid has {grid} configurations)" if grid else "")
+        + f"; stopped by {_stopped(data.get('stopped_by'))}"
+        + (
+            ""
+            if confirmed is None
+            else "; confirmed on re-measurement: " + ("yes" if confirmed else "no")
+        ),
     ]
     if data.get("drift") is not None:
-        headline.append(f"baseline drift over the search: {data['drift']:.1%}")
+        headline.append(
+            f"baseline drift over the search: {data['drift']:.1%} (comparisons are interleaved, "
+            "so drift moves both arms of a round alike)"
+        )
     return Page(
         title="torchdoctor tune",
         verdict=verdict,
@@ -170,33 +184,49 @@ def page_from_tune(data: dict[str, Any], workload: str = "") -> Page:
         ],
         tables=[
             Table(
-                "trials", "Trials (fastest usable first; the pick is highlighted)", cols, rows, pick
+                "trials",
+                "Trials (fastest usable first; the pick is highlighted)",
+                cols,
+                rows,
+                pick,
+                caption="Step time is the median over the measured rounds. The speed-up over "
+                "the baseline comes with its 95% interval over interleaved rounds (a rank "
+                "interval: it covers at least 95%).",
             )
         ],
         headline=headline,
+        show_findings=False,
     )
 
 
-def _ms(seconds: float | None) -> float | None:
-    return None if seconds is None else seconds * 1e3
+def _stopped(by: Any) -> str:
+    return "the end of the grid (every configuration tried)" if by == "done" else str(by or "?")
+
+
+def _ms(seconds: float | None, digits: int = 1) -> Num | None:
+    if seconds is None:
+        return None
+    return Num(seconds * 1e3, f"{seconds * 1e3:.{digits}f}")
 
 
 def _trial_row(r: dict[str, Any]) -> list[Any]:
     f = r.get("fidelity") or {}
     fidelity = "" if not f else ("ok" if f.get("ok") else "rejected")
     if f.get("max_rel_dev") is not None:
-        fidelity += f" (dev {f['max_rel_dev']:.1e}, tol {f.get('tolerance', 0):.0e})"
+        fidelity += f" (dev {f['max_rel_dev']:.1e} ≤ {f.get('tolerance', 0):.0e})"
     peak = r.get("peak_bytes")
+    speedup = r.get("speedup")
+    interval = _interval(r.get("speedup_interval"))
+    sps = r.get("samples_per_s")
     return [
         r.get("seq", 0) + 1,
         r.get("config"),
         r.get("phase"),
         _ms(r.get("median_step_s")),
         _ms(r.get("iqr_step_s")),
-        r.get("speedup"),
-        _interval(r.get("speedup_interval")),
-        r.get("samples_per_s"),
-        None if not peak else peak / 2**20,
+        None if speedup is None else Num(float(speedup), interval or f"{speedup:.2f}x"),
+        None if not sps else Num(float(sps), f"{sps:,.0f}"),
+        None if not peak else Num(peak / 2**20, f"{peak / 2**20:,.0f}"),
         r.get("status"),
         fidelity,
         r.get("reason") or f.get("reason") or "",
@@ -204,11 +234,14 @@ def _trial_row(r: dict[str, Any]) -> list[Any]:
 
 
 def _interval(iv: Any) -> str:
-    """``[1.22-1.40] (95%)`` from tune's speed-up interval, when its results carry one."""
-    if not isinstance(iv, dict) or iv.get("low") is None or iv.get("high") is None:
+    """``1.25x [1.24-1.26]`` from tune's speed-up interval, as the text report prints it."""
+    if not isinstance(iv, dict) or iv.get("ratio") is None:
         return ""
-    conf = iv.get("confidence")
-    return f"[{iv['low']:.2f}-{iv['high']:.2f}]" + (f" ({conf:.0%})" if conf else "")
+    text = f"{iv['ratio']:.2f}x"
+    low, high = iv.get("low"), iv.get("high")
+    if low is None or high is None or low <= 0:
+        return text + " [?]"
+    return text + f" [{low:.2f}-{high:.2f}]"
 
 
 def write_tune_html(path: str, data: dict[str, Any], workload: str) -> Path:
