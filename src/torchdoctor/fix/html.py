@@ -73,18 +73,21 @@ def hunks(result: FixResult) -> list[Hunk]:
 
 
 def _code(block: str) -> str:
+    """The hunk in a <pre>, added and removed lines on a coloured band. Each line keeps its own
+    newline inside its element (a block element followed by a newline would draw an empty line
+    under every coloured one); copied, the text is the hunk as the patch holds it."""
     rows = []
     for line in block.splitlines():
         cls = "add" if line.startswith("+") else "del" if line.startswith("-") else ""
-        rows.append(f'<span class="{cls}">{esc(line)}</span>' if cls else esc(line))
-    return "<pre>" + "\n".join(rows) + "</pre>"
+        rows.append(f'<span class="{cls}">{esc(line)}\n</span>' if cls else esc(line) + "\n")
+    return "<pre>" + "".join(rows) + "</pre>"
 
 
 def _hunk(h: Hunk, cwd: str) -> str:
     heads = (
         "".join(
             f"<p><b>{esc(c.id)}</b> {esc(c.finding.id)} &rarr; {esc(c.codemod)}: {esc(c.summary)}</p>"
-            f'<p class="meta">predicted {esc(predicted_text(c))}; measured {esc(measured_text(c.measured))}'
+            f'<p class="meta">predicted {esc(predicted_text(c))}; {esc(_measured(c))}'
             + (f"; {esc(fidelity_text(c.fidelity))}" if c.fidelity else "")
             + "</p>"
             for c in h.changes
@@ -92,6 +95,12 @@ def _hunk(h: Hunk, cwd: str) -> str:
         or '<p class="meta">(context of several changes)</p>'
     )
     return f'<section class="hunk"><header><p><b>{esc(relative(h.file, cwd))}</b></p>{heads}</header>{_code(h.text)}</section>'
+
+
+def _measured(c: Change) -> str:
+    if c.measured is None:
+        return "not measured (fix --prove measures it)"
+    return f"measured {measured_text(c.measured)}"
 
 
 def _table(result: FixResult) -> str:
