@@ -49,7 +49,7 @@ LOADER = {
     },
     "where": [],
 }
-ANOMALY = {"id": "anomaly-detection", "evidence": {}, "where": []}
+ANOMALY = {"id": "anomaly-detection", "severity": "warning", "evidence": {}, "where": []}
 
 
 @pytest.fixture

@@ -38,5 +38,5 @@ def test_only_and_the_json_record() -> None:
     assert d["only"] == ["recompiles"] and d["prove"] is True
     assert set(d) == {
         "mode", "prove", "min_gain", "keep_unproven", "rounds", "prove_steps", "warmup", "seed",
-        "only",
+        "only", "all",
     }  # fmt: skip

@@ -64,6 +64,12 @@ class _FixCommand(click.Command):
     metavar="IDS",
     help="Fix only these findings (comma-separated ids, e.g. host-syncs-in-step).",
 )
+@click.option(
+    "--all",
+    "include_all",
+    is_flag=True,
+    help="Also propose changes for info findings and those whose predicted gain is within noise.",
+)
 @click.option("--diff", "mode", flag_value="diff", default=True, help="Print the patch (default).")
 @click.option(
     "--write",
@@ -135,6 +141,7 @@ def fix_command(
     script_args: tuple[str, ...],
     run_folder: str | None,
     only: str | None,
+    include_all: bool,
     mode: str,
     json_path: str | None,
     html_path: str | None,
@@ -168,6 +175,7 @@ def fix_command(
             warmup=warmup,
             seed=seed,
             only=FixOptions.parse_only(only),
+            include_all=include_all,
             check_steps=steps,
             out_dir=out_dir,
         )
@@ -231,7 +239,8 @@ def run_fix(
     """Check (or read the run), plan the changes, prove them when asked; the ``FixResult``."""
     from torchdoctor.fix.context import FixContext
     from torchdoctor.fix.model import FindingRef
-    from torchdoctor.fix.planner import plan
+    from torchdoctor.fix.planner import plan, within_noise
+    from torchdoctor.fix.registry import codemods_for
     from torchdoctor.fix.render import FixResult, ScriptFailure
 
     if (script is None) == (run_folder is None):
@@ -254,6 +263,15 @@ def run_fix(
         findings = [f for f in findings if f.id in opts.only]
         if not findings:
             notes.append(f"no finding of the run is one of --only {','.join(opts.only)}")
+    elif not opts.include_all:  # --only names what it wants: that is asking
+        kept = []
+        for f in findings:
+            why = within_noise(f) if codemods_for(f.id) else None
+            if why is None:
+                kept.append(f)
+            else:
+                notes.append(f"not proposed: {f.id} {why}; --all to include")
+        findings = kept
     if path is None:
         notes.append(f"the script {name or '?'} is not here: run fix from the folder check ran in")
     p = plan(findings, ctx)

@@ -28,6 +28,8 @@ class FixOptions:
     seed: int = 0
     only: tuple[str, ...] | None = None
     """Fix only these finding ids."""
+    include_all: bool = False
+    """Also propose changes for info findings and those predicted within noise (``--all``)."""
     check_steps: int = 5
     """Steps ``check`` profiles when fix runs it."""
     out_dir: str = "torchdoctor-runs"
@@ -51,4 +53,5 @@ class FixOptions:
             "warmup": self.warmup,
             "seed": self.seed,
             "only": list(self.only) if self.only else None,
+            "all": self.include_all,
         }

@@ -43,6 +43,29 @@ class Plan:
         return [c for c in self.changes if c.status == "switch"]
 
 
+def within_noise(finding: FindingRef) -> str | None:
+    """Why fix does not propose a change for ``finding`` unless asked (``--all``), or None:
+    one whose predicted saving is under the noise floor (1% of the step,
+    ``rules.thresholds.NOISE_FLOOR``) is an edit to the user's code for no gain anyone can
+    measure; an info finding (its saving under ``WARNING_SHARE``, or doubtful) is not worth an
+    unasked edit either."""
+    from torchdoctor.rules.thresholds import NOISE_FLOOR, WARNING_SHARE
+
+    sp = finding.predicted_speedup
+    step = finding.step_ms
+    predicted = f"predicted {sp:.2f}x" if sp is not None else "no saving estimated"
+    if sp is not None and step is not None and finding.saving_ms_per_step < NOISE_FLOOR * step:
+        return f"within noise ({predicted})"
+    if finding.severity == "info":
+        loud = (
+            sp is not None
+            and step is not None
+            and finding.saving_ms_per_step >= WARNING_SHARE * step
+        )
+        return f"info ({predicted})" if loud else f"info, within noise ({predicted})"
+    return None
+
+
 def _guarded_plan(
     cm_id: str, finding: FindingRef, ctx: FixContext
 ) -> list[Target | Refusal | Switch]:
