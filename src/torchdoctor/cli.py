@@ -146,7 +146,13 @@ def analyze(
 _done_early = False
 
 
-@cli.command()
+class NoInputJsonCommand(JsonPathCommand):
+    """``demo``: no input arguments, so the word after ``--json`` is its PATH."""
+
+    json_inputs_needed = 0
+
+
+@cli.command(cls=NoInputJsonCommand)
 @click.option(
     "--out",
     default="demo-output",
@@ -161,16 +167,24 @@ _done_early = False
     type=click.IntRange(2, 100),
     help="Profiled training steps.",
 )
+@json_option("analysis of the demo's trace")
 @_guarded
-def demo(out: str, steps: int) -> None:
+def demo(out: str, steps: int, json_path: str | None) -> None:
     """Profile a small bundled training loop on the CPU, then analyse its trace."""
     from torchdoctor.capture.demo import run_demo
     from torchdoctor.commands.analyze.trace import analyze_path
-    from torchdoctor.report.render import render_text
+    from torchdoctor.json_arg import JSON_STDOUT, emit_json, json_target
+    from torchdoctor.report.render import render_json, render_text
 
+    json_target(json_path, [])
     trace_path = run_demo(out, steps=steps)
-    click.echo(f"wrote {trace_path}\n$ torchdoctor analyze {trace_path}\n")
-    render_text(analyze_path(trace_path), top=8)
+    # With the JSON on standard output, what would precede the report goes to stderr.
+    click.echo(
+        f"wrote {trace_path}\n$ torchdoctor analyze {trace_path}\n", err=json_path == JSON_STDOUT
+    )
+    report = analyze_path(trace_path)
+    if not emit_json(render_json(report), json_path):
+        render_text(report, top=8)
 
 
 @cli.command(cls=JsonPathCommand)

@@ -51,7 +51,10 @@ def reject_option_as_script(script: str) -> None:
 
 
 def _json_takes_next(token: str | None) -> bool:
-    # A bare --json is followed by the script (or another option), never by a .py report path.
+    # A bare --json is followed by the script (or another option), never by a .py report path;
+    # `--json -` is the explicit spelling of the bare one.
+    if token == JSON_STDOUT:
+        return True
     return token is not None and not token.startswith("-") and not token.endswith(".py")
 
 

@@ -95,8 +95,9 @@ class _CheckCommand(OneLineErrors, click.Command):
     "json_path",
     default=None,
     type=click.Path(path_type=str, dir_okay=False),
-    help="Write the report as JSON to this file. A bare --json (or --json -) prints only "
-    "JSON on stdout; the script's own output then goes to stderr.",
+    metavar="[PATH]",
+    help="Write the report as JSON to PATH; a bare --json (or --json -) prints only the JSON "
+    "on standard output (the script's own output then goes to stderr).",
 )
 @click.option(
     "--html", "html_path", type=click.Path(path_type=str), help="Also write an HTML report."
