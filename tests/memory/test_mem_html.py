@@ -91,7 +91,9 @@ def test_real_snapshot_holders_table_is_sortable_and_ranked(gpt_snapshot: Path) 
     table = _section(page, "holders-gpu0").tables[0]
     live = _column(table, "live MiB")
     assert live == sorted(live, reverse=True) and len(live) > 3
-    assert 0 < sum(_column(table, "share %")) <= 100.5
+    shares = _column(table, "share of the peak")
+    assert 0 < sum(n.value for n in shares) <= 1.005
+    assert all(n.text == f"{n.value * 100:.1f}%" for n in shares if n.value >= 0.001)
     assert any(
         "compiled graph of" in str(label) for label in _column(table, "holder (first user frame)")
     )

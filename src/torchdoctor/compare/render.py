@@ -180,7 +180,7 @@ def summary_lines(c: Comparison, max_slower_pct: float | None) -> list[str]:
 
 def cost_table(est: dict[Quantity, Estimate], job_steps: int | None) -> Any:
     """The costs as an HTML table (numbers stay numbers; no interval: empty)."""
-    from torchdoctor.report.html_model import Table
+    from torchdoctor.report.html_model import Num, Table
 
     rows = []
     for q in _ORDER:
@@ -188,12 +188,13 @@ def cost_table(est: dict[Quantity, Estimate], job_steps: int | None) -> Any:
         if e is None:
             continue
         name = f"time to {job_steps} steps" if q == "time_to_n" else e.label
-        lo_hi = [e.speedup.low, e.speedup.high] if e.has_interval else ["", ""]
-        rows.append([name, e.unit, e.base, e.new, e.speedup.ratio, *lo_hi, e.test])
+        r = e.speedup
+        text = r.format() if e.has_interval else f"{r.ratio:.2f}x"  # as the text prints it
+        rows.append([name, e.unit, e.base, e.new, Num(r.ratio, text), e.test])
     return Table(
         "costs",
-        "what you pay (speed-up: BASE over NEW, above 1 NEW is better; 95% interval)",
-        ["cost", "unit", "BASE", "NEW", "speed-up", "low", "high", "test"],
+        "what you pay (speed-up: BASE over NEW, above 1 NEW is better)",
+        ["cost", "unit", "BASE", "NEW", "speed-up [95% interval]", "test"],
         rows,
     )
 

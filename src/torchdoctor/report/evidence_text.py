@@ -25,6 +25,13 @@ def evidence_line(evidence: dict[str, Any]) -> str:
     )
 
 
+def evidence_value(key: Any, v: Any) -> str:
+    """One evidence value as ``evidence_line`` shows it, without the brackets around a top-level
+    list or mapping (a table cell of its own, as the HTML page shows it)."""
+    text = _value(v, share=_is_share(key))
+    return text[1:-1] if isinstance(v, dict | list | tuple) else text
+
+
 def _is_share(key: Any) -> bool:
     return "share" in str(key)
 

@@ -16,6 +16,7 @@ import math
 from pathlib import Path
 from typing import Any
 
+from torchdoctor.report.evidence_text import evidence_value
 from torchdoctor.report.html_assets import CSS, JS
 from torchdoctor.report.html_model import Num, Page, Section, Table
 from torchdoctor.report.html_svg import COLORS, esc, legend, line_chart, stacked_bars
@@ -84,7 +85,9 @@ def _finding(i: int, f: dict[str, Any]) -> str:
     sev = f.get("severity", "info")
     ev = f.get("evidence") or {}
     rows = "".join(
-        f"<tr><td>{esc(k)}</td><td class='num'>{esc(_fmt(v))}</td></tr>" for k, v in ev.items()
+        f"<tr><td>{esc(k)}</td><td class='num'>{esc(evidence_value(k, v))}</td></tr>"
+        for k, v in ev.items()
+        if v is not None
     )
     where = "".join(f"<li><code>{esc(w)}</code></li>" for w in f.get("where") or [])
     link = f.get("doc_url") or ""
@@ -98,7 +101,7 @@ def _finding(i: int, f: dict[str, Any]) -> str:
         f'<h3><span class="sev sev-{esc(sev)}">{esc(sev)}</span>{esc(f.get("title", ""))}</h3>'
         f'<p class="saving">{esc(f.get("id", ""))} · saves up to '
         f"{float(f.get('saving_ms_per_step', 0.0)):.2f} ms per step "
-        f"({float(f.get('share_of_step', 0.0)):.0%})</p>"
+        f"({float(f.get('share_of_step', 0.0)):.0%} of the step)</p>"
         f"<p>{esc(f.get('explanation', ''))}</p>"
         + (f"<ul>{where}</ul>" if where else "")
         + (
@@ -128,14 +131,6 @@ def _section(sec: Section) -> str:
         + "".join(_table(t, level=3) for t in sec.tables)
         + "</section>"
     )
-
-
-def _fmt(v: Any) -> str:
-    if isinstance(v, float):
-        return f"{v:.4g}" if math.isfinite(v) else str(v)
-    if isinstance(v, dict | list):
-        return json.dumps(v, default=str)[:400]
-    return str(v)
 
 
 def _breakdown(page: Page) -> str:
@@ -188,7 +183,7 @@ def _num_cls(t: Table, j: int) -> str:
     return ' class="num"' if numeric else ""
 
 
-WRAP_AT = 32
+WRAP_AT = 24
 """Text cells longer than this wrap at their spaces (an error message, a long configuration),
 so a table keeps to the page's width; shorter ones stay on one line."""
 

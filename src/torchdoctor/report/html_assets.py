@@ -29,8 +29,8 @@ table { border-collapse: collapse; width: 100%; margin: 6px 0; font-size: 13px; 
 th, td { border-bottom: 1px solid var(--line); padding: 3px 8px; text-align: left;
   vertical-align: top; overflow-wrap: anywhere; }
 th, td:not(:first-child) { white-space: nowrap; }
-td:first-child:not(.num) { overflow-wrap: anywhere; min-width: 16em; }
-td.wrap { white-space: normal; min-width: 8em; }
+td:first-child:not(.num) { overflow-wrap: anywhere; min-width: 12em; }
+td.wrap { white-space: normal; min-width: 7em; }
 table.evidence td { white-space: normal; overflow-wrap: anywhere; }
 td.num, th.num { text-align: right; font-variant-numeric: tabular-nums; white-space: nowrap; }
 /* headers wrap at their spaces when the table would be wider than the page */

@@ -33,6 +33,14 @@ class Num:
     text: str
 
 
+def share(v: float | None) -> Num | None:
+    """A share of 1 as the text report prints it (``27.8%``, ``0.0091%``), sorting as the share."""
+    if v is None:
+        return None
+    p = float(v) * 100
+    return Num(float(v), f"{p:.1f}%" if p == 0 or abs(p) >= 0.1 else f"{p:.2g}%")
+
+
 @dataclass
 class Table:
     """A sortable table: numbers stay numbers so the page sorts them as numbers."""
@@ -203,7 +211,7 @@ def analysis_tables(a: TraceAnalysis) -> list[Table]:
                         r.count,
                         r.total_ms,
                         r.mean_us,
-                        r.share_of_gpu_time,
+                        share(r.share_of_gpu_time),
                         r.dtype,
                     ]
                     for r in k.top_kernels
@@ -245,7 +253,7 @@ def rank_table(report: Report) -> Table:
         "Ranks",
         ["rank", "trace", "steps", "mean step ms", "GPU busy share", "exposed comm ms/step"],
         [
-            [r.rank, r.path, r.steps, r.mean_step_ms, r.gpu_busy_share, r.exposed_comm_ms]
+            [r.rank, r.path, r.steps, r.mean_step_ms, share(r.gpu_busy_share), r.exposed_comm_ms]
             for r in report.ranks
         ],
         caption=f"{len(report.ranks)} ranks; the sections above show rank {report.ranks[0].rank}",

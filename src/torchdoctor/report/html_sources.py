@@ -7,7 +7,14 @@ from pathlib import Path
 from typing import Any
 
 from torchdoctor._version import __version__
-from torchdoctor.report.html_model import Num, Page, Table, command_line, page_from_report
+from torchdoctor.report.html_model import (
+    Num,
+    Page,
+    Table,
+    command_line,
+    page_from_report,
+    share,
+)
 
 
 def page_from_check(doc: dict[str, Any], report: Any, record: dict[str, Any]) -> Page:
@@ -67,7 +74,7 @@ def _add_account(page: Page, doc: dict[str, Any], record: dict[str, Any]) -> Non
             r.get("code"),
             r.get("self_ms"),
             r.get("inclusive_ms"),
-            r.get("self_share"),
+            share(r.get("self_share")),
             *[(r.get("under") or {}).get(c, 0.0) for c in cats],
             ", ".join(str(o[0]) for o in (r.get("ops") or [])[:3]),
         ]

@@ -11,7 +11,7 @@ from collections.abc import Mapping, Sequence
 
 from torchdoctor._version import __version__
 from torchdoctor.memory.model import DeviceMemory, HolderRow, MemoryReport, OomReport, SeriesPoint
-from torchdoctor.report.html_model import Page, Section, Series, Table, command_line
+from torchdoctor.report.html_model import Page, Section, Series, Table, command_line, share
 from torchdoctor.report.memory_text import DEFINITIONS
 from torchdoctor.units import fmt_bytes
 
@@ -200,11 +200,8 @@ def _holders(table_id: str, title: str, rows: Sequence[HolderRow]) -> Table:
     return Table(
         table_id,
         title,
-        ["holder (first user frame)", "kind", "live MiB", "blocks", "share %"],
-        [
-            [r.label, r.category, _mib(r.live_bytes), r.blocks, round(100 * r.share, 1)]
-            for r in rows
-        ],
+        ["holder (first user frame)", "kind", "live MiB", "blocks", "share of the peak"],
+        [[r.label, r.category, _mib(r.live_bytes), r.blocks, share(r.share)] for r in rows],
     )
 
 
