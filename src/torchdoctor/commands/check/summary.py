@@ -17,6 +17,7 @@ from torchdoctor.rules.account_rules import account_verdict
 from torchdoctor.rules.finding import Finding, rank_findings
 from torchdoctor.rules.probe_effect import ProbeEffect
 from torchdoctor.rules.registry import alias_map
+from torchdoctor.rules.same_cause import fold_same_cause
 from torchdoctor.stats import median
 
 REPORT_SCHEMA = "torchdoctor.check-report"
@@ -49,7 +50,8 @@ def merge_findings(
         key = next((r for t, r in SAME_PROBLEM.items() if f.id == t), f.id)
         kept = by_id.get(key)
         by_id[key] = f if kept is None else _combine(kept, f)
-    return rank_findings(list(by_id.values()))
+    # one cause at one site reported by two findings of different ids: one finding
+    return rank_findings(fold_same_cause(list(by_id.values()), record))
 
 
 def _combine(kept: Finding, other: Finding) -> Finding:

@@ -1,0 +1,142 @@
+"""One finding per cause: two findings of different ids that one cause fired at the same site are
+folded into one.
+
+The registry's aliases (``FindingSpec.aliases``) merge every finding of one id into another;
+the pairs here merge only when the two point at the same site by the same mechanism, since the
+general finding may also fire alone for another cause (garbage collection the interpreter
+starts by itself; a long step from an evaluation). The more specific finding is kept (it names
+the line or the setting to change), the other's evidence is folded into it (under
+``<id>_evidence``), its places are added, and the saving never counts one millisecond twice:
+the larger of the two where both timed the same thing (a ``gc.collect()`` call and the
+collection it ran), their sum where they timed disjoint parts of the step by construction (an
+epoch start's wait for its first batch, and the rest of the long step beyond that wait).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable
+from typing import Any
+
+from torchdoctor.rules.finding import SEVERITIES, Finding
+
+
+def _site(text: str) -> str:
+    """``path:line`` of a ``where`` entry (``path:line in function``)."""
+    return text.split(" in ")[0].strip()
+
+
+def _gc_collect_call(specific: Finding, general: Finding, record: dict[str, Any]) -> bool:
+    """``housekeeping-in-step``'s ``gc.collect()`` and ``gc-in-step`` naming that call's line."""
+    call = specific.evidence.get("call")
+    if not isinstance(call, dict) or call.get("what") != "gc.collect":
+        return False
+    return str(call.get("site")) in {_site(w) for w in general.where}
+
+
+def _loader_sites(record: dict[str, Any]) -> set[str]:
+    """The lines of the run that iterate a DataLoader (``for x in loader``), as watched."""
+    sites = {
+        str(r.get("site"))
+        for r in record.get("repeats") or []
+        if isinstance(r, dict) and r.get("kind") == "dataloader iterator" and r.get("site")
+    }
+    for row in (record.get("lines") or {}).get("rows") or []:
+        if not isinstance(row, dict):
+            continue
+        calls = [str(c[0]) for c in row.get("calls") or [] if c]
+        if any("DataLoader.__iter__" in c or "DataLoaderIter.__next__" in c for c in calls):
+            sites.add(str(row.get("site")))
+    return sites
+
+
+def _long_steps_at(general: Finding, record: dict[str, Any], sites: set[str]) -> bool:
+    """Most of ``rare-long-steps``' excess (over the median) was in steps that spent most of
+    their samples at one of ``sites`` (the other long steps are noise of a busy machine)."""
+    samples = (record.get("monitor") or {}).get("long_step_samples") or {}
+    median = float(general.evidence.get("median_step_ms") or 0.0)
+    at, total = 0.0, 0.0
+    for row in general.evidence.get("long_steps") or []:
+        if not isinstance(row, dict):
+            continue
+        excess = max(0.0, float(row.get("ms") or 0.0) - median)
+        total += excess
+        counts: dict[str, int] = {}
+        for r in samples.get(str(row.get("step"))) or []:
+            stack = (r.get("stack") or []) if isinstance(r, dict) else []
+            if stack:  # the innermost user line
+                line = _site(str(stack[0]))
+                counts[line] = counts.get(line, 0) + int(r.get("samples") or 0)
+        if counts and max(counts, key=lambda k: counts[k]) in sites:
+            at += excess
+    return total > 0 and at >= 0.5 * total
+
+
+def _epoch_restart(specific: Finding, general: Finding, record: dict[str, Any]) -> bool:
+    """``dataloader-config`` for workers started again every epoch, and ``rare-long-steps``
+    whose long steps were spent at the loop's ``for ... in loader`` line: the epoch starts."""
+    if not specific.evidence.get("restart_ms_per_step"):
+        return False
+    return _long_steps_at(general, record, _loader_sites(record))
+
+
+def _iterator_rebuilt(specific: Finding, general: Finding, record: dict[str, Any]) -> bool:
+    """``repeated-construction`` of a DataLoader iterator (a new epoch, its workers started
+    again) and ``rare-long-steps`` spent at that line."""
+    sites = {
+        str(c.get("site"))
+        for c in specific.evidence.get("constructions") or []
+        if isinstance(c, dict) and c.get("kind") == "dataloader iterator"
+    }
+    return bool(sites) and _long_steps_at(general, record, sites)
+
+
+Same = Callable[[Finding, Finding, dict[str, Any]], bool]
+
+SAME_CAUSE: tuple[tuple[str, str, Same, bool], ...] = (
+    ("housekeeping-in-step", "gc-in-step", _gc_collect_call, False),
+    # first: where the iterator is rebuilt every step, check keeps this one (capture/fit.py)
+    # the iterator's construction is inside the long step's time beyond its data wait
+    ("repeated-construction", "rare-long-steps", _iterator_rebuilt, False),
+    # rare-long-steps times a step less its data wait; the loader's saving is that wait
+    ("dataloader-config", "rare-long-steps", _epoch_restart, True),
+)
+"""(the finding kept, the finding folded into it, when the two are one cause, whether their
+savings timed disjoint parts of the step)."""
+
+
+def fold(kept: Finding, other: Finding, disjoint: bool = False) -> Finding:
+    """``kept`` with ``other``'s evidence and places and the higher severity; the larger saving,
+    or with ``disjoint`` the sum of both (a share of the step at most 1)."""
+    if disjoint:
+        saving = kept.saving_ms_per_step + other.saving_ms_per_step
+        step = saving / max(kept.share_of_step + other.share_of_step, 1e-12)
+        share = min(1.0, kept.share_of_step + other.share_of_step)
+        saving = min(saving, step) if share >= 1.0 else saving
+    else:
+        best = max((kept, other), key=lambda f: f.saving_ms_per_step)
+        saving, share = best.saving_ms_per_step, best.share_of_step
+    return dataclasses.replace(
+        kept,
+        saving_ms_per_step=saving,
+        share_of_step=share,
+        severity=min(kept.severity, other.severity, key=SEVERITIES.index),
+        evidence={**kept.evidence, f"{other.id}_evidence": other.evidence},
+        where=list(dict.fromkeys([*kept.where, *other.where])),
+    )
+
+
+def fold_same_cause(findings: list[Finding], record: dict[str, Any] | None) -> list[Finding]:
+    """``findings`` with each pair of ``SAME_CAUSE`` that one cause fired folded into one."""
+    out = list(findings)
+    for kept_id, other_id, same, disjoint in SAME_CAUSE:
+        for other in [f for f in out if f.id == other_id]:
+            match = next(
+                (i for i, f in enumerate(out) if f.id == kept_id and same(f, other, record or {})),
+                None,
+            )
+            if match is None:
+                continue
+            out[match] = fold(out[match], other, disjoint)
+            out = [f for f in out if f is not other]
+    return out

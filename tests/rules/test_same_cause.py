@@ -1,0 +1,186 @@
+"""One finding per cause: ``rules/same_cause.py`` folds two findings one cause fired at one site
+(``gc.collect()`` as housekeeping and as garbage collection; an epoch restart as the loader's
+finding and as rare long steps), and leaves them apart when the sites or mechanisms differ."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from torchdoctor.rules.finding import Finding
+from torchdoctor.rules.same_cause import fold_same_cause
+
+SITE = "/w/train.py:12"
+LOOP = "/w/train.py:17"
+
+
+def _f(
+    id_: str, saving: float, evidence: dict[str, Any], where: list[str], sev: str = "warning"
+) -> Finding:
+    return Finding(
+        id=id_,  # type: ignore[arg-type]
+        title=id_,
+        severity=sev,  # type: ignore[arg-type]
+        saving_ms_per_step=saving,
+        share_of_step=saving / 100.0,
+        evidence={"mean_step_ms": 100.0, **evidence},
+        fix="# fix",
+        where=where,
+    )
+
+
+def _housekeeping(what: str = "gc.collect", site: str = SITE) -> Finding:
+    return _f("housekeeping-in-step", 40.0, {"call": {"what": what, "site": site}}, [site])
+
+
+def _gc(site: str = SITE, ms: float = 45.0) -> Finding:
+    return _f("gc-in-step", ms, {"gc_ms_per_step": ms}, [site], sev="critical")
+
+
+def test_gc_collect_reported_once_with_both_evidences() -> None:
+    (f,) = fold_same_cause([_housekeeping(), _gc()], {})
+    assert f.id == "housekeeping-in-step"  # it names the call and its line
+    assert f.evidence["gc-in-step_evidence"]["gc_ms_per_step"] == 45.0
+    assert f.saving_ms_per_step == 45.0  # the larger, not 85: one time measured twice
+    assert f.severity == "critical"
+    assert f.where == [SITE]
+
+
+@pytest.mark.parametrize(
+    "pair",
+    [
+        (lambda: _housekeeping("torch.save"), lambda: _gc()),  # another mechanism
+        (lambda: _housekeeping(), lambda: _gc(site="/w/train.py:30")),  # another line
+    ],
+)
+def test_other_sites_or_mechanisms_stay_apart(pair: Any) -> None:
+    a, b = pair[0](), pair[1]()
+    assert [f.id for f in fold_same_cause([a, b], {})] == [a.id, b.id]
+
+
+def _record(inner_by_step: dict[int, str]) -> dict[str, Any]:
+    samples = {
+        str(step): [{"stack": [f"{line} in main", "/w/train.py:40 in <module>"], "samples": 30}]
+        for step, line in inner_by_step.items()
+    }
+    return {
+        "repeats": [{"kind": "dataloader iterator", "site": LOOP, "calls": 2}],
+        "monitor": {"long_step_samples": samples},
+    }
+
+
+def _rare(steps: dict[int, float]) -> Finding:
+    ev = {"long_steps": [{"step": s, "ms": ms} for s, ms in steps.items()], "median_step_ms": 10.0}
+    return _f("rare-long-steps", 20.0, ev, [f"{LOOP} in main"])
+
+
+def _restart() -> Finding:
+    ev = {"data_wait_ms_per_step": 50.0, "restart_ms_per_step": 60.0}
+    return _f("dataloader-config", 50.0, ev, [], sev="critical")
+
+
+def test_epoch_restart_reported_once() -> None:
+    rec = _record({6: LOOP, 11: LOOP, 13: "/w/train.py:19"})
+    rare = _rare({6: 300.0, 11: 280.0, 13: 60.0})  # the small one: noise at another line
+    (f,) = fold_same_cause([_restart(), rare], rec)
+    assert f.id == "dataloader-config"
+    assert f.evidence["rare-long-steps_evidence"]["long_steps"][0]["step"] == 6
+    # the loader's saving is the data wait, rare-long-steps the rest of the long steps
+    assert f.saving_ms_per_step == pytest.approx(70.0)
+    assert f.share_of_step == pytest.approx(0.70)
+
+
+def test_long_steps_elsewhere_are_not_the_restart() -> None:
+    rec = _record({6: "/w/train.py:25", 11: "/w/train.py:25", 13: LOOP})  # an evaluation
+    rare = _rare({6: 300.0, 11: 280.0, 13: 60.0})
+    assert [f.id for f in fold_same_cause([_restart(), rare], rec)] == [
+        "dataloader-config",
+        "rare-long-steps",
+    ]
+
+
+def test_workers_kept_across_epochs_are_not_the_restart() -> None:
+    loader = _f("dataloader-config", 50.0, {"data_wait_ms_per_step": 50.0}, [])
+    rec = _record({6: LOOP})
+    assert len(fold_same_cause([loader, _rare({6: 300.0})], rec)) == 2
+
+
+GC_EVERY_STEP = """
+import gc
+import torch
+
+model = torch.nn.Sequential(torch.nn.Linear(64, 64), torch.nn.ReLU(), torch.nn.Linear(64, 4))
+opt = torch.optim.SGD(model.parameters(), lr=0.01)
+junk = [[i] * 4 for i in range(20000)]  # objects for the collector to walk
+for step in range(30):
+    loss = model(torch.randn(16, 64)).sum()
+    opt.zero_grad()
+    loss.backward()
+    opt.step()
+    gc.collect()
+"""
+
+RESTART_EVERY_EPOCH = """
+import time
+
+import torch
+from torch.utils.data import DataLoader, Dataset
+
+
+class Items(Dataset):
+    def __len__(self):
+        return 40
+
+    def __getitem__(self, i):
+        return torch.randn(32), i % 4
+
+
+def init(_):
+    time.sleep(0.3)  # a worker slow to start (imports, opening files)
+
+
+model = torch.nn.Sequential(torch.nn.Linear(32, 64), torch.nn.ReLU(), torch.nn.Linear(64, 4))
+opt = torch.optim.SGD(model.parameters(), lr=0.05)
+loader = DataLoader(Items(), batch_size=8, num_workers=1, worker_init_fn=init)
+for epoch in range(8):
+    for x, y in loader:
+        loss = torch.nn.functional.cross_entropy(model(x), y)
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+"""
+
+
+@pytest.mark.slow
+def test_check_reports_a_gc_collect_once(tmp_path: Path) -> None:
+    from tests.capture.check_helpers import check_inprocess
+
+    script = tmp_path / "train.py"
+    script.write_text(GC_EVERY_STEP)
+    r = check_inprocess(tmp_path / "runs", script)
+    assert r.code == 0, r.stderr
+    ids = [f["id"] for f in r.report["findings"]]
+    assert "gc-in-step" not in ids, ids
+    (f,) = [f for f in r.report["findings"] if f["id"] == "housekeeping-in-step"]
+    assert f["title"].startswith("gc.collect() every step at "), f["title"]
+    assert "train.py:13:" in f["title"], f["title"]
+    assert "gc-in-step_evidence" in f["evidence"]
+
+
+@pytest.mark.slow
+def test_check_reports_an_epoch_restart_once(tmp_path: Path) -> None:
+    from tests.capture.check_helpers import check_inprocess
+
+    script = tmp_path / "train.py"
+    script.write_text(RESTART_EVERY_EPOCH)
+    opts = ["--warmup", "3", "--steps", "5"]  # the window holds one epoch start
+    r = check_inprocess(tmp_path / "runs", script, opts=opts)
+    assert r.code == 0, r.stderr
+    ids = [f["id"] for f in r.report["findings"]]
+    assert "rare-long-steps" not in ids, ids
+    kept = [f for f in r.report["findings"] if "rare-long-steps_evidence" in f["evidence"]]
+    assert [f["id"] for f in kept] in (["repeated-construction"], ["dataloader-config"]), ids
+    (line,) = [n for n, t in enumerate(RESTART_EVERY_EPOCH.splitlines(), 1) if "in loader" in t]
+    assert any(f"train.py:{line}" in w for w in kept[0]["where"]), kept[0]["where"]
