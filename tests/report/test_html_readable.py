@@ -18,9 +18,10 @@ __all__ = ["browser_context"]
 
 WIDTH = 1280
 
-# Cells whose whole text is a Python literal: a bool, None, a list or a dict as repr prints them.
+# Cells whose whole text is a Python literal: a bool, None, a list or a dict as repr or JSON
+# print them (quoted strings inside brackets; the text report's short summaries have no quotes).
 RAW_CELLS = r"""els => els.map(e => e.textContent.trim()).filter(t =>
-    /^(True|False|None)$/.test(t) || /^\[.*\]$/.test(t) && /'|, /.test(t) || /^\{.*:.*\}$/.test(t))"""
+    /^(True|False|None|null|true|false)$/.test(t) || /^[\[{].*['"].*[\]}]$/.test(t))"""
 
 
 def _readable(browser_context: Any, html: Path, name: str) -> Loaded:
@@ -42,6 +43,8 @@ def _readable(browser_context: Any, html: Path, name: str) -> Loaded:
     )
     assert wide == [], f"tables wider than their container: {wide}"
     assert page.eval_on_selector_all("td, th, dd", RAW_CELLS) == []
+    numbers = page.eval_on_selector_all("td.num", "els => els.map(e => e.textContent)")
+    assert [n for n in numbers if re.search(r"\de[-+]?\d", n)] == []  # no 9.1e-05
     body = page.text_content("body")
     for raw in ("True", "False", "None"):
         # a value printed after a label ("confirmed: True") is as raw as a cell holding it

@@ -198,12 +198,21 @@ def _cell(v: Any) -> str:
             return f"<td>{esc(v.text)}</td>"
         return f'<td class="num" data-v="{v.value!r}">{esc(v.text)}</td>'
     if isinstance(v, int | float):
-        text = f"{v:,}" if isinstance(v, int) else (f"{v:.4g}" if abs(v) < 1e4 else f"{v:,.0f}")
+        text = f"{v:,}" if isinstance(v, int) else _float(v)
         return (
             f'<td class="num" data-v="{v!r}">{esc(text)}</td>' if math.isfinite(v) else "<td></td>"
         )
     text = str(v)
     return f'<td class="wrap">{esc(text)}</td>' if len(text) > WRAP_AT else f"<td>{esc(text)}</td>"
+
+
+def _float(v: float) -> str:
+    """Four significant digits, thousands separated, never in e-notation (``0.000023``)."""
+    if abs(v) >= 1e4:
+        return f"{v:,.0f}"
+    if v == 0 or abs(v) >= 1e-3:
+        return f"{v:.4g}"
+    return f"{v:.{3 - math.floor(math.log10(abs(v)))}f}".rstrip("0")
 
 
 def _memory(page: Page) -> str:

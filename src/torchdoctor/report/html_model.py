@@ -6,6 +6,7 @@ trace or a script, so the renderer escapes all of it.
 
 from __future__ import annotations
 
+import math
 import shlex
 import sys
 from dataclasses import dataclass, field
@@ -38,7 +39,9 @@ def share(v: float | None) -> Num | None:
     if v is None:
         return None
     p = float(v) * 100
-    return Num(float(v), f"{p:.1f}%" if p == 0 or abs(p) >= 0.1 else f"{p:.2g}%")
+    if p == 0 or abs(p) >= 0.1:
+        return Num(float(v), f"{p:.1f}%")
+    return Num(float(v), f"{p:.{1 - math.floor(math.log10(abs(p)))}f}%")  # 2 digits, no e-05
 
 
 @dataclass
