@@ -29,6 +29,7 @@ def _readable(browser_context: Any, html: Path, name: str) -> Loaded:
     loaded = load(browser_context, html)
     page = loaded.page
     page.set_viewport_size({"width": WIDTH, "height": 900})
+    page.evaluate("() => document.querySelectorAll('details').forEach(d => { d.open = true; })")
     screenshot(loaded, f"readable-{name}")
     assert page.evaluate("() => document.documentElement.scrollWidth") <= page.evaluate(
         "() => window.innerWidth"
