@@ -78,6 +78,12 @@ def test_check_page(browser_context: Any, tmp_path: Path) -> None:
     assert run.code == 0, run.stderr
     loaded = _readable(browser_context, html, "check")
     assert json.loads(json.dumps(run.run))["torch_version"] in loaded.page.text_content("body")
+    sites = loaded.page.eval_on_selector_all(
+        "#table-lines tbody tr", "rows => rows.map(r => r.cells[0].textContent)"
+    )
+    # lines of the script read as in the script's folder; others keep their whole path
+    assert "slow_dataloader.py:19" in sites
+    assert all(s.startswith("slow_dataloader.py:") or s.startswith("/") for s in sites), sites
 
 
 @pytest.mark.slow

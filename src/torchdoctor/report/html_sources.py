@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import os
 from pathlib import Path
 from typing import Any
 
@@ -67,9 +68,10 @@ def _add_account(page: Page, doc: dict[str, Any], record: dict[str, Any]) -> Non
     if not rows:
         return
     cats = ["torch ops", "Python", "I/O", "sleep/wait", "gc", "CPU contention"]
+    home = os.path.dirname(str(doc.get("script") or ""))
     table_rows = [
         [
-            r.get("site"),
+            _short_site(r.get("site"), home),
             r.get("function"),
             r.get("code"),
             r.get("self_ms"),
@@ -101,6 +103,15 @@ def _add_account(page: Page, doc: dict[str, Any], record: dict[str, Any]) -> Non
             "is spent at the line itself (its innermost frame of yours), inclusive time under it.",
         ),
     )
+
+
+def _short_site(site: Any, home: str) -> Any:
+    """``train.py:45`` for a line under the script's folder (the whole path repeated on every row
+    pushed the table past the page); other paths as they are."""
+    if not isinstance(site, str) or not home or not os.path.isabs(site):
+        return site
+    rel = os.path.relpath(site, home)
+    return site if rel.startswith("..") else rel
 
 
 def _num(v: Any) -> str:
