@@ -23,9 +23,15 @@ def page_from_check(doc: dict[str, Any], report: Any, record: dict[str, Any]) ->
     own metadata (torch version, script, step clock)."""
     steps = record.get("steps") or {}
     verdict = (
-        f"{steps.get('count', 0)} steps seen, median step "
+        f"{steps.get('count', 0)} steps seen, median profiled step "
         f"{_num(steps.get('median_step_ms'))} ms, data wait {_num(steps.get('mean_data_wait_ms'))} ms"
     )
+    effect = doc.get("probe_effect")
+    probe_lines: list[str] = []
+    if isinstance(effect, dict):  # the clean step leads: the profiled one is the instrumented
+        from torchdoctor.rules.probe_effect import effect_from_dict
+
+        probe_lines = [line.strip() for line in effect_from_dict(effect).lines()]
     if report is not None and hasattr(report, "analysis"):
         page = page_from_report(report, title="torchdoctor check")
         if doc.get("findings") and getattr(report, "verdict", None):
@@ -36,7 +42,8 @@ def page_from_check(doc: dict[str, Any], report: Any, record: dict[str, Any]) ->
             merged = [
                 Finding(**{k: v for k, v in d.items() if k in names}) for d in doc["findings"]
             ]
-            page.verdict = verdict_line(report.analysis, merged)
+            clean = effect.get("clean_ms") if isinstance(effect, dict) else None
+            page.verdict = verdict_line(report.analysis, merged, clean_step_ms=clean)
         if getattr(page, "verdict", None):
             from torchdoctor.rules.account_rules import account_verdict
 
@@ -46,7 +53,7 @@ def page_from_check(doc: dict[str, Any], report: Any, record: dict[str, Any]) ->
         if doc.get("analysis_unavailable"):
             page.notes.append(f"trace analysis: {doc['analysis_unavailable']}")
     page.findings = list(doc.get("findings") or [])
-    page.headline = [verdict]
+    page.headline = [*probe_lines, verdict]
     _add_account(page, doc, record)
     page.metadata = _run_metadata(doc, record) + [
         kv for kv in page.metadata if kv[0] in ("trace", "steps", "events", "rank")
