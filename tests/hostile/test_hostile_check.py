@@ -180,8 +180,13 @@ def test_a_forked_child_never_writes_the_run_folder(tmp_path: Path) -> None:
     os.waitpid(pid, 0)
     for _ in range(30): step()
     """
-    before = _start(tmp_path, "before", body, ["--warmup", "5", "--steps", "3"])
-    inside = _start(tmp_path, "inside", body, ["--warmup", "2", "--steps", "3"])
+    # no clean window: the fork lands before the profiler in one run and inside it in the other
+    before = _start(
+        tmp_path, "before", body, ["--warmup", "5", "--clean-steps", "0", "--steps", "3"]
+    )
+    inside = _start(
+        tmp_path, "inside", body, ["--warmup", "2", "--clean-steps", "0", "--steps", "3"]
+    )
     for case in (before, inside):
         stdout, stderr = case.proc.communicate(timeout=150)
         assert case.proc.returncode == 0, stderr[-1500:]

@@ -47,6 +47,9 @@ def test_check_with_the_callback_and_a_hook_churning_callback(tmp_path: Path) ->
     assert run["framework"]["name"] == "lightning" and run["framework"]["strategy"]
     assert run["frameworks"] == []  # the callback is in use: no hint to add it
     ids = [f["id"] for f in report["findings"]]
-    assert "gc-in-step" in ids  # the user's callback collects every batch
-    gc_finding = next(f for f in report["findings"] if f["id"] == "gc-in-step")
+    # the user's callback collects every batch: one finding for that one cause (gc-in-step,
+    # or housekeeping-in-step when both fired at the line and were merged)
+    gc_ids = ("gc-in-step", "housekeeping-in-step")
+    assert any(i in ids for i in gc_ids), ids
+    gc_finding = next(f for f in report["findings"] if f["id"] in gc_ids)
     assert any("lightning_guest.py" in w for w in gc_finding["where"])

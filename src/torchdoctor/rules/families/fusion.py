@@ -63,8 +63,8 @@ def unfused_fix(inference: bool = True, engine: str = "unknown") -> str:
             "# each fused kernel reads and writes a tensor once instead of once per operator"
         )
     return (
-        "# Hugging Face transformers: a static KV cache (fixed shapes, no torch.cat per token)\n"
-        'model.generation_config.cache_implementation = "static"\n'
+        'if hasattr(model, "generation_config"):  # Hugging Face transformers: a static KV cache\n'
+        '    model.generation_config.cache_implementation = "static"  # no torch.cat per token\n'
         "# compile the forward (decode step): Inductor fuses norms, rotary embeddings,\n"
         "# activations and casts; reduce-overhead replays the step as a CUDA graph\n"
         'model.forward = torch.compile(model.forward, mode="reduce-overhead", fullgraph=True)\n'
