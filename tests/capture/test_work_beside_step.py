@@ -88,6 +88,16 @@ def test_a_helper_updating_tensors_one_by_one_is_work_beside_the_step() -> None:
     assert "_foreach_lerp_" in (f.fix or "") and f.where == ["t.py:14"]
 
 
+def test_a_modules_own_forward_is_the_step() -> None:
+    """minGPT's NewGELU.forward is all element-wise operators, like an EMA update, but it runs
+    inside the model call: the step's own work, never beside it."""
+    ops = [["aten::mul", 1.8], ["aten::add", 1.2], ["aten::tanh", 0.5]]
+    gelu = _row("model.py:27", "NewGELU.forward", 3.5, [["", 3.5]], ops)
+    assert work_beside_step(_record([*LOOP, gelu])) == []
+    helper = _row("model.py:27", "new_gelu", 3.5, [["", 3.5]], ops)  # the same as a helper
+    assert [f.id for f in work_beside_step(_record([*LOOP, helper]))] == ["work-beside-step"]
+
+
 def test_a_helper_building_the_input_and_the_inline_loss_stay_quiet() -> None:
     """Indexing and stacking in a ``get_batch`` helper is the input; the loop's own ``mul`` on
     the loss line (0.5 ms, 5%) is the loss: neither is beside the step."""

@@ -167,6 +167,10 @@ def _groups(table: LineTable) -> list[_Group]:
             by_function[(row.file, row.function)].append(row)
     out: list[_Group] = []
     for (_, function), rows in by_function.items():
+        if function == "forward" or function.endswith(".forward"):
+            # a module's forward runs inside the model call: the step's own work (minGPT's
+            # NewGELU.forward is all element-wise operators, not an update beside the step)
+            continue
         makes_step_calls = any(_ms_of(r, STEP) > 0 for r in rows)
         if not makes_step_calls:
             group = _Group(function)
