@@ -184,7 +184,10 @@ def _probe_effect(
         effect = probe_effect.measure(record, _gpu_busy_ms(analysis))
         if effect is None:
             return merged, None
-        return probe_effect.apply(merged, effect, record)
+        scaled, effect = probe_effect.apply(merged, effect, record)
+        # ranked again by the scaled savings: the unexplained time still follows its causes
+        extra = next((f for f in scaled if f.id == "unexplained-step-time"), None)
+        return (_after_its_causes(scaled, extra) if extra is not None else scaled), effect
     except Exception as exc:  # the findings stand as measured; the report says why
         notes = record.setdefault("notes", [])
         if isinstance(notes, list):
