@@ -81,6 +81,14 @@ def check_named(r: Any, case: Case) -> None:
         ), where
 
 
+_SAMPLING_LIMIT = pytest.mark.xfail(
+    reason="known limit (docs/check.md): the sampler no longer lowers the switch interval, so "
+    "the tokenizer's Python stretch is sampled when torch.tensor(rows) returns; some runs name "
+    "only the loop's lines",
+    strict=False,
+)
+
+
 def helper_lines(case: Case) -> set[str]:
     """Every line of the helper function (not ``main``) the planted line sits in. The sampler
     never lowers the interpreter's switch interval, so a pure-Python stretch that ends in a
@@ -110,7 +118,10 @@ def test_fast_cases_are_named(tmp_path: Path, script: str) -> None:
 @pytest.mark.slow
 @pytest.mark.parametrize(
     "script",
-    sorted(c.script for c in CASES if not c.control and c.script not in FAST and c.env),
+    [
+        pytest.param(s, marks=_SAMPLING_LIMIT) if s == "tokenize_in_loop.py" else s
+        for s in sorted(c.script for c in CASES if not c.control and c.script not in FAST and c.env)
+    ],
 )
 def test_slow_cases_are_named(tmp_path: Path, script: str) -> None:
     check_named(run_case(tmp_path, BY_NAME[script]), BY_NAME[script])
