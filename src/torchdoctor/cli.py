@@ -157,7 +157,8 @@ class NoInputJsonCommand(JsonPathCommand):
     "--out",
     default="demo-output",
     show_default=True,
-    type=click.Path(path_type=str),
+    type=click.Path(path_type=str, file_okay=False),
+    metavar="DIRECTORY",
     help="Folder for the demo's trace.",
 )
 @click.option(

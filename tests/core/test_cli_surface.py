@@ -82,3 +82,34 @@ def test_memory_html_is_written_when_stdout_is_closed_early(tmp_path: Path) -> N
     assert status in (0, 141), err
     assert "Traceback" not in err and "Exception ignored" not in err, err
     assert (tmp_path / "m.html").read_text(encoding="utf-8").rstrip().endswith("</html>")
+
+
+def _option_lines(name: str) -> dict[str, str]:
+    """Each option of a command's help (wide, so none wraps) by its long name: the line's text."""
+    out = CliRunner().invoke(cli, [name, "--help"], terminal_width=400).output
+    lines = {}
+    for ln in out.splitlines():
+        m = re.match(r"^\s+(?:-\w, )?(--[\w-]+)", ln)
+        if m:
+            lines[m.group(1)] = ln.strip()
+    return lines
+
+
+def test_every_command_spells_json_and_folders_the_same_way() -> None:
+    """Before: fix's help read '--json FILE ... to this file; a bare --json prints only the JSON
+    on stdout' beside the others' '--json [PATH]', demo's folder read PATH and check's
+    DIRECTORY, compare's --timeout read FLOAT RANGE beside check's SECONDS."""
+    seen = {}
+    for name in COMMAND_NAMES:
+        opts = _option_lines(name)
+        line = opts["--json"]
+        assert line.startswith("--json [PATH] "), (name, line)
+        assert "a bare --json (or --json -) prints only the JSON on standard output" in line
+        seen[name] = opts
+    for name in ("check", "fix", "demo"):
+        assert seen[name]["--out"].startswith("--out DIRECTORY "), (name, seen[name]["--out"])
+    assert seen["fix"]["--from"].startswith("--from DIRECTORY ")
+    for name in ("check", "compare"):
+        assert seen[name]["--timeout"].startswith("--timeout SECONDS "), name
+    for opt in ("--budget", "--trial-timeout"):
+        assert seen["tune"][opt].startswith(f"{opt} DURATION "), seen["tune"][opt]

@@ -109,6 +109,7 @@ class _SeesDashes(TwoInputJsonCommand):
     "--timeout",
     "timeout_s",
     type=click.FloatRange(1),
+    metavar="SECONDS",
     default=_PLAN.timeout_s,
     show_default=True,
     help="--rerun: seconds one run may take.",

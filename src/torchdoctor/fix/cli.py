@@ -82,8 +82,9 @@ class _FixCommand(click.Command):
     "json_path",
     default=None,
     type=click.Path(path_type=str, dir_okay=False),
-    help="Write every change (finding, file, line, status) as JSON to this file; a bare --json "
-    "prints only the JSON on stdout.",
+    metavar="[PATH]",
+    help="Write every change (finding, file, line, status) as JSON to PATH; a bare --json (or "
+    "--json -) prints only the JSON on standard output.",
 )
 @click.option(
     "--html", "html_path", type=click.Path(path_type=str), help="Also write an HTML page."

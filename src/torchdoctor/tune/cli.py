@@ -55,7 +55,10 @@ def _knobs(text: str | None) -> tuple[str, ...] | None:
 )
 @click.argument("workload", type=click.Path(path_type=str))
 @click.option(
-    "--budget", default=None, help="Stop starting trials after this much time: 300, 90s, 5m, 1h."
+    "--budget",
+    default=None,
+    metavar="DURATION",
+    help="Stop starting trials after this much time: 300, 90s, 5m, 1h.",
 )
 @click.option(
     "--max-trials",
@@ -107,7 +110,8 @@ def _knobs(text: str | None) -> tuple[str, ...] | None:
     "--trial-timeout",
     default=D.trial_timeout,
     show_default=True,
-    help="Kill a trial after this long (a hang).",
+    metavar="DURATION",
+    help="Kill a trial after this long (a hang): 300, 90s, 5m, 1h.",
 )
 @click.option(
     "--nproc",
