@@ -26,9 +26,10 @@ _NEW = {"busy:compute": 99.1, "idle:data_loading": 1.2, "idle:host_overhead": 25
 def test_the_part_that_moved_by_about_the_difference_is_named() -> None:
     cause = explaining_cause(_BASE, _NEW)
     assert cause is not None and cause.key == "idle:data_loading"
-    assert cause.name == "data loading" and cause.label == "waiting on data loading"
+    assert cause.name == "data loading" and cause.label == "idle: data loading"
     assert cause.text() == (
-        "explained by data loading: waiting on data loading fell from 59.3 to 1.2 ms per step"
+        "explained by data loading: the breakdown's 'idle: data loading' fell from 59.3 to 1.2 "
+        "ms per step"
     )
     back = explaining_cause(_NEW, _BASE)  # the other way: it rose, and is still the cause
     assert back is not None and "rose from 1.2 to 59.3" in back.text()
@@ -56,7 +57,7 @@ def test_verdict_names_the_cause_and_keeps_the_interval() -> None:
     c = compare(_side(171.0, _BASE), _side(126.0, _NEW))
     v = c.verdict
     assert v.startswith("NEW is faster: mean step")
-    assert "explained by data loading: waiting on data loading fell from 59.3 to 1.2" in v
+    assert "explained by data loading: the breakdown's 'idle: data loading' fell from 59.3" in v
     assert "[" in v and "not a test" in v and "beyond the noise" not in v
     assert not c.decision.decided and not c.gate(5.0)
     # the same step time on both sides: nothing to explain, whatever the parts did
@@ -73,8 +74,8 @@ def test_v100_workers_pair_names_the_data_loading_change() -> None:
     v = c.verdict
     assert v.startswith("NEW is faster")
     assert (
-        f"explained by data loading: waiting on data loading fell from {data.base_ms:.1f} to "
-        f"{data.new_ms:.1f} ms per step" in v
+        f"explained by data loading: the breakdown's 'idle: data loading' fell from "
+        f"{data.base_ms:.1f} to {data.new_ms:.1f} ms per step" in v
     )
     assert data.base_ms > 50 and data.new_ms < 2
     assert c.decision.cause is not None and c.decision.cause.key == "idle:data_loading"

@@ -15,6 +15,7 @@ import pytest
 
 from tests.conftest import corpus_file
 from tests.report.hostile import write_hostile_trace
+from torchdoctor.analysis.breakdown_terms import TERMS
 from torchdoctor.commands.analyze.trace import analyze_path
 from torchdoctor.report.perfetto import export_trace
 from torchdoctor.report.serialize import report_dict
@@ -95,8 +96,10 @@ def test_idle_track_and_counters_match_the_breakdown(tmp_path: Path) -> None:
     pid, added = _added(_doc(out))
     assert all(e["pid"] == pid for e in added if e["ph"] != "f")
     idle: dict[str, float] = defaultdict(float)
-    for name, b, e in _slices(added, 1):
-        idle[name.removeprefix("idle: ")] += (e - b) / 1000.0
+    for name, b, e in _slices(added, 1):  # slices are named as every report names the part
+        idle[next(k for k, t in TERMS.items() if t.label == name).removeprefix("idle:")] += (
+            e - b
+        ) / 1000.0
     total = report.analysis.total
     for cause, ms in total.idle_ms.items():
         assert idle[cause] == pytest.approx(ms, rel=1e-6, abs=1e-6), cause
@@ -104,7 +107,7 @@ def test_idle_track_and_counters_match_the_breakdown(tmp_path: Path) -> None:
     steps = report.analysis.per_step
     assert len(counters) == len(steps) * (len(total.busy_ms) + len(total.idle_ms))
     first = steps[0]
-    compute = next(c for c in counters if c["name"] == "busy compute (ms/step)")
+    compute = next(c for c in counters if c["name"] == "GPU compute (ms/step)")
     assert compute["args"]["ms"] == pytest.approx(first.busy_ms["compute"], abs=1e-5)
 
 

@@ -31,9 +31,9 @@ class Cause:
     key: str
     """The breakdown part (``idle:data_loading``...)."""
     name: str
-    """The cause in words (``data loading``)."""
+    """The cause in words (``data loading``: ``breakdown_terms.name``)."""
     label: str
-    """Its time in words (``waiting on data loading``)."""
+    """Its row in the breakdown table (``idle: data loading``: ``breakdown_terms.label``)."""
     base_ms: float
     new_ms: float
     step_delta_ms: float
@@ -51,8 +51,8 @@ class Cause:
     def text(self) -> str:
         moved = "fell" if self.delta_ms < 0 else "rose"
         return (
-            f"explained by {self.name}: {self.label} {moved} from {self.base_ms:.1f} to "
-            f"{self.new_ms:.1f} ms per step"
+            f"explained by {self.name}: the breakdown's '{self.label}' {moved} from "
+            f"{self.base_ms:.1f} to {self.new_ms:.1f} ms per step"
         )
 
     def to_dict(self) -> dict[str, Any]:
@@ -68,16 +68,10 @@ class Cause:
 
 
 def _words(key: str) -> tuple[str, str]:
-    """(cause, its time) in the analyze report's vocabulary."""
-    from torchdoctor.report.render import _PART_LABEL as labels
+    """(the cause, its row's label) in the words every command uses for the part."""
+    from torchdoctor.analysis import breakdown_terms as terms
 
-    kind, _, part = key.partition(":")
-    label = labels.get(f"{part}_cpu" if kind == "cpu" else part, part.replace("_", " "))
-    label = label.removeprefix("idle: ")
-    if kind == "busy":
-        name = label if label.startswith("GPU ") else f"GPU {part.replace('_', ' ')}"
-        return name, f"{name} time"
-    return part.replace("_", " "), label
+    return terms.name(key), terms.label(key)
 
 
 def explaining_cause(base: Mapping[str, float], new: Mapping[str, float]) -> Cause | None:

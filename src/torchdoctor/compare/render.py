@@ -18,7 +18,10 @@ _ORDER: tuple[Quantity, ...] = ("mean_step", "median_step", "one_time", "time_to
 
 
 def _label(key: str) -> str:
-    return key.replace("_", " ").replace(":", ": ")
+    """A breakdown part in the words every command prints it with."""
+    from torchdoctor.analysis.breakdown_terms import label
+
+    return label(key)
 
 
 def _delta_table(title: str, rows: list[Delta]) -> TableText:
@@ -306,7 +309,7 @@ def to_dict(c: Comparison, max_slower_pct: float | None = None, top: int = 10) -
         "new": side(c.new, c.new_runs),
         **verdict_dict(c.decision, c.estimates, max_slower_pct),
         "throughput_change": c.throughput_change,
-        "breakdown": deltas(c.breakdown),
+        "breakdown": [{**d, "label": _label(d["name"])} for d in deltas(c.breakdown)],
         "kernels_moved": deltas(c.kernels_moved[:top]),
         "kernels_added": deltas(c.kernels_added[:top]),
         "kernels_removed": deltas(c.kernels_removed[:top]),

@@ -119,11 +119,10 @@ def _slowest_rank_steps(path: str, primary: Any) -> tuple[np.ndarray, str]:
 
 
 def _breakdown(a: Any) -> dict[str, float]:
+    from torchdoctor.analysis.breakdown_terms import keyed
+
     t, n = a.total, max(a.n_steps, 1)
-    out = {f"busy:{k}": v / n for k, v in t.busy_ms.items()}
-    pre = "idle:" if t.busy_ms else "cpu:"
-    out.update({f"{pre}{k}": v / n for k, v in t.idle_ms.items()})
-    return out
+    return {k: v / n for k, v in keyed(t.busy_ms, t.idle_ms).items()}
 
 
 def _kernels(a: Any) -> dict[str, tuple[str, float]]:

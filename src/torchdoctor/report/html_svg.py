@@ -57,8 +57,12 @@ def esc(text: object) -> str:
 
 
 def label(key: str) -> str:
-    """A colour key as words: ``idle:data_loading`` -> ``idle: data loading``."""
-    return key.replace("_", " ").replace(":", ": ")
+    """A colour key as words: a breakdown part by its label in every command
+    (``idle:host_overhead`` -> ``idle: host overhead (launched late)``), any other key with its
+    underscores as spaces."""
+    from torchdoctor.analysis.breakdown_terms import label as part_label
+
+    return part_label(key)
 
 
 def legend(keys: list[str]) -> str:

@@ -16,6 +16,7 @@ import numpy as np
 
 from torchdoctor.analysis import intervals as iv
 from torchdoctor.analysis.breakdown import IDLE_PARTS, gap_causes
+from torchdoctor.analysis.breakdown_terms import label as part_label
 from torchdoctor.analysis.bundle import TraceAnalysis
 from torchdoctor.analysis.gpu_activity import DEVICE_CLASSES
 from torchdoctor.analysis.kernel_names import kernel_category
@@ -179,7 +180,7 @@ def _idle_lane(a: TraceAnalysis, lo: float, hi: float) -> Any:
     s, e = np.concatenate(starts), np.concatenate(ends)
     order = np.argsort(s, kind="stable")
     colors = [colors[i] for i in order]
-    labels = [f"idle: {c[5:].replace('_', ' ')}" for c in colors]
+    labels = [part_label(c) for c in colors]
     return ("GPU idle (by cause)", s[order], e[order], colors, labels)
 
 

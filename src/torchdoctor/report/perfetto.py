@@ -23,6 +23,7 @@ import numpy as np
 from torchdoctor.analysis import intervals as iv
 from torchdoctor.analysis._join import in_window, launch_of
 from torchdoctor.analysis.breakdown import IDLE_PARTS, gap_causes
+from torchdoctor.analysis.breakdown_terms import keyed, label
 from torchdoctor.analysis.bundle import TraceAnalysis
 from torchdoctor.analysis.gpu_activity import DATALOADER_PREFIX, SYNC_CALLS
 from torchdoctor.analysis.kernel_names import MATMUL_CATEGORIES, kernel_category
@@ -137,7 +138,7 @@ def _idle_spans(a: TraceAnalysis, pid: int, base: float) -> list[dict[str, Any]]
                     spans.append((float(s), float(s + length), cause))
             cursor = cursor + parts[cause]
         for s, e, cause in sorted(spans):
-            out.extend(_slice(pid, IDLE_TID, f"idle: {cause}", base + s, base + e, {}))
+            out.extend(_slice(pid, IDLE_TID, label(f"idle:{cause}"), base + s, base + e, {}))
     return out
 
 
@@ -145,14 +146,12 @@ def _counters(a: TraceAnalysis, pid: int, base: float) -> list[dict[str, Any]]:
     """One counter track per breakdown part: its milliseconds in each step, held over the step."""
     out = []
     for s, lo in zip(a.per_step, a.steps.starts_us, strict=True):
-        parts = {**{f"busy {k}": v for k, v in s.busy_ms.items()}}
-        parts.update({f"{'idle' if s.busy_ms else 'cpu'} {k}": v for k, v in s.idle_ms.items()})
-        for name, ms in parts.items():
+        for key, ms in keyed(s.busy_ms, s.idle_ms).items():
             out.append(
                 {
                     "ph": "C",
                     "cat": CAT,
-                    "name": f"{name} (ms/step)",
+                    "name": f"{label(key)} (ms/step)",
                     "pid": pid,
                     "ts": base + float(lo),
                     "args": {"ms": round(ms, 6)},

@@ -10,18 +10,16 @@ if TYPE_CHECKING:
     from torchdoctor.analysis.cross_rank import CrossRank
     from torchdoctor.report.model import Report
 
-_SHORT_PART = {
-    "compute": "compute",
-    "communication": "comm",
-    "cpu_operators": "ops",
-    "data_loading": "data",
-    "host_overhead": "host",
-    "synchronization": "sync",
-    "short_gaps": "gaps",
-    "other": "other",
-}
 _PARTS_SHOWN = 3
 _SKEWS_SHOWN = 5
+
+
+def _part_name(part: str, gpu: bool) -> str:
+    """A rank's breakdown part (its unqualified key) as every command names it."""
+    from torchdoctor.analysis import breakdown_terms as terms
+    from torchdoctor.analysis.breakdown import BUSY_PARTS
+
+    return terms.name(terms.qualified(part, gpu=gpu, busy=gpu and part in BUSY_PARTS))
 
 
 def render_ranks(con: Console, report: Report) -> None:
@@ -37,7 +35,7 @@ def render_ranks(con: Console, report: Report) -> None:
     rows = []
     for r in report.ranks:
         parts = sorted(r.breakdown_ms.items(), key=lambda kv: -kv[1])[:_PARTS_SHOWN]
-        shown = ", ".join(f"{_SHORT_PART.get(k, k)}\u00a0{v:.1f}" for k, v in parts)
+        shown = ", ".join(f"{_part_name(k, r.gpu_busy_share > 0)}\u00a0{v:.1f}" for k, v in parts)
         rows.append(
             (
                 str(r.rank),

@@ -13,29 +13,6 @@ if TYPE_CHECKING:
     from torchdoctor.report.model import Report
 
 _SEVERITY_STYLE = {"critical": "bold red", "warning": "yellow", "info": "cyan"}
-_CPU_LABELS = ("communication", "data_loading", "input_pipeline")
-_PART_LABEL = {
-    "compute": "GPU compute",
-    "communication": "GPU communication (exposed)",
-    "memcpy_h2d": "GPU memcpy host→device",
-    "memcpy_d2h": "GPU memcpy device→host",
-    "memcpy_d2d": "GPU memcpy device→device",
-    "memcpy_other": "GPU memcpy other",
-    "memset": "GPU memset",
-    "data_loading": "idle: waiting on data loading",
-    "data_loading_cpu": "waiting on data loading",
-    "synchronization": "idle: waiting on synchronisation",
-    "host_overhead": "idle: waiting on host (launch late)",
-    "collective_wait": "idle: CPU waiting in a collective",
-    "input_pipeline": "idle: step starts outside torch (input?)",
-    "short_gaps": "idle: kernel-to-kernel latency",
-    "dependency_wait": "idle: queued work waiting on a dependency",
-    "not_recorded": "GPU work not in the trace (queued behind it)",
-    "cpu_operators": "CPU operators",
-    "communication_cpu": "CPU collectives (gloo)",
-    "input_pipeline_cpu": "step starts outside torch (input?)",
-    "other": "CPU other (Python, glue)",
-}
 
 
 def render_json(report: Report) -> str:
@@ -105,6 +82,8 @@ def _header(con: Console, report: Report) -> None:
 
 
 def _breakdown(con: Console, report: Report) -> None:
+    from torchdoctor.analysis import breakdown_terms as terms
+    from torchdoctor.analysis.breakdown import NOT_RECORDED
     from torchdoctor.report.layout import Column, TableText, print_table
 
     a = report.analysis
@@ -115,20 +94,19 @@ def _breakdown(con: Console, report: Report) -> None:
     # With GPU work the trace does not hold, shares are of the time it accounts for.
     hidden = a.not_recorded_ms
     base = a.accounted_ms if hidden > 0 else t.step_ms
-    for key, ms in [*t.busy_ms.items(), *t.idle_ms.items()]:
-        if ms <= 0 or key == "not_recorded":
+    for key, ms in terms.keyed(t.busy_ms, t.idle_ms).items():
+        if ms <= 0 or key == f"idle:{NOT_RECORDED}":
             continue
         per = a.per_step_ms(ms)
-        label_key = f"{key}_cpu" if not a.has_gpu and key in _CPU_LABELS else key
         share = ms / base if base > 0 else 0.0
-        rows.append((_PART_LABEL.get(label_key, key), f"{per:.2f}", f"{share:.1%}"))
+        rows.append((terms.label(key), f"{per:.2f}", f"{share:.1%}"))
     if hidden > 0:
         bold.append(len(rows))
         rows.append(("accounted for", f"{a.mean_step_ms:.2f}", "100%"))
-        rows.append((_PART_LABEL["not_recorded"], f"{a.per_step_ms(hidden):.2f}", ""))
+        rows.append((terms.label(f"idle:{NOT_RECORDED}"), f"{a.per_step_ms(hidden):.2f}", ""))
     window_ms = a.per_step_ms(t.step_ms)  # the parts add up to the window
     bold.append(len(rows))
-    rows.append(("step", f"{window_ms:.2f}", "" if hidden else "100%"))
+    rows.append((terms.STEP_LABEL, f"{window_ms:.2f}", "" if hidden else "100%"))
     columns = (Column("part", right=False, flex="wrap"), Column("ms/step"), Column("share"))
     print_table(con, TableText(columns, tuple(rows), title=title, bold_rows=frozenset(bold)))
     if t.pageable_h2d_ms > 0:
@@ -143,6 +121,7 @@ def _findings(con: Console, report: Report) -> None:
     from rich.markup import escape as esc
 
     from torchdoctor.report.evidence_text import evidence_line
+    from torchdoctor.report.saving_text import saving_text
 
     if not report.findings:
         if "Not a clean bill" in (report.verdict or ""):  # check: the step is not accounted for
@@ -154,10 +133,9 @@ def _findings(con: Console, report: Report) -> None:
     for i, f in enumerate(report.findings, 1):
         style = _SEVERITY_STYLE[f.severity]
         con.print(f" {i}. [{style}]{f.severity}[/{style}] {esc(f.title)}")
-        if f.saving_ms_per_step > 0:
-            con.print(
-                f"    saves up to {f.saving_ms_per_step:.2f} ms per step ({f.share_of_step:.0%})"
-            )
+        saving = saving_text(f)
+        if saving:
+            con.print(f"    {saving}")
         ev = evidence_line(f.evidence)
         con.print(f"    [dim]evidence: {esc(ev)}[/dim]", soft_wrap=True)
         if f.where:

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from torchdoctor._version import __version__
+from torchdoctor.analysis.bundle import TraceAnalysis
 from torchdoctor.report.model import Report
 
 SCHEMA_VERSION = 1
@@ -55,6 +56,7 @@ def report_dict(r: Report) -> dict[str, Any]:
         "breakdown": {
             "total": a.total.to_dict(),
             "per_step": [s.to_dict() for s in a.per_step],
+            "labels": _part_labels(a),
         },
         "hta_compatible": _maybe(a.hta),
         "communication": a.comm.to_dict(),
@@ -70,3 +72,11 @@ def report_dict(r: Report) -> dict[str, Any]:
         "cross_rank": _maybe(r.cross_rank),
         "notes": list(r.notes),
     }
+
+
+def _part_labels(a: TraceAnalysis) -> dict[str, str]:
+    """Each part the total holds, by its key (``busy:compute``, ``idle:data_loading``,
+    ``cpu:other``) -> the label every command prints it with."""
+    from torchdoctor.analysis.breakdown_terms import keyed, labels
+
+    return labels(keyed(a.total.busy_ms, a.total.idle_ms))
