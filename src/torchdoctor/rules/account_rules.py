@@ -4,6 +4,8 @@ time goes (the user's lines and what runs under them).
 
     allowance  = min(step, eager traffic floor / EXPLAINED_EFFICIENCY,  # operators near their
                      torch operators + torch's own Python)   # floor, only where compute runs
+                 (+ the time of one dominant operator whose FLOPs could not be counted:
+                  rules/assumed_compute.py)
     named      = min(step, sum of the other actionable findings' savings)
     contention = time the training thread waited for a CPU (other processes held them)
     unexplained = max(0, step - allowance - named - contention)
@@ -31,7 +33,9 @@ from torchdoctor.record.values import as_float
 from torchdoctor.rules import mode_fixes as mf
 from torchdoctor.rules import thresholds as th
 from torchdoctor.rules.account_inputs import Account, python_ms_of_framework
+from torchdoctor.rules.assumed_compute import assumed_compute
 from torchdoctor.rules.finding import Finding
+from torchdoctor.rules.loop_lines import loop_fix_at
 from torchdoctor.rules.registry import spec
 from torchdoctor.rules.run_common import make
 
@@ -100,6 +104,9 @@ class StepAccount:
     """Eager traffic floor minus fusion floor: the most fusion (torch.compile) could save."""
     mfu: float | None = None
     """Counted FLOP/s over the datasheet dense peak (``record.floors.StepFloors``)."""
+    assumed_compute: dict[str, Any] | None = None
+    """A dominant operator whose FLOPs could not be counted, whose time is taken as compute
+    (``rules/assumed_compute.py``); None when there is none."""
 
     @property
     def unexplained_share(self) -> float:
@@ -127,8 +134,9 @@ def step_account(record: dict[str, Any], findings: list[Finding]) -> StepAccount
     # The roofline explains compute: the time inside torch operators and torch's own Python
     # around them, never the user's Python, I/O, sleeps or collections (when sampled).
     compute = categories.get("torch ops", 0.0) + _framework_python(acc)
+    assumed = assumed_compute(acc) if roof is not None else None
     if roof is not None:
-        allowance = min(step, roof / th.EXPLAINED_EFFICIENCY)
+        allowance = min(step, roof / th.EXPLAINED_EFFICIENCY + (assumed.ms if assumed else 0.0))
         if acc.lines.rows:
             allowance = min(allowance, compute)
     else:
@@ -165,6 +173,7 @@ def step_account(record: dict[str, Any], findings: list[Finding]) -> StepAccount
         eager_traffic_ms=roof,
         fusion_gain_ms=floors.fusion_gain_ms if floors is not None else None,
         mfu=floors.mfu if floors is not None else None,
+        assumed_compute=assumed.to_dict() if assumed is not None else None,
     )
 
 
@@ -233,10 +242,19 @@ def unexplained(record: dict[str, Any], findings: list[Finding]) -> Finding | No
         ),
         a.unexplained_share * (run.step_ms or a.step_ms),  # the same share of the mean step
         {"account": a.to_dict()},
-        "\n".join(mf.unexplained_fix(t.runs, _short(t.site), list(t.ops)) for t in a.top_lines[:3])
+        "\n".join(_line_fix(t.runs, t.site, t.code, list(t.ops)) for t in a.top_lines[:3])
         or mf.unexplained_fix("Python", site, []),
         where=[t.site for t in a.top_lines[:5] if t.site],
     )
+
+
+def _line_fix(runs: str, site: str, code: str, ops: list[str]) -> str:
+    """The fix for one top line: a per-element Python loop gets "vectorise this loop"."""
+    if runs == "Python":
+        loop = loop_fix_at(site, code)
+        if loop is not None:
+            return loop
+    return mf.unexplained_fix(runs, _short(site), ops)
 
 
 def _short(site: str) -> str:
