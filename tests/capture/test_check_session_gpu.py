@@ -47,6 +47,29 @@ class FakeProfiler:
         return {"gemm_share": 0.7, "gemm_share_basis": "device"}
 
 
+class FakeKernelProfiler:
+    """The kernel window's CUDA-only profiler: two kernels a step, one overlapping the other."""
+
+    calls: ClassVar[list[str]] = []
+
+    def start(self) -> None:
+        self.calls.append("start")
+
+    def stop(self, steps: int) -> dict[str, Any]:
+        from torchdoctor.capture.kernel_window import summarise
+
+        self.calls.append(f"stop {steps}")
+        events = []
+        for i in range(steps):
+            t = 1000.0 * i
+            events.append({"ph": "X", "cat": "kernel", "name": "gemm", "ts": t, "dur": 300.0})
+            events.append({"ph": "X", "cat": "kernel", "name": "add", "ts": t + 200, "dur": 200.0})
+        return summarise(events, steps)
+
+    def abort(self) -> None:
+        self.calls.append("abort")
+
+
 @pytest.fixture
 def fake_gpu(monkeypatch: pytest.MonkeyPatch) -> Any:
     # Rank 1 of a torchrun job on cuda:1, which NVML numbers 5 (CUDA_VISIBLE_DEVICES=4,5).
@@ -60,7 +83,9 @@ def fake_gpu(monkeypatch: pytest.MonkeyPatch) -> Any:
     monkeypatch.setitem(sys.modules, "pynvml", nvml)
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "4,5")
     FakeProfiler.calls = []
+    FakeKernelProfiler.calls = []
     monkeypatch.setattr("torchdoctor.capture.session.WindowProfiler", FakeProfiler)
+    monkeypatch.setattr("torchdoctor.capture.session.KernelProfiler", FakeKernelProfiler)
     return SimpleNamespace(state=state, mocks=mocks, nvml=nvml, devices=devices)
 
 
@@ -84,7 +109,7 @@ def test_window_runs_every_cuda_probe(fake_gpu: Any, tmp_path: Path) -> None:
         assert fake_gpu.mocks["set_sync_debug_mode"].call_args_list == []
         _train(6)  # the profiler's step 11, profiled step 12
         assert fake_gpu.mocks["set_sync_debug_mode"].call_args_list == []  # not with the profiler
-        _train(9)
+        _train(12)
     finally:
         session.uninstall()
     # --memory from the window's start, Python stacks only (C++ symbolisation takes minutes)
@@ -111,9 +136,23 @@ def test_window_runs_every_cuda_probe(fake_gpu: Any, tmp_path: Path) -> None:
     steps = rec["steps"]
     assert steps["clean"]["clock"] == "cuda-events" and steps["clean"]["steps"] == 8
     assert len(steps["clean"]["host_lead_ms"]) == 8 and steps["after"]["steps"] == 5
-    # sync-debug mode in untimed steps of its own (14-16), then the after window (17-21)
-    assert steps["schedule"]["sync_debug"] == [14, 16] and rec["syncs"]["sync_debug_steps"] == 3
-    assert steps["schedule"]["after"] == [17, 21] and steps["after"]["first_step"] == 17
+    # the kernel window (14-16: CUDA activity only, timed by events), sync-debug mode in
+    # untimed steps of its own (17-19), then the after window (20-24)
+    sched = steps["schedule"]
+    assert sched["kernels"] == [14, 16] and FakeKernelProfiler.calls == ["start", "stop 3"]
+    kernels = steps["kernels"]
+    assert kernels["clock"] == "cuda-events" and kernels["steps"] == 3
+    # two kernels overlapping by 100 us: 400 us busy, 500 us of kernel time per step
+    assert kernels["gpu"]["gpu_busy_ms_per_step"] == pytest.approx(0.4)
+    assert kernels["gpu"]["kernel_ms_per_step"] == pytest.approx(0.5)
+    assert sched["sync_debug"] == [17, 19] and rec["syncs"]["sync_debug_steps"] == 3
+    assert sched["after"] == [20, 24] and steps["after"]["first_step"] == 20
+    # each instrument only in its own window (the switchboard's record)
+    armed = {w["window"]: w["armed"] for w in sched["instruments"]}
+    assert armed["clean"] == ["step events", "GPU counters"]
+    assert armed["kernels"] == ["kernel profiler", "step events"]
+    assert armed["sync-debug"] == ["sync-debug mode"] and armed["after"] == ["step events"]
+    assert "profiler" in armed["profiled"] and "sync-debug mode" not in armed["profiled"]
     # fp32 training, GEMM-heavy, on an sm90 device with TF32 off: the precision finding, and
     # the allocator retries as fragmentation
     found = {f.id for f in run_findings(rec)}

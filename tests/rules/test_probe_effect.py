@@ -190,3 +190,47 @@ def test_compiles_are_placed_in_their_steps() -> None:
     ends = [10.0, 11.0, 12.0, 13.0]  # four steps from 9.0 on the wall clock
     assert compiled_steps(6, 9.0, ends, [9.5, 12.2, 20.0, 1.0]) == (6, 9)
     assert compiled_steps(6, 9.0, ends, []) == ()
+
+
+def test_the_gpu_busy_time_comes_from_the_kernel_window() -> None:
+    # The char-model shape: 17 ms clean, the GPU waiting for the host. The profiled trace
+    # stretched the step and its kernels read 9 ms busy; the kernel window (CUDA activity
+    # only) read 6.7 ms, the figure the idle time and the host-bound ceiling must use.
+    clean = [17.0, 17.2, 16.9, 17.1, 17.0, 16.8, 17.3, 17.1]
+    rec = _record(clean, [44.0, 43.5, 44.3, 45.0, 44.1], lead=[0.1] * 8, gpu=True)
+    rec["steps"]["kernels"] = {
+        "first_step": 30,
+        "steps": 3,
+        "clock": "cuda-events",
+        "step_ms": [17.2, 16.95, 17.4],
+        "gpu": {"gpu_busy_ms_per_step": 6.7, "kernel_ms_per_step": 7.0},
+    }
+    effect = pe.measure(rec, gpu_busy_ms=9.0)
+    assert effect is not None
+    assert effect.gpu_busy_ms == pytest.approx(6.7) and effect.gpu_busy_source == "kernel window"
+    kernels = next(w for w in effect.windows if w.name == "kernels")
+    assert kernels.instruments == "profiler, CUDA activity only"
+    assert kernels.ratio == pytest.approx(17.2 / 17.05, rel=0.01) and not kernels.slower
+    assert any("GPU busy 6.70 ms per step (kernel window)" in line for line in effect.lines())
+    host = _finding("host-bound", 33.2, 44.0)
+    (scaled,), effect = pe.apply([host], effect, rec)
+    # at most the clean step less the kernel window's busy time: 17.05 - 6.7
+    assert scaled.saving_ms_per_step is not None
+    assert scaled.saving_ms_per_step <= 17.05 - 6.7 + 0.01
+
+
+def test_the_profiled_windows_instruments_come_from_the_switchboard() -> None:
+    rec = _record(GPT2_CLEAN, [30.0] * 5, gpu=True)
+    rec["steps"]["schedule"] = {
+        "instruments": [
+            {"window": "clean", "armed": ["step events", "GPU counters"]},
+            {"window": "profiled", "armed": ["profiler", "NVML sampler"]},
+            {"window": "measured", "armed": ["line sampler", "measured counters"]},
+            {"window": "sync-debug", "armed": ["sync-debug mode"]},
+        ]
+    }
+    effect = pe.measure(rec)
+    assert effect is not None and effect.profiled is not None
+    assert effect.profiled.instruments == (
+        "profiler, NVML sampler, line sampler, measured counters"
+    )

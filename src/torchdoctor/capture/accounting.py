@@ -88,24 +88,40 @@ class Accounting:
 
     # -- the schedule ---------------------------------------------------------------------------
     def probe_start(self) -> None:
-        """Warm-up step ``start_at`` begins: count its work and watch its forwards. Not for
-        compiled code: no dispatch mode sees its kernels, and global module hooks would change
-        what dynamo guards on (a recompile in the measured steps)."""
+        """Warm-up step ``start_at`` begins: count its work and watch its forwards."""
+        self.forwards_begin()
+        self.count_begin()
+
+    def probe_end(self) -> None:
+        """That step ended."""
+        self.count_end()
+        self.forwards_end()
+
+    def count_begin(self) -> None:
+        """Count the step's work (FLOPs, bytes). Not for compiled code: no dispatch mode sees
+        its kernels."""
         if self.compiled():
             self.count_skipped = "compiled code runs kernels no dispatch mode sees"
             return
         self.count_skipped = None
-        self.forwards.begin()
         self.counter.begin()
 
-    def probe_end(self) -> None:
-        """That step ended (the CPU's rates are measured now and again after the window: the
-        best of two moments of a shared machine)."""
+    def count_end(self) -> None:
+        """The counted step ended (the CPU's rates are measured now and again after the window:
+        the best of two moments of a shared machine)."""
         counting = self.counter.counting
         self.counter.end()
-        self.forwards.end()
         if counting and not self.cuda():
             self._measure_cpu()
+
+    def forwards_begin(self) -> None:
+        """Watch the step's forwards (global module hooks: never on compiled code, whose
+        guards they would change: a recompile in the measured steps)."""
+        if not self.compiled():
+            self.forwards.begin()
+
+    def forwards_end(self) -> None:
+        self.forwards.end()
 
     def measuring(self, on: bool) -> None:
         """The measured steps begin (sampling starts) or counting restarts."""

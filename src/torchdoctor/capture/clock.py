@@ -24,6 +24,7 @@ from time import perf_counter
 from typing import Any, Literal, Protocol
 
 from torchdoctor.capture.options import CheckOptions
+from torchdoctor.capture.switchboard import KERNEL_STEPS, SYNC_STEPS
 
 StepSource = Literal["forward", "dataloader", "backward", "optimizer", "marker"]
 _PRIORITY: dict[str, int] = {
@@ -34,9 +35,14 @@ _PRIORITY: dict[str, int] = {
     "marker": 4,
 }
 
+POST_WINDOWS: tuple[tuple[str, int, bool], ...] = (
+    ("kernels", KERNEL_STEPS, True),
+    ("sync-debug", SYNC_STEPS, False),
+)
+"""Windows after the profiled one that run only when the listener asks for them (on a GPU):
+name, steps, and whether those steps are timed (``capture/switchboard.py``)."""
 
-SYNC_STEPS = 3
-"""Untimed steps that CUDA's sync-debug mode watches, after the profiled window (on a GPU)."""
+__all__ = ["KERNEL_STEPS", "POST_WINDOWS", "SYNC_STEPS", "StepClock", "StopScript"]
 
 
 class StopScript(BaseException):
@@ -102,11 +108,11 @@ class WindowListener(Protocol):
         """Discard the timed windows (the step signal changed)."""
         return None
 
-    def sync_window_begin(self) -> bool:
-        """After the profiled window: watch host syncs for a few untimed steps? (True: yes)."""
+    def extra_window_begin(self, name: str) -> bool:
+        """After the profiled window: run ``name`` (``POST_WINDOWS``)? (True: it started)."""
         return False
 
-    def sync_window_end(self, steps: int) -> None:
+    def extra_window_end(self, name: str, steps: int) -> None:
         """That window's ``steps`` steps ended."""
         return None
 
@@ -157,9 +163,13 @@ class StepClock:
         """The timed window the current step belongs to (``clean``, ``after``), if any."""
         self._next_event: float = self._following(0)
         self._step_end = 0.0
-        self._sync_left = 0
-        self.sync_window: tuple[int, int] | None = None
-        """The untimed steps sync-debug mode watched (on a GPU), if any."""
+        self._timed_last = 0
+        """The last step of the timed window in progress."""
+        self._post: list[tuple[str, int, bool]] = []
+        self._extra: tuple[str, int, bool] | None = None
+        self._extra_left = 0
+        self.extra_windows: dict[str, tuple[int, int]] = {}
+        """The windows after the profiled one that ran (``POST_WINDOWS``): first, last step."""
         self.experimenting = False
         self.experiment_steps = 0
         self.own_steps: list[int] = []
@@ -173,7 +183,7 @@ class StepClock:
         self._step_start = perf_counter()
         clean = self.schedule.clean
         if clean is not None and clean[0] == 1:
-            self._timed_start("clean")
+            self._timed_start("clean", clean[1])
         if self._start_at == 0:
             self._open()
         if self.schedule.lead == 0:
@@ -190,10 +200,16 @@ class StepClock:
         later = [m for m in marks if m > n]
         return min(later) if later else math.inf
 
-    def _timed_start(self, name: str) -> None:
+    def _timed_start(self, name: str, last: int) -> None:
         self._timing = name
+        self._timed_last = last
         self._next_event = len(self.step_s) + 1  # every step of a timed window is recorded
         self._call("timed_start", name)
+
+    @property
+    def sync_window(self) -> tuple[int, int] | None:
+        """The untimed steps sync-debug mode watched (on a GPU), if any."""
+        return self.extra_windows.get("sync-debug")
 
     def add_wait(self, seconds: float) -> None:
         """Add time spent waiting for a batch to the current step."""
@@ -310,8 +326,8 @@ class StepClock:
                 raise StopScript
             self._next_event = n + 1
             return
-        if self._sync_left:
-            self._sync_tick(n)
+        if self._extra is not None:
+            self._extra_tick(n)
             return
         if self._timing is not None and self._timed_tick(n):
             return
@@ -322,7 +338,7 @@ class StepClock:
             elif n == self._probe_at:
                 self._call("probe_end")
         if sched.clean is not None and n == sched.clean[0] - 1 and n > 0:
-            self._timed_start("clean")
+            self._timed_start("clean", sched.clean[1])
             self._next_event = n + 1
             return
         if n == self._start_at and not self.window_opened:
@@ -335,27 +351,43 @@ class StepClock:
             self.window_closed = True
             self._next_event = math.inf
             self._call("window_end")
-            if sched.after is not None and self._ask("sync_window_begin"):
-                # sync-debug mode in steps of its own: it would bend the profiled ones
-                self._sync_left = SYNC_STEPS
-                self.sync_window = (n + 1, n + SYNC_STEPS)
-                self._next_event = n + 1
-                return
-            self._after_profiled(n)
+            if sched.after is not None:
+                # the kernel window and sync-debug mode in steps of their own: each would bend
+                # the profiled ones (on a GPU; a CPU run goes straight to the after window)
+                self._post = list(POST_WINDOWS)
+            self._next_post(n)
             return
         self._next_event = n + 1 if self.window_opened else self._following(n)
 
-    def _sync_tick(self, n: int) -> None:
-        self._sync_left -= 1
+    def _next_post(self, n: int) -> None:
+        """Start the next window after the profiled one that the listener wants, or go on."""
+        while self._post:
+            name, steps, timed = self._post.pop(0)
+            if self._ask("extra_window_begin", name):
+                self._extra, self._extra_left = (name, steps, timed), steps
+                self.extra_windows[name] = (n + 1, n + steps)
+                self._next_event = n + 1
+                return
+        self._after_profiled(n)
+
+    def _extra_tick(self, n: int) -> None:
+        assert self._extra is not None
+        name, steps, timed = self._extra
+        if timed:
+            self._call("timed_step", name, self._step_end)
+        self._extra_left -= 1
         self._next_event = n + 1
-        if not self._sync_left:
-            self._call("sync_window_end", SYNC_STEPS)
-            self._after_profiled(n)
+        if self._extra_left:
+            return
+        self._extra = None
+        self._call("extra_window_end", name, steps)
+        self._next_post(n)
 
     def _after_profiled(self, n: int) -> None:
         """The instruments are off: time their after-effect clean, or finish."""
-        if self.schedule.after is not None:
-            self._timed_start("after")
+        after = self.schedule.after
+        if after is not None:
+            self._timed_start("after", n + after[1] - after[0] + 1)
             self._next_event = n + 1
             return
         self._next_event = math.inf
@@ -366,14 +398,7 @@ class StepClock:
         name = self._timing
         assert name is not None
         self._call("timed_step", name, self._step_end)
-        if name == "clean":
-            last = (self.schedule.clean or (0, 0))[1]
-        else:  # after the profiled window and the sync window, if there was one
-            after = self.schedule.after or (0, 0)
-            last = (self.sync_window[1] if self.sync_window else self.schedule.last_profiled) + (
-                after[1] - after[0] + 1
-            )
-        if n < last:
+        if n < self._timed_last:
             self._next_event = n + 1
             return True
         self._timing = None

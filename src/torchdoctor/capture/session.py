@@ -19,10 +19,12 @@ from torchdoctor.capture.dynamo_aside import DynamoAside
 from torchdoctor.capture.forward_steps import ForwardSteps
 from torchdoctor.capture.hooks import StepHooks
 from torchdoctor.capture.housekeeping import HousekeepingWatch
+from torchdoctor.capture.kernel_window import KernelProfiler
 from torchdoctor.capture.monitor import Monitor
 from torchdoctor.capture.options import CheckOptions
 from torchdoctor.capture.profiling import WindowProfiler
 from torchdoctor.capture.runfolder import RankInfo
+from torchdoctor.capture.switchboard import KERNEL_STEPS, Instrument, Switchboard
 from torchdoctor.capture.syncs import SyncRecorder
 from torchdoctor.capture.timed_window import TimedWindow, WindowTiming, compiled_steps
 from torchdoctor.capture.watcher import Watchers
@@ -49,14 +51,19 @@ def _plan_words(opts: CheckOptions) -> str:
     )
 
 
-def _schedule_record(clock: StepClock) -> dict[str, Any]:
-    """The schedule as it ran: on a GPU the sync-debug steps come before the after window."""
+def _schedule_record(clock: StepClock, board: Switchboard | None = None) -> dict[str, Any]:
+    """The schedule as it ran: on a GPU the kernel and sync-debug windows come before the after
+    window; with the switchboard's record of what was armed in each window."""
     out = clock.schedule.to_dict()
-    sync = clock.sync_window
-    out["sync_debug"] = list(sync) if sync else None
+    extra = clock.extra_windows
+    for name in ("kernels", "sync-debug"):
+        out[name.replace("-", "_")] = list(extra[name]) if name in extra else None
     after = clock.schedule.after
-    if sync and after:
-        out["after"] = [sync[1] + 1, sync[1] + after[1] - after[0] + 1]
+    if extra and after:
+        last = max(b for _, b in extra.values())
+        out["after"] = [last + 1, last + after[1] - after[0] + 1]
+    if board is not None:
+        out["instruments"] = board.record()
     return out
 
 
@@ -112,6 +119,14 @@ class Session:
         """NVML's GPM window over the clean steps (``capture/gpm.py``), while it runs."""
         self.watchers = Watchers()
         """Every watcher, in install order (``capture/watcher.py``)."""
+        self.kernels = KernelProfiler()
+        self.kernel_summary: dict[str, Any] | None = None
+        """The kernel window's GPU activity per step (``capture/kernel_window.py``)."""
+        self._profiler_warmup = 0
+        self.board = Switchboard(_cuda_in_use)
+        """What is armed in which window (``capture/switchboard.py``: the plan)."""
+        for instrument in self._instruments():
+            self.board.add(instrument)
         for name, watcher in (
             ("compile", self.compile),
             ("checkpoint", self.checkpoints),
@@ -180,8 +195,10 @@ class Session:
         """Remove every hook (idempotent); the profiler stops if the window is still open."""
         markers.set_clock(None)
         self.monitor.stop()
+        self.board.close_all(self.clock.steps)  # a script that ended inside a window
         self.watchers.uninstall()  # the last installed first: patches unwind in order
         self.profiler.stop()
+        self.syncs.stop_sync_debug()
         self._stop_gpu_sampling()
         # Hooks removed inside an optimizer step (the window ended in its hook) were only
         # neutralised: remove them now, so that no global module hook of ours outlives the run
@@ -194,30 +211,141 @@ class Session:
         """The script compiled something so far (a torch.compile call, or dynamo ran)."""
         return self.compile.compiled()
 
-    # -- WindowListener -----------------------------------------------------------------------
-    def window_start(self, profiler_warmup_steps: int) -> None:
-        """Start the profiler, read the backend flags, and on CUDA the sync debug mode and NVML."""
-        self.profiler.start(profiler_warmup_steps)
-        self.config.note_window()
-        self.aside.ensure_registered()  # again: torch._dynamo.reset() drops the callbacks
-        if _cuda_in_use():
-            import os
+    # -- the switchboard ----------------------------------------------------------------------
+    def _instruments(self) -> list[Instrument]:
+        """Every instrument the plan names (``capture/switchboard.py``), as the session arms
+        and disarms it."""
+        acc = self.accounting
+        return [
+            Instrument("work count", lambda w: acc.count_begin(), lambda w: acc.count_end()),
+            Instrument(
+                "forward watch", lambda w: acc.forwards_begin(), lambda w: acc.forwards_end()
+            ),
+            Instrument("step events", self._events_arm, self._events_disarm, self._events_abort),
+            Instrument("GPU counters", self._gpm_arm, self._gpm_disarm, gpu=True),
+            Instrument(
+                "profiler",
+                lambda w: self.profiler.start(self._profiler_warmup),
+                lambda w: self.profiler.stop(),
+                lambda w: self.profiler.abort(),
+            ),
+            Instrument("NVML sampler", self._nvml_arm, self._nvml_disarm, gpu=True),
+            # on until the run ends: an OOM after the window still gets its snapshot
+            Instrument(
+                "memory history",
+                lambda w: self.start_memory_recording(),
+                lambda w: None,
+                gpu=True,
+            ),
+            Instrument(
+                "line sampler",
+                lambda w: acc.measuring(True),
+                lambda w: acc.window_end(),
+                lambda w: acc.measuring(False),
+            ),
+            Instrument(
+                "measured counters",
+                lambda w: self.watchers.set_measuring(True),
+                lambda w: self.watchers.set_measuring(False),
+            ),
+            Instrument(
+                "CPU usage",
+                lambda w: self._cpu_window_start(),
+                lambda w: self._cpu_window_end(),
+                lambda w: setattr(self, "_cpu_start", None),
+            ),
+            Instrument(
+                "kernel profiler",
+                lambda w: self.kernels.start(),
+                self._kernels_disarm,
+                lambda w: self.kernels.abort(),
+                gpu=True,
+            ),
+            Instrument(
+                "sync-debug mode",
+                lambda w: self.syncs.start_sync_debug(),
+                lambda w: self.syncs.stop_sync_debug(),
+                gpu=True,
+            ),
+            # each toggle switches its own mode for its own steps (capture/experiments.py)
+            Instrument("toggles", lambda w: None, lambda w: acc._abort_experiments()),
+        ]
 
+    def _events_arm(self, window: str) -> None:
+        cuda = None
+        if _cuda_in_use():
             import torch
 
-            self.start_memory_recording()
-            if self.clock.schedule.after is None:  # no clean window: no window of its own
-                self.syncs.start_sync_debug()
-            pynvml = gpu_probe.try_import_pynvml()
-            if pynvml is not None and not torch.version.hip:
-                self._nvml = gpu_probe.nvml_sampler(
-                    pynvml,
-                    torch.cuda,
-                    gpu_probe.script_device(torch.cuda, self.rank.local_rank),
-                    self.options.nvml_interval_s,
-                    os.environ.get("CUDA_VISIBLE_DEVICES"),
-                )
-                self._nvml.start()
+            cuda = torch.cuda
+        self._timing = TimedWindow(window, self.clock.steps + 1, cuda)
+        self._timing.start()
+        if window == "clean" and self.measure_start_unix_s is None:
+            self.measure_start_unix_s = self._timing.wall_start
+
+    def _events_disarm(self, window: str) -> None:
+        """Read the window; it is kept for ``run.json``."""
+        timing, self._timing = self._timing, None
+        if timing is None:
+            return
+        host = list(self.clock.step_s[timing.first_step - 1 :])
+        result = timing.finish(host)
+        try:  # a step that compiled is not a steady one (compiles are named apart)
+            starts = self.compile.start_times()
+            marked = compiled_steps(timing.first_step, timing.wall_start, timing.wall_ends, starts)
+            result = dataclasses.replace(result, compiled_steps=marked)
+        except Exception as exc:
+            guest.note("placing compiles in the timed steps", exc)
+        self.timed[window] = result
+
+    def _events_abort(self, window: str) -> None:
+        self._timing = None
+        self.timed.pop(window, None)
+
+    def _gpm_arm(self, window: str) -> None:
+        import torch
+
+        self._gpm_start(torch.cuda)
+
+    def _gpm_disarm(self, window: str) -> None:
+        if self._gpm is not None:  # the counters over the clean steps
+            self.gpu["gpm"] = self._gpm.stop()
+            self._gpm = None
+
+    def _nvml_arm(self, window: str) -> None:
+        import os
+
+        import torch
+
+        pynvml = gpu_probe.try_import_pynvml()
+        if pynvml is not None and not torch.version.hip:
+            self._nvml = gpu_probe.nvml_sampler(
+                pynvml,
+                torch.cuda,
+                gpu_probe.script_device(torch.cuda, self.rank.local_rank),
+                self.options.nvml_interval_s,
+                os.environ.get("CUDA_VISIBLE_DEVICES"),
+            )
+            self._nvml.start()
+
+    def _nvml_disarm(self, window: str) -> None:
+        if self._nvml is not None:
+            self.gpu["nvml"] = self._nvml.stop()
+            self._nvml = None
+
+    def _kernels_disarm(self, window: str) -> None:
+        steps = self.clock.extra_windows.get(window)
+        n = steps[1] - steps[0] + 1 if steps else KERNEL_STEPS
+        self.kernel_summary = self.kernels.stop(n)
+
+    # -- WindowListener -----------------------------------------------------------------------
+    def window_start(self, profiler_warmup_steps: int) -> None:
+        """The profiled window: the profiler, and on CUDA NVML and --memory's history."""
+        self._profiler_warmup = profiler_warmup_steps
+        self.config.note_window()
+        self.aside.ensure_registered()  # again: torch._dynamo.reset() drops the callbacks
+        # --clean-steps 0 keeps the old schedule: sync-debug mode inside the profiled window
+        stacked = ("sync-debug mode",) if self.clock.schedule.after is None else ()
+        self.board.enter("profiled", self.clock.steps, also=stacked)
 
     def window_step(self) -> None:
         """Mark a step boundary in the trace (and, for model-call steps, that they are
@@ -231,13 +359,12 @@ class Session:
             self.forward.mark_step()
 
     def window_end(self) -> None:
-        """Stop the profiler and the GPU probes; say what happens next."""
-        self.profiler.stop()
-        self.watchers.set_measuring(False)  # what follows is not measured: syncs, copies, batches
-        self._cpu_window_end()
+        """Disarm the measured and profiled windows; say what happens next."""
+        steps = self.clock.steps
+        self.board.leave("measured", steps)
+        self.board.leave("profiled", steps)
         self._read_job_length()
         self._stop_gpu_sampling()
-        self.accounting.window_end()
         if self.rank.rank == 0:
             first, last = self.clock.window_steps or (0, 0)
             then = "continuing (--full)" if self.options.full else "stopping the script"
@@ -288,37 +415,35 @@ class Session:
         self._cpu_start = None
 
     def window_abort(self) -> None:
-        """Discard the profiler's recording and stop the GPU probes."""
-        self.profiler.abort()
+        """Discard what the instruments recorded (the step signal changed)."""
+        self.board.abort(self.clock.steps)
         self._stop_gpu_sampling()
-        self.accounting.probe_end()
         self.accounting._abort_experiments()
 
     def set_measuring(self, on: bool) -> None:
-        """Record host syncs and copies only during the measured steps."""
-        self.watchers.set_measuring(on)
-        self.accounting.measuring(on)
+        """The measured steps begin (on) or counting restarts (off)."""
         if on:
             if self.measure_start_unix_s is None:  # no clean window started the count
                 self.measure_start_unix_s = time.time()
-            self._cpu_window_start()  # the measured steps are the profiled ones
+            self.board.enter("measured", self.clock.steps)
         else:  # counting restarts (a stronger step signal)
-            self._cpu_start = None
+            self.board.abort(self.clock.steps, "measured")
             self.measure_start_unix_s = None
 
     def probe_start(self) -> None:
         """The warm-up step before the window: count its work, watch its forwards."""
-        self.accounting.probe_start()
+        self.board.enter("probe", self.clock.steps)
 
     def probe_end(self) -> None:
         """That step ended."""
-        self.accounting.probe_end()
+        self.board.leave("probe", self.clock.steps)
 
     def experiments_begin(self) -> bool:
         """After the window: switch modes for a few extra steps to measure their cost."""
         started = self.accounting.experiments_begin(self.options.full)
         if started:  # the extra steps are the toggles' own: no sync, copy or batch counts
             self.watchers.set_measuring(False)
+            self.board.enter("experiments", self.clock.steps)
         if started and self.rank.rank == 0:
             ex = self.accounting.experiments
             what = "; ".join(t.what for t in ex.toggles) if ex is not None else ""
@@ -332,17 +457,7 @@ class Session:
     # -- the timed windows ------------------------------------------------------------------
     def timed_start(self, name: str) -> None:
         """A window timed by its boundaries alone begins (``capture/timed_window.py``)."""
-        cuda = None
-        if _cuda_in_use():
-            import torch
-
-            cuda = torch.cuda
-        if name == "clean" and cuda is not None:
-            self._gpm_start(cuda)
-        self._timing = TimedWindow(name, self.clock.steps + 1, cuda)
-        self._timing.start()
-        if name == "clean" and self.measure_start_unix_s is None:
-            self.measure_start_unix_s = self._timing.wall_start
+        self.board.enter(name, self.clock.steps)
 
     def timed_step(self, name: str, host_end_s: float) -> None:
         """One step of that window ended."""
@@ -351,29 +466,12 @@ class Session:
 
     def timed_end(self, name: str) -> None:
         """Read the window; it is kept for ``run.json``."""
-        window, self._timing = self._timing, None
-        if window is None:
-            return
-        if name == "clean" and self._gpm is not None:  # the counters over the clean steps
-            self.gpu["gpm"] = self._gpm.stop()
-            self._gpm = None
-        host = list(self.clock.step_s[window.first_step - 1 :])
-        timing = window.finish(host)
-        try:  # a step that compiled is not a steady one (compiles are named apart)
-            starts = self.compile.start_times()
-            marked = compiled_steps(window.first_step, window.wall_start, window.wall_ends, starts)
-            timing = dataclasses.replace(timing, compiled_steps=marked)
-        except Exception as exc:
-            guest.note("placing compiles in the timed steps", exc)
-        self.timed[name] = timing
+        self.board.leave(name, self.clock.steps)
 
     def timed_abort(self) -> None:
         """The step signal changed: what was timed measured other steps."""
-        self._timing = None
+        self.board.abort(self.clock.steps, "clean", "after", "kernels")
         self.timed.clear()
-        if self._gpm is not None:
-            self._gpm.stop()
-            self._gpm = None
 
     def _gpm_start(self, cuda: Any) -> None:
         """NVML's GPM counters (Hopper and later) over the clean steps, when NVML answers."""
@@ -397,23 +495,38 @@ class Session:
         except Exception as exc:  # counters are a bonus: the clean window goes on
             guest.note("starting the GPU counters", exc)
 
-    def sync_window_begin(self) -> bool:
-        """On a GPU, sync-debug mode for a few untimed steps of its own (True: started)."""
+    def extra_window_begin(self, name: str) -> bool:
+        """On a GPU, the kernel window and sync-debug mode, each in steps of its own (True:
+        started). Before the kernel window the profiled trace is written: the profiler that
+        recorded it is done, and the next session never overlaps its results."""
         if not _cuda_in_use():
             return False
-        self.syncs.start_sync_debug()
+        if name == "kernels" and not self._export_trace():
+            return False
+        self.board.enter(name, self.clock.steps)
         return True
 
-    def sync_window_end(self, steps: int) -> None:
-        """Sync-debug mode off: its counts are per ``steps`` steps."""
-        self.syncs.stop_sync_debug()
-        self.syncs.sync_debug_steps = steps
+    def extra_window_end(self, name: str, steps: int) -> None:
+        """That window's steps ended: disarm it."""
+        self.board.leave(name, self.clock.steps)
+        if name == "sync-debug":  # its counts are per that many steps
+            self.syncs.sync_debug_steps = steps
+
+    def _export_trace(self) -> bool:
+        """Write the profiled window's trace now (True: written, or nothing to write)."""
+        if self.trace_file is not None or getattr(self.profiler, "prof", None) is None:
+            return True
+        from torchdoctor.capture.runfolder import trace_path
+
+        try:
+            self.trace_file = self.profiler.export(trace_path(self.folder, self.rank))
+        except Exception as exc:
+            guest.note("writing the trace before the kernel window", exc)
+            return False
+        return True
 
     def _stop_gpu_sampling(self) -> None:
-        self.syncs.stop_sync_debug()
-        if self._nvml is not None:
-            self.gpu["nvml"] = self._nvml.stop()
-            self._nvml = None
+        """The device's memory and identity, read once after the profiled window."""
         if _cuda_in_use() and "memory" not in self.gpu:
             import torch
 
@@ -443,9 +556,15 @@ class Session:
             own_steps=list(clock.own_steps),
             clock_errors=clock.errors,
             other_thread_steps=clock.other_thread_ticks,
-            schedule=_schedule_record(clock),
-            timed={k: w.to_dict() for k, w in self.timed.items()},
+            schedule=_schedule_record(clock, self.board),
+            timed=self._timed_record(),
         )
+
+    def _timed_record(self) -> dict[str, Any]:
+        out: dict[str, Any] = {k: w.to_dict() for k, w in self.timed.items()}
+        if "kernels" in out and self.kernel_summary is not None:
+            out["kernels"]["gpu"] = self.kernel_summary
+        return out
 
     def record(self, outcome: dict[str, Any], script: str, argv: list[str]) -> dict[str, Any]:
         """Everything collected, as the versioned ``run.json`` document (without findings)."""

@@ -101,7 +101,8 @@ class StepTimes:
     schedule: Mapping[str, Any] | None = None
     """Which steps were warm-up, clean, profiled and after (``Schedule.to_dict()``)."""
     timed: Mapping[str, Any] = field(default_factory=dict)
-    """The windows timed by their boundaries alone: ``clean`` and ``after``."""
+    """The windows timed by their boundaries alone: ``clean``, ``after`` and, on a GPU, the
+    kernel window (``kernels``, with its GPU activity summary)."""
 
     def to_dict(self) -> dict[str, Any]:
         step_ms, wait_ms = list(self.step_ms), list(self.data_wait_ms)
@@ -128,6 +129,7 @@ class StepTimes:
             "schedule": dict(self.schedule) if self.schedule else None,
             "clean": self.timed.get("clean"),
             "after": self.timed.get("after"),
+            "kernels": self.timed.get("kernels"),
         }
 
 
