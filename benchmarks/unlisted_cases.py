@@ -168,6 +168,18 @@ CASES: tuple[Case, ...] = (
         ("housekeeping-in-step", "work-beside-step"),
         "return copy.deepcopy(model.state_dict())  # planted",
     ),
+    Case(
+        "mask_loop.py",
+        "padding mask written element by element in a double Python loop",
+        ("host-bound", "work-beside-step", "unexplained-step-time"),
+        "mask[b, t] = 1.0  # planted",
+    ),
+    Case(
+        "running_sum_loop.py",
+        "discounted running sum computed element by element",
+        ("work-beside-step", "host-bound", "unexplained-step-time"),
+        "out[b, i] += out[b, i + 1]  # planted",
+    ),
     Case("control_cnn.py", "", (), ""),
     Case("control_transformer.py", "", (), ""),
     Case("control_inference.py", "", (), ""),

@@ -32,6 +32,7 @@ from torchdoctor.rules import mode_fixes as mf
 from torchdoctor.rules import thresholds as th
 from torchdoctor.rules.account_inputs import Account, python_ms_of_framework
 from torchdoctor.rules.finding import Finding
+from torchdoctor.rules.loop_lines import loop_fix_at
 from torchdoctor.rules.registry import spec
 from torchdoctor.rules.run_common import make
 
@@ -233,10 +234,19 @@ def unexplained(record: dict[str, Any], findings: list[Finding]) -> Finding | No
         ),
         a.unexplained_share * (run.step_ms or a.step_ms),  # the same share of the mean step
         {"account": a.to_dict()},
-        "\n".join(mf.unexplained_fix(t.runs, _short(t.site), list(t.ops)) for t in a.top_lines[:3])
+        "\n".join(_line_fix(t.runs, t.site, t.code, list(t.ops)) for t in a.top_lines[:3])
         or mf.unexplained_fix("Python", site, []),
         where=[t.site for t in a.top_lines[:5] if t.site],
     )
+
+
+def _line_fix(runs: str, site: str, code: str, ops: list[str]) -> str:
+    """The fix for one top line: a per-element Python loop gets "vectorise this loop"."""
+    if runs == "Python":
+        loop = loop_fix_at(site, code)
+        if loop is not None:
+            return loop
+    return mf.unexplained_fix(runs, _short(site), ops)
 
 
 def _short(site: str) -> str:

@@ -29,6 +29,7 @@ from torchdoctor.record.run import RunRecord
 from torchdoctor.rules import thresholds as th
 from torchdoctor.rules.account_inputs import repeat_sites
 from torchdoctor.rules.finding import Finding
+from torchdoctor.rules.loop_lines import loop_line_of, vectorise_fix
 from torchdoctor.rules.registry import spec
 from torchdoctor.rules.run_common import make
 from torchdoctor.rules.sites import relative_site
@@ -301,6 +302,9 @@ def work_beside_step(run: RunRecord) -> list[Finding]:
         top = group.top
         site = relative_site(top.site)
         what, kind = _what(group)
+        loop = loop_line_of(top, table.ms_per_step)
+        if loop is not None:  # a per-element Python loop, not an update of a list of tensors
+            what = f"a per-element Python loop ({what.partition('(')[2].rstrip(')')})"
         function = "top level" if group.function == "<module>" else group.function
         out.append(
             make(
@@ -322,7 +326,7 @@ def work_beside_step(run: RunRecord) -> list[Finding]:
                     ],
                     "samples": round(table.samples_in(group.ms), 1),
                 },
-                _fix(function, site, top.code, kind),
+                vectorise_fix(loop) if loop is not None else _fix(function, site, top.code, kind),
                 where=[r.site for r, _ in group.rows],
             )
         )

@@ -22,6 +22,7 @@ from torchdoctor.rules.compile_rules import (
 )
 from torchdoctor.rules.finding import Finding, rank_findings
 from torchdoctor.rules.loader_rules import dataloader_config
+from torchdoctor.rules.loop_lines import top_loop_line, vectorise_fix
 from torchdoctor.rules.mode_rules import MODE_RULES
 from torchdoctor.rules.registry import spec
 from torchdoctor.rules.run_common import make
@@ -255,15 +256,29 @@ def tiny_ops(run: RunRecord) -> list[Finding]:
     v = spec("host-bound").variant("cpu")
     assert v is not None
     title = v.title.format(n=n, median_us=median_us, ms=tiny + python_ms, compute=compute_ms / step)
+    evidence = {
+        **run.ops,
+        "python_between_ops_ms_per_step": python_ms,
+        "for_loop_optimizers": optim,
+    }
+    # A per-element Python loop at one line holding a large share of the step is where the
+    # tiny operators come from: that line is the place, and no compile or fused optimizer
+    # removes it (rules/loop_lines.py).
+    loop = top_loop_line(run.lines)
+    where: list[str] | None = None
+    if loop is not None:
+        fix, where = vectorise_fix(loop), [loop.site]
+        evidence["loop_line"] = {"site": loop.site, "kind": loop.kind, "share": loop.share}
     return [
         make(
             run,
             "host-bound",
             title,
             th.TINY_OP_SAVING * (tiny + python_ms),
-            {**run.ops, "python_between_ops_ms_per_step": python_ms, "for_loop_optimizers": optim},
+            evidence,
             fix,
             v.explanation,
+            where=where,
         )
     ]
 

@@ -327,3 +327,9 @@ LOOP_SAVING = Threshold(
     "an LSTMCell over 32 steps, 256 wide, ran 1.8x slower than nn.LSTM on CPU, interleaved; "
     "the estimate said 1.5x)",
 )
+LOOP_LINE_SHARE = Threshold(
+    0.10,
+    "a per-element Python loop line (one tensor element written per iteration) holding a tenth "
+    "of the sampled step or more is the step's cause at that line: more than the 5% of noise, "
+    "with room for the sampler's error on a line of a few samples",
+)
