@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from torchdoctor.analysis.bundle import TraceAnalysis
 from torchdoctor.report.model import Report
+from torchdoctor.report.saving_text import saving_text
 from torchdoctor.rules.finding import Finding, rank_findings
 from torchdoctor.rules.registry import label
 from torchdoctor.rules.trace_rules import evaluate
@@ -54,7 +55,4 @@ def verdict(a: TraceAnalysis, findings: list[Finding], clean_step_ms: float | No
     if not actionable:
         return f"{head}. No bottleneck worth fixing found."
     top = actionable[0]
-    return (
-        f"{head}. Fix first: {label(top.id)} (saves up to {top.saving_ms_per_step:.1f} ms per step, "
-        f"{top.share_of_step:.0%})."
-    )
+    return f"{head}. Fix first: {label(top.id)} ({saving_text(top, short=True)})."

@@ -20,6 +20,7 @@ from torchdoctor.report.evidence_text import evidence_value
 from torchdoctor.report.html_assets import CSS, JS
 from torchdoctor.report.html_model import Num, Page, Section, Table
 from torchdoctor.report.html_svg import COLORS, esc, legend, line_chart, stacked_bars
+from torchdoctor.report.saving_text import saving_text
 
 # The page's one script runs by its hash: no inline script the page did not write itself (a
 # name that slipped past escaping, say) could run, and nothing can be loaded from outside.
@@ -99,9 +100,7 @@ def _finding(i: int, f: dict[str, Any]) -> str:
     return (
         f'<section class="finding" id="finding-{i}">'
         f'<h3><span class="sev sev-{esc(sev)}">{esc(sev)}</span>{esc(f.get("title", ""))}</h3>'
-        f'<p class="saving">{esc(f.get("id", ""))} · saves up to '
-        f"{float(f.get('saving_ms_per_step', 0.0)):.2f} ms per step "
-        f"({float(f.get('share_of_step', 0.0)):.0%} of the step)</p>"
+        f'<p class="saving">{esc(f.get("id", ""))} · {esc(_saving(f))}</p>'
         f"<p>{esc(f.get('explanation', ''))}</p>"
         + (f"<ul>{where}</ul>" if where else "")
         + (
@@ -112,6 +111,16 @@ def _finding(i: int, f: dict[str, Any]) -> str:
         + _fix_block(str(f.get("fix", "")))
         + f"{link_html}</section>"
     )
+
+
+def _saving(f: dict[str, Any]) -> str:
+    """The saving in the unit the cost has (``report/saving_text.py``)."""
+    if (f.get("cost_unit") or "step") == "step":
+        return (
+            f"saves up to {float(f.get('saving_ms_per_step', 0.0)):.2f} ms per step "
+            f"({float(f.get('share_of_step', 0.0)):.0%} of the step)"
+        )
+    return saving_text(f) or ""
 
 
 def _fix_block(code: str) -> str:

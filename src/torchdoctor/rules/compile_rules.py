@@ -7,6 +7,7 @@ from torchdoctor.record.run import RunRecord
 from torchdoctor.rules import fixes as fx
 from torchdoctor.rules import thresholds as th
 from torchdoctor.rules.finding import Finding
+from torchdoctor.rules.one_off import job_steps, one_off
 from torchdoctor.rules.registry import spec
 from torchdoctor.rules.run_common import make
 from torchdoctor.rules.user_fixes import reason_line, recompile_user_fix
@@ -31,26 +32,45 @@ def recompiles(run: RunRecord) -> list[Finding]:
     reasons = list(dict.fromkeys(e["reason"] for e in events if e.get("reason")))
     sites = [f"{e['site']} ({e['function']})" for e in events if not e["site"].startswith("?")]
     s = spec("recompiles")
+    title = s.format_title(
+        n=c.recompiles,
+        seconds=c.recompile_s,
+        late=late,
+        first=reason_line(reasons[0]) if reasons else "see evidence",
+    )
+    evidence = {
+        "recompiles": c.recompiles,
+        "recompile_s": c.recompile_s,
+        "recompiles_after_warmup": late,
+        "recompile_s_after_warmup": c.recompile_s_in_window,
+        "reasons": reasons[:8],
+    }
+    where = list(dict.fromkeys(sites))[:8]
+    if not (late and run.steps.measured_steps):
+        # only during warm-up: a cost of the job, spread over the run's steps when it ended by
+        # itself (exact), else none per step
+        return [
+            one_off(
+                run,
+                s.id,
+                title,
+                c.recompile_s * 1e3,
+                evidence,
+                s.fix(reasons, events),
+                saved_ms=None if run.completed and run.steps.count else 0.0,
+                where=where,
+                severity="info" if not run.completed else None,
+            )
+        ]
     return [
         make(
             run,
             s.id,
-            s.format_title(
-                n=c.recompiles,
-                seconds=c.recompile_s,
-                late=late,
-                first=reason_line(reasons[0]) if reasons else "see evidence",
-            ),
+            title,
             _recompile_saving_ms(run),
-            {
-                "recompiles": c.recompiles,
-                "recompile_s": c.recompile_s,
-                "recompiles_after_warmup": late,
-                "recompile_s_after_warmup": c.recompile_s_in_window,
-                "reasons": reasons[:8],
-            },
+            evidence,
             s.fix(reasons, events),
-            where=list(dict.fromkeys(sites))[:8],
+            where=where,
             floor="warning" if late else "info",
         )
     ]
@@ -107,23 +127,6 @@ def graph_breaks(run: RunRecord) -> list[Finding]:
     ]
 
 
-def _job_steps(run: RunRecord) -> tuple[int, str] | None:
-    """The job's length in steps, and how it is known: the script's step count, or its epoch
-    count times the feeding loader's batches per epoch."""
-    job = run.raw.get("job") or {}
-    value = job.get("value")
-    if not isinstance(value, int) or value <= 0:
-        return None
-    if job.get("unit") == "steps":
-        return value, f"{job['name']} = {value}"
-    for dl in run.config.dataloaders:
-        n, batch = dl.raw.get("dataset_len"), dl.batch_size
-        if n and batch:
-            per_epoch = -(-int(n) // int(batch))
-            return value * per_epoch, f"{job['name']} = {value} epochs of {per_epoch} batches"
-    return None
-
-
 def _compile_fix(run: RunRecord) -> str:
     modes = {c.get("mode") for c in run.compile.compile_calls}
     tuned = sorted(m for m in modes if isinstance(m, str) and m.startswith("max-autotune"))
@@ -137,7 +140,9 @@ def _compile_fix(run: RunRecord) -> str:
 
 def compile_not_repaid(run: RunRecord) -> list[Finding]:
     """Compile time above the whole job's step time (the run's own when it ended by itself,
-    else the length the script names); saving (ms/step): compile per step - step."""
+    else the length the script names): a cost of the job (``rules/one_off.py``), printed with
+    its break-even (compile time over the step time: even a 2x speed-up saves at most one step
+    time per step); ranked by what it costs beyond the job's steps, spread over them."""
     compile_ms = run.compile.compile_s * 1e3
     step_ms, count = run.step_ms, run.steps.count
     if not (compile_ms and step_ms and count):
@@ -146,7 +151,7 @@ def compile_not_repaid(run: RunRecord) -> list[Finding]:
     if run.completed:
         run_ms, steps, known = sum(run.steps.step_ms) - compile_ms, count, f"{count} steps run"
     else:
-        job = _job_steps(run)
+        job = job_steps(run)
         if job is None:
             return _break_even(run, compile_ms, step_ms)
         steps, known = job
@@ -156,24 +161,28 @@ def compile_not_repaid(run: RunRecord) -> list[Finding]:
     if compile_ms <= max(run_ms, 0.0):
         return []
     return [
-        make(
+        one_off(
             run,
             s.id,
             s.format_title(seconds=compile_ms / 1e3, count=steps, known=known),
-            compile_ms / steps - step_ms,
+            compile_ms,
             {
                 "compile_s": compile_ms / 1e3,
                 "steps": steps,
                 "job_length": known,
                 "step_time_total_s": run_ms / 1e3,
+                "break_even_steps": round(compile_ms / step_ms, 1),
             },
             _compile_fix(run),
+            saved_ms=compile_ms - steps * step_ms,  # as before: per step, compile less a step
+            break_even_steps=compile_ms / step_ms,
         )
     ]
 
 
 def _break_even(run: RunRecord, compile_ms: float, step_ms: float) -> list[Finding]:
-    """A stopped run that does not say its length: the job length compile needs (info)."""
+    """A stopped run that does not say its length: the job length compile needs (info, no
+    saving: whether it is repaid depends on the length nobody said)."""
     steps = compile_ms / step_ms
     if steps < th.COMPILE_BREAK_EVEN_STEPS:
         return []
@@ -182,13 +191,15 @@ def _break_even(run: RunRecord, compile_ms: float, step_ms: float) -> list[Findi
         f"{step_ms:.1f} ms: a job shorter than that never repays it"
     )
     return [
-        make(
+        one_off(
             run,
             "compile-not-repaid",
             title,
-            0.0,
+            compile_ms,
             {"compile_s": compile_ms / 1e3, "break_even_steps": steps},
             _compile_fix(run),
+            saved_ms=0.0,
+            break_even_steps=steps,
             severity="info",
         )
     ]

@@ -3,16 +3,30 @@
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from typing import Any, Literal, get_args
 
 from torchdoctor.rules.registry import finding_ids
 from torchdoctor.rules.spec import SEVERITIES, Severity
 
-__all__ = ["FINDING_IDS", "SEVERITIES", "Finding", "FindingId", "Severity", "rank_findings"]
+__all__ = [
+    "COST_UNITS",
+    "FINDING_IDS",
+    "SEVERITIES",
+    "CostUnit",
+    "Finding",
+    "FindingId",
+    "Severity",
+    "rank_findings",
+]
 
 FindingId = str
 """A stable finding id: one of ``FINDING_IDS``, registered in ``rules/registry.py``."""
 FINDING_IDS: tuple[str, ...] = finding_ids()
+
+CostUnit = Literal["step", "job", "epoch"]
+"""How often a finding's cost is paid: every step, once per job (a compile, a warm-up, a first
+evaluation, workers starting) or once per epoch (workers restarting with each new iterator)."""
+COST_UNITS: tuple[str, ...] = get_args(CostUnit)
 
 
 @dataclass(frozen=True)
@@ -39,6 +53,22 @@ class Finding:
     """Where the fix is documented."""
     where: list[str] = field(default_factory=list)
     """Source locations (file:line) or op names the finding points at, most costly first."""
+    cost_unit: CostUnit = "step"
+    """How often the cost is paid. For ``job`` and ``epoch`` the cost itself is
+    ``one_off_ms``, and ``saving_ms_per_step`` is that cost spread over ``spread_steps`` steps
+    (the job's, or an epoch's), so that it ranks against per-step costs by its share of the job;
+    a report prints it in seconds of the job, never as a share of a step."""
+    one_off_ms: float | None = None
+    """The cost each time it is paid (ms): once per job or once per epoch."""
+    spread_steps: int | None = None
+    """The steps ``one_off_ms`` is spread over for ``saving_ms_per_step``."""
+    spread_basis: str = ""
+    """Where ``spread_steps`` comes from: the job length the script names, the run's own step
+    count, an epoch's batches, or the assumed job of ``ONE_OFF_ASSUMED_JOB_STEPS``."""
+    break_even_steps: float | None = None
+    """The job length (steps) below which the cost is not repaid, where that is defined."""
+    period_ms: float | None = None
+    """For ``epoch``: an epoch's length (ms), its steps at the run's step time."""
 
     def __post_init__(self) -> None:
         if self.id not in FINDING_IDS:
@@ -49,12 +79,18 @@ class Finding:
             raise ValueError(f"share_of_step must be within [0, 1]; got {self.share_of_step}")
         if self.saving_ms_per_step < 0:
             raise ValueError(f"saving_ms_per_step must be >= 0; got {self.saving_ms_per_step}")
+        if self.cost_unit not in COST_UNITS:
+            raise ValueError(f"unknown cost unit {self.cost_unit!r}")
+        if self.cost_unit != "step" and self.one_off_ms is None:
+            raise ValueError(f"a cost paid once per {self.cost_unit} needs one_off_ms")
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
 
 
 def rank_findings(findings: list[Finding]) -> list[Finding]:
-    """Most valuable first: by estimated saving, then severity, then id (deterministic)."""
+    """Most valuable first: by estimated saving, then severity, then id (deterministic). A
+    one-off cost ranks by its ``saving_ms_per_step``, the cost spread over the job (or epoch):
+    the same share of the job as a per-step cost of that size."""
     order = {s: i for i, s in enumerate(SEVERITIES)}
     return sorted(findings, key=lambda f: (-f.saving_ms_per_step, order[f.severity], f.id))

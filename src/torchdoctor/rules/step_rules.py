@@ -11,6 +11,7 @@ from torchdoctor.record.run import RunRecord
 from torchdoctor.rules import thresholds as th
 from torchdoctor.rules.account_inputs import repeat_sites
 from torchdoctor.rules.finding import Finding
+from torchdoctor.rules.one_off import Per, batches_per_epoch, one_off
 from torchdoctor.rules.registry import spec
 from torchdoctor.rules.run_common import make
 from torchdoctor.rules.sites import relative_site
@@ -125,7 +126,60 @@ def rare_long_steps(run: RunRecord) -> list[Finding]:
         + ":\n# periodic work in the loop (evaluation, checkpointing, logging): run it less often,"
         "\n# on fewer batches, or outside the timed loop"
     )
-    return [make(run, s.id, title, per_step, evidence, fix, where=where[:3])]
+    per = _once_per(run, [i for i, _ in long])
+    if per is None:
+        return [make(run, s.id, title, per_step, evidence, fix, where=where[:3])]
+    unit, epoch_steps = per
+    when = (
+        "at the start of the run (paid once per job)"
+        if unit == "job"
+        else f"each the first of an epoch of {epoch_steps} batches"
+    )
+    title = (
+        f"{len(long)} of {len(times)} steps ran long, {when}: step {worst_i + 1} took "
+        f"{worst:.1f} ms against a {typical:.1f} ms median "
+        f"({worst / typical if typical else float('inf'):.1f}x){ran}"
+    )
+    fix = _ONCE_FIX[unit] + (f"\n# (in it: {where[0]})" if where else "")
+    cost = excess if unit == "job" else excess / len(long)  # per epoch: one restart's excess
+    return [
+        one_off(
+            run,
+            s.id,
+            title,
+            cost,
+            {**evidence, "once_per": unit},
+            fix,
+            per=unit,
+            epoch_steps=epoch_steps,
+            where=where[:3],
+        )
+    ]
+
+
+_ONCE_FIX = {
+    "job": "# start-up work in the first steps (an evaluation at iteration 0, a warm-up, workers "
+    "starting),\n# paid once per job: skip or shorten it at step 0 if the job does not need it "
+    "(e.g. evaluate\n# when step > 0 and step % eval_interval == 0), else it is the job's "
+    "fixed cost",
+    "epoch": "# the first step of each epoch waits for a new iterator (its workers start again):"
+    "\n# DataLoader(..., num_workers=N, persistent_workers=True) keeps the workers across "
+    "epochs",
+}
+
+
+def _once_per(run: RunRecord, long: list[int]) -> tuple[Per, int | None] | None:
+    """``("job", None)`` when every long step (0-based) is among the run's first
+    ``ONE_OFF_FIRST_STEPS``: start-up work; ``("epoch", batches)`` when each is the first (or
+    next) step of an epoch of the feeding loader; None when they recur otherwise."""
+    if long and max(long) < th.ONE_OFF_FIRST_STEPS:
+        return "job", None
+    per_epoch = batches_per_epoch(run)
+    if not per_epoch or per_epoch < 2 * th.ONE_OFF_FIRST_STEPS or not long:
+        return None
+    if all(i >= per_epoch - 1 and min(i % per_epoch, per_epoch - i % per_epoch) <= 1 for i in long):
+        return "epoch", per_epoch
+    return None
 
 
 def _period(indices: list[int]) -> int | None:

@@ -260,6 +260,17 @@ COMPILE_BREAK_EVEN_STEPS = Threshold(
     "a compile worth 100 steps or more is said (as info) when the job's length is unknown: "
     "shorter jobs never repay it",
 )
+ONE_OFF_ASSUMED_JOB_STEPS = Threshold(
+    1000,
+    "a one-off cost (a first evaluation, a warm-up) in a job whose length neither the run nor "
+    "the script says is ranked as if spread over 1000 steps, a short training job: it then "
+    "ranks above a per-step cost only when it is more than 1000 times larger",
+)
+ONE_OFF_FIRST_STEPS = Threshold(
+    3,
+    "long steps only among the run's first 3 steps are start-up work (an evaluation at "
+    "iteration 0, a warm-up, workers starting): paid once per job, not every step",
+)
 # -- the step's account: unexplained time, modes, repeated work (torchdoctor check) ------------
 EXPLAINED_EFFICIENCY = Threshold(
     1 / 3,

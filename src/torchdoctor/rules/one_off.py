@@ -1,0 +1,97 @@
+"""Costs paid once per job or once per epoch, not every step: a compile the job does not
+repay, an evaluation at iteration 0, a warm-up, workers starting with each epoch's iterator.
+
+Such a cost is kept in its own unit (``Finding.one_off_ms``, ``cost_unit`` ``job`` or
+``epoch``) and printed as seconds of the job, never as a share of a step. To rank it against
+per-step costs it is spread over the steps it is paid for (``saving_ms_per_step``): the job's
+steps (the run's own count when it ran to its end, else the length the script names, else
+``ONE_OFF_ASSUMED_JOB_STEPS``), or an epoch's batches. Spread that way its share of the step is
+its share of the job, which is what a per-step cost's share is too.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, Literal
+
+from torchdoctor.record.run import RunRecord
+from torchdoctor.rules import thresholds as th
+from torchdoctor.rules.finding import Finding, FindingId, Severity
+from torchdoctor.rules.run_common import make
+
+Per = Literal["job", "epoch"]
+
+
+def job_steps(run: RunRecord) -> tuple[int, str] | None:
+    """The job's length in steps, and how it is known: the script's step count, or its epoch
+    count times the feeding loader's batches per epoch; None when the script names neither."""
+    job = run.raw.get("job") or {}
+    value = job.get("value")
+    if not isinstance(value, int) or value <= 0:
+        return None
+    if job.get("unit") == "steps":
+        return value, f"{job['name']} = {value}"
+    per_epoch = batches_per_epoch(run)
+    if per_epoch:
+        return value * per_epoch, f"{job['name']} = {value} epochs of {per_epoch} batches"
+    return None
+
+
+def batches_per_epoch(run: RunRecord) -> int | None:
+    """Batches per epoch of the first DataLoader whose dataset length and batch size are known."""
+    for dl in run.config.dataloaders:
+        n, batch = dl.raw.get("dataset_len"), dl.batch_size
+        if n and batch:
+            return -(-int(n) // int(batch))
+    return None
+
+
+def spread_over(run: RunRecord) -> tuple[int, str]:
+    """The steps a once-per-job cost is spread over, and where that number comes from."""
+    if run.completed and run.steps.count:
+        return run.steps.count, f"{run.steps.count} steps run"
+    known = job_steps(run)
+    if known is not None:
+        return known
+    assumed = int(th.ONE_OFF_ASSUMED_JOB_STEPS)
+    return assumed, f"job length unknown: ranked as a job of {assumed} steps"
+
+
+def one_off(
+    run: RunRecord,
+    fid: FindingId,
+    title: str,
+    cost_ms: float,
+    evidence: dict[str, Any],
+    fix: str | None = None,
+    *,
+    per: Per = "job",
+    epoch_steps: int | None = None,
+    saved_ms: float | None = None,
+    break_even_steps: float | None = None,
+    where: list[str] | None = None,
+    severity: Severity | None = None,
+) -> Finding:
+    """A finding whose cost (``cost_ms``) is paid once per ``per``; ``saved_ms`` (default: the
+    cost) is what the fix saves each time, spread over the job's steps or ``epoch_steps``."""
+    if per == "epoch" and epoch_steps:
+        steps, basis = epoch_steps, f"an epoch of {epoch_steps} batches"
+    else:
+        per = "job"
+        steps, basis = spread_over(run)
+    saved = cost_ms if saved_ms is None else saved_ms
+    if saved <= 0 and basis.startswith("job length unknown"):
+        basis = "job length unknown"  # nothing to rank: no length was assumed
+    f = make(
+        run, fid, title, max(0.0, saved) / steps, evidence, fix, where=where, severity=severity
+    )
+    step = run.step_ms
+    return dataclasses.replace(
+        f,
+        cost_unit=per,
+        one_off_ms=round(cost_ms, 3),
+        spread_steps=steps,
+        spread_basis=basis,
+        break_even_steps=None if break_even_steps is None else round(break_even_steps, 1),
+        period_ms=round(steps * step, 3) if per == "epoch" and step else None,
+    )
