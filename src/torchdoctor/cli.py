@@ -173,17 +173,17 @@ class NoInputJsonCommand(JsonPathCommand):
 def demo(out: str, steps: int, json_path: str | None) -> None:
     """Profile a small bundled training loop on the CPU, then analyse its trace."""
     from torchdoctor.capture.demo import run_demo
-    from torchdoctor.commands.analyze.trace import analyze_path
+    from torchdoctor.commands.demo import demo_report
     from torchdoctor.json_arg import JSON_STDOUT, emit_json, json_target
     from torchdoctor.report.render import render_json, render_text
 
     json_target(json_path, [])
-    trace_path = run_demo(out, steps=steps)
+    run = run_demo(out, steps=steps)
     # With the JSON on standard output, what would precede the report goes to stderr.
     click.echo(
-        f"wrote {trace_path}\n$ torchdoctor analyze {trace_path}\n", err=json_path == JSON_STDOUT
+        f"wrote {run.trace}\n$ torchdoctor analyze {run.trace}\n", err=json_path == JSON_STDOUT
     )
-    report = analyze_path(trace_path)
+    report = demo_report(run)  # the trace's report, and the machine's load while it ran
     if not emit_json(render_json(report), json_path):
         render_text(report, top=8)
 

@@ -114,25 +114,9 @@ def contention_of(findings: Mapping[str, Mapping[str, Any]], cpu: Any) -> str | 
     f = findings.get("cpu-oversubscribed")
     if f is not None:
         return f"finding cpu-oversubscribed: {f.get('title', '')}".rstrip(": ")
-    if not isinstance(cpu, dict):
-        return None
-    from torchdoctor.rules import thresholds as th
-    from torchdoctor.rules.cpu_rules import cpu_demand
+    from torchdoctor.rules.cpu_rules import contention
 
-    try:
-        d = cpu_demand(cpu)
-        wait = cpu.get("main_thread_runqueue_wait_s")
-        share = float(wait) / float(cpu["wall_s"]) if wait is not None else 0.0
-    except (KeyError, TypeError, ValueError, ZeroDivisionError):
-        return None
-    if d is None:
-        return None
-    held = f"other processes kept {d.other_cores:.1f} of {d.cores} cores busy"
-    if share >= th.STARVED_SHARE:
-        return f"the main thread waited for a core {share:.0%} of the measured time; {held}"
-    if d.other_cores >= 1.0 and d.oversubscribed:
-        return f"{held}, leaving {d.free_cores:.1f} for {d.demand:.1f} runnable threads"
-    return None
+    return contention(cpu)
 
 
 def contended(side: str, runs: Sequence[Any]) -> Contention | None:

@@ -85,6 +85,28 @@ def cpu_demand(cpu: dict[str, Any]) -> CpuDemand | None:
     )
 
 
+def contention(cpu: Any) -> str | None:
+    """Why a run's step times are inflated by other work on its cores, in words, or None: the
+    ``cpu`` record's main thread waited for a core long enough (``STARVED_SHARE``), or other
+    processes left fewer free cores than the run's runnable threads. A malformed record: None."""
+    if not isinstance(cpu, dict):
+        return None
+    try:
+        d = cpu_demand(cpu)
+        wait = cpu.get("main_thread_runqueue_wait_s")
+        share = float(wait) / float(cpu["wall_s"]) if wait is not None else 0.0
+    except (KeyError, TypeError, ValueError, ZeroDivisionError):
+        return None
+    if d is None:
+        return None
+    held = f"other processes kept {d.other_cores:.1f} of {d.cores} cores busy"
+    if share >= th.STARVED_SHARE:
+        return f"the main thread waited for a core {share:.0%} of the measured time; {held}"
+    if d.other_cores >= 1.0 and d.oversubscribed:
+        return f"{held}, leaving {d.free_cores:.1f} for {d.demand:.1f} runnable threads"
+    return None
+
+
 def cpu_oversubscribed(run: RunRecord) -> list[Finding]:
     """Threads waiting for cores; saving (ms/step): the operator time the measured slow-down of
     the script's thread count over the suggested one accounts for."""
