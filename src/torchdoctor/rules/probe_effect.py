@@ -106,7 +106,9 @@ class ProbeEffect:
     gpu_bound: bool | None = None
     """The GPU finished the clean steps behind the host (None on a CPU)."""
     gpu_busy_ms: float | None = None
-    """The GPU's busy time per step, from the trace's kernels."""
+    """The GPU's busy time per step: from the kernel window (CUDA activity only) when it ran,
+    else from the trace's kernels."""
+    gpu_busy_source: str = "trace"
     host_scale: float = 1.0
     """What the savings measured in the instrumented window were multiplied by."""
     changed: tuple[str, ...] = ()
@@ -161,7 +163,11 @@ class ProbeEffect:
                 if self.gpu_bound
                 else "the GPU caught up with the CPU at step ends (it waited for the host)"
             )
-            busy = f", GPU busy {self.gpu_busy_ms:.2f} ms per step" if self.gpu_busy_ms else ""
+            busy = (
+                f", GPU busy {self.gpu_busy_ms:.2f} ms per step ({self.gpu_busy_source})"
+                if self.gpu_busy_ms
+                else ""
+            )
             out.append(f"  host lead {self.host_lead_ms:+.2f} ms{busy}: {state}")
         out.extend(f"  {c}" for c in self.changed)
         if self.verdict_differs and self.instrumented_top:
@@ -188,10 +194,22 @@ def _window_steps(steps: Mapping[str, Any], first: int, last: int) -> list[float
 
 
 def _instruments(record: Mapping[str, Any]) -> str:
+    """What was armed in the profiled window: the switchboard's record when there is one."""
+    sched = (record.get("steps") or {}).get("schedule") or {}
+    log = sched.get("instruments") if isinstance(sched, dict) else None
+    if isinstance(log, list) and log:
+        armed = [
+            str(name)
+            for entry in log
+            if isinstance(entry, dict) and entry.get("window") in ("profiled", "measured")
+            for name in entry.get("armed") or []
+        ]
+        if armed:
+            return ", ".join(dict.fromkeys(armed))
     opts = record.get("options") or {}
     cuda = bool(record.get("gpu"))
     parts = ["profiler" + (" (CPU + CUDA)" if cuda else "")]
-    if cuda:
+    if cuda and not sched.get("sync_debug"):
         parts.append("sync-debug mode")
     lines = record.get("lines") or {}
     if isinstance(lines, dict) and lines.get("samples"):
@@ -199,6 +217,16 @@ def _instruments(record: Mapping[str, Any]) -> str:
     if opts.get("profile_memory"):
         parts.append("memory recording")
     return ", ".join(parts)
+
+
+def _kernel_window(steps: Mapping[str, Any]) -> tuple[list[float], float | None]:
+    """The kernel window's steps and the GPU's busy time per step in it (GPU only)."""
+    kernels = steps.get("kernels") or {}
+    if not isinstance(kernels, dict):
+        return [], None
+    gpu = kernels.get("gpu") or {}
+    busy = gpu.get("gpu_busy_ms_per_step") if isinstance(gpu, dict) else None
+    return _steady(kernels), float(busy) if isinstance(busy, int | float) else None
 
 
 def measure(record: Mapping[str, Any], gpu_busy_ms: float | None = None) -> ProbeEffect | None:
@@ -228,6 +256,9 @@ def measure(record: Mapping[str, Any], gpu_busy_ms: float | None = None) -> Prob
             prof = prof[1:]
         if prof:
             windows.append(_effect("profiled", _instruments(record), prof, ms))
+    kernel_ms, kernel_busy = _kernel_window(steps)
+    if kernel_ms:
+        windows.append(_effect("kernels", "profiler, CUDA activity only", kernel_ms, ms))
     if after_ms:
         windows.append(_effect("after", "none, after the instruments", after_ms, ms))
     lead = _steady(clean, "host_lead_ms", strict=True) + (
@@ -248,7 +279,10 @@ def measure(record: Mapping[str, Any], gpu_busy_ms: float | None = None) -> Prob
         windows=tuple(windows),
         host_lead_ms=lead_ms,
         gpu_bound=gpu_bound,
-        gpu_busy_ms=gpu_busy_ms if record.get("gpu") else None,
+        gpu_busy_ms=kernel_busy
+        if kernel_busy is not None
+        else (gpu_busy_ms if record.get("gpu") else None),
+        gpu_busy_source="kernel window" if kernel_busy is not None else "trace",
         pooled=pooled,
     )
 
