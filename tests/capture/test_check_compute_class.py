@@ -33,6 +33,8 @@ FORWARD_AND_BACKWARD = {
     "aten::_scaled_dot_product_flash_attention_for_cpu_backward": "attention",
     "aten::_efficient_attention_backward": "attention",
     "aten::_flash_attention_forward": "attention",
+    "aten::_transformer_encoder_layer_fwd": "attention",
+    "aten::_native_multi_head_attention": "attention",
 }
 NOT_COMPUTE = [
     "aten::add_",

@@ -42,6 +42,7 @@ _RNN = re.compile(
 _ATTENTION = re.compile(
     r"scaled_dot_product|flash_attention|efficient_attention|cudnn_attention|_fused_sdp"
     r"|_native_multi_head_attention|multi_head_attention|flex_attention|_triton_multi_head"
+    r"|_transformer_encoder_layer_fwd"  # nn.TransformerEncoderLayer's fused inference path
 )
 
 

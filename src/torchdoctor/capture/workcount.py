@@ -4,7 +4,10 @@ A ``TorchDispatchMode`` sees every aten operator the step runs (forward, backwar
 optimizer), with the real tensors. For each call it records
 
 - FLOPs from torch's own formulas (``torch.utils.flop_counter.flop_registry``: matmuls,
-  convolutions, attention; elementwise arithmetic is bandwidth-bound and counted as bytes);
+  convolutions, attention), and for the fused and composite operators it lacks (the encoder
+  fast path, LSTM/GRU, attention on the CPU, ``linear``/``conv2d`` under inference mode) from
+  ``capture/op_flops.py``; elementwise arithmetic is bandwidth-bound and counted as bytes. A
+  compute operator whose shapes cannot be read is listed by name (``uncounted_compute_ops``);
 - bytes: every input tensor read once, every output written once, in-place arguments written
   back (``Tensor(a!)`` in the schema); views and factories of empty tensors move nothing.
   This is the traffic of an unfused, eager step: what each operator must read and write at
@@ -23,6 +26,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from torchdoctor.capture import guest
+from torchdoctor.capture.op_flops import composite_flops, wants_flops
 
 MAX_CALLS = 300_000
 """Calls counted per step; a longer step is counted in part (``truncated``)."""
@@ -68,6 +72,9 @@ class WorkCount:
     conv: array[int] = field(default_factory=lambda: array("b"))
     """1 for a convolution (its FLOPs run at the convolution rate), else 0."""
     op_names: list[str] = field(default_factory=list)
+    uncounted: dict[str, int] = field(default_factory=dict)
+    """Calls by operator name of compute operators whose FLOPs could not be counted (a custom
+    operator, shapes that could not be read): counted as zero FLOPs, their bytes as usual."""
     truncated: bool = False
     errors: int = 0
     seconds: float = 0.0
@@ -99,6 +106,7 @@ class WorkCount:
             "flops": float(sum(self.flops)),
             "bytes": float(sum(self.bytes)),
             "truncated": self.truncated,
+            "uncounted_compute_ops": dict(sorted(self.uncounted.items())),
             "counting_errors": self.errors,
             "counted_step_s": round(self.seconds, 4),
             "by_dtype": {
@@ -111,34 +119,6 @@ class WorkCount:
                 {"op": k, "flops": v[0], "bytes": v[1], "calls": int(v[2])} for k, v in top
             ],
         }
-
-
-def composite_flops(name: str, args: Any, out: Any) -> float:
-    """FLOPs of the composite operators that reach a dispatch mode undecomposed (under
-    ``inference_mode`` or ``no_grad`` autograd does not split ``aten::linear`` into ``addmm``
-    nor ``aten::conv2d`` into ``convolution``), with torch's own formulas where it has them."""
-    import torch
-    from torch.utils import flop_counter as fc
-
-    base = name.split(".")[0]
-    if base == "aten::linear":
-        x, w = args[0], args[1]
-        return 2.0 * x.numel() / x.shape[-1] * w.shape[0] * w.shape[1]
-    if base in ("aten::conv1d", "aten::conv2d", "aten::conv3d") and isinstance(out, torch.Tensor):
-        x, w = args[0], args[1]
-        x_shape = list(x.shape) if x.dim() == w.dim() else [1, *x.shape]  # unbatched input
-        o_shape = list(out.shape) if out.dim() == w.dim() else [1, *out.shape]
-        return float(fc.conv_flop_count(x_shape, list(w.shape), o_shape, False))
-    if base in ("aten::matmul", "aten::einsum") and isinstance(out, torch.Tensor):
-        if base == "aten::matmul":
-            a = args[0]
-            return 2.0 * out.numel() * a.shape[-1] if a.dim() else 0.0
-        return 0.0
-    if base == "aten::scaled_dot_product_attention":
-        q, k, v = args[0], args[1], args[2]
-        if q.dim() == 4:
-            return float(fc.sdpa_flop_count(q.shape, k.shape, v.shape))
-    return 0.0
 
 
 def _make_mode() -> Any:
@@ -176,6 +156,7 @@ def _make_mode() -> Any:
             self.active = True
             self._names: dict[Any, int] = {}
             self._write_args: dict[Any, tuple[int, ...]] = {}
+            self._arg_names: dict[Any, list[str] | None] = {}
 
         def __torch_dispatch__(
             self, func: Any, types: Any, args: Any = (), kwargs: Any = None
@@ -220,7 +201,7 @@ def _make_mode() -> Any:
                 if formula is not None:
                     flops = float(formula(*args, **kwargs, out_val=out))
                 else:
-                    flops = composite_flops(name, args, out)
+                    flops = self._composite(func, name, args, kwargs, out)
             first = next(
                 (t for t in inputs if t.is_floating_point()), inputs[0] if inputs else None
             )
@@ -236,6 +217,29 @@ def _make_mode() -> Any:
             work.device.append(device)
             work.op.append(idx)
             work.conv.append(1 if "conv" in name else 0)
+
+        def _composite(self, func: Any, name: str, args: Any, kwargs: Any, out: Any) -> float:
+            """FLOPs of an operator torch's registry lacks (``capture/op_flops.py``); a compute
+            operator whose FLOPs cannot be counted is noted by name and counts none."""
+            if func in self._arg_names:
+                names = self._arg_names[func]
+            else:  # None: no formula and no compute (element-wise work, views: most calls)
+                known = wants_flops(name)
+                names = [a.name for a in func._schema.arguments] if known else None
+                self._arg_names[func] = names
+            if names is None:
+                return 0.0
+            try:
+                flops = composite_flops(
+                    name, {**dict(zip(names, args, strict=False)), **kwargs}, out
+                )
+            except Exception:
+                flops = None
+            if flops is not None:
+                return flops
+            uncounted = self.work.uncounted
+            uncounted[name] = uncounted.get(name, 0) + 1
+            return 0.0
 
         def _written(self, func: Any, args: Any) -> tuple[int, ...]:
             got = self._write_args.get(func)
