@@ -92,6 +92,12 @@ def roofline_line(record: dict[str, Any], account: dict[str, Any] | None) -> str
             text += (
                 f" (and {account['contention_ms']:.1f} ms waiting for a CPU other processes held)"
             )
+        assumed = account.get("assumed_compute") or {}
+        if assumed.get("op"):
+            text += (
+                f"; {assumed['op']} ({float(assumed.get('ms') or 0):.1f} ms per step) taken as "
+                "compute: its FLOPs could not be counted from its inputs"
+            )
     return text + "\n"
 
 

@@ -4,6 +4,8 @@ time goes (the user's lines and what runs under them).
 
     allowance  = min(step, eager traffic floor / EXPLAINED_EFFICIENCY,  # operators near their
                      torch operators + torch's own Python)   # floor, only where compute runs
+                 (+ the time of one dominant operator whose FLOPs could not be counted:
+                  rules/assumed_compute.py)
     named      = min(step, sum of the other actionable findings' savings)
     contention = time the training thread waited for a CPU (other processes held them)
     unexplained = max(0, step - allowance - named - contention)
@@ -31,6 +33,7 @@ from torchdoctor.record.values import as_float
 from torchdoctor.rules import mode_fixes as mf
 from torchdoctor.rules import thresholds as th
 from torchdoctor.rules.account_inputs import Account, python_ms_of_framework
+from torchdoctor.rules.assumed_compute import assumed_compute
 from torchdoctor.rules.finding import Finding
 from torchdoctor.rules.loop_lines import loop_fix_at
 from torchdoctor.rules.registry import spec
@@ -101,6 +104,9 @@ class StepAccount:
     """Eager traffic floor minus fusion floor: the most fusion (torch.compile) could save."""
     mfu: float | None = None
     """Counted FLOP/s over the datasheet dense peak (``record.floors.StepFloors``)."""
+    assumed_compute: dict[str, Any] | None = None
+    """A dominant operator whose FLOPs could not be counted, whose time is taken as compute
+    (``rules/assumed_compute.py``); None when there is none."""
 
     @property
     def unexplained_share(self) -> float:
@@ -128,8 +134,9 @@ def step_account(record: dict[str, Any], findings: list[Finding]) -> StepAccount
     # The roofline explains compute: the time inside torch operators and torch's own Python
     # around them, never the user's Python, I/O, sleeps or collections (when sampled).
     compute = categories.get("torch ops", 0.0) + _framework_python(acc)
+    assumed = assumed_compute(acc) if roof is not None else None
     if roof is not None:
-        allowance = min(step, roof / th.EXPLAINED_EFFICIENCY)
+        allowance = min(step, roof / th.EXPLAINED_EFFICIENCY + (assumed.ms if assumed else 0.0))
         if acc.lines.rows:
             allowance = min(allowance, compute)
     else:
@@ -166,6 +173,7 @@ def step_account(record: dict[str, Any], findings: list[Finding]) -> StepAccount
         eager_traffic_ms=roof,
         fusion_gain_ms=floors.fusion_gain_ms if floors is not None else None,
         mfu=floors.mfu if floors is not None else None,
+        assumed_compute=assumed.to_dict() if assumed is not None else None,
     )
 
 

@@ -279,6 +279,13 @@ EXPLAINED_EFFICIENCY = Threshold(
     "or more of those rates (measured on a 2-core CPU: an MLP step 89% of its roofline, a 32->64 "
     "channel convolution 90% of the convolution rate, a first layer of 3 channels 17%)",
 )
+DOMINANT_UNCOUNTED_OP = Threshold(
+    0.5,
+    "one compute operator whose FLOPs could not be counted (a custom operator, shapes that "
+    "could not be read) holding half or more of the time inside torch operators is the step's "
+    "compute: its time is explained, its efficiency unknown (below half, the counted operators "
+    "carry the step and the uncounted one is judged with them)",
+)
 UNEXPLAINED_SHARE = Threshold(
     0.15,
     "time beyond 3x the roofline that no named finding claims, above 15% of the step: step "
