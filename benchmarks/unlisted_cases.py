@@ -183,4 +183,7 @@ CASES: tuple[Case, ...] = (
     Case("control_cnn.py", "", (), ""),
     Case("control_transformer.py", "", (), ""),
     Case("control_inference.py", "", (), ""),
+    # compute inside fused operators: the encoder fast path, and a held-out LSTM
+    Case("control_encoder_inference.py", "", (), ""),
+    Case("control_lstm_inference.py", "", (), ""),
 )

@@ -1,0 +1,60 @@
+"""``check`` on inference whose compute sits inside fused operators: the encoder fast path
+(``aten::_transformer_encoder_layer_fwd``, the case the FLOP formulas were written against) and
+an LSTM (``aten::lstm``, held out: not looked at while writing them) count their FLOPs and get
+no unexplained-step finding; a step that is slow for a reason (hundreds of tiny operators)
+still gets one."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.capture.check_helpers import EXAMPLES, REPO, CheckRun, check_inprocess
+
+UNLISTED = REPO / "examples" / "unlisted"
+OPTS = ["--warmup", "3", "--steps", "4"]
+
+
+def run(tmp_path: Path, script: Path) -> CheckRun:
+    sys.path.insert(0, str(script.parent))  # the controls import their step timer
+    try:
+        r = check_inprocess(tmp_path, script, "--steps", "30", opts=OPTS)
+    finally:
+        sys.path.remove(str(script.parent))
+    assert r.code == 0, r.stdout + r.stderr
+    return r
+
+
+def ids(r: CheckRun) -> list[str]:
+    return [f["id"] for f in r.report["findings"]]
+
+
+def fused_flops(r: CheckRun, op: str) -> float:
+    work: dict[str, Any] = r.run["roofline"]["work"]
+    return sum(o["flops"] for o in work["top_ops"] if o["op"] == op)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    ("script", "op", "flops"),
+    [
+        # 4 layers x 3,355,443,200 (tests/capture/test_op_flops.py works one layer out by hand)
+        ("control_encoder_inference.py", "aten::_transformer_encoder_layer_fwd", 13_421_772_800),
+        # 32 x 48 positions; weights 1024x128 + 3 x 1024x256
+        ("control_lstm_inference.py", "aten::lstm.input", 2 * 1536 * (131072 + 3 * 262144)),
+    ],
+)
+def test_fused_inference_is_explained(tmp_path: Path, script: str, op: str, flops: int) -> None:
+    r = run(tmp_path, UNLISTED / script)
+    assert fused_flops(r, op) == flops
+    assert "unexplained-step-time" not in ids(r), r.stdout
+    assert r.run["roofline"]["work"]["uncounted_compute_ops"] == {}
+
+
+@pytest.mark.slow
+def test_a_step_of_tiny_operators_is_still_unexplained(tmp_path: Path) -> None:
+    r = run(tmp_path, EXAMPLES / "tiny_ops.py")
+    assert "unexplained-step-time" in ids(r), r.stdout
