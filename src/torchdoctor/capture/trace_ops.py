@@ -40,7 +40,7 @@ def summarise_trace(path: Path, steps: int) -> dict[str, Any]:
     aten = np.array([n.startswith("aten::") for n in op_names], dtype=bool)
     parent_aten = np.where(ops.parent >= 0, aten[np.maximum(ops.parent, 0)], False)
     top = aten & ~parent_aten & (ops.ts >= lo) & (ops.ts < hi if hi > lo else True)
-    top &= ~_inside_loader(table, ops)
+    top &= ~_inside(table, ops, "enumerate(DataLoader)")
     idx = np.flatnonzero(top)
     durs = (ops.end - ops.ts)[idx]
     total_us = float(durs.sum())
@@ -78,6 +78,7 @@ def summarise_trace(path: Path, steps: int) -> dict[str, Any]:
         "time_by_class_ms_per_step": {k: v / steps / 1e3 for k, v in sorted(by_class.items())},
         "gemm_share_basis": basis,
         "collective_time_ms_per_step": _collective_us(table, ops, idx) / steps / 1e3,
+        "optimizer_state_init_ms_per_step": _state_init_us(table, ops, top, op_names) / steps / 1e3,
         "read_from": "trace",
         "events": len(table),
     }
@@ -101,14 +102,37 @@ def _calls_the_device(table: Any, ops: Any, top: np.ndarray) -> np.ndarray:
     return out
 
 
-def _inside_loader(table: Any, ops: Any) -> np.ndarray:
-    """Operators that start inside an ``enumerate(DataLoader)`` range of their thread."""
+STATE_INIT_OPS = frozenset(
+    {
+        "aten::zeros_like",  # Adam's, RMSprop's moments
+        "aten::zeros",
+        "aten::full_like",
+        "aten::full",
+        "aten::clone",  # SGD's momentum buffer: a copy of the first gradient
+        "aten::empty_like",
+        "aten::lift_fresh",  # torch.tensor(0.0): Adam's step count
+        "aten::detach_",
+    }
+)
+"""Top-level operators an optimizer's ``step()`` runs only when its state is empty (its first
+step): the state it creates. An optimizer rebuilt every step pays them every step."""
+
+
+def _state_init_us(table: Any, ops: Any, top: np.ndarray, op_names: list[str]) -> float:
+    """Time (us) of the top-level state-creating operators inside ``Optimizer.step#...``."""
+    init = np.array([n in STATE_INIT_OPS for n in op_names], dtype=bool) & top
+    if not init.any():
+        return 0.0
+    inside = _inside(table, ops, "Optimizer.step#") & init
+    return float((ops.end - ops.ts)[inside].sum())
+
+
+def _inside(table: Any, ops: Any, prefix: str) -> np.ndarray:
+    """Operators that start inside a user annotation named ``prefix...`` of their thread
+    (``enumerate(DataLoader)``, ``Optimizer.step#Adam.step``)."""
     names = table.names
     rows = np.flatnonzero(table.kind == int(Kind.USER_ANNOTATION))
-    rows = np.array(
-        [r for r in rows if names[table.name[r]].startswith("enumerate(DataLoader)")],
-        dtype=np.int64,
-    )
+    rows = np.array([r for r in rows if names[table.name[r]].startswith(prefix)], dtype=np.int64)
     inside = np.zeros(len(ops.rows), dtype=bool)
     if not len(rows):
         return inside
