@@ -202,3 +202,126 @@ def test_memory_tables_print_whole(width: int) -> None:
             rows.append([fmt_bytes(h["live_bytes"]), f"{h['share']:.1%}"])
     assert len(rows) >= 5
     _rows_on_lines(render_text(report, width=width), rows, width, "memory")
+
+
+# -- check: the report of a run folder (the H200 nanoGPT runs: run.json beside their traces) --
+
+H200_RUNS = (
+    "nanogpt_gpt2_eager",
+    "nanogpt_char_eager",
+    "nanogpt_gpt2_compiled",
+    "nanogpt_char_compiled",
+)
+
+
+@cache
+def _check_run(name: str) -> tuple[Any, ...]:
+    import json
+
+    from torchdoctor.commands.check.summary import build_report
+
+    folder, trace = TRACES / "h200" / "runs" / name, TRACES / "h200" / f"{name}_check.json.gz"
+    if not (folder / "run.json").is_file() or not trace.is_file():
+        pytest.skip(f"the H200 run {folder} or its trace {trace} is not in the corpus")
+    record = json.loads((folder / "run.json").read_text())
+    doc, analysis, merged = build_report({0: record}, trace, 1)
+    return folder, doc, record, analysis, merged
+
+
+def _long_word(line: str, width: int) -> bool:
+    return any(len(w) > width for w in line.split())
+
+
+def _check_report(name: str, width: int) -> None:
+    from torchdoctor.commands.check.publish import report_text
+    from torchdoctor.report.serialize import report_dict
+
+    folder, doc, record, analysis, merged = _check_run(name)
+    text = report_text(folder, doc, record, analysis, merged, TOP, width)
+    rows = _rows(report_dict(analysis))  # the trace's tables, as check prints them
+    by_self = sorted(record["lines"]["rows"], key=lambda r: -float(r.get("self_ms") or 0))
+    for r in by_self[:TOP]:
+        cells = [f"{r['self_ms']:.2f}", f"{r['inclusive_ms']:.2f}", f"{r['self_share']:.0%}"]
+        rows.append(("lines", cells))
+    for f in merged[:3]:
+        rows.append(("findings", [f"{f.saving_ms_per_step:.2f}"]))
+    assert any(t == "lines" for t, _ in rows) and any(t == "breakdown" for t, _ in rows)
+    lines = text.splitlines()
+    for table, cells in rows:
+        pattern = re.compile(_SEP.join(_cell(c) for c in cells))
+        hits = [ln for ln in lines if pattern.search(ln)]
+        assert hits, f"check {name} at {width} columns: {table} row {cells} not printed whole"
+        assert len(hits[0]) <= width, f"{table} row wider than the terminal: {hits[0]}"
+    # check's own lines (the run's summary above the trace's report, the account below it)
+    # wrap at their spaces; the trace's report is analyze's, tested above
+    start = next(i for i, ln in enumerate(lines) if ln.startswith("torchdoctor ·"))
+    end = next(i for i, ln in enumerate(lines) if ln.startswith("roofline:"))
+    for line in lines[:start] + lines[end:]:
+        assert len(line) <= width or _long_word(line, width), f"check line too wide: {line}"
+
+
+@pytest.mark.parametrize("width", WIDTHS)
+def test_check_report_prints_numbers_whole(width: int) -> None:
+    _check_report(H200_RUNS[0], width)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("width", WIDTHS)
+@pytest.mark.parametrize("name", H200_RUNS[1:])
+def test_check_report_prints_numbers_whole_on_every_run(name: str, width: int) -> None:
+    _check_report(name, width)
+
+
+def test_check_report_in_a_log_keeps_its_lines_whole() -> None:
+    """report.txt and a pipe get the log form: one line per table row, nothing wrapped."""
+    from torchdoctor.commands.check.publish import report_text
+
+    folder, doc, record, analysis, merged = _check_run(H200_RUNS[0])
+    text = report_text(folder, doc, record, analysis, merged, TOP, None)
+    assert "   self ms  incl ms  share  line                         function" in text
+    assert any(ln.startswith("efficiency: ") and len(ln) > 160 for ln in text.splitlines())
+
+
+# -- fix: the summary of the changes (the patch itself is code, printed as it is) ------------
+
+
+def test_fix_summary_prints_numbers_whole(tmp_path: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    import json
+
+    from tests.fix.test_fix_cli import ANOMALY, LOADER, run_folder
+    from torchdoctor.fix.cli import run_fix
+    from torchdoctor.fix.options import FixOptions
+    from torchdoctor.fix.render import summary_lines, to_json
+
+    monkeypatch.chdir(tmp_path)
+    folder = run_folder(tmp_path, [LOADER, ANOMALY])
+    result = run_fix(None, [], str(folder), FixOptions())
+    changes = json.loads(to_json(result))["changes"]
+    rows = []
+    for c in changes:
+        p = c["predicted"]
+        if p and p["speedup"] is not None:
+            rows.append([f"{p['speedup']:.2f}x", f"{p['saving_ms_per_step']:.1f}"])
+            rows.append([f"{p['step_ms']:.1f}"])
+        rows.append([f"{c['file']}:{c['line']}"])
+    assert len(rows) >= 3
+    for width in WIDTHS:
+        lines = summary_lines(result, width)
+        for cells in rows:
+            pattern = re.compile(r".*".join(_token(c) for c in cells))
+            assert any(pattern.search(ln) for ln in lines), (width, cells, lines)
+        for line in lines:
+            assert len(line) <= width or _long_word(line, width), (width, line)
+    assert summary_lines(result, None) == summary_lines(result, 1000)  # a log: nothing wrapped
+
+
+def test_a_terminal_gets_its_width_and_a_pipe_the_log_form(monkeypatch: pytest.MonkeyPatch) -> None:
+    from torchdoctor.report.console import terminal_columns
+
+    class Tty(io.StringIO):
+        def isatty(self) -> bool:
+            return True
+
+    monkeypatch.setenv("COLUMNS", "72")
+    assert terminal_columns(Tty()) == 72
+    assert terminal_columns(io.StringIO()) is None  # check and fix then print their log form

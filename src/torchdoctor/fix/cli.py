@@ -325,7 +325,9 @@ def emit(result: Any, mode: str, json_path: str | None, html_path: str | None) -
             click.echo(patch, nl=False)
     if json_path and json_path != JSON_STDOUT:
         write_json(result, json_path)
-    for line in summary_lines(result):
+    from torchdoctor.report.console import terminal_columns
+
+    for line in summary_lines(result, terminal_columns(sys.stderr)):  # a terminal's width
         click.echo(line, err=True)
     if html_path:
         from torchdoctor.fix.html import write_page

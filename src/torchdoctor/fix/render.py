@@ -113,8 +113,15 @@ def command_text(script: str | None, args: tuple[str, ...], cwd: str) -> str:
     return shlex.join(["python", name, *args])
 
 
-def summary_lines(result: FixResult) -> list[str]:
-    """The summary printed on standard error (the diff itself goes to standard output)."""
+def summary_lines(result: FixResult, width: int | None = None) -> list[str]:
+    """The summary printed on standard error (the diff itself goes to standard output), its
+    lines wrapped at their spaces to ``width`` columns (None: whole, for a log)."""
+    from torchdoctor.report.layout import fit
+
+    return fit("\n".join(_summary_lines(result)), width, code_indent=None).split("\n")
+
+
+def _summary_lines(result: FixResult) -> list[str]:
     plan = result.plan
     counts: dict[str, int] = {}
     for c in plan.changes:

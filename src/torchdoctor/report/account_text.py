@@ -7,6 +7,7 @@ import io
 from typing import Any
 
 from torchdoctor.record.floors import StepFloors, step_floors
+from torchdoctor.report.layout import fit
 from torchdoctor.roofline import Attainable
 from torchdoctor.rules.thresholds import EXPLAINED_EFFICIENCY
 
@@ -101,8 +102,20 @@ def roofline_line(record: dict[str, Any], account: dict[str, Any] | None) -> str
     return text + "\n"
 
 
-def line_table_text(record: dict[str, Any], top: int = 10) -> str:
-    """The per-line table: self and inclusive ms per step, share, what runs under each line."""
+_NUMS = 28
+"""Columns the three numbers take with their indent and gaps (``  self ms incl ms share  ``)."""
+_SITE, _FUNC = 28, 18
+_UNDER_MIN = 20
+"""The fewest columns 'under it' gets beside the row before it moves to lines of its own."""
+
+
+def line_table_text(record: dict[str, Any], top: int = 10, width: int | None = None) -> str:
+    """The per-line table: self and inclusive ms per step, share, what runs under each line.
+
+    ``width``: the terminal's columns; the numbers always print whole, the line and function
+    are shortened from the middle, and what runs under a line wraps at its spaces (beside the
+    row when there is room, on lines of its own when not). None: one line per row, unwrapped
+    (a log or a file)."""
     lines = record.get("lines") or {}
     rows = lines.get("rows") or []
     out = io.StringIO()
@@ -114,30 +127,61 @@ def line_table_text(record: dict[str, Any], top: int = 10) -> str:
     cats = lines.get("categories") or {}
     total = sum(float(v) for v in cats.values()) or 1.0
     w(
-        "where the time goes (your lines; sampled every "
-        f"{float(lines.get('interval_s') or 0) * 1e3:.0f} ms, {lines.get('samples')} samples over "
-        f"{lines.get('steps')} steps): "
-        + ", ".join(f"{c} {float(cats.get(c) or 0) / total:.0%}" for c in _COLS if cats.get(c))
+        fit(
+            "where the time goes (your lines; sampled every "
+            f"{float(lines.get('interval_s') or 0) * 1e3:.0f} ms, {lines.get('samples')} samples "
+            f"over {lines.get('steps')} steps): "
+            + ", ".join(f"{c} {float(cats.get(c) or 0) / total:.0%}" for c in _COLS if cats.get(c)),
+            width,
+        )
         + "\n"
     )
-    w(f"  {'self ms':>8} {'incl ms':>8} {'share':>6}  {'line':<28} {'function':<18} under it\n")
+    wide = width is None or width >= _NUMS + _SITE + 1 + _FUNC + 1 + _UNDER_MIN
+    nums = f"  {'self ms':>8} {'incl ms':>8} {'share':>6}  "
+    if wide:
+        w(f"{nums}{'line':<{_SITE}} {'function':<{_FUNC}} under it\n")
+    else:
+        w(f"{nums}line\n    function: under it\n")
     for r in sorted(rows, key=lambda r: -float(r.get("self_ms") or 0))[:top]:
-        under = r.get("under") or {}
-        what = ", ".join(
-            f"{c} {float(v):.1f}"
-            for c, v in sorted(under.items(), key=lambda kv: -float(kv[1]))[:3]
-        )
-        ops = r.get("ops") or []
-        if ops:
-            what += " [" + ", ".join(str(o[0]).replace("aten::", "") for o in ops[:2]) + "]"
-        w(
-            f"  {float(r.get('self_ms') or 0):8.2f} {float(r.get('inclusive_ms') or 0):8.2f} "
-            f"{float(r.get('self_share') or 0):6.0%}  {_short(r['site']):<28.28} "
-            f"{r.get('function') or ''!s:<18.18} {what}\n"
-        )
-        if r.get("code"):
-            w(f"  {'':>8} {'':>8} {'':>6}    {str(r['code'])[:90]}\n")
+        w(_line_row(r, width, wide))
     return out.getvalue()
+
+
+def _line_row(r: dict[str, Any], width: int | None, wide: bool) -> str:
+    """One row of the line table (and its code line) at ``width``."""
+    from torchdoctor.report.layout import middle, wrap_words
+
+    under = r.get("under") or {}
+    what = ", ".join(
+        f"{c} {float(v):.1f}" for c, v in sorted(under.items(), key=lambda kv: -float(kv[1]))[:3]
+    )
+    ops = r.get("ops") or []
+    if ops:
+        what += " [" + ", ".join(str(o[0]).replace("aten::", "") for o in ops[:2]) + "]"
+    nums = (
+        f"  {float(r.get('self_ms') or 0):8.2f} {float(r.get('inclusive_ms') or 0):8.2f} "
+        f"{float(r.get('self_share') or 0):6.0%}  "
+    )
+    site, func = _short(r["site"]), str(r.get("function") or "")
+    code = str(r["code"]) if r.get("code") else ""
+    if width is None:
+        text = f"{nums}{middle(site, _SITE):<{_SITE}} {middle(func, _FUNC):<{_FUNC}} {what}\n"
+        return text + (f"{'':>{_NUMS + 2}}{middle(code, 90)}\n" if code else "")
+    if wide:
+        head = f"{nums}{middle(site, _SITE):<{_SITE}} {middle(func, _FUNC):<{_FUNC}} "
+        parts = wrap_words(what, width - len(head)) if what else [""]
+        if max(len(p) for p in parts) > width - len(head):  # a word held with its number
+            parts = ["", *wrap_words(what, width - 4)]
+            text = head.rstrip() + "\n" + "".join(f"    {p}\n" for p in parts[1:])
+        else:
+            text = (head + parts[0]).rstrip() + "\n"
+            text += "".join(" " * len(head) + p + "\n" for p in parts[1:])
+        return text + (f"{'':>{_NUMS + 2}}{middle(code, width - _NUMS - 2)}\n" if code else "")
+    text = f"{nums}{middle(site, max(width - _NUMS, 8))}\n"
+    name = middle(func, max(_FUNC, (width - 4) // 2))  # on a line of its own: more room
+    body = f"{name}: {what}" if what else name
+    text += "".join(f"    {p}\n" for p in wrap_words(body, width - 4))
+    return text + (f"      {middle(code, width - 6)}\n" if code else "")
 
 
 def experiments_text(record: dict[str, Any]) -> str:
@@ -175,12 +219,15 @@ def experiments_text(record: dict[str, Any]) -> str:
     return head + "".join(f"  {r}\n" for r in rows)
 
 
-def account_text(doc: dict[str, Any], record: dict[str, Any], top: int = 10) -> str:
-    """Both parts, then check's own measurements, for the end of the check report."""
+def account_text(
+    doc: dict[str, Any], record: dict[str, Any], top: int = 10, width: int | None = None
+) -> str:
+    """Both parts, then check's own measurements, for the end of the check report; laid out to
+    ``width`` columns (None: lines as they are, for a log or a file)."""
     if (doc.get("measurement") or {}).get("failure"):
-        return experiments_text(record)
+        return fit(experiments_text(record), width)
     return (
-        roofline_line(record, doc.get("account"))
-        + line_table_text(record, top)
-        + experiments_text(record)
+        fit(roofline_line(record, doc.get("account")), width)
+        + line_table_text(record, top, width)
+        + fit(experiments_text(record), width)
     )

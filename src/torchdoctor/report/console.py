@@ -19,6 +19,15 @@ def report_width(stream: Any = None) -> int | None:
     return max(100, shutil.get_terminal_size((100, 24)).columns)
 
 
+def terminal_columns(stream: Any = None) -> int | None:
+    """The terminal's width when ``stream`` is a terminal; None for a file, a pipe or a CI log
+    (where a report keeps its lines whole and the reader's viewer wraps them)."""
+    stream = stream or sys.stdout
+    if hasattr(stream, "isatty") and stream.isatty():
+        return shutil.get_terminal_size((100, 24)).columns
+    return None
+
+
 def text_width(stream: Any = None) -> int:
     """The width plain-text reports are laid out to: the terminal's on a terminal, else (a file,
     a pipe, a CI log) at least 100 columns."""

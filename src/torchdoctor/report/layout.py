@@ -225,3 +225,38 @@ def _join(cells: Sequence[list[str]], widths: Sequence[int], indent: str, style:
         parts = [c[k] if k < len(c) else " " * w for c, w in zip(cells, widths, strict=True)]
         out.append(Text(indent + _GAP.join(parts).rstrip(), style=style))
     return out
+
+
+def fit(text: str, width: int | None, code_indent: int | None = 6) -> str:
+    """Prose lines of ``text`` wrapped at their spaces to ``width`` (None: as they are), each
+    continuation indented two past its line's own indent; a number keeps its unit, and a word
+    longer than the width stays whole. Lines of code (a ``fix:`` line, or indented
+    ``code_indent`` or more; None: no line is code) are left whole: code pasted from a report
+    must not break."""
+    if width is None:
+        return text
+    out = []
+    for line in text.split("\n"):
+        indent = len(line) - len(line.lstrip(" "))
+        code = code_indent is not None and (indent >= code_indent or "fix: " in line)
+        if cell_len(line) <= width or code:
+            out.append(line)
+            continue
+        pad = " " * indent
+        held = _NUMBER_SPACE.sub("\\1\u00a0", line[indent:])
+        got = textwrap.wrap(
+            held,
+            max(width, 20),
+            initial_indent=pad,
+            subsequent_indent=pad + "  ",
+            break_long_words=False,
+            break_on_hyphens=False,
+        )
+        out += [x.replace("\u00a0", " ") for x in got] or [line]
+    return "\n".join(out)
+
+
+def wrap_words(text: str, width: int) -> list[str]:
+    """``text`` wrapped at its spaces to ``width`` (at least 10): a number keeps its unit, a
+    word longer than the width stays whole."""
+    return _wrap(text, max(width, 10))

@@ -18,6 +18,8 @@ from torchdoctor.inputs import write_output
 from torchdoctor.record import layout
 from torchdoctor.record.write import rank_index
 from torchdoctor.report.account_text import account_text
+from torchdoctor.report.console import terminal_columns
+from torchdoctor.report.layout import fit
 from torchdoctor.rules.finding import Finding
 from torchdoctor.terminal import clean_report
 
@@ -42,6 +44,34 @@ def _gather(
     write_json(layout.run_file(folder), rank_index(rank.world_size, list(records)))
     traces = folder / layout.TRACES
     return records, traces if traces.is_dir() and any(traces.iterdir()) else None
+
+
+def report_text(
+    folder: Path,
+    doc: dict[str, Any],
+    record: dict[str, Any],
+    analysis: Any,
+    merged: list[Finding],
+    top: int = 10,
+    width: int | None = None,
+) -> str:
+    """The check report as text, laid out to ``width`` columns (a terminal's: tables keep
+    every number whole, prose wraps at its spaces) or, for None, in its log form (tables at
+    110 columns, prose lines whole: what ``report.txt`` holds and a pipe gets)."""
+    measured = measure(record)
+    trace_text, shows_findings = render_analysis(
+        analysis, merged, top, measured, doc.get("account"), doc.get("verdict"), width
+    )
+    summary = summary_text(doc, record, top, with_findings=not shows_findings)
+    text = fit(summary, width) + trace_text
+    text += account_text(doc, record, top, width)
+    for note in doc.get("notes") or []:  # our own failures: caught, the script went on
+        text += fit(f"torchdoctor note: {note}", width) + "\n"
+    if not (record.get("steps") or {}).get("count") and measured.failure is None:
+        text = NO_STEPS + text
+    text += fit(framework_hint(record.get("frameworks") or []), width)
+    text += fit(f"run folder: {folder}", width) + "\n"
+    return clean_report(text)  # names and paths from the run reach a terminal
 
 
 def publish(
@@ -76,19 +106,12 @@ def publish(
     if advise is not None:
         merged = [advise(f) for f in merged]
         doc["findings"] = [f.to_dict() for f in merged]
-    measured = measure(record)
-    trace_text, shows_findings = render_analysis(
-        analysis, merged, top, measured, doc.get("account"), doc.get("verdict")
+    text = report_text(folder, doc, record, analysis, merged, top)
+    # On a terminal the printed report is laid out to its width; report.txt keeps the log form.
+    width = terminal_columns(sys.stderr if json_path == "-" else sys.stdout)
+    shown = (
+        text if width is None else report_text(folder, doc, record, analysis, merged, top, width)
     )
-    text = summary_text(doc, record, top, with_findings=not shows_findings) + trace_text
-    text += account_text(doc, record, top)
-    for note in doc.get("notes") or []:  # our own failures: caught, the script went on
-        text += f"torchdoctor note: {note}\n"
-    if not (record.get("steps") or {}).get("count") and measured.failure is None:
-        text = NO_STEPS + text
-    text += framework_hint(record.get("frameworks") or [])
-    text += f"run folder: {folder}\n"
-    text = clean_report(text)  # names and paths from the run reach a terminal
     try:
         write_json(layout.report_json(folder), doc)
     except OSError as exc:  # a full disk: the environment's, one line naming the file
@@ -96,6 +119,7 @@ def publish(
             f"cannot write the report to {layout.report_json(folder)}: {exc.strerror or exc}"
         ) from None
     write_output(layout.report_text(folder), text, "report")
+    text = shown
     release_pointer(options.out_dir, rank)
     if html_path:
         from torchdoctor.report.html_sources import write_check_html

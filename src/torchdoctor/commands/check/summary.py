@@ -392,8 +392,11 @@ def render_analysis(
     measured: Measurement | None = None,
     account: dict[str, Any] | None = None,
     verdict_line: str | None = None,
+    width: int | None = None,
 ) -> tuple[str, bool]:
-    """The analyser's text report and whether it shows the merged findings ('' if none)."""
+    """The analyser's text report and whether it shows the merged findings ('' if none), laid
+    out to ``width`` columns as ``analyze`` lays it out (None: tables at 110 columns and prose
+    unwrapped, for a log or a file)."""
     if analysis is None:
         return "", False
     try:
@@ -405,7 +408,12 @@ def render_analysis(
     try:
         from rich.console import Console
 
-        render_text(analysis, top=top, console=Console(file=buf, width=110, soft_wrap=True))
+        console = (
+            Console(file=buf, width=110, soft_wrap=True)
+            if width is None
+            else Console(file=buf, width=width, highlight=False)
+        )
+        render_text(analysis, top=top, console=console)
     except Exception as exc:
         return f"(trace report could not be rendered: {type(exc).__name__}: {exc})\n", False
     return buf.getvalue(), replaced
