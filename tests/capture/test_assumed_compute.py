@@ -12,7 +12,9 @@ import pytest
 from torchdoctor.rules.account_rules import step_account, unexplained
 
 
-def record(ops: list[tuple[str, float]], uncounted: dict[str, int]) -> dict[str, Any]:
+def record(
+    ops: list[tuple[str, float]], uncounted: dict[str, int], seen: list[str] | None = None
+) -> dict[str, Any]:
     """A 100 ms step: 90 ms inside torch operators (``ops`` shares them out), 5 ms of Python,
     and a counted roofline of 2 ms (the counted operators' work only)."""
     row = {
@@ -28,7 +30,7 @@ def record(ops: list[tuple[str, float]], uncounted: dict[str, int]) -> dict[str,
         "steps": {"mean_step_ms": 100.0, "median_step_ms": 100.0, "measured_steps": 5},
         "lines": {"rows": [row], "categories": {"torch ops": 90.0, "Python": 5.0}},
         "roofline": {
-            "work": {"uncounted_compute_ops": uncounted},
+            "work": {"uncounted_compute_ops": uncounted, "ops_seen": seen or []},
             "efficiency": {"roofline_ms": 2.0, "share": 0.02, "step_ms": 100.0},
             "attainable": {"source": "measured"},
         },
@@ -51,7 +53,9 @@ def test_a_dominant_uncounted_operator_is_explained_compute() -> None:
 
 
 def test_an_uncounted_operator_that_does_not_dominate_changes_nothing() -> None:
-    rec = record([("mylib::fused_mlp", 40.0), ("aten::add", 50.0)], {"mylib::fused_mlp": 4})
+    # the aten::mm inside the custom operator holds 40 of the 90 ms: under half
+    seen = ["aten::add", "mylib::fused_mlp"]
+    rec = record([("aten::mm", 40.0), ("aten::add", 50.0)], {"mylib::fused_mlp": 4}, seen)
     a = step_account(rec, [])
     assert a is not None and a.assumed_compute is None
     assert a.allowance_ms == pytest.approx(6.0)  # the counted roofline alone: 2 ms / (1/3)
@@ -64,3 +68,21 @@ def test_nothing_uncounted_nothing_assumed() -> None:
     a = step_account(rec, [])
     assert a is not None and a.assumed_compute is None
     assert unexplained(rec, []) is not None  # 2 ms of counted work cannot explain 90 ms
+
+
+def test_a_custom_operator_owns_the_profiled_operators_the_count_never_saw() -> None:
+    # the profiler names the aten::matmul and aten::relu inside tdx::fused_mlp; the counting
+    # mode saw the custom operator whole, and aten::sum beside it
+    ops = [("aten::matmul", 70.0), ("aten::relu", 12.0), ("aten::sum", 8.0)]
+    seen = ["aten::sum", "aten::randn", "tdx::fused_mlp"]
+    rec = record(ops, {"tdx::fused_mlp": 1}, seen)
+    a = step_account(rec, [])
+    assert a is not None and a.assumed_compute is not None
+    assert a.assumed_compute["op"] == "tdx::fused_mlp" and a.assumed_compute["calls"] == 1
+    assert a.assumed_compute["ms"] == pytest.approx(82.0)  # 70 + 12 of the 90 ms
+    assert unexplained(rec, []) is None
+    # a record without ops_seen (an older run) cannot tell: nothing is assumed
+    old = record(ops, {"tdx::fused_mlp": 1})
+    del old["roofline"]["work"]["ops_seen"]
+    b = step_account(old, [])
+    assert b is not None and b.assumed_compute is None and unexplained(old, []) is not None

@@ -58,3 +58,42 @@ def test_fused_inference_is_explained(tmp_path: Path, script: str, op: str, flop
 def test_a_step_of_tiny_operators_is_still_unexplained(tmp_path: Path) -> None:
     r = run(tmp_path, EXAMPLES / "tiny_ops.py")
     assert "unexplained-step-time" in ids(r), r.stdout
+
+
+CUSTOM_OP = """
+import torch
+from torch import nn
+
+
+@torch.library.custom_op("tdcheck::fused_mlp", mutates_args=())
+def fused_mlp(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+    return torch.relu(x @ w) @ w.t()
+
+
+class Mlp(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.w = nn.Parameter(torch.randn(512, 2048))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return fused_mlp(x, self.w)
+
+
+model = Mlp().eval()
+with torch.inference_mode():
+    for _ in range(30):
+        model(torch.randn(256, 512)).sum()
+"""
+
+
+@pytest.mark.slow
+def test_a_dominant_custom_operator_is_taken_as_compute(tmp_path: Path) -> None:
+    script = tmp_path / "custom_op.py"
+    script.write_text(CUSTOM_OP)
+    r = check_inprocess(tmp_path / "out", script, opts=OPTS)
+    assert r.code == 0, r.stdout + r.stderr
+    assert r.run["roofline"]["work"]["uncounted_compute_ops"] == {"tdcheck::fused_mlp": 1}
+    assumed = r.report["account"]["assumed_compute"]
+    assert assumed["op"] == "tdcheck::fused_mlp" and assumed["share_of_ops"] >= 0.5
+    assert "unexplained-step-time" not in ids(r), r.stdout
+    assert "tdcheck::fused_mlp" in r.stdout and "taken as compute" in r.stdout

@@ -107,6 +107,9 @@ class WorkCount:
             "bytes": float(sum(self.bytes)),
             "truncated": self.truncated,
             "uncounted_compute_ops": dict(sorted(self.uncounted.items())),
+            # what the mode saw at its level: a profiled operator missing here ran inside one
+            # it saw whole (a custom operator's aten::mm)
+            "ops_seen": sorted({n.split(".", 1)[0] for n in self.op_names}),
             "counting_errors": self.errors,
             "counted_step_s": round(self.seconds, 4),
             "by_dtype": {
