@@ -189,3 +189,24 @@ def test_a_custom_operator_is_uncounted_compute() -> None:
     s = count(lambda: fused_mlp(x, w))
     # the dispatch mode sees the custom operator whole, not the matmuls inside it
     assert s["uncounted_compute_ops"] == {"tdtest::fused_mlp": 1} and s["flops"] == 0
+
+
+def test_gpu_and_backend_kernels_read_their_own_argument_layouts() -> None:
+    # cuDNN's LSTM (called on a GPU under autograd): the flat weight list, biases and all
+    x = torch.randn(20, 8, 64)
+    weights = [torch.randn(512, 64), torch.randn(512, 128), torch.randn(512), torch.randn(512)]
+    a = {"input": x, "weight": weights, "weight_stride0": 4}
+    assert of.composite_flops("aten::_cudnn_rnn", a, None) == 2 * 160 * (512 * 64 + 512 * 128)
+    assert of.composite_flops("aten::_cudnn_rnn_backward", a, None) == 4 * 160 * (
+        512 * 64 + 512 * 128
+    )
+    # oneDNN's convolution called directly: the same count as nn.Conv2d's
+    img, w = torch.randn(2, 8, 10, 10), torch.randn(4, 8, 3, 3)
+    out = torch.ops.aten.mkldnn_convolution(img, w, None, [0, 0], [1, 1], [1, 1], 1)
+    s = count(lambda: torch.ops.aten.mkldnn_convolution(img, w, None, [0, 0], [1, 1], [1, 1], 1))
+    assert tuple(out.shape) == (2, 4, 8, 8)
+    assert s["flops"] == 2 * 2 * 64 * 4 * 8 * 9  # 2 x outputs (2x4x8x8) x 8x3x3 products each
+    # the fused GELU linear of the encoder's feed-forward
+    m1, m2 = torch.randn(10, 16), torch.randn(16, 32)
+    args = {"self": torch.randn(32), "mat1": m1, "mat2": m2}
+    assert of.composite_flops("aten::_addmm_activation", args, None) == 2 * 10 * 16 * 32
