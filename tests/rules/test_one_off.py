@@ -94,6 +94,18 @@ def test_an_evaluation_at_iteration_0_is_a_cost_of_the_job() -> None:
     )
 
 
+def test_a_busy_machines_spike_beside_the_start_up_step_leaves_it_a_cost_of_the_job() -> None:
+    # step 2 runs 1000 ms over the 10 ms median; step 12 a 60 ms spike (50 ms over): the start
+    # holds 1000 / 1050 = 95% of the excess (>= 90%): a cost of the job, of 1000 ms alone
+    times = [100.0, 1010.0] + [10.0] * 9 + [60.0] + [10.0] * 10
+    job = {"name": "max_iters", "value": 40, "unit": "steps"}
+    f = _one(_record(times, 50.0, job=job), "rare-long-steps")
+    assert f.cost_unit == "job" and f.one_off_ms == 1000.0 and "2 of 21 steps" in f.title
+    # a spike of 200 ms over instead: 1000 / 1200 = 83%, below 90%: a per-step cost
+    times[11] = 210.0
+    assert _one(_record(times, 50.0, job=job), "rare-long-steps").cost_unit == "step"
+
+
 def test_a_long_step_later_in_the_run_stays_a_per_step_cost() -> None:
     times = [100.0] + [10.0] * 9 + [1010.0] + [10.0] * 9
     f = _one(_record(times, 60.0), "rare-long-steps")

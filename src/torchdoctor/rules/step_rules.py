@@ -126,7 +126,7 @@ def rare_long_steps(run: RunRecord) -> list[Finding]:
         + ":\n# periodic work in the loop (evaluation, checkpointing, logging): run it less often,"
         "\n# on fewer batches, or outside the timed loop"
     )
-    per = _once_per(run, [i for i, _ in long])
+    per = _once_per(run, judged)
     if per is None:
         return [make(run, s.id, title, per_step, evidence, fix, where=where[:3])]
     unit, epoch_steps = per
@@ -141,7 +141,8 @@ def rare_long_steps(run: RunRecord) -> list[Finding]:
         f"({worst / typical if typical else float('inf'):.1f}x){ran}"
     )
     fix = _ONCE_FIX[unit] + (f"\n# (in it: {where[0]})" if where else "")
-    cost = excess if unit == "job" else excess / len(long)  # per epoch: one restart's excess
+    # per job: the start-up steps' excess; per epoch: one restart's
+    cost = _start_excess(judged) if unit == "job" else excess / len(long)
     return [
         one_off(
             run,
@@ -168,12 +169,22 @@ _ONCE_FIX = {
 }
 
 
-def _once_per(run: RunRecord, long: list[int]) -> tuple[Per, int | None] | None:
-    """``("job", None)`` when every long step (0-based) is among the run's first
-    ``ONE_OFF_FIRST_STEPS``: start-up work; ``("epoch", batches)`` when each is the first (or
-    next) step of an epoch of the feeding loader; None when they recur otherwise."""
-    if long and max(long) < th.ONE_OFF_FIRST_STEPS:
+def _start_excess(judged: list[tuple[float, int, float]]) -> float:
+    """The excess (ms) of the long steps among the run's first ``ONE_OFF_FIRST_STEPS``."""
+    return sum(t - med for med, i, t in judged if i < th.ONE_OFF_FIRST_STEPS)
+
+
+def _once_per(
+    run: RunRecord, judged: list[tuple[float, int, float]]
+) -> tuple[Per, int | None] | None:
+    """``("job", None)`` when the long steps among the run's first ``ONE_OFF_FIRST_STEPS`` hold
+    ``ONE_OFF_EXCESS_SHARE`` of the excess: start-up work; ``("epoch", batches)`` when each
+    long step is the first (or next) step of an epoch of the feeding loader; None when they
+    recur otherwise. ``judged``: (median, 0-based step, ms) of each long step."""
+    total = sum(t - med for med, _, t in judged)
+    if total > 0 and _start_excess(judged) >= th.ONE_OFF_EXCESS_SHARE * total:
         return "job", None
+    long = [i for _, i, _ in judged]
     per_epoch = batches_per_epoch(run)
     if not per_epoch or per_epoch < 2 * th.ONE_OFF_FIRST_STEPS or not long:
         return None

@@ -271,6 +271,12 @@ ONE_OFF_FIRST_STEPS = Threshold(
     "long steps only among the run's first 3 steps are start-up work (an evaluation at "
     "iteration 0, a warm-up, workers starting): paid once per job, not every step",
 )
+ONE_OFF_EXCESS_SHARE = Threshold(
+    0.9,
+    "start-up long steps holding 90% of all long steps' excess are the finding, paid once per "
+    "job: later ones holding the rest are a busy machine's spikes beside it (5-30x a "
+    "sub-millisecond step was seen), not work that recurs",
+)
 # -- the step's account: unexplained time, modes, repeated work (torchdoctor check) ------------
 EXPLAINED_EFFICIENCY = Threshold(
     1 / 3,
