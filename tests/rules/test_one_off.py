@@ -182,3 +182,20 @@ def test_a_finding_refuses_an_unknown_unit_or_a_one_off_without_its_cost() -> No
         Finding(**base, cost_unit="hour")  # type: ignore[arg-type]
     with pytest.raises(ValueError, match="one_off_ms"):
         Finding(**base, cost_unit="job")
+
+
+def test_the_job_length_is_read_from_a_config_section() -> None:
+    from types import SimpleNamespace
+
+    from torchdoctor.capture.job_length import job_length
+
+    # minGPT's adder: config.trainer.max_iters, with the trainer's default (None) beside it
+    config = SimpleNamespace(system=SimpleNamespace(seed=3), trainer=SimpleNamespace(max_iters=40))
+    assert job_length({"config": config}) == {
+        "name": "config.trainer.max_iters",
+        "value": 40,
+        "unit": "steps",
+    }
+    # a top-level count comes first; nothing named: None
+    assert job_length({"config": config, "max_iters": 7})["value"] == 7  # type: ignore[index]
+    assert job_length({"config": SimpleNamespace(trainer=SimpleNamespace(max_iters=None))}) is None
