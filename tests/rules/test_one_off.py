@@ -199,3 +199,13 @@ def test_the_job_length_is_read_from_a_config_section() -> None:
     # a top-level count comes first; nothing named: None
     assert job_length({"config": config, "max_iters": 7})["value"] == 7  # type: ignore[index]
     assert job_length({"config": SimpleNamespace(trainer=SimpleNamespace(max_iters=None))}) is None
+
+
+def test_checks_run_level_summary_gives_a_one_off_cost_in_seconds_of_the_job() -> None:
+    from torchdoctor.commands.check.summary import _findings_text
+
+    job = {"name": "max_iters", "value": 20, "unit": "steps"}
+    rec = _record([20.0] * 15, 20.0, compile={"compiles": 1, "compile_s": 5.0}, job=job)
+    text = _findings_text([_one(rec, "compile-not-repaid").to_dict()])
+    assert "(costs 5.0 s once per job; repaid only by a job of 250 steps or more" in text
+    assert "ms/step" not in text

@@ -340,10 +340,12 @@ def _findings_text(findings: list[dict[str, Any]], complete: bool = True) -> str
         return "findings: none\n" if complete else "findings: none in the steps measured\n"
     lines = ["findings (by estimated saving per step):"]
     for i, f in enumerate(findings, 1):
-        lines.append(
-            f"{i}. [{f['severity']}] {f['id']}: {f['title']}  "
-            f"(saves ~{f['saving_ms_per_step']:.2f} ms/step, {f['share_of_step']:.0%})"
-        )
+        saving = f"saves ~{f['saving_ms_per_step']:.2f} ms/step, {f['share_of_step']:.0%}"
+        if (f.get("cost_unit") or "step") != "step":  # a cost of the job: never a step's share
+            from torchdoctor.report.saving_text import saving_text
+
+            saving = saving_text(f) or saving
+        lines.append(f"{i}. [{f['severity']}] {f['id']}: {f['title']}  ({saving})")
         for site in f.get("where", [])[:3]:
             lines.append(f"     at {site}")
         lines.extend(
