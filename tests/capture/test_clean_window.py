@@ -3,7 +3,7 @@ same again after the instruments, and the CUDA-event clock with its host lead (a
 
 from __future__ import annotations
 
-from typing import ClassVar
+from typing import Any, ClassVar
 
 import pytest
 
@@ -217,3 +217,48 @@ def test_suggested_options_fit_a_short_script(seen: int, requested: int) -> None
         assert sched.clean[1] - sched.clean[0] + 1 >= 3  # a clean window worth a median
     if seen >= 6 + requested:  # room for warm-up, 3 clean, the profiler's step: keep them
         assert sched.clean is not None and opts.get("--steps", requested) == requested
+
+
+def _child_clock(monkeypatch: pytest.MonkeyPatch, cuda: object) -> tuple[StepClock, Any]:
+    import torchdoctor.capture.timed_window as tw
+    from torchdoctor.capture.clock import QuietListener
+
+    monkeypatch.setattr(tw, "script_cuda", lambda: cuda)
+
+    class Timed(tw.StepEvents, QuietListener):
+        pass
+
+    timed = Timed()
+    # a child's schedule: no clean window, no profiler; its "profiled" steps are the measured
+    clock = StepClock(CheckOptions(warmup_steps=3, clean_steps=0, profile_steps=4), timed)
+    timed.clock = clock
+    clock.begin()
+    return clock, timed
+
+
+def test_a_childs_measured_steps_are_timed_by_cuda_events(monkeypatch: pytest.MonkeyPatch) -> None:
+    # compare --rerun and fix --prove time their measured steps as check's clean window
+    FakeEvent.clock = [0.0, 30.0, 60.0, 90.0, 120.0]  # the GPU: 30 ms a step
+    clock, timed = _child_clock(monkeypatch, FakeCuda())
+    with pytest.raises(StopScript):
+        for _ in range(20):
+            clock.tick("optimizer")
+    t = timed.timing
+    assert t is not None and t.clock == "cuda-events" and t.first_step == 4
+    assert t.step_ms == pytest.approx((30.0,) * 4) and len(t.host_step_ms) == 4
+    from torchdoctor.capture.timed_window import measured_step_ms
+
+    assert measured_step_ms({"timed": timed.to_dict()}) == pytest.approx([30.0] * 4)
+
+
+def test_a_cpu_childs_steps_stay_on_the_host_clock(monkeypatch: pytest.MonkeyPatch) -> None:
+    clock, timed = _child_clock(monkeypatch, None)
+    with pytest.raises(StopScript):
+        for _ in range(20):
+            clock.tick("optimizer")
+    t = timed.timing
+    assert t is not None and t.clock == "host"
+    assert t.step_ms == pytest.approx([s * 1e3 for s in clock.step_s[3:7]])
+    from torchdoctor.capture.timed_window import measured_step_ms
+
+    assert measured_step_ms({"timed": timed.to_dict()}) is None  # the parent keeps step_ms

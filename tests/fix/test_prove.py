@@ -209,3 +209,18 @@ def test_a_longer_warm_up_is_reported_apart_from_the_ratio() -> None:
         m is not None and m.ratio == pytest.approx(2.0) and m.warmup_extra_s == pytest.approx(12.0)
     )
     assert "+12.0 s once, in the warm-up (not in the ratio)" in measured_text(m)
+
+
+def test_an_arm_on_a_gpu_is_timed_by_its_cuda_events(tmp_path: Path) -> None:
+    opts = ProveOptions(warmup=2, steps=3)
+    r = {
+        "status": "stopped",
+        "warmup": 2,
+        "step_ms": [900.0, 50.0, 1.0, 30.0, 2.0],  # the host's: a sync lands in one step
+        "timed": {"clock": "cuda-events", "step_ms": [11.0, 11.0, 11.0]},
+    }
+    run = prove._result(r, opts, tmp_path / "log")
+    assert run.ok and run.step_ms == pytest.approx([11.0, 11.0, 11.0])
+    assert run.warmup_s == pytest.approx(0.95)
+    cpu = prove._result({**r, "timed": {"clock": "host", "step_ms": [1.0]}}, opts, tmp_path / "l")
+    assert cpu.step_ms == pytest.approx([1.0, 30.0, 2.0])

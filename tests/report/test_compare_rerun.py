@@ -196,3 +196,18 @@ def test_one_time_counts_what_ran_before_the_first_step() -> None:
     assert cost.samples_per_step == 64.0
     short, why = rerun_process.cost_of({**doc, "step_ms": [400.0]}, 100.0, 107.1, 3, 3)
     assert short is None and "fewer than --warmup 3 + 1" in why
+
+
+def test_a_gpu_childs_steady_steps_are_its_cuda_event_times() -> None:
+    # On a GPU the child times its measured steps as check's clean window does: the host's
+    # step times (which absorb a sync's wait in whichever step hits it) give way to the GPU's
+    doc = {
+        "status": "stopped", "code": 0, "step_ms": [400.0, 300.0, 200.0, 2.0, 25.0, 3.0],
+        "t_begin": 101.0, "t_measure": 105.0, "t_window_end": 105.03, "t_end": 105.1,
+        "timed": {"clock": "cuda-events", "step_ms": [10.0, 10.5, 9.5], "first_step": 4},
+    }  # fmt: skip
+    cost, _ = rerun_process.cost_of(doc, t_spawn=100.0, t_exit=107.1, warmup=3, steps=3)
+    assert cost is not None and list(cost.step_ms) == pytest.approx([10.0, 10.5, 9.5])
+    host = {**doc, "timed": {**doc["timed"], "clock": "host"}}
+    cost, _ = rerun_process.cost_of(host, t_spawn=100.0, t_exit=107.1, warmup=3, steps=3)
+    assert cost is not None and list(cost.step_ms) == pytest.approx([2.0, 25.0, 3.0])

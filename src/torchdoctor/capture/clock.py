@@ -256,6 +256,11 @@ class StepClock:
         """Steps seen so far by the winning signal."""
         return len(self.step_s)
 
+    @property
+    def step_end_s(self) -> float:
+        """When the last step ended (``perf_counter``, before our bookkeeping)."""
+        return self._step_end
+
     def _adopt(self, ident: int) -> None:
         self.owner = ident
         if ident != threading.main_thread().ident:

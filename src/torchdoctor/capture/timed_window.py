@@ -150,3 +150,61 @@ class TimedWindow:
             for end, host in zip(ends, self._host_end, strict=False)
         )
         return WindowTiming(self.name, self.first_step, "cuda-events", gpu_ms, host_ms, lead)
+
+
+def script_cuda() -> Any:
+    """``torch.cuda`` when the script already initialised it (we never do), else None."""
+    import sys
+
+    torch = sys.modules.get("torch")
+    try:
+        if torch is not None and torch.cuda.is_initialized():
+            return torch.cuda
+    except Exception:  # a broken device: the host clock times the steps
+        return None
+    return None
+
+
+class StepEvents:
+    """The clean timing of a child that runs no instrument (``compare --rerun``, ``fix
+    --prove``): its measured steps timed by the same boundaries as ``check``'s clean window
+    (CUDA events on a GPU, read with one synchronisation after the last step; the host clock
+    on a CPU). A step clock's listener for a schedule without a clean window: its "profiled"
+    steps are the measured ones, and no profiler runs. ``timing`` holds the result."""
+
+    def __init__(self) -> None:
+        self.clock: Any = None
+        """The step clock this listens to (set by the child after building both)."""
+        self._window: TimedWindow | None = None
+        self.timing: WindowTiming | None = None
+
+    def set_measuring(self, on: bool) -> None:
+        self._window = None
+        if on and self.clock is not None:
+            self._window = TimedWindow("measured", self.clock.steps + 1, script_cuda())
+            self._window.start()
+
+    def window_step(self) -> None:
+        w, clock = self._window, self.clock
+        if w is not None and clock is not None and clock.steps >= w.first_step:
+            w.step(clock.step_end_s)
+
+    def window_end(self) -> None:
+        w, self._window = self._window, None
+        if w is not None and self.clock is not None:
+            self.timing = w.finish(list(self.clock.step_s[w.first_step - 1 :]))
+
+    def window_abort(self) -> None:
+        self._window, self.timing = None, None
+
+    def to_dict(self) -> dict[str, Any] | None:
+        return self.timing.to_dict() if self.timing is not None else None
+
+
+def measured_step_ms(doc: dict[str, Any]) -> list[float] | None:
+    """A child's measured steps on the GPU's clock, when it timed them with CUDA events."""
+    timed = doc.get("timed")
+    if isinstance(timed, dict) and timed.get("clock") == "cuda-events":
+        ms = [float(x) for x in timed.get("step_ms") or []]
+        return ms or None
+    return None

@@ -11,6 +11,9 @@ step counts from SPEC, and writes what it measured to the spec's ``result_path``
   The parent reads the same system-wide clock before it starts the process, so start-up (the
   interpreter, torch's import) counts too. ``t_measure`` and ``t_window_end`` are taken after a
   device synchronisation when the script uses CUDA, so queued work is inside the window;
+- ``timed``: the measured steps timed as ``check`` times its clean window (CUDA events at
+  step boundaries on a GPU, ``capture/timed_window.py: StepEvents``); the parent takes the
+  steady steps from it when they are on the GPU's clock;
 - ``compile_s``: torch.compile's compile time (dynamo's own metrics);
 - ``loaders``: each DataLoader's batch size, dataset length and worker settings.
 """
@@ -26,6 +29,7 @@ import sys  # noqa: E402
 from typing import Any  # noqa: E402
 
 from torchdoctor.capture.clock import QuietListener  # noqa: E402
+from torchdoctor.capture.timed_window import StepEvents  # noqa: E402
 
 
 def _sync_device() -> None:
@@ -38,27 +42,28 @@ def _sync_device() -> None:
         pass
 
 
-class _Marks(QuietListener):
-    """The clock's listener: no profiler, only the two instants the steady window needs."""
+class _Marks(StepEvents, QuietListener):
+    """The clock's listener: no profiler; the two instants the steady window needs, and the
+    measured steps timed as ``check`` times its clean window (``capture/timed_window.py``)."""
 
     def __init__(self) -> None:
+        super().__init__()
         self.t_measure: float | None = None
         self.t_window_end: float | None = None
 
     def window_start(self, profiler_warmup_steps: int) -> None:
         """No profiler in a rerun."""
 
-    def window_step(self) -> None:
-        """Nothing to mark."""
-
     def window_end(self) -> None:
         """The measured steps are done: their queued device work is part of them."""
         _sync_device()
         self.t_window_end = time.monotonic()
+        super().window_end()
 
     def window_abort(self) -> None:
         """The step signal changed: the marks restart with the new count."""
         self.t_measure = self.t_window_end = None
+        super().window_abort()
 
     def set_measuring(self, on: bool) -> None:
         """The warm-up ended (on): the steady window starts here."""
@@ -67,6 +72,7 @@ class _Marks(QuietListener):
             self.t_measure = time.monotonic()
         else:
             self.t_measure = None
+        super().set_measuring(on)
 
 
 def _compile_s() -> tuple[int, float]:
@@ -111,6 +117,7 @@ def measure(spec: dict[str, Any]) -> dict[str, Any]:
     )
     marks = _Marks()
     clock = StepClock(opts, marks)
+    marks.clock = clock
     hooks = StepHooks(clock)
     hooks.install()
     markers.set_clock(clock)
@@ -131,6 +138,7 @@ def measure(spec: dict[str, Any]) -> dict[str, Any]:
         "source": clock.source,
         "warmup_steps": opts.warmup_steps,
         "step_ms": [s * 1e3 for s in clock.step_s],
+        "timed": marks.to_dict(),
         "t_imported": _T_IMPORTED,
         "t_begin": t_begin,
         "t_measure": marks.t_measure,

@@ -23,6 +23,7 @@ from typing import Any
 
 import numpy as np
 
+from torchdoctor.capture.timed_window import measured_step_ms
 from torchdoctor.compare.cost import RunCost
 from torchdoctor.compare.rerun_types import ChildRun, RerunOptions, RunStatus, Script, SideName
 
@@ -158,6 +159,9 @@ def cost_of(
     if doc.get("status") == "stopped" and t_measure is not None and t_window_end is not None:
         steady = steady[:steps]
         window = (float(t_window_end) - float(t_measure)) * 1e3 / len(steady)
+        gpu = measured_step_ms(doc)  # the steps on the GPU's clock (CUDA events), as check's
+        if gpu is not None and len(gpu) == len(steady):
+            steady = np.asarray(gpu, dtype=np.float64)
     loaders = doc.get("loaders") or []
     batch = next((d.get("batch_size") for d in loaders if d.get("batch_size")), None)
     completed = doc.get("status") == "completed"

@@ -138,6 +138,7 @@ def probe(spec: dict[str, Any]) -> dict[str, Any]:
     from torchdoctor.capture.clock import QuietListener, StepClock
     from torchdoctor.capture.hooks import StepHooks
     from torchdoctor.capture.options import CheckOptions
+    from torchdoctor.capture.timed_window import StepEvents
 
     script = os.path.abspath(spec["script"])
     sources = {
@@ -150,7 +151,13 @@ def probe(spec: dict[str, Any]) -> dict[str, Any]:
     seed_everything(int(spec.get("seed", 0)))
     # No instrument runs in this child: every step it times is clean already.
     options = CheckOptions(warmup_steps=warmup, profile_steps=steps, clean_steps=0)
-    clock = StepClock(options, QuietListener())
+
+    class _Timed(StepEvents, QuietListener):
+        """The measured steps timed as check's clean window (CUDA events on a GPU)."""
+
+    timed = _Timed()
+    clock = StepClock(options, timed)
+    timed.clock = clock
     hooks = StepHooks(clock)
     losses = LossRecorder(int(spec.get("loss_steps", warmup + steps)))
     finder = _Overlay({p: t for p, t in sources.items() if p != script})
@@ -173,6 +180,7 @@ def probe(spec: dict[str, Any]) -> dict[str, Any]:
         "source": clock.source,
         "warmup": warmup,
         "step_ms": [s * 1e3 for s in clock.step_s],
+        "timed": timed.to_dict(),
         "losses": losses.values(),
     }
 

@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from torchdoctor import stats
+from torchdoctor.capture.timed_window import measured_step_ms
 from torchdoctor.fix.model import Change, Fidelity, Measured
 from torchdoctor.fix.planner import Plan, compose
 from torchdoctor.tune import fidelity as tune_fidelity
@@ -158,7 +159,8 @@ def _tail(log: Path, lines: int = 6) -> str:
 def _result(r: dict[str, Any], opts: ProveOptions, log: Path) -> ArmRun:
     every = [float(x) for x in r.get("step_ms") or []]
     warm = int(r.get("warmup") or 0)
-    steps = every[warm:]
+    # on a GPU the child timed its measured steps by CUDA events, as check's clean window
+    steps = measured_step_ms(r) or every[warm:]
     losses = [float(x) for x in r.get("losses") or []]
     if r.get("status") not in ("stopped", "completed"):
         return ArmRun(
