@@ -8,7 +8,9 @@ process to lose). The watching parent (``commands/check/watcher.py``) rebuilds t
 the script's process died before writing its own.
 
 Lines: ``h {json}`` the header (script, argv, options, rank, versions); ``c SOURCE`` the step signal
-(dataloader, optimizer, marker); ``s STEP_S WAIT_S`` a step; ``r {json}`` the signal changed
+(dataloader, optimizer, marker); ``s STEP_S WAIT_S RSS_BYTES CUDA_BYTES`` a step, with the
+process's memory at its end (``capture/step_memory.py``; -1 unknown; older logs have neither);
+``r {json}`` the signal changed
 and counting restarted; ``o`` the profiled window opened; ``e`` this process wrote its record;
 ``p`` it published the report.
 """
@@ -24,6 +26,7 @@ from typing import Any
 
 from torchdoctor.capture.options import Schedule
 from torchdoctor.capture.runfolder import RankInfo
+from torchdoctor.capture.step_memory import StepMemory, steps_record
 from torchdoctor.record import layout
 from torchdoctor.record.write import RankPlace, RunHeader, StepTimes, run_document
 
@@ -41,6 +44,8 @@ class EvidenceLog:
         self.path = path
         self.pid = os.getpid()
         self._fd = -1
+        self.memory = StepMemory()
+        """Memory at each step's end: a leak shows even when the process is killed for it."""
         with contextlib.suppress(OSError):
             path.parent.mkdir(parents=True, exist_ok=True)
             self._fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
@@ -77,9 +82,11 @@ class EvidenceLog:
         )
 
     def step(self, step_s: float, wait_s: float) -> None:
-        self._write(f"s {step_s!r} {wait_s!r}\n")
+        rss, cuda = self.memory.sample()
+        self._write(f"s {step_s!r} {wait_s!r} {rss} {cuda}\n")
 
     def restart(self, switch: str) -> None:
+        self.memory.restart()
         self._write(f"r {json.dumps(switch)}\n")
 
     def source(self, name: str) -> None:
@@ -95,6 +102,7 @@ class EvidenceLog:
         self._write("p\n")
 
     def close(self) -> None:
+        self.memory.close()
         if self._fd >= 0 and os.getpid() == self.pid:
             with contextlib.suppress(OSError):
                 os.close(self._fd)
@@ -102,13 +110,16 @@ class EvidenceLog:
 
 
 def read_evidence(path: Path) -> dict[str, Any]:
-    """What a log holds: ``header``, ``step_s``, ``wait_s``, ``switches``, ``window_opened``,
-    ``record_written``, ``published`` (a missing or torn file reads as far as it goes)."""
+    """What a log holds: ``header``, ``step_s``, ``wait_s``, ``rss_bytes``, ``cuda_bytes``
+    (-1: unknown), ``switches``, ``window_opened``, ``record_written``, ``published`` (a
+    missing or torn file reads as far as it goes)."""
     out: dict[str, Any] = {
         "header": {},
         "source": None,
         "step_s": [],
         "wait_s": [],
+        "rss_bytes": [],
+        "cuda_bytes": [],
         "switches": [],
         "window_opened": False,
         "record_written": False,
@@ -118,18 +129,26 @@ def read_evidence(path: Path) -> dict[str, Any]:
         text = path.read_text(encoding="utf-8", errors="replace")
     except OSError:
         return out
-    for line in text.splitlines():
+    lines = text.splitlines()
+    for i, line in enumerate(lines):
+        # a line the process's end cut: its step time may stand, its last number may not
+        cut = i == len(lines) - 1 and not text.endswith("\n")
         kind, _, rest = line.partition(" ")
         try:
             if kind == "s":
-                step, wait = rest.split()
-                out["step_s"].append(float(step))
-                out["wait_s"].append(float(wait))
+                step, wait, *memory = rest.split()
+                step_s, wait_s = float(step), float(wait)
+                rss, cuda = ([int(v) for v in memory] + [-1, -1])[:2] if not cut else (-1, -1)
+                out["step_s"].append(step_s)
+                out["wait_s"].append(wait_s)
+                out["rss_bytes"].append(rss)
+                out["cuda_bytes"].append(cuda)
             elif kind == "h":
                 out["header"] = json.loads(rest)
             elif kind == "r":  # a stronger step signal: what was counted measured something else
                 out["switches"].append(json.loads(rest))
                 out["step_s"], out["wait_s"], out["window_opened"] = [], [], False
+                out["rss_bytes"], out["cuda_bytes"] = [], []
             elif kind == "c":
                 out["source"] = rest.strip() or None
             elif kind == "o":
@@ -189,6 +208,9 @@ def record_from_evidence(evidence: dict[str, Any], exit_info: dict[str, Any]) ->
             "cuda_available": None,
             "trace": None,
             "frameworks": [],
+            "memory_steps": steps_record(
+                evidence.get("rss_bytes") or [], evidence.get("cuda_bytes") or [], None
+            ),
             "from_evidence": True,
         },
     )

@@ -307,10 +307,42 @@ def finish_record(session: Any, outcome: Outcome, script: str, args: list[str]) 
     elif watch is not None and watch.count and record.get("gpu") is not None:
         # OOMs the script caught itself (a retry, a batch-size search): evidence, not a crash.
         record["gpu"]["oom_observer"] = watch.record()
+
+    def memory_steps(s: Any) -> None:
+        if not (record.get("oom") or {}).get("snapshot_file"):  # never over the OOM's snapshot
+            _memory_steps(s, record)
+
+    _optional(memory_steps, session)
     session.stop_memory_history()
     outcome.exception = None  # drop the traceback: it keeps DataLoader workers alive
     record["findings"] = [f.to_dict() for f in run_findings(record)]
     return record
+
+
+def _memory_steps(session: Any, record: dict[str, Any]) -> None:
+    """Memory at each step's end (``capture/step_memory.py``); when the device's grows like a
+    leak and ``--memory`` recorded the allocator's history, the snapshot says who allocated
+    what is still held (``memory_steps.snapshot``)."""
+    memory = getattr(getattr(session.clock, "log", None), "memory", None)
+    if memory is None:
+        return
+    steps = memory.record()
+    steps["device_total_bytes"] = ((record.get("gpu") or {}).get("memory") or {}).get("total_bytes")
+    record["memory_steps"] = steps
+    if not session.memory_history:
+        return
+    from torchdoctor.rules.memory_growth_rules import leaking_fits
+
+    if any(f.kind == "device" for f in leaking_fits(record)):
+        import torch
+
+        from torchdoctor.capture import gpu_probe
+        from torchdoctor.memory.headline import snapshot_headline
+
+        path = session.folder / session.snapshot_file
+        gpu_probe.write_snapshot(torch.cuda, path)
+        steps["snapshot_file"] = path.name
+        steps["snapshot"] = snapshot_headline(path)
 
 
 def _probe_threads(session: Any) -> None:

@@ -6,7 +6,7 @@ from torchdoctor.analysis.bundle import TraceAnalysis
 from torchdoctor.report.model import Report
 from torchdoctor.report.saving_text import saving_text
 from torchdoctor.rules.finding import Finding, rank_findings
-from torchdoctor.rules.registry import label
+from torchdoctor.rules.registry import label, spec
 from torchdoctor.rules.trace_rules import evaluate
 
 
@@ -53,6 +53,10 @@ def verdict(a: TraceAnalysis, findings: list[Finding], clean_step_ms: float | No
         head += serving_tail(a)
     actionable = [f for f in findings if f.severity != "info" and f.saving_ms_per_step > 0]
     if not actionable:
-        return f"{head}. No bottleneck worth fixing found."
+        # a risk that costs no time (memory growing every step, fp16 without a scaler) is no
+        # clean bill: the line names it after the time verdict
+        risks = [f for f in findings if f.severity != "info" and spec(f.id).severity.risk]
+        risk = f" But fix: {label(risks[0].id)} (a risk, not time)." if risks else ""
+        return f"{head}. No bottleneck worth fixing found.{risk}"
     top = actionable[0]
     return f"{head}. Fix first: {label(top.id)} ({saving_text(top, short=True)})."

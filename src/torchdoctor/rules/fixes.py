@@ -302,3 +302,21 @@ def fsdp_reduce_fix(cpu: bool = False) -> str:
         "# with gradient accumulation, reduce only on the last micro-batch\n"
         "model.set_requires_gradient_sync(is_last_microbatch)"
     )
+
+
+def memory_growth_fix(sites: list[tuple[str, str]] | None = None) -> str:
+    """What keeps each step's tensors alive into the next, as comments (the names are the
+    user's); ``sites``: (``file:line``, what the line does) found in the script."""
+    found = [f"# {site}: {what}" for site, what in sites or []]
+    return "\n".join(
+        [
+            *found,
+            "# memory kept from one step to the next; what usually holds each step's graph:",
+            "# - loss.backward(retain_graph=True): call loss.backward() unless a second backward "
+            "runs through the same graph",
+            "# - a loss summed as a tensor (total = total + loss): sum loss.item(), or "
+            "loss.detach()",
+            "# - outputs kept in a list with their graph (for logging or metrics): append "
+            "out.detach() (or .item(), .cpu())",
+        ]
+    )

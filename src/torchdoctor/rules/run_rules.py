@@ -23,6 +23,7 @@ from torchdoctor.rules.compile_rules import (
 from torchdoctor.rules.finding import Finding, rank_findings
 from torchdoctor.rules.loader_rules import dataloader_config
 from torchdoctor.rules.loop_lines import top_loop_line, vectorise_fix
+from torchdoctor.rules.memory_growth_rules import memory_growth
 from torchdoctor.rules.mode_rules import MODE_RULES
 from torchdoctor.rules.registry import spec
 from torchdoctor.rules.run_common import make
@@ -329,6 +330,7 @@ RULES: tuple[RunRule, ...] = (
     data_parallel,
     memory_rules,
     out_of_memory,
+    memory_growth,
     tiny_ops,
     activation_recompute,
     *MODE_RULES,

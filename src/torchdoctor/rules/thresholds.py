@@ -357,3 +357,19 @@ LOOP_LINE_SHARE = Threshold(
     "of the sampled step or more is the step's cause at that line: more than the 5% of noise, "
     "with room for the sampler's error on a line of a few samples",
 )
+MEMORY_GROWTH_PER_STEP = Threshold(
+    256 * 2**10,
+    "memory rising 256 KiB per step or more (Theil-Sen slope over the clean steps) is kept "
+    "from step to step: 24 GiB over a 100,000-step job; less is within the drift of a healthy "
+    "process (Python objects, logged floats)",
+)
+MEMORY_GROWTH_RISING = Threshold(
+    0.7,
+    "a leak adds memory after most steps (7 steps in 10 or more); a warm-up (the allocator's "
+    "pools, a cache filled once) rises in a few steps and then stays flat",
+)
+MEMORY_GROWTH_MIN_BYTES = Threshold(
+    8 * 2**20,
+    "the fitted growth over the clean steps must reach 8 MiB: below that one allocator pool or "
+    "one arena grown once can look like a slope over a dozen steps",
+)

@@ -1,0 +1,169 @@
+"""``memory-growth``: resident or device memory rising with the step count
+(``analysis/memory_growth.py`` fits it), with its cost: MiB per step, what that comes to over
+the job when the script names its length, and how soon the memory still free runs out.
+
+The saving is not time (0 ms): the finding is a risk, kept at its severity (warning; critical
+when the job as the script names it would run out of memory). The fix points at the lines of
+the script that typically keep a graph alive (``retain_graph=True``, a loss summed as a
+tensor), and on CUDA with ``--memory`` at what the allocator's history says holds the memory.
+"""
+
+from __future__ import annotations
+
+import ast
+import linecache
+from typing import Any
+
+from torchdoctor.analysis.memory_growth import MIB, GrowthFit, growth_of
+from torchdoctor.record.run import RunRecord
+from torchdoctor.rules import fixes as fx
+from torchdoctor.rules import thresholds as th
+from torchdoctor.rules.finding import Finding
+from torchdoctor.rules.one_off import job_steps
+from torchdoctor.rules.registry import spec
+from torchdoctor.rules.run_common import make
+
+ID = "memory-growth"
+GIB = 2**30
+
+
+def leaking_fits(record: dict[str, Any]) -> list[GrowthFit]:
+    """The fits of ``record``'s memory columns that pass every threshold."""
+    steps = record.get("steps") or {}
+    tail = bool((record.get("options") or {}).get("full")) and not steps.get("experiment_steps")
+    fits = growth_of(record.get("memory_steps"), steps.get("schedule") or {}, tail)
+    return [
+        f
+        for f in fits
+        if f.bytes_per_step >= th.MEMORY_GROWTH_PER_STEP
+        and f.rising_share >= th.MEMORY_GROWTH_RISING
+        and f.fitted_growth_bytes >= th.MEMORY_GROWTH_MIN_BYTES
+    ]
+
+
+def _keeps_graph(node: ast.AST) -> str | None:
+    """What a statement does that typically keeps a step's graph alive, None if nothing."""
+    if isinstance(node, ast.Call) and any(
+        k.arg == "retain_graph" and isinstance(k.value, ast.Constant) and k.value.value is True
+        for k in node.keywords
+    ):
+        return "retain_graph=True keeps this step's graph and its saved activations"
+    if isinstance(node, ast.AugAssign) and isinstance(node.op, ast.Add):
+        added = node.value
+    elif (
+        isinstance(node, ast.Assign)
+        and len(node.targets) == 1
+        and isinstance(node.targets[0], ast.Name)
+        and isinstance(node.value, ast.BinOp)
+        and isinstance(node.value.op, ast.Add)
+        and isinstance(node.value.left, ast.Name)
+        and node.value.left.id == node.targets[0].id
+    ):
+        added = node.value.right
+    else:
+        return None
+    if isinstance(added, ast.Name) and "loss" in added.id.lower():
+        return "sums the loss as a tensor: each step's graph stays referenced"
+    return None
+
+
+def graph_keeping_lines(script: str | None) -> list[tuple[str, str]]:
+    """Lines of the script that typically keep a step's graph alive: ``retain_graph=True``
+    and a loss summed as a tensor (``total += loss``, ``total = total + loss``), as
+    (``file:line``, what it does)."""
+    if not script:
+        return []
+    try:
+        tree = ast.parse("".join(linecache.getlines(script)))
+    except (SyntaxError, ValueError):
+        return []
+    found = {
+        (node.lineno, what)
+        for node in ast.walk(tree)
+        if (what := _keeps_graph(node)) is not None and hasattr(node, "lineno")
+    }
+    return [(f"{script}:{line}", what) for line, what in sorted(found)][:4]
+
+
+def _free_bytes(fit: GrowthFit, memory: dict[str, Any]) -> int | None:
+    if fit.kind == "device":
+        total = memory.get("device_total_bytes")
+        return int(total) - fit.last_bytes if isinstance(total, int) else None
+    free = memory.get("available_bytes")
+    return int(free) if isinstance(free, int) else None
+
+
+def _duration(seconds: float) -> str:
+    if seconds < 120:
+        return f"{seconds:.0f} s"
+    if seconds < 7200:
+        return f"{seconds / 60:.0f} min"
+    return f"{seconds / 3600:.1f} h"
+
+
+def _cost(run: RunRecord, fit: GrowthFit) -> tuple[str, dict[str, Any], bool]:
+    """The projection in words, its numbers, and whether the job runs out of memory."""
+    memory = run.raw.get("memory_steps") or {}
+    evidence: dict[str, Any] = {}
+    parts = []
+    job = job_steps(run)
+    done = len(memory.get("rss_bytes") or memory.get("cuda_allocated_bytes") or [])
+    job_growth = None
+    if job is not None:
+        steps, how = job
+        job_growth = fit.bytes_per_step * max(0, steps - done)
+        evidence.update(job_steps=steps, job_known_from=how, job_growth_bytes=round(job_growth))
+        parts.append(f"{job_growth / GIB:.1f} GiB more by the job's end ({how})")
+    free = _free_bytes(fit, memory)
+    exhausts = False
+    if free is not None and free > 0:
+        n = free / fit.bytes_per_step
+        evidence.update(free_bytes=free, steps_to_exhaust=round(n))
+        when = f"about {n:,.0f} steps"
+        if run.step_ms:
+            seconds = n * run.step_ms / 1e3
+            evidence["seconds_to_exhaust"] = round(seconds, 1)
+            when += f", {_duration(seconds)}"
+        parts.append(f"the {free / GIB:.1f} GiB still free runs out in {when}")
+        exhausts = job_growth is not None and job_growth >= free
+    return "; ".join(parts) or "it grows for as long as the job runs", evidence, exhausts
+
+
+def memory_growth(run: RunRecord) -> list[Finding]:
+    """Memory rising with the step count over the clean steps; saving 0 ms (a risk)."""
+    out = []
+    sites = graph_keeping_lines(run.raw.get("script"))
+    for fit in leaking_fits(run.raw):
+        projection, cost, exhausts = _cost(run, fit)
+        title = spec(ID).format_title(
+            kind=fit.kind,
+            mib=fit.bytes_per_step / MIB,
+            rising=fit.rising_share,
+            steps=fit.steps,
+            projection=projection,
+        )
+        where = [s for s, _ in sites]
+        snapshot = (run.raw.get("memory_steps") or {}).get("snapshot") or {}
+        holders = snapshot.get("top_holders") or [] if fit.kind == "device" else []
+        where += [str(h["where"]) for h in holders if h.get("where")]
+        evidence = {"growth": fit.to_dict(), **cost}
+        if holders:
+            evidence["held_by"] = holders
+        fix = fx.memory_growth_fix(sites)
+        if holders:
+            fix += "\n# what holds the device memory (allocation sites, --memory): " + "; ".join(
+                f"{h['where']} {h.get('bytes', 0) / MIB:.0f} MiB" for h in holders[:3]
+            )
+        out.append(
+            make(
+                run,
+                ID,
+                title,
+                0.0,
+                evidence,
+                fix,
+                where=where,
+                severity="critical" if exhausts else None,
+            )
+        )
+    return out
