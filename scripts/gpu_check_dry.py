@@ -322,6 +322,13 @@ def probe_evidence() -> dict[str, Any]:
                     "step_ms": clean,
                     "host_lead_ms": [lead] * 8,
                 },
+                # the kernel window: CUDA activity only, the step close to the plain one
+                "kernels": {
+                    "first_step": 20,
+                    "clock": "cuda-events",
+                    "step_ms": [plain * 1.02, plain * 1.03, plain * 1.01],
+                    "gpu": {"gpu_busy_ms_per_step": busy},
+                },
             },
         }
         host = Finding(
@@ -333,7 +340,8 @@ def probe_evidence() -> dict[str, Any]:
             evidence={},
             fix="",
         )
-        effect = probe_effect.measure(record, gpu_busy_ms=busy)
+        # the profiled trace's busy time reads higher than the kernel window's: the latter wins
+        effect = probe_effect.measure(record, gpu_busy_ms=busy * 1.1)
         assert effect is not None
         found, effect = probe_effect.apply([host], effect, record)
         top = next((f.id for f in found if f.severity != "info"), None)
@@ -344,7 +352,9 @@ def probe_evidence() -> dict[str, Any]:
             "reported_ms": effect.clean_ms,
             "clock": effect.clock,
             "profiled_ratio": effect.profiled.ratio if effect.profiled else None,
-            "gpu_busy_ms": busy,
+            "gpu_busy_ms": effect.gpu_busy_ms,
+            "gpu_busy_source": effect.gpu_busy_source,
+            "kernels_ratio": next((w.ratio for w in effect.windows if w.name == "kernels"), None),
             "host_lead_ms": effect.host_lead_ms,
             "gpu_bound": effect.gpu_bound,
             "top": top,

@@ -360,12 +360,15 @@ def judge_probe(e: Evidence) -> dict[str, Any]:
         "GPT-2 shape: top finding is not host-bound": gpt.get("top") != "host-bound",
         "char model: host-bound saving <= plain step - GPU busy": idle is not None
         and saving <= max(0.0, idle) * PROBE_IDLE_NOISE,
+        "GPU busy read from the kernel window (CUDA activity only)": all(
+            d.get("gpu_busy_source") == "kernel window" for d in (gpt, char)
+        ),
     }
     figure = (
         f"GPT-2 reported {_fmt(gpt.get('reported_ms'))} ms vs plain {_fmt(gpt_plain)} ms "
         f"({_fmt(ratio, '.2f')}x; profiled window {_fmt(gpt.get('profiled_ratio'), '.2f')}x), "
         f"top {gpt.get('top')}; char host-bound {_fmt(saving)} ms <= plain {_fmt(char_plain)} - "
-        f"busy {_fmt(busy)} ms"
+        f"busy {_fmt(busy)} ms; kernel window {_fmt(gpt.get('kernels_ratio'), '.2f')}x"
     )
     return verdict("probe", checks, figure, e)
 

@@ -65,6 +65,11 @@ def _check(shape: str, runs: Path, log: Any) -> dict[str, Any]:
         "clock": effect.get("clock"),
         "profiled_ratio": profiled.get("ratio"),
         "gpu_busy_ms": effect.get("gpu_busy_ms"),
+        "gpu_busy_source": effect.get("gpu_busy_source"),
+        "kernels_ratio": next(
+            (w.get("ratio") for w in effect.get("windows") or [] if w.get("name") == "kernels"),
+            None,
+        ),
         "host_lead_ms": effect.get("host_lead_ms"),
         "gpu_bound": effect.get("gpu_bound"),
         "top": findings[0]["id"] if findings else None,

@@ -226,6 +226,7 @@ BAD: dict[str, list[tuple[str, Any]]] = {
         ("host-bound's saving beyond the GPU idle", _set("char.host_bound_saving_ms", 33.2)),
         ("no plain run", _set("gpt2.plain_ms", [None, None])),
         ("busy time unknown", _set("char.gpu_busy_ms", None)),
+        ("busy time from the instrumented trace", _set("gpt2.gpu_busy_source", "trace")),
     ],
 }
 EVIDENCE_CASES = [(s, why, m) for s, bads in BAD.items() for why, m in bads]
