@@ -210,3 +210,19 @@ def test_gpu_and_backend_kernels_read_their_own_argument_layouts() -> None:
     m1, m2 = torch.randn(10, 16), torch.randn(16, 32)
     args = {"self": torch.randn(32), "mat1": m1, "mat2": m2}
     assert of.composite_flops("aten::_addmm_activation", args, None) == 2 * 10 * 16 * 32
+
+
+def test_an_encoder_layer_training_step_counts_every_product() -> None:
+    # autograd splits the layer into addmm/mm and the CPU flash-attention kernel (which torch's
+    # registry lacks): forward + backward must be the analytic count, the input's own gradient
+    # aside (x does not require it)
+    torch.manual_seed(0)
+    layer, x = (
+        nn.TransformerEncoderLayer(64, 4, 256, batch_first=True, dropout=0.0),
+        torch.randn(8, 32, 64),
+    )
+    s = count(lambda: layer(x).sum().backward())
+    fwd = of.encoder_layer_flops([32] * 8, 64, 256)
+    in_proj = 2 * 256 * 64 * 192
+    assert s["flops"] == fwd + (2 * fwd - in_proj) == 75_497_472
+    assert s["uncounted_compute_ops"] == {}
