@@ -164,7 +164,7 @@ def test_a_cpu_run_arms_each_instrument_only_in_its_window(tmp_path: Path) -> No
         ("probe", 2, 3, ["work count", "forward watch"]),
         ("clean", 3, 7, ["step events"]),
         ("profiled", 7, 10, ["profiler"]),
-        ("measured", 8, 10, ["line sampler", "measured counters", "CPU usage"]),
+        ("measured", 8, 10, ["line sampler", "sync and copy counters", "CPU usage"]),
         ("after", 10, 14, ["step events"]),
     ]
     assert sched["kernels"] is None and sched["sync_debug"] is None

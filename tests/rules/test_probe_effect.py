@@ -225,12 +225,12 @@ def test_the_profiled_windows_instruments_come_from_the_switchboard() -> None:
         "instruments": [
             {"window": "clean", "armed": ["step events", "GPU counters"]},
             {"window": "profiled", "armed": ["profiler", "NVML sampler"]},
-            {"window": "measured", "armed": ["line sampler", "measured counters"]},
+            {"window": "measured", "armed": ["line sampler", "sync and copy counters"]},
             {"window": "sync-debug", "armed": ["sync-debug mode"]},
         ]
     }
     effect = pe.measure(rec)
     assert effect is not None and effect.profiled is not None
     assert effect.profiled.instruments == (
-        "profiler, NVML sampler, line sampler, measured counters"
+        "profiler, NVML sampler, line sampler, sync and copy counters"
     )

@@ -244,7 +244,7 @@ class Session:
                 lambda w: acc.measuring(False),
             ),
             Instrument(
-                "measured counters",
+                "sync and copy counters",
                 lambda w: self.watchers.set_measuring(True),
                 lambda w: self.watchers.set_measuring(False),
             ),

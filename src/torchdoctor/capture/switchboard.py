@@ -8,7 +8,7 @@ window, and nothing else. The plan below is the whole story of what ``check`` do
     probe        one warm-up step         work count, forward watch
     clean        --clean-steps steps      step events, GPU counters
     profiled     profiler's own step +    profiler, NVML sampler, memory history
-      measured     --steps steps            line sampler, measured counters, CPU usage
+      measured     --steps steps            line sampler, sync and copy counters, CPU usage
     kernels      3 steps (GPU only)       kernel profiler (CUDA activity only), step events
     sync-debug   3 untimed (GPU only)     sync-debug mode
     after        5 steps                  step events
@@ -67,7 +67,7 @@ PLAN: tuple[Window, ...] = (
     Window(
         "measured",
         "--steps steps, inside the profiled window",
-        ("line sampler", "measured counters", "CPU usage"),
+        ("line sampler", "sync and copy counters", "CPU usage"),
     ),
     Window(
         "kernels",
