@@ -101,6 +101,7 @@ def test_a_busy_machines_spike_beside_the_start_up_step_leaves_it_a_cost_of_the_
     job = {"name": "max_iters", "value": 40, "unit": "steps"}
     f = _one(_record(times, 50.0, job=job), "rare-long-steps")
     assert f.cost_unit == "job" and f.one_off_ms == 1000.0 and "2 of 21 steps" in f.title
+    assert "step 2 took 1010.0 ms against a 10.0 ms median" in f.title
     # a spike of 200 ms over instead: 1000 / 1200 = 83%, below 90%: a per-step cost
     times[11] = 210.0
     assert _one(_record(times, 50.0, job=job), "rare-long-steps").cost_unit == "step"

@@ -130,6 +130,10 @@ def rare_long_steps(run: RunRecord) -> list[Finding]:
     if per is None:
         return [make(run, s.id, title, per_step, evidence, fix, where=where[:3])]
     unit, epoch_steps = per
+    if unit == "job":  # name the start-up step, not a spike beside it
+        typical, worst_i, worst = max(
+            (x for x in judged if x[1] < th.ONE_OFF_FIRST_STEPS), key=lambda x: x[2] - x[0]
+        )
     when = (
         "at the start of the run (paid once per job)"
         if unit == "job"
