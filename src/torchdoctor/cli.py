@@ -175,15 +175,20 @@ def demo(out: str, steps: int, json_path: str | None) -> None:
     from torchdoctor.capture.demo import run_demo
     from torchdoctor.commands.demo import demo_report
     from torchdoctor.json_arg import JSON_STDOUT, emit_json, json_target
+    from torchdoctor.report.console import terminal_columns
+    from torchdoctor.report.layout import fit
     from torchdoctor.report.render import render_json, render_text
 
     json_target(json_path, [])
     run = run_demo(out, steps=steps)
-    # With the JSON on standard output, what would precede the report goes to stderr.
-    click.echo(
-        f"wrote {run.trace}\n$ torchdoctor analyze {run.trace}\n", err=json_path == JSON_STDOUT
+    report, busy = demo_report(run)  # the trace's report, and the machine's load while it ran
+    # With the JSON on standard output, what would precede the report goes to stderr. A busy
+    # machine is said above the report, in view: the shares below are that machine's.
+    to_err = json_path == JSON_STDOUT
+    busy_line = (
+        f"{fit(busy, terminal_columns(sys.stderr if to_err else sys.stdout))}\n" if busy else ""
     )
-    report = demo_report(run)  # the trace's report, and the machine's load while it ran
+    click.echo(f"wrote {run.trace}\n{busy_line}$ torchdoctor analyze {run.trace}\n", err=to_err)
     if not emit_json(render_json(report), json_path):
         render_text(report, top=8)
 

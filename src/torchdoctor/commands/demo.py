@@ -5,8 +5,9 @@ The demo's loop waits on a dataset that sleeps per item, beside a model whose op
 CPU. Other processes holding the cores slow the operators and not the sleep, so on a busy machine
 the same loop reads as a smaller data-loading share (77% critical on an idle 2-core machine, 24%
 warning beside two busy processes). The CPU's counters over the profiled steps, read as ``check``
-reads them, say when that happened: the ``cpu-oversubscribed`` finding joins the findings and the
-verdict says the machine was busy and by how much.
+reads them, say when that happened: the ``cpu-oversubscribed`` finding joins the findings, a note
+gives the machine's load, and the demo prints a line above the report that says the machine was
+busy and by how much (the verdict stays the trace's, so the README's example keeps its shape).
 """
 
 from __future__ import annotations
@@ -23,36 +24,33 @@ if TYPE_CHECKING:
 CONTENTION_ID = "cpu-oversubscribed"
 
 
-def demo_report(run: DemoRun) -> Report:
-    """The trace's report, with the machine's load over the profiled steps when it was read."""
+def demo_report(run: DemoRun) -> tuple[Report, str | None]:
+    """The trace's report with the machine's load over the profiled steps (when it was read),
+    and the line that says the machine was busy (None when it was not)."""
     from torchdoctor.commands.analyze.trace import analyze_path
 
     return with_machine_load(analyze_path(run.trace), run.cpu)
 
 
-def with_machine_load(report: Report, cpu: dict[str, Any] | None) -> Report:
+def with_machine_load(report: Report, cpu: dict[str, Any] | None) -> tuple[Report, str | None]:
     """``report`` with what ``cpu`` (``cpu_usage.window_record`` over its steps) says: a note
-    with the machine's load; under contention the ``cpu-oversubscribed`` finding and a verdict
-    that says the step times are those of a busy machine."""
+    with the machine's load and, under contention, the ``cpu-oversubscribed`` finding; and the
+    line that says the step times are those of a busy machine (None on a quiet one)."""
     if not isinstance(cpu, dict):
-        return report
+        return report, None
     from torchdoctor.rules.finding import rank_findings
 
     note = load_note(cpu)
+    notes = [*report.notes, note] if note else report.notes
     found = _contention_findings(report, cpu)
     why = _why(cpu, found)
     if why is None:
-        return replace(report, notes=[*report.notes, note] if note else report.notes)
-    verdict = (
-        f"{report.verdict} Measured on a busy machine: {why}; the step times are inflated and "
-        "the shares are not an idle machine's (see the finding cpu-oversubscribed)."
+        return replace(report, notes=notes), None
+    busy = (
+        f"Measured on a busy machine: {why}; the step times are inflated and the shares below "
+        "are not an idle machine's (finding cpu-oversubscribed)."
     )
-    return replace(
-        report,
-        findings=rank_findings([*report.findings, *found]),
-        verdict=verdict,
-        notes=[*report.notes, note] if note else report.notes,
-    )
+    return replace(report, findings=rank_findings([*report.findings, *found]), notes=notes), busy
 
 
 def load_note(cpu: dict[str, Any]) -> str | None:
