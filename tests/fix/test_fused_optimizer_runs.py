@@ -7,17 +7,13 @@ step fused), and the script still trains, with the original's losses."""
 
 from __future__ import annotations
 
-import json
-import os
 import shutil
-import subprocess
-import sys
 from pathlib import Path
-from typing import Any
 
 import pytest
 
-REPO = Path(__file__).resolve().parents[2]
+from tests.fix.patched import REPO, check_and_patch, harnessed
+
 STEPS = 20
 
 HARNESS = """
@@ -45,52 +41,22 @@ print("HARNESS " + json.dumps({"calls": calls, "losses": losses}))
 """
 
 
-def env() -> dict[str, str]:
-    e = dict(os.environ)
-    e["PYTHONPATH"] = os.pathsep.join([str(REPO / "src"), *filter(None, [e.get("PYTHONPATH")])])
-    e["OMP_NUM_THREADS"] = "1"
-    return e
-
-
-def run(cwd: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    r = subprocess.run(
-        [sys.executable, *args], cwd=cwd, env=env(), capture_output=True, text=True, timeout=600
-    )
-    assert r.returncode == 0, r.stderr[-3000:]
-    return r
-
-
-def harnessed(cwd: Path, script: str) -> dict[str, Any]:
-    out = run(cwd, "harness.py", script, "--steps", str(STEPS)).stdout
-    line = next(t for t in out.splitlines() if t.startswith("HARNESS "))
-    return json.loads(line[len("HARNESS ") :])
-
-
 @pytest.mark.slow
 def test_fused_optimizer_patch_runs_fused_and_trains(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from torchdoctor.fix import planner
-    from torchdoctor.fix.cli import run_fix
-    from torchdoctor.fix.options import FixOptions
-
     shutil.copy(REPO / "examples" / "check" / "tiny_ops.py", tmp_path / "tiny_ops.py")
     shutil.copy(tmp_path / "tiny_ops.py", tmp_path / "original.py")
     (tmp_path / "harness.py").write_text(HARNESS)
-    run(tmp_path, "-m", "torchdoctor", "check", "--warmup", "3", "--steps", "3", "--out", "runs",
-        "tiny_ops.py", "--steps", "40")  # fmt: skip
-    (folder,) = (tmp_path / "runs").iterdir()
-    monkeypatch.chdir(tmp_path)
-    result = run_fix(None, [], str(folder), FixOptions(only=("host-bound",)))
-    (change,) = [c for c in result.plan.changes if c.codemod == "fused-optimizer"]
-    assert change.status == "patched", change.reason
-    files, _ = planner.compose(result.plan, [change])  # this change alone, not the compile
-    (path,) = files
-    Path(path).write_text(files[path])
+    check_and_patch(
+        tmp_path, monkeypatch, "tiny_ops.py", ("host-bound",), "fused-optimizer", ("--steps", "40")
+    )  # the change alone: host-bound also proposes a compile
     text = (tmp_path / "tiny_ops.py").read_text()
     assert "fused=True" in text and "foreach=False" not in text
 
-    before, after = harnessed(tmp_path, "original.py"), harnessed(tmp_path, "tiny_ops.py")
+    steps = ("--steps", str(STEPS))
+    before, _ = harnessed(tmp_path, "harness.py", "original.py", *steps)
+    after, _ = harnessed(tmp_path, "harness.py", "tiny_ops.py", *steps)
     # the planted loop: every step in the per-tensor implementation; patched: every step fused
     assert before["calls"] == {
         "_single_tensor_adam": STEPS,
