@@ -18,12 +18,10 @@ DATA_WAIT_BOUND = 0.2
 """Share of the step spent waiting for data above which the data pipeline is the bottleneck."""
 
 
-def _import_analyser() -> Callable[[str], Any] | None:
-    try:
-        from torchdoctor.commands.analyze.trace import analyze_path
-    except ImportError:
-        return None
-    return analyze_path  # type: ignore[no-any-return]
+def _analyser() -> Callable[[str], Any]:
+    from torchdoctor.commands.analyze.trace import analyze_path
+
+    return analyze_path
 
 
 def from_analyser(
@@ -47,7 +45,7 @@ def diagnose(result: TrialResult, analyser: Callable[[str], Any] | bool | None =
 
     ``analyser=True`` imports the real one; pass a callable (or None) to replace it in tests.
     """
-    fn = _import_analyser() if analyser is True else analyser
+    fn = _analyser() if analyser is True else analyser
     ids = from_analyser(result.trace_path, fn if callable(fn) else None) or []
     share = result.data_wait_share
     if share is not None and share > DATA_WAIT_BOUND and "data-loading-bound" not in ids:

@@ -79,13 +79,11 @@ def _combine(kept: Finding, other: Finding) -> Finding:
 def analyze_trace(path: Path) -> tuple[Any, str | None]:
     """Run the trace analyser on a trace file or folder of per-rank traces.
 
-    Returns ``(report, None)``, or ``(None, why)`` when the analyser is unavailable or fails;
-    the run-level findings are reported either way.
+    Returns ``(report, None)``, or ``(None, why)`` when the analyser fails; the run-level
+    findings are reported either way.
     """
-    try:
-        from torchdoctor.commands.analyze.trace import analyze_path
-    except ImportError:
-        return None, "trace analyser not available in this installation"
+    from torchdoctor.commands.analyze.trace import analyze_path
+
     try:
         return analyze_path(str(path)), None
     except Exception as exc:
@@ -401,10 +399,8 @@ def render_analysis(
     unwrapped, for a log or a file)."""
     if analysis is None:
         return "", False
-    try:
-        from torchdoctor.report.render import render_text
-    except ImportError:
-        return "", False
+    from torchdoctor.report.render import render_text
+
     analysis, replaced = _with_findings(analysis, merged, measured, account, verdict_line)
     buf = io.StringIO()
     try:
