@@ -191,7 +191,8 @@ def repeated_construction(run: RunRecord) -> list[Finding]:
             construction_ms_per_step=round(saving, 4),
             state_init_ms_per_step=round(state_ms, 4),
             saving_from="construction timed at its line + the state-creating operators "
-            "(zeros_like, clone...) inside Optimizer.step in the trace",
+            "(zeros_like, clone...) inside Optimizer.step in the trace (a lower bound: the "
+            "Python that makes the state is not counted)",
         )
     return [
         make(
