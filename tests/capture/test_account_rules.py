@@ -319,7 +319,7 @@ def test_framework_python_is_told_apart_from_torch_formatting() -> None:
     import torch._tensor_str
     import torch.nn.modules.module
 
-    from torchdoctor.capture.code_paths import CodePaths
+    from torchdoctor.code_paths import CodePaths
     from torchdoctor.rules.account_inputs import framework_python_ms
 
     paths = CodePaths()

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from tests.capture.check_helpers import EXAMPLES, check_inprocess
-from torchdoctor.capture.own_frames import PACKAGE_DIR
+from torchdoctor.code_paths import PACKAGE_DIR
 
 
 def line_of(name: str, text: str, relative: bool = False) -> str:

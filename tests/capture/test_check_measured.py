@@ -14,7 +14,8 @@ import pytest
 
 from tests.capture.check_helpers import check_inprocess, check_subprocess
 from torchdoctor.capture.measurement import measure, suggested_options
-from torchdoctor.capture.own_frames import PACKAGE_DIR, is_ours, scrub
+from torchdoctor.capture.own_frames import is_ours, scrub
+from torchdoctor.code_paths import PACKAGE_DIR
 from torchdoctor.commands.check.args import normalize_args, reject_option_as_script
 from torchdoctor.errors import UserError
 

@@ -82,14 +82,19 @@ def test_sync_inside_torch_gradscaler_is_blamed_on_the_users_call(warn_on_item: 
 
 
 def test_first_user_site_walks_out_of_library_folders() -> None:
-    def library_call() -> Any:
+    def user_call() -> Any:
         return inspect.currentframe()
 
-    frame = library_call()
-    here = _here() - 1
-    # with this file's folder as a "library", the caller of this test is the first user frame
-    assert first_user_site(frame, (__file__,)) != f"{__file__}:{here}"
-    assert first_user_site(frame, ()) == f"{__file__}:{library_call.__code__.co_firstlineno + 1}"
+    # the same function compiled as a file of torch's (as _cuda_item above): its frame is skipped
+    source = "def library_call(site):\n    return site(inspect.currentframe())\n"
+    scope: dict[str, Any] = {"inspect": inspect}
+    exec(compile(source, os.path.join(os.path.dirname(torch.__file__), "_lib.py"), "exec"), scope)
+
+    def through_library() -> Any:
+        return scope["library_call"](first_user_site)  # walks out of torch's frame to here
+
+    assert first_user_site(user_call()) == f"{__file__}:{user_call.__code__.co_firstlineno + 1}"
+    assert through_library() == f"{__file__}:{through_library.__code__.co_firstlineno + 1}"
 
 
 @pytest.mark.parametrize("mode", [1, 2])

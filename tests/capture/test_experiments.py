@@ -75,7 +75,7 @@ def test_anomaly_off_holds_against_detect_anomaly_in_the_step() -> None:
 
 
 def test_no_grad_at_a_site_only(tmp_path: Any) -> None:
-    from torchdoctor.capture.code_paths import CodePaths
+    from torchdoctor.code_paths import CodePaths
 
     m = torch.nn.Linear(2, 2)
     here = __file__

@@ -8,8 +8,8 @@ import pytest
 import torch
 from torch import nn
 
-from torchdoctor.capture.code_paths import CodePaths
 from torchdoctor.capture.forward_watch import LOOP_CALLS, ForwardWatch
+from torchdoctor.code_paths import CodePaths
 from torchdoctor.rules.run_rules import run_findings
 
 

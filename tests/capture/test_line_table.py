@@ -8,7 +8,6 @@ from pathlib import Path
 
 import pytest
 
-from torchdoctor.capture.code_paths import USER, CodePaths
 from torchdoctor.capture.line_table import OpIntervals, build_line_table
 from torchdoctor.capture.sampler import (
     STATE_IO,
@@ -17,6 +16,7 @@ from torchdoctor.capture.sampler import (
     STATE_UNKNOWN,
     Samples,
 )
+from torchdoctor.code_paths import USER, CodePaths
 
 MS = 1_000_000  # ns
 

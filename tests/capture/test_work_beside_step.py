@@ -176,7 +176,7 @@ def test_torchs_own_files_are_told_apart_before_torch_is_imported() -> None:
     code = textwrap.dedent(
         """
         import sys
-        from torchdoctor.capture.code_paths import CodePaths
+        from torchdoctor.code_paths import CodePaths
         paths = CodePaths()
         assert "torch" not in sys.modules
         import torch._tensor, torch._tensor_str

@@ -26,6 +26,7 @@ FLOORS: list[set[str]] = [
         "exits",
         "config",
         "threshold",
+        "code_paths",
     },
     {"units", "roofline", "json_arg"},
     {"record"},

@@ -22,7 +22,6 @@ from pathlib import Path
 from typing import Any
 
 from torchdoctor.capture import guest
-from torchdoctor.capture.code_paths import CodePaths
 from torchdoctor.capture.experiments import Experiments, Host, Toggle
 from torchdoctor.capture.forward_watch import ForwardWatch
 from torchdoctor.capture.line_table import OpIntervals, build_line_table
@@ -31,6 +30,7 @@ from torchdoctor.capture.options import CheckOptions
 from torchdoctor.capture.repeats import RepeatWatch
 from torchdoctor.capture.sampler import StackSampler
 from torchdoctor.capture.workcount import DTYPES, StepCounter
+from torchdoctor.code_paths import code_paths
 from torchdoctor.rules.thresholds import MODE_ON_SHARE
 
 
@@ -48,7 +48,7 @@ class Accounting:
         self.distributed = distributed
         self.compiled = compiled
         self.cuda = cuda
-        self.paths = CodePaths()
+        self.paths = code_paths()
         self.modes = ModeWatch(self.paths)
         self.repeats = RepeatWatch(self.paths)
         self.forwards = ForwardWatch(self.paths)

@@ -7,7 +7,7 @@ from __future__ import annotations
 import sys
 from typing import Any
 
-from torchdoctor.capture.code_paths import CodePaths
+from torchdoctor.code_paths import CodePaths
 
 
 def user_site(paths: CodePaths, skip: int = 1, constructing: type | None = None) -> str | None:

@@ -14,6 +14,12 @@ import os
 import sys
 from typing import Any
 
+from torchdoctor.code_paths import Kind, code_paths
+
+LIBRARIES: frozenset[Kind] = frozenset({"torch", "torchdoctor", "package", "stdlib"})
+"""Owners of code that is not the user's to change: a fix lands in the user's code or a
+framework's settings, never in these."""
+
 _MAX_ARG_CHARS = 200
 
 
@@ -68,50 +74,16 @@ def call_arguments(filename: str, lineno: int, names: tuple[str, ...]) -> dict[s
     }
 
 
-def user_frame_site(skip_dirs: tuple[str, ...] | None = None) -> tuple[str, int] | None:
-    """``(file, line)`` of the innermost caller outside ``skip_dirs`` (by default every
-    library: torch, torchdoctor, site-packages, the standard library)."""
-    dirs = library_dirs() if skip_dirs is None else skip_dirs
+def user_frame_site(skip: frozenset[Kind] = LIBRARIES) -> tuple[str, int] | None:
+    """``(file, line)`` of the innermost caller whose owner (``code_paths``) is not in ``skip``
+    (by default every library: torch, torchdoctor, installed packages, the standard library).
+    Pseudo-files are passed over (a dataclass's generated ``__init__`` is ``<string>``): they
+    have no source line to read or rewrite."""
+    paths = code_paths()
     frame = sys._getframe(1)
     while frame is not None:
         raw = frame.f_code.co_filename
-        filename = os.path.abspath(raw)
-        if not raw.startswith("<") and not filename.startswith(dirs):
-            return filename, frame.f_lineno
+        if not raw.startswith("<") and paths.kind(raw) not in skip:
+            return os.path.abspath(raw), frame.f_lineno
         frame = frame.f_back  # type: ignore[assignment]
     return None
-
-
-@functools.lru_cache(maxsize=1)
-def library_dirs() -> tuple[str, ...]:
-    """Folders of code that is not the user's to change: torch, torchdoctor, every
-    site-packages folder (Lightning, transformers, accelerate, torchvision...) and the standard
-    library, and the installed console scripts. A fix lands in the user's code or a framework's settings, never in these."""
-    import site
-    import sysconfig
-
-    from torchdoctor.capture.own_frames import PACKAGE_DIR
-
-    dirs = {PACKAGE_DIR}
-    try:
-        import torch
-
-        dirs.add(os.path.dirname(os.path.abspath(torch.__file__)) + os.sep)
-    except ImportError:
-        pass
-    paths = sysconfig.get_paths()
-    # "scripts": the console-script wrappers pip writes (``bin/torchdoctor``, ``bin/torchrun``)
-    for key in ("purelib", "platlib", "stdlib", "platstdlib", "scripts"):
-        if paths.get(key):
-            dirs.add(os.path.abspath(paths[key]) + os.sep)
-    try:
-        dirs.update(os.path.abspath(p) + os.sep for p in site.getsitepackages())
-        dirs.add(os.path.abspath(site.getusersitepackages()) + os.sep)
-    except Exception:  # a virtualenv's old site module lacks these
-        pass
-    return tuple(sorted(dirs))
-
-
-def is_library_file(filename: str) -> bool:
-    """True when ``filename`` lies in one of ``library_dirs()``."""
-    return os.path.abspath(filename).startswith(library_dirs())

@@ -23,7 +23,7 @@ from typing import Any
 
 from torchdoctor.capture import guest
 from torchdoctor.capture.callsites import user_site
-from torchdoctor.capture.code_paths import CodePaths
+from torchdoctor.code_paths import CodePaths
 
 _MAX_CALLS = 256
 _MAX_LOOP_KEYS = 4096

@@ -13,6 +13,7 @@ import threading
 from pathlib import Path
 from typing import Any
 
+from torchdoctor.code_paths import code_paths
 from torchdoctor.hardware import is_mig
 from torchdoctor.record import layout
 
@@ -245,39 +246,29 @@ def is_oom(exc: BaseException) -> bool:
     return name == "OutOfMemoryError" or "out of memory" in str(exc).lower()[:200]
 
 
-def user_frame(frames: list[dict[str, Any]], library_dirs: tuple[str, ...] | None = None) -> str:
-    """ "file:line" of the innermost Python frame outside torch and torchdoctor, or "".
+def user_frame(frames: list[dict[str, Any]]) -> str:
+    """ "file:line" of the innermost frame of the user's own code (``code_paths``: not torch,
+    torchdoctor, an installed package such as Lightning, or the standard library), or "".
 
-    ``library_dirs``: the package folders to skip (default: where torch and torchdoctor are
-    installed; a user's folder that is merely named ``torch`` is not skipped). C++ frames (a
-    snapshot recorded with ``stacks="all"``), CPython's own and ``??`` frames are skipped: only a
-    ``.py`` file is a line a user can open."""
-    if library_dirs is None:
-        from torchdoctor.capture.syncs import library_dirs as installed
-
-        library_dirs = installed()
+    A user's folder that is merely named ``torch`` is the user's. C++ frames (a snapshot recorded
+    with ``stacks="all"``), CPython's own and ``??`` frames are skipped: only a ``.py`` file is a
+    line a user can open."""
+    is_user = code_paths().is_user
     for f in frames:
         filename = str(f.get("filename", ""))
-        if not filename.endswith(".py") or filename.startswith(library_dirs):
-            continue
-        return f"{filename}:{f.get('line', 0)}"
+        if filename.endswith(".py") and is_user(filename):
+            return f"{filename}:{f.get('line', 0)}"
     return ""
 
 
-def largest_blocks(
-    snapshot: dict[str, Any], top: int = 5, library_dirs: tuple[str, ...] | None = None
-) -> list[dict[str, Any]]:
-    """The largest live allocations in a memory snapshot, with their allocation frame if the
-    allocator history was recorded (``library_dirs`` as for :func:`user_frame`)."""
-    if library_dirs is None:
-        from torchdoctor.capture.syncs import library_dirs as installed
-
-        library_dirs = installed()
+def largest_blocks(snapshot: dict[str, Any], top: int = 5) -> list[dict[str, Any]]:
+    """The largest live allocations in a memory snapshot, with their allocation frame
+    (:func:`user_frame`) if the allocator history was recorded."""
     blocks: list[dict[str, Any]] = []
     for seg in snapshot.get("segments", []):
         for block in seg.get("blocks", []):
             if block.get("state") == "active_allocated":
-                where = user_frame(block.get("frames") or [], library_dirs)
+                where = user_frame(block.get("frames") or [])
                 blocks.append({"bytes": int(block.get("size", 0)), "where": where})
     blocks.sort(key=lambda b: -b["bytes"])
     return blocks[:top]

@@ -17,6 +17,7 @@ from typing import Any
 from torchdoctor.capture import guest
 from torchdoctor.capture.clock import StepClock
 from torchdoctor.capture.patches import Patcher
+from torchdoctor.code_paths import code_paths
 
 _MAX_LOADERS = 16
 _USAGE_KEYS = (
@@ -53,22 +54,14 @@ def construction(loader_init: Any, args: tuple[Any, ...], kwargs: dict[str, Any]
     bound = inspect.signature(loader_init).bind_partial(None, *args, **kwargs)
     explicit = {k: _short(v) for k, v in list(bound.arguments.items())[1:] if k != "kwargs"}
     out: dict[str, Any] = {"explicit": explicit}
-    import torch
-
-    inner = callsource.user_frame_site((os.path.dirname(torch.__file__) + os.sep, _own_dir()))
-    if inner is not None and callsource.is_library_file(inner[0]):
+    inner = callsource.user_frame_site(frozenset({"torch", "torchdoctor"}))
+    if inner is not None and not code_paths().is_user(inner[0]):
         out["built_in"] = f"{inner[0]}:{inner[1]}"
     site = callsource.user_frame_site()
     if site is not None:
         call = callsource.call_arguments(site[0], site[1], ("DataLoader",))
         out["call"] = {"site": f"{site[0]}:{site[1]}", **(call or {})}
     return out
-
-
-def _own_dir() -> str:
-    from torchdoctor.capture.own_frames import PACKAGE_DIR
-
-    return PACKAGE_DIR
 
 
 def _usable_cores() -> int:

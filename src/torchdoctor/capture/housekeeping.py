@@ -16,10 +16,12 @@ from __future__ import annotations
 import functools
 import gc
 import sys
+from collections.abc import Callable
 from time import perf_counter
 from typing import Any
 
 from torchdoctor.capture.patches import Patcher
+from torchdoctor.code_paths import code_paths
 
 _MAX_SITES = 32
 
@@ -37,10 +39,8 @@ class HousekeepingWatch:
         """Wrap ``torch.save`` and ``gc.collect``."""
         import torch
 
-        from torchdoctor.capture.callsource import is_library_file
-
         watch = self
-        library = is_library_file
+        is_user = code_paths().is_user
 
         def wrap(what: str, orig: Any) -> Any:
             @functools.wraps(orig)
@@ -48,8 +48,9 @@ class HousekeepingWatch:
                 if not watch.measuring:
                     return orig(*args, **kwargs)
                 frame = sys._getframe(1)
-                site = f"{frame.f_code.co_filename}:{frame.f_lineno}"
-                if frame.f_code.co_filename.startswith("<") or library(frame.f_code.co_filename):
+                name = frame.f_code.co_filename
+                site = f"{name}:{frame.f_lineno}"
+                if name.startswith("<") or not is_user(name):
                     return orig(*args, **kwargs)  # torch's or a library's own call
                 t0 = perf_counter()
                 try:
@@ -67,7 +68,7 @@ class HousekeepingWatch:
             def call(tensor: Any, memo: Any) -> Any:
                 if not watch.measuring or watch._copying:  # nested: a grad, a Parameter's data
                     return orig(tensor, memo)
-                site = _user_site(sys._getframe(1), library)
+                site = _user_site(sys._getframe(1), is_user)
                 if site is None:
                     return orig(tensor, memo)  # a library's own copy
                 watch._copying = True
@@ -106,11 +107,11 @@ class HousekeepingWatch:
         return sorted(rows, key=lambda r: -r["seconds"])
 
 
-def _user_site(frame: Any, library: Any, depth: int = 64) -> str | None:
+def _user_site(frame: Any, is_user: Callable[[str], bool], depth: int = 64) -> str | None:
     """``file:line`` of the innermost user frame from ``frame`` out, None within ``depth``."""
     while frame is not None and depth > 0:
         name = frame.f_code.co_filename
-        if not name.startswith("<") and not library(name):
+        if not name.startswith("<") and is_user(name):
             return f"{name}:{frame.f_lineno}"
         frame, depth = frame.f_back, depth - 1
     return None

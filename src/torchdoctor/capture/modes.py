@@ -21,8 +21,8 @@ from collections.abc import Callable
 from typing import Any
 
 from torchdoctor.capture import guest
-from torchdoctor.capture.code_paths import CodePaths
 from torchdoctor.capture.patches import Patcher
+from torchdoctor.code_paths import CodePaths
 
 THREAD_ENV = ("OMP_NUM_THREADS", "MKL_NUM_THREADS")
 

@@ -19,6 +19,7 @@ from time import perf_counter
 from typing import Any
 
 from torchdoctor.capture.thread_stack import RawStack, frame_stack, raw_stack
+from torchdoctor.code_paths import code_paths
 from torchdoctor.rules import thresholds as th
 
 _MAX_LONG_STEPS = 32
@@ -63,8 +64,7 @@ def thread_user_stack(ident: int | None, depth: int = _STACK_DEPTH) -> tuple[str
 
 
 def _user_lines(raw: RawStack, depth: int) -> tuple[str, ...]:
-    from torchdoctor.capture.callsource import is_library_file
-
+    is_user = code_paths().is_user
     out: list[str] = []
     for code, line in raw:
         if len(out) >= 64:
@@ -72,7 +72,7 @@ def _user_lines(raw: RawStack, depth: int) -> tuple[str, ...]:
         name = code.co_filename
         if code.co_name == "run_function" and os.path.abspath(name) == _RUNNER_FILE:
             break  # what called the script (pytest, an API caller) is not the script's loop
-        if not name.startswith("<") and not is_library_file(name):
+        if not name.startswith("<") and is_user(name):
             out.append(f"{name}:{line} in {code.co_name}")
     if len(out) <= depth:
         return tuple(out)

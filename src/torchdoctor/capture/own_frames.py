@@ -7,11 +7,9 @@ Plain data only (no torch), so it runs on a finished record.
 
 from __future__ import annotations
 
-import os
 from typing import Any
 
-PACKAGE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
-"""Every file under this folder is torchdoctor's own."""
+from torchdoctor.code_paths import code_paths
 
 
 def is_ours(site: str | None) -> bool:
@@ -22,7 +20,7 @@ def is_ours(site: str | None) -> bool:
     path = path.split(" (", 1)[0]
     if not path.endswith(".py"):  # an operator name or a generated frame, not a file of ours
         return False
-    return os.path.abspath(path).startswith(PACKAGE_DIR)
+    return code_paths().label(path) == "torchdoctor"
 
 
 def _keep(rows: list[dict[str, Any]], key: str, dropped: list[str]) -> list[dict[str, Any]]:

@@ -23,8 +23,8 @@ from time import perf_counter
 from typing import Any
 
 from torchdoctor.capture import guest
-from torchdoctor.capture.code_paths import CodePaths
 from torchdoctor.capture.patches import Patcher
+from torchdoctor.code_paths import CodePaths
 
 _MODULE_CASTS = ("to", "cuda", "cpu", "float", "half", "double", "bfloat16")
 _HOOKS = (

@@ -26,8 +26,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from torchdoctor.capture import guest
-from torchdoctor.capture.code_paths import USER, CodePaths
 from torchdoctor.capture.thread_stack import RawStack, raw_stack
+from torchdoctor.code_paths import USER, CodePaths, code_paths
 
 DEFAULT_INTERVAL_S = 0.001
 """One sample per millisecond asked."""
@@ -159,7 +159,7 @@ class StackSampler:
         self.ours = ours
         """Code objects of our bookkeeping: a sample with one on its stack is ``OURS_FLAG``."""
         self.modes = dict(modes or {})
-        self.paths = paths or CodePaths()
+        self.paths = paths or code_paths()
         self.samples = Samples(interval_s=interval_s, modes=tuple(self.modes))
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None

@@ -8,7 +8,6 @@ also turns on ``torch.cuda.set_sync_debug_mode("warn")`` and collects the warnin
 
 from __future__ import annotations
 
-import os
 import sys
 import warnings
 from collections.abc import Callable
@@ -17,44 +16,29 @@ from typing import Any
 
 from torchdoctor.capture import guest
 from torchdoctor.capture.patches import Patcher
+from torchdoctor.code_paths import USER, code_paths
 
 _SYNC_WARNING = "called a synchronizing CUDA operation"
+_TORCH_OR_OURS = frozenset({"torch", "torchdoctor"})
 
 
-def _torch_dir() -> str:
-    import torch
-
-    return os.path.dirname(torch.__file__) + os.sep
-
-
-def _torchdoctor_dir() -> str:
-    return os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
-
-
-def library_dirs() -> tuple[str, ...]:
-    """torch's and torchdoctor's package folders (each ending in a separator, as given and with
-    links resolved): a frame whose file starts with one is library code, not the user's. A
-    folder merely *named* ``torch`` (``~/torch/train.py``) is the user's."""
-    dirs = (_torch_dir(), _torchdoctor_dir())
-    resolved = tuple(os.path.realpath(d) + os.sep for d in dirs)
-    return tuple(dict.fromkeys(dirs + resolved))
-
-
-_WARNINGS_MODULES = ("warnings", "_py_warnings")  # 3.14 moved the Python half to _py_warnings
-
-
-def first_user_site(frame: Any, library_dirs: tuple[str, ...]) -> str | None:
-    """ "file:line" of the first frame, walking out from ``frame``, whose file lies outside
-    ``library_dirs`` (torch's and torchdoctor's folders) and the warnings module; None if none.
+def first_user_site(frame: Any) -> str | None:
+    """ "file:line" of the first frame of the user's own code (``code_paths``), walking out from
+    ``frame``; named ``(inside lightning)`` when a package's code made the call; None if none.
 
     CUDA's sync-debug warning is raised from C++ with stack level 1, which blames the innermost
-    Python frame: our ``item``/``cpu``/``to`` wrapper, or torch's own code (GradScaler's
-    ``.item()``). The line to fix is where the user's code called into either."""
+    Python frame: our ``item``/``cpu``/``to`` wrapper, torch's own code (GradScaler's
+    ``.item()``) or a framework's (Lightning's loop). The line to fix is where the user's code
+    called into them."""
+    paths = code_paths()
+    inside = ""
     while frame is not None:
         filename = frame.f_code.co_filename
-        module = frame.f_globals.get("__name__", "")
-        if module not in _WARNINGS_MODULES and not filename.startswith(library_dirs):
-            return f"{filename}:{frame.f_lineno}"
+        label = paths.label(filename)
+        if label == USER:
+            return f"{filename}:{frame.f_lineno}" + (f" (inside {inside})" if inside else "")
+        if not inside and label.startswith("pkg:"):
+            inside = label[4:]
         frame = frame.f_back
     return None
 
@@ -75,14 +59,6 @@ def target_device_type(args: tuple[Any, ...], kwargs: dict[str, Any]) -> str | N
     return None
 
 
-def _package_of(filename: str, roots: tuple[str, ...]) -> str:
-    """``lightning`` for ``.../site-packages/lightning/pytorch/loops/x.py``."""
-    for root in sorted(roots, key=len, reverse=True):
-        if filename.startswith(root):
-            return filename[len(root) :].split("/", 1)[0] or filename
-    return filename
-
-
 class SyncRecorder:
     """Counts host syncs (``item``/``tolist``/``cpu``/``to(cpu)`` of device tensors) and
     ``non_blocking`` copies from unpinned memory, keyed by the user's ``file:line``."""
@@ -98,9 +74,7 @@ class SyncRecorder:
         """Steps sync-debug mode watched (its own window after the profiled one)."""
         """"file:line" -> synchronising operations reported by the CUDA sync debug mode."""
         self._patcher = Patcher()
-        self._torch_dir = ""
-        self._library_dirs: tuple[str, ...] = ()
-        self._other_libraries: tuple[str, ...] = ()
+        self._label = code_paths().label
         self._saved_filters: list[Any] | None = None
         self._saved_showwarning: Callable[..., Any] | None = None
         self._saved_sync_mode: int = 0
@@ -111,25 +85,24 @@ class SyncRecorder:
         # counters, GradScaler, inductor) are not the user's to fix, and are skipped before any
         # timing so they stay cheap.
         frame = sys._getframe(2 + extra)
-        filename = frame.f_code.co_filename
-        if filename.startswith(self._library_dirs):  # torch's or our own (the meter's) calls
+        label = self._label(frame.f_code.co_filename)
+        if label == USER:
+            return f"{frame.f_code.co_filename}:{frame.f_lineno}"
+        if label in _TORCH_OR_OURS:  # torch's or our own (the meter's) calls
             return None
-        if filename.startswith(self._other_libraries):
-            return self._via_library(frame)
-        return f"{filename}:{frame.f_lineno}"
+        return self._via_library(frame, label)
 
-    def _via_library(self, frame: Any) -> str | None:
+    def _via_library(self, frame: Any, library: str) -> str | None:
         """A call made by another library (Lightning's loop, torchvision's FakeData): the
         user's line that led there, naming the library; None when the way out passes through
         torch itself (the DataLoader fetching a batch: input time, not a step sync)."""
-        library = frame.f_code.co_filename
         while frame is not None:
             name = frame.f_code.co_filename
-            if name.startswith(self._library_dirs):
+            label = self._label(name)
+            if label in _TORCH_OR_OURS:
                 return None
-            if not name.startswith(self._other_libraries) and not name.startswith("<"):
-                package = _package_of(library, self._other_libraries)
-                return f"{name}:{frame.f_lineno} (inside {package})"
+            if label == USER and not name.startswith("<"):
+                return f"{name}:{frame.f_lineno} (inside {library.split(':', 1)[-1]})"
             frame = frame.f_back
         return None
 
@@ -173,11 +146,6 @@ class SyncRecorder:
         """Wrap the tensor methods that synchronise or copy."""
         import torch
 
-        from torchdoctor.capture.callsource import library_dirs
-
-        self._torch_dir = _torch_dir()
-        self._library_dirs = (self._torch_dir, _torchdoctor_dir())
-        self._other_libraries = tuple(d for d in library_dirs() if d not in self._library_dirs)
         base = torch._C.TensorBase
         for name in ("item", "tolist"):
             self._patcher.patch(torch.Tensor, name, self._wrap_scalar(name, getattr(base, name)))
@@ -279,11 +247,9 @@ class SyncRecorder:
         warnings.filterwarnings("always", message=f".*{_SYNC_WARNING}")
         previous = warnings.showwarning
 
-        library_dirs = (_torch_dir(), _torchdoctor_dir())
-
         def showwarning(message: Any, category: Any, filename: str, lineno: int, *a: Any) -> None:
             if _SYNC_WARNING in str(message):
-                site = first_user_site(sys._getframe(1), library_dirs) or f"{filename}:{lineno}"
+                site = first_user_site(sys._getframe(1)) or f"{filename}:{lineno}"
                 self.sync_debug[site] = self.sync_debug.get(site, 0) + 1
             else:
                 previous(message, category, filename, lineno, *a)

@@ -8,9 +8,9 @@ from collections.abc import Callable
 from typing import Any
 
 from torchdoctor.capture.callsites import user_site
-from torchdoctor.capture.code_paths import CodePaths
 from torchdoctor.capture.experiments import Toggle
 from torchdoctor.capture.patches import Patcher
+from torchdoctor.code_paths import CodePaths
 
 
 def anomaly_off() -> Toggle:

@@ -1,8 +1,8 @@
 """Which files are the user's, where a recorded site points, and the files fix may rewrite.
 
-A fix is a patch of the user's own code: a file under ``site-packages``, the standard library,
-torch or torchdoctor is never rewritten; a finding that points there is refused ("the object
-comes from a library").
+A fix is a patch of the user's own code: a file of an installed package, the standard library,
+torch or torchdoctor (``code_paths``) is never rewritten; a finding that points there is refused
+("the object comes from a library").
 """
 
 from __future__ import annotations
@@ -10,36 +10,16 @@ from __future__ import annotations
 import ast
 import os
 import re
-import sys
-import sysconfig
-from functools import lru_cache
 from pathlib import Path
 
+from torchdoctor.code_paths import code_paths
+
 _SITE = re.compile(r"^(?P<path>.+?):(?P<line>\d+)(?:\s+\(.*\))?$")
-_PACKAGE_DIR = str(Path(__file__).resolve().parents[1]) + os.sep
-
-
-@lru_cache(maxsize=1)
-def library_dirs() -> tuple[str, ...]:
-    """Folders whose files are never the user's: the interpreter's library and package folders
-    (and torchdoctor's own package)."""
-    dirs = {_PACKAGE_DIR}
-    for key in ("stdlib", "platstdlib", "purelib", "platlib"):
-        p = sysconfig.get_paths().get(key)
-        if p:
-            dirs.add(os.path.realpath(p) + os.sep)
-    for p in (sys.prefix, sys.base_prefix, sys.exec_prefix):
-        dirs.add(os.path.join(os.path.realpath(p), "lib") + os.sep)
-    return tuple(sorted(dirs))
 
 
 def is_library(path: str) -> bool:
-    """True for a file in an installed package, the standard library or torchdoctor."""
-    real = os.path.realpath(path)
-    parts = Path(real).parts
-    if "site-packages" in parts or "dist-packages" in parts:
-        return True
-    return real.startswith(library_dirs())
+    """True for a file in an installed package, the standard library, torch or torchdoctor."""
+    return not code_paths().is_user(path)
 
 
 def is_user_file(path: str) -> bool:

@@ -2,9 +2,9 @@
 
 A snapshot stack lists frames innermost first: allocator C++ frames, then torch's Python, then the
 user's code. The holder of an allocation is the first frame that is neither C++ nor a library
-(torch, site-packages) nor inductor's generated code. When an inductor ``call`` frame was crossed on
-the way, the memory belongs to the compiled graph that the user frame runs ("compiled graph of
-model.py:41").
+(``code_paths``: torch, an installed package, the standard library) nor inductor's generated
+code. When an inductor ``call`` frame was crossed on the way, the memory belongs to the compiled
+graph that the user frame runs ("compiled graph of model.py:41").
 """
 
 from __future__ import annotations
@@ -13,6 +13,8 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
+
+from torchdoctor.code_paths import code_paths
 
 Category = Literal["activations", "parameters", "optimizer state", "gradients", "other"]
 CATEGORIES: tuple[Category, ...] = (
@@ -27,7 +29,6 @@ NO_STACK = "<no stack recorded>"
 CPP_ONLY = "<C++ frames only>"
 BACKWARD_THREAD = "backward (autograd engine thread)"
 
-_LIBRARY_PARTS = ("/site-packages/", "/dist-packages/", "/lib/python3", "/torch/", "<frozen ")
 # Inductor writes its output code to <cache>/<2 chars>/c<hash>.py (default cache: torchinductor_*).
 _INDUCTOR_FILE = re.compile(r"(torchinductor|/[a-z0-9]{2}/c[a-z0-9]{20,}\.py$)")
 _PARAM_FUNCS = frozenset(
@@ -70,7 +71,9 @@ def is_inductor_call(frame: Frame) -> bool:
 
 
 def is_library(filename: str) -> bool:
-    return any(part in filename for part in _LIBRARY_PARTS)
+    """Not the user's code (``code_paths``; a snapshot recorded on another machine is judged
+    by the install layout its paths show)."""
+    return not code_paths().is_user(filename)
 
 
 def _short(frame: Frame) -> str:

@@ -25,7 +25,7 @@ USER_WORK_IN_TORCH = frozenset(
         "torch:testing",
     }
 )
-"""Owners (``capture/code_paths.py``'s ``detail``) of torch's Python that is work the user asked
+"""Owners (``code_paths.py``'s ``detail``) of torch's Python that is work the user asked
 for, not overhead between operators: formatting a tensor for ``print`` (``torch:_tensor_str``),
 saving (``torch:serialization``), collating a batch (``torch:utils``). The rest of torch's
 Python is framework overhead: module calls, optimizer loops, autograd's Python, dispatch
