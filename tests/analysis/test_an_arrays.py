@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from tests.conftest import corpus_file
-from torchdoctor.trace.arrays import distinct, median
+from torchdoctor.trace.arrays import distinct, first_index, median, unique_codes
 
 
 @pytest.mark.parametrize("n", [1, 2, 3, 4, 7, 10, 101, 1000])
@@ -37,6 +37,31 @@ def test_distinct_is_np_unique() -> None:
     strs = np.array(["all_reduce", "broadcast", "all_reduce"])
     assert distinct(strs).tolist() == ["all_reduce", "broadcast"]
     assert len(distinct(np.zeros(0, dtype=np.int64))) == 0
+
+
+@pytest.mark.parametrize("dtype", [np.uint8, np.int16, np.int32, np.int64])
+def test_unique_codes_is_np_unique(dtype: type) -> None:
+    rng = np.random.default_rng(7)
+    for n in (0, 1, 5, 2000):
+        x = rng.integers(0, 120, n).astype(dtype)
+        for got, want in zip(
+            unique_codes(x), np.unique(x, return_inverse=True, return_counts=True), strict=True
+        ):
+            assert got.dtype == want.dtype and got.tolist() == want.tolist()
+    # negative codes and floats take numpy's own path, with the same results
+    for x in (
+        np.array([4, -1, 4, 2], dtype=dtype if dtype != np.uint8 else np.int8),
+        np.array([2.5, 1.0, 2.5]),
+    ):
+        got, want = unique_codes(x), np.unique(x, return_inverse=True, return_counts=True)
+        assert [g.tolist() for g in got] == [w.tolist() for w in want]
+
+
+def test_first_index_is_np_uniques_return_index() -> None:
+    inv = np.array([2, 0, 2, 1, 0, 1, 3])
+    assert first_index(inv, 4).tolist() == [1, 3, 0, 6]
+    assert first_index(inv, 4).tolist() == np.unique(inv, return_index=True)[1].tolist()
+    assert len(first_index(np.zeros(0, dtype=np.intp), 0)) == 0
 
 
 _PROBE = """

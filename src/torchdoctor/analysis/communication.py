@@ -18,7 +18,7 @@ import numpy as np
 
 from torchdoctor.analysis import intervals as iv
 from torchdoctor.analysis.gpu_activity import CPU_COLLECTIVE, GpuActivity
-from torchdoctor.trace.arrays import distinct
+from torchdoctor.trace.arrays import distinct, unique_codes
 from torchdoctor.trace.kinds import Kind
 from torchdoctor.trace.steps import Steps
 from torchdoctor.trace.table import TraceTable
@@ -81,7 +81,7 @@ def analyze_communication(table: TraceTable, steps: Steps, act: GpuActivity) -> 
         exposed.append(c - o)
     rows = act.rows[act.cls == 1]
     counts: Counter[str] = Counter()
-    codes, per_code = np.unique(table.name[rows], return_counts=True)
+    codes, _, per_code = unique_codes(table.name[rows])
     for code, n in zip(codes, per_code, strict=True):
         counts[_collective(table.names[int(code)])] += int(n)
     return CommStats(

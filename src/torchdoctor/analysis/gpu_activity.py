@@ -13,7 +13,7 @@ import numpy as np
 
 from torchdoctor.analysis import intervals as iv
 from torchdoctor.analysis.unrecorded import behind_unrecorded
-from torchdoctor.trace.arrays import member
+from torchdoctor.trace.arrays import member, unique_codes
 from torchdoctor.trace.kinds import GPU_ACTIVITY_KINDS, Kind
 from torchdoctor.trace.table import TraceTable
 
@@ -84,7 +84,7 @@ def gpu_activity(table: TraceTable) -> GpuActivity:
     cls[kind == Kind.MEMCPY] = 2
     cls[kind == Kind.MEMSET] = 3
     # Direction and pageability are properties of a copy's name: decide once per unique name.
-    codes, inverse = np.unique(table.name[rows], return_inverse=True)
+    codes, inverse, _ = unique_codes(table.name[rows])
     unique_names = [table.names[int(c)] for c in codes]
     dir_of = np.array([_direction(n) for n in unique_names] or [""], dtype=object)
     pageable_of = np.array(["Pageable" in n for n in unique_names] or [False], dtype=bool)

@@ -23,7 +23,7 @@ from typing import Any
 import numpy as np
 
 from torchdoctor.analysis import intervals as iv
-from torchdoctor.trace.arrays import member
+from torchdoctor.trace.arrays import member, unique_codes
 from torchdoctor.trace.kinds import Kind
 from torchdoctor.trace.table import TraceTable
 
@@ -56,7 +56,7 @@ def hta_temporal_breakdown(table: TraceTable) -> HtaBreakdown | None:
     if np.any(all_ts != np.floor(all_ts)):
         start, end = np.ceil(start), np.floor(end)
     # Decided once per distinct name, not per event.
-    codes, per_row = np.unique(table.name[rows], return_inverse=True)
+    codes, per_row, _ = unique_codes(table.name[rows])
     by_code = [table.names[c] for c in codes.tolist()]
     memory_or_comm = np.array(
         [("nccl" in n.lower()) or ("Memcpy" in n) or ("Memset" in n) for n in by_code], dtype=bool

@@ -23,7 +23,7 @@ from torchdoctor.analysis.kernel_names import (
     input_type_dtype,
 )
 from torchdoctor.analysis.op_classes import classify_op
-from torchdoctor.trace.arrays import member
+from torchdoctor.trace.arrays import first_index, member, unique_codes
 from torchdoctor.trace.kinds import Kind
 from torchdoctor.trace.steps import Steps
 from torchdoctor.trace.table import TraceTable
@@ -155,8 +155,8 @@ def analyze_kernels(
     (the name's family grammar first, then the launching operator and the run's ``context``)."""
     rows = in_window(table, steps, gpu_rows(table))
     dur = table.dur[rows]
-    codes, inv = np.unique(table.name[rows], return_inverse=True)
-    first_kind = table.kind[rows][np.unique(inv, return_index=True)[1]]
+    codes, inv, _ = unique_codes(table.name[rows])
+    first_kind = table.kind[rows][first_index(inv, len(codes))]
     cats = [_category(table.names[c], Kind(k)) for c, k in zip(codes, first_kind, strict=True)]
     cats = _by_parent(table, rows, codes, inv, cats)
     gpu = gpu_info(table, rows)

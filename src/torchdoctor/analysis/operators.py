@@ -21,6 +21,7 @@ from typing import Any
 import numpy as np
 
 from torchdoctor.analysis._join import gpu_rows, in_window, launch_of
+from torchdoctor.trace.arrays import unique_codes
 from torchdoctor.trace.kinds import Kind
 from torchdoctor.trace.steps import Steps
 from torchdoctor.trace.table import TraceTable
@@ -95,7 +96,7 @@ def analyze_operators(table: TraceTable, steps: Steps, top_n: int = 20) -> Opera
     win = (ops.ts >= lo) & (ops.ts < hi) if hi > lo else ops.ts == lo
     win &= ~_is_marker(table, ops.rows)
     outer = ~_inside_same_name(table.name[ops.rows], ops.parent)
-    codes, inv = np.unique(table.name[ops.rows[win]], return_inverse=True)
+    codes, inv, _ = unique_codes(table.name[ops.rows[win]])
     n = len(codes)
     once = outer[win]
     sums = [
@@ -137,7 +138,7 @@ def total_cpu_ms_by_name(table: TraceTable, steps: Steps) -> dict[str, float]:
     win &= ~_is_marker(table, ops.rows) & ~_inside_same_name(table.name[ops.rows], ops.parent)
     names = table.name[ops.rows[win]]
     sums = np.bincount(names, (ops.end - ops.ts)[win], len(table.names)) / 1e3
-    return {table.names[c]: float(sums[c]) for c in np.unique(names)}
+    return {table.names[c]: float(sums[c]) for c in unique_codes(names)[0]}
 
 
 def _is_marker(table: TraceTable, rows: np.ndarray) -> np.ndarray:

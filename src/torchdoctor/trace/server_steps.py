@@ -20,7 +20,7 @@ import re
 
 import numpy as np
 
-from torchdoctor.trace.arrays import member
+from torchdoctor.trace.arrays import member, unique_codes
 from torchdoctor.trace.kinds import Kind
 from torchdoctor.trace.table import TraceTable
 
@@ -105,7 +105,7 @@ def forward_rows(table: TraceTable) -> np.ndarray:
     top = outermost(table, rows)
     if len(top) < 2:
         return np.zeros(0, dtype=np.int64)
-    names, counts = np.unique(table.name[top], return_counts=True)
+    names, _, counts = unique_codes(table.name[top])
     best = names[int(np.argmax(counts))]
     if counts.max() < 2:
         return np.zeros(0, dtype=np.int64)

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-import numpy as np
+from torchdoctor.trace.arrays import unique_codes
 
 if TYPE_CHECKING:
     from torchdoctor.analysis.bundle import TraceAnalysis
@@ -18,7 +18,7 @@ def count_names(a: TraceAnalysis, predicate: Callable[[str], bool], *kinds: Kind
     lo, hi = a.steps.window
     rows = t.rows_named(predicate, *kinds)
     rows = rows[(t.ts[rows] >= lo) & (t.ts[rows] < hi)]
-    codes, counts = np.unique(t.name[rows], return_counts=True)
+    codes, _, counts = unique_codes(t.name[rows])
     return {t.names[int(c)]: int(n) for c, n in zip(codes, counts, strict=True)}
 
 

@@ -30,6 +30,7 @@ from torchdoctor.hardware import memory_bandwidth
 from torchdoctor.rules import fixes as fx
 from torchdoctor.rules import thresholds as th
 from torchdoctor.rules.spec import FindingSpec, Gate, Measured, SeverityPolicy, TraceRule
+from torchdoctor.trace.arrays import unique_codes
 from torchdoctor.trace.kinds import Kind
 
 if TYPE_CHECKING:
@@ -112,7 +113,7 @@ def _unfused_kernels(a: TraceAnalysis) -> tuple[dict[str, tuple[int, float]], np
     rows = rows[t.kind[rows] == Kind.KERNEL]
     if not len(rows):
         return {}, rows
-    codes, inv = np.unique(t.name[rows], return_inverse=True)
+    codes, inv, _ = unique_codes(t.name[rows])
     dur = np.bincount(inv, t.dur[rows].astype(np.float64))
     counts = np.bincount(inv)
     keep = np.zeros(len(codes), dtype=bool)
