@@ -11,6 +11,7 @@ from torchdoctor.analysis.memory_growth import (
     clean_segments,
     fit_growth,
     growth_of,
+    split_at,
     theil_sen,
 )
 
@@ -68,3 +69,13 @@ def test_growth_of_reads_both_columns() -> None:
     assert fits["device"].bytes_per_step == pytest.approx(2 * MIB)
     assert growth_of({"rss_bytes": None, "cuda_allocated_bytes": None}, SCHEDULE) == []
     assert growth_of(None, SCHEDULE) == []
+
+
+def test_steps_that_compiled_are_cut_out() -> None:
+    assert split_at([(4, 11), (17, 21)], [5, 6, 9, 30]) == [(6, 8), (9, 11), (17, 21)]
+    # each recompile (steps 4-9) adds compiled code; the steps after them are flat
+    values = [300 * MIB + min(i, 8) * 3 * MIB for i in range(30)]
+    schedule_fit = growth_of({"rss_bytes": values}, SCHEDULE)
+    assert schedule_fit[0].bytes_per_step > 0
+    (fit,) = growth_of({"rss_bytes": values}, SCHEDULE, compiled=range(4, 10))
+    assert fit.bytes_per_step == 0 and fit.segments == ((9, 11), (17, 21))

@@ -12,7 +12,7 @@ on its slope, its share of rising steps and its total. Plain data; no torch impo
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass
 from itertools import pairwise
 from statistics import median
@@ -90,6 +90,22 @@ def clean_segments(
     return out
 
 
+def split_at(segments: Sequence[tuple[int, int]], breaks: Iterable[int]) -> list[tuple[int, int]]:
+    """``segments`` cut at each step in ``breaks`` (a step that compiled: its growth is the
+    compiler's, so the memory before it and after it fall in different segments)."""
+    cuts = sorted(set(breaks))
+    out: list[tuple[int, int]] = []
+    for first, last in segments:
+        start = first
+        for step in (c for c in cuts if first < c <= last):
+            if step - 1 > start:
+                out.append((start, step - 1))
+            start = step
+        if last > start:
+            out.append((start, last))
+    return out
+
+
 def fit_growth(
     values: Sequence[int | None], segments: Sequence[tuple[int, int]], kind: MemoryKind
 ) -> GrowthFit | None:
@@ -119,18 +135,27 @@ def fit_growth(
 
 
 def growth_of(
-    memory_steps: dict[str, Any] | None, schedule: dict[str, Any], tail: bool = False
+    memory_steps: dict[str, Any] | None,
+    schedule: dict[str, Any],
+    tail: bool = False,
+    compiled: Iterable[int] = (),
 ) -> list[GrowthFit]:
     """The fits of the resident and the device column of ``run.json``'s ``memory_steps``
-    (``tail``: see :func:`clean_segments`)."""
+    (``tail``: see :func:`clean_segments`; ``compiled``: steps that compiled, left out)."""
+    breaks = list(compiled)
     if not isinstance(memory_steps, dict):
         return []
     out = []
-    for key, kind in (("rss_bytes", "resident"), ("cuda_allocated_bytes", "device")):
+    columns: tuple[tuple[str, MemoryKind], ...] = (
+        ("rss_bytes", "resident"),
+        ("cuda_allocated_bytes", "device"),
+    )
+    for key, kind in columns:
         values = memory_steps.get(key)
         if not isinstance(values, list) or not values:
             continue
-        fit = fit_growth(values, clean_segments(schedule, len(values), tail), kind)  # type: ignore[arg-type]
+        segments = split_at(clean_segments(schedule, len(values), tail), breaks)
+        fit = fit_growth(values, segments, kind)
         if fit is not None:
             out.append(fit)
     return out

@@ -31,7 +31,14 @@ def leaking_fits(record: dict[str, Any]) -> list[GrowthFit]:
     """The fits of ``record``'s memory columns that pass every threshold."""
     steps = record.get("steps") or {}
     tail = bool((record.get("options") or {}).get("full")) and not steps.get("experiment_steps")
-    fits = growth_of(record.get("memory_steps"), steps.get("schedule") or {}, tail)
+    # steps that compiled grow by the compiler's code and graphs: recompiles has that cause
+    compiled = [
+        int(s)
+        for key in ("clean", "after")
+        for s in ((steps.get(key) or {}).get("compiled_steps") or [])
+        if isinstance(s, int)
+    ]
+    fits = growth_of(record.get("memory_steps"), steps.get("schedule") or {}, tail, compiled)
     return [
         f
         for f in fits
