@@ -72,3 +72,47 @@ def test_real_process_json_report_parses() -> None:
     report = json.loads(proc.stdout)
     assert report["source"]["events"] > 0
     assert report["hta_compatible"]["idle_pct"] == pytest.approx(78.71, abs=1.0)
+
+
+def test_analyze_pauses_the_collector_only_while_it_imports(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The collector is off while the analyses are imported (not in the forked helper, not in
+    the analysis, not after an error); a collector the caller had turned off stays off."""
+    import gc
+    import types
+
+    from torchdoctor.commands.analyze import command
+
+    seen: list[tuple[str, bool]] = []
+
+    def analyze_path(*_: object) -> None:
+        seen.append(("analysis", gc.isenabled()))
+        raise RuntimeError("stop")
+
+    def imported(name: str) -> object:  # `from ... import analyze_path` asks the module
+        if name != "analyze_path":
+            raise AttributeError(name)
+        seen.append(("import", gc.isenabled()))
+        return analyze_path
+
+    fake = types.ModuleType("torchdoctor.commands.analyze.trace")
+    fake.__getattr__ = imported  # type: ignore[method-assign]
+    monkeypatch.setitem(sys.modules, fake.__name__, fake)
+    monkeypatch.setattr(
+        "torchdoctor.trace.prefetch.prefetch", lambda _p: seen.append(("helper", gc.isenabled()))
+    )
+    trace = tmp_path / "t.json"
+    trace.write_text(json.dumps({"traceEvents": []}))
+    assert gc.isenabled()
+    with pytest.raises(RuntimeError, match="stop"):
+        command.run(command.AnalyzeOptions(path=str(trace)))
+    assert seen == [("helper", True), ("import", False), ("analysis", True)]
+    assert gc.isenabled()
+    gc.disable()
+    try:
+        with pytest.raises(RuntimeError, match="stop"):
+            command.run(command.AnalyzeOptions(path=str(trace)))
+        assert not gc.isenabled()
+    finally:
+        gc.enable()

@@ -8,7 +8,10 @@ and starts decoding the trace before the analyses are imported.
 
 from __future__ import annotations
 
+import gc
 import os
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -59,9 +62,24 @@ def run(o: AnalyzeOptions) -> Report:
         from torchdoctor.trace.prefetch import prefetch
 
         prefetch(o.path)
-    from torchdoctor.commands.analyze.trace import analyze_path
+    with _no_gc():
+        from torchdoctor.commands.analyze.trace import analyze_path
 
     return analyze_path(o.path, o.jobs, o.scheduler, o.dask)
+
+
+@contextmanager
+def _no_gc() -> Iterator[None]:
+    """The cyclic garbage collector paused while the analyses are imported: importing creates
+    only objects that live as long as the process (functions, classes, constants), and the
+    collections it triggered among them were a few percent of ``analyze``'s CPU time."""
+    was_on = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was_on:
+            gc.enable()
 
 
 def emit(report: Report, o: AnalyzeOptions) -> None:
