@@ -7,4 +7,4 @@ bash scripts/setup.sh
 ruff check src tests benchmarks examples scripts
 ruff format --check src tests benchmarks examples scripts
 mypy
-exec python -m pytest -q "$@"
+exec python -m pytest -q --durations=30 "$@"
