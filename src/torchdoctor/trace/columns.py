@@ -16,6 +16,7 @@ from typing import Any
 import msgspec
 import numpy as np
 
+from torchdoctor.trace.arrays import member
 from torchdoctor.trace.events import BadChunk, Event, Instant, decode_events
 from torchdoctor.trace.kinds import CATEGORY_KIND, Kind
 
@@ -112,10 +113,10 @@ def build_columns(events: list[Any], malformed: int = 0) -> ChunkColumns:
         xs = [xs[i] for i in keep]
         ts, dur = ts[keep], dur[keep]
     mem = [e for e in events if type(e) is Instant and e.name == "[memory]" and e.ts is not None]
-    if mem:  # a memory sample without a finite time is dropped, as one without a time is
-        mem_ts = _float_column(mem, "ts")
-        if not np.isfinite(mem_ts).all():
-            mem = [mem[i] for i in np.flatnonzero(np.isfinite(mem_ts)).tolist()]
+    mem_ts = _float_column(mem, "ts")
+    if not np.isfinite(mem_ts).all():  # dropped without a finite time, as without a time
+        finite = np.flatnonzero(np.isfinite(mem_ts))
+        mem, mem_ts = [mem[i] for i in finite.tolist()], mem_ts[finite]
     neg = dur < 0
     negative = int(neg.sum())
     if negative:
@@ -137,7 +138,7 @@ def build_columns(events: list[Any], malformed: int = 0) -> ChunkColumns:
         tid=intern(map(_get["tid"], xs), n),
         cats=cats.values,
         ints=ints,
-        memory=_memory_block(mem),
+        memory=_memory_block(mem, mem_ts),
         input_types=_input_types(args, kind, names, ints["ext_id"]),
         shapes=_shapes(args, kind, names, ints["ext_id"]),
         malformed=malformed,
@@ -220,7 +221,7 @@ def int_column(objs: list[Any], attr: str) -> np.ndarray:
 
 def _fill_gpu_location(xs: list[Event], kind: np.ndarray, ints: dict[str, np.ndarray]) -> None:
     """Device activities without stream/device args (the 2021 format) take them from tid/pid."""
-    gpu = np.isin(kind, _GPU_KINDS)
+    gpu = member(kind, _GPU_KINDS)
     stream, device = ints["stream"], ints["device"]
     for i in np.flatnonzero(gpu & (stream < 0)).tolist():
         stream[i] = _stream_of(xs[i].tid)
@@ -239,10 +240,11 @@ def _stream_of(tid: Any) -> int:
     return -1
 
 
-def _memory_block(events: Sequence[Instant]) -> np.ndarray:
-    """Memory events as a (n, 6) float64 block: ts, allocated, reserved, device, type, bytes."""
+def _memory_block(events: Sequence[Instant], ts: np.ndarray) -> np.ndarray:
+    """Memory events (their times ``ts``) as a (n, 6) float64 block: ts, allocated, reserved,
+    device, type, bytes."""
     block = np.empty((len(events), 6), dtype=np.float64)
-    block[:, 0] = _float_column(events, "ts")
+    block[:, 0] = ts
     args = list(map(_get["args"], events))
     for j, attr in enumerate(_MEM_ATTRS, 1):
         block[:, j] = int_column(args, attr)
@@ -256,7 +258,7 @@ def _input_types(
     codes = [i for i, n in enumerate(names.values) if n in DTYPE_OPS]
     if not codes:
         return {}
-    rows = np.flatnonzero((kind == Kind.CPU_OP) & np.isin(names.codes, codes))
+    rows = np.flatnonzero((kind == Kind.CPU_OP) & member(names.codes, codes))
     out: dict[int, bytes] = {}
     for i in rows.tolist():
         raw = args[i].input_type
@@ -273,7 +275,7 @@ def _shapes(
     codes = [i for i, n in enumerate(names.values) if n in SHAPE_OPS or n in TRAFFIC_OPS]
     if not codes:
         return {}
-    rows = np.flatnonzero((kind == Kind.CPU_OP) & np.isin(names.codes, codes))
+    rows = np.flatnonzero((kind == Kind.CPU_OP) & member(names.codes, codes))
     out: dict[int, tuple[str, bytes, bytes]] = {}
     for i in rows.tolist():
         a = args[i]
