@@ -65,6 +65,16 @@ def test_a_job_that_would_run_out_is_critical() -> None:
     assert g["severity"] == "warning"
 
 
+def test_the_heap_in_use_is_fitted_before_resident_memory() -> None:
+    # resident memory crept (a fragmenting heap) while what malloc has in use stayed flat
+    record = _record(_grown(4 * MIB))
+    record["memory_steps"]["heap_bytes"] = [200 * MIB] * 26
+    assert _growth(record) == []
+    record["memory_steps"]["heap_bytes"] = _grown(2 * MIB)
+    (f,) = _growth(record)
+    assert f["title"].startswith("host memory in use (malloc's, where CPU tensors live) grows 2.0")
+
+
 def test_healthy_memory_stays_quiet() -> None:
     flat = [300 * MIB + (i % 2) * 2 * MIB for i in range(26)]  # up and down, no trend
     assert _growth(_record(flat)) == []
@@ -109,9 +119,12 @@ def test_the_evidence_log_carries_memory_per_step(tmp_path: Path) -> None:
         fh.write("s 0.01 0.0\ns 0.01 0.0 12")
     ev = read_evidence(path)
     assert len(ev["step_s"]) == 5 and ev["cuda_bytes"][:3] == [-1, -1, -1]
-    rss = ev["rss_bytes"]
+    rss, heap = ev["rss_bytes"], ev["heap_bytes"]
     assert rss[2] - rss[0] >= 15 * MIB and rss[3] == -1 and rss[4] == -1
+    # malloc's bytes in use grow by what was kept (glibc; -1 elsewhere)
+    assert heap[3:] == [-1, -1] and (heap[0] == -1 or heap[2] - heap[0] >= 15 * MIB)
     rebuilt = record_from_evidence(ev, {"status": "killed"})
     assert rebuilt["memory_steps"]["rss_bytes"] == rss
     assert rebuilt["memory_steps"]["cuda_allocated_bytes"] is None
+    assert rebuilt["memory_steps"]["heap_bytes"] in (heap, None)
     assert len(ballast) == 3

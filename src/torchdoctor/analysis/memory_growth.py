@@ -18,7 +18,9 @@ from itertools import pairwise
 from statistics import median
 from typing import Any, Literal
 
-MemoryKind = Literal["resident", "device"]
+MemoryKind = Literal["host", "resident", "device"]
+"""``host``: what malloc has in use (CPU tensors live there); ``resident``: the process's
+resident memory, fitted only where the first is not recorded; ``device``: CUDA's allocated."""
 
 MIB = 2**20
 
@@ -28,7 +30,6 @@ class GrowthFit:
     """Memory growth over the fitted steps."""
 
     kind: MemoryKind
-    """``resident`` (the process's RSS) or ``device`` (CUDA's allocated bytes)."""
     bytes_per_step: float
     """Theil-Sen slope, bytes per step."""
     rising_share: float
@@ -140,16 +141,17 @@ def growth_of(
     tail: bool = False,
     compiled: Iterable[int] = (),
 ) -> list[GrowthFit]:
-    """The fits of the resident and the device column of ``run.json``'s ``memory_steps``
+    """The fits of the host (heap in use, else resident) and the device column of ``run.json``'s
+    ``memory_steps``
     (``tail``: see :func:`clean_segments`; ``compiled``: steps that compiled, left out)."""
     breaks = list(compiled)
     if not isinstance(memory_steps, dict):
         return []
     out = []
-    columns: tuple[tuple[str, MemoryKind], ...] = (
-        ("rss_bytes", "resident"),
-        ("cuda_allocated_bytes", "device"),
+    host: tuple[str, MemoryKind] = (
+        ("heap_bytes", "host") if memory_steps.get("heap_bytes") else ("rss_bytes", "resident")
     )
+    columns: tuple[tuple[str, MemoryKind], ...] = (host, ("cuda_allocated_bytes", "device"))
     for key, kind in columns:
         values = memory_steps.get(key)
         if not isinstance(values, list) or not values:

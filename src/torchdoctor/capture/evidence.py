@@ -8,8 +8,8 @@ process to lose). The watching parent (``commands/check/watcher.py``) rebuilds t
 the script's process died before writing its own.
 
 Lines: ``h {json}`` the header (script, argv, options, rank, versions); ``c SOURCE`` the step signal
-(dataloader, optimizer, marker); ``s STEP_S WAIT_S RSS_BYTES CUDA_BYTES`` a step, with the
-process's memory at its end (``capture/step_memory.py``; -1 unknown; older logs have neither);
+(dataloader, optimizer, marker); ``s STEP_S WAIT_S RSS CUDA HEAP`` a step, with the process's
+memory at its end in bytes (``capture/step_memory.py``; -1 unknown; older logs have none);
 ``r {json}`` the signal changed
 and counting restarted; ``o`` the profiled window opened; ``e`` this process wrote its record;
 ``p`` it published the report.
@@ -82,8 +82,8 @@ class EvidenceLog:
         )
 
     def step(self, step_s: float, wait_s: float) -> None:
-        rss, cuda = self.memory.sample()
-        self._write(f"s {step_s!r} {wait_s!r} {rss} {cuda}\n")
+        rss, cuda, heap = self.memory.sample()
+        self._write(f"s {step_s!r} {wait_s!r} {rss} {cuda} {heap}\n")
 
     def restart(self, switch: str) -> None:
         self.memory.restart()
@@ -110,8 +110,8 @@ class EvidenceLog:
 
 
 def read_evidence(path: Path) -> dict[str, Any]:
-    """What a log holds: ``header``, ``step_s``, ``wait_s``, ``rss_bytes``, ``cuda_bytes``
-    (-1: unknown), ``switches``, ``window_opened``, ``record_written``, ``published`` (a
+    """What a log holds: ``header``, ``step_s``, ``wait_s``, ``rss_bytes``, ``cuda_bytes``,
+    ``heap_bytes`` (-1: unknown), ``switches``, ``window_opened``, ``record_written``, ``published`` (a
     missing or torn file reads as far as it goes)."""
     out: dict[str, Any] = {
         "header": {},
@@ -120,6 +120,7 @@ def read_evidence(path: Path) -> dict[str, Any]:
         "wait_s": [],
         "rss_bytes": [],
         "cuda_bytes": [],
+        "heap_bytes": [],
         "switches": [],
         "window_opened": False,
         "record_written": False,
@@ -138,17 +139,19 @@ def read_evidence(path: Path) -> dict[str, Any]:
             if kind == "s":
                 step, wait, *memory = rest.split()
                 step_s, wait_s = float(step), float(wait)
-                rss, cuda = ([int(v) for v in memory] + [-1, -1])[:2] if not cut else (-1, -1)
+                known = [int(v) for v in memory] if not cut else []
+                rss, cuda, heap = [*known, -1, -1, -1][:3]
                 out["step_s"].append(step_s)
                 out["wait_s"].append(wait_s)
                 out["rss_bytes"].append(rss)
                 out["cuda_bytes"].append(cuda)
+                out["heap_bytes"].append(heap)
             elif kind == "h":
                 out["header"] = json.loads(rest)
             elif kind == "r":  # a stronger step signal: what was counted measured something else
                 out["switches"].append(json.loads(rest))
                 out["step_s"], out["wait_s"], out["window_opened"] = [], [], False
-                out["rss_bytes"], out["cuda_bytes"] = [], []
+                out["rss_bytes"], out["cuda_bytes"], out["heap_bytes"] = [], [], []
             elif kind == "c":
                 out["source"] = rest.strip() or None
             elif kind == "o":
@@ -209,7 +212,10 @@ def record_from_evidence(evidence: dict[str, Any], exit_info: dict[str, Any]) ->
             "trace": None,
             "frameworks": [],
             "memory_steps": steps_record(
-                evidence.get("rss_bytes") or [], evidence.get("cuda_bytes") or [], None
+                evidence.get("rss_bytes") or [],
+                evidence.get("cuda_bytes") or [],
+                None,
+                evidence.get("heap_bytes") or [],
             ),
             "from_evidence": True,
         },

@@ -175,7 +175,7 @@ RUN_SPECS: tuple[FindingSpec, ...] = (
     FindingSpec(
         id="memory-growth",
         label="memory growing every step",
-        title="{kind} memory grows {mib:.1f} MiB per step (it rose after {rising:.0%} of "
+        title="{kind} grows {mib:.1f} MiB per step (it rose after {rising:.0%} of "
         "{steps} clean steps): {projection}",
         sources=("run",),
         severity=SeverityPolicy(fixed="warning", risk=True),

@@ -24,6 +24,11 @@ from torchdoctor.rules.registry import spec
 from torchdoctor.rules.run_common import make
 
 ID = "memory-growth"
+_WORDS = {
+    "host": "host memory in use (malloc's, where CPU tensors live)",
+    "resident": "resident memory",
+    "device": "device memory",
+}
 GIB = 2**30
 
 
@@ -143,7 +148,7 @@ def memory_growth(run: RunRecord) -> list[Finding]:
     for fit in leaking_fits(run.raw):
         projection, cost, exhausts = _cost(run, fit)
         title = spec(ID).format_title(
-            kind=fit.kind,
+            kind=_WORDS[fit.kind],
             mib=fit.bytes_per_step / MIB,
             rising=fit.rising_share,
             steps=fit.steps,
