@@ -23,7 +23,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from torchdoctor.tune import fidelity, measure
+from torchdoctor import ab
+from torchdoctor.tune import fidelity
 from torchdoctor.tune.report import describe
 from torchdoctor.tune.runner import TrialRunner
 from torchdoctor.tune.search import Search, Settings
@@ -63,7 +64,7 @@ def run_grid(
         )
         ri = None
         if r.status == "ok" and "baseline" in r.rounds_s:
-            ri = measure.compare(r.rounds_s["baseline"], r.rounds_s["candidate"], min_gain).interval
+            ri = ab.compare(r.rounds_s["baseline"], r.rounds_s["candidate"], min_gain).interval
         rows.append(
             {
                 "config": describe(a),
@@ -86,7 +87,7 @@ def head_to_head(runner: TrialRunner, tuned: Assignment, grid: Assignment, min_g
     ref = r.rounds_s.get("incumbent") or r.rounds_s.get("baseline")
     if r.status != "ok" or not ref:
         raise RuntimeError(f"head-to-head failed: {r.status} {r.reason}")
-    return measure.compare(ref, r.rounds_s["candidate"], min_gain).interval
+    return ab.compare(ref, r.rounds_s["candidate"], min_gain).interval
 
 
 def run_tuner(runner: TrialRunner, args: argparse.Namespace, knobs: Any) -> tuple[Any, float]:

@@ -24,7 +24,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from torchdoctor.tune import measure
+from torchdoctor import ab
 from torchdoctor.tune.report import claim_text, describe
 from torchdoctor.tune.runner import TrialRunner
 from torchdoctor.tune.search import Search, Settings, Summary
@@ -79,14 +79,14 @@ def tune_once(args: argparse.Namespace, loaded: bool) -> tuple[Summary, float]:
     return summary, time.perf_counter() - start
 
 
-def rerun(args: argparse.Namespace, pick: Assignment, tag: int) -> measure.Comparison | None:
+def rerun(args: argparse.Namespace, pick: Assignment, tag: int) -> ab.Comparison | None:
     """``pick`` beside the baseline in a fresh trial process: the per-round interval."""
     r = runner_for(args)(Trial(assignment_key(pick, tag), "final", pick, tag))
     rounds = r.rounds_s
     if r.status != "ok" or "baseline" not in rounds:
         log(f"  re-run of {describe(pick)} failed: {r.status} {r.reason}")
         return None
-    return measure.compare(rounds["baseline"], rounds["candidate"], args.min_gain)
+    return ab.compare(rounds["baseline"], rounds["candidate"], args.min_gain)
 
 
 def claim_ratio(summary: Summary) -> float:

@@ -27,6 +27,7 @@ FLOORS: list[set[str]] = [
         "config",
         "threshold",
         "code_paths",
+        "ab",
     },
     {"units", "roofline", "json_arg"},
     {"record"},

@@ -1,4 +1,4 @@
-"""Step statistics, interleaved comparisons, compile break-even and the fidelity gate."""
+"""Step statistics, warm-up overhead and the fidelity gate (comparisons: tests/core/test_ab.py)."""
 
 from __future__ import annotations
 
@@ -16,25 +16,10 @@ def test_round_stats_median_and_iqr_of_windows() -> None:
     assert st.iqr_s == pytest.approx(0.013 - 0.011)
 
 
-def test_compare_wins_drops_or_waits() -> None:
-    ref = [0.100, 0.300, 0.150, 0.250, 0.120, 0.200]  # the load moves 3x between rounds
-    win = measure.compare(ref, [r / 1.3 for r in ref], 0.02)
-    assert win.decision == "win" and win.interval.ratio == pytest.approx(1.3)
-    drop = measure.compare(ref, [r * 0.995 for r in ref], 0.02)  # 0.5% faster: below the gain
-    assert drop.decision == "drop"
-    wobble = [1.0 / 1.02, 1.0 / 1.06, 1.0 / 0.99, 1.0 / 1.03, 1.0 / 1.01, 1.0 / 1.05]
-    assert measure.compare([1.0] * 6, wobble, 0.02).decision == "undecided"
-    assert measure.compare(ref[:5], ref[:5], 0.02).decision == "undecided"  # < 6 rounds
-    burst = [r / 1.3 for r in ref] + [0.1 / 1.3] * 5 + [1.0]  # one round's candidate window hit
-    got = measure.compare([*ref, *[0.1] * 6], burst, 0.02)
-    assert got.outliers == 1 and got.decision == "win"
-
-
-def test_break_even_steps() -> None:
-    eager, compiled = measure.round_stats([0.030] * 6), measure.round_stats([0.020] * 6)
-    assert measure.break_even_steps(12.0, eager, compiled) == 1200
-    assert measure.break_even_steps(12.0, compiled, eager) is None
+def test_warmup_overhead_is_the_warmup_beyond_steady_steps() -> None:
+    compiled = measure.round_stats([0.020] * 6)
     assert measure.warmup_overhead_s([12.02, 0.02, 0.02], compiled) == pytest.approx(12.0)
+    assert measure.warmup_overhead_s([0.01, 0.02], compiled) == 0.0  # never negative
 
 
 def test_fidelity_accepts_rounding_differences() -> None:

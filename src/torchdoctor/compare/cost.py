@@ -4,12 +4,11 @@ A job of ``N`` steps takes ``T(N) = one_time_s + N * mean_s``: the steady-state 
 median: a stall every tenth step costs a tenth of a stall per step) times the steps, plus what the
 first steps cost beyond steady-state steps (compile, the first batches, DataLoader worker
 start-up, and in a rerun the process start-up). Two sides whose one-time costs and steady steps
-move in opposite directions cross at the *break-even* step count.
+move in opposite directions cross at the *break-even* step count (``torchdoctor.ab``).
 """
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -91,15 +90,3 @@ class RunCost:
         if self.job_s is not None and steps == self.job_steps:
             return self.job_s
         return self.one_time_s + steps * self.mean_ms / 1000.0
-
-
-def break_even_steps(
-    one_time_base_s: float, one_time_new_s: float, mean_base_ms: float, mean_new_ms: float
-) -> int | None:
-    """Step count where the two sides' times to N cross: ``(one_time_new - one_time_base) /
-    (mean_base - mean_new)``; None when one side is ahead (or level) at every N."""
-    d_one = one_time_new_s - one_time_base_s
-    d_step = (mean_base_ms - mean_new_ms) / 1000.0
-    if d_step == 0 or d_one == 0 or (d_one > 0) != (d_step > 0):
-        return None
-    return math.ceil(round(d_one / d_step, 6))

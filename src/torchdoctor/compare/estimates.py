@@ -13,7 +13,8 @@ Three kinds of evidence, weakest first:
   another still share slow drift; interleave them (A B A B) when you make them.
 * **interleaved rounds** (``compare --rerun``): each round runs both sides in fresh processes, in
   shuffled order, so a load change hits both alike; the decision is the Wilcoxon signed-rank
-  interval of the per-round ratios, as ``tune`` decides.
+  interval of the per-round ratios, from ``torchdoctor.ab`` as ``tune`` and ``fix --prove``
+  decide.
 
 Every interval here is of the *speed-up* ``base / new`` of a cost (above 1: NEW costs less).
 """
@@ -28,7 +29,7 @@ from typing import Literal
 
 import numpy as np
 
-from torchdoctor import stats
+from torchdoctor import ab, stats
 from torchdoctor.compare.cost import RunCost
 
 EvidenceKind = Literal["one run a side", "runs", "interleaved"]
@@ -89,14 +90,12 @@ class Estimate:
     @property
     def has_interval(self) -> bool:
         """Whether a 95% interval exists (too few runs or rounds give none)."""
-        return self.speedup.low > 0 and math.isfinite(self.speedup.high)
+        return ab.has_interval(self.speedup)
 
     @property
     def decided(self) -> bool:
         """True when evidence that can support it puts the whole interval on one side of 1."""
-        return (
-            self.evidence != "one run a side" and self.has_interval and self.speedup.excludes(1.0)
-        )
+        return self.evidence != "one run a side" and ab.decision(self.speedup, 0.0) != "undecided"
 
     @property
     def change_pct(self) -> float:
@@ -230,7 +229,7 @@ def _runs(b: np.ndarray, n: np.ndarray, q: Quantity) -> Estimate:
     iv = stats.independent_ratio_interval(b, n)
     p = stats.mann_whitney(b, n).p_value if len(b) > 1 or len(n) > 1 else 1.0
     test = f"Mann-Whitney U on {len(b)} and {len(n)} runs"
-    if not (iv.low > 0 and math.isfinite(iv.high)):
+    if not ab.has_interval(iv):
         test += f" (too few runs for a 95% interval: {MIN_RUNS_FOR_INTERVAL} a side give one)"
     base = float(np.median(b))
     return Estimate(
@@ -240,10 +239,10 @@ def _runs(b: np.ndarray, n: np.ndarray, q: Quantity) -> Estimate:
 
 def _paired(b: np.ndarray, n: np.ndarray, q: Quantity) -> Estimate:
     """Interleaved rounds: Wilcoxon signed-rank interval of the per-round ratios base / new."""
-    iv = stats.paired_ratio_interval(b, n)
+    iv = ab.interval(b, n)
     test = f"Wilcoxon signed-rank on {len(b)} per-round ratios"
-    if not (iv.low > 0 and math.isfinite(iv.high)):
-        test += " (6 rounds give a 95% interval)"
+    if not ab.has_interval(iv):
+        test += f" ({ab.FEWEST_ROUNDS} rounds give a 95% interval)"
     base = float(np.median(b))
     return Estimate(
         q, base, base / iv.ratio, UNITS[q], iv, "interleaved", test, len(b), len(n)

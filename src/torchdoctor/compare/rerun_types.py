@@ -8,6 +8,7 @@ import os
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from torchdoctor import ab
 from torchdoctor.compare.cost import RunCost
 
 SideName = Literal["BASE", "NEW"]
@@ -19,7 +20,7 @@ ended by itself), exited (a non-zero ``sys.exit``), error (an exception), interr
 (killed after ``timeout_s``), crash (no result: killed by a signal, or died in the interpreter)."""
 StopReason = Literal["decided", "rounds", "time", "failed"]
 """Why the rounds stopped: the interval decided, ``rounds`` ran, ``max_s`` passed, a side failed."""
-MIN_ROUNDS = 6
+MIN_ROUNDS = ab.FEWEST_ROUNDS
 """The fewest rounds with a 95% signed-rank interval (2/64 = 3% < 5%)."""
 
 

@@ -12,7 +12,7 @@ import math
 from dataclasses import dataclass
 from typing import Literal
 
-from torchdoctor.compare.cost import break_even_steps
+from torchdoctor import ab
 from torchdoctor.compare.estimates import (
     MIN_RUNS_FOR_INTERVAL,
     RUN_TO_RUN_PCT,
@@ -26,9 +26,9 @@ Direction = Literal["faster", "slower", "no change", "unclear"]
 
 NEGLIGIBLE = 0.01
 """A speed-up within 1% of 1 that no evidence decides is "no clear change"."""
-NO_CHANGE_BAND = 0.02
-"""Decided evidence whose whole interval lies within 2% of 1 is "no change" (as tune's min_gain:
-below 2% a change rarely matters)."""
+NO_CHANGE_BAND = ab.MIN_GAIN
+"""Decided evidence whose whole interval lies within 2% of 1 is "no change" (the gain ``tune``
+and ``fix --prove`` ask for: below 2% a change rarely matters)."""
 ONE_TIME_MATERIAL_S = 1.0
 """A one-time cost difference under a second never leads the verdict (a first step's jitter)."""
 ONE_TIME_MATERIAL_RATIO = 1.5
@@ -259,6 +259,13 @@ def _contention_clauses(contention: tuple[Contention, ...], head: Estimate) -> l
     return out
 
 
+def break_even(one: Estimate, step: Estimate) -> int | None:
+    """Steps where the two sides' times to N cross (``one``: the one-time cost in s, ``step``:
+    the mean step in ms); None when one side is ahead (or level) at every N."""
+    crossing = ab.break_even_steps(one.new - one.base, (step.base - step.new) / 1e3, whole=True)
+    return crossing or None  # 0: NEW ahead from the start, no crossing
+
+
 def decide(
     est: dict[Quantity, Estimate],
     job_steps: int | None = None,
@@ -277,7 +284,7 @@ def decide(
     step = est["mean_step"]
     be = None
     if one is not None and step.unit == "ms" and _material_one_time(one):
-        be = break_even_steps(one.base, one.new, step.base, step.new)
+        be = break_even(one, step)
     text = f"{_lead(head, direction, cause is not None)}: {_amount(head)}"
     if head.quantity == "time_to_n":
         text = text.replace("time to N steps", f"time to {job_steps} steps", 1)

@@ -10,6 +10,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from torchdoctor import ab
+
 Status = Literal["patched", "switch", "refused", "already", "no-gain", "rejected", "failed"]
 """What became of a change.
 
@@ -143,10 +145,9 @@ class Refusal:
 class Measured:
     """An interleaved measurement of one arm against the original."""
 
-    ratio: float
-    """Original step time / patched step time, per round (Hodges-Lehmann estimate)."""
-    low: float
-    high: float
+    comparison: ab.Comparison
+    """Original step time / patched step time per round: its interval and the decision against
+    ``1 + min_gain``."""
     rounds: int
     original_ms: float
     """Median over rounds of the original's mean measured step (ms)."""
@@ -155,11 +156,22 @@ class Measured:
     """Median over rounds of the patched warm-up minus the original's (s): a one-time cost such
     as compilation, which the steady-state ratio leaves out."""
 
+    @property
+    def ratio(self) -> float:
+        """The typical per-round ratio (Hodges-Lehmann estimate)."""
+        return self.comparison.interval.ratio
+
+    @property
+    def low(self) -> float:
+        return self.comparison.interval.low
+
+    @property
+    def high(self) -> float:
+        return self.comparison.interval.high
+
     def format(self) -> str:
-        """``1.84x [1.71-1.95]``."""
-        if self.low <= 0 or self.high == float("inf"):
-            return f"{self.ratio:.2f}x [?]"
-        return f"{self.ratio:.2f}x [{self.low:.2f}-{self.high:.2f}]"
+        """``1.84x [1.71-1.95]`` (``[?]`` with too few rounds for an interval)."""
+        return self.comparison.interval.format()
 
 
 @dataclass(frozen=True)

@@ -3,8 +3,8 @@
 Each round runs every arm once, in a fresh process (``probe.py``), in an order shuffled per
 round, so a change in the machine's load falls on all arms alike; an arm's value in a round
 is the mean of its measured steps (check's step clock, after the warm-up, the profiler off).
-Decisions are tune's: the interval of the per-round ratio original / arm
-(``tune.measure.compare``, from ``torchdoctor.stats``) must lie above ``1 + min_gain``.
+Decisions are tune's and compare's (``torchdoctor.ab``): the interval of the per-round ratio
+original / arm must lie above ``1 + min_gain``.
 Fidelity is tune's gate too (``tune.fidelity``): the losses of the first steps, same seed,
 against the original's, within the tolerance of the change's arithmetic.
 
@@ -25,12 +25,11 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from torchdoctor import stats
+from torchdoctor import ab, stats
 from torchdoctor.capture.timed_window import measured_step_ms
 from torchdoctor.fix.model import Change, Fidelity, Measured
 from torchdoctor.fix.planner import Plan, compose
 from torchdoctor.tune import fidelity as tune_fidelity
-from torchdoctor.tune.measure import MIN_GAIN, compare
 
 PRECISION_ORDER = ("fp32", "tf32", "bf16-mixed")
 """Loosest last: a set of changes is held to the loosest tolerance among them."""
@@ -48,7 +47,7 @@ class ProveOptions:
     """Measured steps per process."""
     fidelity_steps: int = 20
     """Losses compared from step 0 (tune's default: 20)."""
-    min_gain: float = MIN_GAIN
+    min_gain: float = ab.MIN_GAIN
     """A change is kept when its interval's lower end clears 1 + min_gain."""
     keep_unproven: bool = False
     """Keep a change whose interval does not clear the gain (never one that breaks the losses)."""
@@ -206,11 +205,8 @@ def measured(base: list[ArmRun], arm: list[ArmRun], min_gain: float) -> Measured
     if len(both) < 2:
         return None
     ref, cand = [b.mean_ms for b, _ in both], [a.mean_ms for _, a in both]
-    c = compare(ref, cand, min_gain)
     return Measured(
-        c.interval.ratio,
-        c.interval.low,
-        c.interval.high,
+        ab.compare(ref, cand, min_gain),
         len(both),
         stats.median(ref),
         stats.median(cand),
@@ -331,18 +327,13 @@ def _decide(
     c = replace(c, measured=m, fidelity=f)
     if not f.ok:
         return replace(c, status="rejected", reason=f.reason)
-    if m is None or not (m.low > 1.0 + opts.min_gain):
+    if m is None or m.comparison.decision != "win":
         shown = m.format() if m else "not measured"
         why = f"{shown} does not clear {1 + opts.min_gain:.2f}x"
-        if m is not None and (m.low <= 0 or m.high == float("inf")):
+        if m is not None and not ab.has_interval(m.comparison.interval):
             # too few rounds for a 95% signed-rank interval: say so, not "does not clear"
-            fewest = next(
-                n
-                for n in range(2, 64)
-                if stats.paired_ratio_interval([1.0] * n, [1.0] * n).high < float("inf")
-            )
             why = (
-                f"{m.rounds} rounds cannot give a 95% interval; run --rounds {fewest} or more "
+                f"{m.rounds} rounds cannot give a 95% interval; run --rounds {ab.FEWEST_ROUNDS} or more "
                 f"(measured {m.ratio:.2f}x over {m.rounds} rounds: unproven, not a loss)"
             )
         if opts.keep_unproven:

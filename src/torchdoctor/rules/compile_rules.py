@@ -3,6 +3,9 @@ compile time that the run does not earn back."""
 
 from __future__ import annotations
 
+import math
+
+from torchdoctor import ab
 from torchdoctor.record.run import RunRecord
 from torchdoctor.rules import fixes as fx
 from torchdoctor.rules import thresholds as th
@@ -171,19 +174,25 @@ def compile_not_repaid(run: RunRecord) -> list[Finding]:
                 "steps": steps,
                 "job_length": known,
                 "step_time_total_s": run_ms / 1e3,
-                "break_even_steps": round(compile_ms / step_ms, 1),
+                "break_even_steps": round(_repaid_after(compile_ms, step_ms), 1),
             },
             _compile_fix(run),
             saved_ms=compile_ms - steps * step_ms,  # as before: per step, compile less a step
-            break_even_steps=compile_ms / step_ms,
+            break_even_steps=_repaid_after(compile_ms, step_ms),
         )
     ]
+
+
+def _repaid_after(compile_ms: float, step_ms: float) -> float:
+    """The shortest job that could repay the compile: its break-even if compiling saved a whole
+    step per step (no speed-up saves more), compile time over the step time."""
+    return ab.break_even_steps(compile_ms, step_ms) or math.inf
 
 
 def _break_even(run: RunRecord, compile_ms: float, step_ms: float) -> list[Finding]:
     """A stopped run that does not say its length: the job length compile needs (info, no
     saving: whether it is repaid depends on the length nobody said)."""
-    steps = compile_ms / step_ms
+    steps = _repaid_after(compile_ms, step_ms)
     if steps < th.COMPILE_BREAK_EVEN_STEPS:
         return []
     title = (

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from torchdoctor.tune.measure import MIN_GAIN
+from torchdoctor.ab import MIN_GAIN
 
 
 @dataclass(frozen=True)

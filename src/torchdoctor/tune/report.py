@@ -1,6 +1,6 @@
 """Presenting a search: live progress, the final ranked table, the JSON export.
 
-Rendering only: every number comes from ``search.Summary`` and ``measure``; nothing here measures.
+Rendering only: every number comes from ``search.Summary``, ``measure`` and ``ab``; nothing here measures.
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from typing import Any
 
 from rich.markup import escape
 
-from torchdoctor import stats
+from torchdoctor import ab, stats
 from torchdoctor.tune import measure
 from torchdoctor.tune.search import Record, Summary
 from torchdoctor.tune.space import BASELINE
@@ -64,7 +64,9 @@ def _timing(summary: Summary, rec: Record) -> dict[str, Any]:
         "samples_per_s": rec.result.samples_per_step / median if median else None,
         "warmup_overhead_s": warm_s,
         "compile_s": warm_s if compiled else None,
-        "break_even_steps": measure.break_even_steps(warm_s, eager.stats or rec.stats, rec.stats)
+        "break_even_steps": ab.break_even_steps(
+            warm_s, (eager.stats or rec.stats).median_s - median, whole=True
+        )
         if compiled
         else None,
     }

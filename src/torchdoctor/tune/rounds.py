@@ -2,7 +2,7 @@
 
 An *arm* is one configuration's model, optimizer and data loader, built from the same seed. Each
 round runs one window of steps of every arm, in an order shuffled per round, so a load change on
-the machine hits all arms alike; the search decides on the per-round ratios (``measure.compare``).
+the machine hits all arms alike; the search decides on the per-round ratios (``ab.compare``).
 
 A window is what the user's loop does: no ``.item()``, no synchronisation per step. The losses
 stay on the device and are read once, after the window's single synchronisation. On CUDA the
@@ -19,6 +19,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import torch
+
+from torchdoctor import ab
 
 
 class WindowClock:
@@ -182,15 +184,13 @@ def _agree_stop(why: str, device: torch.device) -> str:
 
 
 def _why_stop(arms: list[Arm], ref: Arm, plan: RoundPlan, done: int, elapsed_s: float) -> str:
-    from torchdoctor.tune import measure
-
     if arms[0].nonfinite_step() is not None:
         return "nonfinite"
     if done < plan.min_rounds:
         return ""
     if len(arms) == 1:
         return "decided"
-    got = measure.compare(ref.window_steps_s, arms[0].window_steps_s, plan.min_gain)
+    got = ab.compare(ref.window_steps_s, arms[0].window_steps_s, plan.min_gain)
     if got.decision != "undecided":
         return "decided"
     return "time" if elapsed_s > plan.max_s else ""

@@ -9,7 +9,7 @@ results (the plan depends only on results, so replaying the same results asks fo
 Every comparison is interleaved: a trial trains the candidate beside the configuration it is
 compared with (and the baseline), one window each per round in shuffled order, in one process
 (``rounds.py``). A candidate *wins* when the whole interval of its per-round speed-up over the
-incumbent clears ``1 + min_gain`` (``measure.compare``); load on the machine hits both arms of a
+incumbent clears ``1 + min_gain`` (``ab.compare``); load on the machine hits both arms of a
 round alike, so drift between trials no longer reads as a speed-up.
 
 2. single: in diagnosis order, each other value of each knob against the baseline. A knob's winner
@@ -34,6 +34,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from torchdoctor import ab
 from torchdoctor.stats import RatioInterval
 from torchdoctor.tune import fidelity, measure
 from torchdoctor.tune.options import TuneOptions
@@ -66,7 +67,7 @@ class Record:
     result: TrialResult
     stats: measure.StepStats | None
     verdict: fidelity.Verdict | None
-    comparison: measure.Comparison | None = None
+    comparison: ab.Comparison | None = None
     """The candidate against the configuration it was measured beside (incumbent or baseline)."""
     vs_baseline: RatioInterval | None = None
     """Per-round speed-up over the baseline arm of the same trial (None for the baseline)."""
@@ -96,7 +97,7 @@ class Settings:
     """Stop starting trials once this many seconds of trial wall time are spent (None: no limit)."""
     max_trials: int | None = None
     """Run at most this many trials, the confirmation included (None: no limit)."""
-    min_gain: float = measure.MIN_GAIN
+    min_gain: float = ab.MIN_GAIN
     """A knob wins only when its whole speed-up interval clears ``1 + min_gain``."""
     fidelity_steps: int = TuneOptions.fidelity_steps
     """Optimizer steps compared with the reference."""
@@ -126,7 +127,7 @@ class Summary:
     winners: dict[str, Record] = field(default_factory=dict)
     candidate: Record | None = None
     """The search's pick before the confirmation (``best`` when confirmed)."""
-    min_gain: float = measure.MIN_GAIN
+    min_gain: float = ab.MIN_GAIN
     """The gain a win had to clear."""
 
     @property
@@ -202,9 +203,9 @@ class Search:
         rounds, cand = result.rounds_s, result.step_times_s
         ref = rounds.get("incumbent") or rounds.get("baseline")
         if ref:
-            rec.comparison = measure.compare(ref, cand, self.settings.min_gain)
+            rec.comparison = ab.compare(ref, cand, self.settings.min_gain)
         if rounds.get("baseline"):
-            rec.vs_baseline = measure.compare(rounds["baseline"], cand, 0.0).interval
+            rec.vs_baseline = ab.interval(rounds["baseline"], cand)
         return rec
 
     def _once(
