@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable, Sequence
-from pathlib import Path
 from typing import Any, TypeVar
 
 import click
@@ -39,6 +38,8 @@ def json_option(what: str = "report") -> Callable[[F], F]:
 
 
 def _looks_like_input(token: str) -> bool:
+    from pathlib import Path  # here: pathlib (and urllib.parse under it) costs --help's start-up
+
     p = Path(token)
     if not p.exists():
         return False

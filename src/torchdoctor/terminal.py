@@ -17,9 +17,11 @@ if TYPE_CHECKING:
     from rich.console import Console, ConsoleOptions, RenderResult
 
 _BIDI = "\u202a-\u202e\u2066-\u2069"
-_IN_FIELD = re.compile(f"[\x00-\x1f\x7f-\x9f{_BIDI}]")
+# Patterns as text: ``re`` compiles (and caches) them at their first use, not at start-up (every
+# command imports this module; most never print a name from a file).
+_IN_FIELD = f"[\x00-\x1f\x7f-\x9f{_BIDI}]"
 # A whole report keeps its own line feeds and tabs.
-_IN_REPORT = re.compile(f"[\x00-\x08\x0b-\x1f\x7f-\x9f{_BIDI}]")
+_IN_REPORT = f"[\x00-\x08\x0b-\x1f\x7f-\x9f{_BIDI}]"
 
 
 def _escape(m: re.Match[str]) -> str:
@@ -29,12 +31,12 @@ def _escape(m: re.Match[str]) -> str:
 
 def clean_field(text: str) -> str:
     """``text`` with every control character (line breaks included) as a visible escape."""
-    return _IN_FIELD.sub(_escape, text) if _IN_FIELD.search(text) else text
+    return re.sub(_IN_FIELD, _escape, text) if re.search(_IN_FIELD, text) else text
 
 
 def clean_report(text: str) -> str:
     """``text`` with every control character but line feeds and tabs as a visible escape."""
-    return _IN_REPORT.sub(_escape, text) if _IN_REPORT.search(text) else text
+    return re.sub(_IN_REPORT, _escape, text) if re.search(_IN_REPORT, text) else text
 
 
 class _Clean:
@@ -48,7 +50,7 @@ class _Clean:
 
         for seg in console.render(self.inner, options):
             # Control segments are rich's own cursor moves; only text can come from a file.
-            if seg.control or not _IN_REPORT.search(seg.text):
+            if seg.control or not re.search(_IN_REPORT, seg.text):
                 yield seg
             else:
                 yield Segment(clean_report(seg.text), seg.style)
