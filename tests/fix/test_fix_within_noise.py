@@ -129,3 +129,31 @@ def test_within_noise(
     ev = {"mean_step_ms": step} if step else {}
     f = FindingRef("x", severity=severity, saving_ms_per_step=saving, evidence=ev)
     assert within_noise(f) == expected
+
+
+def test_a_finding_without_a_codemod_is_named_as_a_change_by_hand(folder: Path) -> None:
+    # gc.collect() every step: critical, no codemod; fix used to say "nothing to change"
+    gc = {
+        "id": "housekeeping-in-step",
+        "title": "gc.collect() every step at train.py:3: 267.3 ms per step (94%)",
+        "severity": "critical",
+        "saving_ms_per_step": 267.3,
+        "share_of_step": 0.94,
+        "evidence": {"mean_step_ms": 284.0},
+        "where": [str(folder.parent.parent / "train.py") + ":3"],
+        "fix": "# Python collects garbage by itself: drop the call from the loop:\n"
+        "if step % 1000 == 0:\n    gc.collect()",
+    }
+    (folder / "report.json").write_text(json.dumps({"findings": [gc, _anomaly("info", 0.1)]}))
+    r = _fix("--from", str(folder))
+    assert r.exit_code == 0, r.output
+    assert r.stdout == ""  # nothing printed as code to paste
+    (line,) = [x for x in r.stderr.splitlines() if x.startswith("by hand:")]
+    assert "housekeeping-in-step" in line and "267.3 ms" in line
+    assert "drop the call from the loop" in line and "gc.collect()\n" not in line
+    doc = json.loads(_fix("--json", "--from", str(folder)).stdout)
+    assert any(n.startswith("by hand: housekeeping-in-step") for n in doc["notes"])
+    # an info finding without a codemod, or one --only leaves out, is not listed
+    assert "anomaly" not in line
+    r = _fix("--only", "dataloader-config", "--from", str(folder))
+    assert "by hand" not in r.stderr

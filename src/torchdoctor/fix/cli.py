@@ -273,6 +273,7 @@ def run_fix(
             else:
                 notes.append(f"not proposed: {f.id} {why}; --all to include")
         findings = kept
+    notes.extend(by_hand(raw, opts.only))
     if path is None:
         notes.append(f"the script {name or '?'} is not here: run fix from the folder check ran in")
     p = plan(findings, ctx)
@@ -283,6 +284,40 @@ def run_fix(
             raise UserError("--prove needs the script: run fix from the folder check ran in")
         result = _prove(result, path, args, opts)
     return result
+
+
+def by_hand(raw: list[dict[str, Any]], only: Any = None) -> list[str]:
+    """A note per warning or critical finding no codemod answers: what it costs, where, and
+    what the report says to change (by hand: no edit of ours fits it, so none is printed as
+    code to paste)."""
+    from torchdoctor.fix.model import FindingRef
+    from torchdoctor.fix.planner import within_noise
+    from torchdoctor.fix.registry import codemods_for
+
+    out = []
+    for d in raw:
+        fid = str(d.get("id") or "")
+        if (only and fid not in only) or codemods_for(fid) or d.get("severity") == "info":
+            continue
+        ref = FindingRef.from_dict(d)
+        if within_noise(ref) is not None:
+            continue
+        what = next(
+            (
+                line.lstrip("# ").rstrip(":")
+                for line in str(d.get("fix") or "").splitlines()
+                if line.strip()
+            ),
+            "",
+        )
+        title = str(d.get("title") or fid)
+        where = ref.where[0].rsplit("/", 1)[-1] if ref.where else ""
+        at = f" ({where})" if where and where not in title else ""
+        out.append(
+            f"by hand: {fid}: {title}{at}; no automatic change fits it"
+            + (f"; the report's remedy: {what}" if what else "")
+        )
+    return out
 
 
 def _prove(result: Any, script: str, args: list[str], opts: FixOptions) -> Any:
