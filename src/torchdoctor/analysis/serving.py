@@ -37,6 +37,8 @@ from torchdoctor.trace.kinds import Kind
 from torchdoctor.trace.server_steps import (
     EXECUTE_STEP,
     SGLANG_STEP,
+    Engine,
+    detect_engine,
     graph_launch_rows,
     is_serving,
 )
@@ -44,7 +46,6 @@ from torchdoctor.trace.steps import Steps
 from torchdoctor.trace.table import TraceTable
 
 StepKind = Literal["prefill", "decode", "mixed", "unknown"]
-Engine = Literal["vLLM", "SGLang", "transformers", "TensorRT-LLM", "unknown"]
 _SGLANG_KIND: dict[str, StepKind] = {
     "DECODE": "decode",
     "EXTEND": "prefill",
@@ -55,13 +56,6 @@ _ATTR = re.compile(r"(\w+)=(\d+)")
 _COUNTS = re.compile(r"sq(\d+)sk(\d+)")
 _HOST_PARTS = ("host_overhead", "synchronization", "input_pipeline")
 _OWN_FRAMES = ("torch/", "<built-in", "<frozen", "threading.py", "contextlib.py")
-_ENGINE_MARKS: tuple[tuple[str, Engine], ...] = (
-    ("sglang", "SGLang"),
-    ("sgl_kernel", "SGLang"),
-    ("vllm", "vLLM"),
-    ("tensorrt_llm", "TensorRT-LLM"),
-    ("transformers/generation", "transformers"),
-)
 
 
 @dataclass(frozen=True)
@@ -203,15 +197,6 @@ def _bandwidth(table: TraceTable, steps: Steps, out: list[ServingStep]) -> dict[
         if bw is not None:
             res[kind] = bw
     return res
-
-
-def detect_engine(table: TraceTable) -> Engine:
-    """The serving engine, from operator names and Python frames (``unknown`` if none)."""
-    text = [n.lower() for n in table.names]
-    for mark, engine in _ENGINE_MARKS:
-        if any(mark in n for n in text):
-            return engine
-    return "unknown"
 
 
 def _sizes(label: str, execute: str) -> dict[str, Any]:

@@ -48,7 +48,7 @@ def engine(a: TraceAnalysis) -> str:
     """The serving engine that wrote the trace ("unknown" when none is recognised)."""
     if a.serving is not None:
         return a.serving.engine
-    from torchdoctor.analysis.serving import detect_engine
+    from torchdoctor.trace.server_steps import detect_engine
 
     return detect_engine(a.table)
 

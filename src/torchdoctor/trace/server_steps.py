@@ -17,6 +17,7 @@ of signal mark them, used in this order by ``trace/steps.py``:
 from __future__ import annotations
 
 import re
+from typing import Literal
 
 import numpy as np
 
@@ -31,8 +32,28 @@ FORWARD_STEP_MARK = "torchdoctor: model-call step"
 """What ``torchdoctor check`` writes into a trace whose steps are top-level model calls."""
 GRAPH_LAUNCH = re.compile(r"^(cuda|hip|cu)GraphLaunch")
 _MODULE = "nn.Module: "
+Engine = Literal["vLLM", "SGLang", "transformers", "TensorRT-LLM", "unknown"]
+_ENGINE_MARKS: tuple[tuple[str, Engine], ...] = (
+    ("sglang", "SGLang"),
+    ("sgl_kernel", "SGLang"),
+    ("vllm", "vLLM"),
+    ("tensorrt_llm", "TensorRT-LLM"),
+    ("transformers/generation", "transformers"),
+)
 _LAUNCH_KINDS = np.array((Kind.RUNTIME, Kind.DRIVER), dtype=np.uint8)
 _GPU = np.array((Kind.KERNEL, Kind.MEMCPY, Kind.MEMSET), dtype=np.uint8)
+
+
+def detect_engine(table: TraceTable) -> Engine:
+    """The serving engine, from operator names and Python frames (``unknown`` if none).
+
+    Here rather than in ``analysis/serving.py`` (which re-exports it): the fusion rule asks it of
+    every trace, and most traces never need the serving analysis's module."""
+    text = [n.lower() for n in table.names]
+    for mark, engine in _ENGINE_MARKS:
+        if any(mark in n for n in text):
+            return engine
+    return "unknown"
 
 
 def step_annotation_rows(table: TraceTable) -> np.ndarray:

@@ -25,13 +25,13 @@ from torchdoctor.analysis._join import gpu_rows, in_window
 from torchdoctor.analysis.elementwise_traffic import traffic_of
 from torchdoctor.analysis.kernel_names import classify_kernel
 from torchdoctor.analysis.op_classes import classify_op
-from torchdoctor.analysis.serving import detect_engine
 from torchdoctor.hardware import memory_bandwidth
 from torchdoctor.rules import fixes as fx
 from torchdoctor.rules import thresholds as th
 from torchdoctor.rules.spec import FindingSpec, Gate, Measured, SeverityPolicy, TraceRule
 from torchdoctor.trace.arrays import unique_codes
 from torchdoctor.trace.kinds import Kind
+from torchdoctor.trace.server_steps import detect_engine
 
 if TYPE_CHECKING:
     from torchdoctor.analysis.bundle import TraceAnalysis
