@@ -171,6 +171,9 @@ _PATTERNS: tuple[tuple[str, str], ...] = (
     (r"\bV100\b.*\bPCIE\b", "V100 PCIe"),
     (r"\bV100\b", "V100 SXM2"),
 )
+# The model word each pattern starts with: a name without it cannot match, so its pattern is
+# never compiled (a V100's name compiled all nineteen, the last one matching).
+_MODELS = tuple(p[2 : p.index(r"\b", 2)] for p, _ in _PATTERNS)
 
 
 def _normalise(name: str) -> str:
@@ -181,8 +184,8 @@ def _whole_gpu(name: str) -> GpuSpec | None:
     if name in _BY_NAME:
         return _BY_NAME[name]
     text = _normalise(name)
-    for pattern, spec_name in _PATTERNS:
-        if re.search(pattern, text):
+    for model, (pattern, spec_name) in zip(_MODELS, _PATTERNS, strict=True):
+        if model in text and re.search(pattern, text):
             return _BY_NAME[spec_name]
     return None
 

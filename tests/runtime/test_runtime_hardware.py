@@ -122,3 +122,15 @@ def test_mig_slice_gets_its_share_of_the_peak(name: str, sms: int, share: float)
 def test_every_row_cites_its_source() -> None:
     for spec in GPU_SPECS:
         assert "datasheet" in spec.source, spec.name
+
+
+def test_each_name_pattern_starts_with_its_literal_model_word() -> None:
+    """The lookup skips a pattern whose model word is not in the name: safe only while every
+    pattern requires that exact word (a new pattern with an alternation there would be missed)."""
+    import re
+
+    from torchdoctor import hardware
+
+    for model, (pattern, _) in zip(hardware._MODELS, hardware._PATTERNS, strict=True):
+        assert re.fullmatch(r"[A-Z0-9]+", model), pattern
+        assert pattern.startswith(rf"\b{model}\b"), pattern
