@@ -69,7 +69,7 @@ def main() -> None:
             ("start-up", "base"): [*torchdoctor_cmd(base_src), "--help"],
         }
         rounds = _rounds(arms, args.rounds, args.timeout)
-    _report(rounds, args.trace, args.base)
+    _report(rounds, args.trace, args.base, args.this or "this checkout")
     print(f"load average at the end {os.getloadavg()[0]:.1f}")
     _headline(rounds, args.trace, args.base)
 
@@ -120,13 +120,13 @@ def _ratios(rounds: list[dict[Arm, Run]], what: str, attr: str) -> list[float]:
     )
 
 
-def _report(rounds: list[dict[Arm, Run]], trace: str, base: str) -> None:
+def _report(rounds: list[dict[Arm, Run]], trace: str, base: str, this: str) -> None:
     rows = []
     for what in ("analyze", "start-up"):
         for side in ("base", "this"):
             wall = statistics.median(r[(what, side)].wall_s for r in rounds)
             cpu = statistics.median(r[(what, side)].cpu_s for r in rounds)
-            name = f"{what}, {base if side == 'base' else 'this checkout'}"
+            name = f"{what}, {base if side == 'base' else this}"
             rows.append([name, f"{wall:.3f}", f"{cpu:.3f}"])
         for attr, label in (("wall_s", "wall"), ("cpu_s", "CPU")):
             r = _ratios(rounds, what, attr)
