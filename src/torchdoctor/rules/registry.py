@@ -10,10 +10,13 @@ aliases, and docs/rules.md lists it.
 
 Adding a finding
 ----------------
-A trace finding goes in a family module under ``rules/families/``: its ``FindingSpec`` beside the
-function that measures it, as ``RULES = (TraceRule(SPEC, measure),)``; nothing else changes (see
-docs/architecture.md, and ``rules/families/device_copies.py`` for a worked example). Every trace
-finding lives there. The others are registered by hand:
+A finding goes in a family module under ``rules/families/``: its ``FindingSpec`` beside the
+function that measures it, as ``RULES = (TraceRule(SPEC, measure),)`` for a trace finding
+(called with the ``TraceAnalysis``) or ``RULES = (RunRule(SPEC, measure),)`` for a check run's
+(called with the ``RunRecord``); nothing else changes (see docs/architecture.md, and
+``rules/families/device_copies.py`` and ``rules/families/gc_in_step.py`` for worked examples).
+Every trace finding, and the run findings about modes, repeated work, float64 and garbage
+collection, live there. The others are still registered by hand:
 
 1. Add a threshold to ``rules/thresholds.py`` if it needs one: ``Threshold(value, "reason")``.
 2. Add a ``FindingSpec(...)`` to ``RUN_SPECS`` (``rules/catalog_run.py``), ``MODE_SPECS``
@@ -34,7 +37,7 @@ from torchdoctor.rules.catalog_inference import INFERENCE_SPECS
 from torchdoctor.rules.catalog_modes import MODE_SPECS
 from torchdoctor.rules.catalog_ranks import RANK_SPECS
 from torchdoctor.rules.catalog_run import RUN_SPECS
-from torchdoctor.rules.families import FAMILY_RULES
+from torchdoctor.rules.families import FAMILY_RULES, RUN_FAMILY_RULES
 from torchdoctor.rules.spec import FindingSpec
 
 
@@ -54,8 +57,10 @@ REGISTRY: dict[str, FindingSpec] = _index(
     RUN_SPECS,
     HOST_SPECS,
     MODE_SPECS,
+    tuple(r.spec for r in RUN_FAMILY_RULES),
 )
-"""Every finding by id, in documentation order (trace findings first, then inference ones)."""
+"""Every finding by id, in documentation order (trace findings first, then inference ones, the
+run families last)."""
 
 
 def spec(fid: str) -> FindingSpec:

@@ -1,12 +1,15 @@
-"""Shared pieces of the run-level rules: building a finding through the registry."""
+"""Shared pieces of the run-level rules: building a finding through the registry, and running
+a run family rule (``rules/families/``: its spec judges and words what it measured)."""
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 from torchdoctor.record.run import RunRecord
 from torchdoctor.rules.finding import Finding, FindingId, Severity
 from torchdoctor.rules.registry import spec
+from torchdoctor.rules.spec import RunRule
 
 
 def make(
@@ -42,4 +45,31 @@ def make(
         explanation=s.explanation if explanation is None else explanation,
         doc_url=s.doc_url,
         where=where or [],
+    )
+
+
+def family_finding(rule: RunRule, run: RunRecord) -> Finding | None:
+    """A run family rule's measurement, judged and worded by its registry entry: the spec's
+    threshold and gates fire it; its title, fix builder and severity policy make the finding,
+    the severity graded on the saving's share of the mean step (capped at the step) and held
+    at :attr:`~torchdoctor.rules.spec.Measured.most`."""
+    m = rule.measure(run)
+    if m is None or not rule.fires(m):
+        return None
+    m, s = m.complete(), rule.spec
+    v = s.variant(m.variant)
+    fix = (v.fix if v is not None and v.fix is not None else s.fix)(**m.fix)
+    step = run.step_ms
+    share = max(0.0, min(m.saving_ms, step)) / step if step else 0.0
+    level = replace(m, share=share).severity(s.severity)
+    return make(
+        run,
+        s.id,
+        (v.title if v is not None else s.title).format(**m.title),
+        m.saving_ms,
+        m.evidence,
+        fix,
+        v.explanation if v is not None else None,
+        where=list(m.where),
+        severity=level,
     )

@@ -20,13 +20,13 @@ from torchdoctor.rules.compile_rules import (
     recompile_limit,
     recompiles,
 )
+from torchdoctor.rules.families import RUN_FAMILY_RULES
 from torchdoctor.rules.finding import Finding, rank_findings
 from torchdoctor.rules.loader_rules import dataloader_config
 from torchdoctor.rules.loop_lines import top_loop_line, vectorise_fix
 from torchdoctor.rules.memory_growth_rules import memory_growth
-from torchdoctor.rules.mode_rules import MODE_RULES
 from torchdoctor.rules.registry import spec
-from torchdoctor.rules.run_common import make
+from torchdoctor.rules.run_common import family_finding, make
 from torchdoctor.rules.user_fixes import compiled_next_step
 
 RunRule = Callable[[RunRecord], list[Finding]]
@@ -333,8 +333,8 @@ RULES: tuple[RunRule, ...] = (
     memory_growth,
     tiny_ops,
     activation_recompute,
-    *MODE_RULES,
 )
+"""The run rules registered by hand; the family rules (``RUN_FAMILY_RULES``) run after them."""
 
 
 def run_findings(run: RunRecord | dict[str, Any]) -> list[Finding]:
@@ -344,7 +344,10 @@ def run_findings(run: RunRecord | dict[str, Any]) -> list[Finding]:
     from torchdoctor.rules.host_rules import HOST_RULES
 
     found: list[Finding] = []
-    for rule in (*RULES, *HOST_RULES):
+    for rule in RULES:
+        found.extend(rule(record))
+    found.extend(f for f in (family_finding(r, record) for r in RUN_FAMILY_RULES) if f)
+    for rule in HOST_RULES:
         found.extend(rule(record))
     return rank_findings(without_caveats(found))
 

@@ -205,13 +205,14 @@ class Details:
 
 
 @dataclass(frozen=True)
-class TraceRule:
-    """A registry entry and the function that measures it on a trace, side by side in one
-    family module under ``rules/families/`` (see docs/architecture.md)."""
+class FamilyRule:
+    """A registry entry and the function that measures it, side by side in one family module
+    under ``rules/families/`` (see docs/architecture.md). :class:`TraceRule` measures a trace,
+    :class:`RunRule` a check run's record; the spec judges both the same way."""
 
     spec: FindingSpec
     measure: Callable[[Any], Measured | None]
-    """Called with the trace's ``TraceAnalysis``; None when there is nothing to measure."""
+    """Called with what the rule measures; None when there is nothing to measure."""
     below: bool = False
     """The finding fires when ``value`` falls below the threshold (a utilisation), not when it
     reaches it."""
@@ -225,3 +226,16 @@ class TraceRule:
         if t is not None and not (m.value < t if self.below else m.value >= t):
             return False
         return all(m.gates.get(g.key, 0.0) >= g.minimum for g in self.spec.gates)
+
+
+@dataclass(frozen=True)
+class TraceRule(FamilyRule):
+    """A family rule measured on one trace: ``measure`` is called with the trace's
+    ``TraceAnalysis`` (``analyze``; ``rules/trace_rules.py`` builds the finding)."""
+
+
+@dataclass(frozen=True)
+class RunRule(FamilyRule):
+    """A family rule measured on one rank's check run: ``measure`` is called with its
+    ``RunRecord`` (``check``; ``rules/run_common.py`` builds the finding, its saving capped
+    at the run's mean step and graded on that share)."""

@@ -312,6 +312,11 @@ THREADS_GAIN = Threshold(
     "more intra-op threads must make the step at least 10% faster (interleaved pairs) before a "
     "finding says so: on a shared machine more threads are as often slower",
 )
+FASTER_ROUNDS_MARGIN = Threshold(
+    1.0,
+    "more intra-op threads must be faster in more interleaved pairs than not (a majority, "
+    "the sign of the pairs' ratios): a gain in the median alone can be one lucky pair",
+)
 ANOMALY_SAVING = Threshold(
     0.5,
     "anomaly detection roughly doubles a training step (measured 2.1x on an 8-layer MLP on CPU, "

@@ -1,8 +1,10 @@
 """Finding families: each module holds its findings' registry entries next to the functions
-that measure them, as ``RULES: tuple[TraceRule, ...]``.
+that measure them, as ``RULES``: a tuple of ``TraceRule`` (measured on a trace) and
+``RunRule`` (measured on a check run's record).
 
 Every module of this package is found here, so adding a finding touches its family module (and
-its test) only: the registry (``rules/registry.py``) lists its spec, ``analyze`` runs its rule.
+its test) only: the registry (``rules/registry.py``) lists its spec, ``analyze`` runs its trace
+rules and ``check`` its run rules.
 A family module imports the stages below the rules and ``rules/spec.py`` / ``rules/thresholds.py``,
 never the registry (which imports the families).
 """
@@ -12,21 +14,26 @@ from __future__ import annotations
 import importlib
 import pkgutil
 
-from torchdoctor.rules.spec import TraceRule
+from torchdoctor.rules.spec import FamilyRule, RunRule, TraceRule
 
 
-def _discover() -> tuple[TraceRule, ...]:
-    found: list[TraceRule] = []
+def _discover() -> tuple[FamilyRule, ...]:
+    found: list[FamilyRule] = []
     for info in sorted(pkgutil.iter_modules(__path__), key=lambda m: m.name):
         if info.name.startswith("_"):
             continue
         module = importlib.import_module(f"{__name__}.{info.name}")
         rules = getattr(module, "RULES", None)
-        if not isinstance(rules, tuple) or not all(isinstance(r, TraceRule) for r in rules):
-            raise TypeError(f"{module.__name__}: RULES must be a tuple of TraceRule")
+        if not isinstance(rules, tuple) or not all(
+            isinstance(r, TraceRule | RunRule) for r in rules
+        ):
+            raise TypeError(f"{module.__name__}: RULES must be a tuple of TraceRule or RunRule")
         found.extend(rules)
     return tuple(found)
 
 
-FAMILY_RULES: tuple[TraceRule, ...] = _discover()
-"""Every family rule, by module name, then in each module's order."""
+_ALL = _discover()
+FAMILY_RULES: tuple[TraceRule, ...] = tuple(r for r in _ALL if isinstance(r, TraceRule))
+"""Every trace family rule, by module name, then in each module's order."""
+RUN_FAMILY_RULES: tuple[RunRule, ...] = tuple(r for r in _ALL if isinstance(r, RunRule))
+"""Every run family rule, by module name, then in each module's order."""

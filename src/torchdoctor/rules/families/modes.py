@@ -1,0 +1,233 @@
+"""Global modes left on (``torchdoctor check``): anomaly detection, deterministic algorithms,
+fewer intra-op threads than cores, a kernel backend switched off.
+
+Where ``check`` switched the mode for a few extra steps (``capture/experiments.py``) the saving
+is measured: ``1 - changed / baseline`` (interleaved medians) of the mean step. Elsewhere it is
+an estimate whose reason is in ``rules/thresholds.py``, and the evidence says which. A mode
+measured without a clear gain (under ``TOGGLE_GAIN`` of the step) stays for the record (info).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from torchdoctor.rules import fixes as fx
+from torchdoctor.rules import thresholds as th
+from torchdoctor.rules.families._run import account, toggled
+from torchdoctor.rules.spec import FindingSpec, Gate, Measured, RunRule, SeverityPolicy
+
+if TYPE_CHECKING:
+    from torchdoctor.record.run import RunRecord
+
+D = fx.DOCS
+TUNING = "https://pytorch.org/tutorials/recipes/recipes/tuning_guide.html"
+
+
+def _at(sites: list[str]) -> str:
+    return f"  # at {sites[0]}" if sites else ""
+
+
+def anomaly_fix(sites: list[str] | None = None) -> str:
+    """Turn anomaly detection off where the script turned it on."""
+    sites = sites or []
+    return (
+        "torch.autograd.set_detect_anomaly(False)" + _at(sites) + "\n"
+        "# (or delete `with torch.autograd.detect_anomaly():`); turn it on only while hunting a "
+        "NaN, for a few steps"
+    )
+
+
+def deterministic_fix(sites: list[str] | None = None, cuda: bool = False) -> str:
+    """Determinism off for training runs that do not need bit-exact repeats."""
+    sites = sites or []
+    text = "torch.use_deterministic_algorithms(False)" + _at(sites)
+    if cuda:
+        text += (
+            "\ntorch.backends.cudnn.deterministic = False\ntorch.backends.cudnn.benchmark = True"
+        )
+    return text + "\n# keep it on only for the runs that must repeat bit for bit"
+
+
+def threads_fix(
+    cores: int, sites: list[str] | None = None, env: dict[str, str] | None = None
+) -> str:
+    """Use the cores this process has."""
+    sites = sites or []
+    lines = [f"torch.set_num_threads({cores})" + _at(sites)]
+    for k, v in (env or {}).items():
+        lines.append(f"# and {k}={cores} in the environment (it is {v})")
+    return "\n".join(lines)
+
+
+def backend_fix(name: str) -> str:
+    """Turn the backend back on."""
+    return f"torch.backends.{name}.enabled = True  # the default: its kernels are the fast ones"
+
+
+ANOMALY_SPEC = FindingSpec(
+    id="anomaly-detection",
+    label="autograd anomaly detection",
+    title="autograd anomaly detection is on{measured}",
+    sources=("run",),
+    severity=SeverityPolicy(floor="warning"),
+    threshold=th.MODE_ON_SHARE,
+    fix=anomaly_fix,
+    codemods=("anomaly-off",),
+    explanation="Anomaly mode records a Python traceback for every operator of the forward "
+    "and checks every backward result for NaN; it is a debugging tool.",
+    doc_url=f"{D}/autograd.html#anomaly-detection",
+)
+
+
+def measure_anomaly(run: RunRecord) -> Measured | None:
+    """The sampled share of the step with anomaly detection on (fires at ``MODE_ON_SHARE``, or
+    whenever the record says the mode was on); saving measured by switching it off, else the
+    estimate ``ANOMALY_SAVING`` of the step."""
+    acc, step = account(run), run.step_ms
+    if not step:
+        return None
+    share = acc.mode_share("anomaly_detection")
+    saving, text, ev = toggled(acc, ANOMALY_SPEC.id, step)
+    estimated = saving is None
+    if saving is None:
+        saving = th.ANOMALY_SAVING * step
+    measured_little = not estimated and saving < th.TOGGLE_GAIN * step
+    sites = acc.setter_sites("set_detect_anomaly", "detect_anomaly")
+    return Measured(
+        value=share,
+        saving_ms=saving,
+        share=saving / step,
+        title={"measured": text},
+        evidence={"sampled_share_on": share, "estimated": estimated, "sites": sites, **ev},
+        fix={"sites": sites},
+        where=tuple(sites),
+        most="info" if measured_little else None,
+        judged="the mode was on" if acc.modes.anomaly_detection else None,
+    )
+
+
+DETERMINISTIC_SPEC = FindingSpec(
+    id="deterministic-algorithms",
+    label="deterministic algorithms",
+    title="deterministic algorithms are on{measured}",
+    sources=("run",),
+    severity=SeverityPolicy(),
+    threshold=th.MODE_ON_SHARE,
+    fix=deterministic_fix,
+    explanation="torch.use_deterministic_algorithms(True) picks slower kernels where the "
+    "fast ones are not bit-reproducible, and fills every torch.empty with NaN.",
+    doc_url=f"{D}/generated/torch.use_deterministic_algorithms.html",
+)
+
+
+def measure_deterministic(run: RunRecord) -> Measured | None:
+    """The sampled share of the step with deterministic algorithms on (fires as anomaly
+    detection does); saving measured by switching them off, else 0 and info."""
+    acc, step = account(run), run.step_ms
+    if not step:
+        return None
+    share = acc.mode_share("deterministic_algorithms")
+    saving, text, ev = toggled(acc, DETERMINISTIC_SPEC.id, step)
+    measured_gain = saving is not None and saving >= th.TOGGLE_GAIN * step
+    sites = acc.setter_sites("use_deterministic_algorithms", value=True)
+    return Measured(
+        value=share,
+        saving_ms=saving or 0.0,
+        share=(saving or 0.0) / step,
+        title={"measured": text or " (cost not measured: --full or torchrun)"},
+        evidence={"sampled_share_on": share, "sites": sites, **ev},
+        fix={"sites": sites, "cuda": run.gpu is not None},
+        where=tuple(sites),
+        most=None if measured_gain else "info",
+        judged="the mode was on" if acc.modes.deterministic_algorithms else None,
+    )
+
+
+THREADS_SPEC = FindingSpec(
+    id="few-intra-op-threads",
+    label="too few intra-op threads",
+    title="{threads} intra-op thread(s) on {cores} cores{measured}",
+    sources=("run",),
+    severity=SeverityPolicy(),
+    threshold=th.THREADS_GAIN,
+    fix=threads_fix,
+    explanation="Each CPU operator splits its work over the intra-op threads; cores beyond "
+    "them sit idle during every operator.",
+    doc_url=f"{TUNING}#utilize-openmp",
+    gates=(Gate("faster_rounds_margin", th.FASTER_ROUNDS_MARGIN),),
+)
+
+
+def measure_threads(run: RunRecord) -> Measured | None:
+    """Fewer intra-op threads than cores, chosen by the script or its environment: the step's
+    measured gain with as many threads as cores (``value``, a share of the step), and how many
+    more interleaved pairs were faster than not (gate). None where ``check`` did not try."""
+    acc, step = account(run), run.step_ms
+    threads, cores = acc.modes.intra_op_threads, acc.modes.cores_per_rank
+    if not step or threads is None or cores is None or threads >= cores:
+        return None
+    e = acc.experiment(THREADS_SPEC.id)
+    if e is None:
+        return None
+    saving, text, ev = toggled(acc, THREADS_SPEC.id, step)
+    if saving is None:
+        return None
+    faster = sum(r < 1 for r in e.pair_ratios)
+    sites = acc.setter_sites("set_num_threads")
+    env = acc.modes.thread_env
+    return Measured(
+        value=saving / step,
+        saving_ms=saving,
+        share=saving / step,
+        title={"threads": threads, "cores": cores, "measured": text},
+        evidence={"intra_op_threads": threads, "cores_per_rank": cores, "thread_env": env, **ev},
+        fix={"cores": cores, "sites": sites, "env": env},
+        where=tuple(sites),
+        gates={"faster_rounds_margin": float(2 * faster - len(e.pair_ratios))},
+    )
+
+
+BACKEND_SPEC = FindingSpec(
+    id="backend-disabled",
+    label="a kernel backend switched off",
+    title="torch.backends.{name}.enabled is False{measured}",
+    sources=("run",),
+    severity=SeverityPolicy(),
+    threshold=None,
+    fix=backend_fix,
+    explanation="With oneDNN (mkldnn) or cuDNN off, convolutions and some matmuls fall back "
+    "to generic kernels that are several times slower.",
+    doc_url=f"{D}/backends.html",
+)
+
+
+def measure_backend(run: RunRecord) -> Measured | None:
+    """oneDNN off on a CPU run (where it is built), cuDNN off on a CUDA run; saving measured
+    by switching it back on, else 0 and info."""
+    acc, step = account(run), run.step_ms
+    if not step:
+        return None
+    name = "cudnn" if run.gpu is not None else "mkldnn"
+    if acc.modes.enabled(name) is not False:
+        return None
+    if name == "mkldnn" and acc.modes.mkldnn_available is False:
+        return None
+    saving, text, ev = toggled(acc, BACKEND_SPEC.id, step)
+    gain = saving is not None and saving >= th.TOGGLE_GAIN * step
+    return Measured(
+        value=1.0,
+        saving_ms=saving or 0.0,
+        share=(saving or 0.0) / step,
+        title={"name": name, "measured": text or " (cost not measured)"},
+        evidence={"backend": name, **ev},
+        fix={"name": name},
+        most=None if gain else "info",
+    )
+
+
+RULES = (
+    RunRule(ANOMALY_SPEC, measure_anomaly),
+    RunRule(DETERMINISTIC_SPEC, measure_deterministic),
+    RunRule(THREADS_SPEC, measure_threads),
+    RunRule(BACKEND_SPEC, measure_backend),
+)

@@ -1,0 +1,94 @@
+"""The global-mode family (``rules/families/modes.py``): anomaly detection, deterministic
+algorithms, intra-op threads and kernel backends, fired from hand-written check records."""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.rules.run_records import experiment, fire, lines, record, with_threshold
+from torchdoctor.rules.families import RUN_FAMILY_RULES
+from torchdoctor.rules.families import modes as md
+from torchdoctor.rules.registry import REGISTRY
+
+ANOMALY, DETERMINISTIC, THREADS, BACKEND = md.RULES
+
+
+def test_the_mode_rules_are_registered_family_rules() -> None:
+    for rule in md.RULES:
+        assert rule in RUN_FAMILY_RULES and REGISTRY[rule.spec.id] is rule.spec
+
+
+def test_anomaly_detection_seen_by_the_sampler_fires_with_the_estimate() -> None:
+    # on for 30% of the sampled time, never set in the modes section: the spec's 20% fires it
+    rec = record(lines=lines([], modes_on_share={"anomaly_detection": 0.3}))
+    f = fire(ANOMALY, rec)
+    assert f is not None and f.id == "anomaly-detection"
+    # not measured: ANOMALY_SAVING (half) of the 100 ms step
+    assert f.saving_ms_per_step == 50.0 and f.evidence["estimated"] is True
+    assert f.severity == "critical" and f.title == "autograd anomaly detection is on"
+    assert f.evidence["sampled_share_on"] == 0.3 and f.evidence["mean_step_ms"] == 100.0
+
+
+def test_anomaly_detection_below_the_spec_share_is_quiet_unless_the_record_says_on() -> None:
+    rec = record(lines=lines([], modes_on_share={"anomaly_detection": 0.1}))
+    assert fire(ANOMALY, rec) is None
+    # the record's own flag is a judgement: it fires whatever the sampled share
+    on = record(lines=lines([], modes_on_share={"anomaly_detection": 0.1}))
+    on["modes"] = {"anomaly_detection": True}
+    assert fire(ANOMALY, on) is not None
+    # and the spec's threshold decides for the sampled share: moved above 0.3, it goes quiet
+    sampled = record(lines=lines([], modes_on_share={"anomaly_detection": 0.3}))
+    assert fire(with_threshold(ANOMALY, 0.31), sampled) is None
+    assert fire(with_threshold(ANOMALY, 0.29), sampled) is not None
+
+
+def test_anomaly_detection_measured_without_a_gain_is_for_the_record() -> None:
+    on = {
+        "anomaly_detection": True,
+        "setter_calls": [{"call": "set_detect_anomaly", "value": True, "site": "t.py:3"}],
+    }
+    f = fire(ANOMALY, record(modes=on, experiments=[experiment("anomaly-detection", 50.0, 49.0)]))
+    assert f is not None
+    # 2% faster without it: under TOGGLE_GAIN, so info despite the spec's warning floor
+    assert f.severity == "info" and f.saving_ms_per_step == pytest.approx(2.0)
+    assert f.title.endswith(": measured 50.0 ms per step with it, 49.0 ms with off")
+    assert f.where == ["t.py:3"] and "set_detect_anomaly(False)  # at t.py:3" in f.fix
+
+
+def test_deterministic_algorithms_unmeasured_are_info_at_no_saving() -> None:
+    f = fire(DETERMINISTIC, record(modes={"deterministic_algorithms": True}))
+    assert f is not None and f.severity == "info" and f.saving_ms_per_step == 0.0
+    assert "(cost not measured: --full or torchrun)" in f.title
+    assert "cudnn" not in f.fix  # a CPU run: no cuDNN flags to change
+    assert fire(DETERMINISTIC, record(modes={"deterministic_algorithms": False})) is None
+
+
+def test_few_threads_fire_on_a_majority_of_faster_pairs() -> None:
+    modes = {"intra_op_threads": 2, "cores_per_rank": 8, "thread_env": {"OMP_NUM_THREADS": "2"}}
+    # median 40% faster, but only two of four pairs faster: the gate holds it back
+    split = experiment("few-intra-op-threads", 50.0, 30.0, pairs=[0.5, 0.5, 1.1, 1.2])
+    assert fire(THREADS, record(modes=modes, experiments=[split])) is None
+    most = experiment("few-intra-op-threads", 50.0, 30.0, pairs=[0.5, 0.5, 0.7, 1.2])
+    f = fire(THREADS, record(modes=modes, experiments=[most]))
+    assert f is not None and f.saving_ms_per_step == pytest.approx(40.0)
+    assert f.title.startswith("2 intra-op thread(s) on 8 cores: measured 50.0 ms")
+    assert f.fix == "torch.set_num_threads(8)\n# and OMP_NUM_THREADS=8 in the environment (it is 2)"
+
+
+def test_few_threads_need_the_specs_gain() -> None:
+    modes = {"intra_op_threads": 2, "cores_per_rank": 8}
+    small = record(modes=modes, experiments=[experiment("few-intra-op-threads", 50.0, 47.0)])
+    assert fire(THREADS, small) is None  # 6% faster: under THREADS_GAIN's 10%
+    assert fire(with_threshold(THREADS, 0.05), small) is not None
+    assert fire(THREADS, record(modes=modes)) is None  # not tried: no claim
+
+
+def test_a_backend_switched_off() -> None:
+    off = {"mkldnn_enabled": False, "mkldnn_available": True}
+    f = fire(BACKEND, record(modes=off))
+    assert f is not None and f.severity == "info" and f.saving_ms_per_step == 0.0
+    assert f.title == "torch.backends.mkldnn.enabled is False (cost not measured)"
+    assert f.fix.startswith("torch.backends.mkldnn.enabled = True")
+    # a build without oneDNN, or the backend left on: nothing to say
+    assert fire(BACKEND, record(modes={"mkldnn_enabled": False, "mkldnn_available": False})) is None
+    assert fire(BACKEND, record(modes={"mkldnn_enabled": True})) is None
