@@ -69,9 +69,9 @@ def test_an_accumulated_step_reads_nothing_back(host_reads: list[str]) -> None:
 def test_the_window_reads_the_losses_once(host_reads: list[str]) -> None:
     # The probe sees torchdoctor's reads: a window of 5 steps reads its losses back once, at the
     # end (rounds.py), after the window's one synchronisation.
-    from torchdoctor.tune.rounds import Arm, WindowClock, global_flags
+    from torchdoctor.tune.rounds import TrainingArm, WindowClock, global_flags
 
-    arm = Arm(
+    arm = TrainingArm(
         "candidate",
         _Loop(RuntimeConfig(grad_accumulation=4, num_workers=0), _workload()),
         global_flags(),

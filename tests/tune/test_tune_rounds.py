@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from torchdoctor.tune import rounds as rounds_mod
-from torchdoctor.tune.rounds import Arm, RoundPlan, WindowClock, global_flags, run_rounds
+from torchdoctor.tune.rounds import RoundPlan, TrainingArm, WindowClock, global_flags, run_rounds
 
 
 class FakeTime:
@@ -37,11 +37,14 @@ class FakeLoop:
         return torch.tensor(1.0 / self.steps)
 
 
-def _arms(monkeypatch: pytest.MonkeyPatch, costs: dict[str, float]) -> tuple[list[Arm], list[str]]:
+def _arms(
+    monkeypatch: pytest.MonkeyPatch, costs: dict[str, float]
+) -> tuple[list[TrainingArm], list[str]]:
     clock, log = FakeTime(), []
     monkeypatch.setattr(rounds_mod.time, "perf_counter", clock)
     arms = [
-        Arm(label, FakeLoop(clock, c, log, label), global_flags()) for label, c in costs.items()
+        TrainingArm(label, FakeLoop(clock, c, log, label), global_flags())
+        for label, c in costs.items()
     ]
     return arms, log
 
@@ -78,8 +81,8 @@ def test_no_gain_is_dropped_and_a_close_call_runs_to_the_limit(
         self.loop.cost_s = next(flip) if self.label == "baseline" else self.loop.cost_s
         return original(self, steps, clock)
 
-    original = Arm.window
-    monkeypatch.setattr(Arm, "window", wobble)
+    original = TrainingArm.window
+    monkeypatch.setattr(TrainingArm, "window", wobble)
     run_rounds(close, _plan(max_rounds=9), WindowClock(torch.device("cpu")))
     assert len(close[0].window_steps_s) == 9
 

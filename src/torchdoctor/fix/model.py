@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from torchdoctor import ab
+from torchdoctor.tune.fidelity import Fidelity
 
 Status = Literal["patched", "switch", "refused", "already", "no-gain", "rejected", "failed"]
 """What became of a change.
@@ -172,18 +173,6 @@ class Measured:
     def format(self) -> str:
         """``1.84x [1.71-1.95]`` (``[?]`` with too few rounds for an interval)."""
         return self.comparison.interval.format()
-
-
-@dataclass(frozen=True)
-class Fidelity:
-    """The loss gate's verdict for one arm against the original (same seed, same steps)."""
-
-    ok: bool
-    steps: int
-    """Losses compared (0: the script recorded no loss, nothing to compare)."""
-    max_rel_dev: float
-    tolerance: float
-    reason: str = ""
 
 
 @dataclass(frozen=True)

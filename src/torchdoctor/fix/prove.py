@@ -27,9 +27,10 @@ from typing import Any
 
 from torchdoctor import ab, stats
 from torchdoctor.capture.timed_window import measured_step_ms
-from torchdoctor.fix.model import Change, Fidelity, Measured
+from torchdoctor.fix.model import Change, Measured
 from torchdoctor.fix.planner import Plan, compose
 from torchdoctor.tune import fidelity as tune_fidelity
+from torchdoctor.tune.fidelity import Fidelity
 
 PRECISION_ORDER = ("fp32", "tf32", "bf16-mixed")
 """Loosest last: a set of changes is held to the loosest tolerance among them."""
@@ -224,22 +225,21 @@ def fidelity(base: list[ArmRun], arm: list[ArmRun], precision: str) -> Fidelity:
     cand = next((r.losses for r in arm if r.ok), [])
     tol = tune_fidelity.TOLERANCE.get(precision, tune_fidelity.TOLERANCE["fp32"])
     if not ref:
-        return Fidelity(True, 0, 0.0, tol, "no loss recorded (no Tensor.backward): not compared")
+        return Fidelity(
+            True, 0.0, -1, tol, 0, "no loss recorded (no Tensor.backward): not compared"
+        )
     again = [r.losses for r in base if r.ok][1:2]
     if again:
         v = tune_fidelity.check(ref, again[0], "fp32", steps=len(ref))
         if not v.ok:
-            return Fidelity(
-                False,
-                v.steps,
-                v.max_rel_dev,
-                tol,
-                "the original's own losses differ between runs ("
+            return replace(
+                v,
+                tolerance=tol,
+                reason="the original's own losses differ between runs ("
                 f"{v.max_rel_dev:.2e}): the script is not reproducible with a fixed seed",
             )
     v = tune_fidelity.check(ref, cand, precision, steps=len(ref))
-    reason = v.reason.replace("from the fp32 reference", "from the original") if not v.ok else ""
-    return Fidelity(v.ok, v.steps, v.max_rel_dev, tol, reason)
+    return replace(v, reason=v.reason.replace("from the fp32 reference", "from the original"))
 
 
 @dataclass(frozen=True)

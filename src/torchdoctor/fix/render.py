@@ -7,10 +7,11 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
-from torchdoctor.fix.model import STATUS_WORDS, Change, Fidelity, Measured
+from torchdoctor.fix.model import STATUS_WORDS, Change, Measured
 from torchdoctor.fix.planner import Plan, patch_of
 from torchdoctor.fix.prove import Proof
 from torchdoctor.fix.sources import relative
+from torchdoctor.tune.fidelity import Fidelity
 
 SCHEMA, SCHEMA_VERSION = "torchdoctor.fix", 1
 ONE_TIME_S = 0.5  # a warm-up this much longer is worth saying (compilation, worker start-up)

@@ -20,7 +20,7 @@ NO_HISTORY_HINT = (
 
 
 @dataclass(frozen=True)
-class Verdict:
+class MemoryVerdict:
     """The one-line verdict, with the numbers it states."""
 
     device: int | None
@@ -68,11 +68,11 @@ def _peak_text(d: DeviceMemory, h: DeviceHistory) -> tuple[str, str | None, int,
     return text, kind, size, share, len(rows)
 
 
-def verdict_of(report: MemoryReport) -> Verdict:
+def verdict_of(report: MemoryReport) -> MemoryVerdict:
     """The verdict of the device that reserved the most."""
     d = max(report.devices, key=lambda x: x.segments.reserved_bytes, default=None)
     if d is None:
-        return Verdict(None, None, 0, 0.0, 0, "the snapshot holds no segments")
+        return MemoryVerdict(None, None, 0, 0.0, 0, "the snapshot holds no segments")
     h = d.history
     kind, size, share, places = None, 0, 0.0, 0
     if h is not None and h.ooms:
@@ -97,4 +97,4 @@ def verdict_of(report: MemoryReport) -> Verdict:
         text += f"; fragmentation matters: try {d.fixes[0].env}"
     if len(report.devices) > 1:
         text = f"device {d.device}: {text}"
-    return Verdict(d.device, kind, size, share, places, text)
+    return MemoryVerdict(d.device, kind, size, share, places, text)

@@ -29,8 +29,9 @@ _ABS_FLOOR = 1e-6  # below this a loss is "zero": compare absolutely, not relati
 
 
 @dataclass(frozen=True)
-class Verdict:
-    """The gate's decision for one candidate, with the numbers behind it."""
+class Fidelity:
+    """The gate's decision for one candidate (a trial, or a ``fix --prove`` arm against the
+    original), with the numbers behind it."""
 
     ok: bool
     """True when the candidate is faithful."""
@@ -41,14 +42,14 @@ class Verdict:
     tolerance: float
     """The tolerance for the candidate's precision."""
     steps: int
-    """Steps compared."""
+    """Steps compared (0: no loss recorded, nothing compared)."""
     reason: str = ""
     """Why it was rejected, with the numbers ('' when faithful)."""
 
 
 def check(
     reference: Sequence[float], candidate: Sequence[float], precision: str, *, steps: int
-) -> Verdict:
+) -> Fidelity:
     """Compare the first ``steps`` losses of ``candidate`` with ``reference``.
 
     Rejects non-finite losses anywhere in the candidate, a trajectory shorter than ``steps``, and
@@ -57,10 +58,10 @@ def check(
     tol = TOLERANCE.get(precision, TOLERANCE["fp32"])
     for i, c in enumerate(candidate):
         if not math.isfinite(c):
-            return Verdict(False, math.inf, i, tol, i + 1, f"loss is {c} at step {i}")
+            return Fidelity(False, math.inf, i, tol, i + 1, f"loss is {c} at step {i}")
     n = min(steps, len(reference))
     if len(candidate) < n:
-        return Verdict(
+        return Fidelity(
             False,
             math.inf,
             len(candidate),
@@ -79,5 +80,5 @@ def check(
             f"({candidate[worst_step]:.6g} vs {reference[worst_step]:.6g}; "
             f"tolerance for {precision}: {tol:.0e})"
         )
-        return Verdict(False, worst, worst_step, tol, n, reason)
-    return Verdict(True, worst, worst_step, tol, n)
+        return Fidelity(False, worst, worst_step, tol, n, reason)
+    return Fidelity(True, worst, worst_step, tol, n)

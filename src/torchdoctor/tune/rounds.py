@@ -98,7 +98,7 @@ def _agree_s(seconds: float, device: torch.device) -> float:
 
 
 @dataclass
-class Arm:
+class TrainingArm:
     """One configuration training in this process."""
 
     label: str
@@ -183,7 +183,9 @@ def _agree_stop(why: str, device: torch.device) -> str:
     return _STOPS[int(t.item())]
 
 
-def _why_stop(arms: list[Arm], ref: Arm, plan: RoundPlan, done: int, elapsed_s: float) -> str:
+def _why_stop(
+    arms: list[TrainingArm], ref: TrainingArm, plan: RoundPlan, done: int, elapsed_s: float
+) -> str:
     if arms[0].nonfinite_step() is not None:
         return "nonfinite"
     if done < plan.min_rounds:
@@ -196,7 +198,7 @@ def _why_stop(arms: list[Arm], ref: Arm, plan: RoundPlan, done: int, elapsed_s: 
     return "time" if elapsed_s > plan.max_s else ""
 
 
-def run_rounds(arms: list[Arm], plan: RoundPlan, clock: WindowClock) -> str | None:
+def run_rounds(arms: list[TrainingArm], plan: RoundPlan, clock: WindowClock) -> str | None:
     """Interleave windows of ``arms`` until decided; returns why it stopped early (or None).
 
     The candidate (``arms[0]``) is compared with the incumbent arm, else the baseline arm; a

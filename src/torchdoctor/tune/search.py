@@ -66,7 +66,7 @@ class Record:
     trial: Trial
     result: TrialResult
     stats: measure.StepStats | None
-    verdict: fidelity.Verdict | None
+    verdict: fidelity.Fidelity | None
     comparison: ab.Comparison | None = None
     """The candidate against the configuration it was measured beside (incumbent or baseline)."""
     vs_baseline: RatioInterval | None = None

@@ -122,7 +122,7 @@ class _Loop:
 
 def _build_arms(spec: dict[str, Any]) -> list[Any]:
     """Each arm's workload and loop, built from the same seed (identical weights and data)."""
-    from torchdoctor.tune.rounds import Arm, global_flags
+    from torchdoctor.tune.rounds import TrainingArm, global_flags
 
     fn = find_function(load_module(spec["workload"]), spec["workload"], spec.get("function"))
     arms = []
@@ -131,7 +131,7 @@ def _build_arms(spec: dict[str, Any]) -> list[Any]:
         _seed(int(spec["seed"]))
         wl = Workload.coerce(fn(config))
         _seed(int(spec["seed"]))
-        arms.append(Arm(arm_spec["label"], _Loop(config, wl), global_flags()))
+        arms.append(TrainingArm(arm_spec["label"], _Loop(config, wl), global_flags()))
     return arms
 
 
