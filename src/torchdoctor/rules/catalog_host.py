@@ -43,6 +43,7 @@ HOST_SPECS: tuple[FindingSpec, ...] = (
         title="{k} of {n} steps ran long: step {step} took {ms:.1f} ms against a {median:.1f} ms "
         "median ({ratio:.1f}x), {per_step:.1f} ms per step on average{ran}",
         sources=("run",),
+        probe="unscaled",
         severity=SeverityPolicy(),
         threshold=th.RARE_LONG_RATIO,
         fix=static("# run the periodic work in the loop less often, or outside it"),

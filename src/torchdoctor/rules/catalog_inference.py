@@ -114,6 +114,7 @@ INFERENCE_SPECS: tuple[FindingSpec, ...] = (
         title="Decode runs at {share:.0%} of memory bandwidth: its GEMM/attention kernels move "
         "{gb:.2f} GB per step at {gbps:.0f} GB/s (peak {peak:.0f} GB/s)",
         sources=("trace",),
+        probe="kernel",
         severity=SeverityPolicy(),
         threshold=th.DECODE_BANDWIDTH_TARGET,
         fix=ifx.memory_bound_decode_fix,

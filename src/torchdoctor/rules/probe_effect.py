@@ -29,7 +29,7 @@ from typing import Any
 from torchdoctor import stats
 from torchdoctor.rules import thresholds as th
 from torchdoctor.rules.finding import Finding, rank_findings
-from torchdoctor.rules.registry import spec
+from torchdoctor.rules.registry import REGISTRY, spec
 
 MIN_CLEAN_STEPS = 3
 """Fewer clean steps than this have no median worth reporting: the instrumented one stands."""
@@ -42,33 +42,18 @@ GPU_BOUND_LEAD_MS = 0.5
 the GPU still had queued work when the CPU finished the step."""
 GPU_BOUND_LEAD_SHARE = 0.05
 
-KERNEL_TIME_IDS = frozenset(
-    {
-        "fp32-gemm-no-tensor-cores",
-        "fp32-on-bf16-gpu",
-        "tf32-off",
-        "float64-compute",
-        "activation-recompute",
-        "memory-bound-decode",
-        "exposed-communication",
-        "exposed-all-gather",
-        "device-copies",
-    }
-)
+
+def _probe_ids(role: str) -> frozenset[str]:
+    """The registered findings whose spec says ``probe=role`` (``spec.ProbeScaling``)."""
+    return frozenset(s.id for s in REGISTRY.values() if s.probe == role)
+
+
+KERNEL_TIME_IDS = _probe_ids("kernel")
 """Findings whose saving is GPU kernel time as the trace measured it: the profiler does not
 slow kernels, so these stand as measured."""
-UNSCALED_IDS = frozenset(
-    {
-        "rare-long-steps",  # judged on the un-instrumented steps
-        "compile-not-repaid",  # one-off costs of the job
-        "recompiles",
-        "recompile-limit-hit",
-        "out-of-memory",
-        "memory-pressure",
-        "memory-fragmentation",
-    }
-)
-DATA_IDS = frozenset({"data-loading-bound", "input-pipeline"})
+UNSCALED_IDS = _probe_ids("unscaled")
+"""Findings judged on un-instrumented steps, one-off costs of the job, and risks: never scaled."""
+DATA_IDS = _probe_ids("data")
 """Waiting for batches: measured again in the clean window by the step clock."""
 HOST_BOUND = "host-bound"
 

@@ -18,6 +18,13 @@ SEVERITIES: tuple[str, ...] = get_args(Severity)
 Source = Literal["trace", "run", "ranks"]
 """Where a finding comes from: one trace (analyze), a check run's record, or a folder of ranks."""
 
+ProbeScaling = Literal["host", "kernel", "unscaled", "data"]
+"""How ``check`` brings a finding's saving from the instrumented window to the clean step
+(``rules/probe_effect.py``): ``host`` scales it by how much smaller the clean step's host part
+is; ``kernel`` keeps it on a GPU (GPU kernel time as the trace measured it: the profiler does
+not slow kernels); ``unscaled`` keeps it always (judged on un-instrumented steps, a one-off cost
+of the job, or a risk rather than time); ``data`` takes the clean window's own data wait."""
+
 FixBuilder = Callable[..., str]
 """Builds the code to paste from typed inputs (the rule passes what it measured)."""
 
@@ -111,6 +118,8 @@ class FindingSpec:
     """Further minimums the measurement must reach for the finding to fire."""
     variants: tuple[tuple[str, Variant], ...] = ()
     """Named wordings a rule may pick (``Measured.variant``)."""
+    probe: ProbeScaling = "host"
+    """How the probe effect brings its saving to the clean step (:data:`ProbeScaling`)."""
 
     def variant(self, name: str | None) -> Variant | None:
         """The named variant; None for the spec's own wording (a KeyError for an unknown name)."""

@@ -25,6 +25,7 @@ EXPOSED_SPEC = FindingSpec(
     title="Exposed communication: {ms:.1f} ms per step ({share:.0%}) of collectives not "
     "overlapped with compute ({overlap:.0%} hidden)",
     sources=("trace",),
+    probe="kernel",
     severity=SeverityPolicy(th.EXPOSED_COMM_WARN, th.EXPOSED_COMM_CRITICAL),
     threshold=th.EXPOSED_COMM_WARN,
     fix=fx.exposed_comm_fix,
@@ -121,6 +122,7 @@ GATHER_SPEC = FindingSpec(
     title="Exposed all-gather (FSDP): {ms:.1f} ms per step ({share:.0%}) waiting for "
     "parameters to be gathered ({overlap:.0%} hidden under compute)",
     sources=("trace",),
+    probe="kernel",
     severity=SeverityPolicy(th.EXPOSED_COMM_WARN, th.EXPOSED_COMM_CRITICAL),
     threshold=th.EXPOSED_COMM_WARN,
     fix=fx.fsdp_prefetch_fix,

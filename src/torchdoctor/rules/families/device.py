@@ -29,6 +29,7 @@ FP32_SPEC = FindingSpec(
     title="fp32 GEMMs off the tensor cores: {fp32_share:.0%} of matmul time on a {gpu} (use "
     "{precision})",
     sources=("trace",),
+    probe="kernel",
     severity=SeverityPolicy(th.FP32_GEMM_WARN, th.FP32_GEMM_CRITICAL),
     threshold=th.FP32_GEMM_SHARE,
     gates=(Gate("matmul_share", th.MATMUL_MIN_SHARE),),
@@ -90,6 +91,7 @@ MEMORY_SPEC = FindingSpec(
     label="memory pressure",
     title="Memory pressure on GPU {device}: {what}",
     sources=("trace",),
+    probe="unscaled",
     severity=SeverityPolicy(fixed="warning", risk=True),
     threshold=th.MEMORY_PRESSURE,
     fix=static(fx.MEMORY_PRESSURE),

@@ -33,6 +33,7 @@ SPEC = FindingSpec(
     label="float64 compute",
     title="{share:.0%} of the step's {basis} are float64",
     sources=("run",),
+    probe="kernel",
     severity=SeverityPolicy(),
     threshold=th.FP64_SHARE,
     fix=fp64_fix,

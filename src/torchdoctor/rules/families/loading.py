@@ -19,6 +19,7 @@ DATA_SPEC = FindingSpec(
     label="data loading",
     title="Data loading: {when} for the next batch",
     sources=("trace",),
+    probe="data",
     severity=SeverityPolicy(th.DATA_WARN, th.DATA_CRITICAL),
     threshold=th.DATA_WARN,
     fix=static(fx.DATA_LOADER),

@@ -91,6 +91,7 @@ INPUT_SPEC = FindingSpec(
     title="Input pipeline: each step starts with {what} {ms:.1f} ms ({share:.0%}) while the "
     "CPU runs no torch operator (producing the batch?)",
     sources=("trace",),
+    probe="data",
     severity=SeverityPolicy(th.INPUT_WARN, th.DATA_CRITICAL),
     threshold=th.INPUT_WARN,
     fix=static(fx.INPUT_PIPELINE),
