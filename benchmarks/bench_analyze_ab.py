@@ -1,7 +1,7 @@
 """``analyze`` of this checkout against an older commit's, interleaved: is it at least as fast?
 
     python benchmarks/bench_analyze_ab.py [--base e78f05f] [--this COMMIT] [--rounds 9]
-        [--trace v100_ddp_compiled_rank1]
+        [--trace v100_ddp_compiled_rank1] [--no-helper]
 
 The base commit's ``src/`` comes from ``git archive BASE src`` (and ``--this COMMIT``'s too; by
 default "this" is the checkout's ``src/`` as it is, uncommitted changes included); both trees are compiled to
@@ -44,11 +44,19 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=9)
     ap.add_argument("--trace", default="v100_ddp_compiled_rank1")
     ap.add_argument("--timeout", type=float, default=300.0)
+    ap.add_argument(
+        "--no-helper",
+        action="store_true",
+        help="load in one process (TORCHDOCTOR_PARALLEL_LOAD=0): on a machine whose load moves, "
+        "the helper starts in some rounds and not in others, which widens the rounds' spread",
+    )
     args = ap.parse_args()
+    if args.no_helper:
+        os.environ["TORCHDOCTOR_PARALLEL_LOAD"] = "0"  # the children inherit it
     trace = TRACES / f"{args.trace}.json.gz"
     if not trace.is_file():
         sys.exit(f"{trace} not found (set TORCHDOCTOR_TRACES)")
-    print(environment())
+    print(environment() + ("; loader helper off" if args.no_helper else ""))
     with tempfile.TemporaryDirectory(prefix="td-ab-") as tmp:
         base_src = _archive(args.base, Path(tmp) / "base")
         if args.this:
