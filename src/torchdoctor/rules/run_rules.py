@@ -92,41 +92,6 @@ def host_syncs(run: RunRecord) -> list[Finding]:
     ]
 
 
-# -- precision ----------------------------------------------------------------------------------
-def amp_rules(run: RunRecord) -> list[Finding]:
-    """fp16 autocast without GradScaler, GradScaler with bf16 (correctness: 0 ms saving)."""
-    cfg = run.config
-    dtypes = cfg.autocast_dtypes
-    scaler = any(s.get("enabled") for s in cfg.grad_scalers)
-    out = []
-    evidence = {"autocast_dtypes": sorted(dtypes), "grad_scalers": cfg.grad_scalers}
-    if "float16" in dtypes and not scaler and cfg.optimizer_steps:
-        title = spec("fp16-without-grad-scaler").format_title()
-        out.append(make(run, "fp16-without-grad-scaler", title, 0.0, evidence))
-    if scaler and "bfloat16" in dtypes and "float16" not in dtypes:
-        title = spec("grad-scaler-with-bf16").format_title()
-        out.append(make(run, "grad-scaler-with-bf16", title, 0.0, evidence))
-    return out
-
-
-def precision_rules(run: RunRecord) -> list[Finding]:
-    """fp32 GEMMs on an sm80+ GPU, TF32 off; saving (ms/step): half the GEMM time."""
-    gpu, ops = run.gpu, run.op_summary
-    gemm = (ops.gemm_share or 0.0) if ops.gemm_share_basis == "device" else 0.0
-    if gpu is None or not gpu.bf16_tensor_cores or run.config.autocast_dtypes:
-        return []
-    if gemm < th.GEMM_MIN_SHARE:
-        return []
-    flags = run.config.backend_flags
-    saving = gemm * (run.step_ms or 0.0) * th.GEMM_SPEEDUP_SAVING
-    ev = {"gemm_share_of_gpu_time": gemm, "device": gpu.device, "backend_flags": flags}
-    title = spec("fp32-on-bf16-gpu").format_title(gpu=gpu.device.get("name"), gemm=gemm)
-    out = [make(run, "fp32-on-bf16-gpu", title, saving, ev)]
-    if not flags.get("tf32_matmul"):
-        out.append(make(run, "tf32-off", spec("tf32-off").format_title(), saving, ev))
-    return out
-
-
 # -- parallelism, memory, overhead --------------------------------------------------------------
 def data_parallel(run: RunRecord) -> list[Finding]:
     """nn.DataParallel in use; saving (ms/step): DATA_PARALLEL_SHARE of the step."""
@@ -325,8 +290,6 @@ RULES: tuple[RunRule, ...] = (
     dataloader_config,
     unpinned_non_blocking,
     host_syncs,
-    amp_rules,
-    precision_rules,
     data_parallel,
     memory_rules,
     out_of_memory,
