@@ -82,21 +82,6 @@ RUN_SPECS: tuple[FindingSpec, ...] = (
         codemods=("dataloader-args", "non-blocking-copies"),
     ),
     FindingSpec(
-        id="unpinned-non-blocking",
-        label="non_blocking copies from unpinned memory",
-        title="{copies:.1f} non_blocking copies per step from unpinned memory ({mib:.1f} MiB): "
-        "they run synchronously",
-        sources=("run",),
-        severity=SeverityPolicy(),
-        threshold=th.PAGEABLE_GBPS,
-        fix=static(fx.UNPINNED),
-        explanation="non_blocking=True only overlaps a host-to-device copy when the source is "
-        "pinned; from pageable memory the copy is staged and blocks the host.",
-        doc_url=f"{D}/notes/cuda.html#use-pinned-memory-buffers",
-        knobs=("pin_memory",),
-        codemods=("dataloader-args",),
-    ),
-    FindingSpec(
         id="host-syncs-in-step",
         label="host syncs in the step",
         title="{calls:.1f} host syncs per step ({kinds}){note}",
@@ -151,20 +136,5 @@ RUN_SPECS: tuple[FindingSpec, ...] = (
         explanation="What filled the memory: {parts}. Who held it and how fragmented the cache "
         "was: `torchdoctor memory memory_snapshot.pickle` in the run folder (docs/memory.md).",
         doc_url=f"{D}/torch_cuda_memory.html",
-    ),
-    FindingSpec(
-        id="activation-recompute",
-        label="activation checkpointing recomputation",
-        title="activation checkpointing recomputes {ms:.1f} ms of forward per step ({share:.0%}"
-        " of the step), {calls:.0f} checkpointed calls per step",
-        sources=("run",),
-        probe="kernel",
-        severity=SeverityPolicy(warn=th.RECOMPUTE_WARN),
-        threshold=th.RECOMPUTE_WARN,
-        fix=static(fx.ACTIVATION_RECOMPUTE),
-        explanation="Backward runs each checkpointed forward again to rebuild the activations "
-        "it did not keep: memory bought with compute. The cost is the checkpointed forward's "
-        "time (measured on the host: exact on a CPU, a lower bound on a GPU).",
-        doc_url=f"{D}/checkpoint.html",
     ),
 )

@@ -15,8 +15,9 @@ function that measures it, as ``RULES = (TraceRule(SPEC, measure),)`` for a trac
 (called with the ``TraceAnalysis``) or ``RULES = (RunRule(SPEC, measure),)`` for a check run's
 (called with the ``RunRecord``); nothing else changes (see docs/architecture.md, and
 ``rules/families/device_copies.py`` and ``rules/families/gc_in_step.py`` for worked examples).
-Every trace finding, and the run findings about modes, repeated work, float64, garbage
-collection and precision, live there. The others are still registered by hand:
+Every trace finding lives there, and so do the run findings of the modules with run rules
+(modes, grad mode, repeated work, float64, garbage collection, precision, recomputation,
+unpinned copies). The others are still registered by hand:
 
 1. Add a threshold to ``rules/thresholds.py`` if it needs one: ``Threshold(value, "reason")``.
 2. Add a ``FindingSpec(...)`` to ``RUN_SPECS`` (``rules/catalog_run.py``), ``MODE_SPECS``

@@ -32,27 +32,6 @@ from torchdoctor.rules.user_fixes import compiled_next_step
 RunRule = Callable[[RunRecord], list[Finding]]
 
 
-def unpinned_non_blocking(run: RunRecord) -> list[Finding]:
-    """non_blocking copies from pageable memory; saving (ms/step): bytes at PAGEABLE_GBPS."""
-    rows = run.syncs.unpinned_non_blocking
-    if not rows:
-        return []
-    measured = max(1, run.steps.measured_steps)
-    copies = sum(r["copies"] for r in rows) / measured
-    nbytes = sum(r["bytes"] for r in rows) / measured
-    saving = nbytes / (th.PAGEABLE_GBPS * 1e9) * 1e3
-    return [
-        make(
-            run,
-            "unpinned-non-blocking",
-            spec("unpinned-non-blocking").format_title(copies=copies, mib=nbytes / 2**20),
-            saving,
-            {"copies_per_step": copies, "bytes_per_step": nbytes, "sites": rows[:8]},
-            where=[r["site"] for r in rows[:8]],
-        )
-    ]
-
-
 def host_syncs(run: RunRecord) -> list[Finding]:
     """Per-step host syncs at user lines; saving (ms/step): time blocked inside them."""
     rows, debug = run.syncs.host_syncs, run.syncs.sync_debug
@@ -258,44 +237,18 @@ def _framework_python_ms(run: RunRecord) -> float | None:
     return python_ms_of_framework(run.lines)
 
 
-def activation_recompute(run: RunRecord) -> list[Finding]:
-    """Checkpointed forward recomputed in backward; saving (ms/step): that forward's time."""
-    ck, measured, step = run.config.checkpointing, run.steps.measured_steps, run.step_ms
-    calls = int(ck.get("calls_measured") or 0)
-    if not calls or not measured or not step:
-        return []
-    ms = float(ck.get("forward_s_measured") or 0.0) * 1e3 / measured
-    s = spec("activation-recompute")
-    return [
-        make(
-            run,
-            s.id,
-            s.format_title(ms=ms, share=ms / step, calls=calls / measured),
-            ms,
-            {
-                "recompute_ms_per_step": ms,
-                "checkpointed_calls_per_step": calls / measured,
-                "gemm_share": run.op_summary.gemm_share,
-                "checkpointing": ck,
-            },
-        )
-    ]
-
-
 RULES: tuple[RunRule, ...] = (
     recompiles,
     recompile_limit,
     graph_breaks,
     compile_not_repaid,
     dataloader_config,
-    unpinned_non_blocking,
     host_syncs,
     data_parallel,
     memory_rules,
     out_of_memory,
     memory_growth,
     tiny_ops,
-    activation_recompute,
 )
 """The run rules registered by hand; the family rules (``RUN_FAMILY_RULES``) run after them."""
 
