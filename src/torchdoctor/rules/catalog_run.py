@@ -4,12 +4,10 @@ from __future__ import annotations
 
 from torchdoctor.rules import fixes as fx
 from torchdoctor.rules import thresholds as th
-from torchdoctor.rules.families.device import MEMORY_COMMAND
 from torchdoctor.rules.spec import FindingSpec, SeverityPolicy, static
 
 D = fx.DOCS
 COMPILER_DOCS = f"{D}/torch.compiler_troubleshooting.html"
-ALLOC_DOCS = f"{D}/notes/cuda.html#optimizing-memory-usage-with-pytorch-cuda-alloc-conf"
 
 RUN_SPECS: tuple[FindingSpec, ...] = (
     FindingSpec(
@@ -94,21 +92,6 @@ RUN_SPECS: tuple[FindingSpec, ...] = (
         doc_url=f"{D}/generated/torch.cuda.set_sync_debug_mode.html",
         aliases=("sync-stalls",),
         codemods=("sync-every-n",),
-    ),
-    FindingSpec(
-        id="memory-fragmentation",
-        label="memory fragmentation",
-        title="reserved memory {slack_gib:.1f} GiB above allocated at the peak ({frag:.0%}), "
-        "{retries} allocator retries",
-        sources=("run",),
-        probe="unscaled",
-        severity=SeverityPolicy(fixed="info", risk=True),
-        threshold=th.FRAGMENTATION,
-        fix=static(fx.FRAGMENTATION),
-        explanation="The caching allocator holds blocks it cannot reuse for differently sized "
-        "tensors; retries free the cache and synchronise. Expandable segments grow in place "
-        "instead. " + MEMORY_COMMAND,
-        doc_url=ALLOC_DOCS,
     ),
     FindingSpec(
         id="memory-growth",

@@ -11,7 +11,6 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from torchdoctor.memory.fragmentation import fragmented
 from torchdoctor.record.run import RunRecord
 from torchdoctor.rules import thresholds as th
 from torchdoctor.rules.compile_rules import (
@@ -88,31 +87,6 @@ def data_parallel(run: RunRecord) -> list[Finding]:
             {"data_parallel": dp},
             v.fix(),
             v.explanation,
-        )
-    ]
-
-
-def memory_rules(run: RunRecord) -> list[Finding]:
-    """Allocator fragmentation (retries, reserved far above allocated); saving not measured."""
-    mem = run.gpu.memory if run.gpu is not None else {}
-    if not mem.get("peak_reserved_bytes"):
-        return []
-    slack = mem["peak_reserved_bytes"] - mem["peak_allocated_bytes"]
-    retries = mem.get("alloc_retries", 0)
-    if not (retries or fragmented(mem["peak_reserved_bytes"], slack)):
-        return []
-    tight = mem["peak_reserved_bytes"] >= th.MEMORY_PRESSURE * mem.get("total_bytes", float("inf"))
-    title = spec("memory-fragmentation").format_title(
-        slack_gib=slack / 2**30, frag=mem["fragmentation"], retries=retries
-    )
-    return [
-        make(
-            run,
-            "memory-fragmentation",
-            title,
-            0.0,
-            {"memory": mem},
-            severity="warning" if retries or tight else "info",
         )
     ]
 
@@ -245,7 +219,6 @@ RULES: tuple[RunRule, ...] = (
     dataloader_config,
     host_syncs,
     data_parallel,
-    memory_rules,
     out_of_memory,
     memory_growth,
     tiny_ops,

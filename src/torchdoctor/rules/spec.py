@@ -176,12 +176,17 @@ class Measured:
     judged: str | None = None
     """Another stage's judgement that fires the finding whatever ``value`` is, by name (the
     allocator judged fragmented by ``memory/fragmentation.py``)."""
+    least: Severity | None = None
+    """The lowest severity this measurement gets, whatever its share (allocator retries make
+    fragmentation a warning); None: the policy alone decides."""
 
     def severity(self, policy: SeverityPolicy) -> Severity:
-        """``policy``'s grade of ``share``, capped at :attr:`most`."""
+        """``policy``'s grade of ``share``, capped at :attr:`most`, raised to :attr:`least`."""
         level = policy.grade(self.share)
         if self.most is not None and SEVERITIES.index(level) < SEVERITIES.index(self.most):
-            return self.most
+            level = self.most
+        if self.least is not None and SEVERITIES.index(level) > SEVERITIES.index(self.least):
+            level = self.least
         return level
 
     def complete(self) -> Measured:
@@ -201,6 +206,7 @@ class Measured:
             gates=self.gates,
             variant=self.variant,
             judged=self.judged,
+            least=self.least,
         )
 
 
