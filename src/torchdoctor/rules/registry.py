@@ -17,7 +17,7 @@ function that measures it, as ``RULES = (TraceRule(SPEC, measure),)`` for a trac
 ``rules/families/device_copies.py`` and ``rules/families/gc_in_step.py`` for worked examples).
 Every trace finding lives there, and so do the run findings of the modules with run rules
 (modes, grad mode, repeated work, float64, garbage collection, precision, recomputation,
-unpinned copies). The others are still registered by hand:
+unpinned copies, fragmentation). The others are still registered by hand:
 
 1. Add a threshold to ``rules/thresholds.py`` if it needs one: ``Threshold(value, "reason")``.
 2. Add a ``FindingSpec(...)`` to ``RUN_SPECS`` (``rules/catalog_run.py``), ``MODE_SPECS``
