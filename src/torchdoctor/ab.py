@@ -13,6 +13,8 @@ falls on all arms alike. All three decide here, on the same numbers:
   is the two-sided question "faster or slower at all?" that ``compare`` asks.
 - :data:`FEWEST_ROUNDS` and :func:`has_interval`: under 6 rounds no 95% interval exists (the
   interval is (0, inf)), so nothing can be decided: too few rounds, not a loss.
+- :func:`round_order`: which arm runs when: a shuffled order on even rounds, the reverse of
+  the round before on odd ones.
 - :func:`compare`: all of the above for one candidate against its reference, with the rounds
   beyond Tukey's far-out fences counted (a burst of load on one arm).
 - :func:`break_even_steps`: the step count where paying a one-time cost for a per-step saving
@@ -29,9 +31,10 @@ such evidence.
 from __future__ import annotations
 
 import math
+import random
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Literal, overload
+from typing import Literal, TypeVar, overload
 
 import numpy as np
 
@@ -43,9 +46,27 @@ MIN_GAIN = 0.02
 CONFIDENCE = 0.95
 """Every interval of rounds is a 95% interval."""
 
+T = TypeVar("T")
 Decision = Literal["win", "drop", "undecided"]
 Times = Sequence[float] | np.ndarray
 """One time per round of one arm."""
+
+
+def round_order(
+    arms: Sequence[T], rnd: int, rng: random.Random, previous: Sequence[T] = ()
+) -> list[T]:
+    """The order of round ``rnd`` (0-based): drawn from ``rng`` on an even round, the reverse of
+    the round before (``previous``) on an odd one (an arm missing from it, last).
+
+    Over each pair of rounds every arm runs in mirrored positions, so whatever a position costs
+    (the process after another, a warm cache, the machine's drift within a round) cancels; with
+    two arms each runs first equally often, where a fresh shuffle per round can put the same
+    arm first 7 rounds in 8."""
+    if rnd % 2 == 0 or not previous:
+        order = list(arms)
+        rng.shuffle(order)
+        return order
+    return [a for a in reversed(previous) if a in arms] + [a for a in arms if a not in previous]
 
 
 def ratios(reference: Times, candidate: Times) -> list[float]:

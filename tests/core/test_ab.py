@@ -3,6 +3,8 @@ compare --rerun, and the one break-even."""
 
 from __future__ import annotations
 
+import random
+
 import pytest
 
 from torchdoctor import ab, stats
@@ -58,3 +60,25 @@ def test_break_even_steps() -> None:
     assert ab.break_even_steps(0.0, 0.0) is None  # level at every N
     assert ab.break_even_steps(0.0, 0.010, whole=True) == 0  # ahead from the start
     assert ab.break_even_steps(-1.0, 0.010) == 0.0  # ahead from the start
+
+
+def test_round_order_mirrors_each_shuffled_round() -> None:
+    rng, order, orders = random.Random(0), [], []
+    for rnd in range(8):
+        order = ab.round_order(["a", "b", "c"], rnd, rng, order)
+        orders.append(order)
+    assert all(sorted(o) == ["a", "b", "c"] for o in orders)
+    assert all(orders[i + 1] == orders[i][::-1] for i in range(0, 8, 2))
+    assert len({tuple(o) for o in orders[::2]}) > 1  # even rounds are drawn, not repeated
+    for seed in range(5):  # two arms: each first equally often, whatever the draws
+        rng, pair, firsts = random.Random(seed), [], []
+        for rnd in range(8):
+            pair = ab.round_order(["A", "B"], rnd, rng, pair)
+            firsts.append(pair[0])
+        assert firsts.count("A") == 4
+
+
+def test_round_order_skips_an_arm_that_left_and_puts_a_new_one_last() -> None:
+    rng = random.Random(1)
+    assert ab.round_order(["b", "c"], 1, rng, ["a", "b", "c"]) == ["c", "b"]
+    assert ab.round_order(["a", "b", "d"], 3, rng, ["b", "a"]) == ["a", "b", "d"]

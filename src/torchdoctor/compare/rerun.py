@@ -16,8 +16,8 @@ to the job's length), exactly as ``tune`` decides between configurations.
     result.speedup               # RatioInterval of the headline cost, base / new
     result.ratios("mean_step")   # per-round speed-ups
 
-The pieces are separate so that another interleaved A/B can reuse them: ``round_order`` (the
-balanced order), a ``Runner`` (one fresh process of one side; ``rerun_process.run_child`` by
+The pieces are separate so that another interleaved A/B can reuse them: ``ab.round_order`` (the
+balanced order, which ``fix --prove`` and ``tune`` use too), a ``Runner`` (one fresh process of one side; ``rerun_process.run_child`` by
 default, a fake in tests) and ``judge`` (the paired estimates and the verdict).
 """
 
@@ -30,7 +30,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from torchdoctor import stats
+from torchdoctor import ab, stats
 from torchdoctor.compare.cost import RunCost
 from torchdoctor.compare.estimates import Estimate, Quantity, estimates
 from torchdoctor.compare.rerun_types import (
@@ -45,6 +45,8 @@ from torchdoctor.compare.rerun_types import (
 )
 from torchdoctor.compare.verdict import Verdict, decide
 
+SIDES: tuple[SideName, SideName] = ("BASE", "NEW")
+
 __all__ = [
     "MIN_ROUNDS",
     "ChildRun",
@@ -57,7 +59,6 @@ __all__ = [
     "SideName",
     "StopReason",
     "judge",
-    "round_order",
     "run_interleaved",
 ]
 
@@ -126,7 +127,7 @@ def run_interleaved(
 ) -> RerunResult:
     """Run ``base`` and ``new`` alternately in fresh processes and decide on per-round ratios.
 
-    Each round runs both sides once, in ``round_order``; after ``options.min_rounds`` rounds it
+    Each round runs both sides once, in ``ab.round_order``; after ``options.min_rounds`` rounds it
     stops as soon as the headline cost's interval decides (excludes 1). ``env`` adds environment
     variables and ``cwd`` sets the folder of every process; ``on_run`` sees each process as it
     ends; ``runner`` replaces the fresh process (default ``rerun_process.run_child``). Never
@@ -147,8 +148,9 @@ def run_interleaved(
     job = opts.job_steps
     result_est: dict[Quantity, Estimate] = {}
     verdict: Verdict | None = None
+    order: list[SideName] = []
     for rnd in range(opts.rounds):
-        order = round_order(rnd, shuffle, orders[-1] if orders else None)
+        order = ab.round_order(SIDES, rnd, shuffle, order)
         orders.append("BASE NEW" if order[0] == "BASE" else "NEW BASE")
         for name in order:
             script = base if name == "BASE" else new
@@ -178,21 +180,6 @@ def run_interleaved(
         base, new, opts, job, runs, orders, result_est,
         verdict if done else None, stopped, failure, _notes(runs, opts),
     )  # fmt: skip
-
-
-def round_order(
-    rnd: int, rng: random.Random, previous: RoundOrder | None
-) -> tuple[SideName, SideName]:
-    """Round ``rnd``'s order: drawn from ``rng`` for an even round, the reverse of the round
-    before (``previous``) for an odd one. Each side runs first equally often, so whatever a
-    process's position costs (the one after another process, a cache) cancels; a plain shuffle
-    per round can put the same side first 7 rounds in 8."""
-    order: list[SideName] = ["BASE", "NEW"]
-    if rnd % 2 == 0:
-        rng.shuffle(order)
-    elif previous == "BASE NEW":
-        order.reverse()
-    return order[0], order[1]
 
 
 def _paired(runs: list[ChildRun]) -> list[tuple[ChildRun, ChildRun]]:

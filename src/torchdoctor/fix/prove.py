@@ -1,8 +1,9 @@
 """``fix --prove``: the original against each change, and against all of them, interleaved.
 
-Each round runs every arm once, in a fresh process (``probe.py``), in an order shuffled per
-round, so a change in the machine's load falls on all arms alike; an arm's value in a round
-is the mean of its measured steps (check's step clock, after the warm-up, the profiler off).
+Each round runs every arm once, in a fresh process (``probe.py``), in an order that changes per
+round (``ab.round_order``), so a change in the machine's load falls on all arms alike; an arm's
+value in a round is the mean of its measured steps (check's step clock, after the warm-up, the
+profiler off).
 Decisions are tune's and compare's (``torchdoctor.ab``): the interval of the per-round ratio
 original / arm must lie above ``1 + min_gain``.
 Fidelity is tune's gate too (``tune.fidelity``): the losses of the first steps, same seed,
@@ -181,15 +182,16 @@ def interleave(
     run: Callable[[Arm], ArmRun],
     progress: Callable[[int, dict[str, ArmRun]], None] | None = None,
 ) -> dict[str, list[ArmRun]]:
-    """``rounds`` rounds of every arm, order shuffled per round (A B / B A ...). An arm that
-    fails is not run again (its first failure says why)."""
+    """``rounds`` rounds of every arm in ``ab.round_order`` (shuffled, then reversed: A B / B A
+    ...). An arm that fails is not run again (its first failure says why)."""
     shuffle = random.Random(seed)
     results: dict[str, list[ArmRun]] = {a.label: [] for a in arms}
+    order: list[Arm] = []
     for r in range(rounds):
-        order = [a for a in arms if all(x.ok for x in results[a.label])]
-        if len(order) < 2:
+        live = [a for a in arms if all(x.ok for x in results[a.label])]
+        if len(live) < 2:
             break
-        shuffle.shuffle(order)
+        order = ab.round_order(live, r, shuffle, order)
         this = {}
         for arm in order:
             this[arm.label] = run(arm)

@@ -1,7 +1,8 @@
 """Interleaved rounds inside one trial process: every arm trains, one timed window per round.
 
 An *arm* is one configuration's model, optimizer and data loader, built from the same seed. Each
-round runs one window of steps of every arm, in an order shuffled per round, so a load change on
+round runs one window of steps of every arm, in an order that changes per round (shuffled,
+then reversed: ``ab.round_order``), so a load change on
 the machine hits all arms alike; the search decides on the per-round ratios (``ab.compare``).
 
 A window is what the user's loop does: no ``.item()``, no synchronisation per step. The losses
@@ -207,9 +208,9 @@ def run_rounds(arms: list[TrainingArm], plan: RoundPlan, clock: WindowClock) -> 
     shuffle = random.Random(plan.seed)
     ref = next((a for a in arms[1:] if a.label == "incumbent"), arms[-1])
     started = time.monotonic()
+    order: list[TrainingArm] = []
     for done in range(1, plan.max_rounds + 1):
-        order = list(arms)
-        shuffle.shuffle(order)
+        order = ab.round_order(arms, done - 1, shuffle, order)
         for arm in order:
             arm.window(plan.steps, clock)
         why = _why_stop(arms, ref, plan, done, time.monotonic() - started)
