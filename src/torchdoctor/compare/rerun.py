@@ -17,8 +17,9 @@ to the job's length), exactly as ``tune`` decides between configurations.
     result.ratios("mean_step")   # per-round speed-ups
 
 The pieces are separate so that another interleaved A/B can reuse them: ``ab.round_order`` (the
-balanced order, which ``fix --prove`` and ``tune`` use too), a ``Runner`` (one fresh process of one side; ``rerun_process.run_child`` by
-default, a fake in tests) and ``judge`` (the paired estimates and the verdict).
+balanced order, which ``fix --prove`` and ``tune`` use too), a ``Runner`` (one fresh process of
+one side; ``rerun_process.run_child`` by default, a fake in tests) and ``judge`` (the paired
+estimates and the verdict).
 """
 
 from __future__ import annotations

@@ -335,7 +335,8 @@ def _decide(
         if m is not None and not ab.has_interval(m.comparison.interval):
             # too few rounds for a 95% signed-rank interval: say so, not "does not clear"
             why = (
-                f"{m.rounds} rounds cannot give a 95% interval; run --rounds {ab.FEWEST_ROUNDS} or more "
+                f"{m.rounds} rounds cannot give a 95% interval; run --rounds "
+                f"{ab.FEWEST_ROUNDS} or more "
                 f"(measured {m.ratio:.2f}x over {m.rounds} rounds: unproven, not a loss)"
             )
         if opts.keep_unproven:
