@@ -51,14 +51,20 @@ def _index(*groups: tuple[FindingSpec, ...]) -> dict[str, FindingSpec]:
     return out
 
 
+_TRACE_SPECS = tuple(r.spec for r in FAMILY_RULES)
+_RUN_SPECS = tuple(
+    {id(r.spec): r.spec for r in RUN_FAMILY_RULES if r.spec not in _TRACE_SPECS}.values()
+)
+"""The run families' specs, each once (a family may measure one spec on a trace and on a run)."""
+
 REGISTRY: dict[str, FindingSpec] = _index(
-    tuple(r.spec for r in FAMILY_RULES),
+    _TRACE_SPECS,
     RANK_SPECS,
     INFERENCE_SPECS,
     RUN_SPECS,
     HOST_SPECS,
     MODE_SPECS,
-    tuple(r.spec for r in RUN_FAMILY_RULES),
+    _RUN_SPECS,
 )
 """Every finding by id, in documentation order (trace findings first, then inference ones, the
 run families last)."""

@@ -71,26 +71,6 @@ def host_syncs(run: RunRecord) -> list[Finding]:
 
 
 # -- parallelism, memory, overhead --------------------------------------------------------------
-def data_parallel(run: RunRecord) -> list[Finding]:
-    """nn.DataParallel in use; saving (ms/step): DATA_PARALLEL_SHARE of the step."""
-    dp = run.config.data_parallel
-    if not dp:
-        return []
-    v = spec("data-parallel").variant("built")
-    assert v is not None and v.fix is not None
-    return [
-        make(
-            run,
-            "data-parallel",
-            v.title,
-            (run.step_ms or 0.0) * th.DATA_PARALLEL_SHARE,
-            {"data_parallel": dp},
-            v.fix(),
-            v.explanation,
-        )
-    ]
-
-
 def out_of_memory(run: RunRecord) -> list[Finding]:
     """Out-of-memory: what filled the memory (model state vs activations vs unused cache)."""
     oom = run.oom
@@ -218,7 +198,6 @@ RULES: tuple[RunRule, ...] = (
     compile_not_repaid,
     dataloader_config,
     host_syncs,
-    data_parallel,
     out_of_memory,
     memory_growth,
     tiny_ops,

@@ -1,5 +1,9 @@
 """nn.DataParallel: one process drives several GPUs, scattering inputs, re-replicating the
-model and gathering outputs every step from one Python thread."""
+model and gathering outputs every step from one Python thread.
+
+One spec, two rules: the trace's (``analyze``: kernels on several devices, DataParallel's own
+operators) and the check run's (``check`` saw the nn.DataParallel built; its own wording, the
+variant ``built``)."""
 
 from __future__ import annotations
 
@@ -13,6 +17,7 @@ from torchdoctor.rules.families._common import count_names
 from torchdoctor.rules.spec import (
     FindingSpec,
     Measured,
+    RunRule,
     SeverityPolicy,
     TraceRule,
     Variant,
@@ -23,6 +28,7 @@ from torchdoctor.trace.kinds import Kind
 
 if TYPE_CHECKING:
     from torchdoctor.analysis.bundle import TraceAnalysis
+    from torchdoctor.record.run import RunRecord
 
 SPEC = FindingSpec(
     id="data-parallel",
@@ -86,4 +92,20 @@ def measure(a: TraceAnalysis) -> Measured | None:
     )
 
 
-RULES = (TraceRule(SPEC, measure),)
+def measure_run(run: RunRecord) -> Measured | None:
+    """An nn.DataParallel built in the run (any one fires), with the trace's estimate."""
+    dp = run.config.data_parallel
+    if not dp:
+        return None
+    saving = (run.step_ms or 0.0) * th.DATA_PARALLEL_SHARE
+    return Measured(
+        value=float(len(dp)),
+        saving_ms=saving,
+        share=th.DATA_PARALLEL_SHARE if run.step_ms else 0.0,
+        title={},
+        evidence={"data_parallel": dp},
+        variant="built",
+    )
+
+
+RULES = (TraceRule(SPEC, measure), RunRule(SPEC, measure_run))
