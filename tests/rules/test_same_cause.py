@@ -81,6 +81,27 @@ def _restart() -> Finding:
     return _f("dataloader-config", 50.0, ev, [], sev="critical")
 
 
+def test_host_time_spent_printing_is_the_print_not_compile() -> None:
+    # debug_print_every_step.py: printing tensors every step formats them with thousands of
+    # tiny operators; host-bound named the print line first and prescribed compile, which
+    # fix then patched in while the print stayed
+    work = _f("work-beside-step", 62.8, {"function": "main"}, [LOOP], sev="critical")
+    host = _f("host-bound", 11.4, {"top_level_ops_per_step": 16979}, [LOOP + " in main", SITE])
+    (kept,) = fold_same_cause([work, host], {})
+    assert kept.id == "work-beside-step" and kept.saving_ms_per_step == pytest.approx(62.8)
+    assert "host-bound_evidence" in kept.evidence and kept.where[0] == LOOP and SITE in kept.where
+
+
+@pytest.mark.parametrize(
+    ("first", "saving"),
+    [(SITE, 11.4), (LOOP, 80.0)],  # host-bound's ops elsewhere; or more than the work covers
+)
+def test_host_time_elsewhere_stays_its_own_finding(first: str, saving: float) -> None:
+    work = _f("work-beside-step", 62.8, {}, [LOOP], sev="critical")
+    host = _f("host-bound", saving, {}, [first])
+    assert {f.id for f in fold_same_cause([work, host], {})} == {"work-beside-step", "host-bound"}
+
+
 def test_epoch_restart_reported_once() -> None:
     rec = _record({6: LOOP, 11: LOOP, 13: "/w/train.py:19"})
     rare = _rare({6: 300.0, 11: 280.0, 13: 60.0})  # the small one: noise at another line

@@ -91,6 +91,15 @@ def _iterator_rebuilt(specific: Finding, general: Finding, record: dict[str, Any
     return bool(sites) and _long_steps_at(general, record, sites)
 
 
+def _host_time_at_the_work(specific: Finding, general: Finding, record: dict[str, Any]) -> bool:
+    """``work-beside-step`` at a line, and ``host-bound`` whose tiny operators are mostly that
+    line's (it names the line first) and whose saving that work covers: printing tensors
+    formats them with thousands of small operators; compiling the model would not touch it."""
+    if not general.where or specific.saving_ms_per_step < general.saving_ms_per_step:
+        return False
+    return _site(general.where[0]) in {_site(w) for w in specific.where}
+
+
 Same = Callable[[Finding, Finding, dict[str, Any]], bool]
 
 SAME_CAUSE: tuple[tuple[str, str, Same, bool], ...] = (
@@ -100,6 +109,8 @@ SAME_CAUSE: tuple[tuple[str, str, Same, bool], ...] = (
     ("repeated-construction", "rare-long-steps", _iterator_rebuilt, False),
     # rare-long-steps times a step less its data wait; the loader's saving is that wait
     ("dataloader-config", "rare-long-steps", _epoch_restart, True),
+    # the host's small operators are the work beside the step: its remedy, not compile's
+    ("work-beside-step", "host-bound", _host_time_at_the_work, False),
 )
 """(the finding kept, the finding folded into it, when the two are one cause, whether their
 savings timed disjoint parts of the step)."""

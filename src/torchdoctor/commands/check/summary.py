@@ -123,6 +123,8 @@ def build_report(
     trace_findings = list(getattr(analysis, "findings", []) or [])
     merged = fit_to_run(merge_findings(trace_findings, run_level, primary), primary)
     merged, account = _account(primary, merged, measured)
+    # the account places findings on the user's lines: two that now share one are one cause
+    merged = rank_findings(fold_same_cause(merged, primary))
     merged, effect = _probe_effect(primary, merged, analysis, measured)
     verdict = _verdict(analysis, merged, measured, account, effect)
     analysis_doc = report_dict(analysis) if analysis is not None else None
