@@ -35,7 +35,6 @@ from torchdoctor import ab, stats
 from torchdoctor.compare.cost import RunCost
 from torchdoctor.compare.estimates import Estimate, Quantity, estimates
 from torchdoctor.compare.rerun_types import (
-    MIN_ROUNDS,
     ChildRun,
     RerunOptions,
     RoundOrder,
@@ -49,7 +48,6 @@ from torchdoctor.compare.verdict import Verdict, decide
 SIDES: tuple[SideName, SideName] = ("BASE", "NEW")
 
 __all__ = [
-    "MIN_ROUNDS",
     "ChildRun",
     "RerunOptions",
     "RerunResult",

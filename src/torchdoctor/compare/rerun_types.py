@@ -20,8 +20,6 @@ ended by itself), exited (a non-zero ``sys.exit``), error (an exception), interr
 (killed after ``timeout_s``), crash (no result: killed by a signal, or died in the interpreter)."""
 StopReason = Literal["decided", "rounds", "time", "failed"]
 """Why the rounds stopped: the interval decided, ``rounds`` ran, ``max_s`` passed, a side failed."""
-MIN_ROUNDS = ab.FEWEST_ROUNDS
-"""The fewest rounds with a 95% signed-rank interval (2/64 = 3% < 5%)."""
 
 
 @dataclass(frozen=True)
@@ -40,7 +38,7 @@ class RerunOptions:
     job's length is the runs' own."""
     job_steps: int | None = None
     """The job's length for the time-to-N cost (None: unknown, unless ``full``)."""
-    min_rounds: int = MIN_ROUNDS
+    min_rounds: int = ab.FEWEST_ROUNDS
     """Stop as soon as the headline interval decides once this many rounds are in (more than
     ``rounds``: never stop early, as a noise measurement wants)."""
     seed: int = 0

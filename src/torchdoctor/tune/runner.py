@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from torchdoctor import ab
 from torchdoctor.tune.options import TuneOptions
 from torchdoctor.tune.space import to_config
 from torchdoctor.tune.trial import Trial, TrialResult
@@ -38,8 +39,8 @@ class TrialRunner:
     """Warm-up optimizer steps per trial (not timed as steady state; they hold compile time)."""
     steps: int = TuneOptions.steps
     """Optimizer steps per arm per round (one timed window)."""
-    min_rounds: int = 6
-    """Rounds before a trial may stop (6: the fewest with a 95% interval)."""
+    min_rounds: int = ab.FEWEST_ROUNDS
+    """Rounds before a trial may stop (the fewest with a 95% interval)."""
     max_rounds: int = TuneOptions.max_rounds
     """Rounds at most per trial."""
     min_gain: float = TuneOptions.min_gain
