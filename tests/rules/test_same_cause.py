@@ -190,6 +190,9 @@ def test_check_reports_a_gc_collect_once(tmp_path: Path) -> None:
     assert "gc-in-step_evidence" in f["evidence"]
 
 
+RESTART_IDS = ("repeated-construction", "dataloader-config")
+
+
 @pytest.mark.slow
 def test_check_reports_an_epoch_restart_once(tmp_path: Path) -> None:
     from tests.capture.check_helpers import check_inprocess
@@ -201,7 +204,11 @@ def test_check_reports_an_epoch_restart_once(tmp_path: Path) -> None:
     assert r.code == 0, r.stderr
     ids = [f["id"] for f in r.report["findings"]]
     assert "rare-long-steps" not in ids, ids
-    kept = [f for f in r.report["findings"] if "rare-long-steps_evidence" in f["evidence"]]
-    assert [f["id"] for f in kept] in (["repeated-construction"], ["dataloader-config"]), ids
+    # the restart, once: the workers started again (or the iterator rebuilt) at the loop's line
+    kept = [f for f in r.report["findings"] if f["id"] in RESTART_IDS]
+    assert len(kept) == 1, ids
     (line,) = [n for n, t in enumerate(RESTART_EVERY_EPOCH.splitlines(), 1) if "in loader" in t]
     assert any(f"train.py:{line}" in w for w in kept[0]["where"]), kept[0]["where"]
+    # the long epoch-start steps, when they were long beyond their data wait, are in it
+    folded = [f["id"] for f in r.report["findings"] if "rare-long-steps_evidence" in f["evidence"]]
+    assert folded in ([], [kept[0]["id"]]), ids

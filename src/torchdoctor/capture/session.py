@@ -415,8 +415,11 @@ class Session:
         self._cpu_start = None
 
     def window_abort(self) -> None:
-        """Discard what the instruments recorded (the step signal changed)."""
-        self.board.abort(self.clock.steps)
+        """Discard the profiler's recording (the step signal changed, or the script forked
+        while it recorded: a running profiler cannot be forked). The measured steps' own
+        counters go on: a stronger signal stops them itself (``set_measuring(False)``), and
+        after a fork the steps are still the script's."""
+        self.board.abort(self.clock.steps, "profiled", "probe", "kernels", "sync-debug")
         self._stop_gpu_sampling()
         self.accounting._abort_experiments()
 
