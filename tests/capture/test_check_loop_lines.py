@@ -4,6 +4,7 @@ is the case the rule was written against; running_sum_loop.py was held out."""
 
 from __future__ import annotations
 
+import re
 import sys
 from pathlib import Path
 from typing import Any
@@ -29,6 +30,18 @@ def _run(tmp_path: Path, script: str) -> Any:
         sys.path.remove(str(FOLDER))
 
 
+def _paragraph(fix: str, line: str) -> str:
+    """The lines of ``fix`` about ``line`` (``file:N:``): from its mention to the next line's,
+    or all of ``fix`` when it names no line."""
+    rows = fix.splitlines()
+    starts = [i for i, r in enumerate(rows) if re.match(r"^# \S+\.py:\d+:", r)]
+    mine = [i for i in starts if rows[i].startswith(f"# {line}")]
+    if not mine:
+        return fix
+    end = next((i for i in starts if i > mine[0]), len(rows))
+    return "\n".join(rows[mine[0] : end])
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize(
     ("script", "advice"),
@@ -40,8 +53,11 @@ def test_loop_line_is_the_place_and_the_fix(tmp_path: Path, script: str, advice:
     site = _site(script, "# planted")
     at_line = [f for f in r.report["findings"] if f["where"] and f["where"][0] == site]
     assert at_line, r.stdout
+    line = f"{script}:{site.rsplit(':', 1)[1]}:"
     for f in at_line:
         assert "Vectorise this loop" in f["fix"] and advice in f["fix"], f["fix"]
-        assert "torch.compile" not in f["fix"] and "fused=True" not in f["fix"], f["fix"]
+        # what it says of the loop line (a finding may also speak of other lines after it)
+        said = _paragraph(f["fix"], line)
+        assert "torch.compile" not in said and "fused=True" not in said, f["fix"]
     # what points at the loop line takes the top of the list
     assert r.report["findings"][0]["where"][:1] == [site], r.stdout

@@ -103,13 +103,15 @@ def test_no_record_or_a_malformed_one_leaves_the_report_as_it_was() -> None:
 
 @pytest.mark.slow
 def test_demo_beside_busy_processes_says_the_machine_was_busy(tmp_path: Path) -> None:
-    """Two (or as many as the cores) busy processes beside the demo: its view says so."""
+    """Busy processes, two a core, beside the demo: its view says so."""
     pytest.importorskip("torch")
     if not Path("/proc/self/task").is_dir():
         pytest.skip("the CPU's counters are read from /proc (Linux)")
     n = len(os.sched_getaffinity(0))
     code = "import time\nend = time.monotonic() + 60\nwhile time.monotonic() < end: pass\n"
-    burners = [subprocess.Popen([sys.executable, "-c", code]) for _ in range(max(2, n))]
+    # twice as many as the cores: with one a core the demo's thread waited 26% of the time,
+    # under the rule's threshold, on one CI run
+    burners = [subprocess.Popen([sys.executable, "-c", code]) for _ in range(2 * max(2, n))]
     try:
         p = subprocess.run(
             [sys.executable, "-m", "torchdoctor", "demo", "--out", "d", "--json", "-"],

@@ -3,6 +3,7 @@ the memory columns of the evidence log it can be rebuilt from (capture/evidence.
 
 from __future__ import annotations
 
+import mmap
 from pathlib import Path
 from typing import Any
 
@@ -110,9 +111,14 @@ def test_graph_keeping_lines_reads_code_not_strings(tmp_path: Path) -> None:
 def test_the_evidence_log_carries_memory_per_step(tmp_path: Path) -> None:
     path = tmp_path / "steps.log"
     log = EvidenceLog(path)
-    ballast = []
+    ballast: list[object] = []
     for _ in range(3):
-        ballast.append(bytearray(b"\x01") * (8 * MIB))  # written pages: resident memory grows
+        ballast.append(bytearray(b"\x01") * (8 * MIB))  # malloc's bytes in use grow
+        # fresh pages, written: resident memory grows (malloc may serve the bytearray from
+        # pages an earlier test freed, which are resident already)
+        pages = mmap.mmap(-1, 8 * MIB)
+        pages.write(b"\x01" * (8 * MIB))
+        ballast.append(pages)
         log.step(0.01, 0.0)
     log.close()
     with path.open("a") as fh:  # an older writer's line, then a line cut at the process's end
@@ -127,4 +133,4 @@ def test_the_evidence_log_carries_memory_per_step(tmp_path: Path) -> None:
     assert rebuilt["memory_steps"]["rss_bytes"] == rss
     assert rebuilt["memory_steps"]["cuda_allocated_bytes"] is None
     assert rebuilt["memory_steps"]["heap_bytes"] in (heap, None)
-    assert len(ballast) == 3
+    assert len(ballast) == 6
