@@ -12,6 +12,7 @@ from click.testing import CliRunner
 
 from torchdoctor.cli import cli
 from torchdoctor.fix.render import ScriptFailure
+from torchdoctor.record.run import RunRecord
 
 RAISES = """import torch
 x = torch.ones(2)
@@ -87,11 +88,13 @@ def test_from_a_failed_run_says_so_too(here: Path) -> None:
     ],
 )
 def test_a_run_that_ended_well_is_no_failure(exit_: dict[str, object] | None) -> None:
-    assert ScriptFailure.of({"exit": exit_, "steps": {"count": 20}}) is None
+    assert ScriptFailure.of(RunRecord.from_dict({"exit": exit_, "steps": {"count": 20}})) is None
 
 
 def test_a_failure_after_steps_and_a_signal() -> None:
-    f = ScriptFailure.of({"exit": {"status": "killed", "code": 137}, "steps": {"count": 12}})
+    f = ScriptFailure.of(
+        RunRecord.from_dict({"exit": {"status": "killed", "code": 137}, "steps": {"count": 12}})
+    )
     assert f is not None
     assert (f.code, f.text()) == (
         137,

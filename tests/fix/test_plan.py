@@ -14,6 +14,7 @@ from torchdoctor.fix import planner
 from torchdoctor.fix.context import FixContext
 from torchdoctor.fix.model import FindingRef
 from torchdoctor.fix.registry import CODEMODS, codemods_for
+from torchdoctor.record.run import RunRecord
 
 GPU = {"device": {"name": "NVIDIA A100", "bf16_tensor_cores": True, "tf32_capable": True}}
 
@@ -25,7 +26,7 @@ def script(tmp_path: Path, text: str, name: str = "train.py") -> Path:
 
 
 def ctx(tmp_path: Path, path: Path, record: dict[str, Any] | None = None) -> FixContext:
-    return FixContext(record or {}, str(tmp_path), str(path))
+    return FixContext(RunRecord.from_dict(record or {}), str(tmp_path), str(path))
 
 
 def finding(fid: str, **evidence: Any) -> FindingRef:

@@ -25,6 +25,7 @@ from tests.public.scripts import prepare
 from torchdoctor.fix import planner, switches
 from torchdoctor.fix.context import FixContext
 from torchdoctor.fix.model import FindingRef
+from torchdoctor.record.run import RunRecord
 
 REPO = Path(__file__).resolve().parents[2]
 H200_CHAR_EAGER = TRACES / "h200" / "runs" / "nanogpt_char_eager"
@@ -43,7 +44,7 @@ def script(tmp: Path, text: str, name: str = "train.py") -> Path:
 
 
 def changes(tmp: Path, path: Path, argv: list[str] | None = None) -> list[Any]:
-    ctx = FixContext({"argv": argv or []}, str(tmp), str(path))
+    ctx = FixContext(RunRecord.from_dict({"argv": argv or []}), str(tmp), str(path))
     return [c for c in planner.plan([HOST_BOUND], ctx).changes if c.codemod == "compile-model"]
 
 
@@ -285,7 +286,7 @@ def test_setting_in_the_code_is_edited_in_place(
 
 
 def _ctx(tmp: Path, path: Path) -> FixContext:
-    return FixContext({}, str(tmp), str(path))
+    return FixContext(RunRecord.from_dict({}), str(tmp), str(path))
 
 
 @pytest.mark.slow
@@ -449,7 +450,7 @@ def test_switch_is_printed_as_a_command_and_kept_out_of_the_patch(tmp_path: Path
     from torchdoctor.fix.render import FixResult, summary_lines, to_dict
 
     path, args = nanogpt(tmp_path)
-    ctx = FixContext({"argv": args}, str(tmp_path), str(path))
+    ctx = FixContext(RunRecord.from_dict({"argv": args}), str(tmp_path), str(path))
     result = FixResult(planner.plan([HOST_BOUND], ctx), str(path), None)
     assert result.patch == "" and result.kept == []
     text = "\n".join(summary_lines(result))
@@ -469,30 +470,21 @@ def test_prove_runs_a_switch_with_its_arguments(tmp_path: Path) -> None:
     from torchdoctor.fix.prove import together_args
 
     path, args = nanogpt(tmp_path)
-    ctx = FixContext({"argv": args}, str(tmp_path), str(path))
+    ctx = FixContext(RunRecord.from_dict({"argv": args}), str(tmp_path), str(path))
     c = one([c for c in planner.plan([HOST_BOUND], ctx).changes if c.switch is not None])
     both = together_args(args, [c])
     assert both is not None and both == c.switch.args
     assert together_args(args, []) is None
 
 
-def test_an_arm_with_arguments_runs_with_them(tmp_path: Path, monkeypatch: Any) -> None:
-    import json
-
+def test_an_arm_with_arguments_runs_with_them(tmp_path: Path) -> None:
     from torchdoctor.fix import prove
 
-    seen: list[list[str]] = []
-
-    def fake_run(cmd: list[str], **_: Any) -> None:
-        seen.append(json.loads(Path(cmd[-1]).read_text())["args"])
-
-    monkeypatch.setattr(prove.subprocess, "run", fake_run)
     opts = prove.ProveOptions()
-    prove.run_arm(
-        "train.py", ["--compile=False"], prove.Arm("c1", {}, ("--compile=True",)), opts, tmp_path
-    )
-    prove.run_arm("train.py", ["--compile=False"], prove.Arm("original", {}), opts, tmp_path)
-    assert seen == [["--compile=True"], ["--compile=False"]]
+    run = ["--compile=False"]
+    switched = prove.probe_arm("c1", "train.py", run, {}, ("--compile=True",), opts, tmp_path)
+    original = prove.probe_arm("original", "train.py", run, {}, None, opts, tmp_path)
+    assert [switched.spec["args"], original.spec["args"]] == [["--compile=True"], run]
 
 
 # -- DataLoader workers read from a setting --------------------------------------------------------
@@ -534,7 +526,7 @@ def loader_changes_of(
         evidence={"mean_step_ms": 20.0, "dataloader": raw, "suggested_num_workers": 2},
     )
     record: dict[str, Any] = {"argv": argv, **({"gpu": gpu} if gpu else {})}
-    ctx = FixContext(record, str(tmp), str(path))
+    ctx = FixContext(RunRecord.from_dict(record), str(tmp), str(path))
     return [c for c in planner.plan([f], ctx).changes if c.codemod == "dataloader-args"]
 
 
@@ -597,7 +589,7 @@ def test_nanogpt_fp32_on_a_bf16_gpu_is_its_dtype_switch(tmp_path: Path) -> None:
     path, args = nanogpt(tmp_path)
     assert "--dtype=float32" in args
     f = FindingRef("fp32-on-bf16-gpu", saving_ms_per_step=5.0, evidence={"mean_step_ms": 20.0})
-    ctx = FixContext({"argv": args, "gpu": H200}, str(tmp_path), str(path))
+    ctx = FixContext(RunRecord.from_dict({"argv": args, "gpu": H200}), str(tmp_path), str(path))
     c = one([c for c in planner.plan([f], ctx).changes if c.codemod == "bf16-autocast"])
     assert c.status == "switch" and c.switch.add == ("--dtype=bfloat16",)
     assert "--dtype=float32" not in c.switch.args
@@ -614,6 +606,6 @@ def test_nanogpt_already_in_bf16_is_not_switched_again(tmp_path: Path) -> None:
     path, args = nanogpt(tmp_path)
     argv = [a if a != "--dtype=float32" else "--dtype=bfloat16" for a in args]
     f = FindingRef("fp32-on-bf16-gpu", saving_ms_per_step=5.0, evidence={"mean_step_ms": 20.0})
-    ctx = FixContext({"argv": argv, "gpu": H200}, str(tmp_path), str(path))
+    ctx = FixContext(RunRecord.from_dict({"argv": argv, "gpu": H200}), str(tmp_path), str(path))
     c = one([c for c in planner.plan([f], ctx).changes if c.codemod == "bf16-autocast"])
     assert c.status == "refused" and "already runs in dtype='bfloat16'" in c.reason

@@ -39,9 +39,10 @@ def _run(folder: Path, **extra: Any) -> dict[str, Any]:
 
 def test_one_process_folder_reads_its_run_json(tmp_path: Path) -> None:
     doc = _run(tmp_path)
-    assert read_run(tmp_path) == doc
-    record = RunRecord.from_dict(read_run(tmp_path))
+    record = read_run(tmp_path)
+    assert record == RunRecord.from_dict(doc) and record.raw == doc
     assert record.schema_version == layout.RUN_SCHEMA_VERSION and record.steps.count == 3
+    assert (record.script, record.steps.step_ms) == ("train.py", (10.0, 11.0, 12.0))
 
 
 def test_torchrun_folder_reads_rank_0_with_the_script(tmp_path: Path) -> None:
@@ -55,10 +56,13 @@ def test_torchrun_folder_reads_rank_0_with_the_script(tmp_path: Path) -> None:
             "ranks": {"0": "ranks/rank0.json", "1": "ranks/rank1.json"},
         },
     )
-    _write(layout.rank_record(tmp_path, 0), {"schema": layout.RUN_SCHEMA, "config": {"a": 0}})
-    _write(layout.rank_record(tmp_path, 1), {"schema": layout.RUN_SCHEMA, "config": {"a": 1}})
+    for rank in (0, 1):
+        _write(
+            layout.rank_record(tmp_path, rank),
+            {"schema": layout.RUN_SCHEMA, "config": {"optimizer_steps": 10 + rank}},
+        )
     got = read_run(tmp_path)
-    assert got["config"] == {"a": 0} and got["script"] == "train.py"
+    assert got.config.optimizer_steps == 10 and got.script == "train.py"
 
 
 @pytest.mark.parametrize(
@@ -71,6 +75,11 @@ def test_torchrun_folder_reads_rank_0_with_the_script(tmp_path: Path) -> None:
         ({"ranks": {"0": 7}}, "rank 0's record is not a file of the run folder"),
         ({"ranks": ["ranks/rank0.json"]}, "'ranks' is a list, not an object"),
         ({"ranks": {"0": "ranks/rank0.json"}}, "no such JSON file"),
+        ({"steps": [1, 2]}, "the record's 'steps' is a list, not an object"),
+        ({"steps": {"step_ms": ["1", "2"]}}, "'steps.step_ms' is not a list of numbers"),
+        ({"steps": {"step_ms": [1.0, -2.0]}}, "'steps.step_ms' holds a negative, infinite"),
+        ({"steps": {"step_ms": [1.0], "warmup_steps": "1"}}, "'steps.warmup_steps' is not a count"),
+        ({"steps": {"experiment_steps": -1}}, "'steps.experiment_steps' is not a count"),
     ],
 )
 def test_a_record_this_code_cannot_read_is_one_line(

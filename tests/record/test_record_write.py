@@ -82,4 +82,4 @@ def test_the_rank_index_is_read_back_as_rank_zeros_record(tmp_path: Path) -> Non
     index = rank_index(3, [2, 0])
     assert index["missing_ranks"] == [1] and list(index["ranks"]) == ["0", "2"]
     layout.run_file(tmp_path).write_text(json.dumps(index))
-    assert read_run(tmp_path)["rank"] == {"rank": 0, "local_rank": 0, "world_size": 3}
+    assert read_run(tmp_path).rank == RankPlace(0, 0, 3)

@@ -15,6 +15,7 @@ from torchdoctor.compare.explain import contention_of
 from torchdoctor.errors import TraceError, UserError
 from torchdoctor.record import layout
 from torchdoctor.record.folder import read_json, read_run
+from torchdoctor.record.run import RunRecord
 
 SideKind = Literal["trace", "ranks", "check-run", "tune"]
 
@@ -197,10 +198,8 @@ def _count(value: Any, where: str) -> int:
 
 def _check_run(folder: Path) -> Side:
     """A ``check`` run folder: the run's own step clock (many steps), the trace's details."""
-    record = read_run(folder)  # rank 0's record under torchrun
-    steps = _dict(record.get("steps"), f"{folder}: the record's 'steps'")
-    warm = _count(steps.get("warmup_steps"), f"{folder}: 'steps.warmup_steps'")
-    step_ms = _script_steps(steps, folder)[warm:]
+    record = read_run(folder)  # rank 0's record under torchrun; its steps' shape checked
+    step_ms = np.asarray(record.steps.script_step_ms[record.steps.warmup_steps :])
     trace = layout.traces_of(folder)
     if trace is not None:
         from torchdoctor.commands.analyze.trace import analyze_path
@@ -215,15 +214,7 @@ def _check_run(folder: Path) -> Side:
     return _with_record(base, folder, record, step_ms)
 
 
-def _script_steps(steps: dict[str, Any], folder: Path) -> np.ndarray:
-    """The script's own steps: without the steps check added after its window to measure a
-    mode's cost (``experiment_steps``, run with the mode switched)."""
-    all_ms = _times(steps.get("step_ms"), f"{folder}: 'steps.step_ms'")
-    extra = _count(steps.get("experiment_steps"), f"{folder}: 'steps.experiment_steps'")
-    return all_ms[: len(all_ms) - extra] if 0 < extra <= len(all_ms) else all_ms
-
-
-def _with_record(base: Side, folder: Path, record: dict[str, Any], step_ms: np.ndarray) -> Side:
+def _with_record(base: Side, folder: Path, record: RunRecord, step_ms: np.ndarray) -> Side:
     from dataclasses import replace
 
     report = layout.report_json(folder)
@@ -231,35 +222,28 @@ def _with_record(base: Side, folder: Path, record: dict[str, Any], step_ms: np.n
     if report.is_file():
         doc = _dict(read_json(report), str(report))
         findings = _findings(doc.get("findings"), str(report))
-    gpu = _dict(_dict(record.get("gpu"), "'gpu'").get("device"), "'gpu.device'").get("name")
-    loaders = _dict(record.get("config"), "'config'").get("dataloaders") or []
-    if not isinstance(loaders, list):
-        loaders = []
-    batch = next(
+    batch: Any = next(  # as recorded (an int from the capture side)
         (
-            d["batch_size"]
-            for d in loaders
-            if isinstance(d, dict) and _is_number(d.get("batch_size")) and d["batch_size"] > 0
+            d.batch_size
+            for d in record.config.dataloaders
+            if _is_number(d.batch_size) and d.batch_size > 0
         ),
         None,
     )
-    steps = _dict(record.get("steps"), f"{folder}: the record's 'steps'")
-    all_ms = _script_steps(steps, folder)
-    warm = _count(steps.get("warmup_steps"), f"{folder}: 'steps.warmup_steps'")
-    compile_s = _float_or_none(_dict(record.get("compile"), "'compile'").get("compile_s"))
-    completed = _dict(record.get("exit"), "'exit'").get("status") == "completed"
+    all_ms = np.asarray(record.steps.script_step_ms)
+    compile_s = record.compile.compile_s
     return replace(
         base,
-        warmup_ms=all_ms[:warm] if len(step_ms) else np.zeros(0),
+        warmup_ms=all_ms[: record.steps.warmup_steps] if len(step_ms) else np.zeros(0),
         compile_s=float(compile_s) if compile_s else None,
-        job_steps=len(all_ms) if completed and len(all_ms) else None,
+        job_steps=len(all_ms) if record.completed and len(all_ms) else None,
         step_ms=step_ms if len(step_ms) else base.step_ms,
         findings=findings,
-        gpu=_str_or_none(gpu) or base.gpu,
-        torch_version=_str_or_none(record.get("torch_version")) or base.torch_version,
+        gpu=(record.gpu.name if record.gpu else None) or base.gpu,
+        torch_version=record.torch_version or base.torch_version,
         batch_size=batch,
         samples_per_step=float(batch) if batch else None,
-        contention=contention_of(findings, record.get("cpu")),
+        contention=contention_of(findings, record.cpu or None),
     )
 
 

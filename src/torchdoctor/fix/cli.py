@@ -12,7 +12,7 @@ import json
 import os
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
@@ -20,6 +20,9 @@ from torchdoctor.commands.check.args import JSON_STDOUT, check_json_path, normal
 from torchdoctor.errors import UserError
 from torchdoctor.fix.options import FixOptions
 from torchdoctor.record import layout
+
+if TYPE_CHECKING:
+    from torchdoctor.record.run import RunRecord
 
 VALUE_OPTIONS = (
     "--from",
@@ -193,15 +196,18 @@ def _say(line: str) -> None:
     click.echo(f"torchdoctor: {line}", err=True)
 
 
-def load_run(folder: str) -> tuple[dict[str, Any], list[dict[str, Any]]]:
-    """``run.json`` (rank 0's record under torchrun) and the merged findings of a run folder."""
+def load_run(folder: str) -> tuple[RunRecord, list[dict[str, Any]]]:
+    """The run's record (rank 0's under torchrun) and the merged findings of a run folder (the
+    record's own when there is no ``report.json``)."""
     from torchdoctor.record.folder import read_run
 
     base = Path(folder)
     record = read_run(base)  # rank 0's record under torchrun; a one-line error when unreadable
     try:
         report = layout.report_json(base)
-        doc = json.loads(report.read_text(encoding="utf-8")) if report.is_file() else record
+        if not report.is_file():
+            return record, record.findings
+        doc = json.loads(report.read_text(encoding="utf-8"))
     except (OSError, ValueError) as exc:
         raise UserError(f"{folder}: cannot read the run: {exc}") from None
     findings = [f for f in doc.get("findings") or [] if isinstance(f, dict)]
@@ -251,10 +257,10 @@ def run_fix(
         run_folder = _check(script, args, opts.warmup, opts.check_steps, opts.out_dir)
     record, raw = load_run(run_folder)
     cwd = os.getcwd()
-    name = script or str(record.get("script") or "")
+    name = script or record.script or ""
     path = os.path.abspath(name) if name and os.path.isfile(name) else None
     if script is None and not args:
-        args = [str(a) for a in record.get("argv") or []]
+        args = list(record.argv)
     ctx = FixContext(record, cwd, path)
     findings = [FindingRef.from_dict(f) for f in raw]
     for f in findings:

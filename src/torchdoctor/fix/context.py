@@ -9,14 +9,15 @@ from typing import Any
 
 from torchdoctor.fix import sources
 from torchdoctor.fix.cst_tools import Parsed
+from torchdoctor.record.run import RunRecord
 
 
 @dataclass
 class FixContext:
     """The run (``run.json``), where it ran, and a cache of the user's parsed files."""
 
-    record: dict[str, Any]
-    """One rank's ``run.json`` (``{}`` when only findings are known)."""
+    record: RunRecord
+    """One rank's run record (an empty one when only findings are known)."""
     cwd: str
     """The working directory the run's relative sites are relative to."""
     script: str | None = None
@@ -27,33 +28,23 @@ class FixContext:
 
     # -- the machine --------------------------------------------------------------------------
     @property
-    def gpu(self) -> dict[str, Any]:
-        g = self.record.get("gpu")
-        return g if isinstance(g, dict) else {}
-
-    @property
     def cuda(self) -> bool:
         """The run used a CUDA device (check records ``gpu`` only then)."""
-        return bool(self.gpu)
-
-    @property
-    def device(self) -> dict[str, Any]:
-        d = self.gpu.get("device")
-        return d if isinstance(d, dict) else {}
+        return self.record.gpu is not None
 
     @property
     def bf16_tensor_cores(self) -> bool:
-        return bool(self.device.get("bf16_tensor_cores"))
+        return self.record.gpu is not None and self.record.gpu.bf16_tensor_cores
 
     @property
     def tf32_capable(self) -> bool:
-        return bool(self.device.get("tf32_capable", self.device.get("bf16_tensor_cores")))
+        return self.record.gpu is not None and self.record.gpu.tf32_capable
 
     @property
     def cpus(self) -> int:
         """CPUs of this rank: what check recorded with the loader, else this machine's."""
-        for dl in (self.record.get("config") or {}).get("dataloaders") or []:
-            n = dl.get("cpus_per_rank") or dl.get("cpu_count")
+        for dl in self.record.config.dataloaders:
+            n = dl.cpus_per_rank or dl.cpu_count
             if n:
                 return int(n)
         return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else 1
@@ -61,13 +52,7 @@ class FixContext:
     @property
     def argv(self) -> list[str]:
         """The script's arguments in the run (after the script's name)."""
-        a = self.record.get("argv")
-        return [str(x) for x in a] if isinstance(a, list) else []
-
-    @property
-    def compile_record(self) -> dict[str, Any]:
-        c = self.record.get("compile")
-        return c if isinstance(c, dict) else {}
+        return list(self.record.argv)
 
     # -- files --------------------------------------------------------------------------------
     @property

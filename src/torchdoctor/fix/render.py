@@ -11,6 +11,7 @@ from torchdoctor.fix.model import STATUS_WORDS, Change, Measured
 from torchdoctor.fix.planner import Plan, patch_of
 from torchdoctor.fix.prove import Proof
 from torchdoctor.fix.sources import relative
+from torchdoctor.record.run import RunRecord
 from torchdoctor.tune.fidelity import Fidelity
 
 SCHEMA, SCHEMA_VERSION = "torchdoctor.fix", 1
@@ -30,20 +31,16 @@ class ScriptFailure:
     """Steps the script took before it ended."""
 
     @classmethod
-    def of(cls, record: dict[str, Any]) -> ScriptFailure | None:
-        """The failure ``record`` (a ``run.json``) tells of, None when the script ended well."""
-        ex = record.get("exit")
-        if not isinstance(ex, dict):
+    def of(cls, record: RunRecord) -> ScriptFailure | None:
+        """The failure the run's record tells of, None when the script ended well."""
+        code = record.exit_code
+        if code is None or code == 0:
             return None
-        code = ex.get("code")
-        if not isinstance(code, int) or isinstance(code, bool) or code == 0:
-            return None
-        steps = (record.get("steps") or {}).get("count")
         return cls(
-            status=str(ex.get("status") or "exited"),
+            status=str(record.exit_status or "exited"),
             code=code if 0 < code < 256 else 1,
-            exception=str(ex.get("exception") or ""),
-            steps=steps if isinstance(steps, int) and not isinstance(steps, bool) else 0,
+            exception=record.exit_exception or "",
+            steps=record.steps.count,
         )
 
     def text(self) -> str:

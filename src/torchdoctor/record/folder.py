@@ -9,12 +9,15 @@ same one-line error everywhere.
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 from typing import Any
 
 from torchdoctor.errors import UserError
 from torchdoctor.inputs import input_path
 from torchdoctor.record import layout
+from torchdoctor.record.run import RunRecord
+from torchdoctor.record.values import as_int, as_number
 
 
 def read_json(path: Path) -> Any:
@@ -53,10 +56,17 @@ def _object(value: Any, where: str) -> dict[str, Any]:
     return value
 
 
-def read_run(folder: Path) -> dict[str, Any]:
-    """The run's record: ``run.json``, or under torchrun (its ``ranks`` map) rank 0's own
+def read_run(folder: Path) -> RunRecord:
+    """The run's record, typed: ``run.json``, or under torchrun (its ``ranks`` map) rank 0's own
     record, with the combined record's ``script`` when rank 0's lacks it. A rank path must
-    stay inside the folder."""
+    stay inside the folder, and the steps section must hold what its readers time with (a
+    list of step times, counts)."""
+    record = _run_document(folder)
+    _check_steps(record.get("steps"), folder)
+    return RunRecord.from_dict(record)
+
+
+def _run_document(folder: Path) -> dict[str, Any]:
     if not layout.is_run_folder(folder):
         raise UserError(f"{folder}: not a torchdoctor check run folder (no {layout.RUN})")
     where = str(layout.run_file(folder))
@@ -76,3 +86,32 @@ def read_run(folder: Path) -> dict[str, Any]:
     if "script" not in record and "script" in run:
         record = {**record, "script": run["script"]}
     return record
+
+
+def _check_steps(steps: Any, folder: Path) -> None:
+    """A one-line error when the steps section is not the shape the writer gives it: an object,
+    its ``step_ms`` finite non-negative numbers, its step counts counts (a missing one reads as
+    empty)."""
+    if steps is None:
+        return
+    if not isinstance(steps, dict):
+        raise UserError(
+            f"{folder}: the record's 'steps' is a {type(steps).__name__}, not an object"
+        )
+    times = steps.get("step_ms")
+    if times is not None:
+        where = f"{folder}: 'steps.step_ms'"
+        if not isinstance(times, list) or not all(_is_time(v) for v in times):
+            bad = "is not a list of numbers"
+            if isinstance(times, list) and all(as_number(v) is not None for v in times):
+                bad = "holds a negative, infinite or NaN time"
+            raise UserError(f"{where} {bad}")
+    for key in ("warmup_steps", "experiment_steps"):
+        n = steps.get(key)
+        if n is not None and (as_int(n) is None or n < 0):
+            raise UserError(f"{folder}: 'steps.{key}' is not a count")
+
+
+def _is_time(v: Any) -> bool:
+    got = as_number(v)
+    return got is not None and math.isfinite(got) and got >= 0

@@ -11,13 +11,30 @@ it in ``from_dict``; the fix builders in ``rules/fixes.py`` take these objects.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from typing import Any
 
 from torchdoctor.record.lines import LineTable
-from torchdoctor.record.values import as_dict, as_float, as_number, as_rows
+from torchdoctor.record.values import as_dict, as_float, as_int, as_list, as_number, as_rows
+from torchdoctor.record.write import RankPlace
 
 _d, _rows, _f = as_dict, as_rows, as_float
+
+
+def _str_or_none(value: Any) -> str | None:
+    return None if value is None else str(value)
+
+
+def _count(value: Any) -> int:
+    """A recorded count as an int (a float truncated); 0 when it is no finite number."""
+    got = as_number(value)
+    return int(got) if got is not None and math.isfinite(got) else 0
+
+
+def _rank(d: dict[str, Any]) -> RankPlace:
+    rank, local, world = (as_int(d.get(k)) for k in ("rank", "local_rank", "world_size"))
+    return RankPlace(rank or 0, local or 0, world or 1)
 
 
 @dataclass(frozen=True)
@@ -34,22 +51,39 @@ class StepStats:
     """Steps inside the profiled window (where CUDA's sync-debug mode counts); 0 if none."""
     source: str | None = None
     """What marked the steps (``optimizer``, ``dataloader``, ``marker``...); None if unknown."""
+    warmup_steps: int = 0
+    """The first steps, not measured (compilation, allocator and cache warm-up)."""
+    experiment_steps: int = 0
+    """Steps check added at the end, after the script's own, to measure a mode's cost (run
+    with the mode switched): not the script's steps."""
+
+    @property
+    def script_step_ms(self) -> tuple[float, ...]:
+        """Every step of the script's own (warm-up included), without check's experiment steps."""
+        extra = self.experiment_steps
+        return (
+            self.step_ms[: len(self.step_ms) - extra]
+            if 0 < extra <= len(self.step_ms)
+            else self.step_ms
+        )
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> StepStats:
-        step_ms = tuple(float(x) for x in d.get("step_ms") or [])
+        step_ms = tuple(float(x) for x in as_list(d.get("step_ms")) if as_number(x) is not None)
         window: list[Any] = list(d.get("window") or ())
         mean = d.get("mean_step_ms")
         if mean is None and step_ms:
             mean = sum(step_ms) / len(step_ms)
         return cls(
-            count=int(d.get("count") or 0),
-            measured_steps=int(d.get("measured_steps") or 0),
+            count=_count(d.get("count")),
+            measured_steps=_count(d.get("measured_steps")),
             mean_step_ms=float(mean) if mean else None,
             mean_data_wait_ms=_f(d.get("mean_data_wait_ms")),
             step_ms=step_ms,
-            window_steps=int(window[1]) - int(window[0]) + 1 if len(window) == 2 else 0,
+            window_steps=_count(window[1]) - _count(window[0]) + 1 if len(window) == 2 else 0,
             source=str(d["source"]) if d.get("source") else None,
+            warmup_steps=_count(d.get("warmup_steps")),
+            experiment_steps=_count(d.get("experiment_steps")),
         )
 
 
@@ -79,11 +113,11 @@ class CompileStats:
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> CompileStats:
         return cls(
-            compiles=int(d.get("compiles") or 0),
+            compiles=_count(d.get("compiles")),
             compile_s=_f(d.get("compile_s")),
-            recompiles=int(d.get("recompiles") or 0),
+            recompiles=_count(d.get("recompiles")),
             recompile_s=_f(d.get("recompile_s")),
-            recompiles_in_window=int(d.get("recompiles_in_window") or 0),
+            recompiles_in_window=_count(d.get("recompiles_in_window")),
             recompile_s_in_window=_f(d.get("recompile_s_in_window")),
             recompile_events=_rows(d.get("recompile_events")),
             graph_breaks=_rows(d.get("graph_breaks")),
@@ -107,7 +141,7 @@ class LoaderConfig:
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> LoaderConfig:
         return cls(
-            num_workers=int(d.get("num_workers") or 0),
+            num_workers=_count(d.get("num_workers")),
             pin_memory=bool(d.get("pin_memory")),
             batch_size=d.get("batch_size"),
             cpus_per_rank=d.get("cpus_per_rank"),
@@ -144,7 +178,7 @@ class RunConfig:
             autocast=_rows(d.get("autocast")),
             grad_scalers=_rows(d.get("grad_scalers")),
             optimizers=_rows(d.get("optimizers")),
-            optimizer_steps=int(d.get("optimizer_steps") or 0),
+            optimizer_steps=_count(d.get("optimizer_steps")),
             backend_flags=_d(d.get("backend_flags")),
             data_parallel=_rows(dp) if dp is not None else None,
             checkpointing=_d(d.get("checkpointing")),
@@ -174,7 +208,7 @@ class SyncStats:
             host_syncs=_rows(d.get("host_syncs")),
             unpinned_non_blocking=_rows(d.get("unpinned_non_blocking")),
             sync_debug=_rows(d.get("sync_debug")),
-            sync_debug_steps=int(d.get("sync_debug_steps") or 0),
+            sync_debug_steps=_count(d.get("sync_debug_steps")),
         )
 
 
@@ -192,6 +226,16 @@ class GpuInfo:
     @property
     def bf16_tensor_cores(self) -> bool:
         return bool(self.device.get("bf16_tensor_cores"))
+
+    @property
+    def tf32_capable(self) -> bool:
+        """TF32 matmuls run on tensor cores (recorded; else what bf16 support implies)."""
+        return bool(self.device.get("tf32_capable", self.bf16_tensor_cores))
+
+    @property
+    def name(self) -> str | None:
+        got = self.device.get("name")
+        return None if got is None else str(got)
 
 
 @dataclass(frozen=True)
@@ -242,6 +286,16 @@ class RunRecord:
     refuses one newer than this code reads (``layout.RUN_SCHEMA_VERSION``)."""
     exit_status: str | None = None
     """``completed``, ``stopped`` (by check after the window), ``exception``, ..."""
+    exit_code: int | None = None
+    """The script's exit status (None when it recorded none)."""
+    exit_exception: str | None = None
+    """The exception that ended the script, as recorded."""
+    script: str | None = None
+    """The script as check was given it (rank 0's record takes the combined record's)."""
+    argv: tuple[str, ...] = ()
+    """The script's arguments (after its name)."""
+    torch_version: str | None = None
+    rank: RankPlace = field(default_factory=RankPlace)
     steps: StepStats = field(default_factory=StepStats)
     compile: CompileStats = field(default_factory=CompileStats)
     config: RunConfig = field(default_factory=RunConfig)
@@ -255,6 +309,11 @@ class RunRecord:
     oom: dict[str, Any] | None = None
     lines: LineTable = field(default_factory=LineTable)
     """The sampled line table of the measured steps (``record/lines.py``)."""
+    cpu: dict[str, Any] = field(default_factory=dict)
+    """The host CPU counters as recorded (run-queue waits, other processes' busy cores...)."""
+    findings: list[dict[str, Any]] = field(default_factory=list)
+    """The run-level findings check attached to the record (``report.json`` has the merged
+    ones)."""
     raw: dict[str, Any] = field(default_factory=dict)
 
     @classmethod
@@ -264,6 +323,12 @@ class RunRecord:
         return cls(
             schema_version=version if isinstance(version, int) and version >= 0 else 0,
             exit_status=_d(d.get("exit")).get("status"),
+            exit_code=as_int(_d(d.get("exit")).get("code")),
+            exit_exception=_str_or_none(_d(d.get("exit")).get("exception")),
+            script=_str_or_none(d.get("script")),
+            argv=tuple(str(a) for a in as_list(d.get("argv"))),
+            torch_version=_str_or_none(d.get("torch_version")),
+            rank=_rank(_d(d.get("rank"))),
             steps=StepStats.from_dict(_d(d.get("steps"))),
             compile=CompileStats.from_dict(_d(d.get("compile"))),
             config=RunConfig.from_dict(_d(d.get("config"))),
@@ -273,6 +338,8 @@ class RunRecord:
             op_summary=OpSummary.from_dict(_d(d.get("ops"))),
             oom=oom if isinstance(oom, dict) and oom else None,
             lines=LineTable.from_dict(_d(d.get("lines"))),
+            cpu=_d(d.get("cpu")),
+            findings=_rows(d.get("findings")),
             raw=d,
         )
 

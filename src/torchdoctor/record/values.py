@@ -11,6 +11,11 @@ def as_dict(value: Any) -> dict[str, Any]:
     return value if isinstance(value, dict) else {}
 
 
+def as_list(value: Any) -> list[Any]:
+    """``value`` when it is a list, else ``[]``."""
+    return value if isinstance(value, list) else []
+
+
 def as_rows(value: Any) -> list[dict[str, Any]]:
     """The dicts of a list (``[]`` when ``value`` is not a list)."""
     return [r for r in value if isinstance(r, dict)] if isinstance(value, list) else []

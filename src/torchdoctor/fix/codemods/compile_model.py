@@ -38,6 +38,7 @@ from torchdoctor.fix.model import FindingRef, Refusal, Rewrite, Switch, Target
 
 if TYPE_CHECKING:
     from torchdoctor.fix.context import FixContext
+    from torchdoctor.record.run import CompileStats
 
 NEXT_MODE: dict[Any, str] = {
     None: "reduce-overhead",
@@ -158,9 +159,9 @@ class CompileModel:
     precision = "fp32"
 
     def plan(self, finding: FindingRef, ctx: FixContext) -> list[Target | Refusal | Switch]:
-        rec = ctx.compile_record
-        calls = [c for c in rec.get("compile_calls") or [] if isinstance(c, dict)]
-        if calls or rec.get("compiles"):
+        rec = ctx.record.compile
+        calls = rec.compile_calls
+        if calls or rec.compiles:
             return [self._next_mode(calls, rec, ctx)]
         if not ctx.cuda and not (shutil.which("g++") or shutil.which("c++")):
             return [Refusal("torch.compile needs a C++ compiler on the CPU; none is on PATH")]
@@ -232,9 +233,9 @@ class CompileModel:
         return Target(self.id, s.file, s.line, {"setting": s.name, "value": value})
 
     def _next_mode(
-        self, calls: list[dict[str, Any]], rec: dict[str, Any], ctx: FixContext
+        self, calls: list[dict[str, Any]], rec: CompileStats, ctx: FixContext
     ) -> Target | Refusal:
-        breaks = {b.get("site") for b in rec.get("graph_breaks") or [] if isinstance(b, dict)}
+        breaks = {b.get("site") for b in rec.graph_breaks}
         if breaks:
             return Refusal(
                 f"the model is compiled but breaks into pieces at {len(breaks)} place(s): fix "

@@ -53,8 +53,8 @@ def loader_record(finding: FindingRef, ctx: FixContext) -> dict[str, Any]:
     raw = finding.evidence.get("dataloader")
     if isinstance(raw, dict):
         return raw
-    loaders = (ctx.record.get("config") or {}).get("dataloaders") or []
-    return loaders[0] if loaders and isinstance(loaders[0], dict) else {}
+    loaders = ctx.record.config.dataloaders
+    return loaders[0].raw if loaders else {}
 
 
 def wanted(finding: FindingRef, raw: dict[str, Any], ctx: FixContext) -> dict[str, str]:

@@ -46,7 +46,7 @@ def changed_dims(
     """(function, def site, tensor, dim) -> sizes seen, from the run's recompile events (or
     the finding's guard reasons when only those are known). Events whose frame dynamo did not
     name (``?:0``) add their sizes to the same tensor's named function."""
-    events = [e for e in ctx.compile_record.get("recompile_events") or [] if isinstance(e, dict)]
+    events = ctx.record.compile.recompile_events
     rows = [
         (str(e.get("function") or ""), str(e.get("site") or ""), str(d["tensor"]), int(d["dim"]), d)
         for e in events

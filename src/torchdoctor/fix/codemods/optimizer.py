@@ -60,11 +60,7 @@ def supported(cls_name: str, device: str) -> tuple[str, ...] | str:
 def _for_loop_optimizers(finding: FindingRef, ctx: FixContext) -> list[dict[str, Any]]:
     rows = finding.evidence.get("for_loop_optimizers")
     if not isinstance(rows, list):
-        rows = [
-            o
-            for o in (ctx.record.get("config") or {}).get("optimizers") or []
-            if o.get("impl") == "for-loop"
-        ]
+        rows = [o for o in ctx.record.config.optimizers if o.get("impl") == "for-loop"]
     return [r for r in rows if isinstance(r, dict) and r.get("class")]
 
 
