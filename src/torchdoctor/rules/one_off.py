@@ -18,6 +18,7 @@ from torchdoctor.record.run import RunRecord
 from torchdoctor.rules import thresholds as th
 from torchdoctor.rules.finding import Finding, FindingId, Severity
 from torchdoctor.rules.run_common import make
+from torchdoctor.rules.spec import Once
 
 Per = Literal["job", "epoch"]
 
@@ -74,24 +75,35 @@ def one_off(
 ) -> Finding:
     """A finding whose cost (``cost_ms``) is paid once per ``per``; ``saved_ms`` (default: the
     cost) is what the fix saves each time, spread over the job's steps or ``epoch_steps``."""
-    if per == "epoch" and epoch_steps:
-        steps, basis = epoch_steps, f"an epoch of {epoch_steps} batches"
+    once = Once(cost_ms, per, epoch_steps, saved_ms, break_even_steps)
+    saving, steps, basis = spread(run, once)
+    f = make(run, fid, title, saving, evidence, fix, where=where, severity=severity)
+    return marked(run, f, once, steps, basis)
+
+
+def spread(run: RunRecord, once: Once) -> tuple[float, int, str]:
+    """What the fix saves per step (the saving spread over the steps it is paid for), those
+    steps, and where their number comes from."""
+    if once.per == "epoch" and once.epoch_steps:
+        steps, basis = once.epoch_steps, f"an epoch of {once.epoch_steps} batches"
     else:
-        per = "job"
         steps, basis = spread_over(run)
-    saved = cost_ms if saved_ms is None else saved_ms
+    saved = once.cost_ms if once.saved_ms is None else once.saved_ms
     if saved <= 0 and basis.startswith("job length unknown"):
         basis = "job length unknown"  # nothing to rank: no length was assumed
-    f = make(
-        run, fid, title, max(0.0, saved) / steps, evidence, fix, where=where, severity=severity
-    )
+    return max(0.0, saved) / steps, steps, basis
+
+
+def marked(run: RunRecord, f: Finding, once: Once, steps: int, basis: str) -> Finding:
+    """``f`` with its one-off cost in its own unit (``spread``'s steps and basis)."""
+    per: Per = "epoch" if once.per == "epoch" and once.epoch_steps else "job"
     step = run.step_ms
     return dataclasses.replace(
         f,
         cost_unit=per,
-        one_off_ms=round(cost_ms, 3),
+        one_off_ms=round(once.cost_ms, 3),
         spread_steps=steps,
         spread_basis=basis,
-        break_even_steps=None if break_even_steps is None else round(break_even_steps, 1),
+        break_even_steps=None if once.break_even_steps is None else round(once.break_even_steps, 1),
         period_ms=round(steps * step, 3) if per == "epoch" and step else None,
     )

@@ -9,7 +9,7 @@ from typing import Any
 from torchdoctor.record.run import RunRecord
 from torchdoctor.rules.finding import Finding, FindingId, Severity
 from torchdoctor.rules.registry import spec
-from torchdoctor.rules.spec import RunRule
+from torchdoctor.rules.spec import Measured, RunRule
 
 
 def make(
@@ -48,28 +48,50 @@ def make(
     )
 
 
+def family_findings(rule: RunRule, run: RunRecord) -> list[Finding]:
+    """A run family rule's measurements, each judged and worded by its registry entry: the
+    spec's threshold and gates fire it; its title, fix builder and severity policy make the
+    finding, the severity graded on the saving's share of the mean step (capped at the step)
+    and held between :attr:`~torchdoctor.rules.spec.Measured.least` and ``most``. A one-off
+    cost (``Measured.once``) ranks by its cost spread over the steps it is paid for."""
+    return [f for f in (_finding(rule, m, run) for m in rule.measurements(run)) if f]
+
+
 def family_finding(rule: RunRule, run: RunRecord) -> Finding | None:
-    """A run family rule's measurement, judged and worded by its registry entry: the spec's
-    threshold and gates fire it; its title, fix builder and severity policy make the finding,
-    the severity graded on the saving's share of the mean step (capped at the step) and held
-    at :attr:`~torchdoctor.rules.spec.Measured.most`."""
-    m = rule.measure(run)
-    if m is None or not rule.fires(m):
+    """The first of :func:`family_findings` (None when nothing fired)."""
+    found = family_findings(rule, run)
+    return found[0] if found else None
+
+
+def _finding(rule: RunRule, m: Measured, run: RunRecord) -> Finding | None:
+    if not rule.fires(m):
         return None
     m, s = m.complete(), rule.spec
     v = s.variant(m.variant)
     fix = (v.fix if v is not None and v.fix is not None else s.fix)(**m.fix)
+    explanation = v.explanation if v is not None else None
+    if m.explain is not None:
+        explanation = (explanation or s.explanation).format(**m.explain)
+    saving = m.saving_ms
+    if m.once is not None:
+        from torchdoctor.rules.one_off import spread
+
+        saving, steps, basis = spread(run, m.once)
     step = run.step_ms
-    share = max(0.0, min(m.saving_ms, step)) / step if step else 0.0
-    level = replace(m, share=share).severity(s.severity)
-    return make(
+    share = max(0.0, min(saving, step)) / step if step else 0.0
+    f = make(
         run,
         s.id,
         (v.title if v is not None else s.title).format(**m.title),
-        m.saving_ms,
+        saving,
         m.evidence,
         fix,
-        v.explanation if v is not None else None,
+        explanation,
         where=list(m.where),
-        severity=level,
+        severity=replace(m, share=share).severity(s.severity),
     )
+    if m.once is None:
+        return f
+    from torchdoctor.rules.one_off import marked
+
+    return marked(run, f, m.once, steps, basis)

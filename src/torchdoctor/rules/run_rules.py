@@ -25,7 +25,7 @@ from torchdoctor.rules.loader_rules import dataloader_config
 from torchdoctor.rules.loop_lines import top_loop_line, vectorise_fix
 from torchdoctor.rules.memory_growth_rules import memory_growth
 from torchdoctor.rules.registry import spec
-from torchdoctor.rules.run_common import family_finding, make
+from torchdoctor.rules.run_common import family_findings, make
 from torchdoctor.rules.user_fixes import compiled_next_step
 
 RunRule = Callable[[RunRecord], list[Finding]]
@@ -214,7 +214,8 @@ def run_findings(run: RunRecord | dict[str, Any]) -> list[Finding]:
     found: list[Finding] = []
     for rule in RULES:
         found.extend(rule(record))
-    found.extend(f for f in (family_finding(r, record) for r in RUN_FAMILY_RULES) if f)
+    for family in RUN_FAMILY_RULES:
+        found.extend(family_findings(family, record))
     for rule in HOST_RULES:
         found.extend(rule(record))
     return rank_findings(without_caveats(found))

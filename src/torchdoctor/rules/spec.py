@@ -6,7 +6,7 @@ See ``rules/registry.py`` for how to add a finding.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Literal, get_args
 
 from torchdoctor.rules import thresholds as th
@@ -120,6 +120,9 @@ class FindingSpec:
     """Named wordings a rule may pick (``Measured.variant``)."""
     probe: ProbeScaling = "host"
     """How the probe effect brings its saving to the clean step (:data:`ProbeScaling`)."""
+    replaces: tuple[str, ...] = ()
+    """Ids of the generic trace findings this one refines: when it fires, ``analyze`` drops
+    them (a blocking copy per decode step is not also ``synchronous-copies``)."""
 
     def variant(self, name: str | None) -> Variant | None:
         """The named variant; None for the spec's own wording (a KeyError for an unknown name)."""
@@ -142,6 +145,20 @@ def static(text: str) -> FixBuilder:
         return text
 
     return build
+
+
+@dataclass(frozen=True)
+class Once:
+    """A cost paid once per job or per epoch, not every step (``rules/one_off.py``): the
+    finding keeps it in its own unit and ranks by it spread over the steps it is paid for."""
+
+    cost_ms: float
+    per: Literal["job", "epoch"] = "job"
+    epoch_steps: int | None = None
+    """The batches of an epoch, for a cost paid per epoch."""
+    saved_ms: float | None = None
+    """What the fix saves each time it is paid (None: the whole cost)."""
+    break_even_steps: float | None = None
 
 
 @dataclass(frozen=True)
@@ -179,6 +196,12 @@ class Measured:
     least: Severity | None = None
     """The lowest severity this measurement gets, whatever its share (allocator retries make
     fragmentation a warning); None: the policy alone decides."""
+    explain: dict[str, Any] | None = None
+    """Values for the explanation's template fields (what filled the memory); None: the
+    explanation is a fixed text."""
+    once: Once | None = None
+    """A cost of the job or of an epoch: ``saving_ms`` is ignored, the finding ranks by this
+    cost spread over the steps it is paid for."""
 
     def severity(self, policy: SeverityPolicy) -> Severity:
         """``policy``'s grade of ``share``, capped at :attr:`most`, raised to :attr:`least`."""
@@ -194,19 +217,12 @@ class Measured:
         if self.details is None:
             return self
         d = self.details()
-        return Measured(
-            self.value,
-            self.saving_ms,
-            self.share,
-            {**self.title, **d.title},
-            {**self.evidence, **d.evidence},
-            self.fix,
-            d.where or self.where,
-            most=self.most,
-            gates=self.gates,
-            variant=self.variant,
-            judged=self.judged,
-            least=self.least,
+        return replace(
+            self,
+            title={**self.title, **d.title},
+            evidence={**self.evidence, **d.evidence},
+            where=d.where or self.where,
+            details=None,
         )
 
 
@@ -226,11 +242,18 @@ class FamilyRule:
     :class:`RunRule` a check run's record; the spec judges both the same way."""
 
     spec: FindingSpec
-    measure: Callable[[Any], Measured | None]
-    """Called with what the rule measures; None when there is nothing to measure."""
+    measure: Callable[[Any], Measured | tuple[Measured, ...] | None]
+    """Called with what the rule measures; None when there is nothing to measure. A run rule
+    may return several measurements, a finding each (one per DataLoader warning, one per
+    memory column that grows)."""
     below: bool = False
     """The finding fires when ``value`` falls below the threshold (a utilisation), not when it
     reaches it."""
+
+    def measurements(self, subject: Any) -> tuple[Measured, ...]:
+        """What ``measure`` returned for ``subject``, as a tuple (empty for None)."""
+        m = self.measure(subject)
+        return () if m is None else m if isinstance(m, tuple) else (m,)
 
     def fires(self, m: Measured) -> bool:
         """The spec decides (the rule never re-checks a constant of its own): its threshold,
@@ -247,6 +270,13 @@ class FamilyRule:
 class TraceRule(FamilyRule):
     """A family rule measured on one trace: ``measure`` is called with the trace's
     ``TraceAnalysis`` (``analyze``; ``rules/trace_rules.py`` builds the finding)."""
+
+    measure: Callable[[Any], Measured | None]
+    """Called with the trace's ``TraceAnalysis``; one measurement or None."""
+
+    on_capture: bool = False
+    """Also measured on a trace of CUDA-graph capture, whose launches were recorded, not run;
+    no other rule is (no host-bound or idle verdict applies to start-up)."""
 
 
 @dataclass(frozen=True)
