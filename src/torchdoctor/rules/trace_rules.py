@@ -1,5 +1,5 @@
-"""Running the trace rules: every family rule (``rules/families/``) measures the trace, its
-registry entry judges and words the finding, and the inference findings join them."""
+"""Running the trace rules: every family rule (``rules/families/``) measures the trace, and its
+registry entry judges and words the finding."""
 
 from __future__ import annotations
 
@@ -37,22 +37,24 @@ def family_finding(rule: TraceRule, a: TraceAnalysis) -> Finding | None:
     )
 
 
-def _family_rules() -> tuple[Rule, ...]:
-    return tuple(functools.partial(family_finding, r) for r in FAMILY_RULES)
+def _family_rules(capture: bool = False) -> tuple[Rule, ...]:
+    return tuple(
+        functools.partial(family_finding, r) for r in FAMILY_RULES if r.on_capture or not capture
+    )
 
 
 def evaluate(a: TraceAnalysis, rules: tuple[Rule, ...] | None = None) -> list[Finding]:
     """Run the rules and rank what fired by estimated saving.
 
-    A trace of CUDA-graph capture gets only the capture findings (its launches were recorded,
-    not run); every other trace gets the inference findings too (``rules/inference_rules.py``).
+    A trace of CUDA-graph capture gets only the rules measured on capture (its launches were
+    recorded, not run); on any other trace a finding that fired drops the generic ones it
+    refines (``FindingSpec.replaces``: an engine's findings over host-bound, sync stalls).
     """
-    rules = _family_rules() if rules is None else rules
+    capture = a.graphs is not None and bool(a.graphs.is_capture_trace)
+    rules = _family_rules(capture) if rules is None else rules
     found = [f for f in (rule(a) for rule in rules) if f is not None]
-    if a.graphs is None and a.serving is None:
-        return rank_findings(found)  # no inference rule applies: not even imported
-    from torchdoctor.rules import inference_rules
+    dropped = {old for f in found for old in _REPLACES.get(f.id, ())}
+    return rank_findings([f for f in found if f.id not in dropped])
 
-    if inference_rules.is_capture_trace(a):
-        return rank_findings(inference_rules.capture_findings(a))
-    return rank_findings(inference_rules.merge(a, found))
+
+_REPLACES = {r.spec.id: r.spec.replaces for r in FAMILY_RULES if r.spec.replaces}
