@@ -18,6 +18,7 @@ from torchdoctor.capture.own_frames import is_ours, scrub
 from torchdoctor.code_paths import PACKAGE_DIR
 from torchdoctor.commands.check.args import normalize_args, reject_option_as_script
 from torchdoctor.errors import UserError
+from torchdoctor.record.run import RunRecord
 
 TRAIN = (
     "import os, sys, torch\n"
@@ -30,11 +31,13 @@ TRAIN = (
 
 
 def rec(count: int, measured: int, status: str = "completed", exc: str | None = None) -> Any:
-    return {
-        "options": {"warmup_steps": 5, "profile_steps": 5},
-        "steps": {"count": count, "measured_steps": measured},
-        "exit": {"status": status, "code": 0 if exc is None else 1, "exception": exc},
-    }
+    return RunRecord.from_dict(
+        {
+            "options": {"warmup_steps": 5, "profile_steps": 5},
+            "steps": {"count": count, "measured_steps": measured},
+            "exit": {"status": status, "code": 0 if exc is None else 1, "exception": exc},
+        }
+    )
 
 
 @pytest.mark.parametrize(

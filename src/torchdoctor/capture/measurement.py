@@ -1,14 +1,16 @@
 """What a ``check`` run actually measured, so that a short or failed run is never reported as
 a clean bill of health.
 
-Plain data in, plain data out (``run.json`` records): used by the report and tested on
-hand-written records.
+The typed run record in, plain data out: used by the report and tested on hand-written
+records.
 """
 
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass
 from typing import Any, Literal
+
+from torchdoctor.record.run import RunRecord
 
 Failure = Literal["syntax-error", "import-error", "crash"]
 _SYNTAX = ("SyntaxError", "IndentationError", "TabError")
@@ -70,11 +72,10 @@ def suggested_options(seen: int, requested: int, clean: int = 0) -> str:
     return f"--warmup {warmup}" + ("" if steps == requested else f" --steps {steps}")
 
 
-def _ending(record: dict[str, Any]) -> str:
-    ex = record.get("exit") or {}
-    status = ex.get("status")
+def _ending(record: RunRecord) -> str:
+    status = record.exit_status
     if status == "error":
-        return f"the script crashed ({ex.get('exception') or 'an exception'})"
+        return f"the script crashed ({record.exit_exception or 'an exception'})"
     if status == "interrupted":
         return "the script was interrupted"
     if status == "terminated":
@@ -82,31 +83,29 @@ def _ending(record: dict[str, Any]) -> str:
     if status == "timeout":
         return "the script was stopped at --timeout"
     if status in ("killed", "lost"):
-        return f"the script's process ended abruptly ({ex.get('exception')})"
+        return f"the script's process ended abruptly ({record.exit_exception})"
     if status == "exited":
-        return f"the script exited with status {ex.get('code')}"
+        return f"the script exited with status {record.exit_code}"
     return "the script ended"
 
 
-def measure(record: dict[str, Any]) -> Measurement:
-    """What one rank's ``run.json`` record measured, with a note when it falls short."""
-    steps, opts = record.get("steps") or {}, record.get("options") or {}
-    requested = int(opts.get("profile_steps") or 0)
-    measured = int(steps.get("measured_steps") or 0)
-    seen = int(steps.get("count") or 0)
-    ex = record.get("exit") or {}
-    failure = failure_kind(ex.get("exception"), ex.get("phase"))
+def measure(record: RunRecord) -> Measurement:
+    """What one rank's run record measured, with a note when it falls short."""
+    requested = record.options.profile_steps
+    measured = record.steps.measured_steps
+    seen = record.steps.count
+    failure = failure_kind(record.exit_exception, record.exit_phase)
     if failure is not None and seen == 0:
         what = "does not parse" if failure == "syntax-error" else "failed to import a module"
-        note = f"the script {what}: {ex.get('exception')}; nothing was measured"
+        note = f"the script {what}: {record.exit_exception}; nothing was measured"
         return Measurement(requested, measured, seen, False, failure, note)
-    if seen == 0 and ex.get("status") in ("error", "interrupted", "exited"):
+    if seen == 0 and record.exit_status in ("error", "interrupted", "exited"):
         # a crash before the first step is a crash: no step advice, no findings
         note = f"{_ending(record)} before its first step; nothing was measured"
         return Measurement(requested, measured, seen, False, "crash", note)
     if measured >= requested:
         return Measurement(requested, measured, seen, True, None, "")
-    hint = suggested_options(seen, requested, int(opts.get("clean_steps") or 0))
+    hint = suggested_options(seen, requested, record.options.clean_steps)
     note = (
         f"{measured} step{'s' if measured != 1 else ''} measured of {requested} requested: "
         f"{_ending(record)} after {seen} step{'s' if seen != 1 else ''}"

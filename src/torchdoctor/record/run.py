@@ -278,6 +278,25 @@ class OpSummary:
 
 
 @dataclass(frozen=True)
+class RunOptions:
+    """The ``check`` options the run used, as far as readers of the record need them."""
+
+    warmup_steps: int = 0
+    profile_steps: int = 0
+    """Steps asked to be measured after the warm-up (``--steps``)."""
+    clean_steps: int = 0
+    """Steps timed before the profiled window, without the profiler (``--clean-steps``)."""
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> RunOptions:
+        return cls(
+            warmup_steps=_count(d.get("warmup_steps")),
+            profile_steps=_count(d.get("profile_steps")),
+            clean_steps=_count(d.get("clean_steps")),
+        )
+
+
+@dataclass(frozen=True)
 class RunRecord:
     """One rank's ``run.json``, typed for the run rules."""
 
@@ -290,6 +309,9 @@ class RunRecord:
     """The script's exit status (None when it recorded none)."""
     exit_exception: str | None = None
     """The exception that ended the script, as recorded."""
+    exit_phase: str | None = None
+    """Where the script was when it failed (``compile``, ``import``, ``run``...), if recorded."""
+    options: RunOptions = field(default_factory=RunOptions)
     script: str | None = None
     """The script as check was given it (rank 0's record takes the combined record's)."""
     argv: tuple[str, ...] = ()
@@ -314,6 +336,14 @@ class RunRecord:
     findings: list[dict[str, Any]] = field(default_factory=list)
     """The run-level findings check attached to the record (``report.json`` has the merged
     ones)."""
+    trace: str | None = None
+    """The trace file, relative to the run folder; None when none was written."""
+    framework: str | None = None
+    """The trainer whose callback ran check (``lightning``, ``transformers``), if one did."""
+    frameworks: tuple[str, ...] = ()
+    """Trainers seen on the stack around the steps (for a hint to use their callback)."""
+    notes: tuple[str, ...] = ()
+    """torchdoctor's own failures, caught while the script went on."""
     raw: dict[str, Any] = field(default_factory=dict)
 
     @classmethod
@@ -325,6 +355,8 @@ class RunRecord:
             exit_status=_d(d.get("exit")).get("status"),
             exit_code=as_int(_d(d.get("exit")).get("code")),
             exit_exception=_str_or_none(_d(d.get("exit")).get("exception")),
+            exit_phase=_str_or_none(_d(d.get("exit")).get("phase")),
+            options=RunOptions.from_dict(_d(d.get("options"))),
             script=_str_or_none(d.get("script")),
             argv=tuple(str(a) for a in as_list(d.get("argv"))),
             torch_version=_str_or_none(d.get("torch_version")),
@@ -340,6 +372,10 @@ class RunRecord:
             lines=LineTable.from_dict(_d(d.get("lines"))),
             cpu=_d(d.get("cpu")),
             findings=_rows(d.get("findings")),
+            trace=_str_or_none(d.get("trace")) if d.get("trace") else None,
+            framework=_str_or_none(_d(d.get("framework")).get("name")),
+            frameworks=tuple(str(f) for f in as_list(d.get("frameworks"))),
+            notes=tuple(str(n) for n in as_list(d.get("notes"))),
             raw=d,
         )
 

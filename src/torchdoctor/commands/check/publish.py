@@ -16,6 +16,7 @@ from torchdoctor.commands.check.summary import build_report, render_analysis, su
 from torchdoctor.errors import OutputError
 from torchdoctor.inputs import write_output
 from torchdoctor.record import layout
+from torchdoctor.record.run import RunRecord
 from torchdoctor.record.write import rank_index
 from torchdoctor.report.account_text import account_text
 from torchdoctor.report.console import terminal_columns
@@ -37,8 +38,8 @@ def _gather(
     folder: Path, record: dict[str, Any], rank: RankInfo, options: CheckOptions
 ) -> tuple[dict[int, dict[str, Any]], Path | None]:
     if not rank.distributed:
-        trace = folder / record["trace"] if record.get("trace") else None
-        return {0: record}, trace
+        run = RunRecord.from_dict(record)
+        return {0: record}, folder / run.trace if run.trace else None
     records = wait_for_ranks(folder, rank.world_size, options.rank_timeout_s)
     records[rank.rank] = record
     write_json(layout.run_file(folder), rank_index(rank.world_size, list(records)))
@@ -58,7 +59,8 @@ def report_text(
     """The check report as text, laid out to ``width`` columns (a terminal's: tables keep
     every number whole, prose wraps at its spaces) or, for None, in its log form (tables at
     110 columns, prose lines whole: what ``report.txt`` holds and a pipe gets)."""
-    measured = measure(record)
+    run = RunRecord.from_dict(record)
+    measured = measure(run)
     trace_text, shows_findings = render_analysis(
         analysis, merged, top, measured, doc.get("account"), doc.get("verdict"), width
     )
@@ -67,9 +69,9 @@ def report_text(
     text += account_text(doc, record, top, width)
     for note in doc.get("notes") or []:  # our own failures: caught, the script went on
         text += fit(f"torchdoctor note: {note}", width) + "\n"
-    if not (record.get("steps") or {}).get("count") and measured.failure is None:
+    if not run.steps.count and measured.failure is None:
         text = NO_STEPS + text
-    text += fit(framework_hint(record.get("frameworks") or []), width)
+    text += fit(framework_hint(list(run.frameworks)), width)
     text += fit(f"run folder: {folder}", width) + "\n"
     return clean_report(text)  # names and paths from the run reach a terminal
 
@@ -90,19 +92,18 @@ def publish(
     the JSON report is also written there. ``advise`` rewrites each finding (a framework
     callback phrases fixes in its settings). Returns the report document.
     """
-    framework = (record.get("framework") or {}).get("name")
-    if advise is None and framework:  # a framework callback stepped aside for check
+    run = RunRecord.from_dict(record)
+    if advise is None and run.framework:  # a framework callback stepped aside for check
         from torchdoctor.rules.framework_advice import rewriter
 
-        advise = rewriter(framework)
+        advise = rewriter(run.framework)
     records, trace = _gather(folder, record, rank, options)
     doc, analysis, merged = build_report(records, trace, rank.world_size)
-    frameworks = record.get("frameworks") or []
-    if advise is None and frameworks:
+    if advise is None and run.frameworks:
         # A framework's trainer runs the loop: the fix is its setting, not a line inside it.
         from torchdoctor.rules.framework_advice import rewriter
 
-        advise = rewriter(frameworks[0])
+        advise = rewriter(run.frameworks[0])
     if advise is not None:
         merged = [advise(f) for f in merged]
         doc["findings"] = [f.to_dict() for f in merged]

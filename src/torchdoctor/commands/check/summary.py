@@ -13,6 +13,7 @@ from typing import Any
 from torchdoctor.capture.fit import fit_to_run
 from torchdoctor.capture.measurement import Measurement, measure
 from torchdoctor.commands.check.report_doc import finding_from_dict
+from torchdoctor.record.run import RunRecord
 from torchdoctor.rules.account_rules import account_verdict
 from torchdoctor.rules.finding import Finding, rank_findings
 from torchdoctor.rules.probe_effect import ProbeEffect
@@ -114,7 +115,7 @@ def build_report(
     from torchdoctor.report.serialize import report_dict
 
     primary = records.get(0) or next(iter(records.values()))
-    measured = measure(primary)
+    measured = measure(RunRecord.from_dict(primary))
     if measured.failure is not None:  # the script never ran: no step advice at all
         trace, run_level = None, []
     else:
