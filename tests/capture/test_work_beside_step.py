@@ -19,9 +19,17 @@ import pytest
 
 from tests.capture.check_helpers import check_inprocess
 from torchdoctor.record.run import RunRecord
-from torchdoctor.rules.aside_rules import BESIDE, LIBRARY, OWN, STEP, call_kind, work_beside_step
+from torchdoctor.rules.aside_rules import BESIDE, LIBRARY, OWN, STEP, call_kind
+from torchdoctor.rules.families import beside_step
+from torchdoctor.rules.finding import Finding
+from torchdoctor.rules.run_common import family_findings
 
 HERE = __file__
+
+
+def work_beside_step(run: RunRecord) -> list[Finding]:
+    """The family's findings on ``run``, as ``check`` makes them."""
+    return family_findings(beside_step.RULES[0], run)
 
 
 def test_library_calls_are_told_apart() -> None:

@@ -74,7 +74,8 @@ def load_note(cpu: dict[str, Any]) -> str | None:
 def _contention_findings(report: Report, cpu: dict[str, Any]) -> list[Finding]:
     """``check``'s rule on the demo's counters (the step and its CPU operators from the trace)."""
     from torchdoctor.record.run import RunRecord
-    from torchdoctor.rules.cpu_rules import cpu_oversubscribed
+    from torchdoctor.rules.families.cpu_threads import RULES
+    from torchdoctor.rules.run_common import family_findings
 
     a = report.analysis
     ops_ms = a.per_step_ms(a.total.idle_ms.get("cpu_operators", 0.0)) if not a.has_gpu else None
@@ -86,7 +87,7 @@ def _contention_findings(report: Report, cpu: dict[str, Any]) -> list[Finding]:
         }
     )
     try:
-        return [f for f in cpu_oversubscribed(record) if f.id == CONTENTION_ID]
+        return [f for r in RULES for f in family_findings(r, record) if f.id == CONTENTION_ID]
     except (KeyError, TypeError, ValueError, ZeroDivisionError):  # a malformed record
         return []
 

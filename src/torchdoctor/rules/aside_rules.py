@@ -1,5 +1,5 @@
-"""``work-beside-step``: time in the loop that is not training's, found in the sampled line
-table (``record/lines.py``).
+"""Whose work a sampled line's time is (``record/lines.py``), for ``work-beside-step``: time in the
+loop that is not training's (its family is ``rules/families/beside_step.py``).
 
 Each sampled row says which library call its self time was in (``calls``). A call is
 
@@ -25,16 +25,7 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 
 from torchdoctor.record.lines import LineRow, LineTable
-from torchdoctor.record.run import RunRecord
 from torchdoctor.rules import thresholds as th
-from torchdoctor.rules.account_inputs import repeat_sites
-from torchdoctor.rules.finding import Finding
-from torchdoctor.rules.loop_lines import loop_line_of, vectorise_fix
-from torchdoctor.rules.registry import spec
-from torchdoctor.rules.run_common import make
-from torchdoctor.rules.sites import relative_site
-
-ID = "work-beside-step"
 
 STEP, BESIDE, OWN, LIBRARY = "step", "beside", "own", "library"
 
@@ -145,7 +136,7 @@ def _ms_of(row: LineRow, kind: str) -> float:
 
 
 @dataclass
-class _Group:
+class Group:
     """One helper function (or one line of a function that makes step calls)."""
 
     function: str
@@ -161,12 +152,13 @@ class _Group:
         return max(self.rows, key=lambda rm: rm[1])[0]
 
 
-def _groups(table: LineTable) -> list[_Group]:
+def groups(table: LineTable) -> list[Group]:
+    """The helpers (and lines of the loop) whose sampled time is beside the step."""
     by_function: dict[tuple[str, str], list[LineRow]] = defaultdict(list)
     for row in table.rows:
         if row.calls and row.self_ms > 0:
             by_function[(row.file, row.function)].append(row)
-    out: list[_Group] = []
+    out: list[Group] = []
     for (_, function), rows in by_function.items():
         if function == "forward" or function.endswith(".forward"):
             # a module's forward runs inside the model call: the step's own work (minGPT's
@@ -174,7 +166,7 @@ def _groups(table: LineTable) -> list[_Group]:
             continue
         makes_step_calls = any(_ms_of(r, STEP) > 0 for r in rows)
         if not makes_step_calls:
-            group = _Group(function)
+            group = Group(function)
             for r in rows:
                 own = _ms_of(r, OWN) if _op_share(r, _UPDATE_OPS) >= th.ASIDE_UPDATE_OPS else 0.0
                 if _ms_of(r, BESIDE) + own > 0:
@@ -186,7 +178,7 @@ def _groups(table: LineTable) -> list[_Group]:
             beside = _ms_of(r, BESIDE)
             if beside > 0:
                 own = _ms_of(r, OWN) if _op_share(r, _COPY_OPS) >= th.ASIDE_UPDATE_OPS else 0.0
-                out.append(_Group(function, [(r, beside + own)]))
+                out.append(Group(function, [(r, beside + own)]))
     return out
 
 
@@ -216,7 +208,7 @@ _COPY_CALLS = frozenset(
 )
 
 
-def _what(group: _Group) -> tuple[str, str]:
+def what_of(group: Group) -> tuple[str, str]:
     """What the group does, in words, and its kind: ``copy`` (of state), ``update`` (tensor by
     tensor), ``print`` or ``other``."""
     calls: dict[str, float] = defaultdict(float)
@@ -241,93 +233,3 @@ def _what(group: _Group) -> tuple[str, str]:
     if new_tensors >= 0.5 * sum(ops.values()):
         return f"tensor copies ({', '.join(top_ops[:3])})", "copy"
     return f"tensor-by-tensor updates ({', '.join(top_ops[:3])})", "update"
-
-
-def _fix(function: str, site: str, code: str, kind: str) -> str:
-    where = f"# {function} at {site}: {code}" if code else f"# {function} at {site}"
-    if kind == "print":
-        return (
-            f"{where}\n# print or log every N steps, and a number, not a tensor:\n"
-            "if step % 100 == 0:\n"
-            "    print(f'step {step} loss {loss.item():.4f}')"
-        )
-    if kind == "copy":
-        return (
-            f"{where}\n"
-            "# copy the state only when the copy is needed (at evaluation, every N steps), and\n"
-            "# into the tensors kept from the first copy (no new state allocated each time):\n"
-            "if step % 100 == 0:\n"
-            "    with torch.no_grad():\n"
-            "        for kept, t in zip(snapshot.values(), model.state_dict().values()):\n"
-            "            kept.copy_(t)"
-        )
-    if kind == "update":
-        return (
-            f"{where}\n"
-            "# one foreach call updates a whole list of tensors (an EMA: e = d * e + (1 - d) * p):\n"
-            "with torch.no_grad():\n"
-            "    torch._foreach_lerp_(ema_params, model_params, 1 - decay)  # lists of tensors\n"
-            "# or keep the average with torch.optim.swa_utils.AveragedModel(\n"
-            "#     model, multi_avg_fn=torch.optim.swa_utils.get_ema_multi_avg_fn(decay));\n"
-            "# other updates: torch._foreach_copy_, _foreach_mul_, _foreach_add_ on lists"
-        )
-    return f"{where}\n# run it every N steps, not every step:\nif step % 100 == 0:\n    ..."
-
-
-def work_beside_step(run: RunRecord) -> list[Finding]:
-    """Helpers and calls in the loop that are not the step's own work, holding
-    ``ASIDE_SHARE`` of the step or more; saving (ms/step): their sampled time per step."""
-    table, step = run.lines, run.step_ms
-    if not table.rows or not step or not table.ms_per_step:
-        return []
-    s = spec(ID)
-    threshold = s.threshold if s.threshold is not None else th.ASIDE_SHARE
-    # The table's ms per step are of its own (median-based) step: as shares of the mean step.
-    scale = step / table.ms_per_step
-    timed = {  # deep copies timed exactly at these lines: housekeeping-in-step reports them
-        str(r.get("site"))
-        for r in (run.raw.get("config") or {}).get("housekeeping") or []
-        if isinstance(r, dict) and r.get("what") == "copy.deepcopy"
-    }
-    # constructions repeated at a line (a module deep-copied, an optimizer rebuilt) are
-    # repeated-construction's
-    timed |= repeat_sites(run)
-    out = []
-    for group in _groups(table):
-        if any(r.site in timed for r, _ in group.rows):
-            continue
-        ms = group.ms * scale
-        if ms / step < threshold or table.samples_in(group.ms) < th.ASIDE_MIN_SAMPLES:
-            continue
-        top = group.top
-        site = relative_site(top.site)
-        what, kind = _what(group)
-        loop = loop_line_of(top, table.ms_per_step)
-        if loop is not None:  # a per-element Python loop, not an update of a list of tensors
-            what = f"a per-element Python loop ({what.partition('(')[2].rstrip(')')})"
-        function = "top level" if group.function == "<module>" else group.function
-        out.append(
-            make(
-                run,
-                ID,
-                s.format_title(what=what, function=function, site=site, ms=ms, share=ms / step),
-                ms,
-                {
-                    "function": group.function,
-                    "lines": [
-                        {
-                            "site": r.site,
-                            "code": r.code,
-                            "ms_per_step": round(m * scale, 4),
-                            "calls": [[c, ms] for c, ms in r.calls],
-                            "ops": [[o, ms] for o, ms in r.ops],
-                        }
-                        for r, m in group.rows
-                    ],
-                    "samples": round(table.samples_in(group.ms), 1),
-                },
-                vectorise_fix(loop) if loop is not None else _fix(function, site, top.code, kind),
-                where=[r.site for r, _ in group.rows],
-            )
-        )
-    return out

@@ -1,5 +1,6 @@
-"""Run-level rules about the CPU itself: more runnable threads than free cores
-(``cpu-oversubscribed``), and torch's own warnings about the DataLoader (``torch-warning``).
+"""The CPU itself: runnable threads against free cores (``cpu-oversubscribed``'s family is
+``rules/families/cpu_threads.py``), and torch's own warnings about the DataLoader
+(``torch-warning``).
 
 The evidence is what the kernel counted during the measured steps (``run.json``'s ``cpu``:
 each thread's time running and waiting for a core, the workers' CPU time, how busy the machine
@@ -105,102 +106,6 @@ def contention(cpu: Any) -> str | None:
     if d.other_cores >= 1.0 and d.oversubscribed:
         return f"{held}, leaving {d.free_cores:.1f} for {d.demand:.1f} runnable threads"
     return None
-
-
-def cpu_oversubscribed(run: RunRecord) -> list[Finding]:
-    """Threads waiting for cores; saving (ms/step): the operator time the measured slow-down of
-    the script's thread count over the suggested one accounts for."""
-    cpu = run.raw.get("cpu") or {}
-    d = cpu_demand(cpu) if isinstance(cpu, dict) else None
-    step = run.step_ms
-    if d is None or not step:
-        return []
-    probe = cpu.get("thread_probe") or {}
-    ratio = float(probe.get("ratio_median") or 0.0)
-    failed = probe.get("failed") or implausible_probe(probe)
-    cpu_ms = _cpu_op_ms(run, step)
-    if d.oversubscribed and ratio >= th.OVERSUBSCRIBED_RATIO and not failed and cpu_ms:
-        return [_oversubscribed(run, cpu, d, probe, step, cpu_ms)]
-    return _starved(run, cpu, d, step)
-
-
-def _cpu_op_ms(run: RunRecord, step: float) -> float | None:
-    """Operator time per step the intra-op threads can speed up (ms), None when too little to
-    matter: on a CPU run the operators' time; on a GPU run only the operators that computed on
-    the CPU, and only when they hold ``THREADS_CPU_OP_SHARE`` of the step."""
-    ops = run.op_summary
-    if run.gpu is None:
-        return ops.op_time_ms_per_step or step
-    cpu_ms = ops.cpu_op_time_ms_per_step
-    if cpu_ms is None or cpu_ms < th.THREADS_CPU_OP_SHARE * step:
-        return None  # the step is GPU kernels: the CPU's threads do not set its time
-    return cpu_ms
-
-
-def _evidence(cpu: dict[str, Any], d: CpuDemand) -> dict[str, Any]:
-    return {
-        "cpu": cpu,
-        "free_cores": round(d.free_cores, 2),
-        "runnable_threads": round(d.demand, 2),
-        "process_cpu_per_wall": round(float(cpu.get("process_cpu_s") or 0.0) / cpu["wall_s"], 3),
-    }
-
-
-def _oversubscribed(
-    run: RunRecord,
-    cpu: dict[str, Any],
-    d: CpuDemand,
-    probe: dict[str, Any],
-    step: float,
-    op_ms: float,
-) -> Finding:
-    ratio = float(probe["ratio_median"])
-    k = int(probe.get("threads_b") or d.suggested_threads)
-    saving = min(op_ms, step) * (1.0 - 1.0 / ratio)  # bounded by the CPU's operator time
-    s = spec("cpu-oversubscribed")
-    title = s.format_title(
-        threads=d.threads,
-        workers=f" + {d.busy_workers:.1f} busy workers" if d.busy_workers >= 0.1 else "",
-        free=d.free_cores,
-        cores=d.cores,
-        ratio=ratio,
-        k=k,
-    )
-    fix = s.fix(k, d.threads, int(cpu.get("workers") or 0), d.free_cores)
-    return make(run, s.id, title, saving, {**_evidence(cpu, d), "thread_probe": probe}, fix)
-
-
-def _starved(run: RunRecord, cpu: dict[str, Any], d: CpuDemand, step: float) -> list[Finding]:
-    """The main thread waited for a core because other processes held them: no fix in the
-    script (saving 0, info), but never a clean bill on numbers taken on a busy machine."""
-    wait = cpu.get("main_thread_runqueue_wait_s")
-    if wait is None:
-        return []
-    share = float(wait) / float(cpu["wall_s"])
-    if share < th.STARVED_SHARE:
-        return []
-    title = (
-        f"the main thread waited for a CPU core {share:.0%} of the measured time: other "
-        f"processes kept {d.other_cores:.1f} of {d.cores} cores busy (step times here are inflated)"
-    )
-    fix = (
-        f"# other processes used {d.other_cores:.1f} of {d.cores} cores: measure again where "
-        "the cores are free,\n# or give this job cores of its own (a cpuset, a less busy "
-        "machine); nothing in the script causes this"
-    )
-    return [
-        make(
-            run,
-            "cpu-oversubscribed",
-            title,
-            0.0,
-            {**_evidence(cpu, d), "main_thread_wait_share": round(share, 3)},
-            fix,
-            "A thread that is runnable but has no core waits on the run queue; the kernel "
-            "counts that time per thread. It was counted here, on the step's own thread.",
-            severity="info",
-        )
-    ]
 
 
 def torch_warnings(run: RunRecord) -> list[Finding]:

@@ -1,20 +1,12 @@
-"""The run rules about the host (CPU threads, torch's warnings, rare long steps, housekeeping
-calls in the step, work beside the step), run after ``run_rules.RULES``."""
+"""The run rules about the host still registered by hand (torch's warnings), run after
+``run_rules.RULES`` and the family rules."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
 
 from torchdoctor.record.run import RunRecord
-from torchdoctor.rules.aside_rules import work_beside_step
-from torchdoctor.rules.cpu_rules import cpu_oversubscribed, torch_warnings
+from torchdoctor.rules.cpu_rules import torch_warnings
 from torchdoctor.rules.finding import Finding
-from torchdoctor.rules.step_rules import housekeeping_in_step, rare_long_steps
 
-HOST_RULES: tuple[Callable[[RunRecord], list[Finding]], ...] = (
-    cpu_oversubscribed,
-    torch_warnings,
-    rare_long_steps,
-    housekeeping_in_step,
-    work_beside_step,
-)
+HOST_RULES: tuple[Callable[[RunRecord], list[Finding]], ...] = (torch_warnings,)

@@ -237,6 +237,11 @@ HOUSEKEEPING_SHARE = Threshold(
     0.02,
     "torch.save, gc.collect() or a deep copy of tensors in the loop costing 2% of the step or more",
 )
+HOUSEKEEPING_CALLS = Threshold(
+    0.5,
+    "called in at least every other measured step: a call made now and then is paid by the "
+    "steps it runs in (rare-long-steps), not by every step",
+)
 ASIDE_SHARE = Threshold(
     0.08,
     "a function (or a call from the loop) outside the model's forward, backward and the "

@@ -1,0 +1,271 @@
+"""Rare long steps (``torchdoctor check``): a step many times the median of the steps measured
+like it, made long by work that runs now and then in the loop (an evaluation, a checkpoint,
+logging); or once, at the start of the job or of each epoch (``rules/one_off.py``).
+
+The steps' times come from ``run.json``'s ``steps``, what ran in the long ones from the
+watcher's samples of them (``monitor.long_step_samples``).
+"""
+
+from __future__ import annotations
+
+import itertools
+from statistics import median
+from typing import TYPE_CHECKING
+
+from torchdoctor.rules import thresholds as th
+from torchdoctor.rules.fixes import DOCS
+from torchdoctor.rules.spec import FindingSpec, Measured, Once, RunRule, SeverityPolicy, Variant
+
+if TYPE_CHECKING:
+    from torchdoctor.record.run import RunRecord
+    from torchdoctor.rules.one_off import Per
+
+
+def long_steps_fix(how_often: str, ratio: float, where: str) -> str:
+    """Run the periodic work less often, on fewer batches, or outside the loop."""
+    return (
+        f"# {how_often} ran up to {ratio:.0f}x the median step"
+        + (f", in {where}" if where else "")
+        + ":\n# periodic work in the loop (evaluation, checkpointing, logging): run it less often,"
+        "\n# on fewer batches, or outside the timed loop"
+    )
+
+
+def once_fix(unit: Per, where: str) -> str:
+    """Skip the start-up work the job does not need, or keep the loader's workers."""
+    return _ONCE_FIX[unit] + (f"\n# (in it: {where})" if where else "")
+
+
+_RAN = "step {step} took {ms:.1f} ms against a {median:.1f} ms median ({ratio:.1f}x)"
+
+SPEC = FindingSpec(
+    id="rare-long-steps",
+    label="rare long steps",
+    title="{k} of {n} steps ran long: " + _RAN + ", {per_step:.1f} ms per step on average{ran}",
+    sources=("run",),
+    probe="unscaled",
+    severity=SeverityPolicy(),
+    threshold=th.RARE_LONG_RATIO,
+    fix=long_steps_fix,
+    explanation="A step many times the median is not the loop's own work: something ran "
+    "in it now and then (evaluation, a checkpoint, logging). Its cost per step is its "
+    "excess over the median, averaged over the steps.",
+    doc_url=f"{DOCS}/profiler.html",
+    variants=(
+        ("once", Variant("{k} of {n} steps ran long, {when}: " + _RAN + "{ran}", fix=once_fix)),
+    ),
+)
+
+
+def measure(run: RunRecord) -> Measured | None:
+    """The longest step's ratio to the median of the steps measured like it (profiled or not);
+    saving (ms/step): the long steps' excess over that median, averaged over every step
+    considered. Long steps at the start of the job or at each epoch's start are a cost paid
+    once per job or epoch (the ``once`` wording)."""
+    from torchdoctor.rules.sites import relative_site
+
+    candidates = _candidates(run)
+    times = [t for _, t in candidates]
+    if len(times) < 3:
+        return None
+    judged = [
+        (typical, i, t)
+        for g in _groups(run, candidates)
+        for typical, lg in [_long_in(g, times)]
+        for i, t in lg
+    ]
+    if not judged:
+        return None
+    long = [(i, t) for _, i, t in judged]
+    typical, worst_i, worst = max(judged, key=lambda x: x[2] / x[0] if x[0] else float("inf"))
+    ratio = worst / typical if typical else float("inf")
+    excess = sum(t - med for med, _, t in judged)
+    per_step = excess / len(times)
+    stacks = _stacks(run, [i + 1 for i, _ in long])
+    where = [relative_site(s.split(" in ")[0]) + " in " + s.split(" in ")[-1] for s in stacks]
+    ran = f"; in it: {where[0]}" if where else ""
+    every = _period([i for i, _ in long])
+    evidence = {
+        "long_steps": [{"step": i + 1, "ms": round(t, 3)} for i, t in long],
+        "median_step_ms": typical,
+        "steps_considered": len(times),
+        "excess_ms_per_step": per_step,
+        "every_n_steps": every,
+        "sampled_stacks": stacks,
+    }
+    title = {"k": len(long), "n": len(times), "ran": ran}
+    per = _once_per(run, judged)
+    if per is None:
+        how_often = f"every {every} steps" if every else f"{len(long)} of {len(times)} steps"
+        return Measured(
+            value=ratio,
+            saving_ms=per_step,
+            share=per_step / run.step_ms if run.step_ms else 0.0,
+            title={
+                **title,
+                "step": worst_i + 1,
+                "ms": worst,
+                "median": typical,
+                "ratio": ratio,
+                "per_step": per_step,
+            },
+            evidence=evidence,
+            fix={
+                "how_often": how_often,
+                "ratio": worst / typical,
+                "where": where[0] if where else "",
+            },
+            where=tuple(where[:3]),
+        )
+    unit, epoch_steps = per
+    if unit == "job":  # name the start-up step, not a spike beside it
+        typical, worst_i, worst = max(
+            (x for x in judged if x[1] < th.ONE_OFF_FIRST_STEPS), key=lambda x: x[2] - x[0]
+        )
+    when = (
+        "at the start of the run (paid once per job)"
+        if unit == "job"
+        else f"each the first of an epoch of {epoch_steps} batches"
+    )
+    # per job: the start-up steps' excess; per epoch: one restart's
+    cost = _start_excess(judged) if unit == "job" else excess / len(long)
+    return Measured(
+        value=ratio,
+        saving_ms=cost,
+        share=0.0,
+        title={
+            **title,
+            "when": when,
+            "step": worst_i + 1,
+            "ms": worst,
+            "median": typical,
+            "ratio": worst / typical if typical else float("inf"),
+        },
+        evidence={**evidence, "once_per": unit},
+        fix={"unit": unit, "where": where[0] if where else ""},
+        where=tuple(where[:3]),
+        variant="once",
+        once=Once(cost, unit, epoch_steps),
+    )
+
+
+def _candidates(run: RunRecord) -> list[tuple[int, float]]:
+    """(0-based index, step time less its data wait) of the steps considered: the first step
+    (start-up) is never a candidate, nor are the warm-up steps of a run that compiled
+    (compilation is named apart), the steps in which torchdoctor worked (its probe step, the
+    profiler's first step) or
+    the mode measurements after the window; waiting for a batch is the DataLoader finding's."""
+    raw = run.raw.get("steps") or {}
+    waits = list(raw.get("data_wait_ms") or [])
+    waits += [0.0] * (len(run.steps.step_ms) - len(waits))
+    times = [max(0.0, t - w) for t, w in zip(run.steps.step_ms, waits, strict=False)]
+    skip = 1
+    if run.compile.compiles:  # the user's warm-up (the clean steps after it are candidates)
+        warmup = (raw.get("schedule") or {}).get("warmup", raw.get("warmup_steps"))
+        skip = max(skip, int(warmup or 0))
+    end = len(times) - int(raw.get("experiment_steps") or 0)
+    own = {int(n) - 1 for n in raw.get("own_steps") or []}
+    for timed in (raw.get("clean"), raw.get("after")):  # steps that compiled: named apart
+        if isinstance(timed, dict):
+            own |= {int(n) - 1 for n in timed.get("compiled_steps") or []}
+    return [(i, times[i]) for i in range(skip, end) if i not in own]
+
+
+def _groups(run: RunRecord, candidates: list[tuple[int, float]]) -> list[list[tuple[int, float]]]:
+    """The candidates split by the condition they ran under: inside the profiled window (the
+    profiler records every operator, a cost that varies step to step) and outside it. A step is
+    judged against the median of its own group, never against steps measured differently.
+    A run with a clean window is judged on the steps no instrument touched alone: a profiled
+    step made long by the profiler (its start, a buffer flush) is not the user's."""
+    steps = run.raw.get("steps") or {}
+    window = steps.get("window") or []
+    if len(window) != 2:
+        return [candidates]
+    lo, hi = int(window[0]) - 1, int(window[1]) - 1  # 0-based, inclusive
+    inside = [(i, t) for i, t in candidates if lo <= i <= hi]
+    outside = [(i, t) for i, t in candidates if not lo <= i <= hi]
+    if steps.get("clean") and len(outside) >= 3:
+        return [outside]
+    return [g for g in (outside, inside) if g]
+
+
+def _long_in(
+    group: list[tuple[int, float]], everyone: list[float]
+) -> tuple[float, list[tuple[int, float]]]:
+    """(the median the group is judged by, its steps at least RARE_LONG_RATIO times it). A
+    group of fewer than three steps has no median of its own: it is judged by every step's
+    (the unprofiled steps are the cheaper ones, so that baseline is never too low for them);
+    none where long steps are not rare."""
+    times = [t for _, t in group]
+    typical = median(times) if len(times) >= 3 else median(everyone)
+    long = [
+        (i, t)
+        for i, t in group
+        if t >= th.RARE_LONG_RATIO * typical and t - typical >= th.RARE_LONG_MIN_MS
+    ]
+    rare = len(long) <= th.RARE_LONG_MAX_SHARE * max(len(times), 3)
+    return typical, long if rare else []
+
+
+_ONCE_FIX = {
+    "job": "# start-up work in the first steps (an evaluation at iteration 0, a warm-up, workers "
+    "starting),\n# paid once per job: skip or shorten it at step 0 if the job does not need it "
+    "(e.g. evaluate\n# when step > 0 and step % eval_interval == 0), else it is the job's "
+    "fixed cost",
+    "epoch": "# the first step of each epoch waits for a new iterator (its workers start again):"
+    "\n# DataLoader(..., num_workers=N, persistent_workers=True) keeps the workers across "
+    "epochs",
+}
+
+
+def _start_excess(judged: list[tuple[float, int, float]]) -> float:
+    """The excess (ms) of the long steps among the run's first ``ONE_OFF_FIRST_STEPS``."""
+    return sum(t - med for med, i, t in judged if i < th.ONE_OFF_FIRST_STEPS)
+
+
+def _once_per(
+    run: RunRecord, judged: list[tuple[float, int, float]]
+) -> tuple[Per, int | None] | None:
+    """``("job", None)`` when the long steps among the run's first ``ONE_OFF_FIRST_STEPS`` hold
+    ``ONE_OFF_EXCESS_SHARE`` of the excess: start-up work; ``("epoch", batches)`` when each
+    long step is the first (or next) step of an epoch of the feeding loader; None when they
+    recur otherwise. ``judged``: (median, 0-based step, ms) of each long step."""
+    total = sum(t - med for med, _, t in judged)
+    if total > 0 and _start_excess(judged) >= th.ONE_OFF_EXCESS_SHARE * total:
+        return "job", None
+    from torchdoctor.rules.one_off import batches_per_epoch
+
+    long = [i for _, i, _ in judged]
+    per_epoch = batches_per_epoch(run)
+    if not per_epoch or per_epoch < 2 * th.ONE_OFF_FIRST_STEPS or not long:
+        return None
+    if all(i >= per_epoch - 1 and min(i % per_epoch, per_epoch - i % per_epoch) <= 1 for i in long):
+        return "epoch", per_epoch
+    return None
+
+
+def _period(indices: list[int]) -> int | None:
+    """The step interval between long steps when it is regular (two or more gaps alike)."""
+    gaps = {b - a for a, b in itertools.pairwise(indices)}
+    return gaps.pop() if len(indices) >= 3 and len(gaps) == 1 else None
+
+
+def _stacks(run: RunRecord, steps: list[int]) -> list[str]:
+    """The user lines the watcher sampled most often during these (1-based) steps: the
+    outermost sampled user frame, i.e. the loop's own line, most frequent first."""
+    monitor = run.raw.get("monitor") or {}
+    if monitor.get("source") not in (None, run.raw.get("steps", {}).get("source")):
+        return []
+    samples = monitor.get("long_step_samples") or {}
+    counts: dict[str, int] = {}
+    for step in steps:
+        for row in samples.get(str(step)) or []:
+            stack = row.get("stack") or []
+            if stack:
+                # the outermost user frame (the loop's own line), then the innermost one
+                for line in dict.fromkeys((stack[-1], stack[0])):
+                    counts[line] = counts.get(line, 0) + int(row.get("samples") or 0)
+    return sorted(counts, key=lambda k: -counts[k])
+
+
+RULES = (RunRule(SPEC, measure),)

@@ -1,0 +1,50 @@
+"""The rare long steps family (``rules/families/long_steps.py``): steps many times the median
+(periodic work in the loop), a start-up step paid once per job, and steady steps that stay
+quiet. Hand-written check records."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from tests.rules.run_records import fire, record
+from torchdoctor.rules.families import long_steps
+
+(RULE,) = long_steps.RULES
+
+
+def _steps(times: list[float]) -> dict[str, Any]:
+    rec = record(step_ms=sum(times) / len(times))
+    rec["steps"]["step_ms"] = times
+    return rec
+
+
+def test_periodic_long_steps_cost_their_excess_averaged_over_the_steps() -> None:
+    times = [10.0] * 20
+    times[5] = times[10] = times[15] = 110.0  # every 5 steps, 100 ms over the median
+    f = fire(RULE, _steps(times))
+    assert f is not None and f.id == "rare-long-steps"
+    assert f.title == (
+        "3 of 19 steps ran long: step 6 took 110.0 ms against a 10.0 ms median (11.0x), "
+        "15.8 ms per step on average"
+    )
+    assert f.evidence["every_n_steps"] == 5 and f.cost_unit == "step"
+    assert f.fix.startswith("# every 5 steps ran up to 11x the median step")
+
+
+def test_a_long_start_up_step_is_paid_once_per_job() -> None:
+    times = [10.0] * 20
+    times[1] = 210.0  # the first step is never a candidate; the second is start-up work
+    f = fire(RULE, _steps(times))
+    assert f is not None and f.cost_unit == "job" and f.one_off_ms == 200.0
+    assert f.title.startswith("1 of 19 steps ran long, at the start of the run (paid once per job)")
+    assert f.evidence["once_per"] == "job"
+
+
+def test_steady_steps_and_small_spikes_are_quiet() -> None:
+    assert fire(RULE, _steps([10.0] * 20)) is None
+    times = [10.0] * 20
+    times[10] = 40.0  # 4x the median: under RARE_LONG_RATIO's 5x
+    assert fire(RULE, _steps(times)) is None
+    times = [1.0] * 20
+    times[10] = 5.5  # 5.5x, but 4.5 ms over the median: under RARE_LONG_MIN_MS
+    assert fire(RULE, _steps(times)) is None
