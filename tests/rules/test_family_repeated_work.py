@@ -29,7 +29,8 @@ def test_an_optimizer_rebuilt_every_step_costs_its_construction_and_its_state() 
     assert f.evidence["construction_ms_per_step"] == 4.0
     assert f.evidence["state_init_ms_per_step"] == 3.0
     assert f.severity == "warning"  # the spec's floor: 7% of the step
-    assert f.fix.startswith("optimizer = torch.optim.Adam(model.parameters(), ...)  # once")
+    # no source line recorded: advice in words, no template code
+    assert f.fix.startswith("# build the Adam once, before the loop")
 
 
 def test_without_the_state_the_specs_own_title() -> None:
@@ -63,7 +64,8 @@ def test_a_cell_stepped_over_time_steps_in_training() -> None:
         "LSTMCell called 32 times per step at m.py:30, each on a slice of a larger tensor: "
         "a Python loop over time steps"
     )
-    assert f.fix.startswith("self.rnn = nn.LSTM(input_size, hidden_size, batch_first=True)")
+    assert f.fix.startswith("# replace the nn.LSTMCell stepped over the sequence at m.py:30 by one")
+    assert all(ln.startswith("#") for ln in f.fix.splitlines())  # sizes unknown: no code
     # without autograd a third of that
     no_grad = record(
         forwards={"loops": [{**loop, "grad_calls": 0}]},
