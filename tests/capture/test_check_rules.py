@@ -8,6 +8,7 @@ from typing import Any
 import pytest
 
 from torchdoctor.rules import run_rules
+from torchdoctor.rules.families import RUN_FAMILY_RULES
 from torchdoctor.rules.run_rules import run_findings
 
 
@@ -239,4 +240,6 @@ def test_no_steps_means_no_saving_but_config_findings_remain() -> None:
 
 def test_every_rule_is_registered() -> None:
     names = {r.__name__ for r in run_rules.RULES}
-    assert {"recompiles", "graph_breaks", "host_syncs", "tiny_ops", "out_of_memory"} <= names
+    assert {"host_syncs", "tiny_ops", "out_of_memory"} <= names
+    families = {r.spec.id for r in RUN_FAMILY_RULES}
+    assert {"recompiles", "graph-breaks", "compile-not-repaid"} <= families

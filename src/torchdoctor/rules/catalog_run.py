@@ -7,64 +7,8 @@ from torchdoctor.rules import thresholds as th
 from torchdoctor.rules.spec import FindingSpec, SeverityPolicy, static
 
 D = fx.DOCS
-COMPILER_DOCS = f"{D}/torch.compiler_troubleshooting.html"
 
 RUN_SPECS: tuple[FindingSpec, ...] = (
-    FindingSpec(
-        id="recompiles",
-        label="recompiles",
-        title="{n} recompiles ({seconds:.2f} s), {late} after warm-up: {first}",
-        sources=("run",),
-        probe="unscaled",
-        severity=SeverityPolicy(),
-        threshold=None,
-        fix=fx.recompile_fix,
-        explanation="Each recompile stops the step to trace and compile again; a guard on a size "
-        "that changes every step means the compiled code is rarely reused.",
-        doc_url=COMPILER_DOCS,
-        codemods=("mark-dynamic",),
-    ),
-    FindingSpec(
-        id="recompile-limit-hit",
-        label="the recompile limit",
-        title="recompile limit ({limit}) hit in {function}: it now runs eager, silently",
-        sources=("run",),
-        probe="unscaled",
-        severity=SeverityPolicy(fixed="warning", risk=True),
-        threshold=None,
-        fix=static(fx.RECOMPILE_LIMIT),
-        explanation="After recompile_limit recompiles of one function dynamo stops compiling it "
-        "and falls back to eager for the rest of the run; the speed-up is gone without an error.",
-        doc_url=COMPILER_DOCS,
-        codemods=("mark-dynamic",),
-    ),
-    FindingSpec(
-        id="graph-breaks",
-        label="graph breaks",
-        title="{n} graph break location(s) in compiled code; first: {reason}",
-        sources=("run",),
-        severity=SeverityPolicy(floor="warning"),
-        threshold=th.GRAPH_BREAK_SHARE,
-        fix=fx.graph_break_fix,
-        explanation="A graph break ends one compiled graph and starts another: the code between "
-        "runs eagerly, guards are checked again, and nothing fuses across the break.",
-        doc_url=COMPILER_DOCS,
-    ),
-    FindingSpec(
-        id="compile-not-repaid",
-        label="compile time not repaid",
-        title="torch.compile took {seconds:.1f} s for a job of {count} steps ({known}): more "
-        "than all its steps take",
-        sources=("run",),
-        probe="unscaled",
-        severity=SeverityPolicy(),
-        threshold=None,
-        fix=static(fx.COMPILE_NOT_REPAID),
-        explanation="Compilation is paid once per process; a run shorter than its compile time "
-        "never earns it back.",
-        doc_url=f"{D}/generated/torch.compile.html",
-        knobs=("compile",),
-    ),
     FindingSpec(
         id="dataloader-config",
         label="data loading (DataLoader settings)",

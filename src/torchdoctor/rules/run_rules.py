@@ -13,12 +13,6 @@ from typing import Any
 
 from torchdoctor.record.run import RunRecord
 from torchdoctor.rules import thresholds as th
-from torchdoctor.rules.compile_rules import (
-    compile_not_repaid,
-    graph_breaks,
-    recompile_limit,
-    recompiles,
-)
 from torchdoctor.rules.families import RUN_FAMILY_RULES
 from torchdoctor.rules.finding import Finding, rank_findings
 from torchdoctor.rules.loader_rules import dataloader_config
@@ -192,10 +186,6 @@ def _framework_python_ms(run: RunRecord) -> float | None:
 
 
 RULES: tuple[RunRule, ...] = (
-    recompiles,
-    recompile_limit,
-    graph_breaks,
-    compile_not_repaid,
     dataloader_config,
     host_syncs,
     out_of_memory,
