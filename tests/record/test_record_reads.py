@@ -66,7 +66,6 @@ ALLOWED: dict[str, str] = {
     "capture/own_frames.py": "reads the config section of the record it is building",
     "capture/runner.py": _WRITE,
     "commands/check/run.py": "the check result's record dict (steps): next",
-    "commands/check/summary.py": "report.json copies the record's sections as they are: next",
     "commands/check/watcher.py": "the parent's rebuilt record from the steps log (write side)",
     "integrations/lightning.py": "the check result's record dict (steps): next",
     "integrations/transformers.py": "the check result's record dict (steps): next",

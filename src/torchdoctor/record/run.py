@@ -56,6 +56,22 @@ class StepStats:
     experiment_steps: int = 0
     """Steps check added at the end, after the script's own, to measure a mode's cost (run
     with the mode switched): not the script's steps."""
+    median_step_ms: float | None = None
+    """Median of the measured steps; None when no step was measured."""
+    profiled_steps: int = 0
+    clock_errors: tuple[str, ...] = ()
+    """Why step timing fell short (the script ran its own profiler...)."""
+    scheduled_warmup: int | None = None
+    """Warm-up steps of the recorded schedule; None for a record without a schedule."""
+    clean_steps: int = 0
+    """Steps timed before the profiled window without the profiler (the ``clean`` window)."""
+    after_steps: int = 0
+    """Steps timed after the profiled window (the ``after`` window)."""
+
+    @property
+    def data_wait_ms(self) -> float | None:
+        """Mean data wait of the measured steps (ms); None when no step was measured."""
+        return self.mean_data_wait_ms if self.measured_steps else None
 
     @property
     def script_step_ms(self) -> tuple[float, ...]:
@@ -71,6 +87,7 @@ class StepStats:
     def from_dict(cls, d: dict[str, Any]) -> StepStats:
         step_ms = tuple(float(x) for x in as_list(d.get("step_ms")) if as_number(x) is not None)
         window: list[Any] = list(d.get("window") or ())
+        sched = _d(d.get("schedule"))
         mean = d.get("mean_step_ms")
         if mean is None and step_ms:
             mean = sum(step_ms) / len(step_ms)
@@ -84,6 +101,12 @@ class StepStats:
             source=str(d["source"]) if d.get("source") else None,
             warmup_steps=_count(d.get("warmup_steps")),
             experiment_steps=_count(d.get("experiment_steps")),
+            median_step_ms=as_number(d.get("median_step_ms")),
+            profiled_steps=_count(d.get("profiled_steps")),
+            clock_errors=tuple(str(e) for e in as_list(d.get("clock_errors"))),
+            scheduled_warmup=_count(sched.get("warmup")) if sched else None,
+            clean_steps=_count(_d(d.get("clean")).get("steps")),
+            after_steps=_count(_d(d.get("after")).get("steps")),
         )
 
 
@@ -218,10 +241,17 @@ class GpuInfo:
 
     device: dict[str, Any] = field(default_factory=dict)
     memory: dict[str, Any] = field(default_factory=dict)
+    gpm: dict[str, Any] | None = None
+    """GPU performance-monitor samples of the window (``capture/gpm.py``), when taken."""
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> GpuInfo:
-        return cls(device=_d(d.get("device")), memory=_d(d.get("memory")))
+        gpm = d.get("gpm")
+        return cls(
+            device=_d(d.get("device")),
+            memory=_d(d.get("memory")),
+            gpm=gpm if isinstance(gpm, dict) else None,
+        )
 
     @property
     def bf16_tensor_cores(self) -> bool:
@@ -338,6 +368,8 @@ class RunRecord:
     ones)."""
     trace: str | None = None
     """The trace file, relative to the run folder; None when none was written."""
+    profiler_stopped_early: str | None = None
+    """Why the profiler stopped before the window's end (its memory budget...), if it did."""
     framework: str | None = None
     """The trainer whose callback ran check (``lightning``, ``transformers``), if one did."""
     frameworks: tuple[str, ...] = ()
@@ -373,11 +405,18 @@ class RunRecord:
             cpu=_d(d.get("cpu")),
             findings=_rows(d.get("findings")),
             trace=_str_or_none(d.get("trace")) if d.get("trace") else None,
+            profiler_stopped_early=_str_or_none(_d(d.get("profiler")).get("stopped_early")),
             framework=_str_or_none(_d(d.get("framework")).get("name")),
             frameworks=tuple(str(f) for f in as_list(d.get("frameworks"))),
             notes=tuple(str(n) for n in as_list(d.get("notes"))),
             raw=d,
         )
+
+    def recorded(self, section: str) -> Any:
+        """A section as the capture side wrote it, for a document that copies it whole
+        (``report.json`` repeats the line table and the roofline); None when absent. Read
+        values through the typed fields."""
+        return self.raw.get(section)
 
     @property
     def step_ms(self) -> float | None:

@@ -13,7 +13,7 @@ from typing import Any
 from torchdoctor.capture.fit import fit_to_run
 from torchdoctor.capture.measurement import Measurement, measure
 from torchdoctor.commands.check.report_doc import finding_from_dict
-from torchdoctor.record.run import RunRecord
+from torchdoctor.record.run import RunRecord, StepStats
 from torchdoctor.rules.account_rules import account_verdict
 from torchdoctor.rules.finding import Finding, rank_findings
 from torchdoctor.rules.probe_effect import ProbeEffect
@@ -36,8 +36,8 @@ def contradicted(f: Finding, record: dict[str, Any]) -> bool:
     ``check`` sees every ``nn.DataParallel`` construction, so a trace-based DataParallel
     finding (from op names) is dropped when none was built.
     """
-    config = record.get("config") or {}
-    return f.id == "data-parallel" and "data_parallel" in config and not config["data_parallel"]
+    built = RunRecord.from_dict(record).config.data_parallel  # None: not watched
+    return f.id == "data-parallel" and built is not None and not built
 
 
 def merge_findings(
@@ -94,15 +94,15 @@ def analyze_trace(path: Path) -> tuple[Any, str | None]:
 def rank_table(records: dict[int, dict[str, Any]]) -> list[dict[str, Any]]:
     """Per-rank step count, median step (ms), mean data wait (ms) and exit status."""
     rows = []
-    for r, rec in sorted(records.items()):
-        steps = rec.get("steps") or {}
+    for r, record in sorted(records.items()):
+        run = RunRecord.from_dict(record)
         rows.append(
             {
                 "rank": r,
-                "steps": steps.get("count", 0),
-                "median_step_ms": steps.get("median_step_ms"),
-                "mean_data_wait_ms": steps.get("mean_data_wait_ms"),
-                "exit": (rec.get("exit") or {}).get("status"),
+                "steps": run.steps.count,
+                "median_step_ms": run.steps.median_step_ms,
+                "mean_data_wait_ms": run.steps.data_wait_ms,
+                "exit": run.exit_status,
             }
         )
     return rows
@@ -119,7 +119,7 @@ def build_report(
     if measured.failure is not None:  # the script never ran: no step advice at all
         trace, run_level = None, []
     else:
-        run_level = [finding_from_dict(d) for d in primary.get("findings", [])]
+        run_level = [finding_from_dict(d) for d in RunRecord.from_dict(primary).findings]
     analysis, why = (None, "no trace was recorded") if trace is None else analyze_trace(trace)
     trace_findings = list(getattr(analysis, "findings", []) or [])
     merged = fit_to_run(merge_findings(trace_findings, run_level, primary), primary)
@@ -131,10 +131,11 @@ def build_report(
     analysis_doc = report_dict(analysis) if analysis is not None else None
     if isinstance(analysis_doc, dict) and verdict is not None:
         analysis_doc["verdict"] = verdict  # the analyser saw only the trace's findings
+    run = RunRecord.from_dict(primary)  # after the probe effect added its note, if any
     doc = {
         "schema": REPORT_SCHEMA,
         "schema_version": REPORT_SCHEMA_VERSION,
-        "script": primary.get("script"),
+        "script": run.script,
         "world_size": world_size,
         "ranks_reported": sorted(records),
         "ranks": rank_table(records),
@@ -146,9 +147,9 @@ def build_report(
         "probe_effect": effect.to_dict() if effect is not None else None,
         "findings": [f.to_dict() for f in merged],
         "account": account,
-        "lines": primary.get("lines"),
-        "roofline": primary.get("roofline"),
-        "notes": primary.get("notes") or [],
+        "lines": run.recorded("lines"),
+        "roofline": run.recorded("roofline"),
+        "notes": list(run.notes),
     }
     return doc, analysis, merged
 
@@ -256,14 +257,14 @@ def summary_text(
 ) -> str:
     """The run-level part of the report as plain text (steps, ranks, compile, findings)."""
     out = io.StringIO()
-    steps, c = primary.get("steps") or {}, primary.get("compile") or {}
-    ex = primary.get("exit") or {}
+    run = RunRecord.from_dict(primary)
+    steps, c = run.steps, run.compile
     w = out.write
-    w(f"torchdoctor check: {doc['script']}  (exit: {_ending(ex)}, code {ex.get('code')})\n")
+    w(f"torchdoctor check: {doc['script']}  (exit: {_ending(run)}, code {run.exit_code})\n")
     w(
-        f"steps: {steps.get('count', 0)} by {steps.get('source') or 'no signal'}; "
-        f"{_plan(steps)}; median profiled step {_fmt(steps.get('median_step_ms'))} ms, "
-        f"data wait {_fmt(steps.get('mean_data_wait_ms'))} ms\n"
+        f"steps: {steps.count} by {steps.source or 'no signal'}; "
+        f"{_plan(steps)}; median profiled step {_fmt(steps.median_step_ms)} ms, "
+        f"data wait {_fmt(steps.data_wait_ms)} ms\n"
     )
     if doc["world_size"] > 1:
         w(f"ranks ({len(doc['ranks_reported'])}/{doc['world_size']} reported):\n")
@@ -278,10 +279,10 @@ def summary_text(
             w(
                 f"  slowest/fastest rank: {max(meds) / min(meds):.2f}x (median {median(meds):.1f} ms)\n"
             )
-    if c.get("compiles"):
+    if c.compiles:
         w(
-            f"torch.compile: {c['compiles']} compiles ({c['compile_s']:.2f} s), "
-            f"{c['recompiles']} recompiles, {len(c.get('graph_breaks') or [])} graph break sites\n"
+            f"torch.compile: {c.compiles} compiles ({c.compile_s:.2f} s), "
+            f"{c.recompiles} recompiles, {len(c.graph_breaks)} graph break sites\n"
         )
     effect = doc.get("probe_effect")
     if isinstance(effect, dict):
@@ -289,8 +290,8 @@ def summary_text(
 
         for line in effect_from_dict(effect).lines():
             w(line + "\n")
-    gpm = (primary.get("gpu") or {}).get("gpm")
-    if isinstance(gpm, dict):
+    gpm = run.gpu.gpm if run.gpu is not None else None
+    if gpm is not None:
         from torchdoctor.capture.gpm import gpm_lines
 
         for line in gpm_lines(gpm):
@@ -298,10 +299,10 @@ def summary_text(
     note = (doc.get("measurement") or {}).get("note")
     if note:
         w(f"measured: {note}\n")
-    early = (primary.get("profiler") or {}).get("stopped_early")
+    early = run.profiler_stopped_early
     if early:
         w(f"profiling stopped early: {early}; the report covers what was recorded\n")
-    for err in steps.get("clock_errors") or []:  # e.g. the script runs its own profiler
+    for err in steps.clock_errors:  # e.g. the script runs its own profiler
         w(f"profiling problem: {err}\n")
     if doc.get("analysis_unavailable"):
         w(f"trace analysis: {doc['analysis_unavailable']}\n")
@@ -310,29 +311,26 @@ def summary_text(
     return out.getvalue()
 
 
-def _ending(ex: dict[str, Any]) -> str:
-    """``run.json``'s exit status in words: ``killed`` names its signal (the shell's code is
+def _ending(run: RunRecord) -> str:
+    """The run's exit status in words: ``killed`` names its signal (the shell's code is
     128 + N; check's own process ends by the same signal)."""
-    status, code = ex.get("status"), ex.get("code")
-    if status == "killed" and isinstance(code, int) and code > 128:
+    status, code = run.exit_status, run.exit_code
+    if status == "killed" and code is not None and code > 128:
         with contextlib.suppress(ValueError):
             return f"killed by {signal.Signals(code - 128).name}"
     return str(status)
 
 
-def _plan(steps: dict[str, Any]) -> str:
+def _plan(steps: StepStats) -> str:
     """Which steps were warm-up, clean, profiled and after, in words."""
-    sched = steps.get("schedule") or {}
-    clean = (steps.get("clean") or {}).get("steps")
-    after = (steps.get("after") or {}).get("steps")
-    if not sched:
-        return f"warm-up {steps.get('warmup_steps', 0)}, profiled {steps.get('profiled_steps', 0)}"
-    parts = [f"warm-up {sched.get('warmup', 0)}"]
-    if clean:
-        parts.append(f"clean {clean}")
-    parts.append(f"profiled {steps.get('profiled_steps', 0)}")
-    if after:
-        parts.append(f"after {after}")
+    if steps.scheduled_warmup is None:
+        return f"warm-up {steps.warmup_steps}, profiled {steps.profiled_steps}"
+    parts = [f"warm-up {steps.scheduled_warmup}"]
+    if steps.clean_steps:
+        parts.append(f"clean {steps.clean_steps}")
+    parts.append(f"profiled {steps.profiled_steps}")
+    if steps.after_steps:
+        parts.append(f"after {steps.after_steps}")
     return ", ".join(parts)
 
 
