@@ -57,8 +57,26 @@ def loader_record(finding: FindingRef, ctx: FixContext) -> dict[str, Any]:
     return loaders[0].raw if loaders else {}
 
 
+# What the loader's call loses when the finding asks for no workers: the report's remedy
+# (``rules/loader_rules._fewer_workers``) drops these, and DataLoader raises for either of the
+# last two without workers.
+WORKER_ARGS = ("num_workers", "persistent_workers", "prefetch_factor")
+
+
+def no_workers(finding: FindingRef, raw: dict[str, Any]) -> bool:
+    """The finding measured a batch made in the training process cheaper than the hand-off
+    from workers (``suggested_num_workers`` 0) for a loader that has workers."""
+    return (
+        finding.id == "dataloader-config"
+        and finding.evidence.get("suggested_num_workers") == 0
+        and int(raw.get("num_workers") or 0) > 0
+    )
+
+
 def wanted(finding: FindingRef, raw: dict[str, Any], ctx: FixContext) -> dict[str, str]:
     """The arguments to set (name -> source text), from the finding and the machine."""
+    if no_workers(finding, raw):
+        return {}
     if finding.id in _PIN_ONLY or (
         finding.id == "dataloader-config" and "suggested_num_workers" not in finding.evidence
     ):
@@ -82,6 +100,8 @@ class DataLoaderArgs:
     def plan(self, finding: FindingRef, ctx: FixContext) -> list[Target | Refusal | Switch]:
         raw = loader_record(finding, ctx)
         changes = wanted(finding, raw, ctx)
+        if no_workers(finding, raw):
+            return [self._drop_workers(raw, ctx)]
         if not changes:
             cur = int(raw.get("num_workers") or 0)
             why = (
@@ -109,6 +129,18 @@ class DataLoaderArgs:
         if by_setting is not None:
             return by_setting
         return [Target(self.id, file, line, {"changes": changes})]
+
+    def _drop_workers(self, raw: dict[str, Any], ctx: FixContext) -> Target | Refusal:
+        """The loader's call without its workers (and the options that need them), as the
+        report's remedy reads: never more workers or a longer prefetch, which the finding
+        measured to cost more than making each batch in the training process."""
+        site = (raw.get("call") or {}).get("site")
+        if not site:
+            return Refusal("check did not record where the DataLoader is built")
+        where = located(ctx, str(site))
+        if isinstance(where, Refusal):
+            return where
+        return Target(self.id, where[0], where[1], {"drop": list(WORKER_ARGS)})
 
     def _workers_setting(
         self, ctx: FixContext, file: str, line: int, changes: dict[str, str]
@@ -164,6 +196,8 @@ class DataLoaderArgs:
             return Refusal(f"no DataLoader(...) call at line {target.line}")
         if has_star_args(call):
             return Refusal("the call passes *args / **kwargs: its arguments are built at run time")
+        if "drop" in target.params:
+            return _dropped(p, call, list(target.params["drop"]))
         todo: dict[str, str] = {}
         for name, code in target.params["changes"].items():
             i = arg_index(call, name, DL_POSITIONAL)
@@ -194,6 +228,31 @@ class DataLoaderArgs:
         return Rewrite(
             p.replace(call, set_args(call, todo, DL_POSITIONAL)), f"DataLoader({summary})"
         )
+
+
+def _dropped(p: Parsed, call: cst.Call, names: list[str]) -> Rewrite | Refusal:
+    """``call`` without the arguments ``names`` (their defaults: no workers); a positional
+    ``num_workers`` with positionals after it becomes ``0`` in place."""
+    args = list(call.args)
+    gone = []
+    for name in names:
+        i = arg_index(call.with_changes(args=args), name, DL_POSITIONAL)
+        if i is None:
+            continue
+        if args[i].keyword is None and any(a.keyword is None for a in args[i + 1 :]):
+            args[i] = args[i].with_changes(value=cst.Integer("0"))
+        else:
+            last = i == len(args) - 1
+            removed = args.pop(i)
+            if last and args:
+                args[-1] = args[-1].with_changes(
+                    comma=removed.comma, whitespace_after_arg=removed.whitespace_after_arg
+                )
+        gone.append(name)
+    if not gone:
+        return Refusal("the DataLoader call already runs without workers", already=True)
+    new = call.with_changes(args=args)
+    return Rewrite(p.replace(call, new), f"DataLoader(without {', '.join(gone)})")
 
 
 def _workers_after(call: cst.Call, todo: dict[str, str]) -> int | None:
