@@ -1,0 +1,132 @@
+"""The paste rule of ``benchmarks/validate_remedies.py``: a printed remedy goes where its text
+says (wrap the user's statement, replace the user's call, move the user's line out of its loop,
+insert after the line it names) and the pasted program runs; what cannot be placed is never
+pasted. Small scripts without torch, pasted and executed here."""
+
+from __future__ import annotations
+
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(REPO / "benchmarks"))
+from validate_remedies import code_lines, paste, summary, target_of  # noqa: E402
+
+SCRIPT = textwrap.dedent(
+    """\
+    import os
+
+    STATE = {"mode": "on", "built": 0, "log": []}
+
+
+    def build(n, workers=0):
+        STATE["built"] += 1
+        return [n, workers]
+
+
+    class Step:
+        def __call__(self, xs):
+            with open(os.devnull) as f:
+                total = sum(xs)
+            return total
+
+
+    def main():
+        STATE["mode"] = "on"
+        for i in range(3):
+            if i >= 0:
+                items = build(4)
+            STATE["log"].append(Step()([i, 1]))
+        return items
+
+
+    RESULT = main()
+    """
+)
+
+
+def run(source: str) -> dict:
+    scope: dict = {"__name__": "__main__"}
+    exec(compile(source, "pasted.py", "exec"), scope)
+    return scope
+
+
+def line_of(text: str) -> int:
+    return next(i for i, ln in enumerate(SCRIPT.splitlines(), 1) if text in ln)
+
+
+def test_a_call_rewritten_with_only_what_changes_replaces_the_users_call() -> None:
+    n = line_of("items = build(4)")
+    kind, out, at = paste(SCRIPT, f"build(4, workers=2)  # at s.py:{n}", n)
+    assert kind == "replace" and at == [n]
+    assert run(out)["RESULT"] == [4, 2]
+
+
+def test_a_with_over_the_users_statement_wraps_it() -> None:
+    n = line_of("total = sum(xs)")
+    fix = f"with open(os.devnull):  # at s.py:{n}\n    total = sum(xs)\n# or something else"
+    kind, out, at = paste(SCRIPT, fix, n)
+    assert kind == "wrap" and "            with open(os.devnull):" in out.splitlines()[at[0] - 1]
+    assert run(out)["STATE"]["log"] == [1, 2, 3]
+
+
+def test_an_undo_goes_after_the_line_and_into_a_block_whose_header_it_names() -> None:
+    n = line_of('STATE["mode"] = "on"')
+    kind, out, at = paste(SCRIPT, f'STATE.update(mode="off")  # at s.py:{n}', n)
+    assert kind == "insert" and at == [n + 1] and run(out)["STATE"]["mode"] == "off"
+    # an assignment to the same target takes the line's place
+    kind, out, at = paste(SCRIPT, f'STATE["mode"] = "off"  # at s.py:{n}', n)
+    assert kind == "replace" and at == [n] and run(out)["STATE"]["mode"] == "off"
+    n = line_of("with open(os.devnull) as f:")
+    kind, out, at = paste(SCRIPT, 'STATE["log"].append(-1)', n)
+    assert kind == "insert" and out.splitlines()[at[0] - 1].startswith(" " * 12 + "STATE")
+    assert run(out)["STATE"]["log"] == [-1, 1, -1, 2, -1, 3]
+
+
+def test_a_line_to_move_leaves_its_loop_and_its_block_keeps_a_pass() -> None:
+    n = line_of("items = build(4)")
+    fix = f"items = build(4)  # move this line before the loop: built once\n# (now at s.py:{n})"
+    kind, out, at = paste(SCRIPT, fix, n)
+    assert kind == "move" and out.splitlines()[at[0] - 1] == "    items = build(4)"
+    scope = run(out)
+    assert scope["STATE"]["built"] == 1 and scope["RESULT"] == [4, 0]
+    with pytest.raises(ValueError, match="no loop"):  # a line in no loop cannot be moved
+        n = line_of("return total")
+        paste(SCRIPT, f"return total  # move this line before the loop\n# (now at s.py:{n})", n)
+
+
+def test_advice_has_no_code_and_a_place_outside_the_users_files_is_not_pasted(
+    tmp_path: Path,
+) -> None:
+    assert code_lines("# build it once, before the loop\n# (now at t.py:3)") == []
+    script = tmp_path / "train.py"
+    script.write_text(SCRIPT)
+    assert target_of("x = 1  # at /usr/lib/python3/site.py:10", [], tmp_path, script) == (
+        "elsewhere"
+    )
+    # a report on another copy of the case names the same file here
+    assert target_of("x = 1  # at /tmp/td-remedy-zz/train.py:7", [], tmp_path, script) == (
+        tmp_path / "train.py",
+        7,
+    )
+    assert target_of("x = 1", ["train.py:4"], tmp_path, script) == (tmp_path / "train.py", 4)
+    assert target_of("torch.set_num_threads(4)  # at the top of the script", [], tmp_path, script)
+    assert target_of("x = 1", [], tmp_path, script) == "unplaced"
+
+
+def test_the_headline_counts_failures_clean_bills_and_noisy_controls() -> None:
+    rem = {"kind": "insert", "runs": False, "executed": None, "gone": None, "error": "boom"}
+    rows = [
+        {"labelled": True, "control": False, "ids": ["a"], "named": True, "named_info": True,
+         "remedies": [rem]},
+        {"labelled": True, "control": False, "ids": [], "named": False, "named_info": False,
+         "remedies": []},
+        {"labelled": True, "control": True, "ids": ["b"], "named": False, "named_info": False,
+         "remedies": [{**rem, "kind": "advice"}]},
+    ]  # fmt: skip
+    line = summary(rows)
+    assert "1 remedies pasted, 1 fail to run" in line and "false clean bills 1" in line
+    assert "noisy controls 1" in line and "named 1 of 2" in line
