@@ -71,7 +71,6 @@ ALLOWED: dict[str, str] = {
     "integrations/transformers.py": "the check result's record dict (steps): next",
     "integrations/watch.py": "the check result's record dict (steps): next",
     "report/account_text.py": "the account's text from the record dict: next",
-    "report/html_sources.py": "the HTML page's sources from the record dict: next",
     "rules/": _RULES,
 }
 

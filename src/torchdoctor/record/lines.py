@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from torchdoctor.record.values import as_float
+from torchdoctor.record.values import as_float, as_number
 
 _f = as_float
 
@@ -43,6 +43,8 @@ class LineRow:
     code: str = ""
     self_ms: float = 0.0
     inclusive_ms: float = 0.0
+    self_share: float | None = None
+    """The self time's share of the sampled step time; None when not recorded."""
     under: dict[str, float] = field(default_factory=dict)
     """ms per step of the self time by category (``torch ops``, ``Python``, ``I/O``...)."""
     ops: tuple[tuple[str, float], ...] = ()
@@ -64,6 +66,7 @@ class LineRow:
             code=str(d.get("code") or ""),
             self_ms=_f(d.get("self_ms")),
             inclusive_ms=_f(d.get("inclusive_ms")),
+            self_share=as_number(d.get("self_share")),
             under=_ms(d.get("under")),
             ops=_pairs(d.get("ops")),
             calls=_pairs(d.get("calls")),

@@ -16,7 +16,15 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from torchdoctor.record.lines import LineTable
-from torchdoctor.record.values import as_dict, as_float, as_int, as_list, as_number, as_rows
+from torchdoctor.record.values import (
+    as_dict,
+    as_flag,
+    as_float,
+    as_int,
+    as_list,
+    as_number,
+    as_rows,
+)
 from torchdoctor.record.write import RankPlace
 
 _d, _rows, _f = as_dict, as_rows, as_float
@@ -347,6 +355,9 @@ class RunRecord:
     argv: tuple[str, ...] = ()
     """The script's arguments (after its name)."""
     torch_version: str | None = None
+    python_version: str | None = None
+    cuda_available: bool | None = None
+    """torch saw a CUDA device; None when not recorded (a record rebuilt from the steps log)."""
     rank: RankPlace = field(default_factory=RankPlace)
     steps: StepStats = field(default_factory=StepStats)
     compile: CompileStats = field(default_factory=CompileStats)
@@ -392,6 +403,8 @@ class RunRecord:
             script=_str_or_none(d.get("script")),
             argv=tuple(str(a) for a in as_list(d.get("argv"))),
             torch_version=_str_or_none(d.get("torch_version")),
+            python_version=_str_or_none(d.get("python_version")),
+            cuda_available=as_flag(d.get("cuda_available")),
             rank=_rank(_d(d.get("rank"))),
             steps=StepStats.from_dict(_d(d.get("steps"))),
             compile=CompileStats.from_dict(_d(d.get("compile"))),

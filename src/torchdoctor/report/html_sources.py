@@ -8,6 +8,8 @@ from pathlib import Path
 from typing import Any
 
 from torchdoctor._version import __version__
+from torchdoctor.record.lines import LineTable
+from torchdoctor.record.run import RunRecord
 from torchdoctor.report.html_model import (
     Num,
     Page,
@@ -21,10 +23,11 @@ from torchdoctor.report.html_model import (
 def page_from_check(doc: dict[str, Any], report: Any, record: dict[str, Any]) -> Page:
     """The check page: the trace's page (when there is one) with the merged findings and the run's
     own metadata (torch version, script, step clock)."""
-    steps = record.get("steps") or {}
+    run = RunRecord.from_dict(record)
+    steps = run.steps
     verdict = (
-        f"{steps.get('count', 0)} steps seen, median profiled step "
-        f"{_num(steps.get('median_step_ms'))} ms, data wait {_num(steps.get('mean_data_wait_ms'))} ms"
+        f"{steps.count} steps seen, median profiled step "
+        f"{_num(steps.median_step_ms)} ms, data wait {_num(steps.data_wait_ms)} ms"
     )
     effect = doc.get("probe_effect")
     probe_lines: list[str] = []
@@ -54,8 +57,8 @@ def page_from_check(doc: dict[str, Any], report: Any, record: dict[str, Any]) ->
             page.notes.append(f"trace analysis: {doc['analysis_unavailable']}")
     page.findings = list(doc.get("findings") or [])
     page.headline = [*probe_lines, verdict]
-    _add_account(page, doc, record)
-    page.metadata = _run_metadata(doc, record) + [
+    _add_account(page, doc, record, run.lines)
+    page.metadata = _run_metadata(doc, run) + [
         kv for kv in page.metadata if kv[0] in ("trace", "steps", "events", "rank")
     ]
     if doc.get("world_size", 1) > 1:
@@ -63,31 +66,29 @@ def page_from_check(doc: dict[str, Any], report: Any, record: dict[str, Any]) ->
     return page
 
 
-def _add_account(page: Page, doc: dict[str, Any], record: dict[str, Any]) -> None:
+def _add_account(page: Page, doc: dict[str, Any], record: dict[str, Any], lines: LineTable) -> None:
     """The roofline line (achieved efficiency) in the headline and the per-line time table."""
     from torchdoctor.report.account_text import roofline_line
 
     if (doc.get("measurement") or {}).get("failure"):
         return
     page.headline.extend(ln for ln in roofline_line(record, doc.get("account")).splitlines() if ln)
-    lines = record.get("lines") or {}
-    rows = lines.get("rows") or []
-    if not rows:
+    if not lines.rows:
         return
     cats = ["torch ops", "Python", "I/O", "sleep/wait", "gc", "CPU contention"]
     home = os.path.dirname(str(doc.get("script") or ""))
     table_rows = [
         [
-            _short_site(r.get("site"), home),
-            r.get("function"),
-            r.get("code"),
-            r.get("self_ms"),
-            r.get("inclusive_ms"),
-            share(r.get("self_share")),
-            *[(r.get("under") or {}).get(c, 0.0) for c in cats],
-            ", ".join(str(o[0]) for o in (r.get("ops") or [])[:3]),
+            _short_site(r.site, home),
+            r.function,
+            r.code,
+            r.self_ms,
+            r.inclusive_ms,
+            share(r.self_share),
+            *[r.under.get(c, 0.0) for c in cats],
+            ", ".join(name for name, _ in r.ops[:3]),
         ]
-        for r in rows
+        for r in lines.rows
     ]
     page.tables.insert(
         0,
@@ -105,8 +106,8 @@ def _add_account(page: Page, doc: dict[str, Any], record: dict[str, Any]) -> Non
                 "operators",
             ],
             table_rows,
-            caption=f"Sampled every {float(lines.get('interval_s') or 0) * 1e3:.0f} ms: "
-            f"{lines.get('samples')} samples over {lines.get('steps')} measured steps. Self time "
+            caption=f"Sampled every {lines.interval_s * 1e3:.0f} ms: "
+            f"{lines.samples} samples over {lines.steps} measured steps. Self time "
             "is spent at the line itself (its innermost frame of yours), inclusive time under it.",
         ),
     )
@@ -125,13 +126,13 @@ def _num(v: Any) -> str:
     return "-" if v is None else f"{float(v):.1f}"
 
 
-def _run_metadata(doc: dict[str, Any], record: dict[str, Any]) -> list[tuple[str, str]]:
-    gpu = ((record.get("gpu") or {}).get("device") or {}).get("name")
+def _run_metadata(doc: dict[str, Any], run: RunRecord) -> list[tuple[str, str]]:
+    gpu = run.gpu.name if run.gpu is not None else None
     return [
-        ("GPU", str(gpu) if gpu else ("none" if not record.get("cuda_available") else "?")),
-        ("torch version", str(record.get("torch_version", "?"))),
-        ("script", f"{doc.get('script')} {' '.join(map(str, record.get('argv') or []))}".strip()),
-        ("python", str(record.get("python_version", "?"))),
+        ("GPU", gpu if gpu else ("none" if not run.cuda_available else "?")),
+        ("torch version", run.torch_version or "?"),
+        ("script", f"{doc.get('script')} {' '.join(run.argv)}".strip()),
+        ("python", run.python_version or "?"),
         ("torchdoctor", __version__),
         ("command", command_line()),
     ]
