@@ -1,4 +1,5 @@
-"""Rules across ranks: a row per rank, and the straggler every collective waits for."""
+"""Across ranks: a row per rank, the findings of the ``RanksRule`` families (the straggler every
+collective waits for, ``rules/families/ranks.py``), and rank skew."""
 
 from __future__ import annotations
 
@@ -6,13 +7,12 @@ import dataclasses
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-import numpy as np
-
 from torchdoctor.analysis.cross_rank import CrossRank
 from torchdoctor.analysis.rank_summary import RankSummary
 from torchdoctor.rules import thresholds as th
 from torchdoctor.rules.finding import Finding
 from torchdoctor.rules.registry import spec
+from torchdoctor.rules.spec import RanksRule
 
 
 @dataclass(frozen=True)
@@ -76,47 +76,32 @@ def _row(s: RankSummary, w: Any) -> RankRow:
     )
 
 
-def straggler(cr: CrossRank) -> Finding | None:
-    """The rank whose own work (step minus waiting in collectives) is slowest, if it stands out.
+def ranks_findings(cr: CrossRank) -> list[Finding]:
+    """The findings across the ranks (``RanksRule`` families: the straggler), each judged and
+    worded by its registry entry; the step is the slowest rank's mean step."""
+    from torchdoctor.rules.families import RANKS_FAMILY_RULES
 
-    Waiting in collectives is how fast ranks absorb a slow one, so the straggler is the rank with
-    the most work, not necessarily the longest step. Failed ranks are never compared (the others
-    spent their last step waiting for them, see ``analysis.cross_rank``).
-    """
-    if len(cr.ranks) < 2:
+    return [f for f in (_finding(r, cr) for r in RANKS_FAMILY_RULES) if f is not None]
+
+
+def _finding(rule: RanksRule, cr: CrossRank) -> Finding | None:
+    m = rule.measure(cr)
+    if m is None or not rule.fires(m):
         return None
-    work = np.array([r.work_ms for r in cr.ranks])
-    median = float(np.median(work))
-    k = int(np.argmax(work))
-    excess = float(work[k] - median)
-    if median <= 0 or excess / median < th.STRAGGLER:
-        return None
-    slow = cr.ranks[k]
+    m, s = m.complete(), rule.spec
     step = max(r.step_ms for r in cr.ranks)
-    sp = spec("straggler-rank")
-    saving = min(excess, step)
-    # The rule fires on the rank's excess over the median; the severity also answers to what
-    # it costs the step: under WARNING_SHARE of the step it is info, whatever the ratio.
-    level = sp.severity.grade(excess / median)
-    if step <= 0 or saving / step < th.WARNING_SHARE:
-        level = "info"
+    share = m.saving_ms / step if step > 0 else 0.0
     return Finding(
-        id="straggler-rank",
-        title=sp.format_title(rank=slow.rank, excess=excess, ratio=excess / median),
-        severity=sp.severity.floored(level, saving / step if step > 0 else 0.0),
-        saving_ms_per_step=round(saving, 3),
-        share_of_step=round(saving / step, 4) if step > 0 else 0.0,
-        evidence={
-            "rank": slow.rank,
-            "work_ms_per_rank": {r.rank: r.work_ms for r in cr.ranks},
-            "median_work_ms": round(median, 3),
-            "straggler_in_steps": f"{slow.straggler_steps} of {len(cr.common_steps)}",
-            "last_to_arrive_in_collectives": f"{slow.last_arrivals} of {cr.matched_collectives}",
-        },
-        fix=sp.fix(),
-        explanation=sp.explanation,
-        doc_url=sp.doc_url,
-        where=[f"rank {slow.rank}"],
+        id=s.id,
+        title=s.format_title(**m.title),
+        severity=s.severity.floored(m.severity(s.severity), share),
+        saving_ms_per_step=round(m.saving_ms, 3),
+        share_of_step=round(share, 4),
+        evidence=m.evidence,
+        fix=s.fix(**m.fix),
+        explanation=s.explanation,
+        doc_url=s.doc_url,
+        where=list(m.where),
     )
 
 

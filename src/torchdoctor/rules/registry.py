@@ -21,7 +21,7 @@ unpinned copies, fragmentation). The others are still registered by hand:
 
 1. Add a threshold to ``rules/thresholds.py`` if it needs one: ``Threshold(value, "reason")``.
 2. Add a ``FindingSpec(...)`` to ``RUN_SPECS`` (``rules/catalog_run.py``), ``MODE_SPECS``
-   (``rules/catalog_modes.py``: the step's account), ``HOST_SPECS`` or ``RANK_SPECS`` (``rules/catalog_ranks.py``). A fix that depends on what was measured is a
+   (``rules/catalog_modes.py``: the step's account), or ``HOST_SPECS``. A fix that depends on what was measured is a
    function in ``rules/fixes.py`` taking typed inputs (``record/run.py`` for run-level ones); a
    fixed text is ``static("...")``.
 3. Write the rule: ``run_common.make(run, "my-id", ...)`` for a run (``RunRecord``), appended to
@@ -34,9 +34,8 @@ from __future__ import annotations
 
 from torchdoctor.rules.catalog_host import HOST_SPECS
 from torchdoctor.rules.catalog_modes import MODE_SPECS
-from torchdoctor.rules.catalog_ranks import RANK_SPECS
 from torchdoctor.rules.catalog_run import RUN_SPECS
-from torchdoctor.rules.families import FAMILY_RULES, RUN_FAMILY_RULES
+from torchdoctor.rules.families import FAMILY_RULES, RANKS_FAMILY_RULES, RUN_FAMILY_RULES
 from torchdoctor.rules.spec import FindingSpec
 
 
@@ -57,7 +56,7 @@ _RUN_SPECS = tuple(
 
 REGISTRY: dict[str, FindingSpec] = _index(
     _TRACE_SPECS,
-    RANK_SPECS,
+    tuple(r.spec for r in RANKS_FAMILY_RULES),
     RUN_SPECS,
     HOST_SPECS,
     MODE_SPECS,

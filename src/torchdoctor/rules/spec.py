@@ -284,3 +284,13 @@ class RunRule(FamilyRule):
     """A family rule measured on one rank's check run: ``measure`` is called with its
     ``RunRecord`` (``check``; ``rules/run_common.py`` builds the finding, its saving capped
     at the run's mean step and graded on that share)."""
+
+
+@dataclass(frozen=True)
+class RanksRule(FamilyRule):
+    """A family rule measured across a folder of ranks: ``measure`` is called with their
+    comparison (``analysis/cross_rank.CrossRank``; ``analyze`` on a folder,
+    ``rules/rank_rules.py`` builds the finding, its step the slowest rank's mean step)."""
+
+    measure: Callable[[Any], Measured | None]
+    """Called with the ranks' ``CrossRank``; one measurement or None."""

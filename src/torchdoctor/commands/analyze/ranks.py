@@ -21,7 +21,7 @@ from torchdoctor.errors import TraceError
 from torchdoctor.report.assemble import build_report
 from torchdoctor.report.model import Report
 from torchdoctor.rules.finding import Finding, rank_findings
-from torchdoctor.rules.rank_rules import rank_rows, skew_or_comm, straggler
+from torchdoctor.rules.rank_rules import rank_rows, ranks_findings, skew_or_comm
 from torchdoctor.rules.trace_rules import evaluate
 from torchdoctor.trace.load import find_rank_files, load_trace
 
@@ -136,8 +136,7 @@ def _report(
     notes: list[str],
     workers: int,
 ) -> Report:
-    slow = straggler(cr)
-    extra: list[Finding] = [slow] if slow else []
+    extra: list[Finding] = ranks_findings(cr)
     base = build_report(a, extra)
     base = dataclasses.replace(base, findings=[skew_or_comm(f, cr, rank) for f in base.findings])
     verdict = base.verdict

@@ -1,6 +1,6 @@
 """Finding families: each module holds its findings' registry entries next to the functions
-that measure them, as ``RULES``: a tuple of ``TraceRule`` (measured on a trace) and
-``RunRule`` (measured on a check run's record).
+that measure them, as ``RULES``: a tuple of ``TraceRule`` (measured on a trace),
+``RunRule`` (measured on a check run's record) and ``RanksRule`` (across a folder of ranks).
 
 Every module of this package is found here, so adding a finding touches its family module (and
 its test) only: the registry (``rules/registry.py``) lists its spec, ``analyze`` runs its trace
@@ -14,7 +14,7 @@ from __future__ import annotations
 import importlib
 import pkgutil
 
-from torchdoctor.rules.spec import FamilyRule, RunRule, TraceRule
+from torchdoctor.rules.spec import FamilyRule, RanksRule, RunRule, TraceRule
 
 
 def _discover() -> tuple[FamilyRule, ...]:
@@ -25,9 +25,11 @@ def _discover() -> tuple[FamilyRule, ...]:
         module = importlib.import_module(f"{__name__}.{info.name}")
         rules = getattr(module, "RULES", None)
         if not isinstance(rules, tuple) or not all(
-            isinstance(r, TraceRule | RunRule) for r in rules
+            isinstance(r, TraceRule | RunRule | RanksRule) for r in rules
         ):
-            raise TypeError(f"{module.__name__}: RULES must be a tuple of TraceRule or RunRule")
+            raise TypeError(
+                f"{module.__name__}: RULES must be a tuple of TraceRule, RunRule or RanksRule"
+            )
         found.extend(rules)
     return tuple(found)
 
@@ -37,3 +39,5 @@ FAMILY_RULES: tuple[TraceRule, ...] = tuple(r for r in _ALL if isinstance(r, Tra
 """Every trace family rule, by module name, then in each module's order."""
 RUN_FAMILY_RULES: tuple[RunRule, ...] = tuple(r for r in _ALL if isinstance(r, RunRule))
 """Every run family rule, by module name, then in each module's order."""
+RANKS_FAMILY_RULES: tuple[RanksRule, ...] = tuple(r for r in _ALL if isinstance(r, RanksRule))
+"""Every rule measured across a folder of ranks."""
