@@ -240,6 +240,6 @@ def test_no_steps_means_no_saving_but_config_findings_remain() -> None:
 
 def test_every_rule_is_registered() -> None:
     names = {r.__name__ for r in run_rules.RULES}
-    assert {"host_syncs", "tiny_ops", "out_of_memory"} <= names
+    assert "tiny_ops" in names
     families = {r.spec.id for r in RUN_FAMILY_RULES}
-    assert {"recompiles", "graph-breaks", "compile-not-repaid"} <= families
+    assert {"recompiles", "graph-breaks", "host-syncs-in-step", "out-of-memory"} <= families

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from torchdoctor.rules import fixes as fx
 from torchdoctor.rules import thresholds as th
-from torchdoctor.rules.spec import FindingSpec, SeverityPolicy, static
+from torchdoctor.rules.spec import FindingSpec, SeverityPolicy
 
 D = fx.DOCS
 
@@ -24,20 +24,6 @@ RUN_SPECS: tuple[FindingSpec, ...] = (
         codemods=("dataloader-args", "non-blocking-copies"),
     ),
     FindingSpec(
-        id="host-syncs-in-step",
-        label="host syncs in the step",
-        title="{calls:.1f} host syncs per step ({kinds}){note}",
-        sources=("run",),
-        severity=SeverityPolicy(),
-        threshold=th.SYNC_PER_STEP,
-        fix=static(fx.HOST_SYNCS),
-        explanation="Reading a device value on the host waits for every queued kernel, so the CPU "
-        "stops queueing work and the GPU idles at the start of the next step.",
-        doc_url=f"{D}/generated/torch.cuda.set_sync_debug_mode.html",
-        aliases=("sync-stalls",),
-        codemods=("sync-every-n",),
-    ),
-    FindingSpec(
         id="memory-growth",
         label="memory growing every step",
         title="{kind} grows {mib:.1f} MiB per step (it rose after {rising:.0%} of "
@@ -50,18 +36,5 @@ RUN_SPECS: tuple[FindingSpec, ...] = (
         "retain_graph=True, a loss summed as a tensor, outputs kept with their graph): memory "
         "grows until the process is killed or the device runs out.",
         doc_url=f"{D}/notes/faq.html#my-model-reports-cuda-runtime-error-2-out-of-memory",
-    ),
-    FindingSpec(
-        id="out-of-memory",
-        label="out of memory",
-        title="out of memory: {parts}",
-        sources=("run",),
-        probe="unscaled",
-        severity=SeverityPolicy(fixed="critical", risk=True),
-        threshold=None,
-        fix=static(fx.OOM),
-        explanation="What filled the memory: {parts}. Who held it and how fragmented the cache "
-        "was: `torchdoctor memory memory_snapshot.pickle` in the run folder (docs/memory.md).",
-        doc_url=f"{D}/torch_cuda_memory.html",
     ),
 )

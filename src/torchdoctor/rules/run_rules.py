@@ -25,87 +25,6 @@ from torchdoctor.rules.user_fixes import compiled_next_step
 RunRule = Callable[[RunRecord], list[Finding]]
 
 
-def host_syncs(run: RunRecord) -> list[Finding]:
-    """Per-step host syncs at user lines; saving (ms/step): time blocked inside them."""
-    rows, debug = run.syncs.host_syncs, run.syncs.sync_debug
-    measured = run.steps.measured_steps
-    if not measured or not (rows or debug):
-        return []
-    per_step = [r for r in rows if r["calls"] / measured >= th.SYNC_PER_STEP]
-    if not per_step and not debug:
-        return []
-    calls = sum(r["calls"] for r in per_step) / measured
-    # CUDA's sync-debug mode counts over its own window (older records: the profiled one), and
-    # also sees the syncs torch makes for the user (GradScaler's found_inf): per step it
-    # watched, the larger count is the truth.
-    debug_steps = run.syncs.sync_debug_steps or run.steps.window_steps or measured
-    debug_calls = sum(int(d.get("count") or 0) for d in debug) / debug_steps
-    blocked_ms = sum(r["seconds"] for r in per_step) * 1e3 / measured
-    on_device = any(r["device"] != "cpu" for r in per_step) or bool(debug)
-    kinds = ", ".join(sorted({r["kind"] for r in per_step})) or "found by CUDA sync-debug mode"
-    calls = max(calls, debug_calls)
-    note = "" if on_device else " (CPU tensors here: free now, a full sync on a GPU)"
-    return [
-        make(
-            run,
-            "host-syncs-in-step",
-            spec("host-syncs-in-step").format_title(calls=calls, kinds=kinds, note=note),
-            blocked_ms,
-            {
-                "syncs_per_step": calls,
-                "sync_debug_per_step": debug_calls,
-                "blocked_ms_per_step": blocked_ms,
-                "sites": per_step[:8],
-                "sync_debug_sites": debug[:8],
-            },
-            where=[r["site"] for r in per_step[:8]] + [d["site"] for d in debug[:4]],
-            severity=None if on_device else "info",
-        )
-    ]
-
-
-# -- parallelism, memory, overhead --------------------------------------------------------------
-def out_of_memory(run: RunRecord) -> list[Finding]:
-    """Out-of-memory: what filled the memory (model state vs activations vs unused cache)."""
-    oom = run.oom
-    if not oom:
-        return []
-    gib = 2**30
-    opts = run.config.optimizers
-    params = sum(o.get("param_bytes", 0) for o in opts)
-    adam = any("Adam" in o.get("class", "") for o in opts)
-    model_state = params * (4 if adam else 2)  # weights + grads (+ 2 Adam moments)
-    held = oom.get("allocated_bytes") or (oom.get("memory") or {}).get("peak_allocated_bytes", 0)
-    rest = max(0, held - model_state)
-    parts = [f"tried to allocate {oom.get('tried_bytes', 0) / gib:.2f} GiB"]
-    if params:
-        parts.append(f"weights+grads{'+Adam state' if adam else ''} ~{model_state / gib:.2f} GiB")
-    if held:
-        parts.append(f"activations and temporaries ~{rest / gib:.2f} GiB")
-    if oom.get("reserved_unallocated_bytes"):
-        parts.append(f"{oom['reserved_unallocated_bytes'] / gib:.2f} GiB reserved but unused")
-    s, text = spec("out-of-memory"), "; ".join(parts)
-    # the snapshot's analysis (torchdoctor memory), when check could read it: holders by code
-    snapshot = oom.get("memory_analysis") or {}
-    where = [h["where"] for h in snapshot.get("top_holders", [])] or [
-        b["where"] for b in oom.get("largest_blocks", []) if b.get("where")
-    ]
-    explanation = s.explanation.format(parts=text)
-    if snapshot.get("text"):
-        explanation += f" Snapshot: {snapshot['text']}."
-    return [
-        make(
-            run,
-            s.id,
-            s.format_title(parts=text),
-            run.step_ms or 0.0,
-            {"oom": oom, "model_state_bytes": model_state},
-            explanation=explanation,
-            where=where,
-        )
-    ]
-
-
 def tiny_ops(run: RunRecord) -> list[Finding]:
     """CPU steps made of hundreds of tiny ops; saving (ms/step): TINY_OP_SAVING of their overhead."""
     ops, step = run.op_summary, run.step_ms
@@ -187,8 +106,6 @@ def _framework_python_ms(run: RunRecord) -> float | None:
 
 RULES: tuple[RunRule, ...] = (
     dataloader_config,
-    host_syncs,
-    out_of_memory,
     memory_growth,
     tiny_ops,
 )

@@ -1,8 +1,9 @@
 """The CUDA caching allocator in a check run (``torchdoctor check``): fragmentation, reserved
-memory far above allocated or allocations that had to free the cache and retry.
+memory far above allocated or allocations that had to free the cache and retry, and running out
+of memory.
 
-Read from the run's ``gpu.memory`` (the allocator's statistics at the peak). The out-of-memory
-finding stays in ``rules/run_rules.py`` for now.
+Read from the run's ``gpu.memory`` (the allocator's statistics at the peak) and ``oom`` (what
+check recorded when an allocation failed, with the snapshot's analysis when it could read it).
 """
 
 from __future__ import annotations
@@ -18,6 +19,8 @@ from torchdoctor.threshold import Threshold
 
 if TYPE_CHECKING:
     from torchdoctor.record.run import RunRecord
+
+GIB = 2**30
 
 ALLOC_RETRIES = Threshold(
     1.0,
@@ -65,4 +68,59 @@ def measure_fragmentation(run: RunRecord) -> Measured | None:
     )
 
 
-RULES = (RunRule(FRAGMENTATION_SPEC, measure_fragmentation),)
+OOM_SPEC = FindingSpec(
+    id="out-of-memory",
+    label="out of memory",
+    title="out of memory: {parts}",
+    sources=("run",),
+    probe="unscaled",
+    severity=SeverityPolicy(fixed="critical", risk=True),
+    threshold=None,
+    fix=static(fx.OOM),
+    explanation="What filled the memory: {parts}. Who held it and how fragmented the cache "
+    "was: `torchdoctor memory memory_snapshot.pickle` in the run folder "
+    "(docs/memory.md).{snapshot}",
+    doc_url=f"{fx.DOCS}/torch_cuda_memory.html",
+)
+
+
+def measure_oom(run: RunRecord) -> Measured | None:
+    """An allocation failed (``value``: the bytes it asked for; any fires): what filled the
+    memory, model state (weights and gradients, Adam's two moments) against activations and
+    temporaries and the cache's unused part; the saving is the whole step (the run stopped)."""
+    oom = run.oom
+    if not oom:
+        return None
+    opts = run.config.optimizers
+    params = sum(o.get("param_bytes", 0) for o in opts)
+    adam = any("Adam" in o.get("class", "") for o in opts)
+    model_state = params * (4 if adam else 2)  # weights + grads (+ 2 Adam moments)
+    held = oom.get("allocated_bytes") or (oom.get("memory") or {}).get("peak_allocated_bytes", 0)
+    parts = [f"tried to allocate {oom.get('tried_bytes', 0) / GIB:.2f} GiB"]
+    if params:
+        parts.append(f"weights+grads{'+Adam state' if adam else ''} ~{model_state / GIB:.2f} GiB")
+    if held:
+        parts.append(f"activations and temporaries ~{max(0, held - model_state) / GIB:.2f} GiB")
+    if oom.get("reserved_unallocated_bytes"):
+        parts.append(f"{oom['reserved_unallocated_bytes'] / GIB:.2f} GiB reserved but unused")
+    text = "; ".join(parts)
+    # the snapshot's analysis (torchdoctor memory), when check could read it: holders by code
+    snapshot = oom.get("memory_analysis") or {}
+    where = [h["where"] for h in snapshot.get("top_holders", [])] or [
+        b["where"] for b in oom.get("largest_blocks", []) if b.get("where")
+    ]
+    return Measured(
+        value=float(oom.get("tried_bytes") or 0),
+        saving_ms=run.step_ms or 0.0,
+        share=0.0,
+        title={"parts": text},
+        evidence={"oom": oom, "model_state_bytes": model_state},
+        where=tuple(where),
+        explain={
+            "parts": text,
+            "snapshot": f" Snapshot: {snapshot['text']}." if snapshot.get("text") else "",
+        },
+    )
+
+
+RULES = (RunRule(FRAGMENTATION_SPEC, measure_fragmentation), RunRule(OOM_SPEC, measure_oom))
