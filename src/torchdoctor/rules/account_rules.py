@@ -30,13 +30,10 @@ from torchdoctor.record.floors import step_floors
 from torchdoctor.record.lines import LineRow
 from torchdoctor.record.run import RunRecord
 from torchdoctor.record.values import as_float
-from torchdoctor.rules import mode_fixes as mf
 from torchdoctor.rules import thresholds as th
 from torchdoctor.rules.account_inputs import Account, python_ms_of_framework
 from torchdoctor.rules.assumed_compute import assumed_compute
 from torchdoctor.rules.finding import Finding
-from torchdoctor.rules.loop_lines import loop_fix_at
-from torchdoctor.rules.registry import spec
 from torchdoctor.rules.run_common import make
 
 UNEXPLAINED_ID = "unexplained-step-time"
@@ -212,54 +209,26 @@ def main_category(row: LineRow) -> str:
     return max(under, key=lambda c: under[c]) if under else "Python"
 
 
-def _eff_text(a: StepAccount) -> str:
-    return f"{a.efficiency:.0%}" if a.efficiency is not None else "an unknown share"
-
-
 def unexplained(record: dict[str, Any], findings: list[Finding]) -> Finding | None:
-    """The ``unexplained-step-time`` finding, or None when the account leaves less than
-    ``UNEXPLAINED_SHARE`` of the step unexplained."""
-    a = step_account(record, findings)
-    if a is None or a.unexplained_ms < th.UNEXPLAINED_SHARE * a.step_ms:
-        return None
-    if a.roofline_ms is None and not a.top_lines:
-        return None  # neither sampled nor counted: nothing to say where the time goes
-    top = a.top_lines[0] if a.top_lines else None
-    site = (top.site if top else "") or "?"
-    runs = top.runs if top else ""
-    what = runs + (f": {', '.join(top.ops[:2])}" if top and runs == "torch ops" and top.ops else "")
-    s = spec(UNEXPLAINED_ID)
+    """The ``unexplained-step-time`` finding (``rules/families/unexplained.py``), or None when
+    the account leaves less than its spec's share of the step unexplained."""
+    from torchdoctor.rules.families.unexplained import RULES
+
     run = RunRecord.from_dict(record)
-    return make(
-        run,
-        UNEXPLAINED_ID,
-        s.format_title(
-            share=a.unexplained_share,
-            ms=a.unexplained_ms,
-            eff=_eff_text(a),
-            site=_short(site),
-            what=what,
-        ),
-        a.unexplained_share * (run.step_ms or a.step_ms),  # the same share of the mean step
-        {"account": a.to_dict()},
-        "\n".join(_line_fix(t.runs, t.site, t.code, list(t.ops)) for t in a.top_lines[:3])
-        or mf.unexplained_fix("Python", site, []),
-        where=[t.site for t in a.top_lines[:5] if t.site],
-    )
-
-
-def _line_fix(runs: str, site: str, code: str, ops: list[str]) -> str:
-    """The fix for one top line: a per-element Python loop gets "vectorise this loop"."""
-    if runs == "Python":
-        loop = loop_fix_at(site, code)
-        if loop is not None:
-            return loop
-    return mf.unexplained_fix(runs, _short(site), ops)
-
-
-def _short(site: str) -> str:
-    file, _, line = site.rpartition(":")
-    return f"{file.rsplit('/', 1)[-1]}:{line}" if file else site
+    for rule in RULES:
+        m = rule.measure((step_account(record, findings), run.step_ms))
+        if m is not None and rule.fires(m):
+            s = rule.spec
+            return make(
+                run,
+                s.id,
+                s.format_title(**m.title),
+                m.saving_ms,
+                m.evidence,
+                s.fix(**m.fix),
+                where=list(m.where),
+            )
+    return None
 
 
 def account_verdict(line: str, account: dict[str, Any] | None) -> str:

@@ -1,6 +1,5 @@
-"""The fix builder of the unexplained-time finding: what to look at first at a line, from what
-runs under it. (The mode, repeated-work, float64 and gc findings build theirs in their family
-modules, ``rules/families/``.)"""
+"""What to look at first at a line, from what runs under it: the unexplained-time finding's fix
+(``rules/families/unexplained.py``) and ``check``'s fitted input-pipeline fix use it."""
 
 from __future__ import annotations
 

@@ -17,11 +17,13 @@ function that measures it, as ``RULES = (TraceRule(SPEC, measure),)`` for a trac
 ``rules/families/device_copies.py`` and ``rules/families/gc_in_step.py`` for worked examples).
 Every trace finding lives there, and so do the run findings of the modules with run rules
 (modes, grad mode, repeated work, float64, garbage collection, precision, recomputation,
-unpinned copies, fragmentation). The others are still registered by hand:
+unpinned copies, fragmentation, CPU threads, long steps, housekeeping, work beside the step),
+the straggler across ranks (``RanksRule``) and the step's unexplained time (``AccountRule``).
+The others are still registered by hand:
 
 1. Add a threshold to ``rules/thresholds.py`` if it needs one: ``Threshold(value, "reason")``.
-2. Add a ``FindingSpec(...)`` to ``RUN_SPECS`` (``rules/catalog_run.py``), ``MODE_SPECS``
-   (``rules/catalog_modes.py``: the step's account), or ``HOST_SPECS``. A fix that depends on what was measured is a
+2. Add a ``FindingSpec(...)`` to ``RUN_SPECS`` (``rules/catalog_run.py``) or
+   ``HOST_SPECS``. A fix that depends on what was measured is a
    function in ``rules/fixes.py`` taking typed inputs (``record/run.py`` for run-level ones); a
    fixed text is ``static("...")``.
 3. Write the rule: ``run_common.make(run, "my-id", ...)`` for a run (``RunRecord``), appended to
@@ -33,9 +35,13 @@ unpinned copies, fragmentation). The others are still registered by hand:
 from __future__ import annotations
 
 from torchdoctor.rules.catalog_host import HOST_SPECS
-from torchdoctor.rules.catalog_modes import MODE_SPECS
 from torchdoctor.rules.catalog_run import RUN_SPECS
-from torchdoctor.rules.families import FAMILY_RULES, RANKS_FAMILY_RULES, RUN_FAMILY_RULES
+from torchdoctor.rules.families import (
+    ACCOUNT_FAMILY_RULES,
+    FAMILY_RULES,
+    RANKS_FAMILY_RULES,
+    RUN_FAMILY_RULES,
+)
 from torchdoctor.rules.spec import FindingSpec
 
 
@@ -59,7 +65,7 @@ REGISTRY: dict[str, FindingSpec] = _index(
     tuple(r.spec for r in RANKS_FAMILY_RULES),
     RUN_SPECS,
     HOST_SPECS,
-    MODE_SPECS,
+    tuple(r.spec for r in ACCOUNT_FAMILY_RULES),
     _RUN_SPECS,
 )
 """Every finding by id, in documentation order (trace findings first, the run families last)."""

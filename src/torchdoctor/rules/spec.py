@@ -294,3 +294,13 @@ class RanksRule(FamilyRule):
 
     measure: Callable[[Any], Measured | None]
     """Called with the ranks' ``CrossRank``; one measurement or None."""
+
+
+@dataclass(frozen=True)
+class AccountRule(FamilyRule):
+    """A family rule measured on the step's account: ``measure`` is called with the account of
+    one rank's record after the findings merged over every rank (``rules/account_rules.py``)
+    and the run's mean step; ``check`` builds the finding as a run finding's."""
+
+    measure: Callable[[Any], Measured | None]
+    """Called with ``(StepAccount or None, mean step ms or None)``; one measurement or None."""

@@ -1,6 +1,7 @@
 """Finding families: each module holds its findings' registry entries next to the functions
 that measure them, as ``RULES``: a tuple of ``TraceRule`` (measured on a trace),
-``RunRule`` (measured on a check run's record) and ``RanksRule`` (across a folder of ranks).
+``RunRule`` (measured on a check run's record), ``RanksRule`` (across a folder of ranks) and
+``AccountRule`` (on the step's account, after every other finding).
 
 Every module of this package is found here, so adding a finding touches its family module (and
 its test) only: the registry (``rules/registry.py``) lists its spec, ``analyze`` runs its trace
@@ -14,7 +15,7 @@ from __future__ import annotations
 import importlib
 import pkgutil
 
-from torchdoctor.rules.spec import FamilyRule, RanksRule, RunRule, TraceRule
+from torchdoctor.rules.spec import AccountRule, FamilyRule, RanksRule, RunRule, TraceRule
 
 
 def _discover() -> tuple[FamilyRule, ...]:
@@ -25,10 +26,10 @@ def _discover() -> tuple[FamilyRule, ...]:
         module = importlib.import_module(f"{__name__}.{info.name}")
         rules = getattr(module, "RULES", None)
         if not isinstance(rules, tuple) or not all(
-            isinstance(r, TraceRule | RunRule | RanksRule) for r in rules
+            isinstance(r, TraceRule | RunRule | RanksRule | AccountRule) for r in rules
         ):
             raise TypeError(
-                f"{module.__name__}: RULES must be a tuple of TraceRule, RunRule or RanksRule"
+                f"{module.__name__}: RULES must be a tuple of family rules (rules/spec.py)"
             )
         found.extend(rules)
     return tuple(found)
@@ -41,3 +42,5 @@ RUN_FAMILY_RULES: tuple[RunRule, ...] = tuple(r for r in _ALL if isinstance(r, R
 """Every run family rule, by module name, then in each module's order."""
 RANKS_FAMILY_RULES: tuple[RanksRule, ...] = tuple(r for r in _ALL if isinstance(r, RanksRule))
 """Every rule measured across a folder of ranks."""
+ACCOUNT_FAMILY_RULES: tuple[AccountRule, ...] = tuple(r for r in _ALL if isinstance(r, AccountRule))
+"""Every rule measured on the step's account."""
