@@ -331,7 +331,7 @@ def _memory_steps(session: Any, record: dict[str, Any]) -> None:
     record["memory_steps"] = steps
     if not session.memory_history:
         return
-    from torchdoctor.rules.memory_growth_rules import leaking_fits
+    from torchdoctor.rules.families.memory_growth import leaking_fits
 
     if any(f.kind == "device" for f in leaking_fits(record)):
         import torch

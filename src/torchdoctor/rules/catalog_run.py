@@ -23,18 +23,4 @@ RUN_SPECS: tuple[FindingSpec, ...] = (
         aliases=("data-loading-bound",),
         codemods=("dataloader-args", "non-blocking-copies"),
     ),
-    FindingSpec(
-        id="memory-growth",
-        label="memory growing every step",
-        title="{kind} grows {mib:.1f} MiB per step (it rose after {rising:.0%} of "
-        "{steps} clean steps): {projection}",
-        sources=("run",),
-        severity=SeverityPolicy(fixed="warning", risk=True),
-        threshold=th.MEMORY_GROWTH_PER_STEP,
-        fix=fx.memory_growth_fix,
-        explanation="Something keeps each step's tensors alive into the next (a graph kept by "
-        "retain_graph=True, a loss summed as a tensor, outputs kept with their graph): memory "
-        "grows until the process is killed or the device runs out.",
-        doc_url=f"{D}/notes/faq.html#my-model-reports-cuda-runtime-error-2-out-of-memory",
-    ),
 )

@@ -17,7 +17,6 @@ from torchdoctor.rules.families import RUN_FAMILY_RULES
 from torchdoctor.rules.finding import Finding, rank_findings
 from torchdoctor.rules.loader_rules import dataloader_config
 from torchdoctor.rules.loop_lines import top_loop_line, vectorise_fix
-from torchdoctor.rules.memory_growth_rules import memory_growth
 from torchdoctor.rules.registry import spec
 from torchdoctor.rules.run_common import family_findings, make
 from torchdoctor.rules.user_fixes import compiled_next_step
@@ -106,7 +105,6 @@ def _framework_python_ms(run: RunRecord) -> float | None:
 
 RULES: tuple[RunRule, ...] = (
     dataloader_config,
-    memory_growth,
     tiny_ops,
 )
 """The run rules registered by hand; the family rules (``RUN_FAMILY_RULES``) run after them."""

@@ -12,18 +12,16 @@ from __future__ import annotations
 
 import ast
 import linecache
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from torchdoctor.analysis.memory_growth import MIB, GrowthFit, growth_of
-from torchdoctor.record.run import RunRecord
 from torchdoctor.rules import fixes as fx
 from torchdoctor.rules import thresholds as th
-from torchdoctor.rules.finding import Finding
-from torchdoctor.rules.one_off import job_steps
-from torchdoctor.rules.registry import spec
-from torchdoctor.rules.run_common import make
+from torchdoctor.rules.spec import FindingSpec, Measured, RunRule, SeverityPolicy
 
-ID = "memory-growth"
+if TYPE_CHECKING:
+    from torchdoctor.record.run import RunRecord
+
 _WORDS = {
     "host": "host memory in use (malloc's, where CPU tensors live)",
     "resident": "resident memory",
@@ -115,6 +113,8 @@ def _duration(seconds: float) -> str:
 
 def _cost(run: RunRecord, fit: GrowthFit) -> tuple[str, dict[str, Any], bool]:
     """The projection in words, its numbers, and whether the job runs out of memory."""
+    from torchdoctor.rules.one_off import job_steps
+
     memory = run.raw.get("memory_steps") or {}
     evidence: dict[str, Any] = {}
     parts = []
@@ -141,41 +141,67 @@ def _cost(run: RunRecord, fit: GrowthFit) -> tuple[str, dict[str, Any], bool]:
     return "; ".join(parts) or "it grows for as long as the job runs", evidence, exhausts
 
 
-def memory_growth(run: RunRecord) -> list[Finding]:
-    """Memory rising with the step count over the clean steps; saving 0 ms (a risk)."""
+def growth_fix(sites: list[tuple[str, str]], holders: list[dict[str, Any]]) -> str:
+    """What keeps each step's tensors alive (``fixes.memory_growth_fix`` at the script's
+    ``sites``), and on CUDA with --memory what the allocator's history says holds the memory."""
+    fix = fx.memory_growth_fix(sites)
+    if holders:
+        fix += "\n# what holds the device memory (allocation sites, --memory): " + "; ".join(
+            f"{h['where']} {h.get('bytes', 0) / MIB:.0f} MiB" for h in holders[:3]
+        )
+    return fix
+
+
+SPEC = FindingSpec(
+    id="memory-growth",
+    label="memory growing every step",
+    title="{kind} grows {mib:.1f} MiB per step (it rose after {rising:.0%} of "
+    "{steps} clean steps): {projection}",
+    sources=("run",),
+    severity=SeverityPolicy(fixed="warning", risk=True),
+    threshold=th.MEMORY_GROWTH_PER_STEP,
+    fix=growth_fix,
+    explanation="Something keeps each step's tensors alive into the next (a graph kept by "
+    "retain_graph=True, a loss summed as a tensor, outputs kept with their graph): memory "
+    "grows until the process is killed or the device runs out.",
+    doc_url=f"{fx.DOCS}/notes/faq.html#my-model-reports-cuda-runtime-error-2-out-of-memory",
+)
+
+
+def measure(run: RunRecord) -> tuple[Measured, ...]:
+    """Each memory column rising with the step count over the clean steps (``value``: its
+    slope in bytes per step), a finding each; saving 0 ms (a risk), critical when the job as
+    the script names it would run out of memory."""
     out = []
     sites = graph_keeping_lines(run.raw.get("script"))
     for fit in leaking_fits(run.raw):
         projection, cost, exhausts = _cost(run, fit)
-        title = spec(ID).format_title(
-            kind=_WORDS[fit.kind],
-            mib=fit.bytes_per_step / MIB,
-            rising=fit.rising_share,
-            steps=fit.steps,
-            projection=projection,
-        )
-        where = [s for s, _ in sites]
+        title = {
+            "kind": _WORDS[fit.kind],
+            "mib": fit.bytes_per_step / MIB,
+            "rising": fit.rising_share,
+            "steps": fit.steps,
+            "projection": projection,
+        }
         snapshot = (run.raw.get("memory_steps") or {}).get("snapshot") or {}
         holders = snapshot.get("top_holders") or [] if fit.kind == "device" else []
-        where += [str(h["where"]) for h in holders if h.get("where")]
+        where = [s for s, _ in sites] + [str(h["where"]) for h in holders if h.get("where")]
         evidence = {"growth": fit.to_dict(), **cost}
         if holders:
             evidence["held_by"] = holders
-        fix = fx.memory_growth_fix(sites)
-        if holders:
-            fix += "\n# what holds the device memory (allocation sites, --memory): " + "; ".join(
-                f"{h['where']} {h.get('bytes', 0) / MIB:.0f} MiB" for h in holders[:3]
-            )
         out.append(
-            make(
-                run,
-                ID,
-                title,
-                0.0,
-                evidence,
-                fix,
-                where=where,
-                severity="critical" if exhausts else None,
+            Measured(
+                value=fit.bytes_per_step,
+                saving_ms=0.0,
+                share=0.0,
+                title=title,
+                evidence=evidence,
+                fix={"sites": sites, "holders": holders},
+                where=tuple(where),
+                least="critical" if exhausts else None,
             )
         )
-    return out
+    return tuple(out)
+
+
+RULES = (RunRule(SPEC, measure),)

@@ -1,4 +1,4 @@
-"""The ``memory-growth`` finding on hand-written records (rules/memory_growth_rules.py), and
+"""The memory growth family (``rules/families/memory_growth.py``) on hand-written records, and
 the memory columns of the evidence log it can be rebuilt from (capture/evidence.py)."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ from typing import Any
 
 from torchdoctor.analysis.memory_growth import MIB
 from torchdoctor.capture.evidence import EvidenceLog, read_evidence, record_from_evidence
-from torchdoctor.rules.memory_growth_rules import graph_keeping_lines
+from torchdoctor.rules.families.memory_growth import graph_keeping_lines
 from torchdoctor.rules.run_rules import run_findings
 
 SCHEDULE = {"clean": [4, 11], "profiled": [13, 16], "after": [17, 21]}
