@@ -82,10 +82,14 @@ def test_a_timeout_during_the_experiments_still_reports(tmp_path: Path) -> None:
         CASES / "anomaly_steps.py",
         "0.005",
         "hang",
-        opts=[*FAST, "--timeout", "40"],
+        # The check reaches its extra steps in ~7 s on this 2-core machine (the SIGKILL case
+        # below); 20 s leaves room for a loaded one, and the hang itself waits out the rest.
+        opts=[*FAST, "--timeout", "20"],
         timeout=120,
     )
     assert r.code == 124, r.stderr
+    # the timeout came inside the extra steps, not before them
+    assert "measuring a few more steps with anomaly detection off" in r.stderr, r.stderr
     run = r.run
     assert run["exit"]["status"] == "timeout"
     assert run["steps"]["experiment_steps"] == 0  # the first extra step never ended
