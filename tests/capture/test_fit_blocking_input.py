@@ -4,9 +4,8 @@ to build a DataLoader; Python making the batch keeps the input fix."""
 
 from __future__ import annotations
 
-from typing import Any
-
 from torchdoctor.capture.fit import _input_pipeline
+from torchdoctor.record.lines import LineTable
 from torchdoctor.rules.finding import Finding
 from torchdoctor.rules.registry import spec
 
@@ -27,8 +26,8 @@ def _finding() -> Finding:
     )
 
 
-def _record(under: dict[str, float]) -> dict[str, Any]:
-    return {"lines": {"rows": [{"site": "train.py:8", "under": under}], "gc_ms_per_step": 0.0}}
+def _record(under: dict[str, float]) -> LineTable:
+    return LineTable.from_dict({"rows": [{"site": "train.py:8", "under": under}]})
 
 
 def test_a_sleep_at_the_step_start_gets_the_wait_fix_at_its_line() -> None:

@@ -62,15 +62,9 @@ _RULES = "the rules move into rules/families/ in a change under way; typed field
 _WRITE = "capture side building the record (runner: adds oom, gpu memory after the script)"
 ALLOWED: dict[str, str] = {
     "analysis/kernels.py": "trace analysis given a run context dict, not the record",
-    "capture/fit.py": "fits findings to the in-process record dict (lines, config): next",
     "capture/own_frames.py": "reads the config section of the record it is building",
     "capture/runner.py": _WRITE,
-    "commands/check/run.py": "the check result's record dict (steps): next",
     "commands/check/watcher.py": "the parent's rebuilt record from the steps log (write side)",
-    "integrations/lightning.py": "the check result's record dict (steps): next",
-    "integrations/transformers.py": "the check result's record dict (steps): next",
-    "integrations/watch.py": "the check result's record dict (steps): next",
-    "report/account_text.py": "the account's text from the record dict: next",
     "rules/": _RULES,
 }
 

@@ -8,6 +8,7 @@ import dataclasses
 from typing import Any
 
 from torchdoctor.capture.own_frames import is_ours
+from torchdoctor.record.lines import LineRow, LineTable
 from torchdoctor.record.run import RunRecord
 from torchdoctor.rules.finding import Finding
 from torchdoctor.rules.thresholds import WARNING_SHARE
@@ -23,25 +24,24 @@ def _next_step(run: RunRecord) -> str:
     return compiled_next_step(c.compile_calls, sites, run.gpu is not None, optim)
 
 
-def _input_pipeline(f: Finding, record: dict[str, Any]) -> Finding | None:
+def _input_pipeline(f: Finding, lines: LineTable) -> Finding | None:
     """The trace's ``input-pipeline`` finding seen through the line table: time the collector
     took is not the input pipeline (a ``gc.collect()`` at the end of a step shows in the
     trace as the next step starting outside torch), and the user's lines outside torch
     operators are where the batch is produced. None when nothing is left of it."""
-    lines = record.get("lines") or {}
-    if not lines.get("rows"):
+    if not lines.rows:
         return f
     step = f.saving_ms_per_step / f.share_of_step if f.share_of_step else 0.0
-    saving = max(0.0, f.saving_ms_per_step - float(lines.get("gc_ms_per_step") or 0.0))
+    saving = max(0.0, f.saving_ms_per_step - lines.gc_ms_per_step)
     if not step or saving < WARNING_SHARE * step:
         return None
     where = f.where or [
-        str(r["site"])
-        for r in sorted(lines["rows"], key=lambda r: -_outside_ops(r))[:3]
+        r.site
+        for r in sorted(lines.rows, key=lambda r: -_outside_ops(r))[:3]
         if _outside_ops(r) > 0
     ]
     changes: dict[str, Any] = {}
-    blocking = _blocking_call(lines["rows"], where)
+    blocking = _blocking_call(lines.rows, where)
     if blocking is not None and not f.evidence.get("dataloader_in_trace"):
         # not a batch being produced: the loop waits in a sleep or I/O at the user's own line
         from torchdoctor.rules.mode_fixes import unexplained_fix
@@ -56,34 +56,31 @@ def _input_pipeline(f: Finding, record: dict[str, Any]) -> Finding | None:
     )
 
 
-def _blocking_call(rows: list[dict[str, Any]], where: list[str]) -> tuple[str, str] | None:
+def _blocking_call(rows: tuple[LineRow, ...], where: list[str]) -> tuple[str, str] | None:
     """(site, category) when the main line of the wait spends most of its time outside torch
     in a sleep or a wait, or in file or socket I/O, rather than in Python making a batch."""
-    row = next((r for r in rows if where and str(r.get("site")) == where[0]), None)
+    row = next((r for r in rows if where and r.site == where[0]), None)
     if row is None:
         return None
-    under = row.get("under") or {}
     outside = _outside_ops(row)
     for category in ("sleep/wait", "I/O"):
-        if outside > 0 and float(under.get(category) or 0.0) >= 0.5 * outside:
-            return str(row["site"]), category
+        if outside > 0 and row.under.get(category, 0.0) >= 0.5 * outside:
+            return row.site, category
     return None
 
 
-def _op_lines(record: dict[str, Any]) -> list[str]:
+def _op_lines(lines: LineTable) -> list[str]:
     """The user's lines under which most operator time runs (where the small operators come
     from: a forward, a hook, a print that formats a tensor element by element)."""
-    rows = (record.get("lines") or {}).get("rows") or []
 
-    def ops_ms(row: dict[str, Any]) -> float:
-        return float((row.get("under") or {}).get("torch ops") or 0.0)
+    def ops_ms(row: LineRow) -> float:
+        return row.under.get("torch ops", 0.0)
 
-    return [str(r["site"]) for r in sorted(rows, key=lambda r: -ops_ms(r))[:3] if ops_ms(r) > 0]
+    return [r.site for r in sorted(lines.rows, key=lambda r: -ops_ms(r))[:3] if ops_ms(r) > 0]
 
 
-def _outside_ops(row: dict[str, Any]) -> float:
-    under = row.get("under") or {}
-    return sum(float(under.get(k) or 0.0) for k in ("Python", "I/O", "sleep/wait"))
+def _outside_ops(row: LineRow) -> float:
+    return sum(row.under.get(k, 0.0) for k in ("Python", "I/O", "sleep/wait"))
 
 
 def _restarts_workers(findings: list[Finding]) -> bool:
@@ -106,16 +103,16 @@ def fit_to_run(findings: list[Finding], record: dict[str, Any]) -> list[Finding]
     out = []
     for f in findings:
         if f.id == "input-pipeline":
-            fitted = _input_pipeline(f, record)
+            fitted = _input_pipeline(f, run.lines)
             if fitted is None:
                 continue
             f = fitted
         if f.id == "host-bound" and not f.where:
-            f = dataclasses.replace(f, where=_op_lines(record))
+            f = dataclasses.replace(f, where=_op_lines(run.lines))
         changes: dict[str, Any] = {}
         if run.compile.compiled and _COMPILE_ADVICE in f.fix:
             changes["fix"] = _next_step(run)
-        fix = _fit_fix(f, run, record)
+        fix = _fit_fix(f, run)
         if fix is not None and fix != f.fix:
             changes["fix"] = fix
         where = [w for w in f.where if not is_ours(w)]
@@ -136,21 +133,14 @@ def _without_duplicate_input(findings: list[Finding]) -> list[Finding]:
     return [f for f in findings if not (f in inputs and f.where[0] in named)]
 
 
-def micro_batches_per_step(record: dict[str, Any]) -> float:
-    """backward() calls per optimizer step in the measured steps (1 without accumulation)."""
-    cfg = record.get("config") or {}
-    steps = int(cfg.get("measured_optimizer_steps") or 0)
-    return int(cfg.get("measured_backward_calls") or 0) / steps if steps else 1.0
-
-
-def _fit_fix(f: Finding, run: RunRecord, record: dict[str, Any]) -> str | None:
+def _fit_fix(f: Finding, run: RunRecord) -> str | None:
     """The trace analyser's fixed texts made to fit the run: DDP under gradient accumulation
     gets no_sync (its all-reduce runs once per micro-batch), and a CPU run's input fixes lose
     pin_memory and get workers for the CPUs this rank has."""
     from torchdoctor.rules import fixes as fx
 
-    if f.id == "exposed-communication" and (record.get("config") or {}).get("ddp"):
-        k = micro_batches_per_step(record)
+    if f.id == "exposed-communication" and run.config.ddp:
+        k = run.config.micro_batches_per_step
         if k >= 1.5:
             if "skew_wait_ms_per_step" in f.evidence:  # fewer collectives: fewer waits too
                 return fx.no_sync_fix(k) + "\n# and the late rank's extra work:\n" + f.fix

@@ -133,10 +133,10 @@ class _DoctorCallback:
             return
         logging.getLogger("lightning.pytorch").info(result.headline)
         say(f"torchdoctor: report in {layout.report_text(result.folder)}")
-        steps = result.record.get("steps") or {}
+        steps = result.run.steps
         metrics = {
-            "torchdoctor/median_step_ms": steps.get("median_step_ms"),
-            "torchdoctor/mean_data_wait_ms": steps.get("mean_data_wait_ms"),
+            "torchdoctor/median_step_ms": steps.median_step_ms,
+            "torchdoctor/mean_data_wait_ms": steps.data_wait_ms,
             "torchdoctor/findings": len((result.report or {}).get("findings") or []),
         }
         clean = {k: float(v) for k, v in metrics.items() if isinstance(v, int | float)}

@@ -107,11 +107,10 @@ class DoctorCallback(TrainerCallback):  # type: ignore[misc]
 
         logging.get_logger("transformers.trainer").warning(result.headline)
         say(f"torchdoctor: report in {layout.report_text(result.folder)}")
-        steps = result.record.get("steps") or {}
         state.log_history.append(
             {
                 "torchdoctor/headline": result.headline,
-                "torchdoctor/median_step_ms": steps.get("median_step_ms"),
+                "torchdoctor/median_step_ms": result.run.steps.median_step_ms,
                 "torchdoctor/report": str(layout.report_text(result.folder)),
                 "step": state.global_step,
             }

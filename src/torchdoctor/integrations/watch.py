@@ -19,6 +19,7 @@ from typing import Any
 
 from torchdoctor.capture.options import CheckOptions
 from torchdoctor.errors import UserError
+from torchdoctor.record.run import RunRecord
 
 
 @dataclass(frozen=True)
@@ -33,6 +34,11 @@ class WatchResult:
     """``report.json`` (rank 0 only)."""
     headline: str
     """One line for the trainer's logger: step time and the fix worth most."""
+
+    @property
+    def run(self) -> RunRecord:
+        """This rank's record, typed."""
+        return RunRecord.from_dict(self.record)
 
 
 def make_options(
@@ -137,17 +143,17 @@ class RunWatch:
 
 def headline(record: dict[str, Any], report: dict[str, Any] | None) -> str:
     """Median step time and the finding worth most (or that none was found)."""
-    steps = record.get("steps") or {}
+    run = RunRecord.from_dict(record)
     effect = (report or {}).get("probe_effect") or {}
     clean = effect.get("clean_ms")
-    median = steps.get("median_step_ms")
+    median = run.steps.median_step_ms
     if isinstance(clean, int | float):  # the step with no instrument armed
-        head = f"{steps.get('count', 0)} steps, median {clean:.1f} ms (clean)"
+        head = f"{run.steps.count} steps, median {clean:.1f} ms (clean)"
     else:
-        head = f"{steps.get('count', 0)} steps" + (
-            f", median {median:.1f} ms" if isinstance(median, int | float) else ""
+        head = f"{run.steps.count} steps" + (
+            f", median {median:.1f} ms" if median is not None else ""
         )
-    findings = (report or record).get("findings") or []
+    findings = (report.get("findings") if report else run.findings) or []
     worth = [f for f in findings if f.get("severity") != "info"]
     if not worth:
         return f"torchdoctor: {head}; no bottleneck worth fixing found"

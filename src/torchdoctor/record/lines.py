@@ -93,6 +93,8 @@ class LineTable:
     """Collections per generation (``"0"``, ``"1"``, ``"2"``) while sampling."""
     modes_on_share: dict[str, float] = field(default_factory=dict)
     """Share of the samples with each global mode probe on (``anomaly_detection``...)."""
+    unavailable: str | None = None
+    """Why the steps were not sampled (or the sampler's error), when they were not."""
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> LineTable:
@@ -112,6 +114,7 @@ class LineTable:
             gc_ms_per_step=_f(d.get("gc_ms_per_step")),
             gc_collections={str(k): int(v) for k, v in _ms(d.get("gc_collections")).items()},
             modes_on_share=_ms(d.get("modes_on_share")),
+            unavailable=str(why) if (why := d.get("unavailable") or d.get("error")) else None,
         )
 
     def row(self, site: str) -> LineRow | None:

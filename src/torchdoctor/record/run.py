@@ -135,6 +135,9 @@ class CompileStats:
     recompile_limit_hits: list[dict[str, Any]] = field(default_factory=list)
     compile_calls: list[dict[str, Any]] = field(default_factory=list)
     """Settings of each ``torch.compile`` call (``mode``, ``backend``, ``dynamic``...)."""
+    ours: dict[str, Any] = field(default_factory=dict)
+    """What compiled during check's own measurements after the window (``compiles``,
+    ``compile_s``): check's, not the script's."""
 
     @property
     def compiled(self) -> bool:
@@ -154,6 +157,7 @@ class CompileStats:
             graph_breaks=_rows(d.get("graph_breaks")),
             recompile_limit_hits=_rows(d.get("recompile_limit_hits")),
             compile_calls=_rows(d.get("compile_calls")),
+            ours=_d(d.get("ours")),
         )
 
 
@@ -195,6 +199,11 @@ class RunConfig:
     grad_scalers: list[dict[str, Any]] = field(default_factory=list)
     optimizers: list[dict[str, Any]] = field(default_factory=list)
     optimizer_steps: int = 0
+    measured_optimizer_steps: int = 0
+    measured_backward_calls: int = 0
+    """backward() calls in the measured steps (more than the optimizer steps: accumulation)."""
+    ddp: list[dict[str, Any]] = field(default_factory=list)
+    """DistributedDataParallel constructions."""
     backend_flags: dict[str, Any] = field(default_factory=dict)
     data_parallel: list[dict[str, Any]] | None = None
     """nn.DataParallel constructions; None when the run did not watch for them."""
@@ -210,10 +219,19 @@ class RunConfig:
             grad_scalers=_rows(d.get("grad_scalers")),
             optimizers=_rows(d.get("optimizers")),
             optimizer_steps=_count(d.get("optimizer_steps")),
+            measured_optimizer_steps=_count(d.get("measured_optimizer_steps")),
+            measured_backward_calls=_count(d.get("measured_backward_calls")),
+            ddp=_rows(d.get("ddp")),
             backend_flags=_d(d.get("backend_flags")),
             data_parallel=_rows(dp) if dp is not None else None,
             checkpointing=_d(d.get("checkpointing")),
         )
+
+    @property
+    def micro_batches_per_step(self) -> float:
+        """backward() calls per optimizer step in the measured steps (1 without accumulation)."""
+        steps = self.measured_optimizer_steps
+        return self.measured_backward_calls / steps if steps else 1.0
 
     @property
     def autocast_dtypes(self) -> set[str]:
@@ -374,6 +392,11 @@ class RunRecord:
     """The sampled line table of the measured steps (``record/lines.py``)."""
     cpu: dict[str, Any] = field(default_factory=dict)
     """The host CPU counters as recorded (run-queue waits, other processes' busy cores...)."""
+    roofline: dict[str, Any] = field(default_factory=dict)
+    """Work per step, attainable rates and efficiency as recorded (``record/floors.py`` reads
+    the floors from it)."""
+    experiments: list[dict[str, Any]] = field(default_factory=list)
+    """check's own measurements after the window, one row each (measured, skipped, failed)."""
     findings: list[dict[str, Any]] = field(default_factory=list)
     """The run-level findings check attached to the record (``report.json`` has the merged
     ones)."""
@@ -416,6 +439,8 @@ class RunRecord:
             oom=oom if isinstance(oom, dict) and oom else None,
             lines=LineTable.from_dict(_d(d.get("lines"))),
             cpu=_d(d.get("cpu")),
+            roofline=_d(d.get("roofline")),
+            experiments=_rows(d.get("experiments")),
             findings=_rows(d.get("findings")),
             trace=_str_or_none(d.get("trace")) if d.get("trace") else None,
             profiler_stopped_early=_str_or_none(_d(d.get("profiler")).get("stopped_early")),

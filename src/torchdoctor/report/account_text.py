@@ -7,6 +7,8 @@ import io
 from typing import Any
 
 from torchdoctor.record.floors import StepFloors, step_floors
+from torchdoctor.record.lines import LineRow
+from torchdoctor.record.run import RunRecord
 from torchdoctor.report.layout import fit
 from torchdoctor.roofline import Attainable
 from torchdoctor.rules.thresholds import EXPLAINED_EFFICIENCY
@@ -55,7 +57,7 @@ def _floors_text(floors: StepFloors | None) -> str:
 
 def roofline_line(record: dict[str, Any], account: dict[str, Any] | None) -> str:
     """Work per step and attainable rates, the floors, and the achieved efficiency and MFU."""
-    roof = record.get("roofline") or {}
+    roof = RunRecord.from_dict(record).roofline
     work = roof.get("work") or {}
     eff = roof.get("efficiency") or {}
     att = roof.get("attainable") or {}
@@ -116,22 +118,20 @@ def line_table_text(record: dict[str, Any], top: int = 10, width: int | None = N
     are shortened from the middle, and what runs under a line wraps at its spaces (beside the
     row when there is room, on lines of its own when not). None: one line per row, unwrapped
     (a log or a file)."""
-    lines = record.get("lines") or {}
-    rows = lines.get("rows") or []
+    lines = RunRecord.from_dict(record).lines
     out = io.StringIO()
     w = out.write
-    if not rows:
-        why = lines.get("unavailable") or lines.get("error") or "no samples"
-        w(f"where the time goes: not sampled ({why})\n")
+    if not lines.rows:
+        w(f"where the time goes: not sampled ({lines.unavailable or 'no samples'})\n")
         return out.getvalue()
-    cats = lines.get("categories") or {}
-    total = sum(float(v) for v in cats.values()) or 1.0
+    cats = lines.categories
+    total = sum(cats.values()) or 1.0
     w(
         fit(
             "where the time goes (your lines; sampled every "
-            f"{float(lines.get('interval_s') or 0) * 1e3:.0f} ms, {lines.get('samples')} samples "
-            f"over {lines.get('steps')} steps): "
-            + ", ".join(f"{c} {float(cats.get(c) or 0) / total:.0%}" for c in _COLS if cats.get(c)),
+            f"{lines.interval_s * 1e3:.0f} ms, {lines.samples} samples "
+            f"over {lines.steps} steps): "
+            + ", ".join(f"{c} {cats.get(c, 0.0) / total:.0%}" for c in _COLS if cats.get(c)),
             width,
         )
         + "\n"
@@ -142,28 +142,20 @@ def line_table_text(record: dict[str, Any], top: int = 10, width: int | None = N
         w(f"{nums}{'line':<{_SITE}} {'function':<{_FUNC}} under it\n")
     else:
         w(f"{nums}line\n    function: under it\n")
-    for r in sorted(rows, key=lambda r: -float(r.get("self_ms") or 0))[:top]:
+    for r in sorted(lines.rows, key=lambda r: -r.self_ms)[:top]:
         w(_line_row(r, width, wide))
     return out.getvalue()
 
 
-def _line_row(r: dict[str, Any], width: int | None, wide: bool) -> str:
+def _line_row(r: LineRow, width: int | None, wide: bool) -> str:
     """One row of the line table (and its code line) at ``width``."""
     from torchdoctor.report.layout import middle, wrap_words
 
-    under = r.get("under") or {}
-    what = ", ".join(
-        f"{c} {float(v):.1f}" for c, v in sorted(under.items(), key=lambda kv: -float(kv[1]))[:3]
-    )
-    ops = r.get("ops") or []
-    if ops:
-        what += " [" + ", ".join(str(o[0]).replace("aten::", "") for o in ops[:2]) + "]"
-    nums = (
-        f"  {float(r.get('self_ms') or 0):8.2f} {float(r.get('inclusive_ms') or 0):8.2f} "
-        f"{float(r.get('self_share') or 0):6.0%}  "
-    )
-    site, func = _short(r["site"]), str(r.get("function") or "")
-    code = str(r["code"]) if r.get("code") else ""
+    what = ", ".join(f"{c} {v:.1f}" for c, v in sorted(r.under.items(), key=lambda kv: -kv[1])[:3])
+    if r.ops:
+        what += " [" + ", ".join(name.replace("aten::", "") for name, _ in r.ops[:2]) + "]"
+    nums = f"  {r.self_ms:8.2f} {r.inclusive_ms:8.2f} {r.self_share or 0.0:6.0%}  "
+    site, func, code = _short(r.site), r.function, r.code
     if width is None:
         text = f"{nums}{middle(site, _SITE):<{_SITE}} {middle(func, _FUNC):<{_FUNC}} {what}\n"
         return text + (f"{'':>{_NUMS + 2}}{middle(code, 90)}\n" if code else "")
@@ -187,10 +179,9 @@ def _line_row(r: dict[str, Any], width: int | None, wide: bool) -> str:
 def experiments_text(record: dict[str, Any]) -> str:
     """check's own measurements after the window (the toggles' extra steps, the thread probe,
     what compiled during them): measured, skipped or failed, each with its reason."""
+    run = RunRecord.from_dict(record)
     rows = []
-    for e in record.get("experiments") or []:
-        if not isinstance(e, dict):
-            continue
+    for e in run.experiments:
         what = str(e.get("toggle") or e.get("id"))
         base, changed = e.get("baseline_median_ms"), e.get("changed_median_ms")
         if e.get("skipped"):
@@ -204,11 +195,11 @@ def experiments_text(record: dict[str, Any]) -> str:
             )
         elif e.get("error"):
             rows.append(f"{what}: failed: {e['error']}")
-    probe = (record.get("cpu") or {}).get("thread_probe") or {}
+    probe = run.cpu.get("thread_probe") or {}
     if isinstance(probe, dict) and (probe.get("failed") or probe.get("error")):
         rows.append(f"thread probe: failed: {probe.get('failed') or probe.get('error')}")
-    ours = (record.get("compile") or {}).get("ours") or {}
-    if isinstance(ours, dict) and ours.get("compiles"):
+    ours = run.compile.ours
+    if ours.get("compiles"):
         rows.append(
             f"{ours['compiles']} compile(s), {float(ours.get('compile_s') or 0):.1f} s, during "
             "them: check's, not counted as the script's"

@@ -65,8 +65,9 @@ class CheckResult:
 
     @property
     def steps(self) -> dict[str, Any]:
-        """Step counts and times (ms) as recorded in ``run.json``."""
-        return dict(self.record.get("steps") or {})
+        """Step counts and times (ms) as recorded in ``run.json`` (``run.steps`` has them
+        typed)."""
+        return dict(self.run.recorded("steps") or {})
 
     def __str__(self) -> str:
         return self.text
