@@ -61,7 +61,6 @@ RECORD_NAMES = {"record", "rec", "run", "primary", "raw"}
 _RULES = "the rules move into rules/families/ in a change under way; typed fields next"
 _WRITE = "capture side building the record (runner: adds oom, gpu memory after the script)"
 ALLOWED: dict[str, str] = {
-    "analysis/kernels.py": "trace analysis given a run context dict, not the record",
     "capture/own_frames.py": "reads the config section of the record it is building",
     "capture/runner.py": _WRITE,
     "commands/check/watcher.py": "the parent's rebuilt record from the steps log (write side)",

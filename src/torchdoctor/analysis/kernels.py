@@ -8,7 +8,7 @@ streams each count their full time.
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -28,6 +28,9 @@ from torchdoctor.trace.kinds import Kind
 from torchdoctor.trace.steps import Steps
 from torchdoctor.trace.table import TraceTable
 
+if TYPE_CHECKING:
+    from torchdoctor.record.run import RunRecord
+
 _TC_STATES = (False, True, None)  # index 0, 1, 2 in the per-row tensor-core code
 _HALF_DTYPES = ("fp16", "bf16", "fp8", "int8")
 
@@ -44,19 +47,15 @@ class KernelContext:
     whose name leaves the question open ran on CUDA cores; with it on, on tensor cores in TF32."""
 
     @classmethod
-    def from_record(cls, record: dict[str, Any]) -> KernelContext:
-        """The context a ``check`` record (``run.json``) holds: the one enabled CUDA autocast
-        dtype (none when the run used several or none) and ``backend_flags.tf32_matmul``."""
-        raw = record.get("config")
-        config: dict[str, Any] = raw if isinstance(raw, dict) else {}
-        entries = [e for e in config.get("autocast") or [] if isinstance(e, dict)]
+    def from_record(cls, run: RunRecord) -> KernelContext:
+        """The context a ``check`` record holds: the one enabled CUDA autocast dtype (none when
+        the run used several or none) and ``backend_flags.tf32_matmul``."""
         dtypes = {
             _AUTOCAST_DTYPES.get(str(e.get("dtype")))
-            for e in entries
+            for e in run.config.autocast
             if e.get("enabled") and str(e.get("device", e.get("device_type", "cuda"))) == "cuda"
         }
-        raw_flags = config.get("backend_flags")
-        tf32 = raw_flags.get("tf32_matmul") if isinstance(raw_flags, dict) else None
+        tf32 = run.config.backend_flags.get("tf32_matmul")
         return cls(
             autocast_dtype=dtypes.pop() if len(dtypes) == 1 else None,
             tf32_matmul=tf32 if isinstance(tf32, bool) else None,

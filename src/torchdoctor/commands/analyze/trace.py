@@ -6,7 +6,7 @@ from pathlib import Path
 
 from torchdoctor.analysis.bundle import analyze_table
 from torchdoctor.analysis.kernels import KernelContext
-from torchdoctor.errors import TraceError
+from torchdoctor.errors import TraceError, UserError
 from torchdoctor.record import layout
 from torchdoctor.report.assemble import build_report
 from torchdoctor.report.model import Report
@@ -37,15 +37,18 @@ def run_context(trace: Path) -> KernelContext | None:
     """The autocast dtype and TF32 state a ``check`` run recorded beside ``trace`` (its
     ``run.json`` in the same folder, or one up for ``traces/rankN``); None elsewhere or when the
     record cannot be read (the names and operators still decide)."""
-    import json
+    from torchdoctor.record.folder import read_json
+    from torchdoctor.record.run import RunRecord
 
     for folder in (trace.parent, trace.parent.parent):
         if layout.is_run_folder(folder):
             try:
-                record = json.loads((folder / layout.RUN).read_text())
-            except (OSError, ValueError):
+                record = read_json(layout.run_file(folder))
+            except UserError:
                 return None
-            return KernelContext.from_record(record) if isinstance(record, dict) else None
+            if not isinstance(record, dict):
+                return None
+            return KernelContext.from_record(RunRecord.from_dict(record))
     return None
 
 
