@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -26,6 +28,34 @@ def corpus_file(name: str) -> Path:
     if not path.is_file():
         pytest.skip(f"corpus trace {path} not found (set TORCHDOCTOR_TRACES)")
     return path
+
+
+@pytest.fixture(scope="session")
+def shared_check(tmp_path_factory: pytest.TempPathFactory) -> Callable[..., Any]:
+    """``check`` in this process, made once per test run for each script, arguments and options,
+    and read by every test that asks for the same run (``shared_check(script, *args, opts=...,
+    html=True)``; the page is ``check.html`` beside the run folder). Such tests only read the
+    folder. One intra-op thread, as the ``check`` tests run their scripts."""
+    from tests.capture.check_helpers import FAST, CheckRun, check_inprocess
+
+    runs: dict[tuple[str, tuple[str, ...], tuple[str, ...], bool], CheckRun] = {}
+
+    def run(script: Path, *args: str, opts: list[str] = FAST, html: bool = False) -> CheckRun:
+        key = (str(script), args, tuple(opts), html)
+        if key not in runs:
+            import torch
+
+            out = tmp_path_factory.mktemp("shared-check")
+            page = ["--html", str(out / "check.html")] if html else []
+            threads = torch.get_num_threads()
+            torch.set_num_threads(1)
+            try:
+                runs[key] = check_inprocess(out, script, *args, opts=[*opts, *page])
+            finally:
+                torch.set_num_threads(threads)
+        return runs[key]
+
+    return run
 
 
 @pytest.fixture(autouse=True)

@@ -3,11 +3,14 @@ script gets no warning-level finding."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
-from tests.capture.check_helpers import EXAMPLES, FAST_STEPS, check_inprocess
+from tests.capture.check_helpers import EXAMPLES, FAST_STEPS, CheckRun, check_inprocess
+
+Shared = Callable[..., CheckRun]
 
 
 def site(name: str, text: str) -> str:
@@ -18,8 +21,8 @@ def site(name: str, text: str) -> str:
 
 
 @pytest.mark.slow
-def test_slow_dataloader(tmp_path: Path) -> None:
-    r = check_inprocess(tmp_path, EXAMPLES / "slow_dataloader.py")
+def test_slow_dataloader(shared_check: Shared) -> None:
+    r = shared_check(EXAMPLES / "slow_dataloader.py", html=True)  # the HTML tests read it too
     assert r.code == 0, r.stderr
     assert r.top["id"] == "dataloader-config" and r.top["severity"] in ("warning", "critical")
     assert r.top["evidence"]["dataloader"]["num_workers"] == 0
@@ -27,8 +30,8 @@ def test_slow_dataloader(tmp_path: Path) -> None:
 
 
 @pytest.mark.slow
-def test_item_per_step(tmp_path: Path) -> None:
-    r = check_inprocess(tmp_path, EXAMPLES / "item_per_step.py")
+def test_item_per_step(shared_check: Shared) -> None:
+    r = shared_check(EXAMPLES / "item_per_step.py")
     assert r.code == 0, r.stderr
     assert r.top["id"] == "host-syncs-in-step"
     assert r.top["where"] == [site("item_per_step.py", "loss.item()")]
@@ -71,8 +74,8 @@ def test_graph_breaks(tmp_path: Path) -> None:
 
 
 @pytest.mark.slow
-def test_well_tuned(tmp_path: Path) -> None:
-    r = check_inprocess(tmp_path, EXAMPLES / "well_tuned.py")
+def test_well_tuned(shared_check: Shared) -> None:
+    r = shared_check(EXAMPLES / "well_tuned.py")
     assert r.code == 0, r.stderr
     loud = [f for f in r.report["findings"] if f["severity"] != "info"]
     assert loud == [], r.stdout

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 from click.testing import CliRunner
@@ -51,12 +53,12 @@ def test_run_folder_without_trace_is_one_line_exit_2(tmp_path: Path) -> None:
 
 
 @pytest.mark.slow
-def test_a_real_check_run_folder(tmp_path: Path) -> None:
+def test_a_real_check_run_folder(shared_check: Callable[..., Any]) -> None:
     """``check`` on an example script, then ``analyze`` on the folder it wrote."""
     pytest.importorskip("torch")
-    from tests.capture.check_helpers import EXAMPLES, check_inprocess
+    from tests.capture.check_helpers import EXAMPLES
 
-    run = check_inprocess(tmp_path, EXAMPLES / "item_per_step.py")
+    run = shared_check(EXAMPLES / "item_per_step.py")
     assert run.folder is not None, run.stderr
     result = CliRunner().invoke(cli, ["analyze", "--json", str(run.folder)])
     assert result.exit_code == 0, result.output

@@ -5,11 +5,12 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
-from tests.capture.check_helpers import EXAMPLES, check_inprocess
+from tests.capture.check_helpers import EXAMPLES, CheckRun
 from torchdoctor.compare.diff import compare
 from torchdoctor.compare.sides import load_side
 
@@ -17,18 +18,14 @@ TINY = str(Path(__file__).resolve().parents[1] / "tune" / "workloads" / "tiny.py
 
 
 @pytest.mark.slow
-def test_check_html_and_compare_two_runs(tmp_path: Path) -> None:
-    html = tmp_path / "slow.html"
-    slow = check_inprocess(
-        tmp_path / "a",
-        EXAMPLES / "slow_dataloader.py",
-        opts=["--warmup", "3", "--steps", "3", "--html", str(html)],
-    )
-    assert slow.code == 0, slow.stderr
+def test_check_html_and_compare_two_runs(shared_check: Callable[..., CheckRun]) -> None:
+    slow = shared_check(EXAMPLES / "slow_dataloader.py", html=True)  # --warmup 3 --steps 3
+    assert slow.code == 0 and slow.folder is not None, slow.stderr
+    html = slow.folder.parent / "check.html"
     page = html.read_text()
     assert "dataloader-config" in page and slow.run["torch_version"] in page
     assert f"wrote {html}" in slow.stdout
-    tuned = check_inprocess(tmp_path / "b", EXAMPLES / "well_tuned.py")
+    tuned = shared_check(EXAMPLES / "well_tuned.py")
     assert tuned.code == 0, tuned.stderr
     assert slow.folder is not None and tuned.folder is not None
     a, b = load_side(str(slow.folder)), load_side(str(tuned.folder))

@@ -5,6 +5,7 @@ page leaves a screenshot in test-artifacts/html/ (``readable-<page>.png``) for a
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -64,18 +65,14 @@ def test_analyze_page(browser_context: Any, tmp_path: Path) -> None:
 
 
 @pytest.mark.slow
-def test_check_page(browser_context: Any, tmp_path: Path) -> None:
+def test_check_page(browser_context: Any, shared_check: Callable[..., Any]) -> None:
     import json
 
-    from tests.capture.check_helpers import EXAMPLES, check_inprocess
+    from tests.capture.check_helpers import EXAMPLES
 
-    html = tmp_path / "check.html"
-    run = check_inprocess(
-        tmp_path / "run",
-        EXAMPLES / "slow_dataloader.py",
-        opts=["--warmup", "3", "--steps", "3", "--html", str(html)],
-    )
+    run = shared_check(EXAMPLES / "slow_dataloader.py", html=True)  # --warmup 3 --steps 3
     assert run.code == 0, run.stderr
+    html = run.folder.parent / "check.html"
     loaded = _readable(browser_context, html, "check")
     assert json.loads(json.dumps(run.run))["torch_version"] in loaded.page.text_content("body")
     sites = loaded.page.eval_on_selector_all(
