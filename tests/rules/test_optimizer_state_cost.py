@@ -81,3 +81,40 @@ def test_an_optimizer_rebuilt_every_other_step_pays_the_state_every_other_step()
     (f,) = [f for f in run_findings(_record(30.0, calls=3)) if f.id == "repeated-construction"]
     # 3 constructions in 5 steps: 10 / 5 = 2 ms and 30 ms x 3/5 = 18 ms
     assert f.saving_ms_per_step == pytest.approx(20.0)
+
+
+def _with_toggle(record: dict[str, Any], baseline_ms: float, changed_ms: float) -> dict[str, Any]:
+    """``record`` with check's 'built once' toggle measured (``capture/toggles.py``)."""
+    toggle = {
+        "id": "repeated-construction",
+        "toggle": "the optimizer at t.py:20 built once (its state kept)",
+        "baseline_ms": [baseline_ms] * 4,
+        "changed_ms": [changed_ms] * 4,
+        "baseline_median_ms": baseline_ms,
+        "changed_median_ms": changed_ms,
+        "ratio": changed_ms / baseline_ms,
+        "pair_ratios": [changed_ms / baseline_ms] * 4,
+    }
+    return {**record, "experiments": [toggle]}
+
+
+def test_the_state_cost_measured_by_keeping_the_state_replaces_the_traces_lower_bound() -> None:
+    # the trace saw 0.5 ms of state operators; steps with the state kept ran 25% faster
+    record = _with_toggle(_record(0.5), baseline_ms=40.0, changed_ms=30.0)
+    (f,) = [f for f in run_findings(record) if f.id == "repeated-construction"]
+    # 25% of the 40 ms step: 10 ms, plus the constructor's 2 ms
+    assert f.evidence["state_init_ms_per_step"] == pytest.approx(10.0)
+    assert f.saving_ms_per_step == pytest.approx(12.0)
+    assert f.evidence["trace_state_init_ms_per_step"] == pytest.approx(0.5)
+    assert f.evidence["measured"]["changed_median_ms"] == 30.0
+    assert "state kept" in f.evidence["saving_from"]
+    assert "re-creates the optimizer's state: 10.0 ms per step" in f.title
+
+
+def test_a_measurement_under_the_traces_floor_keeps_the_floor() -> None:
+    # a busy machine's four pairs read no gain: the trace's state operators still cost 3 ms
+    record = _with_toggle(_record(3.0), baseline_ms=40.0, changed_ms=40.4)
+    (f,) = [f for f in run_findings(record) if f.id == "repeated-construction"]
+    assert f.evidence["state_init_ms_per_step"] == pytest.approx(3.0)
+    assert f.saving_ms_per_step == pytest.approx(5.0)
+    assert "measured" in f.evidence

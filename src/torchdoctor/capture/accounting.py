@@ -283,7 +283,22 @@ class Accounting:
                 )
         if torch.backends.mkldnn.is_available() and not torch.backends.mkldnn.enabled:
             out.append(toggles.backend_on(torch.backends.mkldnn, "mkldnn"))
+        rebuilt = self._rebuilt_optimizers()
+        if rebuilt:
+            # first: the budget is shared in order, and a thread-count toggle on a busy
+            # machine can use all of it
+            out.insert(0, toggles.optimizer_built_once(self.repeats, rebuilt))
         return out
+
+    def _rebuilt_optimizers(self) -> set[str]:
+        """User lines that built an optimizer more than once in the measured steps (the
+        finding decides whether that is every step; measuring one that is not costs a toggle's
+        few steps and finds nothing)."""
+        return {
+            site
+            for (kind, site), (calls, _) in self.repeats.sites.items()
+            if kind == "optimizer" and calls >= 2
+        }
 
     def _mode_shares(self) -> dict[str, float]:
         s = self.samples

@@ -50,6 +50,10 @@ def _starts_workers(loader: Any) -> bool:
         return False
 
 
+def _param_ids(opt: Any) -> list[int]:
+    return [id(p) for g in opt.param_groups for p in g["params"]]
+
+
 class RepeatWatch:
     """Counts constructions per (kind, user line) during the measured steps."""
 
@@ -64,6 +68,11 @@ class RepeatWatch:
         """(kind, site) -> (file, function) of the hooks registered there: their own time in
         the line table is what piled-up hooks cost."""
         self._patcher = Patcher()
+        self.keep_state = False
+        """While on, an optimizer built at one of ``keep_sites`` takes over the state of the
+        last one built there (check's 'built once' toggle, ``capture/toggles.py``)."""
+        self.keep_sites: frozenset[str] = frozenset()
+        self._last_at: dict[str, Any] = {}
 
     def install(self) -> None:
         """Wrap the constructors and methods listed in the module docstring."""
@@ -139,6 +148,8 @@ class RepeatWatch:
         def __init__(obj: Any, *args: Any, **kwargs: Any) -> None:
             if not watch.measuring:
                 orig(obj, *args, **kwargs)
+                if kind == "optimizer" and watch.keep_sites:
+                    watch._built_at_kept_site(obj)
                 return
             t0 = perf_counter()
             orig(obj, *args, **kwargs)
@@ -146,6 +157,28 @@ class RepeatWatch:
             watch._count(kind, type(obj).__name__, seconds)
 
         self._patcher.patch(cls, "__init__", __init__)
+
+    def _built_at_kept_site(self, opt: Any) -> None:
+        """An optimizer was built at one of ``keep_sites``: remembered as the last one built
+        there (in both arms, so the first changed step after a baseline one already keeps its
+        state) and, while ``keep_state`` is on, given that last one's state when it optimizes
+        the same parameters: what building it once before the loop would have kept."""
+        try:
+            site = self._direct_site("optimizer")
+            if site is None or site not in self.keep_sites:
+                return
+            prev, self._last_at[site] = self._last_at.get(site), opt
+            if prev is None or not self.keep_state or type(prev) is not type(opt):
+                return
+            if _param_ids(prev) == _param_ids(opt):
+                opt.state = prev.state
+        except Exception as exc:
+            guest.note("keeping an optimizer's state", exc)
+
+    def stop_keeping(self) -> None:
+        """The 'built once' toggle is over: forget the optimizers kept."""
+        self.keep_state, self.keep_sites = False, frozenset()
+        self._last_at.clear()
 
     def _wrap_iter(self, cls: type) -> None:
         orig = cls.__iter__  # type: ignore[attr-defined]

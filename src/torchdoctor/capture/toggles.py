@@ -10,6 +10,7 @@ from typing import Any
 from torchdoctor.capture.callsites import user_site
 from torchdoctor.capture.experiments import Toggle
 from torchdoctor.capture.patches import Patcher
+from torchdoctor.capture.repeats import RepeatWatch
 from torchdoctor.code_paths import CodePaths
 
 
@@ -155,4 +156,27 @@ def no_grad_at(paths: CodePaths, sites: set[str]) -> Toggle:
         apply,
         restore,
         cleanup=hooks.uninstall,
+    )
+
+
+def optimizer_built_once(watch: RepeatWatch, sites: set[str]) -> Toggle:
+    """The optimizers built every step at ``sites`` keep the state of the one built before
+    them in the changed steps, as one optimizer built before the loop would: what rebuilding
+    costs where it lands (``step()`` creating Adam's moments or SGD's momentum again, and
+    whatever its first step does besides), measured rather than read from the trace. Both arms
+    still run the constructor (the finding times it at its line)."""
+    watch.keep_sites = frozenset(sites)
+
+    def apply() -> None:
+        watch.keep_state = True
+
+    def restore() -> None:
+        watch.keep_state = False
+
+    return Toggle(
+        "repeated-construction",
+        "the optimizer at " + ", ".join(sorted(sites)) + " built once (its state kept)",
+        apply,
+        restore,
+        cleanup=watch.stop_keeping,
     )
