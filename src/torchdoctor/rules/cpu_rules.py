@@ -1,6 +1,5 @@
 """The CPU itself: runnable threads against free cores (``cpu-oversubscribed``'s family is
-``rules/families/cpu_threads.py``), and torch's own warnings about the DataLoader
-(``torch-warning``).
+``rules/families/cpu_threads.py``).
 
 The evidence is what the kernel counted during the measured steps (``run.json``'s ``cpu``:
 each thread's time running and waiting for a core, the workers' CPU time, how busy the machine
@@ -14,11 +13,7 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
-from torchdoctor.record.run import RunRecord
 from torchdoctor.rules import thresholds as th
-from torchdoctor.rules.finding import Finding
-from torchdoctor.rules.registry import spec
-from torchdoctor.rules.run_common import make
 
 
 @dataclass(frozen=True)
@@ -106,35 +101,3 @@ def contention(cpu: Any) -> str | None:
     if d.other_cores >= 1.0 and d.oversubscribed:
         return f"{held}, leaving {d.free_cores:.1f} for {d.demand:.1f} runnable threads"
     return None
-
-
-def torch_warnings(run: RunRecord) -> list[Finding]:
-    """torch's own DataLoader warnings (too many workers for the CPUs, pin_memory without an
-    accelerator), as findings with the fix; saving not measured (0)."""
-    from torchdoctor.rules.fixes import torch_warning_fix
-
-    out = []
-    for dl in run.config.dataloaders:
-        for text in dl.raw.get("torch_warnings") or []:
-            fix = torch_warning_fix(dl, text)
-            if fix is None:
-                continue
-            out.append(
-                make(
-                    run,
-                    "torch-warning",
-                    spec("torch-warning").format_title(text=_first_sentence(text)),
-                    0.0,
-                    {"warning": text, "dataloader": dl.raw},
-                    fix,
-                )
-            )
-    return out
-
-
-def _first_sentence(text: str) -> str:
-    """The warning's first two sentences on one line."""
-    line = " ".join(text.split())
-    cut = line.find(". ", line.find(". ") + 2)
-    line = line if cut < 0 else line[: cut + 1]
-    return line if len(line) <= 200 else line[:197] + "..."

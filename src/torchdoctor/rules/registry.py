@@ -15,27 +15,19 @@ function that measures it, as ``RULES = (TraceRule(SPEC, measure),)`` for a trac
 (called with the ``TraceAnalysis``) or ``RULES = (RunRule(SPEC, measure),)`` for a check run's
 (called with the ``RunRecord``); nothing else changes (see docs/architecture.md, and
 ``rules/families/device_copies.py`` and ``rules/families/gc_in_step.py`` for worked examples).
-Every trace finding lives there, and so do the run findings of the modules with run rules
-(modes, grad mode, repeated work, float64, garbage collection, precision, recomputation,
-unpinned copies, fragmentation, CPU threads, long steps, housekeeping, work beside the step),
-the straggler across ranks (``RanksRule``) and the step's unexplained time (``AccountRule``).
-The others are still registered by hand:
-
-1. Add a threshold to ``rules/thresholds.py`` if it needs one: ``Threshold(value, "reason")``.
-2. Add a ``FindingSpec(...)`` to ``RUN_SPECS`` (``rules/catalog_run.py``) or
-   ``HOST_SPECS``. A fix that depends on what was measured is a
-   function in ``rules/fixes.py`` taking typed inputs (``record/run.py`` for run-level ones); a
-   fixed text is ``static("...")``.
-3. Write the rule: ``run_common.make(run, "my-id", ...)`` for a run (``RunRecord``), appended to
-   ``RULES`` (``rules/run_rules.py``).
-4. Test it on a record that fires it and one that does not; ``tests/core/test_registry.py``
-   checks that every entry is complete.
+Every finding lives there: the trace findings (``TraceRule``), the run findings
+(``RunRule``; ``rules/run_rules.py`` keeps one rule written by hand, host-bound's on a CPU run,
+worded by its family's spec), the straggler across ranks (``RanksRule``) and the step's
+unexplained time (``AccountRule``). A threshold is a ``Threshold(value, "reason")`` (in
+``rules/thresholds.py`` when other stages read it too); a fix that depends on what was measured
+is a builder taking typed inputs (``record/run.py`` for run-level ones), a fixed text is
+``static("...")``. Test it on a record that fires it and one that does not
+(``tests/rules/test_family_<module>.py``); ``tests/core/test_registry.py`` checks that every
+entry is complete.
 """
 
 from __future__ import annotations
 
-from torchdoctor.rules.catalog_host import HOST_SPECS
-from torchdoctor.rules.catalog_run import RUN_SPECS
 from torchdoctor.rules.families import (
     ACCOUNT_FAMILY_RULES,
     FAMILY_RULES,
@@ -63,8 +55,6 @@ _RUN_SPECS = tuple(
 REGISTRY: dict[str, FindingSpec] = _index(
     _TRACE_SPECS,
     tuple(r.spec for r in RANKS_FAMILY_RULES),
-    RUN_SPECS,
-    HOST_SPECS,
     tuple(r.spec for r in ACCOUNT_FAMILY_RULES),
     _RUN_SPECS,
 )

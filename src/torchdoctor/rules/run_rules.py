@@ -15,7 +15,6 @@ from torchdoctor.record.run import RunRecord
 from torchdoctor.rules import thresholds as th
 from torchdoctor.rules.families import RUN_FAMILY_RULES
 from torchdoctor.rules.finding import Finding, rank_findings
-from torchdoctor.rules.loader_rules import dataloader_config
 from torchdoctor.rules.loop_lines import top_loop_line, vectorise_fix
 from torchdoctor.rules.registry import spec
 from torchdoctor.rules.run_common import family_findings, make
@@ -103,26 +102,20 @@ def _framework_python_ms(run: RunRecord) -> float | None:
     return python_ms_of_framework(run.lines)
 
 
-RULES: tuple[RunRule, ...] = (
-    dataloader_config,
-    tiny_ops,
-)
-"""The run rules registered by hand; the family rules (``RUN_FAMILY_RULES``) run after them."""
+RULES: tuple[RunRule, ...] = (tiny_ops,)
+"""The run rules written by hand (host-bound's on a CPU run, worded by its family's spec);
+the family rules (``RUN_FAMILY_RULES``) run after them."""
 
 
 def run_findings(run: RunRecord | dict[str, Any]) -> list[Finding]:
     """Every run-level finding for one rank's record (typed, or the ``run.json`` dict), most
     valuable first."""
     record = run if isinstance(run, RunRecord) else RunRecord.from_dict(run)
-    from torchdoctor.rules.host_rules import HOST_RULES
-
     found: list[Finding] = []
     for rule in RULES:
         found.extend(rule(record))
     for family in RUN_FAMILY_RULES:
         found.extend(family_findings(family, record))
-    for rule in HOST_RULES:
-        found.extend(rule(record))
     return rank_findings(without_caveats(found))
 
 

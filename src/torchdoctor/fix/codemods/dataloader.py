@@ -58,8 +58,8 @@ def loader_record(finding: FindingRef, ctx: FixContext) -> dict[str, Any]:
 
 
 # What the loader's call loses when the finding asks for no workers: the report's remedy
-# (``rules/loader_rules._fewer_workers``) drops these, and DataLoader raises for either of the
-# last two without workers.
+# (``rules/families/loader.fewer_workers_fix``) drops these, and DataLoader raises for either
+# of the last two without workers.
 WORKER_ARGS = ("num_workers", "persistent_workers", "prefetch_factor")
 
 

@@ -1,0 +1,358 @@
+"""The DataLoader in a check run (``torchdoctor check``): ``dataloader-config``, the loader that
+fed the measured steps and the change that removes the wait it caused, chosen from what was
+measured; and ``torch-warning``, torch's own warnings about a loader's settings.
+
+What ``check`` records per loader (``usage``): epochs started and their start-up time, batches
+and waits in the measured steps, the workers' CPU and run-queue time in the window, and a batch
+made and timed in the training process after the steps (``main_process_batch``). From those:
+
+1. workers restarted every epoch (not persistent) and the restarts are most of the wait:
+   ``persistent_workers=True``;
+2. workers idle while the step waits, and a batch made in the training process costs less than
+   the wait: fewer workers (``num_workers=0``);
+3. as many workers as the rank's CPUs, busy: make each item cheaper, with its measured cost;
+4. otherwise more workers, as many as the measured batch cost needs, up to the rank's CPUs.
+
+A wait too small to matter on a CUDA run still gets ``pin_memory`` when the loader lacks it.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import TYPE_CHECKING, Any
+
+from torchdoctor.rules import fixes as fx
+from torchdoctor.rules import thresholds as th
+from torchdoctor.rules.spec import (
+    FindingSpec,
+    Gate,
+    Measured,
+    RunRule,
+    SeverityPolicy,
+    Variant,
+)
+from torchdoctor.rules.user_fixes import item_cost_ms, rebuilt_loader_call
+
+if TYPE_CHECKING:
+    from torchdoctor.record.run import LoaderConfig, RunRecord
+
+DOCS = f"{fx.DOCS}/data.html#multi-process-data-loading"
+
+
+def restart_fix(loader: LoaderConfig) -> str:
+    """The user's call with ``persistent_workers=True``."""
+    call = rebuilt_loader_call(loader.raw, {"persistent_workers": "True"})
+    return f"{call}\n# workers started once, kept across epochs"
+
+
+def fewer_workers_fix(loader: LoaderConfig, batch_ms: float) -> str:
+    """The user's call without workers (and the arguments only workers take)."""
+    call = rebuilt_loader_call(
+        loader.raw, {"num_workers": None, "prefetch_factor": None, "persistent_workers": None}
+    )
+    return (
+        f"{call}\n# no workers: a batch costs {batch_ms:.2f} ms to make in the training process; "
+        "handing it over\n# from a worker costs more, and idle workers compete for the cores"
+    )
+
+
+def warning_fix(loader: LoaderConfig, text: str) -> str:
+    """The user's call changed as torch's warning asks (``fixes.torch_warning_fix``)."""
+    return fx.torch_warning_fix(loader, text) or ""
+
+
+CONFIG_SPEC = FindingSpec(
+    id="dataloader-config",
+    label="data loading (DataLoader settings)",
+    title="the step waits {wait:.1f} ms ({share:.0%}) for each batch (num_workers={workers})",
+    sources=("run",),
+    severity=SeverityPolicy(),
+    threshold=th.DATA_WAIT_SHARE,
+    fix=fx.dataloader_fix,
+    explanation="{why} Worker processes prepare the next batches while the model trains.",
+    doc_url=DOCS,
+    knobs=("num_workers",),
+    aliases=("data-loading-bound",),
+    codemods=("dataloader-args", "non-blocking-copies"),
+    gates=(Gate("wait_ms", th.DATA_WAIT_MIN_MS),),
+    variants=(
+        (
+            "restarts",
+            Variant(
+                "DataLoader workers start again every epoch: {cost_ms:.1f} ms per step "
+                "({share:.0%}) in {starts} epoch start(s) over {measured} measured steps "
+                "(num_workers={workers}, {method})",
+                "Without persistent_workers every epoch starts its worker processes again (with "
+                "spawn, each imports torch and unpickles the dataset) and the first batch waits "
+                "for them.",
+                restart_fix,
+            ),
+        ),
+        (
+            "fewer-workers",
+            Variant(
+                "the step waits {wait:.1f} ms for each batch from {workers} workers{idle}, but "
+                "making a batch in the training process takes {batch_ms:.2f} ms (measured): "
+                "fewer workers",
+                "Workers pay off when making a batch costs more than handing one over between "
+                "processes; for items that cost microseconds the hand-off and the workers' "
+                "competition for the cores are the wait.",
+                fewer_workers_fix,
+            ),
+        ),
+        (
+            "pin-memory",
+            Variant(
+                "DataLoader without pin_memory on a CUDA run: host-to-device copies cannot overlap",
+                "Copies from pageable memory are staged and synchronous; pinned batches copy "
+                "asynchronously while the previous step computes.",
+                fx.pin_memory_fix,
+            ),
+        ),
+    ),
+)
+
+WARNING_SPEC = FindingSpec(
+    id="torch-warning",
+    label="a torch warning",
+    title="torch warned: {text}",
+    sources=("run",),
+    severity=SeverityPolicy(fixed="info"),
+    threshold=None,
+    fix=warning_fix,
+    explanation="torch printed this warning while the script built its DataLoader "
+    "iterator; the fix is the setting it names.",
+    doc_url=DOCS,
+)
+
+
+def feeding_loader(run: RunRecord) -> LoaderConfig | None:
+    """The loader whose batches the measured steps waited for longest (then: the most batches
+    in them); the first recorded one when no usage was recorded (an older record)."""
+    loaders = run.config.dataloaders
+    if not loaders:
+        return None
+
+    def key(dl: LoaderConfig) -> tuple[float, float]:
+        use = dl.raw.get("usage") or {}
+        return float(use.get("measured_wait_s") or 0.0), float(use.get("measured_batches") or 0.0)
+
+    best = max(loaders, key=key)
+    return best if key(best) > (0.0, 0.0) else loaders[0]
+
+
+def _wait_ms(run: RunRecord, dl: LoaderConfig) -> float:
+    use = dl.raw.get("usage") or {}
+    measured = run.steps.measured_steps
+    if "measured_wait_s" in use and measured:
+        return float(use["measured_wait_s"]) * 1e3 / measured
+    return run.steps.mean_data_wait_ms
+
+
+def measured_item_ms(dl: LoaderConfig, wait_ms: float) -> tuple[float | None, str]:
+    """One item's cost (ms) and how it was measured: timed in the training process, from the
+    workers' CPU time per item in the window, or (no workers) the wait per batch."""
+    use = dl.raw.get("usage") or {}
+    main = use.get("main_process_batch") or {}
+    if main.get("item_ms") is not None:
+        return float(main["item_ms"]), "timed in the training process"
+    batches, cpu = float(use.get("window_batches") or 0), use.get("window_worker_cpu_s")
+    if dl.num_workers and cpu is not None and batches and dl.batch_size:
+        return float(cpu) * 1e3 / (batches * dl.batch_size), "workers' CPU time per item"
+    if not dl.num_workers and dl.batch_size:
+        return wait_ms / dl.batch_size, "the wait per batch, no workers"
+    return None, "not measured"
+
+
+def workers_busy(dl: LoaderConfig) -> float | None:
+    """Share of the window the workers ran or waited for a core (1: always wanted the CPU)."""
+    use = dl.raw.get("usage") or {}
+    n, wall = use.get("window_workers"), use.get("window_s")
+    if not n or not wall or use.get("window_worker_cpu_s") is None:
+        return None
+    wanted = float(use["window_worker_cpu_s"]) + float(
+        use.get("window_worker_runqueue_wait_s") or 0
+    )
+    return min(1.0, wanted / (float(wall) * int(n)))
+
+
+def measure_config(run: RunRecord) -> Measured | None:
+    """The feeding loader's wait as a share of the step (``value``; ``DATA_WAIT_SHARE`` and
+    ``DATA_WAIT_MIN_MS`` fire it) and the change that removes it; saving (ms/step): the wait
+    that change removes. Below them, a CUDA run's loader without pin_memory (info, no saving)."""
+    step = run.step_ms
+    dl = feeding_loader(run)
+    if dl is None or not step:
+        return None
+    wait = _wait_ms(run, dl)
+    cuda = run.gpu is not None
+    if wait / step < th.DATA_WAIT_SHARE or wait < th.DATA_WAIT_MIN_MS:
+        # the spec's own threshold and gate: below them only the pin_memory wording is left
+        if not (cuda and not dl.pin_memory):
+            return None
+        return Measured(
+            value=wait / step,
+            saving_ms=0.0,
+            share=0.0,
+            title={},
+            evidence={"dataloader": dl.raw},
+            fix={"loader": dl},
+            variant="pin-memory",
+            judged="a CUDA run's DataLoader without pin_memory",
+        )
+    gates = {"wait_ms": wait}
+    restarts = _restarts(run, dl, wait, step)
+    if restarts is not None:
+        return restarts
+    item_ms, how = measured_item_ms(dl, wait)
+    use = dl.raw.get("usage") or {}
+    main = use.get("main_process_batch") or {}
+    busy = workers_busy(dl)
+    evidence: dict[str, Any] = {
+        "data_wait_ms_per_step": wait,
+        "dataloader": dl.raw,
+        "item_ms_measured": item_ms,
+        "item_cost_measured_by": how,
+        "workers_busy_share": busy,
+        "item_ms_estimate": item_cost_ms(dl.raw, step, wait),
+    }
+    batch_ms = main.get("batch_ms")
+    if (
+        dl.num_workers
+        and batch_ms is not None
+        and batch_ms < wait
+        and (busy or 0.0) < th.WORKERS_IDLE
+    ):
+        return _fewer_workers(dl, wait, step, float(batch_ms), busy, evidence)
+    workers = _suggested_workers(dl, item_ms, step, wait)
+    evidence["suggested_num_workers"] = workers
+    if dl.num_workers == 0:
+        why = "num_workers=0 loads every batch in the training process, between steps."
+    elif dl.num_workers >= workers:
+        why = (
+            f"{dl.num_workers} workers, as many as the CPUs, cannot keep up: each item costs "
+            "too much."
+        )
+    else:
+        why = (
+            f"{dl.num_workers} workers cannot keep up: add workers (up to the CPU count) or "
+            "make __getitem__ cheaper (decode/augment on the GPU, pre-process once)."
+        )
+    return Measured(
+        value=wait / step,
+        saving_ms=wait,
+        share=0.0,
+        title={"wait": wait, "share": wait / step, "workers": dl.num_workers},
+        evidence=evidence,
+        fix={
+            "loader": dl,
+            "workers": workers,
+            "cuda": cuda,
+            "step_ms": step,
+            "wait_ms": wait,
+            "item_ms": item_ms,
+        },
+        gates=gates,
+        explain={"why": why},
+    )
+
+
+def _suggested_workers(dl: LoaderConfig, item_ms: float | None, step: float, wait: float) -> int:
+    """Workers enough to make a batch in half a step of compute each (the measured item cost,
+    with room for workers sharing cores), at least one more than now, at most the rank's CPUs
+    (and 8)."""
+    cap = max(1, min(8, dl.cpus))
+    if item_ms is None or not dl.batch_size:
+        return cap
+    compute_ms = max(step - wait, 0.1)
+    needed = math.ceil(2 * item_ms * dl.batch_size / compute_ms)
+    return max(1, min(cap, max(needed, dl.num_workers + 1)))
+
+
+def _restarts(run: RunRecord, dl: LoaderConfig, wait: float, step: float) -> Measured | None:
+    """Workers started again for every epoch: their start-up is the wait."""
+    use = dl.raw.get("usage") or {}
+    measured = run.steps.measured_steps
+    if not dl.num_workers or dl.raw.get("persistent_workers") or not measured:
+        return None
+    starts = int(use.get("measured_first_batches") or 0)
+    cost_ms = float(use.get("measured_iter_s") or 0) + float(use.get("measured_first_wait_s") or 0)
+    cost_ms = cost_ms * 1e3 / measured
+    if starts < 1 or cost_ms < th.RESTART_SHARE_OF_WAIT * wait:
+        return None
+    title = {
+        "cost_ms": cost_ms,
+        "share": cost_ms / step,
+        "starts": starts,
+        "measured": measured,
+        "workers": dl.num_workers,
+        "method": dl.raw.get("multiprocessing_context") or "the default start method",
+    }
+    return Measured(
+        value=wait / step,
+        saving_ms=min(cost_ms, wait),
+        share=0.0,
+        title=title,
+        evidence={
+            "data_wait_ms_per_step": wait,
+            "restart_ms_per_step": cost_ms,
+            "dataloader": dl.raw,
+        },
+        fix={"loader": dl},
+        gates={"wait_ms": wait},
+        variant="restarts",
+    )
+
+
+def _fewer_workers(
+    dl: LoaderConfig,
+    wait: float,
+    step: float,
+    batch_ms: float,
+    busy: float | None,
+    evidence: dict[str, Any],
+) -> Measured:
+    return Measured(
+        value=wait / step,
+        saving_ms=wait - batch_ms,
+        share=0.0,
+        title={
+            "wait": wait,
+            "workers": dl.num_workers,
+            "idle": "" if busy is None else f", busy {busy:.0%} of the time",
+            "batch_ms": batch_ms,
+        },
+        evidence={**evidence, "main_process_batch_ms": batch_ms, "suggested_num_workers": 0},
+        fix={"loader": dl, "batch_ms": batch_ms},
+        gates={"wait_ms": wait},
+        variant="fewer-workers",
+    )
+
+
+def measure_warnings(run: RunRecord) -> tuple[Measured, ...]:
+    """torch's own DataLoader warnings that name a setting to change (too many workers for the
+    CPUs, pin_memory without an accelerator), a finding each; saving not measured (0)."""
+    return tuple(
+        Measured(
+            value=1.0,
+            saving_ms=0.0,
+            share=0.0,
+            title={"text": _first_sentence(text)},
+            evidence={"warning": text, "dataloader": dl.raw},
+            fix={"loader": dl, "text": text},
+        )
+        for dl in run.config.dataloaders
+        for text in dl.raw.get("torch_warnings") or []
+        if fx.torch_warning_fix(dl, text) is not None
+    )
+
+
+def _first_sentence(text: str) -> str:
+    """The warning's first two sentences on one line."""
+    line = " ".join(text.split())
+    cut = line.find(". ", line.find(". ") + 2)
+    line = line if cut < 0 else line[: cut + 1]
+    return line if len(line) <= 200 else line[:197] + "..."
+
+
+RULES = (RunRule(CONFIG_SPEC, measure_config), RunRule(WARNING_SPEC, measure_warnings))
