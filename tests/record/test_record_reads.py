@@ -63,7 +63,6 @@ _WRITE = "capture side building the record (runner: adds oom, gpu memory after t
 ALLOWED: dict[str, str] = {
     "capture/own_frames.py": "reads the config section of the record it is building",
     "capture/runner.py": _WRITE,
-    "commands/check/watcher.py": "the parent's rebuilt record from the steps log (write side)",
     "rules/": _RULES,
 }
 

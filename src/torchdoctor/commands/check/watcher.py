@@ -34,6 +34,7 @@ from torchdoctor.capture.options import CheckOptions
 from torchdoctor.capture.runfolder import RankInfo, create_run_folder, rank_result_path, write_json
 from torchdoctor.errors import UserError
 from torchdoctor.exits import EXIT_OUTPUT, EXIT_TIMEOUT, say, told_output_failure
+from torchdoctor.record.run import RunRecord
 
 ENV_WATCHER = "TORCHDOCTOR_WATCHER"
 """0: run the script in this process only (no watching parent)."""
@@ -178,7 +179,7 @@ def _after(
 
             record["findings"] = [f.to_dict() for f in run_findings(record)]
             write_json(record_file, record)
-            n = record["steps"]["count"]
+            n = RunRecord.from_dict(record).steps.count
             say(
                 f"torchdoctor: {info['exception']}; reporting the {n} step"
                 f"{'' if n == 1 else 's'} measured before that"
@@ -188,7 +189,7 @@ def _after(
 
             record = json.loads(record_file.read_text(encoding="utf-8"))
             publish(folder, record, rank, options, top, json_path=json_path, html_path=html_path)
-        ended = json.loads(record_file.read_text(encoding="utf-8"))["exit"]["status"]
+        ended = RunRecord.from_dict(json.loads(record_file.read_text(encoding="utf-8"))).exit_status
     except UserError as exc:  # an output that could not be written (a full disk): one line
         say(f"torchdoctor: error: {exc}")
         exit_status = exit_status or exc.exit_code
