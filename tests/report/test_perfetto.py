@@ -176,3 +176,20 @@ def test_cli_export_and_bad_path(tmp_path: Path) -> None:
     )
     assert bad.returncode == 2
     assert bad.stderr.count("\n") == 1 and "cannot write" in bad.stderr
+
+
+def test_run_findings_point_at_the_events_of_the_trace_finding_they_stand_for(
+    tmp_path: Path,
+) -> None:
+    """dataloader-config and host-syncs-in-step have no events of their own: their registry
+    entries name data-loading-bound and sync-stalls as aliases, whose events they point at."""
+    from torchdoctor.report.perfetto import _evidence_rows
+
+    a = analyze_path(write_hostile_trace(tmp_path / "h.json")).analysis
+    loader = _evidence_rows(a, "dataloader-config")
+    assert len(loader) and list(loader) == list(_evidence_rows(a, "data-loading-bound"))
+    names = {a.table.names[c] for c in a.table.name[loader]}
+    assert all(n.startswith("enumerate(DataLoader)#") for n in names), names
+    syncs = _evidence_rows(a, "host-syncs-in-step")
+    assert list(syncs) == list(_evidence_rows(a, "sync-stalls"))
+    assert len(_evidence_rows(a, "memory-pressure")) == 0  # no events, no alias with any

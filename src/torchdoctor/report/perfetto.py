@@ -29,6 +29,7 @@ from torchdoctor.analysis.gpu_activity import DATALOADER_PREFIX, SYNC_CALLS
 from torchdoctor.analysis.kernel_names import MATMUL_CATEGORIES, kernel_category
 from torchdoctor.errors import OutputError, TraceError
 from torchdoctor.rules.finding import Finding
+from torchdoctor.rules.registry import REGISTRY
 from torchdoctor.trace.kinds import Kind
 
 MAX_FLOWS = 20
@@ -236,9 +237,7 @@ def _matmul_kernels(a: TraceAnalysis) -> np.ndarray:
 
 EVIDENCE: dict[str, Callable[[TraceAnalysis], np.ndarray]] = {
     "data-loading-bound": _named(prefix=DATALOADER_PREFIX),
-    "dataloader-config": _named(prefix=DATALOADER_PREFIX),
     "sync-stalls": _named(names=SYNC_CALLS),
-    "host-syncs-in-step": _named(names=SYNC_CALLS),
     "synchronous-copies": _named(names=SYNC_CALLS),
     "host-bound": _late_launches,
     "low-gpu-utilization": _late_launches,
@@ -247,13 +246,17 @@ EVIDENCE: dict[str, Callable[[TraceAnalysis], np.ndarray]] = {
     ),
     "exposed-communication": _activity(lambda a: a.activity.cls == 1),
     "fp32-gemm-no-tensor-cores": _matmul_kernels,
-    "fp32-on-bf16-gpu": _matmul_kernels,
 }
-"""The events each finding points its arrows at, by finding id (none: a slice without arrows)."""
+"""The events each finding points its arrows at, by finding id (none: a slice without arrows).
+A finding without an entry points at the events of a finding its registry entry names as an
+alias (the same problem: the loader's settings at the DataLoader's calls, fp32 on a bf16 GPU at
+the fp32 GEMMs)."""
 
 
 def _evidence_rows(a: TraceAnalysis, finding_id: str) -> np.ndarray:
-    pick = EVIDENCE.get(finding_id)
+    s = REGISTRY.get(finding_id)
+    ids = (finding_id, *(s.aliases if s is not None else ()))
+    pick = next((EVIDENCE[i] for i in ids if i in EVIDENCE), None)
     if pick is None or not a.n_steps:
         return np.zeros(0, dtype=np.int64)
     rows = np.sort(np.asarray(pick(a), dtype=np.int64))
