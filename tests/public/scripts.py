@@ -101,11 +101,129 @@ def mingpt_adder(workdir: Path) -> Prepared:
     return "adder.py", args, {}
 
 
+# torchvision is not installed here (nor a dependency): the pytorch/examples scripts that import
+# it get a stand-in package in their folder with what they call, on synthetic images made in
+# memory (MNIST's 28x28 digits, FakeData's random images), so nothing is read or downloaded.
+_TORCHVISION = {
+    "__init__.py": "from . import datasets, transforms, utils  # noqa: F401\n",
+    "utils.py": "def save_image(*a, **k):\n    return None\n",
+    "transforms.py": """import numpy as np
+import torch
+
+
+class Compose:
+    def __init__(self, ts):
+        self.ts = ts
+
+    def __call__(self, x):
+        for t in self.ts:
+            x = t(x)
+        return x
+
+
+class ToTensor:
+    def __call__(self, a):
+        a = np.asarray(a)
+        if a.ndim == 2:
+            a = a[:, :, None]
+        return torch.from_numpy(a.transpose(2, 0, 1).copy()).float().div(255)
+
+
+class Normalize:
+    def __init__(self, mean, std):
+        self.mean = torch.tensor(mean).view(-1, 1, 1)
+        self.std = torch.tensor(std).view(-1, 1, 1)
+
+    def __call__(self, x):
+        return (x - self.mean) / self.std
+
+
+class _Same:
+    def __init__(self, *a, **k):
+        pass
+
+    def __call__(self, x):
+        return x
+
+
+Resize = CenterCrop = _Same
+""",
+    "datasets.py": """import numpy as np
+
+
+class _Images:
+    def __init__(self, n, shape, seed, transform):
+        rng = np.random.default_rng(seed)
+        self.images = rng.integers(0, 256, (n, *shape), dtype=np.uint8)
+        self.targets = rng.integers(0, 10, n)
+        self.transform = transform
+
+    def __len__(self):
+        return len(self.images)
+
+    def __getitem__(self, i):
+        x = self.images[i]
+        return (self.transform(x) if self.transform else x), int(self.targets[i])
+
+
+class MNIST(_Images):
+    def __init__(self, root, train=True, transform=None, target_transform=None, download=False):
+        super().__init__(1280 if train else 256, (28, 28), int(train), transform)
+
+
+class FakeData(_Images):
+    def __init__(self, size=1000, image_size=(3, 224, 224), num_classes=10, transform=None,
+                 target_transform=None, random_offset=0):
+        c, h, w = image_size
+        super().__init__(size, (h, w, c), random_offset, transform)
+""",
+}
+
+
+def _torchvision(workdir: Path) -> None:
+    pkg = workdir / "torchvision"
+    pkg.mkdir()
+    for name, text in _TORCHVISION.items():
+        (pkg / name).write_text(text)
+
+
+def mnist(workdir: Path) -> Prepared:
+    """pytorch/examples mnist: a two-convolution net, Adadelta, StepLR; one epoch of 1280
+    synthetic digits (20 steps of 64) and a test pass."""
+    _copy("mnist", workdir)
+    _torchvision(workdir)
+    return "main.py", ["--epochs", "1", "--log-interval", "1000"], {}
+
+
+def vae(workdir: Path) -> Prepared:
+    """pytorch/examples vae: a fully connected VAE on synthetic digits, Adam; one epoch of 40
+    steps of 32 and a test pass."""
+    _copy("vae", workdir)
+    _torchvision(workdir)
+    (workdir / "results").mkdir()
+    return "main.py", ["--epochs", "1", "--batch-size", "32", "--log-interval", "1000"], {}
+
+
+def dcgan(workdir: Path) -> Prepared:
+    """pytorch/examples dcgan on its own ``--dataset fake`` (torchvision's FakeData: 1000 random
+    64x64 images), 8 filters, batch 16, one epoch (63 steps); its loader has 2 workers."""
+    _copy("dcgan", workdir)
+    _torchvision(workdir)
+    args = [
+        "--dataset", "fake", "--niter", "1", "--batchSize", "16", "--ngf", "8", "--ndf", "8",
+        "--nz", "16", "--manualSeed", "1", "--outf", "out",
+    ]  # fmt: skip
+    return "main.py", args, {}
+
+
 SCRIPTS: dict[str, Callable[[Path], Prepared]] = {
     "nanogpt": nanogpt,
     "word_language_model": word_language_model,
     "time_sequence_prediction": time_sequence_prediction,
     "mingpt_adder": mingpt_adder,
+    "mnist": mnist,
+    "vae": vae,
+    "dcgan": dcgan,
 }
 
 
