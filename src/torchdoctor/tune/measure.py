@@ -16,7 +16,7 @@ from torchdoctor import stats
 
 
 @dataclass(frozen=True)
-class StepStats:
+class ArmStepStats:
     """Steady-state step times of one arm of a trial (warm-up excluded)."""
 
     median_s: float
@@ -32,17 +32,17 @@ class StepStats:
         return self.iqr_s / self.median_s if self.median_s > 0 else math.inf
 
 
-def round_stats(window_steps_s: Sequence[float]) -> StepStats:
+def round_stats(window_steps_s: Sequence[float]) -> ArmStepStats:
     """Median and IQR over windows of their mean step time (seconds)."""
     d = stats.describe(window_steps_s)
-    return StepStats(d.median, d.iqr, d.n)
+    return ArmStepStats(d.median, d.iqr, d.n)
 
 
-def warmup_overhead_s(warmup_times_s: Sequence[float], steady: StepStats) -> float:
+def warmup_overhead_s(warmup_times_s: Sequence[float], steady: ArmStepStats) -> float:
     """Seconds the warm-up steps took beyond steady-state steps (compile time, for compiled runs)."""
     return max(0.0, sum(t - steady.median_s for t in warmup_times_s))
 
 
-def drift(first: StepStats, again: StepStats) -> float:
+def drift(first: ArmStepStats, again: ArmStepStats) -> float:
     """Relative change of the same configuration's median between two measurements (0.05 = 5%)."""
     return abs(again.median_s - first.median_s) / first.median_s if first.median_s > 0 else 0.0

@@ -65,7 +65,7 @@ class Record:
     seq: int
     trial: Trial
     result: TrialResult
-    stats: measure.StepStats | None
+    stats: measure.ArmStepStats | None
     verdict: fidelity.Fidelity | None
     comparison: ab.Comparison | None = None
     """The candidate against the configuration it was measured beside (incumbent or baseline)."""
