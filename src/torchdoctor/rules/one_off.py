@@ -12,12 +12,11 @@ its share of the job, which is what a per-step cost's share is too.
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Literal
+from typing import Literal
 
 from torchdoctor.record.run import RunRecord
 from torchdoctor.rules import thresholds as th
-from torchdoctor.rules.finding import Finding, FindingId, Severity
-from torchdoctor.rules.run_common import make
+from torchdoctor.rules.finding import Finding
 from torchdoctor.rules.spec import Once
 
 Per = Literal["job", "epoch"]
@@ -56,29 +55,6 @@ def spread_over(run: RunRecord) -> tuple[int, str]:
         return known
     assumed = int(th.ONE_OFF_ASSUMED_JOB_STEPS)
     return assumed, f"job length unknown: ranked as a job of {assumed} steps"
-
-
-def one_off(
-    run: RunRecord,
-    fid: FindingId,
-    title: str,
-    cost_ms: float,
-    evidence: dict[str, Any],
-    fix: str | None = None,
-    *,
-    per: Per = "job",
-    epoch_steps: int | None = None,
-    saved_ms: float | None = None,
-    break_even_steps: float | None = None,
-    where: list[str] | None = None,
-    severity: Severity | None = None,
-) -> Finding:
-    """A finding whose cost (``cost_ms``) is paid once per ``per``; ``saved_ms`` (default: the
-    cost) is what the fix saves each time, spread over the job's steps or ``epoch_steps``."""
-    once = Once(cost_ms, per, epoch_steps, saved_ms, break_even_steps)
-    saving, steps, basis = spread(run, once)
-    f = make(run, fid, title, saving, evidence, fix, where=where, severity=severity)
-    return marked(run, f, once, steps, basis)
 
 
 def spread(run: RunRecord, once: Once) -> tuple[float, int, str]:

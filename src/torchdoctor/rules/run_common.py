@@ -21,19 +21,16 @@ def make(
     fix: str | None = None,
     explanation: str | None = None,
     where: list[str] | None = None,
-    floor: Severity | None = None,
     severity: Severity | None = None,
 ) -> Finding:
     """A finding with its saving capped at the mean step and its severity from the registered
-    policy (``floor`` raises it, ``severity`` overrides it). Fix, explanation and docs link
+    policy (``severity`` overrides it). Fix, explanation and docs link
     default to the registry entry's."""
     s = spec(fid)
     step = run.step_ms
     saving = max(0.0, min(saving_ms, step)) if step else 0.0
     share = saving / step if step else 0.0
     level = s.severity.grade(share)
-    if floor is not None:
-        level = max(level, floor, key=["info", "warning", "critical"].index)
     return Finding(
         id=fid,
         title=title,

@@ -10,29 +10,33 @@ from torchdoctor.analysis.bundle import TraceAnalysis
 from torchdoctor.rules.families import FAMILY_RULES
 from torchdoctor.rules.finding import Finding, rank_findings
 from torchdoctor.rules.spec import TraceRule
-from torchdoctor.rules.trace_common import finding
 
 Rule = Callable[[TraceAnalysis], "Finding | None"]
 
 
 def family_finding(rule: TraceRule, a: TraceAnalysis) -> Finding | None:
     """A family rule's measurement, judged and worded by its registry entry: the spec's
-    threshold fires it, its title, severity policy and fix builder make the finding."""
+    threshold fires it, its title, severity policy and fix builder make the finding, its saving
+    clamped to the step (a fix cannot save more than all of it)."""
     m = rule.measure(a)
     if m is None or not rule.fires(m):
         return None
     m, s = m.complete(), rule.spec
     v = s.variant(m.variant)
     fix = (v.fix if v is not None and v.fix is not None else s.fix)(**m.fix)
-    return finding(
-        a,
+    step = a.mean_step_ms
+    saving = float(min(max(m.saving_ms, 0.0), step))
+    share = saving / step if step > 0 else 0.0
+    return Finding(
         s.id,
         (v.title if v is not None else s.title).format(**m.title),
-        m.saving_ms,
-        m.severity(s.severity),
-        m.evidence,
-        fix=fix,
-        explanation=v.explanation if v is not None else None,
+        s.severity.floored(m.severity(s.severity), share),
+        round(saving, 3),
+        round(share, 4),
+        {"mean_step_ms": round(step, 3), **m.evidence},
+        fix,
+        v.explanation if v is not None and v.explanation is not None else s.explanation,
+        s.doc_url,
         where=list(m.where),
     )
 

@@ -9,7 +9,6 @@ watcher's samples of them (``monitor.long_step_samples``).
 from __future__ import annotations
 
 import itertools
-from statistics import median
 from typing import TYPE_CHECKING
 
 from torchdoctor.rules import thresholds as th
@@ -196,6 +195,8 @@ def _long_in(
     group of fewer than three steps has no median of its own: it is judged by every step's
     (the unprofiled steps are the cheaper ones, so that baseline is never too low for them);
     none where long steps are not rare."""
+    from statistics import median
+
     times = [t for _, t in group]
     typical = median(times) if len(times) >= 3 else median(everyone)
     long = [

@@ -11,6 +11,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from torchdoctor.rules import thresholds as th
+from torchdoctor.rules.families._run import short
 from torchdoctor.rules.mode_fixes import unexplained_fix
 from torchdoctor.rules.spec import AccountRule, FindingSpec, Measured, SeverityPolicy
 
@@ -35,12 +36,6 @@ def _line_fix(runs: str, site: str, code: str, ops: list[str]) -> str:
         if loop is not None:
             return loop
     return unexplained_fix(runs, short(site), ops)
-
-
-def short(site: str) -> str:
-    """``train.py:42`` for a full path."""
-    file, _, line = site.rpartition(":")
-    return f"{file.rsplit('/', 1)[-1]}:{line}" if file else site
 
 
 SPEC = FindingSpec(
