@@ -31,3 +31,12 @@ def test_findings_without_an_entry_and_unknown_frameworks_pass_through() -> None
     f = _finding("memory-pressure")
     assert rewrite(f, "lightning") is f
     assert rewrite(_finding("tf32-off"), "keras").fix == "loop fix"
+
+
+def test_each_framework_fix_is_declared_by_its_finding_registry_entry() -> None:
+    loader = dict(REGISTRY["dataloader-config"].frameworks)
+    assert loader["lightning"] is LIGHTNING["dataloader-config"]
+    assert loader["transformers"] is TRANSFORMERS["dataloader-config"]
+    # the recompiles entry phrases the fix for the Trainer's torch_compile only
+    assert [name for name, _ in REGISTRY["recompiles"].frameworks] == ["transformers"]
+    assert "recompiles" in TRANSFORMERS and "recompiles" not in LIGHTNING

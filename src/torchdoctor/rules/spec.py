@@ -28,6 +28,13 @@ of the job, or a risk rather than time); ``data`` takes the clean window's own d
 FixBuilder = Callable[..., str]
 """Builds the code to paste from typed inputs (the rule passes what it measured)."""
 
+Framework = Literal["lightning", "transformers"]
+"""A training framework whose own settings a fix can be phrased in: PyTorch Lightning's
+``Trainer``, the Hugging Face ``Trainer``."""
+
+FrameworkFix = Callable[[Any], str]
+"""Builds a framework's fix from the finding (its evidence: the measured worker count)."""
+
 
 def more_severe(a: Severity, b: Severity) -> Severity:
     """The more severe of two severities."""
@@ -120,6 +127,9 @@ class FindingSpec:
     """Named wordings a rule may pick (``Measured.variant``)."""
     probe: ProbeScaling = "host"
     """How the probe effect brings its saving to the clean step (:data:`ProbeScaling`)."""
+    frameworks: tuple[tuple[Framework, FrameworkFix], ...] = ()
+    """The fix in a framework's own settings, by framework: under Lightning or the Hugging Face
+    ``Trainer`` the loop's lines live elsewhere (``rules/framework_advice.py`` swaps it in)."""
     replaces: tuple[str, ...] = ()
     """Ids of the generic trace findings this one refines: when it fires, ``analyze`` drops
     them (a blocking copy per decode step is not also ``synchronous-copies``)."""

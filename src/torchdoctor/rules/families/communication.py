@@ -56,6 +56,23 @@ EXPOSED_SPEC = FindingSpec(
             ),
         ),
     ),
+    frameworks=(
+        (
+            "lightning",
+            lambda f: (
+                "from lightning.pytorch.strategies import DDPStrategy\n"
+                "Trainer(strategy=DDPStrategy(gradient_as_bucket_view=True, static_graph=True))\n"
+                "# or fewer reductions per sample: Trainer(accumulate_grad_batches=4)"
+            ),
+        ),
+        (
+            "transformers",
+            lambda f: (
+                "TrainingArguments(..., gradient_accumulation_steps=4)\n"
+                "# accumulation all-reduces once per optimizer step, not once per micro-batch"
+            ),
+        ),
+    ),
 )
 
 
@@ -131,6 +148,26 @@ GATHER_SPEC = FindingSpec(
     "(prefetch), every unit starts by waiting for the network.",
     doc_url=f"{D}/distributed.fsdp.fully_shard.html",
     knobs=(),
+    frameworks=(
+        (
+            "lightning",
+            lambda f: (
+                "from torch.distributed.fsdp import BackwardPrefetch\n"
+                "from lightning.pytorch.strategies import FSDPStrategy\n"
+                "Trainer(strategy=FSDPStrategy(forward_prefetch=True,\n"
+                "                              backward_prefetch=BackwardPrefetch.BACKWARD_PRE))\n"
+                "# FSDP2 (ModelParallelStrategy): in configure_model, after fully_shard:\n" + f.fix
+            ),
+        ),
+        (
+            "transformers",
+            lambda f: (
+                'TrainingArguments(..., fsdp="full_shard auto_wrap",\n'
+                '                  fsdp_config={"forward_prefetch": True, '
+                '"backward_prefetch": "backward_pre"})'
+            ),
+        ),
+    ),
 )
 
 

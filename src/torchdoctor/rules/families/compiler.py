@@ -67,6 +67,15 @@ RECOMPILES_SPEC = FindingSpec(
     "that changes every step means the compiled code is rarely reused.",
     doc_url=DOCS,
     codemods=("mark-dynamic",),
+    frameworks=(
+        (
+            "transformers",
+            lambda f: (
+                "TrainingArguments(..., torch_compile=True)\n"
+                "# pad to a fixed length so shapes stay the same: tokenizer(..., padding='max_length')"
+            ),
+        ),
+    ),
 )
 
 LIMIT_SPEC = FindingSpec(

@@ -39,6 +39,10 @@ FP32_SPEC = FindingSpec(
     doc_url=f"{D}/amp.html",
     knobs=("precision",),
     codemods=("bf16-autocast", "tf32-matmul"),
+    frameworks=(
+        ("lightning", lambda f: 'Trainer(precision="bf16-mixed")'),
+        ("transformers", lambda f: "TrainingArguments(..., bf16=True, tf32=True)"),
+    ),
 )
 
 

@@ -64,6 +64,17 @@ SPEC = FindingSpec(
             ),
         ),
     ),
+    frameworks=(
+        (
+            "lightning",
+            lambda f: (
+                "# in your LightningModule:\n"
+                "def configure_model(self):\n"
+                "    self.model = torch.compile(self.model)"
+            ),
+        ),
+        ("transformers", lambda f: "TrainingArguments(..., torch_compile=True)"),
+    ),
 )
 
 

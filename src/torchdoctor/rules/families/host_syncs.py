@@ -29,6 +29,22 @@ SPEC = FindingSpec(
     doc_url=f"{fx.DOCS}/generated/torch.cuda.set_sync_debug_mode.html",
     aliases=("sync-stalls",),
     codemods=("sync-every-n",),
+    frameworks=(
+        (
+            "lightning",
+            lambda f: (
+                "# in training_step: log the tensor, not loss.item(); Lightning reduces it lazily\n"
+                'self.log("train_loss", loss, on_step=True, sync_dist=False)\n'
+                "Trainer(log_every_n_steps=50)"
+            ),
+        ),
+        (
+            "transformers",
+            lambda f: (
+                "TrainingArguments(..., logging_steps=50)  # each log reads the loss back from the GPU"
+            ),
+        ),
+    ),
 )
 
 

@@ -35,6 +35,7 @@ from torchdoctor.rules.user_fixes import item_cost_ms, rebuilt_loader_call
 
 if TYPE_CHECKING:
     from torchdoctor.record.run import LoaderConfig, RunRecord
+    from torchdoctor.rules.finding import Finding
 
 DOCS = f"{fx.DOCS}/data.html#multi-process-data-loading"
 
@@ -59,6 +60,12 @@ def fewer_workers_fix(loader: LoaderConfig, batch_ms: float) -> str:
 def warning_fix(loader: LoaderConfig, text: str) -> str:
     """The user's call changed as torch's warning asks (``fixes.torch_warning_fix``)."""
     return fx.torch_warning_fix(loader, text) or ""
+
+
+def _workers(f: Finding) -> int:
+    """The worker count the finding measured (4 when it did not)."""
+    value = f.evidence.get("suggested_num_workers")
+    return int(value) if isinstance(value, int | float) else 4
 
 
 CONFIG_SPEC = FindingSpec(
@@ -107,6 +114,24 @@ CONFIG_SPEC = FindingSpec(
                 "Copies from pageable memory are staged and synchronous; pinned batches copy "
                 "asynchronously while the previous step computes.",
                 fx.pin_memory_fix,
+            ),
+        ),
+    ),
+    frameworks=(
+        (
+            "lightning",
+            lambda f: (
+                "# in your LightningDataModule (or LightningModule).train_dataloader():\n"
+                f"return DataLoader(self.train_set, batch_size=..., num_workers={_workers(f)},\n"
+                "                  persistent_workers=True,\n"
+                "                  pin_memory=True)  # pinned batches: for GPU runs"
+            ),
+        ),
+        (
+            "transformers",
+            lambda f: (
+                f"TrainingArguments(..., dataloader_num_workers={_workers(f)},\n"
+                "                  dataloader_persistent_workers=True)  # pinned by default"
             ),
         ),
     ),

@@ -28,6 +28,23 @@ DATA_SPEC = FindingSpec(
     doc_url=f"{fx.DOCS}/data.html#multi-process-data-loading",
     knobs=("num_workers", "device_prefetch", "pin_memory"),
     codemods=("dataloader-args", "non-blocking-copies"),
+    frameworks=(
+        (
+            "lightning",
+            lambda f: (
+                "# in your LightningDataModule.train_dataloader():\n"
+                "return DataLoader(self.train_set, batch_size=..., num_workers=4,\n"
+                "                  persistent_workers=True, pin_memory=True)"
+            ),
+        ),
+        (
+            "transformers",
+            lambda f: (
+                "TrainingArguments(..., dataloader_num_workers=4,\n"
+                "                  dataloader_persistent_workers=True)  # pinned by default"
+            ),
+        ),
+    ),
 )
 
 

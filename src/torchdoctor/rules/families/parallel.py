@@ -59,6 +59,7 @@ SPEC = FindingSpec(
             ),
         ),
     ),
+    frameworks=(("lightning", lambda f: 'Trainer(accelerator="gpu", devices=-1, strategy="ddp")'),),
 )
 
 

@@ -28,6 +28,22 @@ FP16_SPEC = FindingSpec(
     fix=static(fx.FP16_SCALER),
     explanation="fp16 represents nothing below ~6e-8; unscaled gradients silently become zero.",
     doc_url=f"{D}/notes/amp_examples.html",
+    frameworks=(
+        (
+            "lightning",
+            lambda f: (
+                'Trainer(precision="16-mixed")  # Lightning adds the GradScaler itself\n'
+                '# or, on Ampere or later: Trainer(precision="bf16-mixed") (no scaler needed)'
+            ),
+        ),
+        (
+            "transformers",
+            lambda f: (
+                "TrainingArguments(..., fp16=True)  # the Trainer adds the GradScaler itself\n"
+                "# or, on Ampere or later: TrainingArguments(..., bf16=True)"
+            ),
+        ),
+    ),
 )
 BF16_SPEC = FindingSpec(
     id="grad-scaler-with-bf16",
@@ -40,6 +56,10 @@ BF16_SPEC = FindingSpec(
     explanation="bf16 has fp32's exponent range, so gradients do not underflow; the scaler's "
     "inf check reads a value on the host every step.",
     doc_url=f"{D}/notes/amp_examples.html",
+    frameworks=(
+        ("lightning", lambda f: 'Trainer(precision="bf16-mixed")  # no scaler with bf16'),
+        ("transformers", lambda f: "TrainingArguments(..., bf16=True)  # no scaler with bf16"),
+    ),
 )
 
 
@@ -86,6 +106,10 @@ FP32_SPEC = FindingSpec(
     knobs=("precision",),
     aliases=("fp32-gemm-no-tensor-cores",),
     codemods=("bf16-autocast",),
+    frameworks=(
+        ("lightning", lambda f: 'Trainer(precision="bf16-mixed")'),
+        ("transformers", lambda f: "TrainingArguments(..., bf16=True)"),
+    ),
 )
 TF32_SPEC = FindingSpec(
     id="tf32-off",
@@ -100,6 +124,10 @@ TF32_SPEC = FindingSpec(
     doc_url=f"{D}/notes/cuda.html#tensorfloat-32-tf32-on-ampere-and-later-devices",
     knobs=("precision",),
     codemods=("tf32-matmul",),
+    frameworks=(
+        ("lightning", lambda f: 'torch.set_float32_matmul_precision("high")  # before Trainer.fit'),
+        ("transformers", lambda f: "TrainingArguments(..., tf32=True)"),
+    ),
 )
 
 

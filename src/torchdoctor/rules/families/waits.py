@@ -233,6 +233,7 @@ LOW_UTIL_SPEC = FindingSpec(
     "kernels with gaps between them leave the device waiting.",
     doc_url=f"{D}/generated/torch.compile.html",
     knobs=("compile", "optimizer_impl", "num_workers"),
+    frameworks=(("transformers", lambda f: "TrainingArguments(..., torch_compile=True)"),),
 )
 NAMED_CAUSES = (
     "host_overhead",
