@@ -376,6 +376,11 @@ def namespace(gpu: bool = False) -> dict[str, Any]:
         "self": _Holder(),
         "loader": _dataloader(dataset, batch_size=4),
         "ema": None,
+        # and those of work beside the step (rules/families/beside_step.py, housekeeping.py)
+        "snapshot": {k: v.detach().clone() for k, v in model.state_dict().items()},
+        "ema_params": [p.detach().clone() for p in model.parameters()],
+        "model_params": [p.detach() for p in model.parameters()],
+        "decay": 0.999,
         "DDP": _ddp(gpu),
         "DistributedDataParallel": _ddp(gpu),
     }

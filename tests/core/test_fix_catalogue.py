@@ -15,6 +15,7 @@ from tests.core import fixexec
 from torchdoctor.record.run import LoaderConfig
 from torchdoctor.rules import fixes as fx
 from torchdoctor.rules import framework_advice as advice
+from torchdoctor.rules.account_rules import TopLine
 from torchdoctor.rules.finding import Finding
 from torchdoctor.rules.registry import REGISTRY
 from torchdoctor.rules.user_fixes import compiled_next_step
@@ -73,6 +74,13 @@ VALUE_EVENTS = [
 
 # id -> list of (args, kwargs, runs only on a GPU)
 Case = tuple[tuple[Any, ...], dict[str, Any], bool]
+
+
+def _top_line(runs: str, site: str, ops: list[str]) -> TopLine:
+    """A line of the step's account holding unexplained time, running ``runs``."""
+    return TopLine(site, "step", "x = f(x)", 5.0, 5.0, 5.0, runs, ops)
+
+
 CASES: dict[str, list[Case]] = {
     "host-bound": [
         ((), {}, True),
@@ -102,12 +110,25 @@ CASES: dict[str, list[Case]] = {
         ((BUSY, 2, False, 20.0, 10.0, 0.9), {}, False),
     ],
     "cpu-oversubscribed": [((1, 2, 0, 1.2), {}, False), ((1, 4, 2, 1.5), {}, False)],
-    # the step's account (rules/mode_rules.py)
+    # the step's account (rules/families/unexplained.py): one fix per top line
     "unexplained-step-time": [
-        ((cat, "train.py:12", ["aten::addmm"]), {}, False)
-        for cat in ("torch ops", "I/O", "sleep/wait", "gc", "Python", "other")
+        (([_top_line(runs, "train.py:12", ["aten::addmm"])], "train.py:12"), {}, False)
+        for runs in ("torch ops", "I/O", "sleep/wait", "gc", "Python", "other")
     ]
-    + [(("torch ops", "infer.py:34", ["aten::max_pool2d", "aten::conv2d"]), {}, False)],
+    + [
+        (
+            (
+                [
+                    _top_line("torch ops", "infer.py:34", ["aten::max_pool2d", "aten::conv2d"]),
+                    _top_line("Python", "infer.py:40", []),
+                ],
+                "infer.py:34",
+            ),
+            {},
+            False,
+        ),
+        (([], "train.py:12"), {}, False),
+    ],
     "anomaly-detection": [((["train.py:3"],), {}, False), ((), {}, False)],
     "deterministic-algorithms": [((["train.py:3"], False), {}, False), ((None, True), {}, True)],
     "few-intra-op-threads": [((2, ["train.py:4"], {"OMP_NUM_THREADS": "1"}), {}, False)],
@@ -139,6 +160,25 @@ CASES: dict[str, list[Case]] = {
     "float64-compute": [((["train.py:7"],), {}, False)],
     "gc-in-step": [((["train.py:30"],), {}, False), (([],), {}, False)],
     "backend-disabled": [(("mkldnn",), {}, False), (("cudnn",), {}, True)],
+    # work beside the step, by what the work is (rules/families/beside_step.py)
+    "work-beside-step": [
+        (("log", "train.py:40", "print(loss)", kind), {}, False)
+        for kind in ("print", "copy", "update", "other")
+    ],
+    "housekeeping-in-step": [
+        ((call,), {}, False) for call in ("torch.save", "copy.deepcopy", "gc.collect")
+    ],
+    "rare-long-steps": [
+        (("every 5th step", 6.0, "evaluate"), {}, False),
+        (("step 12", 3.0, ""), {}, False),
+    ],
+    "memory-growth": [
+        (([("train.py:9", "loss.backward(retain_graph=True)")], []), {}, False),
+        (([], [{"where": "train.py:9", "bytes": 2**22}]), {}, False),
+    ],
+    "torch-warning": [
+        ((LOADER, "'pin_memory' argument is set as true but no accelerator is found"), {}, False)
+    ],
 }
 EXTRA_FIXES: dict[str, list[tuple[str, bool]]] = {
     "torch-warning": [
