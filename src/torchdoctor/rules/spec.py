@@ -130,6 +130,10 @@ class FindingSpec:
     frameworks: tuple[tuple[Framework, FrameworkFix], ...] = ()
     """The fix in a framework's own settings, by framework: under Lightning or the Hugging Face
     ``Trainer`` the loop's lines live elsewhere (``rules/framework_advice.py`` swaps it in)."""
+    caveat: bool = False
+    """Without a saving, this finding only qualifies the others (the numbers were taken on a
+    busy machine): ``check`` keeps it when nothing else saves time, never a clean bill on a
+    starved run, and drops it beside a finding that does."""
     replaces: tuple[str, ...] = ()
     """Ids of the generic trace findings this one refines: when it fires, ``analyze`` drops
     them (a blocking copy per decode step is not also ``synchronous-copies``)."""

@@ -41,6 +41,7 @@ SPEC = FindingSpec(
     "for the last one; a thread without a core stalls all of them, so threads beyond the "
     "free cores (other jobs, DataLoader workers) make every operator slower, not faster.",
     doc_url=f"{fx.DOCS}/notes/cpu_threading_torchscript_inference.html",
+    caveat=True,
     variants=(
         (
             "starved",
