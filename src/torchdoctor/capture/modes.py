@@ -104,6 +104,22 @@ class ModeWatch:
             (torch.nn.Module, "double"),
         ):
             self._wrap(owner, name)
+        for backend in ("mkldnn", "cudnn"):
+            self._wrap_backend(torch, backend)
+
+    def _wrap_backend(self, torch: Any, backend: str) -> None:
+        """Record who switched a kernel backend: ``torch.backends.<b>.enabled = ...`` (a
+        property of the backend's module) and ``with torch.backends.<b>.flags(enabled=...):``
+        (whose ``enabled`` defaults to False), as the calls ``<b>.enabled`` and ``<b>.flags``."""
+        try:
+            module = getattr(torch.backends, backend)
+            flags, prop = getattr(module, "flags", None), type(module).__dict__.get("enabled")
+            if callable(flags):
+                self._patcher.patch(module, "flags", _recording_flags(self, backend, flags))
+            if prop is not None and hasattr(prop, "__set__"):
+                self._patcher.patch(type(module), "enabled", _RecordingProp(self, backend, prop))
+        except Exception as exc:
+            guest.note("recording the backend switches", exc)
 
     def _wrap(self, owner: Any, name: str) -> None:
         orig = getattr(owner, name, None)
@@ -162,6 +178,52 @@ def _recording_init(watch: ModeWatch, name: str, orig: type) -> Callable[..., No
         orig.__init__(self, *args, **kwargs)  # type: ignore[misc]
 
     return __init__
+
+
+def _user_caller(watch: ModeWatch, depth: int) -> bool:
+    """Whether the frame ``depth`` above the caller is the user's own code: a switch made by
+    torch itself, or by check's toggles for the extra steps, is never the user's call."""
+    import sys
+
+    return watch.paths.is_user(sys._getframe(depth + 1).f_code.co_filename)
+
+
+def _recording_flags(watch: ModeWatch, backend: str, orig: Callable[..., Any]) -> Any:
+    import functools
+    import inspect
+
+    signature = inspect.signature(orig)
+
+    @functools.wraps(orig)
+    def flags(*args: Any, **kwargs: Any) -> Any:
+        try:
+            if _user_caller(watch, 1):
+                bound = signature.bind(*args, **kwargs)
+                bound.apply_defaults()
+                watch._record(f"{backend}.flags", (bound.arguments.get("enabled"),), {})
+        except Exception as exc:  # a wrong call is torch's to refuse, below
+            guest.note("recording a backend switch", exc)
+        return orig(*args, **kwargs)
+
+    return flags
+
+
+class _RecordingProp:
+    """The backend module's ``enabled`` property, recording who sets it."""
+
+    def __init__(self, watch: ModeWatch, backend: str, prop: Any) -> None:
+        self.watch, self.backend, self.prop = watch, backend, prop
+
+    def __get__(self, obj: Any, objtype: Any = None) -> Any:
+        return self.prop.__get__(obj, objtype)
+
+    def __set__(self, obj: Any, value: Any) -> None:
+        try:
+            if _user_caller(self.watch, 1):
+                self.watch._record(f"{self.backend}.enabled", (value,), {})
+        except Exception as exc:
+            guest.note("recording a backend switch", exc)
+        self.prop.__set__(obj, value)
 
 
 def _plain(value: Any) -> Any:

@@ -59,9 +59,22 @@ def threads_fix(
     return "\n".join(lines)
 
 
-def backend_fix(name: str) -> str:
-    """Turn the backend back on."""
-    return f"torch.backends.{name}.enabled = True  # the default: its kernels are the fast ones"
+def backend_fix(name: str, sites: list[str] | None = None, context: bool = False) -> str:
+    """Turn the backend back on where the script switched it off (right after that line, or
+    inside the ``with torch.backends.<name>.flags(...)`` block it opened); where that is not
+    known, say where to look instead of offering a line to paste anywhere."""
+    on = f"torch.backends.{name}.enabled = True"
+    if not sites:
+        return (
+            f"# switch it back on where the script switches it off: {on}, or delete the "
+            f"`torch.backends.{name}.enabled = False` line or the "
+            f"`with torch.backends.{name}.flags(enabled=False):` block (flags() switches it off "
+            "unless given enabled=True); its kernels are the fast ones"
+        )
+    text = on + _at(sites) + " (the default: its kernels are the fast ones)"
+    if context:
+        text += f"\n# or drop the `with torch.backends.{name}.flags(...)` that switches it off"
+    return text
 
 
 ANOMALY_SPEC = FindingSpec(
@@ -214,13 +227,16 @@ def measure_backend(run: RunRecord) -> Measured | None:
         return None
     saving, text, ev = toggled(acc, BACKEND_SPEC.id, step)
     gain = saving is not None and saving >= th.TOGGLE_GAIN * step
+    sites = acc.setter_sites(f"{name}.enabled", f"{name}.flags", value=False)
+    context = bool(acc.setter_sites(f"{name}.flags", value=False))
     return Measured(
         value=1.0,
         saving_ms=saving or 0.0,
         share=(saving or 0.0) / step,
         title={"name": name, "measured": text or " (cost not measured)"},
-        evidence={"backend": name, **ev},
-        fix={"name": name},
+        evidence={"backend": name, "sites": sites, **ev},
+        fix={"name": name, "sites": sites, "context": context},
+        where=tuple(sites),
         most=None if gain else "info",
     )
 
