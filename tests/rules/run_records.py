@@ -1,5 +1,5 @@
 """Hand-written check run records for the run family tests, and running one family rule on
-them the way ``check`` does (``rules/run_common.family_finding``)."""
+them the way ``check`` does (``rules/run_common.family_findings``)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from typing import Any
 
 from torchdoctor.record.run import RunRecord
 from torchdoctor.rules.finding import Finding
-from torchdoctor.rules.run_common import family_finding
+from torchdoctor.rules.run_common import family_findings
 from torchdoctor.rules.spec import RunRule
 from torchdoctor.threshold import Threshold
 
@@ -64,8 +64,9 @@ def experiment(fid: str, base: float, changed: float, pairs: list[float] | None 
 
 
 def fire(rule: RunRule, rec: dict[str, Any]) -> Finding | None:
-    """The finding ``rule`` makes of ``rec``, or None."""
-    return family_finding(rule, RunRecord.from_dict(rec))
+    """The first finding ``rule`` makes of ``rec``, or None."""
+    found = family_findings(rule, RunRecord.from_dict(rec))
+    return found[0] if found else None
 
 
 def with_threshold(rule: RunRule, value: float) -> RunRule:

@@ -54,12 +54,6 @@ def family_findings(rule: RunRule, run: RunRecord) -> list[Finding]:
     return [f for f in (_finding(rule, m, run) for m in rule.measurements(run)) if f]
 
 
-def family_finding(rule: RunRule, run: RunRecord) -> Finding | None:
-    """The first of :func:`family_findings` (None when nothing fired)."""
-    found = family_findings(rule, run)
-    return found[0] if found else None
-
-
 def _finding(rule: RunRule, m: Measured, run: RunRecord) -> Finding | None:
     if not rule.fires(m):
         return None
