@@ -14,8 +14,8 @@ import torchdoctor
 from torchdoctor.capture.evidence import read_evidence, record_from_evidence
 from torchdoctor.record import layout
 from torchdoctor.record.folder import read_run
-from torchdoctor.record.run import RunRecord
-from torchdoctor.record.write import RankPlace, RunHeader, StepTimes, rank_index, run_document
+from torchdoctor.record.run import RunRecord, StepStats
+from torchdoctor.record.write import RankPlace, RunHeader, rank_index, run_document
 
 
 def _train() -> None:
@@ -56,7 +56,7 @@ def test_the_rebuilt_record_matches_the_written_one(tmp_path: Path) -> None:
 
 def test_a_section_may_not_overwrite_the_header_or_the_steps() -> None:
     header = RunHeader("t.py", [], {}, RankPlace(), {"status": "completed"}, 100.0, "2.13")
-    steps = StepTimes("optimizer", [10.0, 20.0, 30.0], [0.0, 1.0, 2.0], warmup_steps=1)
+    steps = StepStats.measure("optimizer", [10.0, 20.0, 30.0], [0.0, 1.0, 2.0], warmup_steps=1)
     doc = run_document(header, steps, {"ops": None})
     assert doc["steps"]["median_step_ms"] == 25.0 and doc["steps"]["mean_data_wait_ms"] == 1.5
     with pytest.raises(ValueError, match="exit, steps"):
@@ -64,7 +64,9 @@ def test_a_section_may_not_overwrite_the_header_or_the_steps() -> None:
 
 
 def test_measured_end_leaves_checks_own_mode_steps_out() -> None:
-    steps = StepTimes("marker", [5.0, 10.0, 10.0, 99.0], [0.0] * 4, 1, measured_end=3).to_dict()
+    steps = StepStats.measure(
+        "marker", [5.0, 10.0, 10.0, 99.0], [0.0] * 4, 1, measured_end=3
+    ).to_dict()
     assert steps["measured_steps"] == 2 and steps["mean_step_ms"] == 10.0
     assert steps["count"] == 4  # every step is still recorded
 
@@ -75,7 +77,7 @@ def test_the_rank_index_is_read_back_as_rank_zeros_record(tmp_path: Path) -> Non
         path.parent.mkdir(parents=True, exist_ok=True)
         doc = run_document(
             RunHeader("t.py", [], {}, RankPlace(r, r, 3), {"status": "completed"}, 1.0, None),
-            StepTimes("optimizer", [1.0], [0.0], 0),
+            StepStats.measure("optimizer", [1.0], [0.0], 0),
             {},
         )
         path.write_text(json.dumps(doc))
@@ -83,3 +85,35 @@ def test_the_rank_index_is_read_back_as_rank_zeros_record(tmp_path: Path) -> Non
     assert index["missing_ranks"] == [1] and list(index["ranks"]) == ["0", "2"]
     layout.run_file(tmp_path).write_text(json.dumps(index))
     assert read_run(tmp_path).rank == RankPlace(0, 0, 3)
+
+
+def test_the_steps_are_one_type_both_ways() -> None:
+    """What the capture side measures is what a reader gets back: ``run.json``'s steps section
+    read by ``StepStats.from_dict`` writes the same section again, and reads the same numbers."""
+    made = StepStats.measure(
+        "optimizer",
+        [40.0, 12.0, 10.0, 14.0, 11.0, 90.0],
+        [0.0, 0.5, 0.25, 1.0, 0.5, 0.0],
+        2,
+        window=[3, 5],
+        profiled_steps=3,
+        measured_end=5,
+        experiment_steps=1,
+        own_steps=[6],
+        clock_errors=["the script runs its own profiler"],
+        schedule={"warmup": 2, "clean": 0},
+        timed={"clean": {"steps": 2}, "after": {"steps": 1}},
+    )
+    doc = json.loads(json.dumps(made.to_dict()))
+    back = StepStats.from_dict(doc)
+    assert back.to_dict() == doc and back == made
+    # the measured steps are the 3rd to the 5th: 10, 14 and 11 ms, waiting 0.25, 1 and 0.5 ms
+    assert (back.measured_steps, back.median_step_ms) == (3, 11.0)
+    assert back.mean_data_wait_ms == pytest.approx(1.75 / 3)
+    assert (back.window_steps, back.scheduled_warmup, back.clean_steps, back.after_steps) == (
+        3,
+        2,
+        2,
+        1,
+    )
+    assert back.script_step_ms == (40.0, 12.0, 10.0, 14.0, 11.0)

@@ -28,7 +28,8 @@ from torchdoctor.capture.options import Schedule
 from torchdoctor.capture.runfolder import RankInfo
 from torchdoctor.capture.step_memory import StepMemory, steps_record
 from torchdoctor.record import layout
-from torchdoctor.record.write import RankPlace, RunHeader, StepTimes, run_document
+from torchdoctor.record.run import StepStats
+from torchdoctor.record.write import RankPlace, RunHeader, run_document
 
 
 def evidence_path(folder: Path, rank: RankInfo) -> Path:
@@ -190,7 +191,7 @@ def record_from_evidence(evidence: dict[str, Any], exit_info: dict[str, Any]) ->
         started_unix_s=h.get("started_unix_s"),
         torch_version=h.get("torch_version"),
     )
-    steps = StepTimes(
+    steps = StepStats.measure(
         source=evidence["source"],
         step_ms=step_ms,
         data_wait_ms=[s * 1e3 for s in evidence["wait_s"]],

@@ -28,7 +28,8 @@ from torchdoctor.capture.switchboard import KERNEL_STEPS, Instrument, Switchboar
 from torchdoctor.capture.syncs import SyncRecorder
 from torchdoctor.capture.timed_window import TimedWindow, WindowTiming, compiled_steps
 from torchdoctor.capture.watcher import Watchers
-from torchdoctor.record.write import RankPlace, RunHeader, StepTimes, run_document
+from torchdoctor.record.run import StepStats
+from torchdoctor.record.write import RankPlace, RunHeader, run_document
 
 
 def _cuda_in_use() -> bool:
@@ -542,10 +543,10 @@ class Session:
         """Per-step wall and data-wait times (ms) and the statistics rules use."""
         return self.step_times().to_dict()
 
-    def step_times(self) -> StepTimes:
+    def step_times(self) -> StepStats:
         """The clock's steps so far, and which of them are measured."""
         clock, opts = self.clock, self.options
-        return StepTimes(
+        return StepStats.measure(
             source=clock.source,
             step_ms=[s * 1e3 for s in clock.step_s],
             data_wait_ms=[s * 1e3 for s in clock.data_wait_s],

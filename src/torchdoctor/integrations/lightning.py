@@ -136,7 +136,7 @@ class _DoctorCallback:
         steps = result.run.steps
         metrics = {
             "torchdoctor/median_step_ms": steps.median_step_ms,
-            "torchdoctor/mean_data_wait_ms": steps.data_wait_ms,
+            "torchdoctor/mean_data_wait_ms": steps.measured_mean_data_wait_ms,
             "torchdoctor/findings": len((result.report or {}).get("findings") or []),
         }
         clean = {k: float(v) for k, v in metrics.items() if isinstance(v, int | float)}

@@ -12,7 +12,9 @@ it in ``from_dict``; the fix builders in ``rules/fixes.py`` take these objects.
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from statistics import median
 from typing import Any
 
 from torchdoctor.record.lines import LineTable
@@ -40,6 +42,11 @@ def _count(value: Any) -> int:
     return int(got) if got is not None and math.isfinite(got) else 0
 
 
+def _numbers(value: Any) -> tuple[float, ...]:
+    """The numbers of a recorded list, as floats (anything else left out)."""
+    return tuple(float(x) for x in as_list(value) if as_number(x) is not None)
+
+
 def _rank(d: dict[str, Any]) -> RankPlace:
     rank, local, world = (as_int(d.get(k)) for k in ("rank", "local_rank", "world_size"))
     return RankPlace(rank or 0, local or 0, world or 1)
@@ -47,16 +54,18 @@ def _rank(d: dict[str, Any]) -> RankPlace:
 
 @dataclass(frozen=True)
 class StepStats:
-    """Step timing of the run (milliseconds)."""
+    """The run's steps (milliseconds): every step's wall time and data wait, which of them were
+    measured, and their statistics. One type both ways: the capture side builds it with
+    ``measure`` (the statistics computed once, here) and writes ``to_dict`` into ``run.json``;
+    readers get it back with ``from_dict``."""
 
     count: int = 0
     measured_steps: int = 0
     mean_step_ms: float | None = None
     """Mean of the measured steps; None when no step was measured."""
     mean_data_wait_ms: float = 0.0
+    """Mean data wait of the measured steps (0 when none was measured)."""
     step_ms: tuple[float, ...] = ()
-    window_steps: int = 0
-    """Steps inside the profiled window (where CUDA's sync-debug mode counts); 0 if none."""
     source: str | None = None
     """What marked the steps (``optimizer``, ``dataloader``, ``marker``...); None if unknown."""
     warmup_steps: int = 0
@@ -67,17 +76,116 @@ class StepStats:
     median_step_ms: float | None = None
     """Median of the measured steps; None when no step was measured."""
     profiled_steps: int = 0
-    clock_errors: tuple[str, ...] = ()
+    clock_errors: tuple[Any, ...] = ()
     """Why step timing fell short (the script ran its own profiler...)."""
-    scheduled_warmup: int | None = None
-    """Warm-up steps of the recorded schedule; None for a record without a schedule."""
-    clean_steps: int = 0
-    """Steps timed before the profiled window without the profiler (the ``clean`` window)."""
-    after_steps: int = 0
-    """Steps timed after the profiled window (the ``after`` window)."""
+    data_wait_ms: tuple[float, ...] = ()
+    """Every step's wait for its batch."""
+    window: tuple[int, int] | None = None
+    """The profiled window's first and last step (1-based), None when none opened."""
+    signal_switches: tuple[Any, ...] = ()
+    own_steps: tuple[int, ...] = ()
+    other_thread_steps: int = 0
+    """Step signals that came from a thread other than the script's main one (not counted)."""
+    schedule: dict[str, Any] | None = None
+    """Which steps were warm-up, clean, profiled and after (``Schedule.to_dict()``)."""
+    timed: dict[str, Any] = field(default_factory=dict)
+    """The windows timed by their boundaries alone: ``clean``, ``after`` and, on a GPU, the
+    kernel window (``kernels``, with its GPU activity summary)."""
+
+    @classmethod
+    def measure(
+        cls,
+        source: str | None,
+        step_ms: Sequence[float],
+        data_wait_ms: Sequence[float],
+        warmup_steps: int,
+        window: Sequence[int] | None = None,
+        profiled_steps: int = 0,
+        measured_end: int | None = None,
+        signal_switches: Sequence[Any] = (),
+        experiment_steps: int = 0,
+        own_steps: Sequence[int] = (),
+        clock_errors: Sequence[Any] = (),
+        other_thread_steps: int = 0,
+        schedule: Mapping[str, Any] | None = None,
+        timed: Mapping[str, Any] | None = None,
+    ) -> StepStats:
+        """The steps as the capture side saw them, with their statistics: the steps after the
+        warm-up up to ``measured_end`` (steps from there on are check's own mode measurements,
+        None: all) are the measured ones; the median and the means are over them."""
+        times, waits = tuple(step_ms), tuple(data_wait_ms)
+        measured = times[warmup_steps:measured_end]
+        measured_wait = waits[warmup_steps:measured_end]
+        n = len(measured)
+        first_last = (int(window[0]), int(window[1])) if window else None
+        return cls(
+            count=len(times),
+            measured_steps=n,
+            mean_step_ms=sum(measured) / n if n else None,
+            mean_data_wait_ms=sum(measured_wait) / n if n else 0.0,
+            step_ms=times,
+            source=source,
+            warmup_steps=min(warmup_steps, len(times)),
+            experiment_steps=experiment_steps,
+            median_step_ms=median(measured) if measured else None,
+            profiled_steps=profiled_steps,
+            clock_errors=tuple(clock_errors),
+            data_wait_ms=waits,
+            window=first_last,
+            signal_switches=tuple(signal_switches),
+            own_steps=tuple(own_steps),
+            other_thread_steps=other_thread_steps,
+            schedule=dict(schedule) if schedule else None,
+            timed=dict(timed or {}),
+        )
+
+    def to_dict(self) -> dict[str, Any]:
+        """The ``steps`` section of ``run.json``."""
+        return {
+            "source": self.source,
+            "count": self.count,
+            "warmup_steps": self.warmup_steps,
+            "window": list(self.window) if self.window else None,
+            "profiled_steps": self.profiled_steps,
+            "step_ms": list(self.step_ms),
+            "data_wait_ms": list(self.data_wait_ms),
+            "measured_steps": self.measured_steps,
+            "median_step_ms": self.median_step_ms,
+            "mean_step_ms": self.mean_step_ms,
+            "mean_data_wait_ms": self.mean_data_wait_ms if self.measured_steps else None,
+            "signal_switches": list(self.signal_switches),
+            "experiment_steps": self.experiment_steps,
+            "own_steps": list(self.own_steps),
+            "clock_errors": list(self.clock_errors),
+            "other_thread_steps": self.other_thread_steps,
+            "schedule": dict(self.schedule) if self.schedule else None,
+            "clean": self.timed.get("clean"),
+            "after": self.timed.get("after"),
+            "kernels": self.timed.get("kernels"),
+        }
 
     @property
-    def data_wait_ms(self) -> float | None:
+    def window_steps(self) -> int:
+        """Steps inside the profiled window (where CUDA's sync-debug mode counts); 0 if none."""
+        return self.window[1] - self.window[0] + 1 if self.window else 0
+
+    @property
+    def scheduled_warmup(self) -> int | None:
+        """Warm-up steps of the recorded schedule; None for a record without a schedule."""
+        return _count(self.schedule.get("warmup")) if self.schedule else None
+
+    @property
+    def clean_steps(self) -> int:
+        """Steps timed before the profiled window without the profiler (the ``clean`` window)."""
+        return _count(_d(self.timed.get("clean")).get("steps"))
+
+    @property
+    def after_steps(self) -> int:
+        """Steps timed after the profiled window (the ``after`` window)."""
+        return _count(_d(self.timed.get("after")).get("steps"))
+
+    @property
+    def measured_mean_data_wait_ms(self) -> float | None:
         """Mean data wait of the measured steps (ms); None when no step was measured."""
         return self.mean_data_wait_ms if self.measured_steps else None
 
@@ -93,7 +201,7 @@ class StepStats:
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> StepStats:
-        step_ms = tuple(float(x) for x in as_list(d.get("step_ms")) if as_number(x) is not None)
+        step_ms = _numbers(d.get("step_ms"))
         window: list[Any] = list(d.get("window") or ())
         sched = _d(d.get("schedule"))
         mean = d.get("mean_step_ms")
@@ -105,16 +213,19 @@ class StepStats:
             mean_step_ms=float(mean) if mean else None,
             mean_data_wait_ms=_f(d.get("mean_data_wait_ms")),
             step_ms=step_ms,
-            window_steps=_count(window[1]) - _count(window[0]) + 1 if len(window) == 2 else 0,
             source=str(d["source"]) if d.get("source") else None,
             warmup_steps=_count(d.get("warmup_steps")),
             experiment_steps=_count(d.get("experiment_steps")),
             median_step_ms=as_number(d.get("median_step_ms")),
             profiled_steps=_count(d.get("profiled_steps")),
-            clock_errors=tuple(str(e) for e in as_list(d.get("clock_errors"))),
-            scheduled_warmup=_count(sched.get("warmup")) if sched else None,
-            clean_steps=_count(_d(d.get("clean")).get("steps")),
-            after_steps=_count(_d(d.get("after")).get("steps")),
+            clock_errors=tuple(as_list(d.get("clock_errors"))),
+            data_wait_ms=_numbers(d.get("data_wait_ms")),
+            window=(_count(window[0]), _count(window[1])) if len(window) == 2 else None,
+            signal_switches=tuple(as_list(d.get("signal_switches"))),
+            own_steps=tuple(int(x) for x in _numbers(d.get("own_steps"))),
+            other_thread_steps=_count(d.get("other_thread_steps")),
+            schedule=sched or None,
+            timed={k: d[k] for k in ("clean", "after", "kernels") if d.get(k) is not None},
         )
 
 

@@ -4,7 +4,8 @@ Two writers make a run record: the watched process when the script ends
 (``capture/session.py``), and the watching parent when that process died before writing its own
 (``capture/evidence.py``, from the steps it logged as they happened). Both build the document
 here, so the two cannot drift apart: the same keys, in the same order, with the same statistics
-(the median and the mean over the measured steps). Under torchrun, rank 0's combined
+(the median and the mean over the measured steps, computed by ``record/run.py``'s
+``StepStats.measure``, the one steps type both ways). Under torchrun, rank 0's combined
 ``run.json`` is an index of the ranks' records (``rank_index``). ``record/run.py`` and
 ``record/folder.py`` read what is written here.
 
@@ -17,13 +18,15 @@ from __future__ import annotations
 import platform
 import time
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
-from statistics import median
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from torchdoctor._version import __version__
 from torchdoctor.record import layout
+
+if TYPE_CHECKING:
+    from torchdoctor.record.run import StepStats
 
 
 @dataclass(frozen=True)
@@ -78,63 +81,8 @@ class RunHeader:
         }
 
 
-@dataclass(frozen=True)
-class StepTimes:
-    """Every step's wall time and data wait, and which of them count as measured."""
-
-    source: str | None
-    """The step signal: ``dataloader``, ``optimizer``, ``marker``..."""
-    step_ms: Sequence[float]
-    data_wait_ms: Sequence[float]
-    warmup_steps: int
-    window: Sequence[int] | None = None
-    """The profiled window's first and last step (1-based), None when none opened."""
-    profiled_steps: int = 0
-    measured_end: int | None = None
-    """Steps from this index on are check's own mode measurements, not the script's (None: all)."""
-    signal_switches: Sequence[Any] = ()
-    experiment_steps: int = 0
-    own_steps: Sequence[int] = ()
-    clock_errors: Sequence[Any] = field(default_factory=list)
-    other_thread_steps: int = 0
-    """Step signals that came from a thread other than the script's main one (not counted)."""
-    schedule: Mapping[str, Any] | None = None
-    """Which steps were warm-up, clean, profiled and after (``Schedule.to_dict()``)."""
-    timed: Mapping[str, Any] = field(default_factory=dict)
-    """The windows timed by their boundaries alone: ``clean``, ``after`` and, on a GPU, the
-    kernel window (``kernels``, with its GPU activity summary)."""
-
-    def to_dict(self) -> dict[str, Any]:
-        step_ms, wait_ms = list(self.step_ms), list(self.data_wait_ms)
-        measured = step_ms[self.warmup_steps : self.measured_end]
-        measured_wait = wait_ms[self.warmup_steps : self.measured_end]
-        n = len(measured)
-        return {
-            "source": self.source,
-            "count": len(step_ms),
-            "warmup_steps": min(self.warmup_steps, len(step_ms)),
-            "window": list(self.window) if self.window else None,
-            "profiled_steps": self.profiled_steps,
-            "step_ms": step_ms,
-            "data_wait_ms": wait_ms,
-            "measured_steps": n,
-            "median_step_ms": median(measured) if measured else None,
-            "mean_step_ms": sum(measured) / n if n else None,
-            "mean_data_wait_ms": sum(measured_wait) / n if n else None,
-            "signal_switches": list(self.signal_switches),
-            "experiment_steps": self.experiment_steps,
-            "own_steps": list(self.own_steps),
-            "clock_errors": list(self.clock_errors),
-            "other_thread_steps": self.other_thread_steps,
-            "schedule": dict(self.schedule) if self.schedule else None,
-            "clean": self.timed.get("clean"),
-            "after": self.timed.get("after"),
-            "kernels": self.timed.get("kernels"),
-        }
-
-
 def run_document(
-    header: RunHeader, steps: StepTimes, sections: Mapping[str, Any]
+    header: RunHeader, steps: StepStats, sections: Mapping[str, Any]
 ) -> dict[str, Any]:
     """The ``run.json`` document: the header, the steps, then the watchers' sections in order.
 

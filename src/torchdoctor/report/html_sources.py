@@ -27,7 +27,7 @@ def page_from_check(doc: dict[str, Any], report: Any, record: dict[str, Any]) ->
     steps = run.steps
     verdict = (
         f"{steps.count} steps seen, median profiled step "
-        f"{_num(steps.median_step_ms)} ms, data wait {_num(steps.data_wait_ms)} ms"
+        f"{_num(steps.median_step_ms)} ms, data wait {_num(steps.measured_mean_data_wait_ms)} ms"
     )
     effect = doc.get("probe_effect")
     probe_lines: list[str] = []

@@ -101,7 +101,7 @@ def rank_table(records: dict[int, dict[str, Any]]) -> list[dict[str, Any]]:
                 "rank": r,
                 "steps": run.steps.count,
                 "median_step_ms": run.steps.median_step_ms,
-                "mean_data_wait_ms": run.steps.data_wait_ms,
+                "mean_data_wait_ms": run.steps.measured_mean_data_wait_ms,
                 "exit": run.exit_status,
             }
         )
@@ -264,7 +264,7 @@ def summary_text(
     w(
         f"steps: {steps.count} by {steps.source or 'no signal'}; "
         f"{_plan(steps)}; median profiled step {_fmt(steps.median_step_ms)} ms, "
-        f"data wait {_fmt(steps.data_wait_ms)} ms\n"
+        f"data wait {_fmt(steps.measured_mean_data_wait_ms)} ms\n"
     )
     if doc["world_size"] > 1:
         w(f"ranks ({len(doc['ranks_reported'])}/{doc['world_size']} reported):\n")
