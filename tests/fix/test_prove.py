@@ -10,10 +10,11 @@ from typing import Any
 
 import pytest
 
+from torchdoctor.ab.child import Arm
 from torchdoctor.fix import planner, prove
 from torchdoctor.fix.context import FixContext
 from torchdoctor.fix.model import FindingRef
-from torchdoctor.fix.prove import Arm, ArmRun, ProveOptions
+from torchdoctor.fix.prove import ArmRun, ProveOptions
 from torchdoctor.record.run import RunRecord
 
 SCRIPT = """
@@ -55,38 +56,15 @@ def fake_runs(behaviour: dict[str, Any], calls: list[str]) -> Any:
     """A run_arm stand-in: arm label -> (step ms, losses) or an exception text."""
     jitter = random.Random(0)
 
-    def run_arm(script: str, args: Any, arm: Arm, opts: ProveOptions, workdir: Path) -> ArmRun:
-        calls.append(arm.label)
-        b = behaviour.get(arm.label, behaviour["default"])
+    def run_arm(arm: Arm, opts: ProveOptions) -> ArmRun:
+        calls.append(arm.name)
+        b = behaviour.get(arm.name, behaviour["default"])
         if isinstance(b, str):
             return ArmRun(False, error=b)
         ms, losses = b
         return ArmRun(True, [ms * (1 + 0.03 * jitter.random()) for _ in range(5)], list(losses))
 
     return run_arm
-
-
-def test_interleave_runs_every_arm_once_per_round_in_shuffled_order() -> None:
-    calls: list[str] = []
-    arms = [Arm(x, {}) for x in ("original", "c1", "c2")]
-    out = prove.interleave(arms, 6, 0, lambda a: calls.append(a.label) or ArmRun(True, [1.0]))  # type: ignore[func-returns-value]
-    rounds = [calls[i : i + 3] for i in range(0, 18, 3)]
-    assert all(sorted(r) == ["c1", "c2", "original"] for r in rounds)
-    assert len({tuple(r) for r in rounds}) > 1  # the order changes between rounds
-    assert all(len(v) == 6 for v in out.values())
-
-
-def test_a_failed_arm_is_not_run_again() -> None:
-    calls: list[str] = []
-    arms = [Arm("original", {}), Arm("c1", {})]
-
-    def run(a: Arm) -> ArmRun:
-        calls.append(a.label)
-        return ArmRun(a.label == "original", [1.0], error="boom")
-
-    out = prove.interleave(arms, 5, 0, run)
-    assert calls.count("c1") == 1 and len(out["c1"]) == 1
-    assert calls.count("original") == 1  # with one arm left there is nothing to compare
 
 
 def test_decisions(plan: planner.Plan, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -160,9 +138,9 @@ def test_an_original_that_is_not_reproducible_rejects(
     inner = fake_runs({"default": (5.0, LOSSES)}, calls)
     seen = {"n": 0}
 
-    def run_arm(script: str, args: Any, arm: Arm, opts: ProveOptions, workdir: Path) -> ArmRun:
-        r = inner(script, args, arm, opts, workdir)
-        if arm.label == "original":
+    def run_arm(arm: Arm, opts: ProveOptions) -> ArmRun:
+        r = inner(arm, opts)
+        if arm.name == "original":
             seen["n"] += 1
             r.losses = [x + 0.1 * seen["n"] for x in LOSSES]  # differs from run to run
         return r
@@ -220,8 +198,8 @@ def test_an_arm_on_a_gpu_is_timed_by_its_cuda_events(tmp_path: Path) -> None:
         "step_ms": [900.0, 50.0, 1.0, 30.0, 2.0],  # the host's: a sync lands in one step
         "timed": {"clock": "cuda-events", "step_ms": [11.0, 11.0, 11.0]},
     }
-    run = prove._result(r, opts, tmp_path / "log")
+    run = prove._result(r, opts, "")
     assert run.ok and run.step_ms == pytest.approx([11.0, 11.0, 11.0])
     assert run.warmup_s == pytest.approx(0.95)
-    cpu = prove._result({**r, "timed": {"clock": "host", "step_ms": [1.0]}}, opts, tmp_path / "l")
+    cpu = prove._result({**r, "timed": {"clock": "host", "step_ms": [1.0]}}, opts, "")
     assert cpu.step_ms == pytest.approx([1.0, 30.0, 2.0])

@@ -477,23 +477,14 @@ def test_prove_runs_a_switch_with_its_arguments(tmp_path: Path) -> None:
     assert together_args(args, []) is None
 
 
-def test_an_arm_with_arguments_runs_with_them(tmp_path: Path, monkeypatch: Any) -> None:
-    import json
-
+def test_an_arm_with_arguments_runs_with_them(tmp_path: Path) -> None:
     from torchdoctor.fix import prove
 
-    seen: list[list[str]] = []
-
-    def fake_run(cmd: list[str], **_: Any) -> None:
-        seen.append(json.loads(Path(cmd[-1]).read_text())["args"])
-
-    monkeypatch.setattr(prove.subprocess, "run", fake_run)
     opts = prove.ProveOptions()
-    prove.run_arm(
-        "train.py", ["--compile=False"], prove.Arm("c1", {}, ("--compile=True",)), opts, tmp_path
-    )
-    prove.run_arm("train.py", ["--compile=False"], prove.Arm("original", {}), opts, tmp_path)
-    assert seen == [["--compile=True"], ["--compile=False"]]
+    run = ["--compile=False"]
+    switched = prove.version_arm("c1", "train.py", run, {}, ("--compile=True",), opts, tmp_path)
+    original = prove.version_arm("original", "train.py", run, {}, None, opts, tmp_path)
+    assert [switched.spec["args"], original.spec["args"]] == [["--compile=True"], run]
 
 
 # -- DataLoader workers read from a setting --------------------------------------------------------

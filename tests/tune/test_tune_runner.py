@@ -138,7 +138,5 @@ def test_the_baseline_trace_path_is_absolute(
     ``workdir`` (the tune database's folder) would put the baseline's trace elsewhere."""
     monkeypatch.chdir(tmp_path)
     a = dict(BASELINE)
-    spec = TrialRunner(TINY, workdir="run-1").spec(
-        Trial(assignment_key(a), "baseline", a), tmp_path / "result.json"
-    )
+    spec = TrialRunner(TINY, workdir="run-1").spec(Trial(assignment_key(a), "baseline", a))
     assert spec["trace_path"] == str(tmp_path / "run-1" / "baseline-trace.json")

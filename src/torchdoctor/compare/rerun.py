@@ -1,13 +1,10 @@
-"""Interleaved A/B of two scripts in fresh processes: ``compare --rerun`` and ``fix --prove``.
+"""Interleaved A/B of two scripts in fresh processes: ``compare --rerun``, on ``ab``'s engine.
 
-Each round runs both sides once, each in a new Python process, in a seeded random order that is
-reversed in the next round (each side first equally often), so a change in the machine's load
-hits both sides of a round alike and a process's position in the round cancels out. Every process runs
-its script under ``check``'s step clock with the profiler off (``rerun_child.py``), stops after
-``warmup + steps`` steps (or runs to the end with ``full``), and reports its step times, its
-start-up and its compile time. The decision is made on per-round ratios: the Wilcoxon
-signed-rank interval of ``base / new`` per round, for each cost (mean step, one-time cost, time
-to the job's length), exactly as ``tune`` decides between configurations.
+Each round runs both sides once, each in a new process (``ab.child`` running
+``capture/script_arm.py``: the script under ``check``'s step clock, profiler off, stopped after
+``warmup + steps`` steps or run to its end with ``full``), in ``ab.rounds``' order; the decision
+is the Wilcoxon signed-rank interval of ``base / new`` per round, for each cost (mean step,
+one-time cost, time to the job's length), as ``tune`` and ``fix --prove`` decide.
 
     from torchdoctor.compare.rerun import RerunOptions, Script, run_interleaved
 
@@ -16,22 +13,20 @@ to the job's length), exactly as ``tune`` decides between configurations.
     result.speedup               # RatioInterval of the headline cost, base / new
     result.ratios("mean_step")   # per-round speed-ups
 
-The pieces are separate so that another interleaved A/B can reuse them: ``ab.round_order`` (the
-balanced order, which ``fix --prove`` and ``tune`` use too), a ``Runner`` (one fresh process of
-one side; ``rerun_process.run_child`` by default, a fake in tests) and ``judge`` (the paired
-estimates and the verdict).
+A ``Runner`` runs one side once (``rerun_process.run_child`` by default, a fake in tests);
+``judge`` gives the paired estimates and the verdict (why compare keeps its own: ``ab``).
 """
 
 from __future__ import annotations
 
 import functools
-import random
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import Protocol, cast
 
-from torchdoctor import ab, stats
+from torchdoctor import stats
+from torchdoctor.ab.rounds import run_rounds
 from torchdoctor.compare.cost import RunCost
 from torchdoctor.compare.estimates import Estimate, Quantity, estimates
 from torchdoctor.compare.rerun_types import (
@@ -138,46 +133,37 @@ def run_interleaved(
         from torchdoctor.compare.rerun_process import run_child
 
         runner = functools.partial(run_child, env=env, cwd=cwd)
-    shuffle = random.Random(opts.seed)
-    runs: list[ChildRun] = []
-    orders: list[RoundOrder] = []
+    scripts = {"BASE": base, "NEW": new}
     started = time.monotonic()
-    stopped: StopReason = "rounds"
-    failure = ""
-    job = opts.job_steps
-    result_est: dict[Quantity, Estimate] = {}
-    verdict: Verdict | None = None
-    order: list[SideName] = []
-    for rnd in range(opts.rounds):
-        order = ab.round_order(SIDES, rnd, shuffle, order)
-        orders.append("BASE NEW" if order[0] == "BASE" else "NEW BASE")
-        for name in order:
-            script = base if name == "BASE" else new
-            run = runner(name, rnd, script, opts)
-            runs.append(run)
-            if on_run is not None:
-                on_run(run)
-            if not run.ok:
-                failure = f"{name} ({script.path}) {run.reason}"
-                break
-        if failure:
-            stopped = "failed"
-            break
+    judged: list[tuple[dict[Quantity, Estimate], Verdict]] = []
+    runs: list[ChildRun] = []
+
+    def one(side: SideName, rnd: int) -> ChildRun:
+        run = runner(side, rnd, scripts[side], opts)
+        runs.append(run)
+        if on_run is not None:
+            on_run(run)
+        return run
+
+    def after(rnd: int, _: object) -> str:
         done = _complete_rounds(runs)
-        job = _full_job_steps(done, opts.job_steps)
-        result_est, verdict = judge(done, job)
-        if rnd + 1 >= opts.min_rounds and verdict.decided:
-            stopped = "decided"
-            break
-        if opts.max_s is not None and time.monotonic() - started > opts.max_s:
-            stopped = "time"
-            break
+        judged[:] = [judge(done, _full_job_steps(done, opts.job_steps))]
+        if rnd + 1 >= opts.min_rounds and judged[0][1].decided:
+            return "decided"
+        return "time" if opts.max_s is not None and time.monotonic() - started > opts.max_s else ""
+
+    played = run_rounds(SIDES, one, opts.rounds, opts.seed, ok=lambda r: r.ok, after_round=after)
     done = _complete_rounds(runs)
-    if done and not result_est:
-        result_est, verdict = judge(done, job)
+    job = _full_job_steps(done, opts.job_steps)
+    result_est, verdict = judged[0] if judged else judge(done, job) if done else ({}, None)
+    failed = next((r for r in runs if not r.ok), None)
+    failure = f"{failed.side} ({scripts[failed.side].path}) {failed.reason}" if failed else ""
+    orders: list[RoundOrder] = [
+        "BASE NEW" if order[0] == "BASE" else "NEW BASE" for order in played.orders
+    ]
     return RerunResult(
         base, new, opts, job, runs, orders, result_est,
-        verdict if done else None, stopped, failure, _notes(runs, opts),
+        verdict if done else None, cast(StopReason, played.stopped), failure, _notes(runs, opts),
     )  # fmt: skip
 
 

@@ -1,35 +1,29 @@
-"""One fresh process of one side of an interleaved rerun: spawn, bound, read its record.
+"""One fresh process of one side of an interleaved rerun, and its record as costs.
 
-The process runs ``rerun_child`` (the script under ``check``'s step clock, profiler off), which
-writes its step times and clock instants to a JSON file; this module turns that record and the
-wall time the parent saw into a ``RunCost``. Every failure of the script (an exception, a
-non-zero exit, too few steps, a timeout, a crash) comes back as a ``ChildRun`` with a one-line
-reason, never as an exception.
+The process (``ab.child``: a session of its own, bounded, its group killed at the end) runs
+``capture/script_arm.py`` (the script under ``check``'s step clock, profiler off), which writes
+its step times and clock instants as its result; this module turns that record and the wall
+time the parent saw into a ``RunCost``. Every failure of the script (an exception, a non-zero
+exit, too few steps, a timeout, a crash) comes back as a ``ChildRun`` with a one-line reason,
+never as an exception.
 """
 
 from __future__ import annotations
 
-import contextlib
-import json
 import os
-import signal
-import subprocess
 import sys
-import tempfile
-import time
 from dataclasses import replace
-from pathlib import Path
-from typing import Any
+from typing import Any, get_args
 
 import numpy as np
 
+from torchdoctor.ab import child
 from torchdoctor.capture.timed_window import measured_step_ms
 from torchdoctor.compare.cost import RunCost
 from torchdoctor.compare.rerun_types import ChildRun, RerunOptions, RunStatus, Script, SideName
 
-_STATUSES: frozenset[str] = frozenset(
-    ("stopped", "completed", "exited", "error", "interrupted", "timeout", "crash")
-)
+_STATUSES = frozenset(get_args(RunStatus))
+CHILD = (sys.executable, "-m", "torchdoctor.capture.script_arm")
 
 
 def run_child(
@@ -41,50 +35,33 @@ def run_child(
     env: dict[str, str] | None = None,
     cwd: str | None = None,
 ) -> ChildRun:
-    """Run ``script`` once in a new process group and return what it measured.
+    """Run ``script`` once in a fresh process (``ab.child``) and return what it measured.
 
     ``env`` adds variables to this process's environment; the process group goes on timeout
-    (``options.timeout_s``) and after the script's end (workers a run leaked must not steal CPU
-    from the next run). A run that went to its end (``options.full``) has its whole time,
-    exit included, as the parent saw it.
+    (``options.timeout_s``) and after the script's end. A run that went to its end
+    (``options.full``) has its whole time, exit included, as the parent saw it.
     """
-    with tempfile.TemporaryDirectory(prefix="td-rerun-") as tmp:
-        result_path = Path(tmp) / "result.json"
-        spec_path = Path(tmp) / "spec.json"
-        spec_path.write_text(json.dumps(_spec(script, options, result_path)))
-        cmd = [sys.executable, "-m", "torchdoctor.compare.rerun_child", str(spec_path)]
-        t_spawn = time.monotonic()
-        # Own session: on timeout the whole group goes (DataLoader workers, compile workers).
-        proc = subprocess.Popen(
-            cmd,
-            env={**os.environ, **(env or {})},
-            cwd=cwd,
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.PIPE,
-            start_new_session=True,
-        )
-        try:
-            _, err = proc.communicate(timeout=options.timeout_s)
-        except subprocess.TimeoutExpired:
-            _kill_group(proc)
-            wall = time.monotonic() - t_spawn
-            why = f"ran past {options.timeout_s:.0f} s"
-            return ChildRun(side, rnd, "timeout", -1, why, wall, None)
-        wall = time.monotonic() - t_spawn
-        _kill_group(proc)
-        run = _read(side, rnd, proc.returncode, result_path, err, t_spawn, wall, options)
-    return _with_job(run)
-
-
-def _spec(script: Script, options: RerunOptions, result: Path) -> dict[str, Any]:
-    return {
+    spec = {
         "script": os.path.abspath(script.path),
         "args": list(script.args),
         "warmup": options.warmup,
         "steps": options.steps,
         "full": options.full,
-        "result_path": str(result),
     }
+    got = child.run_child(child.Arm(side, CHILD, spec, env or {}, cwd), options.timeout_s)
+    if got.ending == "timeout":
+        why = f"ran past {options.timeout_s:.0f} s"
+        return ChildRun(side, rnd, "timeout", -1, why, got.wall_s, None)
+    if got.result is None:
+        why = f"{got.why}: {got.tail()}"
+        return ChildRun(side, rnd, "crash", -1, why, got.wall_s, None)
+    doc = got.result
+    cost, why = cost_of(doc, got.t_spawn, got.t_spawn + got.wall_s, options.warmup, options.steps)
+    status, code = _status(doc.get("status")), int(doc.get("code") or 0)
+    if cost is None:
+        exc = doc.get("exception") or got.tail()
+        why = f"{why} (the script {status}, status {code}{': ' + exc if exc else ''})"
+    return _with_job(ChildRun(side, rnd, status, code, why, got.wall_s, cost, doc))
 
 
 def _with_job(run: ChildRun) -> ChildRun:
@@ -94,41 +71,9 @@ def _with_job(run: ChildRun) -> ChildRun:
     return replace(run, cost=replace(run.cost, job_s=run.wall_s))
 
 
-def _kill_group(proc: subprocess.Popen[bytes]) -> None:
-    with contextlib.suppress(ProcessLookupError, PermissionError):
-        os.killpg(proc.pid, signal.SIGKILL)
-    with contextlib.suppress(subprocess.TimeoutExpired):
-        proc.wait(timeout=10)
-
-
 def _status(value: object) -> RunStatus:
     text = str(value)
     return text if text in _STATUSES else "crash"  # type: ignore[return-value]
-
-
-def _read(
-    side: SideName,
-    rnd: int,
-    returncode: int,
-    path: Path,
-    stderr: bytes,
-    t_spawn: float,
-    wall: float,
-    options: RerunOptions,
-) -> ChildRun:
-    tail = " | ".join(stderr.decode("utf-8", "replace").strip().splitlines()[-3:])[:400]
-    if not path.exists():
-        why = f"exited with status {returncode} without a result"
-        if returncode < 0:
-            why = f"was killed by {signal.Signals(-returncode).name}"
-        return ChildRun(side, rnd, "crash", -1, f"{why}: {tail}", wall, None)
-    doc = json.loads(path.read_text(encoding="utf-8"))
-    cost, why = cost_of(doc, t_spawn, t_spawn + wall, options.warmup, options.steps)
-    status, code = _status(doc.get("status")), int(doc.get("code") or 0)
-    if cost is None:
-        exc = doc.get("exception") or tail
-        why = f"{why} (the script {status}, status {code}{': ' + exc if exc else ''})"
-    return ChildRun(side, rnd, status, code, why, wall, cost, doc)
 
 
 def _startup_s(doc: dict[str, Any], t_spawn: float, warm: np.ndarray) -> float:

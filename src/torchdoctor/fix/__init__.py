@@ -12,10 +12,11 @@ The work flows one way, a module per step:
   registry's ``codemods`` field);
 - ``planner.py``: findings + ``run.json`` + the user's files -> changes, composed per file;
 - ``diff.py``: unified diffs, and ``--write`` with the original kept beside the file;
-- ``prove.py`` / ``probe.py``: the original against each change and all of them, interleaved in
-  fresh processes (``probe.py`` is the child), with the fidelity gate on the first losses;
+- ``prove.py``: the original against each change and all of them, interleaved in fresh
+  processes (``ab``'s engine; the child is ``capture/script_arm.py``), with the fidelity gate on
+  the first losses;
 - ``render.py`` / ``html.py``: text, JSON and the HTML page; ``cli.py``: the command.
 
-Nothing here imports torch at module level except the child (``probe.py``) and the check of an
-optimizer's real signature (``codemods/optimizer.py``, when it runs).
+Nothing here imports torch at module level except the check of an optimizer's real signature
+(``codemods/optimizer.py``, when it runs).
 """

@@ -1,6 +1,6 @@
 """``fix --prove``: the original against each change, and against all of them, interleaved.
 
-Each round runs every arm once, in a fresh process (``probe.py``), in an order that changes per
+Each round runs every arm once, in a fresh process (``capture/script_arm.py``), in an order that changes per
 round (``ab.round_order``), so a change in the machine's load falls on all arms alike; an arm's
 value in a round is the mean of its measured steps (check's step clock, after the warm-up, the
 profiler off).
@@ -9,16 +9,13 @@ original / arm must lie above ``1 + min_gain``.
 Fidelity is tune's gate too (``tune.fidelity``): the losses of the first steps, same seed,
 against the original's, within the tolerance of the change's arithmetic.
 
-The interleaved runner is ``interleave`` + ``run_arm``, kept small so that it can be shared
-with compare's re-run of two scripts.
+The rounds are ``ab.rounds.run_rounds`` (an arm that fails is not run again) and each process is
+``ab.child.run_child``, as for ``compare --rerun`` and ``tune``'s trials.
 """
 
 from __future__ import annotations
 
-import json
 import os
-import random
-import subprocess
 import sys
 import tempfile
 from collections.abc import Callable, Sequence
@@ -27,6 +24,8 @@ from pathlib import Path
 from typing import Any
 
 from torchdoctor import ab, stats
+from torchdoctor.ab.child import Arm, run_child
+from torchdoctor.ab.rounds import run_rounds
 from torchdoctor.capture.timed_window import measured_step_ms
 from torchdoctor.fix.model import Change, Measured
 from torchdoctor.fix.planner import Plan, compose
@@ -69,17 +68,6 @@ class ProveOptions:
             raise UserError(f"--min-gain must be >= 0; got {self.min_gain}")
 
 
-@dataclass(frozen=True)
-class Arm:
-    """One version of the user's files."""
-
-    label: str
-    sources: dict[str, str]
-    """Absolute path -> text, for every file that differs from disk (and the script)."""
-    args: tuple[str, ...] | None = None
-    """The script's arguments in this arm (a switch set), when not the run's own."""
-
-
 @dataclass
 class ArmRun:
     """One process of one arm."""
@@ -97,108 +85,68 @@ class ArmRun:
         return sum(self.step_ms) / len(self.step_ms)
 
 
-# -- the interleaved runner ---------------------------------------------------------------------
-def run_arm(
-    script: str, args: Sequence[str], arm: Arm, opts: ProveOptions, workdir: Path
-) -> ArmRun:
-    """Run ``arm`` once in a fresh process; never raises for the script's sake."""
-    n = len(list(workdir.glob("spec-*.json")))
-    sources = {}
-    for i, (path, text) in enumerate(arm.sources.items()):
-        f = workdir / f"src-{n}-{i}.py"
+# -- one arm, one process ----------------------------------------------------------------------
+ARM_CHILD = (sys.executable, "-m", "torchdoctor.capture.script_arm")
+
+
+def version_arm(
+    label: str,
+    script: str,
+    args: Sequence[str],
+    sources: dict[str, str],
+    own_args: tuple[str, ...] | None,
+    opts: ProveOptions,
+    folder: Path,
+) -> Arm:
+    """One version of the user's files as an arm (``capture/script_arm.py``): ``sources`` (absolute path ->
+    text, for every file that differs from disk, the script included) written under ``folder``;
+    ``own_args``: the script's arguments in this arm (a switch set), when not the run's own."""
+    served = {}
+    for path, text in sources.items():
+        f = folder / f"src-{len(list(folder.iterdir()))}.py"
         f.write_text(text, encoding="utf-8")
-        sources[path] = str(f)
-    out, log = workdir / f"result-{n}.json", workdir / f"log-{n}.txt"
+        served[path] = str(f)
     spec = {
         "script": script,
-        "args": list(args if arm.args is None else arm.args),
-        "sources": sources,
+        "args": list(args if own_args is None else own_args),
+        "sources": served,
         "warmup": opts.warmup,
         "steps": opts.steps,
         "loss_steps": min(opts.fidelity_steps, opts.warmup + opts.steps),
         "seed": opts.seed,
-        "out": str(out),
+        "hard_exit": True,
     }
-    spec_path = workdir / f"spec-{n}.json"
-    spec_path.write_text(json.dumps(spec), encoding="utf-8")
-    env = _child_env()
-    try:
-        with log.open("w") as lf:
-            subprocess.run(
-                [sys.executable, "-m", "torchdoctor.fix.probe", str(spec_path)],
-                stdout=lf,
-                stderr=subprocess.STDOUT,
-                stdin=subprocess.DEVNULL,
-                cwd=os.getcwd(),
-                env=env,
-                timeout=opts.timeout_s,
-                check=False,
-            )
-    except subprocess.TimeoutExpired:
-        return ArmRun(False, error=f"no result after {opts.timeout_s:.0f} s")
-    if not out.is_file():
-        return ArmRun(False, error="the process died: " + _tail(log))
-    return _result(json.loads(out.read_text(encoding="utf-8")), opts, log)
-
-
-def _child_env() -> dict[str, str]:
-    env = dict(os.environ)
     here = str(Path(__file__).resolve().parents[2])  # the folder holding torchdoctor
-    env["PYTHONPATH"] = os.pathsep.join([here, *filter(None, [env.get("PYTHONPATH")])])
-    env["PYTHONHASHSEED"] = "0"  # set and dict order the same in every arm
-    return env
+    path = os.pathsep.join([here, *filter(None, [os.environ.get("PYTHONPATH")])])
+    # PYTHONHASHSEED: set and dict order the same in every arm
+    return Arm(label, ARM_CHILD, spec, {"PYTHONPATH": path, "PYTHONHASHSEED": "0"})
 
 
-def _tail(log: Path, lines: int = 6) -> str:
-    try:
-        text = log.read_text(encoding="utf-8", errors="replace").strip().splitlines()
-    except OSError:
-        return "(no output)"
-    return " | ".join(text[-lines:]) or "(no output)"
+def run_arm(arm: Arm, opts: ProveOptions) -> ArmRun:
+    """Run ``arm`` once in a fresh process (``ab.child``); never raises for the script's sake."""
+    got = run_child(arm, opts.timeout_s, stdout=True)
+    tail = got.tail(6, 2000) or "(no output)"
+    if got.result is None:
+        return ArmRun(
+            False, error=got.why if got.ending == "timeout" else f"the process died: {tail}"
+        )
+    return _result(got.result, opts, tail)
 
 
-def _result(r: dict[str, Any], opts: ProveOptions, log: Path) -> ArmRun:
+def _result(r: dict[str, Any], opts: ProveOptions, tail: str) -> ArmRun:
     every = [float(x) for x in r.get("step_ms") or []]
     warm = int(r.get("warmup") or 0)
     # on a GPU the child timed its measured steps by CUDA events, as check's clean window
     steps = measured_step_ms(r) or every[warm:]
     losses = [float(x) for x in r.get("losses") or []]
     if r.get("status") not in ("stopped", "completed"):
-        return ArmRun(
-            False, steps, losses, f"{r.get('exception') or r.get('status')}: {_tail(log)}"
-        )
+        return ArmRun(False, steps, losses, f"{r.get('exception') or r.get('status')}: {tail}")
     if not steps:
         seen = len(r.get("step_ms") or [])
         return ArmRun(
             False, [], losses, f"only {seen} steps ran: fewer than --warmup {opts.warmup} + 1"
         )
     return ArmRun(True, steps[: opts.steps], losses, warmup_s=sum(every[:warm]) / 1e3)
-
-
-def interleave(
-    arms: Sequence[Arm],
-    rounds: int,
-    seed: int,
-    run: Callable[[Arm], ArmRun],
-    progress: Callable[[int, dict[str, ArmRun]], None] | None = None,
-) -> dict[str, list[ArmRun]]:
-    """``rounds`` rounds of every arm in ``ab.round_order`` (shuffled, then reversed: A B / B A
-    ...). An arm that fails is not run again (its first failure says why)."""
-    shuffle = random.Random(seed)
-    results: dict[str, list[ArmRun]] = {a.label: [] for a in arms}
-    order: list[Arm] = []
-    for r in range(rounds):
-        live = [a for a in arms if all(x.ok for x in results[a.label])]
-        if len(live) < 2:
-            break
-        order = ab.round_order(live, r, shuffle, order)
-        this = {}
-        for arm in order:
-            this[arm.label] = run(arm)
-            results[arm.label].append(this[arm.label])
-        if progress is not None:
-            progress(r, this)
-    return results
 
 
 # -- decisions --------------------------------------------------------------------------------
@@ -269,23 +217,37 @@ def prove(
     if not candidates:
         return Proof(plan)
     base = {script: plan.originals.get(script) or Path(script).read_text(encoding="utf-8")}
-    arms = [Arm("original", base)]
+    versions: list[tuple[str, dict[str, str], tuple[str, ...] | None]] = [("original", base, None)]
     for c in candidates:
         files, _ = compose(plan, [c])
-        arms.append(Arm(c.id, {**base, **files}, c.switch.args if c.switch else None))
+        versions.append((c.id, {**base, **files}, c.switch.args if c.switch else None))
     together_files, skipped = compose(plan, candidates)
     if len(candidates) > 1:
-        arms.append(Arm("all", {**base, **together_files}, together_args(args, candidates)))
+        versions.append(("all", {**base, **together_files}, together_args(args, candidates)))
 
-    def show(r: int, this: dict[str, ArmRun]) -> None:
+    def show(r: int, this: list[tuple[Arm, ArmRun]]) -> str:
         if progress is not None:
-            parts = [f"{k} {v.mean_ms:.1f} ms" if v.ok else f"{k} failed" for k, v in this.items()]
+            parts = [
+                f"{a.name} {v.mean_ms:.1f} ms" if v.ok else f"{a.name} failed" for a, v in this
+            ]
             progress(f"round {r + 1}/{opts.rounds}: " + ", ".join(sorted(parts)))
+        return ""
 
     with tempfile.TemporaryDirectory(prefix="torchdoctor-fix-") as tmp:
-        results = interleave(
-            arms, opts.rounds, opts.seed, lambda a: run_arm(script, args, a, opts, Path(tmp)), show
+        arms = [
+            version_arm(label, script, args, files, own, opts, Path(tmp))
+            for label, files, own in versions
+        ]
+        played = run_rounds(
+            arms,
+            lambda a, _: run_arm(a, opts),
+            opts.rounds,
+            opts.seed,
+            ok=lambda r: r.ok,
+            on_fail="drop",
+            after_round=show,
         )
+    results = {a.name: played.of(a) for a in arms}
     orig = results["original"]
     if not any(r.ok for r in orig):
         err = orig[0].error if orig else "not run"

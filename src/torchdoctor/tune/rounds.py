@@ -2,8 +2,8 @@
 
 An *arm* is one configuration's model, optimizer and data loader, built from the same seed. Each
 round runs one window of steps of every arm, in an order that changes per round (shuffled,
-then reversed: ``ab.round_order``), so a load change on
-the machine hits all arms alike; the search decides on the per-round ratios (``ab.compare``).
+then reversed: ``ab.rounds``, the loop ``compare --rerun`` and ``fix --prove`` run their fresh
+processes in), so a load change on the machine hits all arms alike; the search decides on the per-round ratios (``ab.compare``).
 
 A window is what the user's loop does: no ``.item()``, no synchronisation per step. The losses
 stay on the device and are read once, after the window's single synchronisation. On CUDA the
@@ -22,6 +22,7 @@ from typing import Any
 import torch
 
 from torchdoctor import ab
+from torchdoctor.ab.rounds import run_rounds as run_window_rounds
 
 
 class WindowClock:
@@ -200,24 +201,23 @@ def _why_stop(
 
 
 def run_rounds(arms: list[TrainingArm], plan: RoundPlan, clock: WindowClock) -> str | None:
-    """Interleave windows of ``arms`` until decided; returns why it stopped early (or None).
+    """Interleave windows of ``arms`` (``ab.rounds``) until decided; why it stopped early, or None.
 
     The candidate (``arms[0]``) is compared with the incumbent arm, else the baseline arm; a
     single arm runs ``min_rounds`` rounds. Stops at the first non-finite candidate loss.
     """
-    shuffle = random.Random(plan.seed)
     ref = next((a for a in arms[1:] if a.label == "incumbent"), arms[-1])
     started = time.monotonic()
-    order: list[TrainingArm] = []
-    for done in range(1, plan.max_rounds + 1):
-        order = ab.round_order(arms, done - 1, shuffle, order)
-        for arm in order:
-            arm.window(plan.steps, clock)
-        why = _why_stop(arms, ref, plan, done, time.monotonic() - started)
-        why = _agree_stop(why, clock.device)
-        if why:
-            return None if why == "decided" else why
-    return None
+
+    def after(rnd: int, _: object) -> str:
+        why = _why_stop(arms, ref, plan, rnd + 1, time.monotonic() - started)
+        return _agree_stop(why, clock.device)
+
+    def window(arm: TrainingArm, _: int) -> float:
+        return arm.window(plan.steps, clock)
+
+    played = run_window_rounds(arms, window, plan.max_rounds, plan.seed, after_round=after)
+    return None if played.stopped in ("decided", "rounds") else played.stopped
 
 
 def window_steps(requested: int, steps_per_epoch: int | None) -> int:

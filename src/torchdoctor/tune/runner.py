@@ -1,4 +1,5 @@
-"""Run one trial in its own process, with a timeout, and turn whatever happens into a result.
+"""Run one trial in its own process (``ab.child``), with a timeout, and turn whatever happens into
+a result.
 
 A child process per trial isolates what a configuration can do to the process it runs in: an
 out-of-memory, a segfault in a compiled kernel, a deadlocked DataLoader worker, or torch.compile's
@@ -7,19 +8,15 @@ global caches and thread pools leaking into the next trial's timing.
 
 from __future__ import annotations
 
-import contextlib
-import json
 import os
-import signal
-import subprocess
 import sys
 import tempfile
-import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from torchdoctor import ab
+from torchdoctor.ab.child import Arm, ChildExit, run_child
 from torchdoctor.tune.options import TuneOptions
 from torchdoctor.tune.space import to_config
 from torchdoctor.tune.trial import Trial, TrialResult
@@ -56,8 +53,8 @@ class TrialRunner:
     nproc: int = 1
     """Processes per trial: above 1 each trial runs under ``torch.distributed.run`` (DDP)."""
 
-    def spec(self, trial: Trial, result_path: Path) -> dict[str, Any]:
-        """The JSON the child reads: workload, arms, steps, rounds, seed, result path."""
+    def spec(self, trial: Trial) -> dict[str, Any]:
+        """The JSON the child reads: workload, arms, steps, rounds, seed."""
         # Absolute: the worker imports the workload, which may change its working directory
         # before the baseline's trace is written.
         wd = Path(self.workdir or tempfile.gettempdir()).absolute()
@@ -81,7 +78,6 @@ class TrialRunner:
             "max_rounds_s": 0.6 * self.timeout_s,
             "min_gain": self.min_gain,
             "seed": self.seed,
-            "result_path": str(result_path),
             "parent_pid": os.getpid(),  # the trial ends (and cleans up) if the tuner dies
             "probe": baseline,
             "trace_path": str(wd / "baseline-trace.json") if baseline else None,
@@ -89,66 +85,29 @@ class TrialRunner:
 
     def __call__(self, trial: Trial) -> TrialResult:
         """Run ``trial`` to completion, failure or timeout; never raises for a failed trial."""
-        with tempfile.TemporaryDirectory(prefix="td-trial-") as tmp:
-            result_path = Path(tmp) / "result.json"
-            spec_path = Path(tmp) / "spec.json"
-            spec_path.write_text(json.dumps(self.spec(trial, result_path)), encoding="utf-8")
-            start = time.perf_counter()
-            result = self._launch(spec_path, result_path)
-            result.wall_s = time.perf_counter() - start
-        if result.probe and self.batch_size is None:
-            self.batch_size = int(result.probe.get("batch_size") or 0) or None
-        return result
-
-    def _launch(self, spec_path: Path, result_path: Path) -> TrialResult:
-        cmd = [sys.executable, "-m", "torchdoctor.tune.worker", str(spec_path)]
+        argv: tuple[str, ...] = (sys.executable,)
         if self.nproc > 1:
             # --standalone: a local rendezvous on a free port, so trials never collide on one.
-            launcher = [
+            argv += (
                 "-m",
                 "torch.distributed.run",
                 "--standalone",
                 f"--nproc_per_node={self.nproc}",
-            ]
-            cmd = [sys.executable, *launcher, "-m", "torchdoctor.tune.worker", str(spec_path)]
-        env = {**os.environ, **self.env}
-        # Own session: on timeout the whole group goes (DataLoader workers, compile workers).
-        proc = subprocess.Popen(
-            cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True
-        )
-        try:
-            _, err = proc.communicate(timeout=self.timeout_s)
-        except subprocess.TimeoutExpired:
-            _kill_group(proc)
-            return TrialResult(
-                status="timeout", reason=f"no result after {self.timeout_s:.0f} s (hang?)"
             )
-        finally:
-            if proc.poll() is None:
-                _kill_group(proc)
-        _kill_group(proc)  # workers the trial leaked must not steal CPU from the next trial
-        return _read_result(proc.returncode, result_path, err.decode("utf-8", "replace"))
+        arm = Arm(trial.key, (*argv, "-m", "torchdoctor.tune.worker"), self.spec(trial), self.env)
+        got = run_child(arm, self.timeout_s)
+        result = _result(got)
+        result.wall_s = got.wall_s
+        if result.probe and self.batch_size is None:
+            self.batch_size = int(result.probe.get("batch_size") or 0) or None
+        return result
 
 
-def _kill_group(proc: subprocess.Popen[bytes]) -> None:
-    with contextlib.suppress(ProcessLookupError, PermissionError):
-        os.killpg(proc.pid, signal.SIGKILL)
-    # A process the kernel cannot reap within 10 s is left behind rather than hanging the search.
-    with contextlib.suppress(subprocess.TimeoutExpired):
-        proc.wait(timeout=10)
-
-
-def _read_result(returncode: int, path: Path, stderr: str) -> TrialResult:
-    if returncode < 0:
-        name = signal.Signals(-returncode).name
-        hint = " (the kernel's out-of-memory killer sends SIGKILL)" if name == "SIGKILL" else ""
-        return TrialResult(status="crash", reason=f"killed by {name}{hint}")
-    if path.exists():
-        try:
-            return TrialResult.from_dict(json.loads(path.read_text(encoding="utf-8")))
-        except (ValueError, OSError) as exc:
-            return TrialResult(status="error", reason=f"unreadable result: {exc}")
-    tail = " | ".join(line for line in stderr.strip().splitlines()[-3:])
-    return TrialResult(
-        status="error", reason=f"exit status {returncode} without a result: {tail[:400]}"
-    )
+def _result(got: ChildExit) -> TrialResult:
+    if got.ending == "timeout":
+        return TrialResult(status="timeout", reason=f"{got.why} (hang?)")
+    if got.ending == "signal":
+        return TrialResult(status="crash", reason=got.why)
+    if got.result is None:
+        return TrialResult(status="error", reason=f"{got.why}: {got.tail()}")
+    return TrialResult.from_dict(got.result)

@@ -2,36 +2,26 @@
 
 Run as ``python -m torchdoctor.tune.worker SPEC.json``. The spec names the workload file, the
 arms (the candidate's configuration first, then the ones it is compared with), the step counts
-and where to write the result (JSON, written atomically). Every
+and where to write the result (``ab.child``: JSON, written atomically). Every
 failure the process survives is reported with its reason; a crash by signal or a hang is seen by
 the parent (``runner.py``).
 """
 
 from __future__ import annotations
 
-import json
 import os
-import random
 import resource
 import sys
 import time
 from pathlib import Path
 from typing import Any
 
+from torchdoctor.ab.child import read_spec, write_result
 from torchdoctor.config import RuntimeConfig
 from torchdoctor.errors import UserError
 from torchdoctor.tune.options import TuneOptions
 from torchdoctor.tune.trial import TrialResult
 from torchdoctor.tune.workload import Workload, find_function, load_module
-
-
-def _seed(seed: int) -> None:
-    import numpy as np
-    import torch
-
-    random.seed(seed)
-    np.random.seed(seed)
-    torch.manual_seed(seed)
 
 
 def _has_4d(batch: Any) -> bool:
@@ -122,15 +112,16 @@ class _Loop:
 
 def _build_arms(spec: dict[str, Any]) -> list[Any]:
     """Each arm's workload and loop, built from the same seed (identical weights and data)."""
+    from torchdoctor.capture.script_arm import seed_everything
     from torchdoctor.tune.rounds import TrainingArm, global_flags
 
     fn = find_function(load_module(spec["workload"]), spec["workload"], spec.get("function"))
     arms = []
     for arm_spec in spec["arms"]:
         config = RuntimeConfig.from_dict(arm_spec["config"])
-        _seed(int(spec["seed"]))
+        seed_everything(int(spec["seed"]))
         wl = Workload.coerce(fn(config))
-        _seed(int(spec["seed"]))
+        seed_everything(int(spec["seed"]))
         arms.append(TrainingArm(arm_spec["label"], _Loop(config, wl), global_flags()))
     return arms
 
@@ -299,7 +290,7 @@ def watch_parent(spec: dict[str, Any], poll_s: float = 0.5) -> None:
 
 def main(argv: list[str]) -> int:
     """Entry point: read the spec, run the trial, write the result; exit 0 unless the spec is bad."""
-    spec = json.loads(Path(argv[0]).read_text(encoding="utf-8"))
+    spec = read_spec(argv)
     watch_parent(spec)
     try:
         result = run_trial(spec)
@@ -307,10 +298,7 @@ def main(argv: list[str]) -> int:
         result = classify(exc)
     if int(os.environ.get("RANK", "0")) != 0:
         return 0  # under torchrun, rank 0 reports (its step times include waiting for the others)
-    target = Path(spec["result_path"])
-    tmp = target.with_suffix(".tmp")
-    tmp.write_text(json.dumps(result.to_dict()), encoding="utf-8")
-    os.replace(tmp, target)  # the parent never reads a half-written result
+    write_result(spec, result.to_dict())  # the parent never reads a half-written result
     return 0
 
 

@@ -1,8 +1,17 @@
-"""Deciding between two variants run in interleaved rounds, and where a one-time cost is repaid.
+"""The A/B engine: variants (arms) in interleaved rounds, often each in a fresh process, and the
+decision. ``compare --rerun``, ``fix --prove`` and ``tune`` run every arm once per round, in an
+order that changes per round, so a change in the machine's load falls on all arms alike.
 
-``compare --rerun``, ``fix --prove`` and ``tune`` all measure their variants (arms) in rounds:
-every arm once per round, in an order that changes per round, so a change in the machine's load
-falls on all arms alike. All three decide here, on the same numbers:
+- ``ab.child``: an ``Arm`` (name, command, spec, environment, folder) run once in a fresh
+  process: its own session, a timeout, its group killed at its end, on timeout and on Ctrl-C;
+  spec and result are JSON files. The child's body is the caller's: ``capture/script_arm.py``
+  (the user's script under check's step clock) for compare and fix, ``tune/worker.py`` for tune.
+- ``ab.rounds``: the round loop. Tune runs it *inside* one trial process (an arm is a
+  configuration's training loop, a round one timed window): its arms are models trained side by
+  side from one seed, which a process per window would rebuild and recompile every round; the
+  trial itself is one ``ab.child`` process, for isolation (out of memory, a crash, a hang).
+
+The decision is this module's, on the same numbers for all three:
 
 - :func:`ratios`: the per-round ratio ``reference[i] / candidate[i]`` (above 1: the candidate is
   faster).
