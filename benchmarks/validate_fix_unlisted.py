@@ -8,7 +8,9 @@ whether ``check`` on the patched script still names the planted mistake.
 Each case is copied to a scratch folder (nothing in the repository is written); every run is a
 fresh process with the case's environment. Per case: ``fix --write`` (it runs ``check`` first
 and applies what it proposes), the patched script run plainly with a time limit, then ``check``
-on it. A patch "fails" when the patched script exits non-zero where the original did not; a
+on it. The patched script runs under ``scripts/patched_run.py``, which also says whether each
+patch's statement ran at all (code after a ``return`` never does). A patch "fails" when the
+patched script exits non-zero where the original did not; a
 mistake is "gone" when none of the case's expected finding ids is actionable any more. Healthy
 controls must get no patch. The last line is the headline.
 """
@@ -29,6 +31,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from unlisted_cases import CASES, Case
 
 SRC = Path(__file__).resolve().parents[1] / "src"
+RUNNER = SRC.parent / "scripts" / "patched_run.py"
 FAST = ["--warmup", "3", "--steps", "3"]
 
 
@@ -92,7 +95,12 @@ def one(case: Case, timeout: float) -> dict[str, Any]:
     row["patched"] = changes
     if not changes:
         return row
-    after = _run([py, str(script)], case, work, timeout)
+    # the patched script under scripts/patched_run.py: also whether each patch's statement ran
+    ran_json = work / "ran.json"
+    runner = [py, str(RUNNER), "--fix", str(fix_json), "--out", str(ran_json)]
+    after = _run([*runner, str(script)], case, work, timeout)
+    ran = json.loads(ran_json.read_text()) if ran_json.is_file() else []
+    row["never_ran"] = [r["summary"] for r in ran if not r.get("ran")]
     row["patched_rc"] = after.returncode
     row["patch_fails"] = after.returncode != 0 and plain.returncode == 0
     if row["patch_fails"]:
@@ -127,17 +135,21 @@ def main(argv: list[str] | None = None) -> int:
     for r in rows:
         patch = ", ".join(r["patched"]) or ("(none: control)" if r["control"] else "(none)")
         runs = "-" if "patched_rc" not in r else ("FAIL" if r["patch_fails"] else "ok")
+        if r.get("never_ran"):
+            runs += f" ({len(r['never_ran'])} never ran)"
         gone = "-" if "gone" not in r else ("yes" if r["gone"] else f"no {r['after_ids']}")
         print(f"{r['script']:<28} {patch[:48]:<48} {runs:<6} {gone}")
     if args.json:
         Path(args.json).write_text(json.dumps(rows, indent=1))
     patched = [r for r in rows if r["patched"] and not r["control"]]
     fails = sum(1 for r in patched if r.get("patch_fails"))
+    never = sum(len(r.get("never_ran") or []) for r in rows)
     gone = sum(1 for r in patched if r.get("gone"))
     noisy = sum(1 for r in rows if r["control"] and r["patched"])
     print(
         f"patched {len(patched)} of {sum(1 for r in rows if not r['control'])} mistakes; "
-        f"{fails} patches fail to run; mistake gone after {gone} of {len(patched)}; "
+        f"{fails} patches fail to run; {never} never ran; mistake gone after {gone} of "
+        f"{len(patched)}; "
         f"controls patched {noisy}"
     )
     return 0
