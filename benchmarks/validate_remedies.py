@@ -21,11 +21,13 @@ case is about threads). Every warning or critical finding is then taken in turn:
 - the paste rule, from what the report's wording promises:
   *wrap*: a ``with ...:`` header over a body that repeats the user's statement at that line
   ("around the user's own line") replaces that statement by the header and the statement;
-  *replace*: a single call (or assignment) whose callee (or target) is the one at that line
+  *replace*: code under "in place of the line at FILE:LINE" replaces that line's statement;
+  a single call (or assignment) whose callee (or target) is the one at that line
   ("the user's own call with only what changes") replaces that call (or statement);
   *move*: the user's own line with "move this line before the loop" is taken out of the
   innermost loop around it and put right before that loop (a line in no loop of its function,
-  e.g. a module's ``forward``, cannot be moved mechanically: "cannot paste");
+  e.g. a module's ``forward`` told "move this line to __init__", is an instruction, counted
+  as advice);
   *insert*: anything else goes right after the statement at that line ("at the line that
   turned it on": it runs after it and undoes it), at its indentation; after a block's header
   (``with``, ``for``, ``def``) it becomes the first lines of the block.
@@ -64,7 +66,9 @@ ROOT = Path(__file__).resolve().parents[1]
 SRC = Path(os.environ.get("TD_SRC") or ROOT / "src")
 """The torchdoctor to run (TD_SRC: another checkout's ``src``, e.g. a snapshot of a commit)."""
 FAST = ["--warmup", "3", "--steps", "3"]
-_AT = re.compile(r"#\s*(?:at|now at)\s+(?P<path>\S+?\.py):(?P<line>\d+)")
+_AT = re.compile(
+    r"(?:#\s*(?:at|now at)|in place of the line at)\s+(?P<path>\S+?\.py):(?P<line>\d+)"
+)
 _WHERE = re.compile(r"^(?P<path>.+?\.py):(?P<line>\d+)$")
 _TOP = "at the top of the script"
 PASTED = ("wrap", "replace", "insert", "move")
@@ -177,6 +181,10 @@ def _norm(text: str) -> str:
     return re.sub(r"\s+", "", text)
 
 
+class NotMechanical(ValueError):
+    """The text says what to change (move a line to ``__init__``), not code to paste as is."""
+
+
 def _move(
     lines: list[str], tree: ast.Module, stmt: ast.stmt, code: str
 ) -> tuple[str, str, list[int]] | None:
@@ -201,7 +209,7 @@ def _move(
             loop = node
             break
     if loop is None:
-        raise ValueError("no loop around the line to move it out of")
+        raise NotMechanical("no loop around the line in its function to move it out of")
     first, last = stmt.lineno, stmt.end_lineno or stmt.lineno
     taken = lines[first - 1 : last]
     indent = re.match(r"\s*", lines[loop.lineno - 1]).group(0)  # type: ignore[union-attr]
@@ -248,6 +256,10 @@ def paste(source: str, fix: str, line: int | None) -> tuple[str, str, list[int]]
     moved = _move(lines, tree, stmt, code)
     if moved is not None:
         return moved
+    if "in place of the line at" in fix:
+        new = [indent + ln if ln.strip() else ln for ln in code.splitlines()]
+        out = [*lines[: first - 1], *new, *lines[last:]]
+        return "replace", "\n".join(out) + "\n", [first]
     # wrap: `with X:` over the user's own statement
     if (
         len(body) == 1
@@ -378,6 +390,9 @@ def _try_remedy(case: Case, finding: dict[str, Any], plain_rc: int, timeout: flo
     path, line = (script, None) if spot == "top" else spot  # type: ignore[misc]
     try:
         rem.kind, pasted, at = paste(path.read_text(), fix, line)
+    except NotMechanical as exc:
+        rem.kind, rem.error = "advice", str(exc)
+        return rem
     except (ValueError, SyntaxError) as exc:
         rem.kind, rem.error = "insert", f"cannot paste: {exc}"
         rem.runs = False

@@ -13,7 +13,7 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO / "benchmarks"))
-from validate_remedies import code_lines, paste, summary, target_of  # noqa: E402
+from validate_remedies import NotMechanical, code_lines, paste, summary, target_of  # noqa: E402
 
 SCRIPT = textwrap.dedent(
     """\
@@ -93,7 +93,7 @@ def test_a_line_to_move_leaves_its_loop_and_its_block_keeps_a_pass() -> None:
     assert kind == "move" and out.splitlines()[at[0] - 1] == "    items = build(4)"
     scope = run(out)
     assert scope["STATE"]["built"] == 1 and scope["RESULT"] == [4, 0]
-    with pytest.raises(ValueError, match="no loop"):  # a line in no loop cannot be moved
+    with pytest.raises(NotMechanical, match="no loop"):  # an instruction, not code to paste
         n = line_of("return total")
         paste(SCRIPT, f"return total  # move this line before the loop\n# (now at s.py:{n})", n)
 

@@ -33,6 +33,7 @@ def test_a_finding_per_call_made_every_step() -> None:
         "gc.collect() every step at /w/train.py:41: 5.0 ms per step (5%)",
     ]
     assert fs[0].where == ["/w/train.py:40"] and "step % 1000 == 0" in fs[0].fix
+    assert "in place of the line at /w/train.py:40:" in fs[0].fix  # where the block goes
     assert fs[0].evidence["calls_per_step"] == 1.0
 
 

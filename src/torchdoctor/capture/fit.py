@@ -1,12 +1,14 @@
 """Make the trace analyser's findings fit the run ``check`` watched: a fix that says
 ``torch.compile(model)`` for a model the script already compiles becomes the next step that
-applies, and no finding points into torchdoctor's own code."""
+applies, a statement whose names the script lacks is a comment (``capture/fit_names.py``),
+and no finding points into torchdoctor's own code."""
 
 from __future__ import annotations
 
 import dataclasses
 from typing import Any
 
+from torchdoctor.capture.fit_names import fit_names
 from torchdoctor.capture.own_frames import is_ours
 from torchdoctor.record.lines import LineRow, LineTable
 from torchdoctor.record.run import RunRecord
@@ -115,6 +117,9 @@ def fit_to_run(findings: list[Finding], record: dict[str, Any]) -> list[Finding]
         fix = _fit_fix(f, run)
         if fix is not None and fix != f.fix:
             changes["fix"] = fix
+        named = fit_names(changes.get("fix", f.fix), run.script)
+        if named != changes.get("fix", f.fix):
+            changes["fix"] = named
         where = [w for w in f.where if not is_ours(w)]
         if where != f.where:
             changes["where"] = where

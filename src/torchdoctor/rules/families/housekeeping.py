@@ -19,13 +19,15 @@ if TYPE_CHECKING:
 _WHAT = {
     "torch.save": (
         "torch.save every step",
-        "if step % 1000 == 0:  # checkpoint every N steps, not every step\n"
+        "# checkpoint every N steps, not every step{place}:\n"
+        "if step % 1000 == 0:\n"
         "    torch.save(model.state_dict(), path)",
     ),
     "copy.deepcopy": (
         "copy.deepcopy of tensors every step",
         "# a snapshot of the weights every step allocates and copies the whole state; take it\n"
-        "# when it is needed (at evaluation, every N steps), into the tensors of the first one:\n"
+        "# when it is needed (at evaluation, every N steps), into the tensors of the first "
+        "one{place}:\n"
         "if step % 100 == 0:\n"
         "    with torch.no_grad():\n"
         "        for kept, t in zip(snapshot.values(), model.state_dict().values()):\n"
@@ -33,17 +35,20 @@ _WHAT = {
     ),
     "gc.collect": (
         "gc.collect() every step",
-        "# Python collects garbage by itself: drop the call from the loop, or keep it rare:\n"
+        "# Python collects garbage by itself: drop the call from the loop, or keep it "
+        "rare{place}:\n"
         "if step % 1000 == 0:\n"
         "    gc.collect()",
     ),
 }
-"""Each call the watch times: its words in the title, and its fix."""
+"""Each call the watch times: its words in the title, and its fix (the names are the common
+ones: ``check`` comments out a statement whose names the script lacks)."""
 
 
-def housekeeping_fix(call: str) -> str:
-    """Make the call every N steps (or not at all)."""
-    return _WHAT[call][1]
+def housekeeping_fix(call: str, site: str | None = None) -> str:
+    """Make the call every N steps (or not at all), in place of the line that makes it."""
+    place = f"; in place of the line at {site}" if site else ""
+    return _WHAT[call][1].format(place=place)
 
 
 SPEC = FindingSpec(
@@ -87,7 +92,7 @@ def measure(run: RunRecord) -> tuple[Measured, ...] | None:
                 share=ms / step,
                 title={"what": _WHAT[r["what"]][0], "site": site, "ms": ms, "share": ms / step},
                 evidence={"calls_per_step": calls, "ms_per_step": ms, "call": r},
-                fix={"call": r["what"]},
+                fix={"call": r["what"], "site": site},
                 where=(r["site"],),
                 gates={"calls_per_step": calls},
             )
