@@ -37,11 +37,12 @@ def run_context(trace: Path) -> KernelContext | None:
     """The autocast dtype and TF32 state a ``check`` run recorded beside ``trace`` (its
     ``run.json`` in the same folder, or one up for ``traces/rankN``); None elsewhere or when the
     record cannot be read (the names and operators still decide)."""
-    from torchdoctor.record.folder import read_json
-    from torchdoctor.record.run import RunRecord
-
     for folder in (trace.parent, trace.parent.parent):
         if layout.is_run_folder(folder):
+            # imported here: a trace outside a run folder loads no run-record module
+            from torchdoctor.record.folder import read_json
+            from torchdoctor.record.run import RunRecord
+
             try:
                 record = read_json(layout.run_file(folder))
             except UserError:
