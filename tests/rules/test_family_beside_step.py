@@ -34,3 +34,20 @@ def test_under_the_share_or_the_samples_it_is_quiet() -> None:
     rec.raw["lines"]["interval_s"] = 0.05
     sparse = type(rec).from_dict(rec.raw)
     assert family_findings(RULE, sparse) == []
+
+
+def test_a_print_or_other_line_runs_every_n_steps_in_place_of_the_users_line() -> None:
+    from torchdoctor.rules.families.beside_step import beside_fix
+
+    line = 'print(f"step {step} logits {logits.detach()}")  # debug'
+    fix = beside_fix("main", "t.py:31", line, "print")
+    assert fix.endswith(
+        "in place of the line at t.py:31:\n"
+        "if step % 100 == 0:\n    print(f'step {step} logits {logits.detach()}')"
+    )
+    fix = beside_fix("main", "t.py:45", "json.dump(history, f, indent=2)", "other")
+    assert fix.endswith("if step % 100 == 0:\n    json.dump(history, f, indent=2)")
+    # the first line of a longer statement, or a return, is not a statement to move under an if
+    for code in ("print(f'step {step}',", "return copy.deepcopy(model)"):
+        fix = beside_fix("main", "t.py:9", code, "other")
+        assert all(ln.startswith("#") for ln in fix.splitlines()), fix

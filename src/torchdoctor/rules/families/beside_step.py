@@ -123,7 +123,13 @@ def measure(run: RunRecord) -> tuple[Measured, ...] | None:
 def _fix(function: str, site: str, code: str, kind: str) -> str:
     """Run it less often, into kept tensors, or as one foreach call."""
     where = f"# {function} at {site}: {code}" if code else f"# {function} at {site}"
+    own = _statement(code)
     if kind == "print":
+        if own:
+            return (
+                f"{where}\n# print or log every N steps (and a number, not a tensor); in place "
+                f"of the line at {site}:\nif step % 100 == 0:\n    {own}"
+            )
         return (
             f"{where}\n# print or log every N steps, and a number, not a tensor:\n"
             "if step % 100 == 0:\n"
@@ -149,7 +155,27 @@ def _fix(function: str, site: str, code: str, kind: str) -> str:
             "#     model, multi_avg_fn=torch.optim.swa_utils.get_ema_multi_avg_fn(decay));\n"
             "# other updates: torch._foreach_copy_, _foreach_mul_, _foreach_add_ on lists"
         )
-    return f"{where}\n# run it every N steps, not every step:\nif step % 100 == 0:\n    ..."
+    if own:
+        return (
+            f"{where}\n# run it every N steps, not every step; in place of the line at {site}:\n"
+            f"if step % 100 == 0:\n    {own}"
+        )
+    return f"{where}\n# run it every N steps, not every step (under `if step % 100 == 0:`)"
+
+
+def _statement(code: str) -> str:
+    """The user's line as one statement to put under a condition ('' when it is not one: a
+    block header, the first line of a longer statement, a ``return``)."""
+    import ast
+
+    text = (code or "").strip()
+    try:
+        body = ast.parse(text).body
+    except SyntaxError:
+        return ""
+    if len(body) != 1 or not isinstance(body[0], ast.Expr | ast.Assign | ast.AugAssign):
+        return ""
+    return ast.unparse(body[0])
 
 
 RULES = (RunRule(SPEC, measure),)
