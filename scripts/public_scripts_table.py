@@ -44,11 +44,23 @@ def _top(report: dict) -> str:
 
 
 def _rss_mib(pid: int) -> float:
-    try:
-        with open(f"/proc/{pid}/statm", encoding="ascii") as f:
-            return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 2**20
-    except (OSError, ValueError, IndexError):
-        return 0.0
+    """Resident MiB of ``pid`` and every process under it: check runs the script in a child of
+    a watching parent, so the parent alone reads a few MiB."""
+    total, todo, seen = 0.0, [pid], set()
+    while todo:
+        p = todo.pop()
+        if p in seen:
+            continue
+        seen.add(p)
+        try:
+            with open(f"/proc/{p}/statm", encoding="ascii") as f:
+                total += int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 2**20
+            for task in os.listdir(f"/proc/{p}/task"):
+                with open(f"/proc/{p}/task/{task}/children", encoding="ascii") as f:
+                    todo.extend(int(c) for c in f.read().split())
+        except (OSError, ValueError, IndexError):
+            continue
+    return total
 
 
 def _watch(proc: subprocess.Popen[bytes], cap_mib: float, timeout_s: float) -> tuple[str, float]:
