@@ -22,6 +22,7 @@ import argparse
 import json
 import os
 import re
+import signal
 import subprocess
 import sys
 import tempfile
@@ -63,6 +64,14 @@ def _rss_mib(pid: int) -> float:
     return total
 
 
+def _kill_tree(proc: subprocess.Popen[bytes]) -> None:
+    """Kill the check and the script it runs (its own session: started that way below)."""
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except OSError:
+        proc.kill()
+
+
 def _watch(proc: subprocess.Popen[bytes], cap_mib: float, timeout_s: float) -> tuple[str, float]:
     """Wait for ``proc``, sampling its resident memory every 0.2 s; kill it when that passes
     ``cap_mib`` or it runs past ``timeout_s`` (the old version's unbounded profiler must not
@@ -71,11 +80,11 @@ def _watch(proc: subprocess.Popen[bytes], cap_mib: float, timeout_s: float) -> t
     while proc.poll() is None:
         peak = max(peak, _rss_mib(proc.pid))
         if peak > cap_mib:
-            proc.kill()
+            _kill_tree(proc)
             proc.wait()
             return f"killed at the {cap_mib:.0f} MiB cap", peak
         if time.perf_counter() - t0 > timeout_s:
-            proc.kill()
+            _kill_tree(proc)
             proc.wait()
             return f"killed after {timeout_s:.0f} s", peak
         time.sleep(0.2)
@@ -94,7 +103,9 @@ def run_one(
     cmd += ["--out", str(out), script, *args]
     t0 = time.perf_counter()
     with open(work / f"{name}.log", "w") as log:
-        proc = subprocess.Popen(cmd, cwd=work / name, env=env, stdout=log, stderr=log)
+        proc = subprocess.Popen(
+            cmd, cwd=work / name, env=env, stdout=log, stderr=log, start_new_session=True
+        )
         killed, peak = _watch(proc, cap_mib, timeout_s)
     wall = time.perf_counter() - t0
     row: dict[str, object] = {"script": name, "exit": killed or proc.returncode}
