@@ -39,12 +39,14 @@ class Roofline:
     """``roofline_ms`` over the step: the efficiency."""
     flops_share: float | None = None
     bytes_share: float | None = None
+    work: dict[str, Any] = field(default_factory=dict)
+    """The counted work as recorded (``by_dtype``, ``by_op``...)."""
     raw: dict[str, Any] = field(default_factory=dict)
 
     @property
     def by_dtype_raw(self) -> dict[str, Any]:
         """``work.by_dtype`` as recorded (for evidence)."""
-        return _d(_d(self.raw.get("work")).get("by_dtype"))
+        return _d(self.work.get("by_dtype"))
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> Roofline:
@@ -63,6 +65,7 @@ class Roofline:
             share=_num(eff.get("share")),
             flops_share=_num(eff.get("flops_share")),
             bytes_share=_num(eff.get("bytes_share")),
+            work=work,
             raw=d,
         )
 

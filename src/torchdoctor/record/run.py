@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from statistics import median
 from typing import Any
 
+from torchdoctor.record.account import Experiment, Forwards, Modes, Repeat, Roofline
 from torchdoctor.record.lines import LineTable
 from torchdoctor.record.values import (
     as_dict,
@@ -281,6 +282,8 @@ class LoaderConfig:
     batch_size: int | None = None
     cpus_per_rank: int | None = None
     cpu_count: int | None = None
+    dataset_len: int | None = None
+    """``len()`` of the loader's dataset; None when it has none (an iterable dataset)."""
     raw: dict[str, Any] = field(default_factory=dict)
     """Everything recorded about the loader (more arguments than the fields above)."""
 
@@ -292,6 +295,7 @@ class LoaderConfig:
             batch_size=d.get("batch_size"),
             cpus_per_rank=d.get("cpus_per_rank"),
             cpu_count=d.get("cpu_count"),
+            dataset_len=_count(d.get("dataset_len")) or None,
             raw=d,
         )
 
@@ -320,6 +324,9 @@ class RunConfig:
     """nn.DataParallel constructions; None when the run did not watch for them."""
     checkpointing: dict[str, Any] = field(default_factory=dict)
     """``torch.utils.checkpoint`` calls and the checkpointed forward's host seconds."""
+    housekeeping: list[dict[str, Any]] = field(default_factory=list)
+    """Timed housekeeping calls (``gc.collect``, ``copy.deepcopy``, ``empty_cache``...), one row
+    per call site: ``{"what", "site", "calls", "seconds"...}``."""
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> RunConfig:
@@ -336,6 +343,7 @@ class RunConfig:
             backend_flags=_d(d.get("backend_flags")),
             data_parallel=_rows(dp) if dp is not None else None,
             checkpointing=_d(d.get("checkpointing")),
+            housekeeping=_rows(d.get("housekeeping")),
         )
 
     @property
@@ -453,6 +461,10 @@ class RunOptions:
     """Steps asked to be measured after the warm-up (``--steps``)."""
     clean_steps: int = 0
     """Steps timed before the profiled window, without the profiler (``--clean-steps``)."""
+    profile_memory: bool = False
+    """The profiler recorded allocations (``--profile-memory``)."""
+    full: bool = False
+    """The script ran to its end after the window (``--full``)."""
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> RunOptions:
@@ -460,6 +472,8 @@ class RunOptions:
             warmup_steps=_count(d.get("warmup_steps")),
             profile_steps=_count(d.get("profile_steps")),
             clean_steps=_count(d.get("clean_steps")),
+            profile_memory=bool(d.get("profile_memory")),
+            full=bool(d.get("full")),
         )
 
 
@@ -508,6 +522,23 @@ class RunRecord:
     the floors from it)."""
     experiments: list[dict[str, Any]] = field(default_factory=list)
     """check's own measurements after the window, one row each (measured, skipped, failed)."""
+    roof: Roofline = field(default_factory=Roofline)
+    """``roofline`` typed (``record/account.py``), for the account and mode rules."""
+    toggles: tuple[Experiment, ...] = ()
+    """``experiments`` typed: each toggle measured inside the run."""
+    modes: Modes = field(default_factory=Modes)
+    """The global modes (anomaly detection, profiler, sync-debug...) and the lines that set them."""
+    repeats: tuple[Repeat, ...] = ()
+    """Construction work repeated inside the measured steps, one per user line and kind."""
+    forwards: Forwards = field(default_factory=Forwards)
+    """Forwards no backward reached, and modules called in a loop."""
+    job: dict[str, Any] = field(default_factory=dict)
+    """The job's length as the script names it (``{"name", "value", "unit"}``), when found."""
+    monitor: dict[str, Any] = field(default_factory=dict)
+    """The stack watcher's record (``source`` of its steps, ``long_step_samples``...)."""
+    memory_steps: dict[str, Any] = field(default_factory=dict)
+    """Memory per step, a column each (``rss_bytes``, ``cuda_allocated_bytes``...), and the
+    device's ``snapshot`` of its largest holders when taken."""
     findings: list[dict[str, Any]] = field(default_factory=list)
     """The run-level findings check attached to the record (``report.json`` has the merged
     ones)."""
@@ -552,6 +583,14 @@ class RunRecord:
             cpu=_d(d.get("cpu")),
             roofline=_d(d.get("roofline")),
             experiments=_rows(d.get("experiments")),
+            roof=Roofline.from_dict(_d(d.get("roofline"))),
+            toggles=tuple(Experiment.from_dict(r) for r in _rows(d.get("experiments"))),
+            modes=Modes.from_dict(_d(d.get("modes"))),
+            repeats=tuple(Repeat.from_dict(r) for r in _rows(d.get("repeats"))),
+            forwards=Forwards.from_dict(_d(d.get("forwards"))),
+            job=_d(d.get("job")),
+            monitor=_d(d.get("monitor")),
+            memory_steps=_d(d.get("memory_steps")),
             findings=_rows(d.get("findings")),
             trace=_str_or_none(d.get("trace")) if d.get("trace") else None,
             profiler_stopped_early=_str_or_none(_d(d.get("profiler")).get("stopped_early")),

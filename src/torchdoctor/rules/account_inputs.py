@@ -11,7 +11,6 @@ from typing import Any
 from torchdoctor.record.account import Experiment, Forwards, Modes, Repeat, Roofline
 from torchdoctor.record.lines import LineRow, LineTable
 from torchdoctor.record.run import RunRecord
-from torchdoctor.record.values import as_dict, as_rows
 
 USER_WORK_IN_TORCH = frozenset(
     {
@@ -53,8 +52,7 @@ def python_ms_of_framework(table: LineTable) -> float:
 
 def repeat_sites(run: RunRecord, kind: str | None = None) -> set[str]:
     """The user lines where ``check`` saw a construction repeated (of ``kind``, if given)."""
-    repeats = (Repeat.from_dict(r) for r in _rows(run.raw.get("repeats")))
-    return {r.site for r in repeats if r.site and (kind is None or r.kind == kind)}
+    return {r.site for r in run.repeats if r.site and (kind is None or r.kind == kind)}
 
 
 @dataclass(frozen=True)
@@ -73,14 +71,13 @@ class Account:
 
     @classmethod
     def from_record(cls, run: RunRecord) -> Account:
-        raw = run.raw
         return cls(
             lines=run.lines,
-            roofline=Roofline.from_dict(_d(raw.get("roofline"))),
-            modes=Modes.from_dict(_d(raw.get("modes"))),
-            repeats=tuple(Repeat.from_dict(r) for r in _rows(raw.get("repeats"))),
-            forwards=Forwards.from_dict(_d(raw.get("forwards"))),
-            experiments=tuple(Experiment.from_dict(r) for r in _rows(raw.get("experiments"))),
+            roofline=run.roof,
+            modes=run.modes,
+            repeats=run.repeats,
+            forwards=run.forwards,
+            experiments=run.toggles,
         )
 
     def experiment(self, fid: str) -> Experiment | None:
@@ -107,6 +104,3 @@ class Account:
     def inclusive_ms(self, site: str) -> float:
         """Inclusive ms per step of a user line (0 when it is not in the table)."""
         return self.lines.inclusive_ms(site)
-
-
-_d, _rows = as_dict, as_rows

@@ -117,10 +117,10 @@ class StepAccount:
 def step_account(record: dict[str, Any], findings: list[Finding]) -> StepAccount | None:
     """The account of ``record``'s mean step given the merged ``findings``; None without steps."""
     run = RunRecord.from_dict(record)
-    median = (record.get("steps") or {}).get("median_step_ms")
+    median = run.steps.median_step_ms
     # The median step, as the roofline's efficiency: a step slowed by a neighbour on a shared
     # machine does not make the others unexplained (rare long steps are a finding of their own).
-    step = float(median) if isinstance(median, int | float) and median > 0 else run.step_ms
+    step = median if median is not None and median > 0 else run.step_ms
     if not step:
         return None
     acc = Account.from_record(run)

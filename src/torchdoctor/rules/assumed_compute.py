@@ -74,7 +74,7 @@ def _candidates(work: dict[str, Any], ops_ms: dict[str, float]) -> dict[str, flo
 def assumed_compute(acc: Account) -> AssumedCompute | None:
     """The uncounted compute operator that holds ``DOMINANT_UNCOUNTED_OP`` or more of the
     sampled time inside torch operators, or None (nothing uncounted, not sampled, not dominant)."""
-    work = as_dict(acc.roofline.raw.get("work"))
+    work = acc.roofline.work
     ops_ms = _op_times(acc)
     total = sum(ops_ms.values())
     found = _candidates(work, ops_ms)

@@ -25,7 +25,7 @@ Per = Literal["job", "epoch"]
 def job_steps(run: RunRecord) -> tuple[int, str] | None:
     """The job's length in steps, and how it is known: the script's step count, or its epoch
     count times the feeding loader's batches per epoch; None when the script names neither."""
-    job = run.raw.get("job") or {}
+    job = run.job
     value = job.get("value")
     if not isinstance(value, int) or value <= 0:
         return None
@@ -40,9 +40,9 @@ def job_steps(run: RunRecord) -> tuple[int, str] | None:
 def batches_per_epoch(run: RunRecord) -> int | None:
     """Batches per epoch of the first DataLoader whose dataset length and batch size are known."""
     for dl in run.config.dataloaders:
-        n, batch = dl.raw.get("dataset_len"), dl.batch_size
+        n, batch = dl.dataset_len, dl.batch_size
         if n and batch:
-            return -(-int(n) // int(batch))
+            return -(-n // int(batch))
     return None
 
 

@@ -36,24 +36,23 @@ def _gc_collect_call(specific: Finding, general: Finding, record: dict[str, Any]
 
 def _loader_sites(record: dict[str, Any]) -> set[str]:
     """The lines of the run that iterate a DataLoader (``for x in loader``), as watched."""
-    sites = {
-        str(r.get("site"))
-        for r in record.get("repeats") or []
-        if isinstance(r, dict) and r.get("kind") == "dataloader iterator" and r.get("site")
-    }
-    for row in (record.get("lines") or {}).get("rows") or []:
-        if not isinstance(row, dict):
-            continue
-        calls = [str(c[0]) for c in row.get("calls") or [] if c]
+    from torchdoctor.record.run import RunRecord
+
+    run = RunRecord.from_dict(record)
+    sites = {r.site for r in run.repeats if r.kind == "dataloader iterator" and r.site}
+    for row in run.lines.rows:
+        calls = [c for c, _ in row.calls]
         if any("DataLoader.__iter__" in c or "DataLoaderIter.__next__" in c for c in calls):
-            sites.add(str(row.get("site")))
+            sites.add(row.site)
     return sites
 
 
 def _long_steps_at(general: Finding, record: dict[str, Any], sites: set[str]) -> bool:
     """Most of ``rare-long-steps``' excess (over the median) was in steps that spent most of
     their samples at one of ``sites`` (the other long steps are noise of a busy machine)."""
-    samples = (record.get("monitor") or {}).get("long_step_samples") or {}
+    from torchdoctor.record.run import RunRecord
+
+    samples = RunRecord.from_dict(record).monitor.get("long_step_samples") or {}
     median = float(general.evidence.get("median_step_ms") or 0.0)
     at, total = 0.0, 0.0
     for row in general.evidence.get("long_steps") or []:

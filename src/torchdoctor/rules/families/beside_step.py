@@ -62,9 +62,7 @@ def measure(run: RunRecord) -> tuple[Measured, ...] | None:
     # The table's ms per step are of its own (median-based) step: as shares of the mean step.
     scale = step / table.ms_per_step
     timed = {
-        str(r.get("site"))
-        for r in (run.raw.get("config") or {}).get("housekeeping") or []
-        if isinstance(r, dict) and r.get("what") == "copy.deepcopy"
+        str(r.get("site")) for r in run.config.housekeeping if r.get("what") == "copy.deepcopy"
     }
     timed |= repeat_sites(run)
     out = []

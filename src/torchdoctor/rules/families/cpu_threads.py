@@ -66,8 +66,8 @@ def measure(run: RunRecord) -> Measured | None:
     numbers taken on a busy machine)."""
     from torchdoctor.rules.cpu_rules import cpu_demand, implausible_probe
 
-    cpu = run.raw.get("cpu") or {}
-    d = cpu_demand(cpu) if isinstance(cpu, dict) else None
+    cpu = run.cpu
+    d = cpu_demand(cpu)
     step = run.step_ms
     if d is None or not step:
         return None

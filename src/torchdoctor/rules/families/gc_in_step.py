@@ -56,7 +56,7 @@ def measure(run: RunRecord) -> Measured | None:
     rows = [r for r in acc.lines.rows if r.under.get("gc")]
     rows.sort(key=lambda r: -r.under["gc"])
     explicit = [r.site for r in rows if "gc.collect" in r.code]
-    called = (run.raw.get("config") or {}).get("housekeeping") or []
+    called = run.config.housekeeping
     explicit += [
         str(r["site"])
         for r in called

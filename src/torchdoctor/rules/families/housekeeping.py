@@ -7,7 +7,7 @@ The housekeeping watch times each such call exactly, with its site (``run.json``
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from torchdoctor.rules import thresholds as th
 from torchdoctor.rules.fixes import DOCS
@@ -70,7 +70,7 @@ def measure(run: RunRecord) -> tuple[Measured, ...] | None:
     """Each timed call: its time per step as a share of the step, and how often per step it
     was called. A module deep-copied at a line is repeated-construction's (its buffers' copies
     land here too)."""
-    rows: list[dict[str, Any]] = (run.raw.get("config") or {}).get("housekeeping") or []
+    rows = run.config.housekeeping
     measured, step = run.steps.measured_steps, run.step_ms
     if not rows or not measured or not step:
         return None

@@ -154,17 +154,21 @@ def _candidates(run: RunRecord) -> list[tuple[int, float]]:
     (compilation is named apart), the steps in which torchdoctor worked (its probe step, the
     profiler's first step) or
     the mode measurements after the window; waiting for a batch is the DataLoader finding's."""
-    raw = run.raw.get("steps") or {}
-    waits = list(raw.get("data_wait_ms") or [])
-    waits += [0.0] * (len(run.steps.step_ms) - len(waits))
+    steps = run.steps
+    waits = list(steps.data_wait_ms)
+    waits += [0.0] * (len(steps.step_ms) - len(waits))
     times = [max(0.0, t - w) for t, w in zip(run.steps.step_ms, waits, strict=False)]
     skip = 1
     if run.compile.compiles:  # the user's warm-up (the clean steps after it are candidates)
-        warmup = (raw.get("schedule") or {}).get("warmup", raw.get("warmup_steps"))
-        skip = max(skip, int(warmup or 0))
-    end = len(times) - int(raw.get("experiment_steps") or 0)
-    own = {int(n) - 1 for n in raw.get("own_steps") or []}
-    for timed in (raw.get("clean"), raw.get("after")):  # steps that compiled: named apart
+        sched = steps.schedule or {}
+        warmup = steps.scheduled_warmup if "warmup" in sched else steps.warmup_steps
+        skip = max(skip, warmup or 0)
+    end = len(times) - steps.experiment_steps
+    own = {n - 1 for n in steps.own_steps}
+    for timed in (
+        steps.timed.get("clean"),
+        steps.timed.get("after"),
+    ):  # steps that compiled: named apart
         if isinstance(timed, dict):
             own |= {int(n) - 1 for n in timed.get("compiled_steps") or []}
     return [(i, times[i]) for i in range(skip, end) if i not in own]
@@ -176,14 +180,13 @@ def _groups(run: RunRecord, candidates: list[tuple[int, float]]) -> list[list[tu
     judged against the median of its own group, never against steps measured differently.
     A run with a clean window is judged on the steps no instrument touched alone: a profiled
     step made long by the profiler (its start, a buffer flush) is not the user's."""
-    steps = run.raw.get("steps") or {}
-    window = steps.get("window") or []
-    if len(window) != 2:
+    window = run.steps.window
+    if window is None:
         return [candidates]
-    lo, hi = int(window[0]) - 1, int(window[1]) - 1  # 0-based, inclusive
+    lo, hi = window[0] - 1, window[1] - 1  # 0-based, inclusive
     inside = [(i, t) for i, t in candidates if lo <= i <= hi]
     outside = [(i, t) for i, t in candidates if not lo <= i <= hi]
-    if steps.get("clean") and len(outside) >= 3:
+    if run.steps.timed.get("clean") and len(outside) >= 3:
         return [outside]
     return [g for g in (outside, inside) if g]
 
@@ -254,8 +257,8 @@ def _period(indices: list[int]) -> int | None:
 def _stacks(run: RunRecord, steps: list[int]) -> list[str]:
     """The user lines the watcher sampled most often during these (1-based) steps: the
     outermost sampled user frame, i.e. the loop's own line, most frequent first."""
-    monitor = run.raw.get("monitor") or {}
-    if monitor.get("source") not in (None, run.raw.get("steps", {}).get("source")):
+    monitor = run.monitor
+    if monitor.get("source") not in (None, run.steps.source):
         return []
     samples = monitor.get("long_step_samples") or {}
     counts: dict[str, int] = {}
