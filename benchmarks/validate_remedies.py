@@ -18,6 +18,8 @@ case is about threads). Every warning or critical finding is then taken in turn:
 - where: the ``# at FILE:LINE`` the fix text names, else the finding's first ``where`` that is a
   file:line; "at the top of the script" is after the script's imports. A place outside the
   case's own files (torch, a library) is not pasted ("elsewhere").
+- a fix whose statements name places of their own is pasted piece by piece, each at its
+  place; a piece with no place of its own is left out (the row says how many).
 - the paste rule, from what the report's wording promises:
   *wrap*: a ``with ...:`` header over a body that repeats the user's statement at that line
   ("around the user's own line") replaces that statement by the header and the statement;
@@ -72,6 +74,7 @@ _AT = re.compile(
 _WHERE = re.compile(r"^(?P<path>.+?\.py):(?P<line>\d+)$")
 _TOP = "at the top of the script"
 PASTED = ("wrap", "replace", "insert", "move")
+"""Kinds of paste; a fix of several pieces pasted at their own places joins them with +."""
 
 RUNNER = '''"""Run a script as __main__ and record which of the given lines of a file ran."""
 import atexit, json, os, runpy, sys
@@ -111,7 +114,7 @@ class Remedy:
 
     @property
     def pasted(self) -> bool:
-        return self.kind in PASTED
+        return any(k in PASTED for k in self.kind.split("+"))
 
 
 # --- the paste rule -------------------------------------------------------------------------
@@ -371,6 +374,50 @@ def _scratch(case: Case) -> tuple[Path, Path]:
     return work, work / case.script
 
 
+def pieces(fix: str) -> list[str]:
+    """A fix whose statements name places of their own (``torch.optim.SGD(..., fused=True)  #
+    at t.py:18`` beside ``model = torch.compile(model)``): one text per statement, each pasted
+    at its own place; [] when the fix is one piece."""
+    rows = [ln for ln in fix.splitlines() if ln.strip() and not ln.lstrip().startswith("#")]
+    try:
+        tree = ast.parse(textwrap.dedent("\n".join(rows)))
+    except SyntaxError:
+        return []
+    if len(tree.body) < 2:
+        return []
+    out = ["\n".join(rows[s.lineno - 1 : s.end_lineno]) for s in tree.body]
+    return out if any(_AT.search(p.splitlines()[0]) for p in out) else []
+
+
+def _paste_all(
+    fix: str, where: list[str], work: Path, script: Path
+) -> tuple[str, Path, str, list[int], str] | str:
+    """(kind, file, pasted source, pasted lines, place) of every placed piece of ``fix`` (in
+    one file), or why nothing was pasted."""
+    parts = pieces(fix) or [fix]
+    placed = []
+    for part in parts:
+        spot = target_of(part, where if len(parts) == 1 else [], work, script)
+        if spot in ("unplaced", "elsewhere"):
+            continue
+        placed.append((part, (script, None) if spot == "top" else spot))
+    if not placed:
+        return "unplaced" if len(parts) > 1 else str(target_of(fix, where, work, script))
+    path = placed[0][1][0]
+    placed = [p for p in placed if p[1][0] == path]
+    source, kinds, at_all = path.read_text(), [], []  # type: ignore[union-attr]
+    for part, (_, line) in sorted(placed, key=lambda p: -(p[1][1] or 0)):
+        before = len(source.splitlines())
+        kind, source, at = paste(source, part, line)
+        delta = len(source.splitlines()) - before
+        at_all = [a + delta if line is not None and a > line else a for a in at_all] + at
+        kinds.append(kind)
+    place = ",".join(f"{path.name}:{ln or 'top'}" for _, (_, ln) in placed)  # type: ignore[union-attr]
+    if len(placed) < len(parts):
+        place += f" ({len(parts) - len(placed)} of {len(parts)} pieces unplaced)"
+    return "+".join(sorted(set(kinds))), path, source, at_all, place  # type: ignore[return-value]
+
+
 def _try_remedy(case: Case, finding: dict[str, Any], plain_rc: int, timeout: float) -> Remedy:
     rem = Remedy(finding["id"], finding["severity"])
     fix = finding.get("fix") or ""
@@ -383,13 +430,8 @@ def _try_remedy(case: Case, finding: dict[str, Any], plain_rc: int, timeout: flo
         rem.kind = "command"
         return rem
     work, script = _scratch(case)
-    spot = target_of(fix, list(finding.get("where") or []), work, script)
-    if spot in ("unplaced", "elsewhere"):
-        rem.kind = str(spot)
-        return rem
-    path, line = (script, None) if spot == "top" else spot  # type: ignore[misc]
     try:
-        rem.kind, pasted, at = paste(path.read_text(), fix, line)
+        done = _paste_all(fix, list(finding.get("where") or []), work, script)
     except NotMechanical as exc:
         rem.kind, rem.error = "advice", str(exc)
         return rem
@@ -397,7 +439,10 @@ def _try_remedy(case: Case, finding: dict[str, Any], plain_rc: int, timeout: flo
         rem.kind, rem.error = "insert", f"cannot paste: {exc}"
         rem.runs = False
         return rem
-    rem.place = f"{path.name}:{line if line else 'top'}"
+    if isinstance(done, str):
+        rem.kind = done
+        return rem
+    rem.kind, path, pasted, at, rem.place = done
     path.write_text(pasted)
     try:
         compile(pasted, str(path), "exec")
@@ -479,7 +524,7 @@ def cases_of(sets: list[str]) -> list[tuple[str, Case]]:
 
 
 def _cell(rem: dict[str, Any]) -> str:
-    if rem["kind"] not in PASTED:
+    if not any(k in PASTED for k in rem["kind"].split("+")):
         return rem["kind"]
     if rem["runs"] is False:
         return "FAILS"
@@ -493,7 +538,7 @@ def _cell(rem: dict[str, Any]) -> str:
 def summary(rows: list[dict[str, Any]]) -> str:
     """The headline: counts over every row."""
     rems = [r for row in rows for r in row.get("remedies") or []]
-    pasted = [r for r in rems if r["kind"] in PASTED]
+    pasted = [r for r in rems if any(k in PASTED for k in r["kind"].split("+"))]
     fails = sum(1 for r in pasted if r["runs"] is False)
     never = sum(1 for r in pasted if r["runs"] and r["executed"] is False)
     left = sum(1 for r in pasted if r["gone"] is False)

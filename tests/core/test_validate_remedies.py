@@ -13,7 +13,15 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO / "benchmarks"))
-from validate_remedies import NotMechanical, code_lines, paste, summary, target_of  # noqa: E402
+from validate_remedies import (  # noqa: E402
+    NotMechanical,
+    _paste_all,
+    code_lines,
+    paste,
+    pieces,
+    summary,
+    target_of,
+)
 
 SCRIPT = textwrap.dedent(
     """\
@@ -130,3 +138,17 @@ def test_the_headline_counts_failures_clean_bills_and_noisy_controls() -> None:
     line = summary(rows)
     assert "1 remedies pasted, 1 fail to run" in line and "false clean bills 1" in line
     assert "noisy controls 1" in line and "named 1 of 2" in line
+
+
+def test_a_fix_whose_statements_name_their_own_places_is_pasted_piece_by_piece(
+    tmp_path: Path,
+) -> None:
+    script = tmp_path / "s.py"
+    script.write_text(SCRIPT)
+    n = line_of("items = build(4)")
+    fix = f"model = compile(model)  # no place of its own\nbuild(4, workers=3)  # at s.py:{n}: why"
+    assert pieces(fix) == ["model = compile(model)  # no place of its own", fix.splitlines()[1]]
+    kind, _path, out, at, place = _paste_all(fix, ["s.py:2"], tmp_path, script)
+    assert kind == "replace" and at == [n] and place == f"s.py:{n} (1 of 2 pieces unplaced)"
+    assert run(out)["RESULT"] == [4, 3]
+    assert pieces("x = 1\ny = 2") == []  # one piece: pasted where the fix points
