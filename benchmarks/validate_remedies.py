@@ -345,9 +345,17 @@ def _check(case: Case, script: Path, work: Path, name: str, timeout: float) -> d
     return json.loads(out.read_text())
 
 
+SEVERITIES = ["warning", "critical"]
+"""The findings whose remedies are pasted (``--info`` adds info: a mode measured cheap here)."""
+
+
 def actionable(report: dict[str, Any]) -> list[dict[str, Any]]:
     """The report's warning and critical findings."""
     return [f for f in report.get("findings") or [] if f.get("severity") in ("warning", "critical")]
+
+
+def _pasted_findings(report: dict[str, Any]) -> list[dict[str, Any]]:
+    return [f for f in report.get("findings") or [] if f.get("severity") in SEVERITIES]
 
 
 def _plain(
@@ -459,7 +467,7 @@ def _try_remedy(case: Case, finding: dict[str, Any], plain_rc: int, timeout: flo
     if "error" in after:
         rem.error = f"check after: {after['error']}"
         return rem
-    rem.after_ids = [f["id"] for f in actionable(after)]
+    rem.after_ids = [f["id"] for f in _pasted_findings(after)]
     rem.gone = finding["id"] not in rem.after_ids
     return rem
 
@@ -484,7 +492,11 @@ def one(case: Case, timeout: float) -> dict[str, Any]:
     # named, as info only: a mode measured too cheap to fix here, or not measured (a loaded
     # machine); not a clean bill, counted apart
     row["named_info"] = any(f["id"] in case.expect for f in report.get("findings") or [])
-    row["remedies"] = [_try_remedy(case, f, plain_rc, timeout).__dict__ for f in found]
+    row["remedies"] = [
+        _try_remedy(case, f, plain_rc, timeout).__dict__
+        for f in _pasted_findings(report)
+        if f in found or f["id"] in case.expect
+    ]
     return row
 
 
@@ -563,7 +575,15 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--cases", default="", help="comma-separated script names (default: all)")
     ap.add_argument("--timeout", type=float, default=300.0, help="seconds per run")
     ap.add_argument("--json", default=None, help="write the rows as JSON here")
+    ap.add_argument(
+        "--info",
+        action="store_true",
+        help="also paste the planted mistake's own finding when it is info (measured cheap or "
+        "not measured on this machine); the mistake is then 'gone' when it is not reported again",
+    )
     args = ap.parse_args(argv)
+    if args.info:
+        SEVERITIES.append("info")
     chosen = cases_of([s for s in args.set.split(",") if s])
     wanted = {c for c in args.cases.split(",") if c}
     unknown = wanted - {c.script for _, c in chosen}
