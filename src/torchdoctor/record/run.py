@@ -284,6 +284,14 @@ class LoaderConfig:
     cpu_count: int | None = None
     dataset_len: int | None = None
     """``len()`` of the loader's dataset; None when it has none (an iterable dataset)."""
+    persistent_workers: bool = False
+    multiprocessing_context: str | None = None
+    """The workers' start method when the script set one (``spawn``...), else None."""
+    usage: dict[str, Any] = field(default_factory=dict)
+    """What the loader did in the run: batches, waits and worker CPU time, in the measured
+    steps (``measured_*``) and the profiled window (``window_*``)."""
+    torch_warnings: tuple[str, ...] = ()
+    """torch's own warnings about this loader (too many workers for the CPUs...)."""
     raw: dict[str, Any] = field(default_factory=dict)
     """Everything recorded about the loader (more arguments than the fields above)."""
 
@@ -296,6 +304,10 @@ class LoaderConfig:
             cpus_per_rank=d.get("cpus_per_rank"),
             cpu_count=d.get("cpu_count"),
             dataset_len=_count(d.get("dataset_len")) or None,
+            persistent_workers=bool(d.get("persistent_workers")),
+            multiprocessing_context=_str_or_none(d.get("multiprocessing_context")),
+            usage=_d(d.get("usage")),
+            torch_warnings=tuple(str(w) for w in as_list(d.get("torch_warnings"))),
             raw=d,
         )
 

@@ -24,12 +24,16 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from torchdoctor import stats
+from torchdoctor.record.values import as_dict
 from torchdoctor.rules import thresholds as th
 from torchdoctor.rules.finding import Finding, rank_findings
 from torchdoctor.rules.registry import REGISTRY, spec
+
+if TYPE_CHECKING:
+    from torchdoctor.record.run import RunRecord
 
 MIN_CLEAN_STEPS = 3
 """Fewer clean steps than this have no median worth reporting: the instrumented one stands."""
@@ -173,15 +177,16 @@ def _steady(window: Mapping[str, Any], key: str = "step_ms", strict: bool = Fals
     return steady if strict or len(steady) >= MIN_CLEAN_STEPS else values
 
 
-def _window_steps(steps: Mapping[str, Any], first: int, last: int) -> list[float]:
-    ms = [float(x) for x in steps.get("step_ms") or []]
-    return ms[first - 1 : last]
+def _run(record: Mapping[str, Any]) -> RunRecord:
+    from torchdoctor.record.run import RunRecord
+
+    return RunRecord.from_dict(dict(record))
 
 
-def _instruments(record: Mapping[str, Any]) -> str:
+def _instruments(run: RunRecord) -> str:
     """What was armed in the profiled window: the switchboard's record when there is one."""
-    sched = (record.get("steps") or {}).get("schedule") or {}
-    log = sched.get("instruments") if isinstance(sched, dict) else None
+    sched = run.steps.schedule or {}
+    log = sched.get("instruments")
     if isinstance(log, list) and log:
         armed = [
             str(name)
@@ -191,22 +196,20 @@ def _instruments(record: Mapping[str, Any]) -> str:
         ]
         if armed:
             return ", ".join(dict.fromkeys(armed))
-    opts = record.get("options") or {}
-    cuda = bool(record.get("gpu"))
+    cuda = run.gpu is not None
     parts = ["profiler" + (" (CPU + CUDA)" if cuda else "")]
     if cuda and not sched.get("sync_debug"):
         parts.append("sync-debug mode")
-    lines = record.get("lines") or {}
-    if isinstance(lines, dict) and lines.get("samples"):
+    if run.lines.samples:
         parts.append("line sampler")
-    if opts.get("profile_memory"):
+    if run.options.profile_memory:
         parts.append("memory recording")
     return ", ".join(parts)
 
 
-def _kernel_window(steps: Mapping[str, Any]) -> tuple[list[float], float | None]:
+def _kernel_window(kernels: Any) -> tuple[list[float], float | None]:
     """The kernel window's steps and the GPU's busy time per step in it (GPU only)."""
-    kernels = steps.get("kernels") or {}
+    kernels = kernels or {}
     if not isinstance(kernels, dict):
         return [], None
     gpu = kernels.get("gpu") or {}
@@ -217,9 +220,10 @@ def _kernel_window(steps: Mapping[str, Any]) -> tuple[list[float], float | None]
 def measure(record: Mapping[str, Any], gpu_busy_ms: float | None = None) -> ProbeEffect | None:
     """The probe effect of one rank's ``run.json`` record; None without a clean window of at
     least ``MIN_CLEAN_STEPS`` steps. ``gpu_busy_ms``: the trace's kernel time per step."""
-    steps = record.get("steps") or {}
-    clean = steps.get("clean") or {}
-    after = steps.get("after") or {}
+    run = _run(record)
+    steps = run.steps
+    clean = as_dict(steps.timed.get("clean"))
+    after = as_dict(steps.timed.get("after"))
     ms = _steady(clean, strict=True)
     after_ms = _steady(after)
     pooled = False
@@ -230,18 +234,18 @@ def measure(record: Mapping[str, Any], gpu_busy_ms: float | None = None) -> Prob
     mid = stats.median(ms)
     low, high, conf = stats.median_interval(ms)
     windows: list[WindowEffect] = []
-    window = steps.get("window") or []
-    if len(window) == 2:
-        prof = _window_steps(steps, int(window[0]), int(window[1]))
+    if steps.window is not None:
+        first, last = steps.window
+        prof = list(steps.step_ms[first - 1 : last])
         # the first recorded step still pays the profiler's start (CUPTI buffers, its first
         # flush): an instrument's start is not the user's step
-        own = {int(n) for n in steps.get("own_steps") or []}
-        prof = [t for i, t in enumerate(prof, int(window[0])) if i not in own] or prof
+        own = set(steps.own_steps)
+        prof = [t for i, t in enumerate(prof, first) if i not in own] or prof
         if len(prof) >= 3:
             prof = prof[1:]
         if prof:
-            windows.append(_effect("profiled", _instruments(record), prof, ms))
-    kernel_ms, kernel_busy = _kernel_window(steps)
+            windows.append(_effect("profiled", _instruments(run), prof, ms))
+    kernel_ms, kernel_busy = _kernel_window(steps.timed.get("kernels"))
     if kernel_ms:
         windows.append(_effect("kernels", "profiler, CUDA activity only", kernel_ms, ms))
     if after_ms:
@@ -266,7 +270,7 @@ def measure(record: Mapping[str, Any], gpu_busy_ms: float | None = None) -> Prob
         gpu_bound=gpu_bound,
         gpu_busy_ms=kernel_busy
         if kernel_busy is not None
-        else (gpu_busy_ms if record.get("gpu") else None),
+        else (gpu_busy_ms if run.gpu is not None else None),
         gpu_busy_source="kernel window" if kernel_busy is not None else "trace",
         pooled=pooled,
     )
@@ -287,16 +291,16 @@ def _effect(
 
 def _data_scale(record: Mapping[str, Any]) -> float | None:
     """Clean data wait over the instrumented window's (None when either is unknown or 0)."""
-    steps = record.get("steps") or {}
-    waits = [float(x) for x in steps.get("data_wait_ms") or []]
-    clean = steps.get("clean") or {}
-    window = steps.get("window") or []
+    steps = _run(record).steps
+    waits = list(steps.data_wait_ms)
+    clean = as_dict(steps.timed.get("clean"))
+    window = steps.window
     first = int(clean.get("first_step") or 0)
     n = len(clean.get("step_ms") or [])
-    if not waits or not first or len(window) != 2:
+    if not waits or not first or window is None:
         return None
     c = waits[first - 1 : first - 1 + n]
-    w = waits[int(window[0]) - 1 : int(window[1])]
+    w = waits[window[0] - 1 : window[1]]
     if not c or not w:
         return None
     cw, ww = sum(c) / len(c), sum(w) / len(w)

@@ -159,7 +159,7 @@ def feeding_loader(run: RunRecord) -> LoaderConfig | None:
         return None
 
     def key(dl: LoaderConfig) -> tuple[float, float]:
-        use = dl.raw.get("usage") or {}
+        use = dl.usage
         return float(use.get("measured_wait_s") or 0.0), float(use.get("measured_batches") or 0.0)
 
     best = max(loaders, key=key)
@@ -167,7 +167,7 @@ def feeding_loader(run: RunRecord) -> LoaderConfig | None:
 
 
 def _wait_ms(run: RunRecord, dl: LoaderConfig) -> float:
-    use = dl.raw.get("usage") or {}
+    use = dl.usage
     measured = run.steps.measured_steps
     if "measured_wait_s" in use and measured:
         return float(use["measured_wait_s"]) * 1e3 / measured
@@ -177,7 +177,7 @@ def _wait_ms(run: RunRecord, dl: LoaderConfig) -> float:
 def measured_item_ms(dl: LoaderConfig, wait_ms: float) -> tuple[float | None, str]:
     """One item's cost (ms) and how it was measured: timed in the training process, from the
     workers' CPU time per item in the window, or (no workers) the wait per batch."""
-    use = dl.raw.get("usage") or {}
+    use = dl.usage
     main = use.get("main_process_batch") or {}
     if main.get("item_ms") is not None:
         return float(main["item_ms"]), "timed in the training process"
@@ -191,7 +191,7 @@ def measured_item_ms(dl: LoaderConfig, wait_ms: float) -> tuple[float | None, st
 
 def workers_busy(dl: LoaderConfig) -> float | None:
     """Share of the window the workers ran or waited for a core (1: always wanted the CPU)."""
-    use = dl.raw.get("usage") or {}
+    use = dl.usage
     n, wall = use.get("window_workers"), use.get("window_s")
     if not n or not wall or use.get("window_worker_cpu_s") is None:
         return None
@@ -230,7 +230,7 @@ def measure_config(run: RunRecord) -> Measured | None:
     if restarts is not None:
         return restarts
     item_ms, how = measured_item_ms(dl, wait)
-    use = dl.raw.get("usage") or {}
+    use = dl.usage
     main = use.get("main_process_batch") or {}
     busy = workers_busy(dl)
     evidence: dict[str, Any] = {
@@ -296,9 +296,9 @@ def _suggested_workers(dl: LoaderConfig, item_ms: float | None, step: float, wai
 
 def _restarts(run: RunRecord, dl: LoaderConfig, wait: float, step: float) -> Measured | None:
     """Workers started again for every epoch: their start-up is the wait."""
-    use = dl.raw.get("usage") or {}
+    use = dl.usage
     measured = run.steps.measured_steps
-    if not dl.num_workers or dl.raw.get("persistent_workers") or not measured:
+    if not dl.num_workers or dl.persistent_workers or not measured:
         return None
     starts = int(use.get("measured_first_batches") or 0)
     cost_ms = float(use.get("measured_iter_s") or 0) + float(use.get("measured_first_wait_s") or 0)
@@ -311,7 +311,7 @@ def _restarts(run: RunRecord, dl: LoaderConfig, wait: float, step: float) -> Mea
         "starts": starts,
         "measured": measured,
         "workers": dl.num_workers,
-        "method": dl.raw.get("multiprocessing_context") or "the default start method",
+        "method": dl.multiprocessing_context or "the default start method",
     }
     return Measured(
         value=wait / step,
@@ -367,7 +367,7 @@ def measure_warnings(run: RunRecord) -> tuple[Measured, ...]:
             fix={"loader": dl, "text": text},
         )
         for dl in run.config.dataloaders
-        for text in dl.raw.get("torch_warnings") or []
+        for text in dl.torch_warnings
         if fx.torch_warning_fix(dl, text) is not None
     )
 

@@ -15,6 +15,7 @@ import linecache
 from typing import TYPE_CHECKING, Any
 
 from torchdoctor.analysis.memory_growth import MIB, GrowthFit, growth_of
+from torchdoctor.record.values import as_dict
 from torchdoctor.rules import fixes as fx
 from torchdoctor.rules import thresholds as th
 from torchdoctor.rules.spec import FindingSpec, Measured, RunRule, SeverityPolicy
@@ -30,18 +31,23 @@ _WORDS = {
 GIB = 2**30
 
 
-def leaking_fits(record: dict[str, Any]) -> list[GrowthFit]:
-    """The fits of ``record``'s memory columns that pass every threshold."""
-    steps = record.get("steps") or {}
-    tail = bool((record.get("options") or {}).get("full")) and not steps.get("experiment_steps")
+def leaking_fits(record: RunRecord | dict[str, Any]) -> list[GrowthFit]:
+    """The fits of ``record``'s memory columns that pass every threshold (``record``: the run,
+    or the ``run.json`` document the capture side is writing)."""
+    if isinstance(record, dict):
+        from torchdoctor.record.run import RunRecord
+
+        record = RunRecord.from_dict(record)
+    steps = record.steps
+    tail = record.options.full and not steps.experiment_steps
     # steps that compiled grow by the compiler's code and graphs: recompiles has that cause
     compiled = [
         int(s)
         for key in ("clean", "after")
-        for s in ((steps.get(key) or {}).get("compiled_steps") or [])
+        for s in (as_dict(steps.timed.get(key)).get("compiled_steps") or [])
         if isinstance(s, int)
     ]
-    fits = growth_of(record.get("memory_steps"), steps.get("schedule") or {}, tail, compiled)
+    fits = growth_of(record.memory_steps, steps.schedule or {}, tail, compiled)
     return [
         f
         for f in fits
@@ -115,7 +121,7 @@ def _cost(run: RunRecord, fit: GrowthFit) -> tuple[str, dict[str, Any], bool]:
     """The projection in words, its numbers, and whether the job runs out of memory."""
     from torchdoctor.rules.one_off import job_steps
 
-    memory = run.raw.get("memory_steps") or {}
+    memory = run.memory_steps
     evidence: dict[str, Any] = {}
     parts = []
     job = job_steps(run)
@@ -173,8 +179,8 @@ def measure(run: RunRecord) -> tuple[Measured, ...]:
     slope in bytes per step), a finding each; saving 0 ms (a risk), critical when the job as
     the script names it would run out of memory."""
     out = []
-    sites = graph_keeping_lines(run.raw.get("script"))
-    for fit in leaking_fits(run.raw):
+    sites = graph_keeping_lines(run.script)
+    for fit in leaking_fits(run):
         projection, cost, exhausts = _cost(run, fit)
         title = {
             "kind": _WORDS[fit.kind],
@@ -183,7 +189,7 @@ def measure(run: RunRecord) -> tuple[Measured, ...]:
             "steps": fit.steps,
             "projection": projection,
         }
-        snapshot = (run.raw.get("memory_steps") or {}).get("snapshot") or {}
+        snapshot = run.memory_steps.get("snapshot") or {}
         holders = snapshot.get("top_holders") or [] if fit.kind == "device" else []
         where = [s for s, _ in sites] + [str(h["where"]) for h in holders if h.get("where")]
         evidence = {"growth": fit.to_dict(), **cost}
