@@ -1,16 +1,9 @@
-"""``fix --prove``: the original against each change, and against all of them, interleaved.
-
-Each round runs every arm once, in a fresh process (``capture/script_arm.py``), in an order that changes per
-round (``ab.round_order``), so a change in the machine's load falls on all arms alike; an arm's
-value in a round is the mean of its measured steps (check's step clock, after the warm-up, the
-profiler off).
-Decisions are tune's and compare's (``torchdoctor.ab``): the interval of the per-round ratio
-original / arm must lie above ``1 + min_gain``.
-Fidelity is tune's gate too (``tune.fidelity``): the losses of the first steps, same seed,
-against the original's, within the tolerance of the change's arithmetic.
-
-The rounds are ``ab.rounds.run_rounds`` (an arm that fails is not run again) and each process is
-``ab.child.run_child``, as for ``compare --rerun`` and ``tune``'s trials.
+"""``fix --prove``: the original against each change, and against all of them, on ``ab``'s
+engine (rounds of fresh processes running ``capture/script_arm.py``; a failed arm is not run
+again). An arm's value in a round is the mean of its measured steps; a change is kept when the
+interval of the per-round ratio original / arm lies above ``1 + min_gain`` (``ab.compare``),
+and when it passes tune's fidelity gate (``tune.fidelity``): the losses of the first steps, same
+seed, against the original's, within the tolerance of the change's arithmetic.
 """
 
 from __future__ import annotations

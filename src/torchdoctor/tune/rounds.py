@@ -1,9 +1,6 @@
-"""Interleaved rounds inside one trial process: every arm trains, one timed window per round.
-
-An *arm* is one configuration's model, optimizer and data loader, built from the same seed. Each
-round runs one window of steps of every arm, in an order that changes per round (shuffled,
-then reversed: ``ab.rounds``, the loop ``compare --rerun`` and ``fix --prove`` run their fresh
-processes in), so a load change on the machine hits all arms alike; the search decides on the per-round ratios (``ab.compare``).
+"""Interleaved rounds inside one trial process (``ab.rounds``; why inside: ``ab``): every arm
+trains one timed window per round. An *arm* is one configuration's model, optimizer and data
+loader, built from the same seed; the search decides on the per-round ratios (``ab.compare``).
 
 A window is what the user's loop does: no ``.item()``, no synchronisation per step. The losses
 stay on the device and are read once, after the window's single synchronisation. On CUDA the
