@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from torchdoctor.record.account import Experiment, Forwards, Modes, Repeat, Roofline
 from torchdoctor.record.lines import LineTable
-from torchdoctor.record.run import RunRecord
+from torchdoctor.record.run import LoaderConfig, RunRecord
 
 
 def test_sections_read_typed_and_keep_their_raw_dicts() -> None:
@@ -80,3 +80,58 @@ def test_the_operator_summary_reads_typed_and_a_partial_one_fires_nothing() -> N
     )
     assert f.title.startswith("400 operators per step, median 3.0 us: 8.0 ms per step")
     assert f.evidence["tiny_op_threshold_us"] == 20.0  # the recorded summary, as evidence
+
+
+def test_the_run_record_reads_the_sections_the_rules_use() -> None:
+    loader = {
+        "num_workers": 2,
+        "batch_size": 8,
+        "dataset_len": 100,
+        "persistent_workers": True,
+        "multiprocessing_context": "spawn",
+        "usage": {"measured_wait_s": 0.5},
+        "torch_warnings": ["too many workers"],
+    }
+    run = RunRecord.from_dict(
+        {
+            "roofline": {"work": {"uncounted_compute_ops": {"aten::foo": 1}}},
+            "experiments": [{"id": "anomaly-detection", "ratio": 0.8}, "bad"],
+            "modes": {"anomaly_detection": True},
+            "repeats": [{"kind": "optimizer", "site": "t.py:5"}],
+            "forwards": {"loops": [{"site": "t.py:7", "calls": 9}]},
+            "job": {"name": "EPOCHS", "value": 3, "unit": "epochs"},
+            "monitor": {"source": "optimizer"},
+            "memory_steps": {"rss_bytes": [1, 2]},
+            "options": {"profile_memory": True, "full": True},
+            "config": {"dataloaders": [loader], "housekeeping": [{"what": "gc.collect"}, 7]},
+        }
+    )
+    assert run.roof.work == {"uncounted_compute_ops": {"aten::foo": 1}}
+    assert [(e.id, e.ratio) for e in run.toggles] == [("anomaly-detection", 0.8)]
+    assert run.modes.anomaly_detection and [r.site for r in run.repeats] == ["t.py:5"]
+    assert run.forwards.loops[0].calls == 9 and run.job["value"] == 3
+    assert run.monitor == {"source": "optimizer"} and run.memory_steps["rss_bytes"] == [1, 2]
+    assert run.options.profile_memory and run.options.full
+    assert run.config.housekeeping == [{"what": "gc.collect"}]  # the row that is no dict dropped
+    (dl,) = run.config.dataloaders
+    assert (dl.dataset_len, dl.persistent_workers, dl.multiprocessing_context) == (
+        100,
+        True,
+        "spawn",
+    )
+    assert dl.usage == {"measured_wait_s": 0.5} and dl.torch_warnings == ("too many workers",)
+    empty = RunRecord.from_dict({"job": [1], "monitor": "x", "memory_steps": [1], "options": {}})
+    assert (empty.job, empty.monitor, empty.memory_steps, empty.repeats) == ({}, {}, {}, ())
+    assert not empty.options.full and empty.roof.work == {} and empty.toggles == ()
+    assert RunRecord.from_dict({"config": {"dataloaders": [{}]}}).config.dataloaders[0] == (
+        LoaderConfig(raw={})
+    )
+
+
+def test_a_record_whose_steps_are_no_section_gets_no_run_finding_and_no_probe_effect() -> None:
+    from torchdoctor.rules import probe_effect
+    from torchdoctor.rules.run_rules import run_findings
+
+    record = {"steps": [1.0, 2.0], "memory_steps": [1], "options": {"full": True}}
+    assert run_findings(record) == []  # long-steps, memory-growth read steps.get(): raised
+    assert probe_effect.measure(record) is None
