@@ -19,12 +19,18 @@ if TYPE_CHECKING:
 
 
 def fp64_fix(sites: list[str] | None = None) -> str:
-    """float32 instead of float64."""
+    """float32 instead of float64, for the model and its inputs together: said in words, since
+    the record knows where the model (or the default dtype) became float64, not where the
+    inputs did, and a float32 model given float64 inputs stops with a dtype error."""
     sites = sites or []
+    where = f"at {sites[0]}" if sites else "where the model is built"
     return (
-        "model = model.float()" + (f"  # at {sites[0]}" if sites else "") + "\n"
-        "x = torch.from_numpy(array).float()  # numpy arrays are float64 by default\n"
-        "# and remove torch.set_default_dtype(torch.float64), if set"
+        "# float32 instead of float64, for the model and its inputs together (a float32 model "
+        "refuses float64 inputs):\n"
+        f"# {where}: model.float() in place of model.double(), or "
+        "torch.set_default_dtype(torch.float32) in place of float64;\n"
+        "# where numpy arrays become tensors: torch.from_numpy(a).float() (numpy arrays are "
+        "float64 by default)"
     )
 
 
