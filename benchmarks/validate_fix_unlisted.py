@@ -4,6 +4,7 @@ whether ``check`` on the patched script still names the planted mistake.
 
     python benchmarks/validate_fix_unlisted.py                       # every case
     python benchmarks/validate_fix_unlisted.py --cases gc_every_step.py,eval_with_grad.py
+    python benchmarks/validate_fix_unlisted.py --set heldout   # examples/heldout
 
 Each case is copied to a scratch folder (nothing in the repository is written); every run is a
 fresh process with the case's environment. Per case: ``fix --write`` (it runs ``check`` first
@@ -122,15 +123,21 @@ def one(case: Case, timeout: float) -> dict[str, Any]:
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--cases", default="", help="comma-separated script names (default: all)")
+    ap.add_argument(
+        "--set", default="unlisted", choices=("unlisted", "heldout"), help="examples/<set>"
+    )
     ap.add_argument("--timeout", type=float, default=600.0, help="seconds per run")
     ap.add_argument("--json", default=None, help="write the rows as JSON here")
     args = ap.parse_args(argv)
+    cases = CASES
+    if args.set == "heldout":
+        from heldout_cases import CASES as cases
     wanted = {c for c in args.cases.split(",") if c}
-    unknown = wanted - {c.script for c in CASES}
+    unknown = wanted - {c.script for c in cases}
     if unknown:
         print(f"unknown case(s): {', '.join(sorted(unknown))}", file=sys.stderr)
         return 2
-    rows = [one(c, args.timeout) for c in CASES if not wanted or c.script in wanted]
+    rows = [one(c, args.timeout) for c in cases if not wanted or c.script in wanted]
     print(f"{'case':<28} {'patch':<48} {'runs':<6} {'mistake gone'}")
     for r in rows:
         patch = ", ".join(r["patched"]) or ("(none: control)" if r["control"] else "(none)")
