@@ -23,6 +23,7 @@ def test_an_assigned_optimizer_is_the_users_line_moved() -> None:
     (code,) = code_lines(fix)
     assert code.startswith("opt = torch.optim.Adam(model.parameters(), lr=1e-4)  # move this line")
     assert "before the loop" in code and "# (now at t.py:20)" in fix
+    assert "param_groups" in code  # moved, a per-step learning rate would be lost
     ast.parse(code)  # the line as the user wrote it, runnable where it moves
 
 

@@ -32,7 +32,9 @@ _WHY = {
 _MOVE_LINE = {
     "module": "  # move this line to __init__ (or before the loop): " + _WHY["module"],
     "dataloader": "  # move this line before the loop (" + _WHY["dataloader"] + ")",
-    "optimizer": "  # move this line before the loop: " + _WHY["optimizer"],
+    "optimizer": "  # move this line before the loop: " + _WHY["optimizer"] + "; a learning "
+    "rate that changes per step: set it in the optimizer's param_groups, or a "
+    "torch.optim.lr_scheduler",
     "module.to": "  # move this line before the loop; " + _WHY["module.to"],
 }
 """Where the user's own line is a statement of its own, the fix is that line, moved."""
