@@ -5,6 +5,7 @@ end-to-end runs on scripts written here."""
 
 from __future__ import annotations
 
+import copy
 import json
 import os
 from pathlib import Path
@@ -102,10 +103,13 @@ def test_our_own_sites_are_scrubbed_from_every_list() -> None:
         },
         "syncs": {"host_syncs": [{"site": ours}], "sync_debug": [{"site": "/u/a.py:3"}]},
     }
-    scrub(record)
-    assert record["compile"]["graph_breaks"] == [{"site": "/u/train.py:9"}]
-    assert record["compile"]["recompile_events"] == [] and record["syncs"]["host_syncs"] == []
-    assert record["own_frames"]["compile.graph_breaks"] == [ours]
+    before = copy.deepcopy(record)
+    scrubbed = scrub(record)
+    assert record == before  # a copy: the record given is left as it is
+    assert scrubbed["compile"]["graph_breaks"] == [{"site": "/u/train.py:9"}]
+    assert scrubbed["compile"]["recompile_events"] == [] and scrubbed["syncs"]["host_syncs"] == []
+    assert scrubbed["own_frames"]["compile.graph_breaks"] == [ours]
+    assert scrubbed["syncs"]["sync_debug"] == [{"site": "/u/a.py:3"}]
     assert not is_ours("aten::mm") and not is_ours("/u/train.py:9")
 
 

@@ -4,9 +4,11 @@ same header and steps keys, with the same statistics over the same steps."""
 
 from __future__ import annotations
 
+import copy
 import json
 from pathlib import Path
 from statistics import median
+from typing import Any
 
 import pytest
 
@@ -15,7 +17,15 @@ from torchdoctor.capture.evidence import read_evidence, record_from_evidence
 from torchdoctor.record import layout
 from torchdoctor.record.folder import read_run
 from torchdoctor.record.run import RunRecord, StepStats
-from torchdoctor.record.write import RankPlace, RunHeader, rank_index, run_document
+from torchdoctor.record.write import (
+    RankPlace,
+    RunEnd,
+    RunHeader,
+    ended_document,
+    rank_index,
+    run_document,
+    without_sites,
+)
 
 
 def _train() -> None:
@@ -117,3 +127,67 @@ def test_the_steps_are_one_type_both_ways() -> None:
         1,
     )
     assert back.script_step_ms == (40.0, 12.0, 10.0, 14.0, 11.0)
+
+
+# -- the end of a check run: built from parts, the session's record left as it is --------------
+def _session_record() -> dict[str, Any]:
+    return {
+        "schema": "torchdoctor.run",
+        "steps": {"count": 3},
+        "gpu": {"device": {"name": "H200"}, "memory": {"total_bytes": 8}},
+        "compile": {
+            "graph_breaks": [{"site": "/td/hooks.py:4"}, {"site": "/u/train.py:9"}],
+            "recompile_events": [{"site": "/td/a.py:1"}] * 30,
+        },
+        "syncs": {"host_syncs": [{"site": "/u/train.py:12"}]},
+        "config": {
+            "dataloaders": [
+                {"call": {"site": "/td/probe.py:7"}, "num_workers": 0},
+                {"call": {"site": "/u/train.py:3"}, "num_workers": 4},
+            ]
+        },
+        "notes": [],
+    }
+
+
+def test_the_end_of_a_run_makes_a_new_document_in_the_writers_order() -> None:
+    recorded = _session_record()
+    before = copy.deepcopy(recorded)
+    steps = {"rss_bytes": [1, 2]}
+    end = RunEnd("trace.json", {"tried_bytes": 4}, {"observed_ooms": 1}, steps)
+    doc = ended_document(recorded, end, [{"id": "a"}])
+    assert recorded == before  # nothing added to, or changed in, the session's record
+    assert list(doc) == [*before, "trace", "oom", "memory_steps", "findings"]
+    assert doc["gpu"] == {**before["gpu"], "oom_observer": {"observed_ooms": 1}}
+    assert doc["trace"] == "trace.json" and doc["oom"] == {"tried_bytes": 4}
+    assert doc["memory_steps"] == steps and doc["findings"] == [{"id": "a"}]
+    # what the end did not see is left out (the trace is always said, None when none)
+    bare = ended_document({"gpu": None, "trace": "old"}, RunEnd(None, oom_observer={"n": 1}))
+    assert bare == {"gpu": None, "trace": None}
+    # a key the record had keeps its place
+    assert list(ended_document({"findings": [], "x": 1}, RunEnd(None), [])) == [
+        "findings",
+        "x",
+        "trace",
+    ]
+
+
+def test_sites_come_out_of_a_copy() -> None:
+    recorded = _session_record()
+    before = copy.deepcopy(recorded)
+    doc, removed = without_sites(recorded, lambda site: str(site).startswith("/td/"), keep=5)
+    assert recorded == before
+    assert list(doc) == list(before)
+    assert doc["compile"]["graph_breaks"] == [{"site": "/u/train.py:9"}]
+    assert doc["compile"]["recompile_events"] == []
+    assert doc["syncs"] == before["syncs"]
+    assert doc["config"]["dataloaders"] == [
+        {"num_workers": 0},
+        {"call": {"site": "/u/train.py:3"}, "num_workers": 4},
+    ]
+    assert removed == {
+        "compile.graph_breaks": ["/td/hooks.py:4"],
+        "compile.recompile_events": ["/td/a.py:1"] * 5,
+        "config.dataloaders": ["/td/probe.py:7"],
+    }
+    assert without_sites({"compile": None}, lambda site: True) == ({"compile": None}, {})

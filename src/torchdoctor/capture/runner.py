@@ -15,7 +15,7 @@ import runpy
 import sys
 import traceback
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from types import TracebackType
 from typing import Any
@@ -33,6 +33,7 @@ from torchdoctor.capture.runfolder import (
 )
 from torchdoctor.capture.stopping import StopSignals, on_fork
 from torchdoctor.capture.streams import stdout_to_stderr
+from torchdoctor.record.write import RunEnd, ended_document
 
 EXIT_INTERRUPTED = 130  # what a shell reports for a process ended by SIGINT
 
@@ -225,9 +226,9 @@ def _watch(
     if os.getpid() != pid:
         _leave_forked_child(outcome.code)
     try:
-        record = finish_record(session, outcome, script, args)
         # A framework callback that stepped aside for us is in use: no hint to add it.
-        record["frameworks"] = [] if session.framework else spy.seen
+        frameworks = [] if session.framework else spy.seen
+        record = {**finish_record(session, outcome, script, args), "frameworks": frameworks}
     except Exception as exc:
         # Our bug must not replace the script's exit status; say so in one line.
         if os.environ.get("TORCHDOCTOR_DEBUG"):
@@ -250,9 +251,11 @@ def _record_before_experiments(
     import time
 
     session.compile.ours_from(time.time())
-    record = finish_record(session, Outcome("stopped", 0), script, args)
-    record["frameworks"] = [] if session.framework else spy.seen
-    record["written_before_experiments"] = True
+    record = {
+        **finish_record(session, Outcome("stopped", 0), script, args),
+        "frameworks": [] if session.framework else spy.seen,
+        "written_before_experiments": True,
+    }
     write_json(rank_result_path(session.folder, session.rank), record)
     log.record_written()
 
@@ -281,9 +284,13 @@ def _safely(step: Callable[[], Any]) -> None:
 
 
 def finish_record(session: Any, outcome: Outcome, script: str, args: list[str]) -> dict[str, Any]:
-    """Export the trace, collect OOM evidence, and attach run-level findings to the record."""
+    """Export the trace, collect OOM evidence, and attach run-level findings to the record.
+
+    The record is built from parts (``record/write.py``'s ``ended_document``), never changed
+    in place: what the session recorded is left as it is."""
     from torchdoctor.capture import gpu_probe
     from torchdoctor.capture.own_frames import scrub
+    from torchdoctor.record.run import RunRecord
     from torchdoctor.rules.run_rules import run_findings
 
     for probe in (_probe_threads, _probe_loader):  # extra evidence: never worth the report
@@ -293,47 +300,62 @@ def finish_record(session: Any, outcome: Outcome, script: str, args: list[str]) 
         trace_path(session.folder, session.rank)
     )
     session.trace_file = exported
-    record: dict[str, Any] = scrub(session.record(outcome.to_dict(), script, args))
-    record["trace"] = None if exported is None else str(exported.relative_to(session.folder))
+    recorded = scrub(session.record(outcome.to_dict(), script, args))
+    gpu = RunRecord.from_dict(recorded).gpu
+    trace = None if exported is None else str(exported.relative_to(session.folder))
+    oom: dict[str, Any] | None = None
+    observer: dict[str, Any] | None = None
     exc = outcome.exception
     watch = session.oom_watch
     if exc is not None and gpu_probe.is_oom(exc):
-        record["oom"] = _oom(exc, session)
-        if record["oom"].get("snapshot_file"):  # explain it now: who held the memory, fragmentation
+        oom = _oom(exc, session)
+        if oom.get("snapshot_file"):  # explain it now: who held the memory, fragmentation
             from torchdoctor.memory.headline import snapshot_headline
 
-            snapshot = session.folder / record["oom"]["snapshot_file"]
-            record["oom"]["memory_analysis"] = snapshot_headline(snapshot)
-    elif watch is not None and watch.count and record.get("gpu") is not None:
+            analysis = snapshot_headline(session.folder / oom["snapshot_file"])
+            oom = {**oom, "memory_analysis": analysis}
+    elif watch is not None and watch.count and gpu is not None:
         # OOMs the script caught itself (a retry, a batch-size search): evidence, not a crash.
-        record["gpu"]["oom_observer"] = watch.record()
+        observer = watch.record()
+    end = RunEnd(trace, oom, observer)
+    measured: list[dict[str, Any]] = []  # kept even when the snapshot after it failed
 
     def memory_steps(s: Any) -> None:
-        if not (record.get("oom") or {}).get("snapshot_file"):  # never over the OOM's snapshot
-            _memory_steps(s, record)
+        if not (oom or {}).get("snapshot_file"):  # never over the OOM's snapshot
+            _memory_steps(s, recorded, end, measured)
 
     _optional(memory_steps, session)
+    if measured:
+        end = replace(end, memory_steps=measured[-1])
     session.stop_memory_history()
     outcome.exception = None  # drop the traceback: it keeps DataLoader workers alive
-    record["findings"] = [f.to_dict() for f in run_findings(record)]
-    return record
+    record = ended_document(recorded, end)
+    return ended_document(recorded, end, [f.to_dict() for f in run_findings(record)])
 
 
-def _memory_steps(session: Any, record: dict[str, Any]) -> None:
+def _memory_steps(
+    session: Any, recorded: dict[str, Any], end: RunEnd, measured: list[dict[str, Any]]
+) -> None:
     """Memory at each step's end (``capture/step_memory.py``); when the device's grows like a
     leak and ``--memory`` recorded the allocator's history, the snapshot says who allocated
-    what is still held (``memory_steps.snapshot``)."""
+    what is still held (``memory_steps.snapshot``). Each stage of the section is appended to
+    ``measured`` as it is built, so that a failing snapshot keeps the steps before it; the
+    last is the section. ``recorded`` and ``end``: the run so far, left as they are."""
+    from torchdoctor.record.run import RunRecord
+
     memory = getattr(getattr(session.clock, "log", None), "memory", None)
     if memory is None:
         return
-    steps = memory.record()
-    steps["device_total_bytes"] = ((record.get("gpu") or {}).get("memory") or {}).get("total_bytes")
-    record["memory_steps"] = steps
+    gpu = RunRecord.from_dict(recorded).gpu
+    total = None if gpu is None else gpu.memory.get("total_bytes")
+    steps = {**memory.record(), "device_total_bytes": total}
+    measured.append(steps)
     if not session.memory_history:
         return
     from torchdoctor.rules.families.memory_growth import leaking_fits
 
-    if any(f.kind == "device" for f in leaking_fits(record)):
+    with_steps = ended_document(recorded, replace(end, memory_steps=steps))
+    if any(f.kind == "device" for f in leaking_fits(with_steps)):
         import torch
 
         from torchdoctor.capture import gpu_probe
@@ -341,8 +363,8 @@ def _memory_steps(session: Any, record: dict[str, Any]) -> None:
 
         path = session.folder / session.snapshot_file
         gpu_probe.write_snapshot(torch.cuda, path)
-        steps["snapshot_file"] = path.name
-        steps["snapshot"] = snapshot_headline(path)
+        measured.append({**steps, "snapshot_file": path.name})
+        measured.append({**measured[-1], "snapshot": snapshot_headline(path)})
 
 
 def _probe_threads(session: Any) -> None:

@@ -10,14 +10,17 @@ here, so the two cannot drift apart: the same keys, in the same order, with the 
 ``record/folder.py`` read what is written here.
 
 The sections the watchers fill (``compile``, ``config``, ``syncs``, ``gpu``, ...) are passed in
-as they are; each watcher owns its section's contents.
+as they are; each watcher owns its section's contents. What the end of a check run adds after
+the script (``capture/runner.py``: the trace, the OOM, the memory per step, the findings) comes
+as parts too (``RunEnd``, ``ended_document``), and the sites torchdoctor's own frames left in
+the sections come out of a copy (``without_sites``): the record is built, never changed in place.
 """
 
 from __future__ import annotations
 
 import platform
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -107,3 +110,89 @@ def rank_index(world_size: int, ranks: Sequence[int]) -> dict[str, Any]:
         "ranks": {str(r): str(layout.rank_record(Path(), r)) for r in present},
         "missing_ranks": [r for r in range(world_size) if r not in present],
     }
+
+
+@dataclass(frozen=True)
+class RunEnd:
+    """What the end of a check run adds to the watchers' record, once the script is over."""
+
+    trace: str | None
+    """The trace file, relative to the run folder; None when none was written."""
+    oom: Mapping[str, Any] | None = None
+    """The out-of-memory error that ended the script (``oom``), when one did."""
+    oom_observer: Mapping[str, Any] | None = None
+    """OOMs the script caught itself (``gpu.oom_observer``); kept only where there is a GPU
+    section."""
+    memory_steps: Mapping[str, Any] | None = None
+    """Memory at each step's end (``memory_steps``), when it was recorded."""
+
+
+def ended_document(
+    document: Mapping[str, Any],
+    end: RunEnd,
+    findings: Sequence[Mapping[str, Any]] | None = None,
+) -> dict[str, Any]:
+    """A new ``run.json`` document: ``document`` (left as it is) with ``end``'s parts and, when
+    given, the run-level ``findings`` as dicts. A key ``document`` has keeps its place."""
+    out = dict(document)
+    out["trace"] = end.trace
+    if end.oom is not None:
+        out["oom"] = dict(end.oom)
+    gpu = out.get("gpu")
+    if end.oom_observer is not None and isinstance(gpu, Mapping):
+        out["gpu"] = {**gpu, "oom_observer": dict(end.oom_observer)}
+    if end.memory_steps is not None:
+        out["memory_steps"] = dict(end.memory_steps)
+    if findings is not None:
+        out["findings"] = [dict(f) for f in findings]
+    return out
+
+
+# (section, list, key of the site in each row): the lists of call sites the watchers record
+SITE_LISTS = (
+    ("compile", "graph_breaks", "site"),
+    ("compile", "recompile_events", "site"),
+    ("compile", "recompile_limit_hits", "site"),
+    ("syncs", "host_syncs", "site"),
+    ("syncs", "unpinned_non_blocking", "site"),
+    ("syncs", "sync_debug", "site"),
+)
+
+
+def without_sites(
+    document: Mapping[str, Any], drop: Callable[[Any], bool], keep: int = 20
+) -> tuple[dict[str, Any], dict[str, list[str]]]:
+    """A copy of ``document`` without the rows of ``SITE_LISTS`` whose site ``drop`` says, and
+    without the ``call`` of a data loader built at such a site; ``document`` is left as it is.
+
+    Also returns what was removed, by ``section.list`` (the first ``keep`` sites of each list;
+    every loader's), empty when nothing was.
+    """
+    out = dict(document)
+    removed: dict[str, list[str]] = {}
+    for section, name, key in SITE_LISTS:
+        part = out.get(section) or {}
+        rows = part.get(name)
+        if not rows:
+            continue
+        kept, dropped = [], []
+        for row in rows:
+            if drop(row.get(key)):
+                dropped.append(str(row.get(key)))
+            else:
+                kept.append(row)
+        out[section] = {**part, name: kept}
+        if dropped:
+            removed[f"{section}.{name}"] = dropped[:keep]
+    config = out.get("config") or {}
+    loaders = config.get("dataloaders") or []
+    if any(drop((loader.get("call") or {}).get("site")) for loader in loaders):
+        rebuilt = []
+        for loader in loaders:
+            site = (loader.get("call") or {}).get("site")
+            if drop(site):
+                removed.setdefault("config.dataloaders", []).append(str(site))
+                loader = {k: v for k, v in loader.items() if k != "call"}
+            rebuilt.append(loader)
+        out["config"] = {**config, "dataloaders": rebuilt}
+    return out, removed
