@@ -11,7 +11,6 @@ from __future__ import annotations
 import math
 from typing import TYPE_CHECKING, Any
 
-from torchdoctor import ab
 from torchdoctor.rules import fixes as fx
 from torchdoctor.rules import thresholds as th
 from torchdoctor.rules.spec import (
@@ -214,6 +213,8 @@ def measure_breaks(run: RunRecord) -> Measured | None:
 def _repaid_after(compile_ms: float, step_ms: float) -> float:
     """The shortest job that could repay the compile: its break-even if compiling saved a whole
     step per step (no speed-up saves more), compile time over the step time."""
+    from torchdoctor import ab  # statistics and fractions: imported when a run is judged
+
     return ab.break_even_steps(compile_ms, step_ms) or math.inf
 
 

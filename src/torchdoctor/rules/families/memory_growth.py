@@ -14,13 +14,13 @@ import ast
 import linecache
 from typing import TYPE_CHECKING, Any
 
-from torchdoctor.analysis.memory_growth import MIB, GrowthFit, growth_of
 from torchdoctor.record.values import as_dict
 from torchdoctor.rules import fixes as fx
 from torchdoctor.rules import thresholds as th
 from torchdoctor.rules.spec import FindingSpec, Measured, RunRule, SeverityPolicy
 
 if TYPE_CHECKING:
+    from torchdoctor.analysis.memory_growth import GrowthFit
     from torchdoctor.record.run import RunRecord
 
 _WORDS = {
@@ -34,6 +34,9 @@ GIB = 2**30
 def leaking_fits(record: RunRecord | dict[str, Any]) -> list[GrowthFit]:
     """The fits of ``record``'s memory columns that pass every threshold (``record``: the run,
     or the ``run.json`` document the capture side is writing)."""
+    # imported here, with statistics: analyze loads this module but never measures it
+    from torchdoctor.analysis.memory_growth import growth_of
+
     if isinstance(record, dict):
         from torchdoctor.record.run import RunRecord
 
@@ -150,6 +153,8 @@ def _cost(run: RunRecord, fit: GrowthFit) -> tuple[str, dict[str, Any], bool]:
 def growth_fix(sites: list[tuple[str, str]], holders: list[dict[str, Any]]) -> str:
     """What keeps each step's tensors alive (``fixes.memory_growth_fix`` at the script's
     ``sites``), and on CUDA with --memory what the allocator's history says holds the memory."""
+    from torchdoctor.analysis.memory_growth import MIB
+
     fix = fx.memory_growth_fix(sites)
     if holders:
         fix += "\n# what holds the device memory (allocation sites, --memory): " + "; ".join(
@@ -178,6 +183,8 @@ def measure(run: RunRecord) -> tuple[Measured, ...]:
     """Each memory column rising with the step count over the clean steps (``value``: its
     slope in bytes per step), a finding each; saving 0 ms (a risk), critical when the job as
     the script names it would run out of memory."""
+    from torchdoctor.analysis.memory_growth import MIB
+
     out = []
     sites = graph_keeping_lines(run.script)
     for fit in leaking_fits(run):
