@@ -57,6 +57,11 @@ def test_statements_with_names_the_script_lacks_become_comments(tmp_path: Path) 
     other = f"model = torch.compile(model)\nopt = torch.optim.SGD(net.parameters(), lr=0.1, foreach=True)  # at {script}:8"
     assert fit_names(other, str(script)).splitlines()[0] == "# model = torch.compile(model)"
     assert fit_names(other, str(script)).splitlines()[1].startswith("opt = torch.optim.SGD(")
+    # a statement commented out binds nothing for the ones after it
+    twice = "model = model.half()\n# again\nmodel = model.half()"
+    assert (
+        fit_names(twice, str(script)) == "# model = model.half()\n# again\n# model = model.half()"
+    )
     # names the fix binds itself count for its later statements
     own = "loader = iter([1])\nnext(loader)  # at train.py:10"
     assert fit_names(own, str(script)) == own

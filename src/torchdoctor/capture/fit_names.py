@@ -97,7 +97,8 @@ def fit_names(fix: str, script: str | None) -> str:
         inner = _bound(stmt) if isinstance(stmt, ast.For | ast.With | ast.If) else set()
         if _free(stmt, own | inner) - scope:
             unfit |= set(range(stmt.lineno - 1, (stmt.end_lineno or stmt.lineno)))
-        own |= _bound(stmt)
+        else:  # a commented statement binds nothing for the ones after it
+            own |= _bound(stmt)
     if not unfit:
         return fix
     for k in sorted(unfit):
