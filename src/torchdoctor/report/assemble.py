@@ -9,6 +9,12 @@ from torchdoctor.rules.finding import Finding, rank_findings
 from torchdoctor.rules.registry import label, spec
 from torchdoctor.rules.trace_rules import evaluate
 
+CLEAN_BILL = "No bottleneck worth fixing found."
+"""The verdict's clean bill: nothing costs time and nothing is a risk."""
+NO_TIME_BOTTLENECK = "No time bottleneck found."
+"""The verdict when nothing costs time but a risk (memory growing, fp16 without a scaler) is
+worth fixing: not a clean bill."""
+
 
 def build_report(a: TraceAnalysis, extra: list[Finding] | None = None) -> Report:
     """Run the rules on an analysis and assemble the report."""
@@ -56,7 +62,8 @@ def verdict(a: TraceAnalysis, findings: list[Finding], clean_step_ms: float | No
         # a risk that costs no time (memory growing every step, fp16 without a scaler) is no
         # clean bill: the line names it after the time verdict
         risks = [f for f in findings if f.severity != "info" and spec(f.id).severity.risk]
-        risk = f" But fix: {label(risks[0].id)} (a risk, not time)." if risks else ""
-        return f"{head}. No bottleneck worth fixing found.{risk}"
+        if risks:  # never "no bottleneck worth fixing" beside something worth fixing
+            return f"{head}. {NO_TIME_BOTTLENECK} But fix: {label(risks[0].id)} (a risk, not time)."
+        return f"{head}. {CLEAN_BILL}"
     top = actionable[0]
     return f"{head}. Fix first: {label(top.id)} ({saving_text(top, short=True)})."

@@ -234,8 +234,16 @@ def unexplained(record: dict[str, Any], findings: list[Finding]) -> Finding | No
 def account_verdict(line: str, account: dict[str, Any] | None) -> str:
     """``line`` with its clean bill replaced when the step is not explained: no report says
     that nothing holds a step back unless its time is accounted for."""
-    clean = "No bottleneck worth fixing found."
-    if clean not in line or not account or "error" in account or account.get("explained"):
+    # the verdict's two wordings without a time bottleneck (report/assemble.py)
+    clean = next(
+        (
+            c
+            for c in ("No bottleneck worth fixing found.", "No time bottleneck found.")
+            if c in line
+        ),
+        None,
+    )
+    if clean is None or not account or "error" in account or account.get("explained"):
         return line
     eff = account.get("efficiency")
     top = (account.get("top_lines") or [{}])[0]
