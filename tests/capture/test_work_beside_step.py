@@ -60,7 +60,12 @@ def _row(site: str, function: str, ms: float, calls: list[Any], ops: list[Any]) 
     }
 
 
-def _record(rows: list[dict[str, Any]], step_ms: float = 10.0, **config: Any) -> RunRecord:
+def _record(
+    rows: list[dict[str, Any]],
+    step_ms: float = 10.0,
+    repeats: list[dict[str, Any]] | None = None,
+    **config: Any,
+) -> RunRecord:
     """Five measured steps sampled every 0.5 ms (100 samples)."""
     lines = {"samples": 100, "interval_s": 0.0005, "steps": 5, "ms_per_step": step_ms}
     return RunRecord.from_dict(
@@ -68,6 +73,7 @@ def _record(rows: list[dict[str, Any]], step_ms: float = 10.0, **config: Any) ->
             "steps": {"measured_steps": 5, "mean_step_ms": step_ms},
             "lines": {**lines, "rows": rows},
             "config": config,
+            **({"repeats": repeats} if repeats is not None else {}),
         }
     )
 
@@ -141,9 +147,8 @@ def test_below_the_threshold_or_timed_exactly_it_stays_quiet() -> None:
     timed = [{"what": "copy.deepcopy", "site": "t.py:11", "calls": 20, "seconds": 0.015}]
     assert work_beside_step(_record([*LOOP, copy_row], housekeeping=timed)) == []
     # a module deep-copied at that line: repeated-construction's
-    rec = _record([*LOOP, copy_row])
-    rec.raw["repeats"] = [{"kind": "copy", "site": "t.py:11", "calls": 5, "seconds": 0.01}]
-    assert work_beside_step(rec) == []
+    repeats = [{"kind": "copy", "site": "t.py:11", "calls": 5, "seconds": 0.01}]
+    assert work_beside_step(_record([*LOOP, copy_row], repeats=repeats)) == []
     shown = _row("t.py:31", "main", 3.0, [["torch:_tensor|Tensor.__format__", 3.0]], [])
     (p,) = work_beside_step(_record([*LOOP, shown]))
     assert p.title.startswith("printing tensors at t.py:31 (main)") and "loss.item()" in (
