@@ -9,7 +9,8 @@ A first line ``$ ...`` inside the block (the command as a user types it) is kept
     python scripts/refresh_docs.py --only tune  # only blocks whose command contains "tune"
 
 ``--check`` compares shapes, not measurements. A line's shape: numbers become ``#`` and runs of
-spaces and of table rules collapse; then a table's header keeps its text (the column names), a
+spaces and of table rules collapse, and a ranked finding's grade (``1. critical``, ``warning``
+or ``info``: graded on its measured share) becomes ``<grade>``; then a table's header keeps its text (the column names), a
 table row keeps only its number of columns, and any other line with a ``label: value`` keeps its
 label. Every block line's shape must appear in the output in the same order (a ``...`` line in the
 block stands for any lines). So a renamed label or column, a dropped line or a new column fails
@@ -69,9 +70,15 @@ def find_blocks(path: Path, text: str | None = None) -> list[Block]:
     return blocks
 
 
+_GRADE = re.compile(r"^(\s*#\. )(?:critical|warning|info)\b")
+"""A ranked finding's grade (after numbers became ``#``): it follows the measured share, which
+moves with the machine's load like the numbers do."""
+
+
 def normalize(line: str) -> str:
     """A line's text with numbers as ``#``, table rules and runs of spaces collapsed."""
     out = _NUMBER.sub("#", line.rstrip())
+    out = _GRADE.sub(r"\1<grade>", out)
     out = _RULE.sub(r"\1", out)
     return _SPACE.sub(" ", out).strip()
 

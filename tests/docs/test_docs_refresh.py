@@ -75,6 +75,13 @@ def test_new_numbers_match_but_new_labels_and_columns_do_not() -> None:
     decided = ["trial 2 of ~5 [single] precision=bf16-mixed: 0.12x [0.10-0.14] vs baseline: drop"]
     assert refresh.mismatch(progress, decided) is None
     assert refresh.mismatch(progress, ["trial 2 of ~5 [single] precision=fp16: drop"]) is not None
+    # A ranked finding's grade follows its measured share: another grade, the same finding.
+    finding = [" 1. critical the step waits 25.8 ms (93%) for each batch (num_workers=0)"]
+    graded = [" 1. warning the step waits 12.1 ms (43%) for each batch (num_workers=0)"]
+    assert refresh.mismatch(finding, graded) is None
+    retitled = [" 1. warning the step waits 12.1 ms (43%) for every batch (num_workers=0)"]
+    assert refresh.mismatch(finding, retitled) is not None
+    assert refresh.mismatch(["critical path: 3 ms"], ["warning path: 3 ms"]) is not None
 
 
 def test_rewrite_replaces_content_and_keeps_the_prompt_line(tmp_path: Path) -> None:
