@@ -234,7 +234,7 @@ def test_the_trial_worker_dies_with_the_tuner(tmp_path: Path) -> None:
     worker, folder = None, None
     deadline = time.monotonic() + 120
     while time.monotonic() < deadline and worker is None:
-        for spec in tmp_path.glob("td-trial-*/spec.json"):
+        for spec in tmp_path.glob("td-arm-*/spec.json"):  # ab.child.run_child's folder
             pids = _workers_of(spec)
             if pids:
                 worker, folder = pids[0], spec.parent
