@@ -71,8 +71,3 @@ def is_compute_op(name: str) -> bool:
     """True for matrix multiplies, convolutions, recurrent layers and attention, forward or
     backward."""
     return classify_op(name) in COMPUTE_CLASSES
-
-
-def is_matmul_or_conv(name: str) -> bool:
-    """True for matrix multiplies and convolutions only (the tensor-core share)."""
-    return classify_op(name) in ("matmul", "convolution")

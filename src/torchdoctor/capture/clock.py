@@ -206,11 +206,6 @@ class StepClock:
         self._next_event = len(self.step_s) + 1  # every step of a timed window is recorded
         self._call("timed_start", name)
 
-    @property
-    def sync_window(self) -> tuple[int, int] | None:
-        """The untimed steps sync-debug mode watched (on a GPU), if any."""
-        return self.extra_windows.get("sync-debug")
-
     def add_wait(self, seconds: float) -> None:
         """Add time spent waiting for a batch to the current step."""
         self._pending_wait += seconds

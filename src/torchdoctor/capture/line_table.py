@@ -282,9 +282,3 @@ def _source(site: str) -> str:
         return linecache.getline(file, int(line)).strip()[:160]
     except (ValueError, OSError):
         return ""
-
-
-def top_rows(lines: dict[str, Any], n: int = 5, key: str = "self_ms") -> list[dict[str, Any]]:
-    """The ``n`` rows with most ``key`` time (rows with none left out)."""
-    rows = [r for r in lines.get("rows") or [] if r.get(key)]
-    return sorted(rows, key=lambda r: -float(r[key]))[:n]

@@ -69,11 +69,6 @@ class RunCost:
         return len(long), float(np.sum(long) / np.sum(xs))
 
     @property
-    def steps_per_s(self) -> float:
-        """Steady-state steps per second over the window (1000 / mean step)."""
-        return 1000.0 / self.mean_ms
-
-    @property
     def has_one_time(self) -> bool:
         """Whether this run recorded anything before its steady steps."""
         return len(self.warmup_ms) > 0 or self.startup_s > 0 or self.exit_s > 0

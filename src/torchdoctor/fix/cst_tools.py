@@ -154,15 +154,6 @@ def full_name(node: cst.CSTNode) -> str:
     return get_full_name_for_node(node) or ""
 
 
-def calls_on_line(p: Parsed, line: int, attrs: Sequence[str]) -> list[cst.Call]:
-    """Method calls ``x.<attr>(...)`` that start on ``line``, for one of ``attrs``."""
-    return [
-        c
-        for c in p.all(cst.Call)
-        if isinstance(c.func, cst.Attribute) and c.func.attr.value in attrs and p.line(c) == line
-    ]
-
-
 def innermost_spanning(p: Parsed, nodes: Sequence[N], line: int) -> N | None:
     """Of ``nodes``, the innermost (latest starting) one that spans ``line``."""
     spanning = [n for n in nodes if p.spans(n, line)]
@@ -188,14 +179,6 @@ def arg_index(call: cst.Call, name: str, positional: Sequence[str] = ()) -> int 
                 return i
             pos += 1
     return None
-
-
-def arg_value(call: cst.Call, name: str, positional: Sequence[str] = ()) -> cst.BaseExpression:
-    """The expression passed for ``name`` (raises KeyError when absent)."""
-    i = arg_index(call, name, positional)
-    if i is None:
-        raise KeyError(name)
-    return call.args[i].value
 
 
 def literal(node: cst.BaseExpression) -> Any:
@@ -421,27 +404,6 @@ def last_import(p: Parsed) -> cst.SimpleStatementLine | None:
             found = stmt
         elif found is not None and not _is_docstring(stmt):
             break
-    return found
-
-
-def names_loaded(node: cst.CSTNode, name: str) -> list[cst.Name]:
-    """``Name`` nodes spelling ``name`` inside ``node`` (attribute parts excluded)."""
-    found: list[cst.Name] = []
-
-    class _V(cst.CSTVisitor):
-        def visit_Attribute(self, n: cst.Attribute) -> bool:
-            n.value.visit(self)  # only the object part can be the variable
-            return False
-
-        def visit_Arg(self, n: cst.Arg) -> bool:
-            n.value.visit(self)  # a keyword's name is not a use
-            return False
-
-        def visit_Name(self, n: cst.Name) -> None:
-            if n.value == name:
-                found.append(n)
-
-    node.visit(_V())
     return found
 
 

@@ -237,10 +237,6 @@ FP32_BF16_GPU = (
     "with torch.autocast('cuda', dtype=torch.bfloat16):\n    loss = criterion(model(x), y)"
 )
 TF32 = "torch.backends.cuda.matmul.allow_tf32 = True\ntorch.backends.cudnn.allow_tf32 = True"
-DATA_PARALLEL_RUN = (
-    "torchrun --nproc_per_node=NGPU train.py  # with\n"
-    "model = torch.nn.parallel.DistributedDataParallel(model, device_ids=[local_rank])"
-)
 FRAGMENTATION = "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True python train.py"
 OOM = (
     "# a smaller batch (with gradient accumulation), torch.autocast(dtype=torch.bfloat16),\n"
