@@ -169,7 +169,9 @@ def _account(
             from torchdoctor.capture.fit_names import fit_names
 
             # built after fit_to_run: its code is fitted to the script's names here
-            extra = dataclasses.replace(extra, fix=fit_names(extra.fix, record.get("script")))
+            extra = dataclasses.replace(
+                extra, fix=fit_names(extra.fix, RunRecord.from_dict(record).script)
+            )
             merged = _after_its_causes(rank_findings([*merged, extra]), extra)
         account = step_account(record, merged)
     except Exception as exc:  # the account is a bonus: the findings stand without it
