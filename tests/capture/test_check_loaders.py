@@ -153,7 +153,11 @@ def test_check_idle_workers_get_fewer_workers_and_the_warning(tmp_path: Path) ->
     assert r.code == 0, r.stderr
     found = {f["id"]: f for f in r.report["findings"]}
     use = r.run["config"]["dataloaders"][0]["usage"]
-    assert use["main_process_batch"]["item_ms"] < 0.5  # microseconds, not milliseconds
+    main = use.get("main_process_batch")
+    if main is None:  # timed only when the measured wait was worth a finding (DATA_WAIT_MIN_MS)
+        assert "dataloader-config" not in found
+    else:
+        assert main["item_ms"] < 0.5  # microseconds, not milliseconds
     if "dataloader-config" in found:  # the wait depends on the machine; the advice must not
         assert "no workers" in found["dataloader-config"]["fix"]
         assert "cheaper" not in found["dataloader-config"]["fix"]
