@@ -3,6 +3,8 @@ input, blocking copies and a device busy too little of the step, on recorded cor
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 
 from tests.rules.trace_cases import fire, threshold_decides
@@ -32,3 +34,23 @@ def test_the_severity_cap_holds_whatever_the_share() -> None:
     data = fire("data-loading-bound", "v100_resnet50_train_workers0")
     assert f is not None and data is not None
     assert f.severity == "info" and data.saving_ms_per_step > f.saving_ms_per_step
+
+
+def test_an_input_wait_under_a_workers_hand_over_stays_quiet() -> None:
+    """The input-pipeline gate: a wait smaller than what handing a batch over from a worker
+    costs (DATA_WAIT_MIN_MS) is the loop's own glue, not a pipeline a worker could remove."""
+    from tests.rules.trace_cases import RULES, analysis, family_finding, with_threshold
+    from torchdoctor.rules.thresholds import DATA_WAIT_MIN_MS
+    from torchdoctor.threshold import Threshold
+
+    rule, a = RULES["input-pipeline"], analysis("a100_event_sync_micro")
+    m = rule.measure(a)
+    assert m is not None and m.gates["ms"] >= DATA_WAIT_MIN_MS  # fires as recorded
+    assert family_finding(rule, a) is not None
+    gate = rule.spec.gates[0]
+    assert gate.minimum is DATA_WAIT_MIN_MS
+    raised = dataclasses.replace(
+        rule.spec, gates=(dataclasses.replace(gate, minimum=Threshold(m.gates["ms"] * 1.01, "t")),)
+    )
+    assert family_finding(type(rule)(raised, rule.measure, rule.below), a) is None
+    assert family_finding(with_threshold(rule, m.value * 0.999), a) is not None

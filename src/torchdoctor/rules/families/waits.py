@@ -15,6 +15,7 @@ from torchdoctor.rules.inference_fixes import graphs_already_fix
 from torchdoctor.rules.spec import (
     Details,
     FindingSpec,
+    Gate,
     Measured,
     SeverityPolicy,
     TraceRule,
@@ -100,6 +101,8 @@ INPUT_SPEC = FindingSpec(
     "device waits for it. Produce batches ahead, in workers or a background thread.",
     doc_url=f"{D}/data.html#multi-process-data-loading",
     knobs=("num_workers", "device_prefetch"),
+    # the wait a worker's hand-over can remove: a smaller one is the loop's own glue
+    gates=(Gate("ms", th.DATA_WAIT_MIN_MS),),
 )
 INPUT_FRAMES_SKIPPED = ("ProfilerStep#", "<built-in", "torch/", "<frozen")
 
@@ -141,6 +144,7 @@ def input_pipeline(a: TraceAnalysis) -> Measured | None:
         },
         details=details,
         most=None if a.n_steps > 1 else "info",
+        gates={"ms": ms},
     )
 
 
