@@ -6,6 +6,8 @@ written against before the step's account existed (or none: the healthy controls
 
 from __future__ import annotations
 
+import os
+import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -187,3 +189,19 @@ CASES: tuple[Case, ...] = (
     Case("control_encoder_inference.py", "", (), ""),
     Case("control_lstm_inference.py", "", (), ""),
 )
+
+
+def run_case(
+    cmd: list[str], case: Case, cwd: Path, timeout: float, src: Path
+) -> subprocess.CompletedProcess[str]:
+    """``cmd`` in a fresh process with the case's environment (torchdoctor from ``src``; one
+    intra-op thread unless the case sets its own), time-limited: a timeout is exit status 124."""
+    env = {**os.environ, "PYTHONPATH": str(src), **dict(case.env)}
+    if not case.env:
+        env.pop("OMP_NUM_THREADS", None)
+    try:
+        return subprocess.run(
+            cmd, capture_output=True, text=True, timeout=timeout, env=env, cwd=cwd
+        )
+    except subprocess.TimeoutExpired:
+        return subprocess.CompletedProcess(cmd, 124, "", f"timed out after {timeout:.0f} s")

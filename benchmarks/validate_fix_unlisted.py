@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import shutil
 import subprocess
 import sys
@@ -29,27 +28,15 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from unlisted_cases import CASES, Case
+from unlisted_cases import CASES, Case, run_case
 
 SRC = Path(__file__).resolve().parents[1] / "src"
 RUNNER = SRC.parent / "scripts" / "patched_run.py"
 FAST = ["--warmup", "3", "--steps", "3"]
 
 
-def _env(case: Case) -> dict[str, str]:
-    env = {**os.environ, "PYTHONPATH": str(SRC), **dict(case.env)}
-    if not case.env:
-        env.pop("OMP_NUM_THREADS", None)
-    return env
-
-
 def _run(cmd: list[str], case: Case, cwd: Path, timeout: float) -> subprocess.CompletedProcess[str]:
-    try:
-        return subprocess.run(
-            cmd, capture_output=True, text=True, timeout=timeout, env=_env(case), cwd=cwd
-        )
-    except subprocess.TimeoutExpired:
-        return subprocess.CompletedProcess(cmd, 124, "", f"timed out after {timeout:.0f} s")
+    return run_case(cmd, case, cwd, timeout, SRC)
 
 
 def _actionable(out: Path) -> list[str] | None:

@@ -62,7 +62,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import heldout_cases
 import unlisted_cases
-from unlisted_cases import Case
+from unlisted_cases import Case, run_case
 
 ROOT = Path(__file__).resolve().parents[1]
 SRC = Path(os.environ.get("TD_SRC") or ROOT / "src")
@@ -316,20 +316,8 @@ def paste(source: str, fix: str, line: int | None) -> tuple[str, str, list[int]]
 # --- the runs --------------------------------------------------------------------------------
 
 
-def _env(case: Case) -> dict[str, str]:
-    env = {**os.environ, "PYTHONPATH": str(SRC), **dict(case.env)}
-    if not case.env:
-        env.pop("OMP_NUM_THREADS", None)
-    return env
-
-
 def _run(cmd: list[str], case: Case, cwd: Path, timeout: float) -> subprocess.CompletedProcess[str]:
-    try:
-        return subprocess.run(
-            cmd, capture_output=True, text=True, timeout=timeout, env=_env(case), cwd=cwd
-        )
-    except subprocess.TimeoutExpired:
-        return subprocess.CompletedProcess(cmd, 124, "", f"timed out after {timeout:.0f} s")
+    return run_case(cmd, case, cwd, timeout, SRC)
 
 
 def _check(case: Case, script: Path, work: Path, name: str, timeout: float) -> dict[str, Any]:
