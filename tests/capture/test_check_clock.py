@@ -218,3 +218,19 @@ def test_reopened_window_never_crashes_the_profiler(tmp_path: Path) -> None:
         )
         assert r.code == 0, r.stderr[-2000:]
         assert r.run["steps"]["profiled_steps"] == 4
+
+
+def test_every_call_the_clock_makes_is_listed_and_the_session_answers_it() -> None:
+    """The clock calls its listener by name (a missing method is skipped), so a misspelt or
+    unlisted name would silently do nothing: each name the clock uses is in LISTENER_CALLS, and
+    check's session defines each listed call."""
+    import inspect
+    import re
+
+    from torchdoctor.capture import clock as clock_module
+    from torchdoctor.capture.clock import LISTENER_CALLS
+    from torchdoctor.capture.session import Session
+
+    used = set(re.findall(r'_(?:call|ask)\("(\w+)"', inspect.getsource(clock_module)))
+    assert used == set(LISTENER_CALLS)
+    assert [name for name in LISTENER_CALLS if not callable(getattr(Session, name, None))] == []

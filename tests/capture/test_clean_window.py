@@ -34,20 +34,14 @@ class Recorder:
     def set_measuring(self, on: bool) -> None:
         self._log("measuring", on)
 
-    def probe_start(self) -> None:
-        self._log("probe_start")
+    def enter(self, window: str) -> None:
+        self._log("enter", window)
 
-    def probe_end(self) -> None:
-        self._log("probe_end")
-
-    def timed_start(self, name: str) -> None:
-        self._log("timed_start", name)
+    def leave(self, window: str) -> None:
+        self._log("leave", window)
 
     def timed_step(self, name: str, host_end_s: float) -> None:
         self._log("timed_step", name)
-
-    def timed_end(self, name: str) -> None:
-        self._log("timed_end", name)
 
     def timed_abort(self) -> None:
         self._log("timed_abort")
@@ -82,7 +76,7 @@ def test_no_instrument_touches_a_clean_step(w: int, c: int, p: int) -> None:
     # nothing is armed before the clean window ends: the profiler starts at its last boundary,
     # the probe step (work count) ends before its first step begins
     assert _steps_of(rec, "start") == [last_clean]
-    assert all(n < first_clean for n in _steps_of(rec, "probe_end"))
+    assert all(n < first_clean for n in _steps_of(rec, "leave", "probe"))
     assert _steps_of(rec, "measuring", True) == [last_clean + 1]  # after the profiler's own step
     profiled = _steps_of(rec, "step")
     assert profiled[0] == last_clean + 1 and len(profiled) == p + 1
@@ -90,14 +84,15 @@ def test_no_instrument_touches_a_clean_step(w: int, c: int, p: int) -> None:
     after = _steps_of(rec, "timed_step", "after")
     assert after == list(range(profiled[-1] + 1, profiled[-1] + 1 + min(5, c)))
     assert [e for e, _, _ in rec.events][-1] == "STOP"
-    assert _steps_of(rec, "timed_end") == [last_clean, after[-1]]
+    timed_ends = [n for e, a, n in rec.events if e == "leave" and a in ("clean", "after")]
+    assert timed_ends == [last_clean, after[-1]]
 
 
 def test_schedule_without_clean_steps_is_the_old_one() -> None:
     s = Schedule.of(3, 0, 2)
     assert (s.clean, s.after, s.lead, s.last_profiled, s.probe_step) == (None, None, 3, 5, 2)
     rec = _run(CheckOptions(warmup_steps=3, clean_steps=0, profile_steps=2))
-    assert not _steps_of(rec, "timed_start")
+    assert [a for e, a, _ in rec.events if e == "enter"] == ["probe"]  # no timed window
     assert _steps_of(rec, "start") == [2] and _steps_of(rec, "measuring", True) == [3]
 
 
@@ -221,14 +216,10 @@ def test_suggested_options_fit_a_short_script(seen: int, requested: int) -> None
 
 def _child_clock(monkeypatch: pytest.MonkeyPatch, cuda: object) -> tuple[StepClock, Any]:
     import torchdoctor.capture.timed_window as tw
-    from torchdoctor.capture.clock import QuietListener
 
     monkeypatch.setattr(tw, "script_cuda", lambda: cuda)
 
-    class Timed(tw.StepEvents, QuietListener):
-        pass
-
-    timed = Timed()
+    timed = tw.StepEvents()
     # a child's schedule: no clean window, no profiler; its "profiled" steps are the measured
     clock = StepClock(CheckOptions(warmup_steps=3, clean_steps=0, profile_steps=4), timed)
     timed.clock = clock

@@ -119,11 +119,11 @@ class Listener:
     def set_measuring(self, on: bool) -> None:
         self._log(f"measuring_{on}")
 
-    def probe_start(self) -> None:
-        self._log("probe_start")
+    def enter(self, window: str) -> None:
+        self._log(f"enter_{window}")
 
-    def probe_end(self) -> None:
-        self._log("probe_end")
+    def leave(self, window: str) -> None:
+        self._log(f"leave_{window}")
 
     def experiments_begin(self) -> bool:
         self._log("experiments_begin")
@@ -152,8 +152,8 @@ def test_the_probe_is_the_warm_up_step_before_the_profiler_and_extra_steps_follo
     stopped_at = drive(listener, CheckOptions(warmup_steps=5, profile_steps=2, clean_steps=0))
     names = [(n, s) for n, s in listener.calls if not n.startswith("window_step")]
     # probe: step 4 (ticks 3 -> 4); the profiler warms up in step 5; measured steps 6-7
-    assert ("probe_start", 3) in names and ("probe_end", 4) in names
-    assert names.index(("probe_end", 4)) < names.index(("window_start", 4))
+    assert ("enter_probe", 3) in names and ("leave_probe", 4) in names
+    assert names.index(("leave_probe", 4)) < names.index(("window_start", 4))
     assert ("window_end", 7) in names and ("experiments_begin", 7) in names
     assert [n for n, _ in names].count("experiment_tick") == 3
     assert stopped_at == 10  # 7 measured, then 3 extra steps

@@ -87,16 +87,6 @@ class Accounting:
                 guest.note("uninstalling the accounting probes", exc)
 
     # -- the schedule ---------------------------------------------------------------------------
-    def probe_start(self) -> None:
-        """Warm-up step ``start_at`` begins: count its work and watch its forwards."""
-        self.forwards_begin()
-        self.count_begin()
-
-    def probe_end(self) -> None:
-        """That step ended."""
-        self.count_end()
-        self.forwards_end()
-
     def count_begin(self) -> None:
         """Count the step's work (FLOPs, bytes). Not for compiled code: no dispatch mode sees
         its kernels."""
@@ -200,10 +190,6 @@ class Accounting:
             except Exception as exc:
                 guest.note("writing the record before the mode measurements", exc)
         return self.experiments.begin()
-
-    def experiment_tick(self, step_s: float) -> bool:
-        """One extra step ended; False when the toggles are done."""
-        return self.experiments is not None and self.experiments.tick(step_s)
 
     # -- helpers --------------------------------------------------------------------------------
     def _stop_sampler(self, discard: bool = False) -> None:

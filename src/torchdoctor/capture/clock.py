@@ -21,7 +21,7 @@ import math
 import threading
 from array import array
 from time import perf_counter
-from typing import Any, Literal, Protocol
+from typing import Any, Literal
 
 from torchdoctor.capture.options import CheckOptions
 from torchdoctor.capture.switchboard import KERNEL_STEPS, SYNC_STEPS
@@ -53,79 +53,32 @@ class StopScript(BaseException):
     """
 
 
-class WindowListener(Protocol):
-    """What the clock drives: the profiler and the per-step recorders."""
-
-    def window_start(self, profiler_warmup_steps: int) -> None:
-        """Start profiling; the profiler's own warm-up lasts that many steps."""
-        return None
-
-    def window_step(self) -> None:
-        """One step ended inside the window."""
-        return None
-
-    def window_end(self) -> None:
-        """The last profiled step ended."""
-        return None
-
-    def window_abort(self) -> None:
-        """Discard the window (the step signal changed)."""
-        return None
-
-    def set_measuring(self, on: bool) -> None:
-        """Steps after the warm-up begin (on) or counting restarts (off)."""
-        return None
-
-    def probe_start(self) -> None:
-        """The probe step begins (the warm-up step before the profiler's own warm-up)."""
-        return None
-
-    def probe_end(self) -> None:
-        """The probe step ended."""
-        return None
-
-    def experiments_begin(self) -> bool:
-        """After the window, when the script is to stop: run extra steps? (True: yes)."""
-        return False
-
-    def experiment_tick(self, step_s: float) -> bool:
-        """An extra step of ``step_s`` seconds ended; True to run another."""
-        return False
-
-    def timed_start(self, name: str) -> None:
-        """A window timed by its step boundaries only (``clean``, ``after``) begins."""
-        return None
-
-    def timed_step(self, name: str, host_end_s: float) -> None:
-        """One step of that window ended at ``host_end_s`` (``perf_counter``)."""
-        return None
-
-    def timed_end(self, name: str) -> None:
-        """That window's last step ended."""
-        return None
-
-    def timed_abort(self) -> None:
-        """Discard the timed windows (the step signal changed)."""
-        return None
-
-    def extra_window_begin(self, name: str) -> bool:
-        """After the profiled window: run ``name`` (``POST_WINDOWS``)? (True: it started)."""
-        return False
-
-    def extra_window_end(self, name: str, steps: int) -> None:
-        """That window's ``steps`` steps ended."""
-        return None
-
-
-class QuietListener(WindowListener):
-    """A listener that does nothing at any call (the protocol's own bodies): a listener that
-    needs only some of the calls subclasses it, so a call added to the protocol reaches it."""
+LISTENER_CALLS: dict[str, str] = {
+    "window_start": "(profiler_warmup_steps) start profiling; the profiler's own warm-up lasts "
+    "that many steps",
+    "window_step": "one step ended inside the profiled window",
+    "window_end": "the last profiled step ended",
+    "window_abort": "discard the profiled window (the step signal changed)",
+    "set_measuring": "(on) steps after the warm-up begin (True) or counting restarts (False)",
+    "enter": "(window) a window of the plan begins: ``probe`` (the warm-up step before the "
+    "profiler's own warm-up) or one timed by its step boundaries only (``clean``, ``after``)",
+    "leave": "(window) that window's last step ended (also an extra window's, below)",
+    "timed_step": "(window, host_end_s) a timed step ended at ``host_end_s`` (``perf_counter``)",
+    "timed_abort": "discard the timed windows (the step signal changed)",
+    "experiments_begin": "question, after the window when the script is to stop: run extra steps?",
+    "experiment_tick": "question, (step_s) an extra step of ``step_s`` seconds ended: run another?",
+    "extra_window_begin": "question, (window) after the profiled window: run ``window`` "
+    "(``POST_WINDOWS``)? True when it started",
+}
+"""What the clock calls on its listener, by method name: the arguments and what the call means.
+A listener defines only the calls it needs: the clock skips a call the listener lacks, and a
+question it lacks (or that raises) answers no."""
 
 
 class StepClock:
     """Counts steps, times them, and opens and closes the profiled window."""
 
-    def __init__(self, options: CheckOptions, listener: WindowListener) -> None:
+    def __init__(self, options: CheckOptions, listener: Any) -> None:
         self.options = options
         self.listener = listener
         self.source: str | None = None
@@ -204,7 +157,7 @@ class StepClock:
         self._timing = name
         self._timed_last = last
         self._next_event = len(self.step_s) + 1  # every step of a timed window is recorded
-        self._call("timed_start", name)
+        self._call("enter", name)
 
     def add_wait(self, seconds: float) -> None:
         """Add time spent waiting for a batch to the current step."""
@@ -296,7 +249,7 @@ class StepClock:
         # A stronger signal appeared: what was counted so far measured something else (batches,
         # not optimizer steps), so start counting again.
         self.switches.append(f"{self.source}->{source} after {len(self.step_s)} steps")
-        self._call("probe_end")  # a probe of the weaker signal's steps ends here
+        self._call("leave", "probe")  # a probe of the weaker signal's steps ends here
         self._call("timed_abort")
         aborted = self.window_opened
         if aborted:  # even a finished window counted the wrong steps: discard it
@@ -334,9 +287,9 @@ class StepClock:
         if self._probe_at is not None:
             if n == self._probe_at - 1:
                 self.own_steps.append(n + 1)
-                self._call("probe_start")
+                self._call("enter", "probe")
             elif n == self._probe_at:
-                self._call("probe_end")
+                self._call("leave", "probe")
         if sched.clean is not None and n == sched.clean[0] - 1 and n > 0:
             self._timed_start("clean", sched.clean[1])
             self._next_event = n + 1
@@ -372,7 +325,7 @@ class StepClock:
 
     def _extra_tick(self, n: int) -> None:
         assert self._extra is not None
-        name, steps, timed = self._extra
+        name, _, timed = self._extra
         if timed:
             self._call("timed_step", name, self._step_end)
         self._extra_left -= 1
@@ -380,7 +333,7 @@ class StepClock:
         if self._extra_left:
             return
         self._extra = None
-        self._call("extra_window_end", name, steps)
+        self._call("leave", name)
         self._next_post(n)
 
     def _after_profiled(self, n: int) -> None:
@@ -402,7 +355,7 @@ class StepClock:
             self._next_event = n + 1
             return True
         self._timing = None
-        self._call("timed_end", name)
+        self._call("leave", name)
         if name == "after":
             self._next_event = math.inf
             self._finish(n)

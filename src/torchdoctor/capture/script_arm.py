@@ -34,7 +34,6 @@ from collections.abc import Sequence  # noqa: E402
 from pathlib import Path  # noqa: E402
 from typing import Any  # noqa: E402
 
-from torchdoctor.capture.clock import QuietListener  # noqa: E402
 from torchdoctor.capture.timed_window import StepEvents, script_cuda  # noqa: E402
 
 
@@ -46,7 +45,7 @@ def _sync_device() -> None:
             cuda.synchronize()
 
 
-class _Marks(StepEvents, QuietListener):
+class _Marks(StepEvents):
     """The clock's listener: no profiler; the two instants the steady window needs, and the
     measured steps timed as ``check`` times its clean window."""
 
@@ -54,9 +53,6 @@ class _Marks(StepEvents, QuietListener):
         super().__init__()
         self.t_measure: float | None = None
         self.t_window_end: float | None = None
-
-    def window_start(self, profiler_warmup_steps: int) -> None:
-        """No profiler in an arm."""
 
     def window_end(self) -> None:
         """The measured steps are done: their queued device work is part of them."""

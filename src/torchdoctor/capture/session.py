@@ -338,7 +338,7 @@ class Session:
         n = steps[1] - steps[0] + 1 if steps else KERNEL_STEPS
         self.kernel_summary = self.kernels.stop(n)
 
-    # -- WindowListener -----------------------------------------------------------------------
+    # -- the step clock's calls (clock.LISTENER_CALLS) ----------------------------------------
     def window_start(self, profiler_warmup_steps: int) -> None:
         """The profiled window: the profiler, and on CUDA NVML and --memory's history."""
         self._profiler_warmup = profiler_warmup_steps
@@ -434,13 +434,17 @@ class Session:
             self.board.abort(self.clock.steps, "measured")
             self.measure_start_unix_s = None
 
-    def probe_start(self) -> None:
-        """The warm-up step before the window: count its work, watch its forwards."""
-        self.board.enter("probe", self.clock.steps)
+    def enter(self, window: str) -> None:
+        """A window of the plan begins: the probe step (count its work, watch its forwards), or
+        one timed by its boundaries alone (``capture/timed_window.py``)."""
+        self.board.enter(window, self.clock.steps)
 
-    def probe_end(self) -> None:
-        """That step ended."""
-        self.board.leave("probe", self.clock.steps)
+    def leave(self, window: str) -> None:
+        """That window's steps ended: disarm it (a timed one is kept for ``run.json``)."""
+        self.board.leave(window, self.clock.steps)
+        extra = self.clock.extra_windows.get(window)
+        if window == "sync-debug" and extra:  # its counts are per that many steps
+            self.syncs.sync_debug_steps = extra[1] - extra[0] + 1
 
     def experiments_begin(self) -> bool:
         """After the window: switch modes for a few extra steps to measure their cost."""
@@ -455,22 +459,15 @@ class Session:
         return started
 
     def experiment_tick(self, step_s: float) -> bool:
-        """One extra step ended."""
-        return self.accounting.experiment_tick(step_s)
+        """One extra step ended; False when the toggles are done."""
+        ex = self.accounting.experiments
+        return ex is not None and ex.tick(step_s)
 
     # -- the timed windows ------------------------------------------------------------------
-    def timed_start(self, name: str) -> None:
-        """A window timed by its boundaries alone begins (``capture/timed_window.py``)."""
-        self.board.enter(name, self.clock.steps)
-
     def timed_step(self, name: str, host_end_s: float) -> None:
         """One step of that window ended."""
         if self._timing is not None:
             self._timing.step(host_end_s)
-
-    def timed_end(self, name: str) -> None:
-        """Read the window; it is kept for ``run.json``."""
-        self.board.leave(name, self.clock.steps)
 
     def timed_abort(self) -> None:
         """The step signal changed: what was timed measured other steps."""
@@ -509,12 +506,6 @@ class Session:
             return False
         self.board.enter(name, self.clock.steps)
         return True
-
-    def extra_window_end(self, name: str, steps: int) -> None:
-        """That window's steps ended: disarm it."""
-        self.board.leave(name, self.clock.steps)
-        if name == "sync-debug":  # its counts are per that many steps
-            self.syncs.sync_debug_steps = steps
 
     def _export_trace(self) -> bool:
         """Write the profiled window's trace now (True: written, or nothing to write)."""
