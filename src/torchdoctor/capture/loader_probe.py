@@ -18,7 +18,7 @@ def time_batches(loader: Any, max_batches: int = 3, budget_s: float = 0.5) -> di
     dataset: Any = getattr(loader, "dataset", None)
     batch = getattr(loader, "batch_size", None)
     try:
-        n = len(dataset)  # type: ignore[arg-type]
+        n = len(dataset)
     except Exception:
         return None
     if not batch or not n or not hasattr(dataset, "__getitem__"):

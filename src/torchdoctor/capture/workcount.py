@@ -146,7 +146,7 @@ def _make_mode() -> Any:
     def nbytes(t: Any) -> int:
         return int(t.numel()) * int(t.element_size())
 
-    class CountingMode(TorchDispatchMode):  # type: ignore[misc]
+    class CountingMode(TorchDispatchMode):
         @classmethod
         def _should_skip_dynamo(cls) -> bool:
             # torch wraps a mode's __torch_dispatch__ in dynamo.disable, which imports

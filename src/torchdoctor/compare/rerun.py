@@ -98,7 +98,7 @@ class RerunResult:
             "one_time": lambda c: c.one_time_s,
             "time_to_n": lambda c: c.time_to_s(job),
         }[quantity]
-        return [get(b.cost) / get(n.cost) for b, n in self.rounds]  # type: ignore[union-attr]
+        return [get(b.cost) / get(n.cost) for b, n in self.rounds]
 
 
 class Runner(Protocol):

@@ -97,7 +97,7 @@ class Parsed:
         if old is self.module:
             assert isinstance(new, cst.Module)
             return new.code
-        replaced: Any = self.module.deep_replace(old, new)  # type: ignore[type-var]
+        replaced: Any = self.module.deep_replace(old, new)
         return str(replaced.code)
 
     def replace_many(self, repl: Mapping[Any, cst.CSTNode]) -> str:

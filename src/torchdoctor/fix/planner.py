@@ -164,7 +164,7 @@ def _attempt(cid: str, target: Target, finding: FindingRef, ctx: FixContext) -> 
         target.file,
         target.line,
         result.summary,
-        precision,  # type: ignore[arg-type]
+        precision,
         target,
         diff.unified(target.file, original, result.source, ctx.cwd),
     )

@@ -255,7 +255,7 @@ def _argparse(p: Parsed, file: str, var: str, attr: str) -> Setting | None:
             file,
             p.line(call),
             default,
-            options=options,  # type: ignore[arg-type]
+            options=options,
             action=action,
             spelled=f"{var}.{attr}",
         )

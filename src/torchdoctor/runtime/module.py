@@ -86,7 +86,7 @@ class RuntimeModule(nn.Module):
         except AttributeError:
             return getattr(self._original, name)
 
-    def state_dict(self, *args: Any, **kwargs: Any) -> Any:  # type: ignore[override]
+    def state_dict(self, *args: Any, **kwargs: Any) -> Any:
         """The user's module's state dict (no wrapper prefixes); with FSDP2, gathered into
         full tensors on the CPU (every rank must call it)."""
         if args or kwargs:  # nn.Module's own recursion (destination, prefix, ...)
@@ -95,7 +95,7 @@ class RuntimeModule(nn.Module):
 
     def load_state_dict(
         self, state_dict: Mapping[str, Any], strict: bool = True, assign: bool = False
-    ) -> Any:  # type: ignore[override]
+    ) -> Any:
         """Load a full state dict into the user's module (sharded again under FSDP2)."""
         strategy = self.__dict__["_strategy"]
         if assign or type(strategy) is Strategy:

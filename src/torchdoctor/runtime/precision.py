@@ -160,7 +160,7 @@ class PrecisionPlugin:
 
     def forward_context(self) -> contextlib.AbstractContextManager[Any]:
         """A fresh autocast context for the forward pass (a no-op for fp32 / tf32)."""
-        return self._context()  # type: ignore[no-any-return]
+        return self._context()
 
     def scale_loss(self, loss: torch.Tensor) -> torch.Tensor:
         """The loss to call backward on: scaled for fp16, unchanged otherwise."""

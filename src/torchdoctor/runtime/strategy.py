@@ -49,7 +49,7 @@ class Strategy:
 
     def optimizer_state_dict(self, module: nn.Module, optimizer: Any) -> dict[str, Any]:
         """The optimizer's state, unsharded."""
-        return optimizer.state_dict()  # type: ignore[no-any-return]
+        return optimizer.state_dict()
 
     def load_optimizer_state_dict(
         self, module: nn.Module, optimizer: Any, state: Mapping[str, Any]
@@ -144,7 +144,7 @@ class FSDP2(Strategy):
         if self.wrap_policy is None:
             return block_policy(module)
         if callable(self.wrap_policy) and not isinstance(self.wrap_policy, type):
-            return self.wrap_policy  # type: ignore[return-value]
+            return self.wrap_policy
         return classes_policy(self.wrap_policy)  # type: ignore[arg-type]
 
     def setup_module(self, module: nn.Module) -> nn.Module:

@@ -74,7 +74,7 @@ class TrialBackend:
 
     def setup(self, model: torch.nn.Module, optimizer: Any) -> tuple[Any, Any]:
         """The model moved, converted and compiled as configured (DDP under torchrun)."""
-        return tuple(self.rt.setup(model, optimizer))  # type: ignore[return-value]
+        return tuple(self.rt.setup(model, optimizer))
 
     def loader(
         self, dataset: Any, *, batch_size: int, collate_fn: Callable[..., Any] | None
@@ -91,7 +91,7 @@ class TrialBackend:
         return batch
 
     def autocast(self) -> contextlib.AbstractContextManager[Any]:
-        return self.rt.autocast()  # type: ignore[no-any-return]
+        return self.rt.autocast()
 
     def backward(self, loss: torch.Tensor) -> None:
         """Backward of one micro-batch (divided by the accumulation count, scaled for fp16)."""

@@ -167,7 +167,7 @@ class SyncEveryN:
         loop = p.enclosing(stmt, (cst.For, cst.While, cst.FunctionDef))
         if not isinstance(loop, cst.For | cst.While):
             return Refusal(f"the read at line {line} is not inside a loop")
-        small = stmt.body[0] if len(stmt.body) == 1 else None  # type: ignore[attr-defined]
+        small = stmt.body[0] if len(stmt.body) == 1 else None
         if isinstance(small, cst.AugAssign):
             return self._accumulator(p, small, loop, line)
         if isinstance(small, cst.Expr) and isinstance(small.value, cst.Call):

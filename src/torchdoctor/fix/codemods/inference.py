@@ -58,7 +58,7 @@ class InferenceMode:
         p = parse_or_refuse(source)
         if isinstance(p, Refusal):
             return p
-        loops = [n for n in p.all(cst.For) + p.all(cst.While) if p.spans(n, target.line)]  # type: ignore[operator]
+        loops = [n for n in p.all(cst.For) + p.all(cst.While) if p.spans(n, target.line)]
         if not loops:
             return Refusal(f"no loop around line {target.line}")
         loop = max(loops, key=p.line)

@@ -193,7 +193,7 @@ class Bf16Autocast:
         )
         if call is None:
             return Refusal(f"no .backward() call at line {target.line}")
-        loss = _loss_name(call)  # type: ignore[arg-type]
+        loss = _loss_name(call)
         stmt = p.statement(call)
         if loss is None or stmt is None or not p.in_block(stmt):
             return Refusal("the backward is not `loss.backward()` on a line of its own")
