@@ -10,7 +10,9 @@ Sets: ``heldout`` (examples/heldout: written blind, kept apart), ``unlisted``
 its folder's helpers (``_*.py``) to a scratch folder; nothing in the repository is written.
 
 Per case: ``check --warmup 3 --steps 3`` (the case's environment: one intra-op thread unless the
-case is about threads). Every warning or critical finding is then taken in turn:
+case is about threads; a healthy control runs with the threads the environment gives, since a
+forced ``OMP_NUM_THREADS=1`` on a machine with idle cores is itself a mistake ``check`` rightly
+names). Every warning or critical finding is then taken in turn:
 
 - its fix text's code lines are the lines that are not comments. None: the remedy is advice
   (it says what to change and where), not pasted. Code that does not parse as Python is a
@@ -55,7 +57,7 @@ import subprocess
 import sys
 import tempfile
 import textwrap
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -460,8 +462,16 @@ def _try_remedy(case: Case, finding: dict[str, Any], plain_rc: int, timeout: flo
     return rem
 
 
+def harness_env(case: Case) -> Case:
+    """``case`` as this harness runs it: a healthy control with the environment's threads (the
+    one-thread default is the harness's choice for timing the mistakes on a shared machine; on
+    a control it would plant a mistake of its own)."""
+    return replace(case, env=()) if case.control else case
+
+
 def one(case: Case, timeout: float) -> dict[str, Any]:
     """The row of one case (see the module docstring)."""
+    case = harness_env(case)
     work, script = _scratch(case)
     plain_rc, _, _ = _plain(case, script, script.resolve(), [], work, timeout)
     report = _check(case, script, work, "before", timeout)

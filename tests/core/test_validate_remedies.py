@@ -17,6 +17,7 @@ from validate_remedies import (  # noqa: E402
     NotMechanical,
     _paste_all,
     code_lines,
+    harness_env,
     paste,
     pieces,
     summary,
@@ -123,6 +124,21 @@ def test_advice_has_no_code_and_a_place_outside_the_users_files_is_not_pasted(
     assert target_of("x = 1", ["train.py:4"], tmp_path, script) == (tmp_path / "train.py", 4)
     assert target_of("torch.set_num_threads(4)  # at the top of the script", [], tmp_path, script)
     assert target_of("x = 1", [], tmp_path, script) == "unplaced"
+
+
+def test_controls_run_with_the_environments_threads_and_mistakes_with_the_cases() -> None:
+    """A control under the harness's forced one thread would carry a mistake of its own (idle
+    cores, named by few-intra-op-threads): it runs as a user's script would; a mistake keeps
+    its case's environment, a case about threads its own."""
+    import heldout_cases
+    import unlisted_cases
+
+    control = next(c for c in heldout_cases.CASES if c.control)
+    assert dict(control.env) == {"OMP_NUM_THREADS": "1"}  # the harness's default
+    ran = harness_env(control)
+    assert ran.env == () and ran.path == control.path and ran.control
+    mistake = next(c for c in unlisted_cases.CASES if c.script == "eval_with_grad.py")
+    assert harness_env(mistake) is mistake
 
 
 def test_the_headline_counts_failures_clean_bills_and_noisy_controls() -> None:
