@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 
 import libcst as cst
 
-from torchdoctor.fix.codemods.base import Hit, located, one_site, parse_or_refuse, search
+from torchdoctor.fix.codemods.base import Hit, located_targets, one_site, parse_or_refuse, search
 from torchdoctor.fix.cst_tools import Parsed, literal, with_comment
 from torchdoctor.fix.model import FindingRef, Refusal, Rewrite, Target
 
@@ -49,11 +49,7 @@ class AnomalyOff:
     def plan(self, finding: FindingRef, ctx: FixContext) -> list[Target | Refusal]:
         sites = _sites(finding)
         if sites:
-            out: list[Target | Refusal] = []
-            for site in sites[:4]:
-                where = located(ctx, site)
-                out.append(where if isinstance(where, Refusal) else Target(self.id, *where))
-            return out
+            return located_targets(self.id, ctx, sites[:4])
         hits = search(ctx, ctx.files(), cst.Call, is_anomaly_call)
         hit = one_site(hits, ctx, "a set_detect_anomaly / detect_anomaly call")
         if isinstance(hit, Refusal):

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Protocol
 
 import libcst as cst
 
-from torchdoctor.fix import sources
+from torchdoctor.fix import sources, switches
 from torchdoctor.fix.cst_tools import Parsed
 from torchdoctor.fix.model import FindingRef, Precision, Refusal, Rewrite, Switch, Target
 
@@ -96,8 +96,28 @@ def located(ctx: FixContext, site: str) -> tuple[str, int] | Refusal:
     return found
 
 
+def located_targets(fix_id: str, ctx: FixContext, sites: Sequence[str]) -> list[Target | Refusal]:
+    """Each recorded site as a target of ``fix_id`` in a user file, or the refusal that says
+    why not (:func:`located`)."""
+    out: list[Target | Refusal] = []
+    for site in sites:
+        where = located(ctx, site)
+        out.append(where if isinstance(where, Refusal) else Target(fix_id, *where))
+    return out
+
+
 def parse_or_refuse(source: str) -> Parsed | Refusal:
     try:
         return Parsed(source)
     except Exception as exc:  # libcst's ParserSyntaxError and friends
         return Refusal(f"the file does not parse: {type(exc).__name__}")
+
+
+def setting_or_parsed(source: str, target: Target) -> Parsed | Rewrite | Refusal:
+    """A target that names a setting of the script gets that setting's default edited
+    (``fix/switches.py``); any other, the parsed source (or the refusal that says why not)."""
+    if "setting" in target.params:
+        return switches.edit_default(
+            source, target.params["setting"], target.line, target.params["value"]
+        )
+    return parse_or_refuse(source)

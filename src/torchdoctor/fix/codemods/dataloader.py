@@ -20,8 +20,8 @@ from torchdoctor.fix.codemods.base import (
     Hit,
     located,
     one_site,
-    parse_or_refuse,
     search,
+    setting_or_parsed,
 )
 from torchdoctor.fix.cst_tools import (
     NOT_LITERAL,
@@ -176,12 +176,8 @@ class DataLoaderArgs:
         return out
 
     def rewrite(self, source: str, target: Target) -> Rewrite | Refusal:
-        if "setting" in target.params:
-            return switches.edit_default(
-                source, target.params["setting"], target.line, target.params["value"]
-            )
-        p = parse_or_refuse(source)
-        if isinstance(p, Refusal):
+        p = setting_or_parsed(source, target)
+        if not isinstance(p, Parsed):
             return p
         calls = [c for c in p.all(cst.Call) if is_loader_call(p, c)]
         call = innermost_spanning(p, calls, target.line)

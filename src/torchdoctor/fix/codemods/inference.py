@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 import libcst as cst
 
 from torchdoctor.fix.codemods.anomaly import _sites
-from torchdoctor.fix.codemods.base import located, parse_or_refuse
+from torchdoctor.fix.codemods.base import located_targets, parse_or_refuse
 from torchdoctor.fix.cst_tools import Parsed, contains_call, ensure_import, full_name, wrap
 from torchdoctor.fix.model import FindingRef, Refusal, Rewrite, Target
 
@@ -48,11 +48,7 @@ class InferenceMode:
         sites = _sites(finding)
         if not sites:
             return [Refusal("no site of the loop was recorded: cannot tell which loop evaluates")]
-        out: list[Target | Refusal] = []
-        for site in sites[:4]:
-            where = located(ctx, site)
-            out.append(where if isinstance(where, Refusal) else Target(self.id, *where))
-        return out
+        return located_targets(self.id, ctx, sites[:4])
 
     def rewrite(self, source: str, target: Target) -> Rewrite | Refusal:
         p = parse_or_refuse(source)

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 import libcst as cst
 
 from torchdoctor.fix import switches
-from torchdoctor.fix.codemods.base import Hit, one_site, parse_or_refuse, search
+from torchdoctor.fix.codemods.base import Hit, one_site, parse_or_refuse, search, setting_or_parsed
 from torchdoctor.fix.cst_tools import (
     Parsed,
     contains_call,
@@ -181,12 +181,8 @@ class Bf16Autocast:
         return [Target(self.id, hit.file, hit.line)]
 
     def rewrite(self, source: str, target: Target) -> Rewrite | Refusal:
-        if "setting" in target.params:
-            return switches.edit_default(
-                source, target.params["setting"], target.line, target.params["value"]
-            )
-        p = parse_or_refuse(source)
-        if isinstance(p, Refusal):
+        p = setting_or_parsed(source, target)
+        if not isinstance(p, Parsed):
             return p
         call = next(
             (c for c in p.all(cst.Call) if _is_backward(p, c) and p.spans(c, target.line)), None
