@@ -44,11 +44,6 @@ class ForwardWatch:
         self._pending: list[tuple[str | None, bool]] = []
         self._loops: dict[tuple[int, str], dict[str, Any]] = {}
 
-    @property
-    def watching(self) -> bool:
-        """Between ``begin`` and ``end``."""
-        return bool(self._handles)
-
     def begin(self) -> None:
         """Register the global module hooks (never raises)."""
         if self._handles:

@@ -199,8 +199,3 @@ class Change:
     fidelity: Fidelity | None = None
     switch: Switch | None = None
     """The command-line setting that makes this change instead of an edit (status ``switch``)."""
-
-    @property
-    def applicable(self) -> bool:
-        """It has an edit (patched, or measured and left out)."""
-        return self.target is not None and self.status not in ("refused", "already")

@@ -194,7 +194,6 @@ class Proof:
     together_fidelity: Fidelity | None = None
     together_ids: tuple[str, ...] = ()
     rounds: int = 0
-    original_error: str = ""
 
 
 def prove(
@@ -248,7 +247,7 @@ def prove(
             replace(c, status="failed", reason=f"the original did not run: {err}")
             for c in candidates
         ]
-        return Proof(_with(plan, failed), rounds=len(orig), original_error=err)
+        return Proof(_with(plan, failed), rounds=len(orig))
     decided = [_decide(c, orig, results[c.id], opts, skipped) for c in candidates]
     together = results.get("all")
     proof = Proof(_with(plan, decided), rounds=len(orig))
