@@ -5,7 +5,9 @@ the profiler's memory during the window.
 It wakes every ``interval_s`` and reads state (the clock's step times, the process's resident
 memory); it never calls into torch and never blocks the script. Sampling the main thread is
 ``sys._current_frames()`` read in one tight walk (``thread_stack.py``): cheap, and only done
-while a step is already long.
+while a step is already long. Beside the stacks it reads the main thread's run-queue wait
+(``/proc/self/task/<tid>/schedstat``) once per step and during a long step: a step made long
+by other processes holding the cores is the machine's, not the loop's.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from statistics import median
 from time import perf_counter
 from typing import Any
 
+from torchdoctor.capture.cpu_usage import _read_schedstat
 from torchdoctor.capture.thread_stack import RawStack, frame_stack, raw_stack
 from torchdoctor.code_paths import code_paths
 from torchdoctor.rules import thresholds as th
@@ -89,6 +92,12 @@ class Monitor:
         self.samples: dict[int, Counter[tuple[str, ...]]] = {}
         """Step number (1-based, as the clock counts) -> sampled user stacks while it ran long."""
         self.sampled_source: str | None = None
+        self.core_wait: dict[int, tuple[float, float]] = {}
+        """Step -> (ms watched since the step's first tick, ms of it the main thread waited for
+        a core), for the steps sampled long."""
+        self._sched = f"/proc/self/task/{threading.main_thread().native_id}/schedstat"
+        self._step_seen = -1
+        self._step_first: tuple[float, int] | None = None
         self.noticed = False
         self.peak_window_growth = 0
         self._stop = threading.Event()
@@ -127,6 +136,8 @@ class Monitor:
             return
         if n < 3:
             return
+        if n != self._step_seen:  # the first tick of a new step: where its core wait starts
+            self._step_seen, self._step_first = n, self._waited()
         # What the rule judges: each step less its wait for a batch (a data-bound loop's long
         # compute part would never reach 5x a step made mostly of waiting).
         times = [s - w for s, w in zip(clock.step_s[-50:], clock.data_wait_s[-50:], strict=False)]
@@ -137,12 +148,21 @@ class Monitor:
         step = n + 1
         if clock.source != self.sampled_source:  # counting restarted on a stronger signal
             self.samples.clear()
+            self.core_wait.clear()
             self.sampled_source = clock.source
         if step not in self.samples and len(self.samples) >= _MAX_LONG_STEPS:
             return
         counts = self.samples.setdefault(step, Counter())
         if sum(counts.values()) < _MAX_SAMPLES_PER_STEP:
             counts[thread_user_stack(self.main_ident)] += 1
+        now, first = self._waited(), self._step_first
+        if now is not None and first is not None:
+            self.core_wait[step] = ((now[0] - first[0]) * 1e3, (now[1] - first[1]) / 1e6)
+
+    def _waited(self) -> tuple[float, int] | None:
+        """(now, ns the main thread has waited for a core since it started); None off Linux."""
+        stat = _read_schedstat(self._sched)
+        return (perf_counter(), stat[1]) if stat is not None else None
 
     def _notice_no_step(self) -> None:
         after = self.session.options.no_step_notice_s
@@ -186,6 +206,10 @@ class Monitor:
                     {"stack": list(stack), "samples": k} for stack, k in counts.most_common(5)
                 ]
                 for step, counts in sorted(self.samples.items())
+            },
+            "long_step_core_wait": {
+                str(step): {"watched_ms": round(w, 3), "core_wait_ms": round(c, 3)}
+                for step, (w, c) in sorted(self.core_wait.items())
             },
             "no_step_notice": self.noticed,
         }
