@@ -14,6 +14,7 @@ import click
 
 from torchdoctor import exits
 from torchdoctor._version import __version__
+from torchdoctor.cli_options import CONTEXT, html_option, top_option
 from torchdoctor.exits import EXIT_INTERNAL, OneLineErrors, broken_pipe, guarded
 from torchdoctor.json_arg import JsonPathCommand, json_option
 
@@ -74,7 +75,7 @@ class LazyGroup(OneLineErrors, click.Group):
         return cmd.get_short_help_str(80) if cmd else ""
 
 
-@click.group(cls=LazyGroup, context_settings={"help_option_names": ["-h", "--help"]})
+@click.group(cls=LazyGroup, context_settings=CONTEXT)
 @click.version_option(__version__, prog_name="torchdoctor")
 def cli() -> None:
     """Find what makes a PyTorch workload slow on a GPU, and how to fix it.
@@ -85,14 +86,8 @@ def cli() -> None:
 
 @cli.command(cls=JsonPathCommand)
 @click.argument("path", type=click.Path(path_type=str))
-@json_option("whole report")
-@click.option(
-    "--top",
-    default=10,
-    show_default=True,
-    type=click.IntRange(1, 1000),
-    help="Rows in the kernel and operator tables.",
-)
+@json_option("the whole report")
+@top_option("Rows in the kernel and operator tables.")
 @click.option(
     "--jobs",
     "-j",
@@ -110,9 +105,7 @@ def cli() -> None:
 @click.option(
     "--dask", "use_dask", is_flag=True, help="Run the per-rank tasks on a local Dask cluster."
 )
-@click.option(
-    "--html", "html_path", type=click.Path(path_type=str), help="Also write an HTML report."
-)
+@html_option()
 @click.option(
     "--export-trace",
     type=click.Path(path_type=str),
@@ -156,7 +149,6 @@ class NoInputJsonCommand(JsonPathCommand):
 @click.option(
     "--out",
     default="demo-output",
-    show_default=True,
     type=click.Path(path_type=str, file_okay=False),
     metavar="DIRECTORY",
     help="Folder for the demo's trace.",
@@ -164,11 +156,10 @@ class NoInputJsonCommand(JsonPathCommand):
 @click.option(
     "--steps",
     default=6,
-    show_default=True,
     type=click.IntRange(2, 100),
     help="Profiled training steps.",
 )
-@json_option("analysis of the demo's trace")
+@json_option("the analysis of the demo's trace")
 @_guarded
 def demo(out: str, steps: int, json_path: str | None) -> None:
     """Profile a small bundled training loop on the CPU, then analyse its trace."""
@@ -195,18 +186,13 @@ def demo(out: str, steps: int, json_path: str | None) -> None:
 
 @cli.command(cls=JsonPathCommand)
 @click.argument("snapshot", type=click.Path(path_type=str))
-@json_option("whole report")
+@json_option("the whole report")
 @click.option(
     "--stream/--no-stream",
     default=None,
     help="Force the bounded-memory streaming reader on or off (default: on above 64 MiB).",
 )
-@click.option(
-    "--html",
-    "html_path",
-    type=click.Path(path_type=str),
-    help="Also write a self-contained HTML page (chart, fragmentation, sortable holders).",
-)
+@html_option(help="Also write a self-contained HTML page (chart, fragmentation, sortable holders).")
 @_guarded
 def memory(
     snapshot: str, json_path: str | None, stream: bool | None, html_path: str | None

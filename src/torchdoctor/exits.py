@@ -24,7 +24,7 @@ import functools
 import os
 import stat
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any, NoReturn, TypeVar
 
 from torchdoctor.errors import OutputError, UserError
@@ -67,6 +67,17 @@ def fail(message: str, status: int = EXIT_BAD_INPUT) -> NoReturn:
     """``torchdoctor: error: MESSAGE`` on standard error, then exit with ``status``."""
     say(f"torchdoctor: error: {message}")
     sys.exit(status)
+
+
+@contextlib.contextmanager
+def user_errors() -> Iterator[None]:
+    """A ``UserError`` raised inside is ``fail``: one line and its status (2, bad input). Only
+    that: ``check`` and ``fix`` run the user's script in this process, and its own errors are
+    its report's."""
+    try:
+        yield
+    except UserError as exc:
+        fail(str(exc), exc.exit_code)
 
 
 def internal(exc: BaseException, when: str = "") -> NoReturn:
@@ -206,6 +217,17 @@ def output_failed(what: str, exc: BaseException, status: int = EXIT_OUTPUT) -> N
     sys.exit(status)
 
 
+def end_if_output_failed(exc: OSError) -> None:
+    """End here when ``exc`` is about an output: a reader that went away is a quiet exit 141, a
+    failed write of an output (standard output on a full device, a file on a full disk) one
+    line naming it and exit 74. Returns when it is neither (then it is a torchdoctor bug)."""
+    if isinstance(exc, BrokenPipeError) or exc.errno == errno.EPIPE:
+        broken_pipe()
+    what = failed_output(exc)
+    if what is not None:
+        output_failed(what, exc)
+
+
 def flush_stdout(status: int = EXIT_OUTPUT) -> None:
     """Flush standard output while a failure can still be told in one line: a reader that went
     away is a quiet exit 141, a full or failing device ``output_failed`` (exit ``status``)."""
@@ -245,14 +267,8 @@ def guarded(func: F) -> F:
             fail(str(exc), exc.exit_code)
         except (KeyboardInterrupt, SystemExit):
             raise
-        except BrokenPipeError:
-            broken_pipe()
         except OSError as exc:
-            if exc.errno == errno.EPIPE:
-                broken_pipe()
-            what = failed_output(exc)
-            if what is not None:
-                output_failed(what, exc)
+            end_if_output_failed(exc)
             internal(exc)
         except MemoryError as exc:
             internal(exc, "(out of memory)")
@@ -321,13 +337,7 @@ class OneLineErrors:
         except click.exceptions.Abort:
             say("torchdoctor: aborted")
             sys.exit(EXIT_INTERRUPTED)
-        except BrokenPipeError:
-            broken_pipe()
         except OSError as exc:
-            if exc.errno == errno.EPIPE:
-                broken_pipe()
-            what = failed_output(exc)
-            if what is not None:
-                output_failed(what, exc)
+            end_if_output_failed(exc)
             raise
         sys.exit(rv if isinstance(rv, int) else EXIT_OK)

@@ -25,15 +25,17 @@ JSON_STDOUT = "-"
 F = TypeVar("F", bound=Callable[..., Any])
 
 
-def json_option(what: str = "report") -> Callable[[F], F]:
-    """The ``--json [PATH]`` option, as ``json_path`` (None, ``"-"`` or a file name)."""
+def json_option(what: str = "the report", more: str = "", type: Any = None) -> Callable[[F], F]:
+    """The ``--json [PATH]`` option, as ``json_path`` (None, ``"-"`` or a file name): its help
+    says it writes ``what``; ``more`` ends that sentence."""
     return click.option(
         "--json",
         "json_path",
         default=None,
+        type=type,
         metavar="[PATH]",
-        help=f"Write the {what} as JSON to PATH; a bare --json (or --json -) prints only the "
-        "JSON on standard output.",
+        help=f"Write {what} as JSON to PATH; a bare --json (or --json -) prints only the "
+        f"JSON on standard output{more}.",
     )
 
 

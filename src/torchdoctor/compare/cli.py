@@ -9,15 +9,17 @@ from typing import Any
 
 import click
 
+from torchdoctor.cli_options import CONTEXT, html_option, option_from, top_option
 from torchdoctor.compare.estimates import RUN_TO_RUN_PCT
 from torchdoctor.compare.options import TOP, CompareOptions, sides_of
 from torchdoctor.compare.rerun_types import RerunOptions
 from torchdoctor.exits import EXIT_SLOWER as EXIT_GATE_FAILED
+from torchdoctor.exits import guarded
 from torchdoctor.json_arg import TwoInputJsonCommand, emit_json, json_option, json_target
 
 _AFTER_DASHES = "torchdoctor.compare.after_dashes"
-_PLAN = RerunOptions()
-"""The rerun flags' defaults."""
+_option = option_from(RerunOptions())
+"""An option whose default is the rerun's own."""
 
 
 class _SeesDashes(TwoInputJsonCommand):
@@ -29,7 +31,7 @@ class _SeesDashes(TwoInputJsonCommand):
         return super().parse_args(ctx, args)
 
 
-@click.command("compare", cls=_SeesDashes, context_settings={"help_option_names": ["-h", "--help"]})
+@click.command("compare", cls=_SeesDashes, context_settings=CONTEXT)
 @click.argument("sides", nargs=-1, type=click.Path(path_type=str))
 @click.option(
     "--fail-if-slower",
@@ -41,17 +43,9 @@ class _SeesDashes(TwoInputJsonCommand):
     "slower by more than PCT percent with its whole interval on the slower side. With one run a "
     "side only a slowdown beyond the run-to-run allowance fails; the gate line says so.",
 )
-@json_option("comparison")
-@click.option(
-    "--top",
-    default=TOP,
-    show_default=True,
-    type=click.IntRange(1, 1000),
-    help="Rows in each kernel and operator table.",
-)
-@click.option(
-    "--html", "html_path", type=click.Path(path_type=str), help="Also write an HTML page."
-)
+@json_option("the comparison")
+@top_option("Rows in each kernel and operator table.", TOP)
+@html_option("page")
 @click.option(
     "--job-steps",
     type=click.IntRange(1),
@@ -65,7 +59,6 @@ class _SeesDashes(TwoInputJsonCommand):
     "run_noise_pct",
     type=click.FloatRange(0, 10_000),
     default=RUN_TO_RUN_PCT,
-    show_default=True,
     metavar="PCT",
     help="Run-to-run allowance for one run a side: two runs of the same code differ by up to "
     "PCT percent on this machine (measure yours with benchmarks/compare_run_noise.py).",
@@ -76,42 +69,30 @@ class _SeesDashes(TwoInputJsonCommand):
     help="SIDES are two scripts: run them alternately in fresh processes (a random order, "
     "reversed the next round; profiler off) and decide on per-round ratios.",
 )
-@click.option(
+@_option(
     "--rounds",
     type=click.IntRange(1, 1000),
-    default=_PLAN.rounds,
-    show_default=True,
     help="--rerun: rounds at most (it stops once decided, after 6: the fewest with a 95% "
     "interval).",
 )
-@click.option(
+@_option(
     "--warmup",
     type=click.IntRange(0),
-    default=_PLAN.warmup,
-    show_default=True,
     help="--rerun: warm-up steps per run (compile, first batches); their excess over steady "
     "steps is the one-time cost.",
 )
-@click.option(
-    "--steps",
-    type=click.IntRange(1),
-    default=_PLAN.steps,
-    show_default=True,
-    help="--rerun: steady-state steps per run after the warm-up.",
+@_option(
+    "--steps", type=click.IntRange(1), help="--rerun: steady-state steps per run after the warm-up."
 )
 @click.option(
     "--full", is_flag=True, help="--rerun: let each run go to the script's end (the whole job)."
 )
-@click.option(
-    "--seed", type=int, default=_PLAN.seed, show_default=True, help="--rerun: order shuffle seed."
-)
-@click.option(
+@_option("--seed", type=int, help="--rerun: order shuffle seed.")
+@_option(
     "--timeout",
     "timeout_s",
     type=click.FloatRange(1),
     metavar="SECONDS",
-    default=_PLAN.timeout_s,
-    show_default=True,
     help="--rerun: seconds one run may take.",
 )
 def compare_command(
@@ -140,8 +121,6 @@ def compare_command(
       torchdoctor compare runs/a1 runs/a2 runs/a3 runs/a4 -- runs/b1 runs/b2 runs/b3 runs/b4
       torchdoctor compare --rerun train.py train_fixed.py -- --epochs 1
     """
-    from torchdoctor.exits import guarded as _guarded
-
     after = click.get_current_context().meta.get(_AFTER_DASHES)
 
     def options() -> CompareOptions:
@@ -156,7 +135,7 @@ def compare_command(
             html_path=html_path, job_steps=job_steps, run_noise_pct=run_noise_pct, rerun=plan,
         )  # fmt: skip
 
-    failed = _guarded(lambda: run(options()))()
+    failed = guarded(lambda: run(options()))()
     sys.exit(EXIT_GATE_FAILED if failed else 0)
 
 

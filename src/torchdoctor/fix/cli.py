@@ -16,9 +16,18 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
+from torchdoctor.cli_options import (
+    SCRIPT_CONTEXT,
+    html_option,
+    option_from,
+    runs_option,
+    script_arguments,
+)
 from torchdoctor.commands.check.args import JSON_STDOUT, check_json_path, normalize_args
 from torchdoctor.errors import UserError
+from torchdoctor.exits import user_errors
 from torchdoctor.fix.options import FixOptions
+from torchdoctor.json_arg import json_option
 from torchdoctor.record import layout
 
 if TYPE_CHECKING:
@@ -44,17 +53,11 @@ class _FixCommand(click.Command):
         return super().parse_args(ctx, normalize_args(args, VALUE_OPTIONS))
 
 
-@click.command(
-    "fix",
-    cls=_FixCommand,
-    context_settings={
-        "ignore_unknown_options": True,
-        "allow_interspersed_args": False,
-        "help_option_names": ["-h", "--help"],
-    },
-)
-@click.argument("script", required=False, type=click.Path(path_type=str, dir_okay=False))
-@click.argument("script_args", nargs=-1, type=click.UNPROCESSED)
+_option = option_from(FixOptions())
+
+
+@click.command("fix", cls=_FixCommand, context_settings=SCRIPT_CONTEXT)
+@script_arguments(required=False)
 @click.option(
     "--from",
     "run_folder",
@@ -73,91 +76,55 @@ class _FixCommand(click.Command):
     is_flag=True,
     help="Also propose changes for info findings and those whose predicted gain is within noise.",
 )
-@click.option("--diff", "mode", flag_value="diff", default=True, help="Print the patch (default).")
+@click.option(
+    "--diff",
+    "mode",
+    flag_value="diff",
+    default=True,
+    show_default=False,  # the help says it
+    help="Print the patch (default).",
+)
 @click.option(
     "--write",
     "mode",
     flag_value="write",
     help="Apply the patch; each original is kept as FILE.orig.",
 )
-@click.option(
-    "--json",
-    "json_path",
-    default=None,
+@json_option(
+    "every change (finding, file, line, status)",
     type=click.Path(path_type=str, dir_okay=False),
-    metavar="[PATH]",
-    help="Write every change (finding, file, line, status) as JSON to PATH; a bare --json (or "
-    "--json -) prints only the JSON on standard output.",
 )
-@click.option(
-    "--html", "html_path", type=click.Path(path_type=str), help="Also write an HTML page."
-)
+@html_option("page")
 @click.option(
     "--prove", is_flag=True, help="Measure each change against the original, interleaved."
 )
-@click.option(
+@_option(
     "--min-gain",
-    default=0.02,
-    show_default=True,
     type=click.FloatRange(0),
     help="With --prove: a change is kept when its speed-up interval clears 1 + this.",
 )
 @click.option(
     "--keep-unproven", is_flag=True, help="With --prove: keep changes without a measured gain."
 )
-@click.option(
-    "--rounds",
-    default=8,
-    show_default=True,
-    type=click.IntRange(2, 200),
-    help="With --prove: interleaved rounds.",
-)
-@click.option(
+@_option("--rounds", type=click.IntRange(2, 200), help="With --prove: interleaved rounds.")
+@_option(
     "--prove-steps",
-    default=30,
-    show_default=True,
     type=click.IntRange(1),
     help="With --prove: measured steps per process (after --warmup).",
 )
-@click.option(
-    "--seed", default=0, show_default=True, type=int, help="With --prove: the script's seed."
-)
-@click.option(
-    "--warmup",
-    default=5,
-    show_default=True,
-    type=click.IntRange(0),
-    help="Warm-up steps (check and prove).",
-)
-@click.option(
-    "--steps", default=5, show_default=True, type=click.IntRange(1), help="Steps check profiles."
-)
-@click.option(
-    "--out",
-    "out_dir",
-    default="torchdoctor-runs",
-    show_default=True,
-    type=click.Path(path_type=str, file_okay=False),
-    help="Parent folder of check's run folders.",
-)
+@_option("--seed", type=int, help="With --prove: the script's seed.")
+@_option("--warmup", type=click.IntRange(0), help="Warm-up steps (check and prove).")
+@_option("--steps", "check_steps", type=click.IntRange(1), help="Steps check profiles.")
+@runs_option("Parent folder of check's run folders.")
 def fix_command(
     script: str | None,
     script_args: tuple[str, ...],
     run_folder: str | None,
     only: str | None,
-    include_all: bool,
     mode: str,
     json_path: str | None,
     html_path: str | None,
-    prove: bool,
-    min_gain: float,
-    keep_unproven: bool,
-    rounds: int,
-    prove_steps: int,
-    seed: int,
-    warmup: int,
-    steps: int,
-    out_dir: str,
+    **options: Any,
 ) -> None:
     """Turn check's findings into a patch of SCRIPT's own files (runs `check` first, or reads
     --from RUN), optionally proven by interleaved runs.
@@ -167,27 +134,15 @@ def fix_command(
       torchdoctor fix --prove --write train.py        measure, apply what is faster
       torchdoctor fix --from torchdoctor-runs/train-20261201-120000 --json fix.json
     """
-    try:
+    with user_errors():
         check_json_path(json_path)
         opts = FixOptions(
             mode="write" if mode == "write" else "diff",
-            prove=prove,
-            min_gain=min_gain,
-            keep_unproven=keep_unproven,
-            rounds=rounds,
-            prove_steps=prove_steps,
-            warmup=warmup,
-            seed=seed,
             only=FixOptions.parse_only(only),
-            include_all=include_all,
-            check_steps=steps,
-            out_dir=out_dir,
+            **options,
         )
         result = run_fix(script, list(script_args), run_folder, opts)
         emit(result, opts.mode, json_path, html_path)
-    except UserError as exc:
-        click.echo(f"torchdoctor: error: {exc}", err=True)
-        sys.exit(exc.exit_code)
     if result.failure is not None:  # the script's own status, as check exits with it
         sys.exit(result.failure.code)
 

@@ -11,7 +11,9 @@ from typing import Any
 
 import click
 
+from torchdoctor.cli_options import CONTEXT, html_option, option_from
 from torchdoctor.errors import UserError
+from torchdoctor.exits import guarded
 from torchdoctor.json_arg import JsonPathCommand, json_option, json_target
 from torchdoctor.tune.options import TuneOptions
 from torchdoctor.tune.space import KNOB_NAMES
@@ -50,104 +52,70 @@ def _knobs(text: str | None) -> tuple[str, ...] | None:
     return names
 
 
-@click.command(
-    "tune", cls=JsonPathCommand, context_settings={"help_option_names": ["-h", "--help"]}
-)
+_option = option_from(D)
+
+
+@click.command("tune", cls=JsonPathCommand, context_settings=CONTEXT)
 @click.argument("workload", type=click.Path(path_type=str))
-@click.option(
+@_option(
     "--budget",
-    default=None,
     metavar="DURATION",
     help="Stop starting trials after this much time: 300, 90s, 5m, 1h.",
 )
-@click.option(
+@_option(
     "--max-trials",
     type=click.IntRange(2, 10_000),
-    default=None,
     help="At most this many trials (baseline twice included).",
 )
-@click.option(
+@_option(
     "--knobs",
-    default=None,
     help=f"Comma-separated knobs to search (default: all that apply): {', '.join(KNOB_NAMES)}.",
 )
-@click.option(
+@_option(
     "--steps",
     type=click.IntRange(1, 100_000),
-    default=D.steps,
-    show_default=True,
     help="Optimizer steps per configuration per round (one timed window).",
 )
-@click.option(
+@_option(
     "--max-rounds",
     type=click.IntRange(6, 1000),
-    default=D.max_rounds,
-    show_default=True,
     help="Interleaved rounds per comparison at most (it stops earlier once the interval decides).",
 )
-@click.option(
+@_option(
     "--warmup",
     type=click.IntRange(1, 10_000),
-    default=D.warmup,
-    show_default=True,
     help="Warm-up steps per trial (compile happens here).",
 )
-@click.option(
+@_option(
     "--fidelity-steps",
     type=click.IntRange(1, 100_000),
-    default=D.fidelity_steps,
-    show_default=True,
     help="Steps whose loss must match the fp32 reference.",
 )
-@click.option(
+@_option(
     "--min-gain",
     type=click.FloatRange(0.0, 0.9),
-    default=D.min_gain,
-    show_default=True,
     help="Smallest relative speed-up that counts: a win needs its whole 95% interval above it.",
 )
-@click.option(
+@_option(
     "--trial-timeout",
-    default=D.trial_timeout,
-    show_default=True,
     metavar="DURATION",
     help="Kill a trial after this long (a hang): 300, 90s, 5m, 1h.",
 )
-@click.option(
+@_option(
     "--nproc",
     type=click.IntRange(1, 64),
-    default=D.nproc,
-    show_default=True,
     help="Processes per trial; above 1 trials run under torchrun with DDP (bucket size searched).",
 )
-@click.option(
-    "--seed", type=int, default=D.seed, show_default=True, help="Seed for model init and data."
-)
-@click.option("--function", default=None, help="Workload function name, when the file has several.")
-@click.option(
-    "--db",
-    default=D.db,
-    show_default=True,
-    type=click.Path(path_type=str),
-    help="SQLite results file.",
-)
+@_option("--seed", type=int, help="Seed for model init and data.")
+@_option("--function", help="Workload function name, when the file has several.")
+@_option("--db", type=click.Path(path_type=str), help="SQLite results file.")
 @click.option("--resume", is_flag=True, help="Continue the latest run of this workload in --db.")
-@json_option("results")
-@click.option(
-    "--html", "html_path", type=click.Path(path_type=str), help="Also write an HTML report."
-)
-@click.option(
-    "--out",
-    default=D.out,
-    show_default=True,
-    type=click.Path(path_type=str),
-    help="Where to write the winning configuration.",
-)
+@json_option("the results")
+@html_option()
+@_option("--out", type=click.Path(path_type=str), help="Where to write the winning configuration.")
 def tune_command(workload: str, **opts: Any) -> None:
     """Measure configurations of WORKLOAD.py side by side; keep the fastest faithful one."""
-    from torchdoctor.exits import guarded as _guarded
-
-    _guarded(_tune)(workload, TuneOptions(**opts))
+    guarded(_tune)(workload, TuneOptions(**opts))
 
 
 def _settings(workload: str, opts: TuneOptions) -> dict[str, Any]:

@@ -12,14 +12,21 @@ from typing import TYPE_CHECKING
 
 import click
 
+from torchdoctor.cli_options import (
+    SCRIPT_CONTEXT,
+    html_option,
+    runs_option,
+    script_arguments,
+    top_option,
+)
 from torchdoctor.commands.check.args import (
     absolute_outputs,
     check_json_path,
     normalize_args,
     reject_option_as_script,
 )
-from torchdoctor.errors import UserError
-from torchdoctor.exits import OneLineErrors
+from torchdoctor.exits import OneLineErrors, user_errors
+from torchdoctor.json_arg import json_option
 
 if TYPE_CHECKING:
     from torchdoctor.capture.options import CheckOptions
@@ -30,32 +37,18 @@ class _CheckCommand(OneLineErrors, click.Command):
         return super().parse_args(ctx, normalize_args(args))
 
 
-@click.command(
-    "check",
-    cls=_CheckCommand,
-    context_settings={
-        "ignore_unknown_options": True,
-        "allow_interspersed_args": False,
-        "help_option_names": ["-h", "--help"],
-    },
-)
-@click.argument("script", type=click.Path(path_type=str, dir_okay=False))
-@click.argument("script_args", nargs=-1, type=click.UNPROCESSED)
+@click.command("check", cls=_CheckCommand, context_settings=SCRIPT_CONTEXT)
+@script_arguments()
 @click.option(
     "--warmup",
     default=5,
-    show_default=True,
     type=click.IntRange(0),
     help="Steps run before profiling (absorb compilation).",
 )
-@click.option(
-    "--steps", default=5, show_default=True, type=click.IntRange(1), help="Steps to profile."
-)
+@click.option("--steps", default=5, type=click.IntRange(1), help="Steps to profile.")
 @click.option(
     "--clean-steps",
-    "clean_steps",
     default=8,
-    show_default=True,
     type=click.IntRange(0),
     help="Steps timed after the warm-up with no instrument armed: the report's step time "
     "(0: none).",
@@ -63,45 +56,21 @@ class _CheckCommand(OneLineErrors, click.Command):
 @click.option(
     "--full", is_flag=True, help="Let the script run to its end after the profiled steps."
 )
-@click.option(
-    "--shapes/--no-shapes", default=False, show_default=True, help="Record operator input shapes."
-)
-@click.option(
-    "--stack/--no-stack", default=False, show_default=True, help="Record Python stacks (slower)."
-)
+@click.option("--shapes/--no-shapes", default=False, help="Record operator input shapes.")
+@click.option("--stack/--no-stack", default=False, help="Record Python stacks (slower).")
 @click.option(
     "--memory/--no-memory",
     default=False,
-    show_default=True,
     help="Record allocations (and CUDA allocator history for OOM snapshots).",
 )
-@click.option(
-    "--out",
-    "out_dir",
-    default="torchdoctor-runs",
-    show_default=True,
-    type=click.Path(path_type=str, file_okay=False),
-    help="Parent folder of run folders.",
+@runs_option("Parent folder of run folders.")
+@top_option("Findings and table rows to show.")
+@json_option(
+    "the report",
+    " (the script's own output then goes to stderr)",
+    click.Path(path_type=str, dir_okay=False),
 )
-@click.option(
-    "--top",
-    default=10,
-    show_default=True,
-    type=click.IntRange(1, 1000),
-    help="Findings and table rows to show.",
-)
-@click.option(
-    "--json",
-    "json_path",
-    default=None,
-    type=click.Path(path_type=str, dir_okay=False),
-    metavar="[PATH]",
-    help="Write the report as JSON to PATH; a bare --json (or --json -) prints only the JSON "
-    "on standard output (the script's own output then goes to stderr).",
-)
-@click.option(
-    "--html", "html_path", type=click.Path(path_type=str), help="Also write an HTML report."
-)
+@html_option()
 @click.option(
     "--timeout",
     "timeout_s",
@@ -115,7 +84,6 @@ class _CheckCommand(OneLineErrors, click.Command):
     "--profile-memory-budget",
     "memory_budget_mb",
     default=1024.0,
-    show_default=True,
     type=click.FloatRange(min=1),
     help="MiB the profiler's recording may add (then it stops and the report covers what "
     "was recorded).",
@@ -123,7 +91,6 @@ class _CheckCommand(OneLineErrors, click.Command):
 @click.option(
     "--rank-timeout",
     default=120.0,
-    show_default=True,
     type=click.FloatRange(0),
     help="Seconds rank 0 waits for other ranks' results.",
 )
@@ -160,9 +127,8 @@ def check_command(
     ends (os._exit, a segfault, SIGKILL, SIGTERM).
     """
     from torchdoctor.capture.options import CheckOptions
-    from torchdoctor.exits import fail
 
-    try:
+    with user_errors():
         reject_option_as_script(script)
         check_json_path(json_path)
         json_path, html_path = absolute_outputs(json_path, html_path)
@@ -180,8 +146,6 @@ def check_command(
             profile_memory_budget_mb=memory_budget_mb,
         )
         code = _run_watched(script, list(script_args), options, top, json_path, html_path)
-    except UserError as exc:
-        fail(str(exc), exc.exit_code)
     sys.exit(code)
 
 
