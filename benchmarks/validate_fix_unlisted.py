@@ -7,7 +7,8 @@ whether ``check`` on the patched script still names the planted mistake.
     python benchmarks/validate_fix_unlisted.py --set heldout   # examples/heldout
 
 Each case is copied to a scratch folder (nothing in the repository is written); every run is a
-fresh process with the case's environment. Per case: ``fix --write`` (it runs ``check`` first
+fresh process with the case's environment (a healthy control: the environment's threads, see
+``unlisted_cases.harness_env``). Per case: ``fix --write`` (it runs ``check`` first
 and applies what it proposes), the patched script run plainly with a time limit, then ``check``
 on it. The patched script runs under ``scripts/patched_run.py``, which also says whether each
 patch's statement ran at all (code after a ``return`` never does). A patch "fails" when the
@@ -28,7 +29,7 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from unlisted_cases import CASES, Case, run_case
+from unlisted_cases import CASES, Case, harness_env, run_case
 
 SRC = Path(__file__).resolve().parents[1] / "src"
 RUNNER = SRC.parent / "scripts" / "patched_run.py"
@@ -53,6 +54,7 @@ def _actionable(out: Path) -> list[str] | None:
 
 def one(case: Case, timeout: float) -> dict[str, Any]:
     """The row of one case (see the module docstring)."""
+    case = harness_env(case)  # a control with the environment's threads
     work = Path(tempfile.mkdtemp(prefix="td-fix-unlisted-"))
     script = work / case.script
     shutil.copy(case.path, script)

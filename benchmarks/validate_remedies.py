@@ -57,14 +57,14 @@ import subprocess
 import sys
 import tempfile
 import textwrap
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import heldout_cases
 import unlisted_cases
-from unlisted_cases import Case, run_case
+from unlisted_cases import Case, harness_env, run_case
 
 ROOT = Path(__file__).resolve().parents[1]
 SRC = Path(os.environ.get("TD_SRC") or ROOT / "src")
@@ -460,13 +460,6 @@ def _try_remedy(case: Case, finding: dict[str, Any], plain_rc: int, timeout: flo
     rem.after_ids = [f["id"] for f in _pasted_findings(after)]
     rem.gone = finding["id"] not in rem.after_ids
     return rem
-
-
-def harness_env(case: Case) -> Case:
-    """``case`` as this harness runs it: a healthy control with the environment's threads (the
-    one-thread default is the harness's choice for timing the mistakes on a shared machine; on
-    a control it would plant a mistake of its own)."""
-    return replace(case, env=()) if case.control else case
 
 
 def one(case: Case, timeout: float) -> dict[str, Any]:
