@@ -94,7 +94,7 @@ def _finding(rule: RanksRule, cr: CrossRank) -> Finding | None:
     return Finding(
         id=s.id,
         title=s.format_title(**m.title),
-        severity=s.severity.floored(m.severity(s.severity), share),
+        severity=s.severity.floored(m.severity(s.severity, share), share),
         saving_ms_per_step=round(m.saving_ms, 3),
         share_of_step=round(share, 4),
         evidence=m.evidence,

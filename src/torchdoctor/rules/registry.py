@@ -28,13 +28,15 @@ entry is complete.
 
 from __future__ import annotations
 
+from typing import get_args
+
 from torchdoctor.rules.families import (
     ACCOUNT_FAMILY_RULES,
     FAMILY_RULES,
     RANKS_FAMILY_RULES,
     RUN_FAMILY_RULES,
 )
-from torchdoctor.rules.spec import FindingSpec
+from torchdoctor.rules.spec import FamilyRule, FindingSpec, Source
 
 
 def _index(*groups: tuple[FindingSpec, ...]) -> dict[str, FindingSpec]:
@@ -67,6 +69,30 @@ def spec(fid: str) -> FindingSpec:
         return REGISTRY[fid]
     except KeyError:
         raise KeyError(f"unknown finding id {fid!r}") from None
+
+
+def _measured() -> dict[str, set[Source]]:
+    kinds: tuple[tuple[Source, tuple[FamilyRule, ...]], ...] = (
+        ("trace", FAMILY_RULES),
+        ("run", RUN_FAMILY_RULES),
+        ("ranks", RANKS_FAMILY_RULES),
+        ("run", ACCOUNT_FAMILY_RULES),  # the step's account is the run's
+    )
+    out: dict[str, set[Source]] = {}
+    for source, rules in kinds:
+        for rule in rules:
+            out.setdefault(rule.spec.id, set()).add(source)
+    return out
+
+
+_MEASURED = _measured()
+
+
+def sources(fid: str) -> tuple[Source, ...]:
+    """Which analyses produce a finding (``trace``, ``run``, ``ranks``): those of the rules that
+    measure it, and any its spec adds (a rule written by hand)."""
+    found = _MEASURED.get(fid, set()) | set(spec(fid).sources)
+    return tuple(s for s in get_args(Source) if s in found)
 
 
 def finding_ids() -> tuple[str, ...]:

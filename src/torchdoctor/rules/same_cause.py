@@ -2,7 +2,7 @@
 folded into one.
 
 The registry's aliases (``FindingSpec.aliases``) merge every finding of one id into another;
-the pairs here merge only when the two point at the same site by the same mechanism, since the
+the pairs a spec declares (``FindingSpec.same_cause``, with a test from here) merge only when the two point at the same site by the same mechanism, since the
 general finding may also fire alone for another cause (garbage collection the interpreter
 starts by itself; a long step from an evaluation). The more specific finding is kept (it names
 the line or the setting to change), the other's evidence is folded into it (under
@@ -15,10 +15,12 @@ epoch start's wait for its first batch, and the rest of the long step beyond tha
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from torchdoctor.rules.finding import SEVERITIES, Finding
+from torchdoctor.rules.spec import SEVERITIES
+
+if TYPE_CHECKING:  # the registry's modules (the families) import the tests below
+    from torchdoctor.rules.finding import Finding
 
 
 def _site(text: str) -> str:
@@ -26,7 +28,7 @@ def _site(text: str) -> str:
     return text.split(" in ")[0].strip()
 
 
-def _gc_collect_call(specific: Finding, general: Finding, record: dict[str, Any]) -> bool:
+def gc_collect_call(specific: Finding, general: Finding, record: dict[str, Any]) -> bool:
     """``housekeeping-in-step``'s ``gc.collect()`` and ``gc-in-step`` naming that call's line."""
     call = specific.evidence.get("call")
     if not isinstance(call, dict) or call.get("what") != "gc.collect":
@@ -71,7 +73,7 @@ def _long_steps_at(general: Finding, record: dict[str, Any], sites: set[str]) ->
     return total > 0 and at >= 0.5 * total
 
 
-def _epoch_restart(specific: Finding, general: Finding, record: dict[str, Any]) -> bool:
+def epoch_restart(specific: Finding, general: Finding, record: dict[str, Any]) -> bool:
     """``dataloader-config`` for workers started again every epoch, and ``rare-long-steps``
     whose long steps were spent at the loop's ``for ... in loader`` line: the epoch starts."""
     if not specific.evidence.get("restart_ms_per_step"):
@@ -79,7 +81,7 @@ def _epoch_restart(specific: Finding, general: Finding, record: dict[str, Any]) 
     return _long_steps_at(general, record, _loader_sites(record))
 
 
-def _iterator_rebuilt(specific: Finding, general: Finding, record: dict[str, Any]) -> bool:
+def iterator_rebuilt(specific: Finding, general: Finding, record: dict[str, Any]) -> bool:
     """``repeated-construction`` of a DataLoader iterator (a new epoch, its workers started
     again) and ``rare-long-steps`` spent at that line."""
     sites = {
@@ -90,29 +92,13 @@ def _iterator_rebuilt(specific: Finding, general: Finding, record: dict[str, Any
     return bool(sites) and _long_steps_at(general, record, sites)
 
 
-def _host_time_at_the_work(specific: Finding, general: Finding, record: dict[str, Any]) -> bool:
+def host_time_at_the_work(specific: Finding, general: Finding, record: dict[str, Any]) -> bool:
     """``work-beside-step`` at a line, and ``host-bound`` whose tiny operators are mostly that
     line's (it names the line first) and whose saving that work covers: printing tensors
     formats them with thousands of small operators; compiling the model would not touch it."""
     if not general.where or specific.saving_ms_per_step < general.saving_ms_per_step:
         return False
     return _site(general.where[0]) in {_site(w) for w in specific.where}
-
-
-Same = Callable[[Finding, Finding, dict[str, Any]], bool]
-
-SAME_CAUSE: tuple[tuple[str, str, Same, bool], ...] = (
-    ("housekeeping-in-step", "gc-in-step", _gc_collect_call, False),
-    # first: where the iterator is rebuilt every step, check keeps this one (capture/fit.py)
-    # the iterator's construction is inside the long step's time beyond its data wait
-    ("repeated-construction", "rare-long-steps", _iterator_rebuilt, False),
-    # rare-long-steps times a step less its data wait; the loader's saving is that wait
-    ("dataloader-config", "rare-long-steps", _epoch_restart, True),
-    # the host's small operators are the work beside the step: its remedy, not compile's
-    ("work-beside-step", "host-bound", _host_time_at_the_work, False),
-)
-"""(the finding kept, the finding folded into it, when the two are one cause, whether their
-savings timed disjoint parts of the step)."""
 
 
 def fold(kept: Finding, other: Finding, disjoint: bool = False) -> Finding:
@@ -137,16 +123,22 @@ def fold(kept: Finding, other: Finding, disjoint: bool = False) -> Finding:
 
 
 def fold_same_cause(findings: list[Finding], record: dict[str, Any] | None) -> list[Finding]:
-    """``findings`` with each pair of ``SAME_CAUSE`` that one cause fired folded into one."""
+    """``findings`` with each one that a spec's :attr:`~torchdoctor.rules.spec.FindingSpec.same_cause`
+    says one cause fired with another folded into the first of those that matches."""
+    from torchdoctor.rules.registry import REGISTRY
+
     out = list(findings)
-    for kept_id, other_id, same, disjoint in SAME_CAUSE:
-        for other in [f for f in out if f.id == other_id]:
-            match = next(
-                (i for i, f in enumerate(out) if f.id == kept_id and same(f, other, record or {})),
-                None,
-            )
-            if match is None:
-                continue
-            out[match] = fold(out[match], other, disjoint)
-            out = [f for f in out if f is not other]
+    for spec in (s for s in REGISTRY.values() if s.same_cause):
+        for other in [f for f in out if f.id == spec.id]:
+            for c in spec.same_cause:
+                same = (
+                    i
+                    for i, f in enumerate(out)
+                    if f.id == c.kept and c.same(f, other, record or {})
+                )
+                match = next(same, None)
+                if match is not None:
+                    out[match] = fold(out[match], other, c.disjoint)
+                    out = [f for f in out if f is not other]
+                    break
     return out

@@ -94,9 +94,31 @@ class Variant:
     fix: FixBuilder | None = None
 
 
+Same = Callable[[Any, Any, dict[str, Any]], bool]
+"""Whether two findings are one cause: called with (the finding kept, the finding folded into
+it, the run's record) (``rules/same_cause.py``)."""
+
+
 @dataclass(frozen=True)
+class SameCause:
+    """A finding of another id that absorbs this one where one cause fired both at one site
+    (``gc.collect()`` in the loop is both ``housekeeping-in-step`` and ``gc-in-step``)."""
+
+    kept: str
+    """The id of the finding kept: it names the line or the setting to change."""
+    same: Same
+    disjoint: bool = False
+    """The two savings timed disjoint parts of the step (their sum is kept, not the larger)."""
+
+
+@dataclass(frozen=True, kw_only=True)
 class FindingSpec:
-    """One registry entry: everything about a finding except the rule that measures it."""
+    """One registry entry: everything about a finding except the rule that measures it.
+
+    Only what differs from the common case is declared: the severity policy defaults to the
+    usual shares, no threshold means any occurrence fires, and the analyses that produce it
+    are those of the rules that measure it (``registry.sources``).
+    """
 
     id: str
     """Stable identifier; tools (tune, CI gates, dashboards) key on it, so never rename one."""
@@ -104,16 +126,17 @@ class FindingSpec:
     """Short name for the verdict line ("Fix first: <label>")."""
     title: str
     """Title template, filled with ``str.format`` from the numbers the rule measured."""
-    sources: tuple[Source, ...]
-    """Which analyses produce it (a trace rule and a run rule may share one id)."""
-    severity: SeverityPolicy
-    threshold: Threshold | None
-    """The threshold that fires the finding (with its reason); None when any occurrence does."""
     fix: FixBuilder
     """Returns the code to paste; called with the typed inputs the rule documents."""
     explanation: str
     """Why this costs time, in a sentence or two."""
     doc_url: str
+    severity: SeverityPolicy = SeverityPolicy()
+    threshold: Threshold | None = None
+    """The threshold that fires the finding (with its reason); None when any occurrence does."""
+    sources: tuple[Source, ...] = ()
+    """Analyses that produce it beside its family rules' (host-bound's run rule, written by
+    hand in ``rules/run_rules.py``); ``registry.sources`` adds those of its rules."""
     knobs: tuple[str, ...] = ()
     """``torchdoctor tune`` knobs this finding points at, most relevant first."""
     aliases: tuple[str, ...] = ()
@@ -137,6 +160,9 @@ class FindingSpec:
     replaces: tuple[str, ...] = ()
     """Ids of the generic trace findings this one refines: when it fires, ``analyze`` drops
     them (a blocking copy per decode step is not also ``synchronous-copies``)."""
+    same_cause: tuple[SameCause, ...] = ()
+    """Findings that absorb this one where one cause fired both at one site, tried in this
+    order (``check`` folds it into the first that matches; ``rules/same_cause.py``)."""
 
     def variant(self, name: str | None) -> Variant | None:
         """The named variant; None for the spec's own wording (a KeyError for an unknown name)."""
@@ -187,12 +213,14 @@ class Measured:
 
     value: float
     """The number compared with the spec's threshold (a share of the step, bytes, a count)."""
-    saving_ms: float
-    """What fixing it saves per step (clamped to the step when the finding is built)."""
-    share: float
-    """``saving_ms`` as a share of the step: graded by the spec's severity policy."""
-    title: dict[str, Any]
-    evidence: dict[str, Any]
+    saving_ms: float = 0.0
+    """What fixing it saves per step (clamped to the step when the finding is built); 0 for a
+    risk, or a saving not measured."""
+    share: float | None = None
+    """The share of the step graded by the spec's severity policy; None: the saving's share of
+    the step, as the finding states it (a run rule's is always that)."""
+    title: dict[str, Any] = field(default_factory=dict)
+    evidence: dict[str, Any] = field(default_factory=dict)
     fix: dict[str, Any] = field(default_factory=dict)
     where: tuple[str, ...] = ()
     details: Callable[[], Details] | None = None
@@ -217,9 +245,13 @@ class Measured:
     """A cost of the job or of an epoch: ``saving_ms`` is ignored, the finding ranks by this
     cost spread over the steps it is paid for."""
 
-    def severity(self, policy: SeverityPolicy) -> Severity:
-        """``policy``'s grade of ``share``, capped at :attr:`most`, raised to :attr:`least`."""
-        level = policy.grade(self.share)
+    def severity(self, policy: SeverityPolicy, step_share: float | None = None) -> Severity:
+        """``policy``'s grade of ``share`` (of ``step_share``, the saving's share of the step,
+        when it has none), capped at :attr:`most`, raised to :attr:`least`."""
+        share = self.share if self.share is not None else step_share
+        if share is None:
+            raise ValueError("a measurement without a share is graded on the saving's share")
+        level = policy.grade(share)
         if self.most is not None and SEVERITIES.index(level) < SEVERITIES.index(self.most):
             level = self.most
         if self.least is not None and SEVERITIES.index(level) > SEVERITIES.index(self.least):

@@ -30,7 +30,7 @@ def family_finding(rule: TraceRule, a: TraceAnalysis) -> Finding | None:
     return Finding(
         s.id,
         (v.title if v is not None else s.title).format(**m.title),
-        s.severity.floored(m.severity(s.severity), share),
+        s.severity.floored(m.severity(s.severity, share), share),
         round(saving, 3),
         round(share, 4),
         {"mean_step_ms": round(step, 3), **m.evidence},

@@ -34,7 +34,6 @@ FRAGMENTATION_SPEC = FindingSpec(
     label="memory fragmentation",
     title="reserved memory {slack_gib:.1f} GiB above allocated at the peak ({frag:.0%}), "
     "{retries} allocator retries",
-    sources=("run",),
     probe="unscaled",
     severity=SeverityPolicy(fixed="info", risk=True),
     threshold=ALLOC_RETRIES,
@@ -59,8 +58,6 @@ def measure_fragmentation(run: RunRecord) -> Measured | None:
     judged = fragmented(mem["peak_reserved_bytes"], slack)
     return Measured(
         value=float(retries),
-        saving_ms=0.0,
-        share=0.0,
         title={"slack_gib": slack / 2**30, "frag": mem.get("fragmentation"), "retries": retries},
         evidence={"memory": mem},
         least="warning" if retries or tight else None,
@@ -72,10 +69,8 @@ OOM_SPEC = FindingSpec(
     id="out-of-memory",
     label="out of memory",
     title="out of memory: {parts}",
-    sources=("run",),
     probe="unscaled",
     severity=SeverityPolicy(fixed="critical", risk=True),
-    threshold=None,
     fix=static(fx.OOM),
     explanation="What filled the memory: {parts}. Who held it and how fragmented the cache "
     "was: `torchdoctor memory memory_snapshot.pickle` in the run folder "
@@ -112,7 +107,6 @@ def measure_oom(run: RunRecord) -> Measured | None:
     return Measured(
         value=float(oom.get("tried_bytes") or 0),
         saving_ms=run.step_ms or 0.0,
-        share=0.0,
         title={"parts": text},
         evidence={"oom": oom, "model_state_bytes": model_state},
         where=tuple(where),

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 from torchdoctor.rules import thresholds as th
 from torchdoctor.rules.fixes import DOCS
-from torchdoctor.rules.spec import FindingSpec, Gate, Measured, RunRule, SeverityPolicy
+from torchdoctor.rules.spec import FindingSpec, Gate, Measured, RunRule
 
 if TYPE_CHECKING:
     from torchdoctor.record.run import RunRecord
@@ -32,8 +32,6 @@ SPEC = FindingSpec(
     label="work beside the step",
     title="{what} at {site} ({function}): {ms:.1f} ms per step ({share:.0%}), outside the "
     "model's forward, backward and the optimizer's step",
-    sources=("run",),
-    severity=SeverityPolicy(),
     threshold=th.ASIDE_SHARE,
     fix=beside_fix,
     explanation="Time in the loop that is not the model's forward or backward, the "
@@ -82,7 +80,6 @@ def measure(run: RunRecord) -> tuple[Measured, ...] | None:
             Measured(
                 value=ms / step,
                 saving_ms=ms,
-                share=ms / step,
                 title={
                     "what": what,
                     "function": function,

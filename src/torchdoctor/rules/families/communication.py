@@ -24,7 +24,6 @@ EXPOSED_SPEC = FindingSpec(
     label="exposed communication",
     title="Exposed communication: {ms:.1f} ms per step ({share:.0%}) of collectives not "
     "overlapped with compute ({overlap:.0%} hidden)",
-    sources=("trace",),
     probe="kernel",
     severity=SeverityPolicy(th.EXPOSED_COMM_WARN, th.EXPOSED_COMM_CRITICAL),
     threshold=th.EXPOSED_COMM_WARN,
@@ -138,7 +137,6 @@ GATHER_SPEC = FindingSpec(
     label="exposed FSDP all-gather",
     title="Exposed all-gather (FSDP): {ms:.1f} ms per step ({share:.0%}) waiting for "
     "parameters to be gathered ({overlap:.0%} hidden under compute)",
-    sources=("trace",),
     probe="kernel",
     severity=SeverityPolicy(th.EXPOSED_COMM_WARN, th.EXPOSED_COMM_CRITICAL),
     threshold=th.EXPOSED_COMM_WARN,

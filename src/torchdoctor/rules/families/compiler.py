@@ -57,10 +57,7 @@ RECOMPILES_SPEC = FindingSpec(
     id="recompiles",
     label="recompiles",
     title="{n} recompiles ({seconds:.2f} s), {late} after warm-up: {first}",
-    sources=("run",),
     probe="unscaled",
-    severity=SeverityPolicy(),
-    threshold=None,
     fix=fx.recompile_fix,
     explanation="Each recompile stops the step to trace and compile again; a guard on a size "
     "that changes every step means the compiled code is rarely reused.",
@@ -81,10 +78,8 @@ LIMIT_SPEC = FindingSpec(
     id="recompile-limit-hit",
     label="the recompile limit",
     title="recompile limit ({limit}) hit in {function}: it now runs eager, silently",
-    sources=("run",),
     probe="unscaled",
     severity=SeverityPolicy(fixed="warning", risk=True),
-    threshold=None,
     fix=limit_fix,
     explanation="After recompile_limit recompiles of one function dynamo stops compiling it "
     "and falls back to eager for the rest of the run; the speed-up is gone without an error.",
@@ -96,9 +91,7 @@ BREAKS_SPEC = FindingSpec(
     id="graph-breaks",
     label="graph breaks",
     title="{n} graph break location(s) in compiled code; first: {reason}",
-    sources=("run",),
     severity=SeverityPolicy(floor="warning"),
-    threshold=None,
     fix=fx.graph_break_fix,
     explanation="A graph break ends one compiled graph and starts another: the code between "
     "runs eagerly, guards are checked again, and nothing fuses across the break.",
@@ -110,10 +103,7 @@ NOT_REPAID_SPEC = FindingSpec(
     label="compile time not repaid",
     title="torch.compile took {seconds:.1f} s for a job of {count} steps ({known}): more "
     "than all its steps take",
-    sources=("run",),
     probe="unscaled",
-    severity=SeverityPolicy(),
-    threshold=None,
     fix=compile_fix,
     explanation="Compilation is paid once per process; a run shorter than its compile time "
     "never earns it back.",
@@ -182,8 +172,6 @@ def measure_limit(run: RunRecord) -> Measured | None:
     h = hits[0]
     return Measured(
         value=len(hits),
-        saving_ms=0.0,
-        share=0.0,
         title={"limit": h["limit"], "function": h["function"]},
         evidence={"hits": hits[:8]},
         fix={"events": run.compile.recompile_events},
@@ -202,7 +190,6 @@ def measure_breaks(run: RunRecord) -> Measured | None:
     return Measured(
         value=len(sites),
         saving_ms=share * (run.step_ms or 0.0),
-        share=share,
         title={"n": len(sites), "reason": breaks[0]["reason"]},
         evidence={"locations": len(sites), "breaks": breaks[:10]},
         fix={"site": breaks[0]["site"]},
@@ -242,8 +229,6 @@ def measure_not_repaid(run: RunRecord) -> Measured | None:
     else:
         return Measured(
             value=compile_ms,
-            saving_ms=0.0,
-            share=0.0,
             title={"seconds": compile_ms / 1e3, "steps": repaid_after, "step_ms": step_ms},
             evidence={"compile_s": compile_ms / 1e3, "break_even_steps": repaid_after},
             fix=fix,
@@ -257,8 +242,6 @@ def measure_not_repaid(run: RunRecord) -> Measured | None:
         return None
     return Measured(
         value=compile_ms,
-        saving_ms=0.0,
-        share=0.0,
         title={"seconds": compile_ms / 1e3, "count": steps, "known": known},
         evidence={
             "compile_s": compile_ms / 1e3,

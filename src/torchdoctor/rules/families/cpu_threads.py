@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 from torchdoctor.rules import fixes as fx
 from torchdoctor.rules import thresholds as th
-from torchdoctor.rules.spec import FindingSpec, Measured, RunRule, SeverityPolicy, Variant
+from torchdoctor.rules.spec import FindingSpec, Measured, RunRule, Variant
 
 if TYPE_CHECKING:
     from torchdoctor.record.run import RunRecord
@@ -33,8 +33,6 @@ SPEC = FindingSpec(
     label="more threads than free cores",
     title="{threads} intra-op threads{workers} on {free:.1f} free of {cores} cores: the "
     "same work ran {ratio:.1f}x slower than with {k} thread(s)",
-    sources=("run",),
-    severity=SeverityPolicy(),
     threshold=th.OVERSUBSCRIBED_RATIO,
     fix=fx.cpu_threads_fix,
     explanation="Each parallel operator splits its work over the intra-op threads and waits "
@@ -81,7 +79,6 @@ def measure(run: RunRecord) -> Measured | None:
         return Measured(
             value=ratio,
             saving_ms=saving,
-            share=saving / step,
             title={
                 "threads": d.threads,
                 "workers": f" + {d.busy_workers:.1f} busy workers" if d.busy_workers >= 0.1 else "",
@@ -104,8 +101,6 @@ def measure(run: RunRecord) -> Measured | None:
         return None
     return Measured(
         value=ratio,
-        saving_ms=0.0,
-        share=0.0,
         title={"share": share, "other": d.other_cores, "cores": d.cores},
         evidence={**_evidence(cpu, d), "main_thread_wait_share": round(share, 3)},
         fix={"other": d.other_cores, "cores": d.cores},

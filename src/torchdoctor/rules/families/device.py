@@ -28,7 +28,6 @@ FP32_SPEC = FindingSpec(
     label="fp32 GEMMs off the tensor cores",
     title="fp32 GEMMs off the tensor cores: {fp32_share:.0%} of matmul time on a {gpu} (use "
     "{precision})",
-    sources=("trace",),
     probe="kernel",
     severity=SeverityPolicy(th.FP32_GEMM_WARN, th.FP32_GEMM_CRITICAL),
     threshold=th.FP32_GEMM_SHARE,
@@ -62,7 +61,6 @@ def fp32_gemms(a: TraceAnalysis) -> Measured | None:
     return Measured(
         value=fp32_share,
         saving_ms=saving,
-        share=saving / a.mean_step_ms if a.mean_step_ms else 0,
         title={
             "fp32_share": fp32_share,
             "gpu": k.gpu.name,
@@ -94,7 +92,6 @@ MEMORY_SPEC = FindingSpec(
     id="memory-pressure",
     label="memory pressure",
     title="Memory pressure on GPU {device}: {what}",
-    sources=("trace",),
     probe="unscaled",
     severity=SeverityPolicy(fixed="warning", risk=True),
     threshold=th.MEMORY_PRESSURE,
@@ -128,8 +125,6 @@ def memory_pressure(a: TraceAnalysis) -> Measured | None:
         )
         return Measured(
             value=used,
-            saving_ms=0.0,
-            share=0.0,
             title={"device": d.device_id, "what": what},
             evidence={
                 "device": d.device_id,

@@ -66,7 +66,6 @@ SPEC = FindingSpec(
     label="device-to-device copies",
     title="Device-to-device copies: {ms:.1f} ms per step ({share:.0%}) with no kernel beside "
     "them, {count:.0f} copies per step, most from {op}",
-    sources=("trace",),
     probe="kernel",
     severity=SeverityPolicy(D2D_WARN, D2D_CRITICAL),
     threshold=D2D_WARN,

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 from torchdoctor.rules import fixes as fx
 from torchdoctor.rules import thresholds as th
 from torchdoctor.rules.families._run import account
-from torchdoctor.rules.spec import FindingSpec, Measured, RunRule, SeverityPolicy
+from torchdoctor.rules.spec import FindingSpec, Measured, RunRule
 
 if TYPE_CHECKING:
     from torchdoctor.record.run import RunRecord
@@ -38,9 +38,7 @@ SPEC = FindingSpec(
     id="float64-compute",
     label="float64 compute",
     title="{share:.0%} of the step's {basis} are float64",
-    sources=("run",),
     probe="kernel",
-    severity=SeverityPolicy(),
     threshold=th.FP64_SHARE,
     fix=fp64_fix,
     explanation="float64 halves the SIMD width and doubles the bytes of every operator on "
@@ -72,7 +70,6 @@ def measure(run: RunRecord) -> Measured | None:
     return Measured(
         value=share,
         saving_ms=saving,
-        share=saving / step,
         title={"share": share, "basis": basis},
         evidence={
             "fp64_share": share,

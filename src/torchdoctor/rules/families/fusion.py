@@ -79,7 +79,6 @@ SPEC = FindingSpec(
     label="unfused memory-bound kernels",
     title="Unfused memory-bound kernels: {share:.0%} of GPU time ({ms:.1f} ms per step) in "
     "{count:.0f} elementwise/copy/reduction kernels per step (most under {top})",
-    sources=("trace",),
     severity=SeverityPolicy(th.WARNING_SHARE, th.CRITICAL_SHARE),
     threshold=th.UNFUSED_SHARE,
     gates=(Gate("gpu_busy_share", th.UNFUSED_BUSY),),
@@ -199,7 +198,6 @@ def measure(a: TraceAnalysis) -> Measured | None:
     return Measured(
         value=share,
         saving_ms=saving,
-        share=saving / a.mean_step_ms,
         title={
             "share": share,
             "ms": ms,

@@ -9,9 +9,10 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from torchdoctor.rules import same_cause as sc
 from torchdoctor.rules import thresholds as th
 from torchdoctor.rules.families._run import account, short
-from torchdoctor.rules.spec import FindingSpec, Measured, RunRule, SeverityPolicy
+from torchdoctor.rules.spec import FindingSpec, Measured, RunRule, SameCause
 
 if TYPE_CHECKING:
     from torchdoctor.record.run import RunRecord
@@ -36,13 +37,12 @@ SPEC = FindingSpec(
     id="gc-in-step",
     label="garbage collection in the step",
     title="garbage collection takes {ms:.1f} ms per step ({share:.0%}){how}",
-    sources=("run",),
-    severity=SeverityPolicy(),
     threshold=th.GC_SHARE,
     fix=gc_fix,
     explanation="A full collection walks every Python object alive (datasets held as lists "
     "of Python objects make it slow); gc.collect() in the loop pays it every step.",
     doc_url="https://docs.python.org/3/library/gc.html#gc.freeze",
+    same_cause=(SameCause("housekeeping-in-step", sc.gc_collect_call),),
 )
 
 
@@ -67,7 +67,6 @@ def measure(run: RunRecord) -> Measured | None:
     return Measured(
         value=ms / step,
         saving_ms=ms,
-        share=ms / step,
         title={"ms": ms, "share": ms / step, "how": how},
         evidence={
             "gc_ms_per_step": ms,

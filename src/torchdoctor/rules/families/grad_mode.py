@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 from torchdoctor.rules import fixes as fx
 from torchdoctor.rules import thresholds as th
 from torchdoctor.rules.families._run import account, code_at, short, toggled
-from torchdoctor.rules.spec import FindingSpec, Measured, RunRule, SeverityPolicy
+from torchdoctor.rules.spec import FindingSpec, Measured, RunRule
 
 if TYPE_CHECKING:
     from torchdoctor.record.run import RunRecord
@@ -37,9 +37,6 @@ SPEC = FindingSpec(
     id="grad-without-backward",
     label="autograd graphs recorded for nothing",
     title="{n} forward(s) per step record an autograd graph no backward uses ({sites}){measured}",
-    sources=("run",),
-    severity=SeverityPolicy(),
-    threshold=None,
     fix=no_grad_fix,
     codemods=("inference-mode",),
     explanation="With grad mode on, every forward operator saves what its backward would "
@@ -67,7 +64,6 @@ def measure(run: RunRecord) -> Measured | None:
     return Measured(
         value=float(calls),
         saving_ms=saving,
-        share=saving / step,
         title={"n": calls, "sites": ", ".join(short(x) for x in sites[:2]), "measured": text},
         evidence={
             "forwards": [r.raw for r in unreached],

@@ -24,9 +24,7 @@ CAPTURE = FindingSpec(
     label="graph capture (start-up)",
     title="CUDA-graph capture: the trace records the capture of {n} graphs{what}: a one-off "
     "start-up cost of {ms:.1f} ms, not a steady-state step",
-    sources=("trace",),
     severity=SeverityPolicy(fixed="info"),
-    threshold=None,
     fix=ifx.profile_replay_fix,
     explanation="While a stream captures, launches are recorded into the graph, not run: "
     "the GPU is idle by design and the CPU time is the capture's. The trace says how long "
@@ -60,8 +58,6 @@ def capture(a: TraceAnalysis) -> Measured | None:
     what = f" (batch size and mode: {labels})" if labels else ""
     return Measured(
         value=len(g.captures),
-        saving_ms=0.0,
-        share=0.0,
         title={"n": len(g.captures), "what": what, "ms": g.capture_ms},
         evidence=evidence,
         fix={"engine": engine(a)},
@@ -73,9 +69,7 @@ NOT_RECORDED = FindingSpec(
     label="graph kernels missing from the trace",
     title="Graph kernels not recorded: {n} graph launches in the trace, {missing} without "
     "any of their kernels; {ms:.1f} ms per step of GPU work the trace cannot show",
-    sources=("trace",),
     severity=SeverityPolicy(fixed="warning", risk=True),
-    threshold=None,
     fix=ifx.record_graph_kernels_fix,
     explanation="The GPU time inside those replays was not recorded, so busy and idle "
     "shares cover the eager kernels only; the time behind the replays is reported as not "
@@ -94,8 +88,6 @@ def not_recorded(a: TraceAnalysis) -> Measured | None:
     ms = a.per_step_ms(a.not_recorded_ms)
     return Measured(
         value=g.launches_without_kernels,
-        saving_ms=0.0,
-        share=0.0,
         title={"n": g.launch_count, "missing": g.launches_without_kernels, "ms": ms},
         evidence={
             "graph_launches": g.launch_count,
@@ -112,7 +104,6 @@ COVERAGE = FindingSpec(
     label="work outside the graphs",
     title="Graph coverage {coverage:.0%}: {eager_ms:.1f} ms per step of device work runs "
     "outside the graphs ({ops})",
-    sources=("trace",),
     severity=SeverityPolicy(th.HOST_WARN, th.HOST_CRITICAL),
     threshold=th.GRAPH_COVERAGE_WARN,
     fix=ifx.graph_coverage_fix,

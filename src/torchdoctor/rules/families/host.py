@@ -10,9 +10,17 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from torchdoctor.rules import fixes as fx
+from torchdoctor.rules import same_cause as sc
 from torchdoctor.rules import thresholds as th
 from torchdoctor.rules.inference_fixes import graphs_already_fix
-from torchdoctor.rules.spec import FindingSpec, Measured, SeverityPolicy, TraceRule, Variant
+from torchdoctor.rules.spec import (
+    FindingSpec,
+    Measured,
+    SameCause,
+    SeverityPolicy,
+    TraceRule,
+    Variant,
+)
 
 if TYPE_CHECKING:
     from torchdoctor.analysis.bundle import TraceAnalysis
@@ -41,7 +49,7 @@ SPEC = FindingSpec(
     id="host-bound",
     label="launch overhead",
     title="Host bound: the GPU waits {ms:.1f} ms per step ({share:.0%}) for the CPU to launch work",
-    sources=("trace", "run"),
+    sources=("run",),  # its rule on a CPU run, written by hand (rules/run_rules.py)
     severity=SeverityPolicy(th.HOST_WARN, th.HOST_CRITICAL),
     threshold=th.HOST_WARN,
     fix=host_bound_fix,
@@ -51,6 +59,8 @@ SPEC = FindingSpec(
     doc_url=f"{fx.DOCS}/generated/torch.compile.html",
     knobs=("compile", "optimizer_impl"),
     codemods=("fused-optimizer", "compile-model"),
+    # the host's small operators are the work beside the step: its remedy, not compile's
+    same_cause=(SameCause("work-beside-step", sc.host_time_at_the_work),),
     variants=(
         (
             "cpu",  # the run-level rule on a CPU run (rules/run_rules.py: tiny_ops)

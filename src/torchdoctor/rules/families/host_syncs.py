@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING
 
 from torchdoctor.rules import fixes as fx
 from torchdoctor.rules import thresholds as th
-from torchdoctor.rules.spec import FindingSpec, Measured, RunRule, SeverityPolicy, static
+from torchdoctor.rules.spec import FindingSpec, Measured, RunRule, static
 
 if TYPE_CHECKING:
     from torchdoctor.record.run import RunRecord
@@ -20,8 +20,6 @@ SPEC = FindingSpec(
     id="host-syncs-in-step",
     label="host syncs in the step",
     title="{calls:.1f} host syncs per step ({kinds}){note}",
-    sources=("run",),
-    severity=SeverityPolicy(),
     threshold=th.SYNC_PER_STEP,
     fix=static(fx.HOST_SYNCS),
     explanation="Reading a device value on the host waits for every queued kernel, so the CPU "
@@ -71,7 +69,6 @@ def measure(run: RunRecord) -> Measured | None:
     return Measured(
         value=max((r["calls"] for r in rows), default=0) / measured,
         saving_ms=blocked_ms,
-        share=0.0,
         title={"calls": max(calls, debug_calls), "kinds": kinds, "note": note},
         evidence={
             "syncs_per_step": max(calls, debug_calls),

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING
 
 from torchdoctor.rules import thresholds as th
 from torchdoctor.rules.fixes import DOCS
-from torchdoctor.rules.spec import FindingSpec, Gate, Measured, RunRule, SeverityPolicy
+from torchdoctor.rules.spec import FindingSpec, Gate, Measured, RunRule
 
 if TYPE_CHECKING:
     from torchdoctor.record.run import RunRecord
@@ -55,8 +55,6 @@ SPEC = FindingSpec(
     id="housekeeping-in-step",
     label="housekeeping in the step",
     title="{what} at {site}: {ms:.1f} ms per step ({share:.0%})",
-    sources=("run",),
-    severity=SeverityPolicy(),
     threshold=th.HOUSEKEEPING_SHARE,
     fix=housekeeping_fix,
     explanation="Saving a checkpoint or running a full garbage collection is not training "
@@ -89,7 +87,6 @@ def measure(run: RunRecord) -> tuple[Measured, ...] | None:
             Measured(
                 value=ms / step,
                 saving_ms=ms,
-                share=ms / step,
                 title={"what": _WHAT[r["what"]][0], "site": site, "ms": ms, "share": ms / step},
                 evidence={"calls_per_step": calls, "ms_per_step": ms, "call": r},
                 fix={"call": r["what"], "site": site},

@@ -72,8 +72,6 @@ CONFIG_SPEC = FindingSpec(
     id="dataloader-config",
     label="data loading (DataLoader settings)",
     title="the step waits {wait:.1f} ms ({share:.0%}) for each batch (num_workers={workers})",
-    sources=("run",),
-    severity=SeverityPolicy(),
     threshold=th.DATA_WAIT_SHARE,
     fix=fx.dataloader_fix,
     explanation="{why} Worker processes prepare the next batches while the model trains.",
@@ -141,9 +139,7 @@ WARNING_SPEC = FindingSpec(
     id="torch-warning",
     label="a torch warning",
     title="torch warned: {text}",
-    sources=("run",),
     severity=SeverityPolicy(fixed="info"),
-    threshold=None,
     fix=warning_fix,
     explanation="torch printed this warning while the script built its DataLoader "
     "iterator; the fix is the setting it names.",
@@ -217,9 +213,6 @@ def measure_config(run: RunRecord) -> Measured | None:
             return None
         return Measured(
             value=wait / step,
-            saving_ms=0.0,
-            share=0.0,
-            title={},
             evidence={"dataloader": dl.raw},
             fix={"loader": dl},
             variant="pin-memory",
@@ -266,7 +259,6 @@ def measure_config(run: RunRecord) -> Measured | None:
     return Measured(
         value=wait / step,
         saving_ms=wait,
-        share=0.0,
         title={"wait": wait, "share": wait / step, "workers": dl.num_workers},
         evidence=evidence,
         fix={
@@ -316,7 +308,6 @@ def _restarts(run: RunRecord, dl: LoaderConfig, wait: float, step: float) -> Mea
     return Measured(
         value=wait / step,
         saving_ms=min(cost_ms, wait),
-        share=0.0,
         title=title,
         evidence={
             "data_wait_ms_per_step": wait,
@@ -340,7 +331,6 @@ def _fewer_workers(
     return Measured(
         value=wait / step,
         saving_ms=wait - batch_ms,
-        share=0.0,
         title={
             "wait": wait,
             "workers": dl.num_workers,
@@ -360,8 +350,6 @@ def measure_warnings(run: RunRecord) -> tuple[Measured, ...]:
     return tuple(
         Measured(
             value=1.0,
-            saving_ms=0.0,
-            share=0.0,
             title={"text": _first_sentence(text)},
             evidence={"warning": text, "dataloader": dl.raw},
             fix={"loader": dl, "text": text},

@@ -18,7 +18,6 @@ DATA_SPEC = FindingSpec(
     id="data-loading-bound",
     label="data loading",
     title="Data loading: {when} for the next batch",
-    sources=("trace",),
     probe="data",
     severity=SeverityPolicy(th.DATA_WARN, th.DATA_CRITICAL),
     threshold=th.DATA_WARN,
@@ -69,7 +68,6 @@ PAGEABLE_SPEC = FindingSpec(
     label="pageable host-to-device copies",
     title="Pageable host-to-device copies: {mb:.1f} MB per step at {gbps:.1f} GB/s (pin the "
     "memory)",
-    sources=("trace",),
     severity=SeverityPolicy(th.PAGEABLE_WARN, th.PAGEABLE_CRITICAL),
     threshold=th.PAGEABLE_MIN_BYTES,
     fix=static(fx.PAGEABLE),

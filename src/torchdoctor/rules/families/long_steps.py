@@ -11,9 +11,10 @@ from __future__ import annotations
 import itertools
 from typing import TYPE_CHECKING
 
+from torchdoctor.rules import same_cause as sc
 from torchdoctor.rules import thresholds as th
 from torchdoctor.rules.fixes import DOCS
-from torchdoctor.rules.spec import FindingSpec, Measured, Once, RunRule, SeverityPolicy, Variant
+from torchdoctor.rules.spec import FindingSpec, Measured, Once, RunRule, SameCause, Variant
 
 if TYPE_CHECKING:
     from torchdoctor.record.run import RunRecord
@@ -41,9 +42,7 @@ SPEC = FindingSpec(
     id="rare-long-steps",
     label="rare long steps",
     title="{k} of {n} steps ran long: " + _RAN + ", {per_step:.1f} ms per step on average{ran}",
-    sources=("run",),
     probe="unscaled",
-    severity=SeverityPolicy(),
     threshold=th.RARE_LONG_RATIO,
     fix=long_steps_fix,
     explanation="A step many times the median is not the loop's own work: something ran "
@@ -52,6 +51,13 @@ SPEC = FindingSpec(
     doc_url=f"{DOCS}/profiler.html",
     variants=(
         ("once", Variant("{k} of {n} steps ran long, {when}: " + _RAN + "{ran}", fix=once_fix)),
+    ),
+    same_cause=(
+        # first: where the iterator is rebuilt every step, check keeps this one (capture/fit.py);
+        # the iterator's construction is inside the long step's time beyond its data wait
+        SameCause("repeated-construction", sc.iterator_rebuilt),
+        # this finding times a step less its data wait; the loader's saving is that wait
+        SameCause("dataloader-config", sc.epoch_restart, disjoint=True),
     ),
 )
 
@@ -99,7 +105,6 @@ def measure(run: RunRecord) -> Measured | None:
         return Measured(
             value=ratio,
             saving_ms=per_step,
-            share=per_step / run.step_ms if run.step_ms else 0.0,
             title={
                 **title,
                 "step": worst_i + 1,
@@ -131,7 +136,6 @@ def measure(run: RunRecord) -> Measured | None:
     return Measured(
         value=ratio,
         saving_ms=cost,
-        share=0.0,
         title={
             **title,
             "when": when,

@@ -168,7 +168,6 @@ SPEC = FindingSpec(
     label="memory growing every step",
     title="{kind} grows {mib:.1f} MiB per step (it rose after {rising:.0%} of "
     "{steps} clean steps): {projection}",
-    sources=("run",),
     severity=SeverityPolicy(fixed="warning", risk=True),
     threshold=th.MEMORY_GROWTH_PER_STEP,
     fix=growth_fix,
@@ -205,8 +204,6 @@ def measure(run: RunRecord) -> tuple[Measured, ...]:
         out.append(
             Measured(
                 value=fit.bytes_per_step,
-                saving_ms=0.0,
-                share=0.0,
                 title=title,
                 evidence=evidence,
                 fix={"sites": sites, "holders": holders},

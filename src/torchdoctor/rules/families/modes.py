@@ -81,7 +81,6 @@ ANOMALY_SPEC = FindingSpec(
     id="anomaly-detection",
     label="autograd anomaly detection",
     title="autograd anomaly detection is on{measured}",
-    sources=("run",),
     severity=SeverityPolicy(floor="warning"),
     threshold=th.MODE_ON_SHARE,
     fix=anomaly_fix,
@@ -109,7 +108,6 @@ def measure_anomaly(run: RunRecord) -> Measured | None:
     return Measured(
         value=share,
         saving_ms=saving,
-        share=saving / step,
         title={"measured": text},
         evidence={"sampled_share_on": share, "estimated": estimated, "sites": sites, **ev},
         fix={"sites": sites},
@@ -123,8 +121,6 @@ DETERMINISTIC_SPEC = FindingSpec(
     id="deterministic-algorithms",
     label="deterministic algorithms",
     title="deterministic algorithms are on{measured}",
-    sources=("run",),
-    severity=SeverityPolicy(),
     threshold=th.MODE_ON_SHARE,
     fix=deterministic_fix,
     explanation="torch.use_deterministic_algorithms(True) picks slower kernels where the "
@@ -146,7 +142,6 @@ def measure_deterministic(run: RunRecord) -> Measured | None:
     return Measured(
         value=share,
         saving_ms=saving or 0.0,
-        share=(saving or 0.0) / step,
         title={"measured": text or " (cost not measured: --full or torchrun)"},
         evidence={"sampled_share_on": share, "sites": sites, **ev},
         fix={"sites": sites, "cuda": run.gpu is not None},
@@ -160,8 +155,6 @@ THREADS_SPEC = FindingSpec(
     id="few-intra-op-threads",
     label="too few intra-op threads",
     title="{threads} intra-op thread(s) on {cores} cores{measured}",
-    sources=("run",),
-    severity=SeverityPolicy(),
     threshold=th.THREADS_GAIN,
     fix=threads_fix,
     explanation="Each CPU operator splits its work over the intra-op threads; cores beyond "
@@ -191,7 +184,6 @@ def measure_threads(run: RunRecord) -> Measured | None:
     return Measured(
         value=saving / step,
         saving_ms=saving,
-        share=saving / step,
         title={"threads": threads, "cores": cores, "measured": text},
         evidence={"intra_op_threads": threads, "cores_per_rank": cores, "thread_env": env, **ev},
         fix={"cores": cores, "sites": sites, "env": env},
@@ -204,9 +196,6 @@ BACKEND_SPEC = FindingSpec(
     id="backend-disabled",
     label="a kernel backend switched off",
     title="torch.backends.{name}.enabled is False{measured}",
-    sources=("run",),
-    severity=SeverityPolicy(),
-    threshold=None,
     fix=backend_fix,
     explanation="With oneDNN (mkldnn) or cuDNN off, convolutions and some matmuls fall back "
     "to generic kernels that are several times slower.",
@@ -232,7 +221,6 @@ def measure_backend(run: RunRecord) -> Measured | None:
     return Measured(
         value=1.0,
         saving_ms=saving or 0.0,
-        share=(saving or 0.0) / step,
         title={"name": name, "measured": text or " (cost not measured)"},
         evidence={"backend": name, "sites": sites, **ev},
         fix={"name": name, "sites": sites, "context": context},

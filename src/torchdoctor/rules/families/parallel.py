@@ -34,9 +34,7 @@ SPEC = FindingSpec(
     id="data-parallel",
     label="nn.DataParallel",
     title="nn.DataParallel: one process drives {devices} GPUs; use DistributedDataParallel",
-    sources=("trace", "run"),
     severity=SeverityPolicy(floor="warning"),
-    threshold=None,
     fix=static(fx.DATA_PARALLEL_TRACE),
     explanation="nn.DataParallel replicates the model and scatters inputs from one Python "
     "thread every step; DDP runs one process per GPU and overlaps gradient all-reduce with "
@@ -102,8 +100,6 @@ def measure_run(run: RunRecord) -> Measured | None:
     return Measured(
         value=float(len(dp)),
         saving_ms=saving,
-        share=th.DATA_PARALLEL_SHARE if run.step_ms else 0.0,
-        title={},
         evidence={"data_parallel": dp},
         variant="built",
     )

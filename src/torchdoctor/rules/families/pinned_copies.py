@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING
 
 from torchdoctor.rules import fixes as fx
 from torchdoctor.rules import thresholds as th
-from torchdoctor.rules.spec import FindingSpec, Measured, RunRule, SeverityPolicy, static
+from torchdoctor.rules.spec import FindingSpec, Measured, RunRule, static
 
 if TYPE_CHECKING:
     from torchdoctor.record.run import RunRecord
@@ -17,9 +17,6 @@ SPEC = FindingSpec(
     label="non_blocking copies from unpinned memory",
     title="{copies:.1f} non_blocking copies per step from unpinned memory ({mib:.1f} MiB): "
     "they run synchronously",
-    sources=("run",),
-    severity=SeverityPolicy(),
-    threshold=None,
     fix=static(fx.UNPINNED),
     explanation="non_blocking=True only overlaps a host-to-device copy when the source is "
     "pinned; from pageable memory the copy is staged and blocks the host.",
@@ -38,11 +35,9 @@ def measure(run: RunRecord) -> Measured | None:
     copies = sum(r["copies"] for r in rows) / measured
     nbytes = sum(r["bytes"] for r in rows) / measured
     saving = nbytes / (th.PAGEABLE_GBPS * 1e9) * 1e3
-    step = run.step_ms
     return Measured(
         value=copies,
         saving_ms=saving,
-        share=saving / step if step else 0.0,
         title={"copies": copies, "mib": nbytes / 2**20},
         evidence={"copies_per_step": copies, "bytes_per_step": nbytes, "sites": rows[:8]},
         where=tuple(r["site"] for r in rows[:8]),

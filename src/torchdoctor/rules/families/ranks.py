@@ -18,7 +18,6 @@ SPEC = FindingSpec(
     label="a straggler rank",
     title="Straggler: rank {rank} works {excess:.1f} ms per step longer than the median rank "
     "({ratio:.0%})",
-    sources=("ranks",),
     severity=SeverityPolicy(th.STRAGGLER, th.STRAGGLER_CRITICAL, floor="warning"),
     threshold=th.STRAGGLER,
     fix=static(fx.STRAGGLER),

@@ -17,10 +17,8 @@ SPEC = FindingSpec(
     label="activation checkpointing recomputation",
     title="activation checkpointing recomputes {ms:.1f} ms of forward per step ({share:.0%}"
     " of the step), {calls:.0f} checkpointed calls per step",
-    sources=("run",),
     probe="kernel",
     severity=SeverityPolicy(warn=th.RECOMPUTE_WARN),
-    threshold=None,
     fix=static(fx.ACTIVATION_RECOMPUTE),
     explanation="Backward runs each checkpointed forward again to rebuild the activations "
     "it did not keep: memory bought with compute. The cost is the checkpointed forward's "
@@ -40,7 +38,6 @@ def measure(run: RunRecord) -> Measured | None:
     return Measured(
         value=calls / measured,
         saving_ms=ms,
-        share=ms / step,
         title={"ms": ms, "share": ms / step, "calls": calls / measured},
         evidence={
             "recompute_ms_per_step": ms,

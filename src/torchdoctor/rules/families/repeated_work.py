@@ -124,7 +124,6 @@ CONSTRUCTION_SPEC = FindingSpec(
     id="repeated-construction",
     label="construction repeated inside the step",
     title="{what} built {per_step:.1f}x per step inside the loop at {site}",
-    sources=("run",),
     severity=SeverityPolicy(floor="warning"),
     threshold=th.REPEAT_PER_STEP,
     fix=repeat_fix,
@@ -216,7 +215,6 @@ def measure_construction(run: RunRecord) -> Measured | None:
     return Measured(
         value=max(r.calls / measured for r in rows),
         saving_ms=saving + state_ms,
-        share=(saving + state_ms) / step,
         title=title,
         evidence=evidence,
         fix={"rows": [{**r.raw, "code": code_at(acc, r.site)} for r in rows]},
@@ -243,9 +241,6 @@ LOOP_SPEC = FindingSpec(
     label="a module stepped in a Python loop",
     title="{module} called {calls} times per step at {site}, each on a slice of a larger tensor: "
     "a Python loop over {over}",
-    sources=("run",),
-    severity=SeverityPolicy(),
-    threshold=None,
     fix=loop_fix,
     explanation="Each call runs the module's small operators (and, when training, their "
     "backward, which also adds every slice's gradient into a full-size zero tensor) one "
@@ -273,7 +268,6 @@ def measure_loop(run: RunRecord) -> Measured | None:
     return Measured(
         value=float(top.calls),
         saving_ms=saving,
-        share=saving / step,
         title={
             "module": top.module,
             "calls": top.calls,

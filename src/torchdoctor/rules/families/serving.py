@@ -28,7 +28,6 @@ EAGER_DECODE = FindingSpec(
     label="eager decode (launch bound)",
     title="Eager {what} is launch bound: the GPU waits {ms:.1f} ms per step ({share:.0%}) "
     "for the CPU to launch {kernels:.0f} kernels; no CUDA graph replayed",
-    sources=("trace",),
     severity=SeverityPolicy(th.HOST_WARN, th.HOST_CRITICAL),
     threshold=th.HOST_WARN,
     fix=ifx.eager_decode_fix,
@@ -86,7 +85,6 @@ BETWEEN_REPLAYS = FindingSpec(
     label="host work between graph replays",
     title="Host work between graph replays: the GPU waits {ms:.1f} ms per step ({share:.0%}) "
     "for the engine's CPU work (scheduling, input preparation, sampling)",
-    sources=("trace",),
     severity=SeverityPolicy(th.HOST_WARN, th.HOST_CRITICAL),
     threshold=th.NOISE_FLOOR,
     fix=ifx.host_between_replays_fix,
@@ -133,7 +131,6 @@ SYNC_D2H = FindingSpec(
     label="a blocking device-to-host copy per step",
     title="Blocking device-to-host copy per decode step: {per_step:.4g} per step hold the "
     "CPU; the GPU then idles {ms:.2f} ms per step ({share:.0%}) before the next launch",
-    sources=("trace",),
     severity=SeverityPolicy(th.SYNC_WARN, th.SYNC_CRITICAL),
     threshold=th.NOISE_FLOOR,
     fix=ifx.sync_d2h_fix,
@@ -191,7 +188,6 @@ PREFILL = FindingSpec(
     title=_prefill_title(
         "too large for interactive decode (about {target} tokens fit in {max_ms:.0f} ms)"
     ),
-    sources=("trace",),
     severity=SeverityPolicy(fixed="info"),
     threshold=th.PREFILL_STEP_MAX_MS,
     fix=ifx.prefill_chunk_fix,
@@ -234,8 +230,6 @@ def prefill(a: TraceAnalysis) -> Measured | None:
         return None
     return Measured(
         value=ms,
-        saving_ms=0.0,
-        share=0.0,
         title={
             "tokens": tokens,
             "ms": ms,
@@ -254,10 +248,7 @@ MEMORY_BOUND = FindingSpec(
     label="decode below memory bandwidth",
     title="Decode runs at {share:.0%} of memory bandwidth: its GEMM/attention kernels move "
     "{gb:.2f} GB per step at {gbps:.0f} GB/s (peak {peak:.0f} GB/s)",
-    sources=("trace",),
     probe="kernel",
-    severity=SeverityPolicy(),
-    threshold=None,
     fix=ifx.memory_bound_decode_fix,
     explanation="Decode reads every weight and the KV cache once per step for one token "
     "per request, so it is limited by memory bandwidth, not FLOPs; MFU says little. The "
@@ -282,7 +273,6 @@ def memory_bound(a: TraceAnalysis) -> Measured | None:
     return Measured(
         value=bw.share_of_peak,
         saving_ms=saving,
-        share=saving / a.mean_step_ms if a.mean_step_ms > 0 else 0.0,
         title={
             "share": bw.share_of_peak,
             "gb": bw.bytes_moved / max(n, 1) / 1e9,

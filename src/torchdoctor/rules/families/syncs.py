@@ -31,7 +31,6 @@ SPEC = FindingSpec(
     label="synchronisation stalls",
     title="Synchronisation stalls: {ms:.1f} ms per step ({share:.0%}) of GPU idle after the "
     "CPU blocked on the device",
-    sources=("trace",),
     severity=SeverityPolicy(th.SYNC_WARN, th.SYNC_CRITICAL),
     threshold=th.SYNC_WARN,
     gates=(Gate("ms", th.SYNC_MIN_MS),),

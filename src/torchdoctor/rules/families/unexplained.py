@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 from torchdoctor.rules import thresholds as th
 from torchdoctor.rules.families._run import short
 from torchdoctor.rules.mode_fixes import unexplained_fix
-from torchdoctor.rules.spec import AccountRule, FindingSpec, Measured, SeverityPolicy
+from torchdoctor.rules.spec import AccountRule, FindingSpec, Measured
 
 if TYPE_CHECKING:
     from torchdoctor.rules.account_rules import StepAccount, TopLine
@@ -43,8 +43,6 @@ SPEC = FindingSpec(
     label="unexplained step time",
     title="{share:.0%} of the step ({ms:.1f} ms) is not explained: it runs at {eff} of this "
     "machine's roofline; most time at {site} ({what})",
-    sources=("run",),
-    severity=SeverityPolicy(),
     threshold=th.UNEXPLAINED_SHARE,
     fix=account_fix,
     explanation="No named cause accounts for this time, and the step is far from what the "
@@ -76,7 +74,6 @@ def measure(subject: tuple[StepAccount | None, float | None]) -> Measured | None
     return Measured(
         value=a.unexplained_ms / a.step_ms if a.step_ms > 0 else float("inf"),
         saving_ms=a.unexplained_share * (step or a.step_ms),  # the same share of the mean step
-        share=a.unexplained_share,
         title=title,
         evidence={"account": a.to_dict()},
         fix={"lines": list(a.top_lines), "site": site},

@@ -35,7 +35,6 @@ DEPENDENCY_SPEC = FindingSpec(
     label="waits on a dependency",
     title="Waiting on a dependency: queued work did not start for {ms:.1f} ms per step "
     "({share:.0%}); most of it {kind}",
-    sources=("trace",),
     severity=SeverityPolicy(th.DEPENDENCY_WARN, th.DEPENDENCY_CRITICAL),
     threshold=th.KERNEL_LATENCY_US,
     fix=fx.dependency_fix,
@@ -91,7 +90,6 @@ INPUT_SPEC = FindingSpec(
     label="the input pipeline",
     title="Input pipeline: each step starts with {what} {ms:.1f} ms ({share:.0%}) while the "
     "CPU runs no torch operator (producing the batch?)",
-    sources=("trace",),
     probe="data",
     severity=SeverityPolicy(th.INPUT_WARN, th.DATA_CRITICAL),
     threshold=th.INPUT_WARN,
@@ -179,9 +177,7 @@ SYNC_COPIES_SPEC = FindingSpec(
     label="synchronous copies",
     title="Synchronous copies: {per_step:.4g} per step hold the CPU; the GPU idles {ms:.1f} ms "
     "per step ({share:.0%}) around them",
-    sources=("trace",),
     severity=SeverityPolicy(th.SYNC_WARN, th.SYNC_CRITICAL),
-    threshold=None,
     fix=static(fx.SYNC_COPIES),
     explanation="A blocking copy waits for all queued work and stops the CPU from running ahead.",
     doc_url=f"{D}/notes/cuda.html#use-pinned-memory-buffers",
@@ -229,8 +225,6 @@ LOW_UTIL_SPEC = FindingSpec(
     label="low GPU utilisation",
     title="Low GPU utilisation: busy {busy:.0%} of the step, {ms:.1f} ms per step of short gaps "
     "between kernels that no other cause explains",
-    sources=("trace",),
-    severity=SeverityPolicy(),
     threshold=th.LOW_UTIL_BUSY,
     fix=low_util_fix,
     explanation="The GPU is idle for much of the step even after the named causes; small "
