@@ -11,6 +11,7 @@ import pytest
 from tests.capture.check_helpers import EXAMPLES, FAST_STEPS, CheckRun, check_inprocess
 
 Shared = Callable[..., CheckRun]
+TINY_OPS_OPTS = ["--warmup", "3", "--steps", "4"]
 
 
 def site(name: str, text: str) -> str:
@@ -39,8 +40,9 @@ def test_item_per_step(shared_check: Shared) -> None:
 
 
 @pytest.mark.slow
-def test_tiny_ops(tmp_path: Path) -> None:
-    r = check_inprocess(tmp_path, EXAMPLES / "tiny_ops.py")
+def test_tiny_ops(shared_check: Shared) -> None:
+    # the run test_check_fused_compute reads too: 30 steps of the script, 4 profiled
+    r = shared_check(EXAMPLES / "tiny_ops.py", "--steps", "30", opts=TINY_OPS_OPTS)
     assert r.code == 0, r.stderr
     assert r.top["id"] == "host-bound" and r.top["severity"] in ("warning", "critical")
     assert r.top["evidence"]["top_level_ops_per_step"] > 500

@@ -7,6 +7,7 @@ still gets one."""
 from __future__ import annotations
 
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -55,8 +56,11 @@ def test_fused_inference_is_explained(tmp_path: Path, script: str, op: str, flop
 
 
 @pytest.mark.slow
-def test_a_step_of_tiny_operators_is_still_unexplained(tmp_path: Path) -> None:
-    r = run(tmp_path, EXAMPLES / "tiny_ops.py")
+def test_a_step_of_tiny_operators_is_still_unexplained(
+    shared_check: Callable[..., CheckRun],
+) -> None:
+    r = shared_check(EXAMPLES / "tiny_ops.py", "--steps", "30", opts=OPTS)  # test_tiny_ops's run
+    assert r.code == 0, r.stdout + r.stderr
     assert "unexplained-step-time" in ids(r), r.stdout
 
 

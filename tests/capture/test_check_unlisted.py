@@ -6,6 +6,7 @@ the rest are slow (benchmarks/validate_unlisted.py runs them all as separate pro
 from __future__ import annotations
 
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -50,6 +51,16 @@ def run_case(tmp_path: Path, case: Case) -> Any:
     sys.path.insert(0, str(case.path.parent))  # the scripts import their step timer
     try:
         return check_inprocess(tmp_path, case.path, "--steps", "40", opts=OPTS)
+    finally:
+        sys.path.remove(str(case.path.parent))
+
+
+def shared_case(shared_check: Callable[..., Any], case: Case) -> Any:
+    """``run_case``'s run, made once per test run (the naming test and the measured-cost test
+    read the same anomaly_left_on run)."""
+    sys.path.insert(0, str(case.path.parent))
+    try:
+        return shared_check(case.path, "--steps", "40", opts=OPTS)
     finally:
         sys.path.remove(str(case.path.parent))
 
@@ -114,8 +125,8 @@ def helper_lines(case: Case) -> set[str]:
 
 @pytest.mark.slow
 @pytest.mark.parametrize("script", sorted(FAST))
-def test_fast_cases_are_named(tmp_path: Path, script: str) -> None:
-    check_named(run_case(tmp_path, BY_NAME[script]), BY_NAME[script])
+def test_fast_cases_are_named(shared_check: Callable[..., Any], script: str) -> None:
+    check_named(shared_case(shared_check, BY_NAME[script]), BY_NAME[script])
 
 
 @pytest.mark.slow
@@ -131,9 +142,9 @@ def test_slow_cases_are_named(tmp_path: Path, script: str) -> None:
 
 
 @pytest.mark.slow
-def test_anomaly_cost_is_measured_inside_the_run(tmp_path: Path) -> None:
+def test_anomaly_cost_is_measured_inside_the_run(shared_check: Callable[..., Any]) -> None:
     case = BY_NAME["anomaly_left_on.py"]
-    r = run_case(tmp_path, case)
+    r = shared_case(shared_check, case)  # the run test_fast_cases_are_named reads too
     f = next(f for f in r.report["findings"] if f["id"] == "anomaly-detection")
     e = f["evidence"]["measured"]
     assert len(e["baseline_ms"]) == 4 and len(e["changed_ms"]) == 4
