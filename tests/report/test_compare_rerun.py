@@ -8,6 +8,7 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -42,9 +43,10 @@ class _FakeRuns:
     """Stands in for the child processes: BASE costs 10 ms x load, NEW 8 ms x load, and the
     machine's load jumps from one process to the next."""
 
-    def __init__(self, fail: tuple[str, int] | None = None) -> None:
+    def __init__(self, fail: tuple[str, int] | None = None, new_ms: float = 8.0) -> None:
         self.calls: list[tuple[SideName, int]] = []
         self.fail = fail
+        self.new_ms = new_ms
         self.loads = iter(np.random.default_rng(3).uniform(1.0, 3.0, 1000))
 
     def __call__(self, side: SideName, rnd: int, script: Script, options: RerunOptions) -> ChildRun:
@@ -53,7 +55,7 @@ class _FakeRuns:
             return ChildRun(side, rnd, "error", 1, "failed (the script error, status 1)", 1.0, None)
         load = next(self.loads)
         # within one process the load holds: both sides of a round see nearly the same machine
-        mean = (10.0 if side == "BASE" else 8.0) * (self._round_load(rnd) + 0.01 * load)
+        mean = (10.0 if side == "BASE" else self.new_ms) * (self._round_load(rnd) + 0.01 * load)
         cost = RunCost(np.full(5, mean), np.array([mean * 3]), startup_s=1.0, window_mean_ms=mean)
         return ChildRun(side, rnd, "stopped", 0, "", 2.0, cost)
 
@@ -133,29 +135,43 @@ def test_real_child_failure_is_one_line_and_exit_2(tmp_path: Path) -> None:
     assert last.startswith("torchdoctor: error: --rerun: NEW (") and "boom at start" in last
 
 
-@pytest.mark.slow
-def test_rerun_cli_decides_and_gates_on_interleaved_rounds(tmp_path: Path) -> None:
-    """BASE does the step's work once, NEW eight times (a gap wider than this machine's load swings on sub-millisecond steps): six interleaved rounds decide that NEW
-    is slower, and the gate fails on that."""
+def test_rerun_cli_decides_and_gates_on_interleaved_rounds(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The command line: NEW costs 8x BASE's step in every round, under load swings from one
+    process to the next; six interleaved rounds decide that NEW is slower, and the gate fails
+    on that (exit status 1). The fresh processes are a fake here (as in the tests above): the
+    real child is ``test_real_child_*``, and docs/compare.md's ``--rerun`` block runs the
+    command on two real scripts, 6 rounds of fresh processes, in the docs test (the same 12
+    processes here cost the suite ~33 s)."""
+    from click.testing import CliRunner
+
+    from torchdoctor.cli import cli
+
+    fake = _FakeRuns(new_ms=80.0)
+    args: list[tuple[str, ...]] = []
+
+    def child(side: SideName, rnd: int, script: Script, options: RerunOptions, **_: Any) -> Any:
+        args.append(script.args)
+        return fake(side, rnd, script, options)
+
+    monkeypatch.setattr(rerun_process, "run_child", child)
     a, b = _scripts(tmp_path)
-    cmd = [
-        sys.executable, "-m", "torchdoctor", "compare", "--rerun", "--rounds", "6",
-        "--warmup", "2", "--steps", "15", "--fail-if-slower", "5", "--json",
-        a.path, b.path, "--", "1",
-    ]  # fmt: skip
-    Path(b.path).write_text(
-        TINY.replace("work = int(sys.argv[1]) if len(sys.argv) > 1 else 1", "work = 8")
-    )
-    done = subprocess.run(
-        cmd, capture_output=True, text=True, env={**os.environ, **_env()}, timeout=600
-    )
-    assert done.returncode == 1, done.stderr[-2000:]
+    done = CliRunner().invoke(
+        cli,
+        [
+            "compare", "--rerun", "--rounds", "6", "--warmup", "2", "--steps", "15",
+            "--fail-if-slower", "5", "--json", a.path, b.path, "--", "1",
+        ],
+    )  # fmt: skip
+    assert done.exit_code == 1, done.stderr[-2000:]
     doc = json.loads(done.stdout)
     assert doc["evidence"] == "interleaved" and len(doc["orders"]) == 6
     assert doc["decided"] and doc["direction"] == "slower" and doc["gate"]["failed"]
     assert doc["costs"]["mean_step"]["interval"][1] < 1.0
     assert len(doc["per_round_speedups"]["mean_step"]) == 6
     assert doc["base"]["args"] == ["1"] and doc["new"]["args"] == ["1"]
+    assert args == [("1",)] * 12 and len(fake.calls) == 12  # the script's words reach each run
     assert done.stderr.count("round ") == 12  # a progress line per process
 
 
