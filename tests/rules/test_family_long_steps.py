@@ -48,3 +48,25 @@ def test_steady_steps_and_small_spikes_are_quiet() -> None:
     times = [1.0] * 20
     times[10] = 5.5  # 5.5x, but 4.5 ms over the median: under RARE_LONG_MIN_MS
     assert fire(RULE, _steps(times)) is None
+
+
+def test_a_step_long_only_by_waiting_for_a_core_is_the_machines() -> None:
+    """Under load a step can run 11x the median with the loop's own work unchanged: the watcher
+    counted 95 ms of it waiting for a core (other processes held them). Less that wait the step
+    is ordinary: quiet. The same step with 20 ms of waiting has 90 ms of its own: a finding."""
+    times = [10.0] * 20
+    times[10] = 110.0
+    rec = _steps(times)
+    rec["monitor"] = {"long_step_core_wait": {"11": {"watched_ms": 100.0, "core_wait_ms": 95.0}}}
+    assert fire(RULE, rec) is None
+    rec["monitor"]["long_step_core_wait"]["11"]["core_wait_ms"] = 20.0
+    f = fire(RULE, rec)
+    assert f is not None and f.evidence["long_steps"] == [{"step": 11, "ms": 90.0}]
+    # the wait of another step counter's numbering (the watcher restarted on another source)
+    rec["monitor"] = {
+        **rec["monitor"],
+        "source": "backward",
+        "long_step_core_wait": {"11": {"core_wait_ms": 95.0}},
+    }
+    rec["steps"]["source"] = "optimizer"
+    assert fire(RULE, rec) is not None

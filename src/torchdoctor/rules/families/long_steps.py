@@ -153,15 +153,20 @@ def measure(run: RunRecord) -> Measured | None:
 
 
 def _candidates(run: RunRecord) -> list[tuple[int, float]]:
-    """(0-based index, step time less its data wait) of the steps considered: the first step
-    (start-up) is never a candidate, nor are the warm-up steps of a run that compiled
-    (compilation is named apart), the steps in which torchdoctor worked (its probe step, the
-    profiler's first step) or
-    the mode measurements after the window; waiting for a batch is the DataLoader finding's."""
+    """(0-based index, step time less its data wait and its wait for a core) of the steps
+    considered: the first step (start-up) is never a candidate, nor are the warm-up steps of a
+    run that compiled (compilation is named apart), the steps in which torchdoctor worked (its
+    probe step, the profiler's first step) or the mode measurements after the window; waiting
+    for a batch is the DataLoader finding's, and a long step's thread waiting for a core (the
+    watcher's ``long_step_core_wait``: other processes held the cores) is the machine's."""
     steps = run.steps
     waits = list(steps.data_wait_ms)
     waits += [0.0] * (len(steps.step_ms) - len(waits))
-    times = [max(0.0, t - w) for t, w in zip(run.steps.step_ms, waits, strict=False)]
+    core = _core_waits(run)
+    times = [
+        max(0.0, t - w - core.get(i, 0.0))
+        for i, (t, w) in enumerate(zip(run.steps.step_ms, waits, strict=False))
+    ]
     skip = 1
     if run.compile.compiles:  # the user's warm-up (the clean steps after it are candidates)
         sched = steps.schedule or {}
@@ -176,6 +181,21 @@ def _candidates(run: RunRecord) -> list[tuple[int, float]]:
         if isinstance(timed, dict):
             own |= {int(n) - 1 for n in timed.get("compiled_steps") or []}
     return [(i, times[i]) for i in range(skip, end) if i not in own]
+
+
+def _core_waits(run: RunRecord) -> dict[int, float]:
+    """0-based step -> ms its thread waited for a core while the watcher saw it run long."""
+    monitor = run.monitor
+    rows = monitor.get("long_step_core_wait")
+    if not isinstance(rows, dict) or monitor.get("source") not in (None, run.steps.source):
+        return {}
+    out = {}
+    for step, row in rows.items():
+        try:
+            out[int(step) - 1] = max(0.0, float(row["core_wait_ms"]))
+        except (KeyError, TypeError, ValueError):
+            continue
+    return out
 
 
 def _groups(run: RunRecord, candidates: list[tuple[int, float]]) -> list[list[tuple[int, float]]]:
