@@ -32,9 +32,10 @@ names). Every warning or critical finding is then taken in turn:
   innermost loop around it and put right before that loop (a line in no loop of its function,
   e.g. a module's ``forward`` told "move this line to __init__", is an instruction, counted
   as advice);
-  *insert*: anything else goes right after the statement at that line ("at the line that
-  turned it on": it runs after it and undoes it), at its indentation; after a block's header
-  (``with``, ``for``, ``def``) it becomes the first lines of the block.
+  *insert*: code "after the line at FILE:LINE" goes right after that line's statement, and so
+  does anything else ("at the line that turned it on": it runs after it and undoes it), at
+  its indentation; after a block's header (``with``, ``for``, ``def``) it becomes the first
+  lines of the block.
 - the pasted program is run plainly (time-limited) under a line tracer that records whether the
   pasted lines ran; it "fails" when it exits non-zero where the original did not.
 - ``check`` is run again on it: the mistake is "left" when the same finding id is still a
@@ -71,7 +72,7 @@ SRC = Path(os.environ.get("TD_SRC") or ROOT / "src")
 """The torchdoctor to run (TD_SRC: another checkout's ``src``, e.g. a snapshot of a commit)."""
 FAST = ["--warmup", "3", "--steps", "3"]
 _AT = re.compile(
-    r"(?:#\s*(?:at|now at)|in place of the line at)\s+(?P<path>\S+?\.py):(?P<line>\d+)"
+    r"(?:#\s*(?:at|now at)|(?:in place of|after) the line at)\s+(?P<path>\S+?\.py):(?P<line>\d+)"
 )
 _WHERE = re.compile(r"^(?P<path>.+?\.py):(?P<line>\d+)$")
 _TOP = "at the top of the script"
@@ -265,6 +266,10 @@ def paste(source: str, fix: str, line: int | None) -> tuple[str, str, list[int]]
         new = [indent + ln if ln.strip() else ln for ln in code.splitlines()]
         out = [*lines[: first - 1], *new, *lines[last:]]
         return "replace", "\n".join(out) + "\n", [first]
+    if "after the line at" in fix:  # a new statement after the user's: never a replacement
+        new = [indent + ln if ln.strip() else ln for ln in code.splitlines()]
+        out = [*lines[:last], *new, *lines[last:]]
+        return "insert", "\n".join(out) + "\n", list(range(last + 1, last + 1 + len(new)))
     # wrap: `with X:` over the user's own statement
     if (
         len(body) == 1

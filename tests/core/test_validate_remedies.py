@@ -126,6 +126,18 @@ def test_advice_has_no_code_and_a_place_outside_the_users_files_is_not_pasted(
     assert target_of("x = 1", [], tmp_path, script) == "unplaced"
 
 
+def test_code_after_the_line_at_a_binding_is_inserted_after_it_never_replacing_it() -> None:
+    """``build = wrap(build)  # after the line at ...`` rebinds the user's name: pasted in place
+    of the assignment it would read a name nothing bound yet."""
+    src = "def wrap(f):\n    return f\n\nbuild = len\nRESULT = build([1, 2])\n"
+    fix = "build = wrap(build)  # after the line at t.py:4: one wrapper"
+    kind, out, at = paste(src, fix, 4)
+    assert kind == "insert" and at == [5]
+    assert out.splitlines()[3] == "build = len"
+    assert out.splitlines()[4].startswith("build = wrap(build)  # after")
+    assert run(out)["RESULT"] == 2
+
+
 def test_controls_run_with_the_environments_threads_and_mistakes_with_the_cases() -> None:
     """A control under the harness's forced one thread would carry a mistake of its own (idle
     cores, named by few-intra-op-threads): it runs as a user's script would; a mistake keeps

@@ -1,11 +1,15 @@
 """Make the trace analyser's findings fit the run ``check`` watched: a fix that says
 ``torch.compile(model)`` for a model the script already compiles becomes the next step that
-applies, a statement whose names the script lacks is a comment (``capture/fit_names.py``),
-and no finding points into torchdoctor's own code."""
+applies, one for a model it does not compile says after which line of the script
+(``place_compile``), a statement whose names the script lacks is a comment
+(``capture/fit_names.py``), and no finding points into torchdoctor's own code."""
 
 from __future__ import annotations
 
+import ast
 import dataclasses
+import re
+from pathlib import Path
 from typing import Any
 
 from torchdoctor.capture.fit_names import fit_names
@@ -117,6 +121,9 @@ def fit_to_run(findings: list[Finding], record: dict[str, Any]) -> list[Finding]
         fix = _fit_fix(f, run)
         if fix is not None and fix != f.fix:
             changes["fix"] = fix
+        placed = place_compile(changes.get("fix", f.fix), run.config.optimizers)
+        if placed != changes.get("fix", f.fix):
+            changes["fix"] = placed
         named = fit_names(changes.get("fix", f.fix), run.script)
         if named != changes.get("fix", f.fix):
             changes["fix"] = named
@@ -162,3 +169,73 @@ def _cores() -> int:
     from torchdoctor.capture.cpu_usage import usable_cores
 
     return usable_cores()
+
+
+_COMPILE_LINE = re.compile(r"^(?P<name>\w+) = torch\.compile\((?P=name)\)(?P<rest>[^\n]*)$", re.M)
+_PARAMS = re.compile(r"^(?P<name>\w+)\.parameters\(\)$")
+
+
+def place_compile(fix: str, optimizers: list[dict[str, Any]]) -> str:
+    """``fix`` with its ``model = torch.compile(model)`` line told where it goes: after the
+    statement that last binds that model before the optimizer call that takes its parameters
+    (``SGD(net.parameters(), ...)`` at FILE:LINE, in the same function), and named for it
+    (``net = torch.compile(net)``). Unchanged when the line already has a place, or no recorded
+    optimizer call names a model the script binds by a plain name."""
+    m = _COMPILE_LINE.search(fix)
+    if m is None or " at " in m.group("rest"):
+        return fix
+    for opt in optimizers:
+        call = opt.get("call") or {}
+        args, site = call.get("args") or [], str(call.get("site") or "")
+        model = _PARAMS.match(str(args[0])) if args else None
+        path, _, line = site.rpartition(":")
+        if model is None or not line.isdigit():
+            continue
+        after = _binding_line(path, int(line), model.group("name"))
+        if after is None:
+            continue
+        from torchdoctor.rules.sites import relative_site
+
+        name, rest = model.group("name"), m.group("rest").lstrip()
+        why = rest[1:].strip() if rest.startswith("#") else rest
+        where = relative_site(f"{path}:{after}")
+        text = f"{name} = torch.compile({name})  # after the line at {where}" + (
+            f": {why}" if why else ""
+        )
+        return fix[: m.start()] + text + fix[m.end() :]
+    return fix
+
+
+def _binding_line(path: str, line: int, name: str) -> int | None:
+    """The last line of the statement that last binds ``name`` before ``line`` in the function
+    (or module) around ``line`` of ``path``; None when none does or the file cannot be read."""
+    try:
+        tree = ast.parse(Path(path).read_text(encoding="utf-8"))
+    except (OSError, SyntaxError, ValueError, UnicodeDecodeError):
+        return None
+    scope: ast.AST = tree
+    for n in ast.walk(tree):
+        end = getattr(n, "end_lineno", None) or 0
+        if isinstance(n, ast.FunctionDef | ast.AsyncFunctionDef) and n.lineno <= line <= end:
+            scope = n  # ast.walk goes outside in: the innermost function is the last one
+    best: ast.stmt | None = None
+    for n in _own_nodes(scope):
+        if (
+            isinstance(n, ast.Assign)
+            and any(isinstance(t, ast.Name) and t.id == name for t in n.targets)
+            and (n.end_lineno or n.lineno) < line
+            and (best is None or n.lineno > best.lineno)
+        ):
+            best = n
+    return (best.end_lineno or best.lineno) if best is not None else None
+
+
+def _own_nodes(scope: ast.AST) -> list[ast.AST]:
+    """The nodes of ``scope`` outside the functions and classes defined inside it."""
+    out, todo = [], list(ast.iter_child_nodes(scope))
+    while todo:
+        n = todo.pop()
+        out.append(n)
+        if not isinstance(n, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef | ast.Lambda):
+            todo.extend(ast.iter_child_nodes(n))
+    return out
