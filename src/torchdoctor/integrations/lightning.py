@@ -15,18 +15,9 @@ from __future__ import annotations
 
 import importlib
 import logging
-from pathlib import Path
 from typing import Any
 
-from torchdoctor.integrations.watch import (
-    RunWatch,
-    WatchResult,
-    guest_failed,
-    make_options,
-    run_name,
-    say,
-)
-from torchdoctor.record import layout
+from torchdoctor.integrations.watch import WatchingCallback, WatchResult, announce
 
 NAMESPACES = ("lightning.pytorch", "pytorch_lightning")
 
@@ -73,7 +64,7 @@ def _train_loaders(trainer: Any) -> list[Any]:
     return [loaders] if loaders is not None else []
 
 
-class _DoctorCallback:
+class _DoctorCallback(WatchingCallback):
     """Profiles a window of training steps and writes ``check``'s run folder and report.
 
     ``warmup_steps`` steps run first (compilation, allocator warm-up), then ``profile_steps``
@@ -82,34 +73,14 @@ class _DoctorCallback:
     trainer's loggers (as ``torchdoctor/*`` metrics) and to the ``lightning.pytorch`` log.
     """
 
-    def __init__(
-        self,
-        warmup_steps: int = 5,
-        profile_steps: int = 5,
-        out_dir: str | Path = "torchdoctor-runs",
-        **options: Any,
-    ) -> None:
-        self.options = make_options(warmup_steps, profile_steps, out_dir, **options)
-        self.result: WatchResult | None = None
-        """What the last training run left (set when training ends)."""
-        self._watch: RunWatch | None = None
+    framework = "lightning"
 
     def on_train_start(self, trainer: Any, pl_module: Any) -> None:
-        try:
-            self._start(trainer, pl_module)
-        except Exception as exc:  # a guest never breaks the training it watches
-            guest_failed("DoctorCallback.on_train_start", exc)
-
-    def _start(self, trainer: Any, pl_module: Any) -> None:
-        from torchdoctor.capture.hooks import loader_settings
-
-        self._watch = RunWatch("lightning", self.options, run_name(type(pl_module).__name__))
-        self._watch.start()
-        hooks = self._watch.session.hooks
-        # The first epoch's iterator may predate our hooks: read the loaders' settings now.
-        for loader in _train_loaders(trainer):
-            if hasattr(loader, "num_workers"):
-                hooks.loaders.setdefault(id(loader), loader_settings(loader))
+        self._begin(
+            "DoctorCallback.on_train_start",
+            type(pl_module).__name__,
+            lambda: _train_loaders(trainer),
+        )
 
     def on_train_end(self, trainer: Any, pl_module: Any) -> None:
         self._finish(trainer, "completed")
@@ -120,19 +91,17 @@ class _DoctorCallback:
         )
 
     def _finish(self, trainer: Any, status: str) -> None:
-        if self._watch is None or not self._watch.active:
-            return
-        try:
-            self.result = self._watch.finish(lightning_info(trainer), status)
-            self._log(trainer, self.result)
-        except Exception as exc:
-            guest_failed("DoctorCallback at the end of training", exc)
+        self._end(
+            "DoctorCallback at the end of training",
+            lambda: lightning_info(trainer),
+            lambda result: self._log(trainer, result),
+            status,
+        )
 
     def _log(self, trainer: Any, result: WatchResult) -> None:
         if not trainer.is_global_zero:
             return
-        logging.getLogger("lightning.pytorch").info(result.headline)
-        say(f"torchdoctor: report in {layout.report_text(result.folder)}")
+        announce(result, logging.getLogger("lightning.pytorch").info)
         steps = result.run.steps
         metrics = {
             "torchdoctor/median_step_ms": steps.median_step_ms,

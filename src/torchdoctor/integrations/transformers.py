@@ -11,7 +11,6 @@ end, and writes ``check``'s run folder and report with the fixes phrased as ``Tr
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
 try:
@@ -22,14 +21,7 @@ except ImportError as exc:  # pragma: no cover - depends on the installation
         "pip install 'torchdoctor[transformers]'"
     ) from exc
 
-from torchdoctor.integrations.watch import (
-    RunWatch,
-    WatchResult,
-    guest_failed,
-    make_options,
-    run_name,
-    say,
-)
+from torchdoctor.integrations.watch import WatchingCallback, WatchResult, announce
 from torchdoctor.record import layout
 
 _ARGS = (
@@ -56,57 +48,34 @@ def trainer_info(args: Any) -> dict[str, Any]:
     return info
 
 
-class DoctorCallback(TrainerCallback):  # type: ignore[misc]
+class DoctorCallback(WatchingCallback, TrainerCallback):  # type: ignore[misc]
     """Profiles a window of training steps and writes ``check``'s run folder and report.
 
     Keyword arguments beyond the three named are ``CheckOptions`` fields (``record_shapes``,
     ``with_stack``, ``profile_memory``). ``result`` holds what the last run left.
     """
 
-    def __init__(
-        self,
-        warmup_steps: int = 5,
-        profile_steps: int = 5,
-        out_dir: str | Path = "torchdoctor-runs",
-        **options: Any,
-    ) -> None:
-        self.options = make_options(warmup_steps, profile_steps, out_dir, **options)
-        self.result: WatchResult | None = None
-        self._watch: RunWatch | None = None
+    framework = "transformers"
 
     def on_train_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
-        try:
-            self._begin(kwargs)
-        except Exception as exc:  # a guest never breaks the training it watches
-            guest_failed("DoctorCallback.on_train_begin", exc)
-
-    def _begin(self, kwargs: dict[str, Any]) -> None:
-        from torchdoctor.capture.hooks import loader_settings
-
         model = kwargs.get("model")
         name = type(model).__name__ if model is not None else "Trainer"
-        self._watch = RunWatch("transformers", self.options, run_name(name))
-        self._watch.start()
-        loader = kwargs.get("train_dataloader")
-        if loader is not None and hasattr(loader, "num_workers"):
-            # The Trainer built its loader before this hook: read its settings now.
-            self._watch.session.hooks.loaders.setdefault(id(loader), loader_settings(loader))
+        loader = kwargs.get("train_dataloader")  # built before this hook
+        self._begin("DoctorCallback.on_train_begin", name, lambda: [loader])
 
     def on_train_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
-        if self._watch is None or not self._watch.active:
-            return
-        try:
-            self.result = self._watch.finish(trainer_info(args))
-            if state.is_world_process_zero:
-                self._log(state, self.result)
-        except Exception as exc:
-            guest_failed("DoctorCallback.on_train_end", exc)
+        self._end(
+            "DoctorCallback.on_train_end",
+            lambda: trainer_info(args),
+            lambda result: self._log(state, result),
+        )
 
     def _log(self, state: Any, result: WatchResult) -> None:
         from transformers.utils import logging
 
-        logging.get_logger("transformers.trainer").warning(result.headline)
-        say(f"torchdoctor: report in {layout.report_text(result.folder)}")
+        if not state.is_world_process_zero:
+            return
+        announce(result, logging.get_logger("transformers.trainer").warning)
         state.log_history.append(
             {
                 "torchdoctor/headline": result.headline,

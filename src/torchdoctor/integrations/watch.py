@@ -13,12 +13,14 @@ import contextlib
 import io
 import os
 import sys
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from torchdoctor.api import check_options
 from torchdoctor.capture.options import CheckOptions
-from torchdoctor.errors import UserError
+from torchdoctor.record import layout
 from torchdoctor.record.run import RunRecord
 
 
@@ -41,20 +43,64 @@ class WatchResult:
         return RunRecord.from_dict(self.record)
 
 
-def make_options(
-    warmup_steps: int, profile_steps: int, out_dir: str | Path, **kwargs: Any
-) -> CheckOptions:
-    """``CheckOptions`` for a callback: like ``check``'s, but training always runs to its end."""
-    try:
-        return CheckOptions(
-            warmup_steps=warmup_steps,
-            profile_steps=profile_steps,
-            full=True,
-            out_dir=str(out_dir),
-            **kwargs,
+class WatchingCallback:
+    """What each framework's ``DoctorCallback`` does from the framework's hooks: start and
+    finish a ``RunWatch``, keep its result; a failure of ours is a note and training goes on."""
+
+    framework = ""
+    """The framework's name in the run record (and in the fixes' wording)."""
+
+    def __init__(
+        self,
+        warmup_steps: int = 5,
+        profile_steps: int = 5,
+        out_dir: str | Path = "torchdoctor-runs",
+        **options: Any,
+    ) -> None:
+        # Like check's options, but training always runs to its end (full).
+        self.options = check_options(
+            "DoctorCallback", warmup_steps, profile_steps, out_dir, True, **options
         )
-    except TypeError as exc:
-        raise UserError(f"DoctorCallback: {exc}") from None
+        self.result: WatchResult | None = None
+        """What the last training run left (set when training ends)."""
+        self._watch: RunWatch | None = None
+
+    def _begin(self, where: str, name: str, loaders: Callable[[], Iterable[Any]]) -> None:
+        """Install the hooks (the run folder named after the script, else ``name``)."""
+        try:
+            from torchdoctor.capture.hooks import loader_settings
+
+            self._watch = RunWatch(self.framework, self.options, run_name(name))
+            self._watch.start()
+            hooks = self._watch.session.hooks
+            # A loader built, or its first iterator started, before our hooks: read it now.
+            for loader in loaders():
+                if hasattr(loader, "num_workers"):
+                    hooks.loaders.setdefault(id(loader), loader_settings(loader))
+        except Exception as exc:  # a guest never breaks the training it watches
+            guest_failed(where, exc)
+
+    def _end(
+        self,
+        where: str,
+        info: Callable[[], dict[str, Any]],
+        log: Callable[[WatchResult], None],
+        status: str = "completed",
+    ) -> None:
+        """Write the run (``info``: the framework's settings) and ``log`` what it left; once."""
+        if self._watch is None or not self._watch.active:
+            return
+        try:
+            self.result = self._watch.finish(info(), status)
+            log(self.result)
+        except Exception as exc:
+            guest_failed(where, exc)
+
+
+def announce(result: WatchResult, log: Callable[[str], Any]) -> None:
+    """The headline to the framework's ``log``, where the report is to standard error."""
+    log(result.headline)
+    say(f"torchdoctor: report in {layout.report_text(result.folder)}")
 
 
 class RunWatch:
