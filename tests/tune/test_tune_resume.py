@@ -53,6 +53,26 @@ def cmd(tmp_path: Path, *extra: str) -> list[str]:
     ]
 
 
+def _wait_for_trials_gone(log: Path, limit_s: float = 30.0) -> None:
+    """Until no process of this test's tuner is left: each has TD_TUNE_TEST_LOG=``log`` in its
+    environment (a trial process that has not yet logged a line too)."""
+    mark = f"TD_TUNE_TEST_LOG={log}".encode()
+    deadline = time.monotonic() + limit_s
+    while time.monotonic() < deadline:
+        left = []
+        for proc in Path("/proc").iterdir():
+            try:
+                if not proc.name.isdigit() or mark not in (proc / "environ").read_bytes():
+                    continue
+                if (proc / "stat").read_text().rsplit(")", 1)[1].split()[0] != "Z":
+                    left.append(proc.name)  # a zombie has ended
+            except OSError:  # gone meanwhile, or not ours to read
+                continue
+        if not left:
+            return
+        time.sleep(0.1)
+
+
 @pytest.mark.slow
 def test_kill_9_then_resume(tmp_path: Path) -> None:
     db, log = tmp_path / "t.sqlite", tmp_path / "runs.log"
@@ -67,7 +87,7 @@ def test_kill_9_then_resume(tmp_path: Path) -> None:
     before = rows(db)
     err.close()
     assert len(before) >= 3, (tmp_path / "first.err").read_text()[-2000:]
-    time.sleep(5)  # the trial in flight (its own session) finishes or dies on its own
+    _wait_for_trials_gone(log)  # the trial in flight (its own session) finishes or dies on its own
 
     done = subprocess.run(
         cmd(tmp_path, "--resume"), env=env, capture_output=True, text=True, timeout=240
