@@ -4,11 +4,14 @@ for-loop optimizer takes, in the optimizer's function, under the script's own na
 
 from __future__ import annotations
 
+import dataclasses
 import textwrap
 from pathlib import Path
 
-from torchdoctor.capture.fit import place_compile
+from torchdoctor.capture.fit import fit_to_run, place_compile
+from torchdoctor.rules.finding import Finding
 from torchdoctor.rules.fixes import host_bound_fix
+from torchdoctor.rules.registry import spec
 
 SCRIPT = textwrap.dedent(
     """\
@@ -75,3 +78,25 @@ def test_no_place_without_a_model_the_script_binds_by_name(tmp_path: Path) -> No
     assert place_compile(fix, [_optimizer(path, "other.parameters()")]) == fix  # never bound
     assert place_compile(fix, [_optimizer(tmp_path / "missing.py")]) == fix
     assert place_compile(fix, []) == fix
+
+
+def _host_bound(path: Path) -> Finding:
+    s = spec("host-bound")
+    return Finding(
+        "host-bound", "Host-bound: ...", "warning", 5.0, 0.5, {}, _fix(path), s.explanation,
+        s.doc_url, where=[],
+    )  # fmt: skip
+
+
+def test_check_places_the_line_unless_the_script_compiles_already(tmp_path: Path) -> None:
+    path = tmp_path / "train.py"
+    path.write_text(SCRIPT)
+    record = {"script": str(path), "config": {"optimizers": [_optimizer(path)]}}
+    (f,) = fit_to_run([_host_bound(path)], record)
+    assert f.fix.startswith(f"net = torch.compile(net)  # after the line at {path}:12")
+    # a script that compiles already: a compile line is never placed after its own
+    record["compile"] = {"compiles": 1, "compile_calls": [{"mode": None}]}
+    named = _host_bound(path)
+    named = dataclasses.replace(named, fix=named.fix.replace("model", "net"))
+    (f,) = fit_to_run([named], record)
+    assert "after the line at" not in f.fix

@@ -121,9 +121,10 @@ def fit_to_run(findings: list[Finding], record: dict[str, Any]) -> list[Finding]
         fix = _fit_fix(f, run)
         if fix is not None and fix != f.fix:
             changes["fix"] = fix
-        placed = place_compile(changes.get("fix", f.fix), run.config.optimizers)
-        if placed != changes.get("fix", f.fix):
-            changes["fix"] = placed
+        if not run.compile.compiled:  # a compiled model's fix replaces its own compile call
+            placed = place_compile(changes.get("fix", f.fix), run.config.optimizers)
+            if placed != changes.get("fix", f.fix):
+                changes["fix"] = placed
         named = fit_names(changes.get("fix", f.fix), run.script)
         if named != changes.get("fix", f.fix):
             changes["fix"] = named
