@@ -62,7 +62,8 @@ def _same_as_one_of(token: str, args: Sequence[str]) -> bool:
     return any(a == token or (os.path.exists(a) and os.path.realpath(a) == real) for a in args)
 
 
-def _value_options(command: click.Command) -> set[str]:
+def value_options(command: click.Command) -> set[str]:
+    """The command's options that take a value (the next word), as it declares them."""
     names: set[str] = set()
     for p in command.params:
         if isinstance(p, click.Option) and not p.is_flag and not p.count:
@@ -88,7 +89,7 @@ def _positionals(args: Sequence[str], value_options: set[str]) -> int:
 def normalize_json(args: list[str], command: click.Command, needed: int) -> list[str]:
     """``args`` with the value of every bare ``--json`` written out (``-`` or the PATH that
     follows it), so click can parse ``--json`` as an option that takes a value."""
-    values = _value_options(command) - {"--json"}
+    values = value_options(command) - {"--json"}
     out = list(args)
     i = 0
     while i < len(out):

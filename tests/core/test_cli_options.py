@@ -113,3 +113,44 @@ def test_user_errors_is_one_line_and_the_errors_status(capsys: pytest.CaptureFix
     assert capsys.readouterr().err == "torchdoctor: error: no such script\n"
     with pytest.raises(ValueError), user_errors():  # anything else is not ours to turn into a line
         raise ValueError("the script's own")
+
+
+@pytest.mark.parametrize(
+    "given",
+    [["--html", "r.html"], ["--timeout", "5"], ["--profile-memory-budget", "100"]],
+    ids=lambda g: g[0],
+)
+def test_check_takes_a_bare_json_after_any_option_with_a_value(given: list[str]) -> None:
+    """Before: check's hand-kept list of value options missed --html, --timeout and
+    --profile-memory-budget, so `check --html r.html --json train.py` read r.html as the
+    script, left the bare --json unfilled and failed with 'Missing argument SCRIPT'."""
+    from torchdoctor.commands.check.cli import check_command
+
+    ctx = check_command.make_context("check", [*given, "--json", "train.py", "--lr", "3"])
+    assert ctx.params["json_path"] == "-"
+    assert (ctx.params["script"], ctx.params["script_args"]) == ("train.py", ("--lr", "3"))
+
+
+def test_fix_takes_a_bare_json_after_each_of_its_value_options() -> None:
+    from torchdoctor.json_arg import value_options
+
+    for option in sorted(value_options(fix_command) - {"--json", "--from"}):
+        value = "0.1" if option == "--min-gain" else "3"
+        ctx = fix_command.make_context("fix", [option, value, "--json", "train.py"])
+        assert (ctx.params["json_path"], ctx.params["script"]) == ("-", "train.py"), option
+
+
+def test_check_option_lists_are_the_options_check_declares() -> None:
+    """args.py's lists name the options in check's 'did you mean' hint: the same as declared."""
+    from torchdoctor.commands.check.args import FLAG_OPTIONS, VALUE_OPTIONS
+    from torchdoctor.commands.check.cli import check_command
+    from torchdoctor.json_arg import value_options
+
+    assert set(VALUE_OPTIONS) == value_options(check_command)
+    declared = {
+        name
+        for p in check_command.params
+        if isinstance(p, click.Option)
+        for name in (*p.opts, *p.secondary_opts)
+    }
+    assert set(FLAG_OPTIONS) == declared - set(VALUE_OPTIONS) | {"-h", "--help"}

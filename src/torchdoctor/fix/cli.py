@@ -18,12 +18,13 @@ import click
 
 from torchdoctor.cli_options import (
     SCRIPT_CONTEXT,
+    ScriptCommand,
     html_option,
     option_from,
     runs_option,
     script_arguments,
 )
-from torchdoctor.commands.check.args import JSON_STDOUT, check_json_path, normalize_args
+from torchdoctor.commands.check.args import JSON_STDOUT, check_json_path
 from torchdoctor.errors import UserError
 from torchdoctor.exits import user_errors
 from torchdoctor.fix.options import FixOptions
@@ -33,30 +34,10 @@ from torchdoctor.record import layout
 if TYPE_CHECKING:
     from torchdoctor.record.run import RunRecord
 
-VALUE_OPTIONS = (
-    "--from",
-    "--only",
-    "--json",
-    "--html",
-    "--min-gain",
-    "--rounds",
-    "--prove-steps",
-    "--warmup",
-    "--steps",
-    "--out",
-    "--seed",
-)
-
-
-class _FixCommand(click.Command):
-    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
-        return super().parse_args(ctx, normalize_args(args, VALUE_OPTIONS))
-
-
 _option = option_from(FixOptions())
 
 
-@click.command("fix", cls=_FixCommand, context_settings=SCRIPT_CONTEXT)
+@click.command("fix", cls=ScriptCommand, context_settings=SCRIPT_CONTEXT)
 @script_arguments(required=False)
 @click.option(
     "--from",

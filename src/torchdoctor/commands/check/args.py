@@ -20,8 +20,12 @@ VALUE_OPTIONS = (
     "--top",
     "--rank-timeout",
     "--json",
+    "--html",
+    "--timeout",
+    "--profile-memory-budget",
 )
-"""check's options that take a value (the next token), as declared in ``commands/check/cli.py``."""
+"""check's options that take a value (the next token), as declared in ``commands/check/cli.py``
+(a test holds the two together; the command itself parses with what it declares)."""
 FLAG_OPTIONS = (
     "--full",
     "--shapes",

@@ -14,6 +14,7 @@ import click
 
 from torchdoctor.cli_options import (
     SCRIPT_CONTEXT,
+    ScriptCommand,
     html_option,
     runs_option,
     script_arguments,
@@ -22,7 +23,6 @@ from torchdoctor.cli_options import (
 from torchdoctor.commands.check.args import (
     absolute_outputs,
     check_json_path,
-    normalize_args,
     reject_option_as_script,
 )
 from torchdoctor.exits import OneLineErrors, user_errors
@@ -32,9 +32,8 @@ if TYPE_CHECKING:
     from torchdoctor.capture.options import CheckOptions
 
 
-class _CheckCommand(OneLineErrors, click.Command):
-    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
-        return super().parse_args(ctx, normalize_args(args))
+class _CheckCommand(OneLineErrors, ScriptCommand):
+    """Usage errors in one line when run on its own (``python -m``) too."""
 
 
 @click.command("check", cls=_CheckCommand, context_settings=SCRIPT_CONTEXT)
