@@ -40,6 +40,7 @@ def test_an_input_wait_under_a_workers_hand_over_stays_quiet() -> None:
     """The input-pipeline gate: a wait smaller than what handing a batch over from a worker
     costs (DATA_WAIT_MIN_MS) is the loop's own glue, not a pipeline a worker could remove."""
     from tests.rules.trace_cases import RULES, analysis, family_finding, with_threshold
+    from torchdoctor.rules.spec import Gate
     from torchdoctor.rules.thresholds import DATA_WAIT_MIN_MS
     from torchdoctor.threshold import Threshold
 
@@ -50,7 +51,7 @@ def test_an_input_wait_under_a_workers_hand_over_stays_quiet() -> None:
     gate = rule.spec.gates[0]
     assert gate.minimum is DATA_WAIT_MIN_MS
     raised = dataclasses.replace(
-        rule.spec, gates=(dataclasses.replace(gate, minimum=Threshold(m.gates["ms"] * 1.01, "t")),)
+        rule.spec, gates=(Gate(gate.key, Threshold(m.gates["ms"] * 1.01, "t")),)
     )
     assert family_finding(type(rule)(raised, rule.measure, rule.below), a) is None
     assert family_finding(with_threshold(rule, m.value * 0.999), a) is not None

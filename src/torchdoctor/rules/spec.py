@@ -1,13 +1,18 @@
 """The shape of a registry entry: what a finding is, how severe it gets, how its fix is built.
 
 See ``rules/registry.py`` for how to add a finding.
+
+``analyze`` imports this module (through every family) before it reads a trace, so its small
+immutable parts are named tuples: Python 3.11 compiles six functions for each frozen dataclass
+at import, about twenty times the cost of a named tuple.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
-from typing import Any, Literal, get_args
+from types import MappingProxyType
+from typing import Any, Literal, NamedTuple, get_args
 
 from torchdoctor.rules import thresholds as th
 from torchdoctor.rules.thresholds import Threshold
@@ -73,8 +78,7 @@ class SeverityPolicy:
         return more_severe(level, self.floor)
 
 
-@dataclass(frozen=True)
-class Gate:
+class Gate(NamedTuple):
     """A second minimum a measurement must reach, beside the spec's threshold (a sync stall
     must also last 50 µs per step; fp32 GEMMs must also be a fifth of the device's time)."""
 
@@ -83,8 +87,7 @@ class Gate:
     minimum: Threshold
 
 
-@dataclass(frozen=True)
-class Variant:
+class Variant(NamedTuple):
     """Another wording of one finding, for a case the rule tells apart (FSDP's gradient
     reduction, CPU collectives): same id, same threshold, its own title and, where they
     differ, explanation and fix builder."""
@@ -99,8 +102,7 @@ Same = Callable[[Any, Any, dict[str, Any]], bool]
 it, the run's record) (``rules/same_cause.py``)."""
 
 
-@dataclass(frozen=True)
-class SameCause:
+class SameCause(NamedTuple):
     """A finding of another id that absorbs this one where one cause fired both at one site
     (``gc.collect()`` in the loop is both ``housekeeping-in-step`` and ``gc-in-step``)."""
 
@@ -187,8 +189,7 @@ def static(text: str) -> FixBuilder:
     return build
 
 
-@dataclass(frozen=True)
-class Once:
+class Once(NamedTuple):
     """A cost paid once per job or per epoch, not every step (``rules/one_off.py``): the
     finding keeps it in its own unit and ranks by it spread over the steps it is paid for."""
 
@@ -272,12 +273,11 @@ class Measured:
         )
 
 
-@dataclass(frozen=True)
-class Details:
+class Details(NamedTuple):
     """The costly part of a measurement (see :attr:`Measured.details`)."""
 
-    title: dict[str, Any] = field(default_factory=dict)
-    evidence: dict[str, Any] = field(default_factory=dict)
+    title: Mapping[str, Any] = MappingProxyType({})
+    evidence: Mapping[str, Any] = MappingProxyType({})
     where: tuple[str, ...] = ()
 
 
@@ -285,7 +285,8 @@ class Details:
 class FamilyRule:
     """A registry entry and the function that measures it, side by side in one family module
     under ``rules/families/`` (see docs/architecture.md). :class:`TraceRule` measures a trace,
-    :class:`RunRule` a check run's record; the spec judges both the same way."""
+    :class:`RunRule` a check run's record; the spec judges both the same way. A kind that adds
+    no field is a plain subclass (no dataclass of its own to build at import)."""
 
     spec: FindingSpec
     measure: Callable[[Any], Measured | tuple[Measured, ...] | None]
@@ -325,14 +326,12 @@ class TraceRule(FamilyRule):
     no other rule is (no host-bound or idle verdict applies to start-up)."""
 
 
-@dataclass(frozen=True)
 class RunRule(FamilyRule):
     """A family rule measured on one rank's check run: ``measure`` is called with its
     ``RunRecord`` (``check``; ``rules/run_common.py`` builds the finding, its saving capped
     at the run's mean step and graded on that share)."""
 
 
-@dataclass(frozen=True)
 class RanksRule(FamilyRule):
     """A family rule measured across a folder of ranks: ``measure`` is called with their
     comparison (``analysis/cross_rank.CrossRank``; ``analyze`` on a folder,
@@ -342,7 +341,6 @@ class RanksRule(FamilyRule):
     """Called with the ranks' ``CrossRank``; one measurement or None."""
 
 
-@dataclass(frozen=True)
 class AccountRule(FamilyRule):
     """A family rule measured on the step's account: ``measure`` is called with the account of
     one rank's record after the findings merged over every rank (``rules/account_rules.py``)
