@@ -18,10 +18,6 @@ from torchdoctor.cli_options import CONTEXT, html_option, top_option
 from torchdoctor.exits import EXIT_INTERNAL, OneLineErrors, broken_pipe, guarded
 from torchdoctor.json_arg import JsonPathCommand, json_option
 
-# One error path for every command (see torchdoctor.exits for the statuses).
-_guarded = guarded
-
-
 COMMANDS: tuple[tuple[str, str, str], ...] = (
     ("analyze", "TRACE", "diagnose a torch.profiler trace (file or folder of ranks)"),
     ("check", "train.py ARGS", "run a script unchanged, watch it, report what is slow"),
@@ -111,7 +107,7 @@ def cli() -> None:
     type=click.Path(path_type=str),
     help="Also write the trace plus torchdoctor's tracks (for ui.perfetto.dev).",
 )
-@_guarded
+@guarded  # one error path for every command (statuses: torchdoctor.exits)
 def analyze(
     path: str,
     json_path: str | None,
@@ -160,7 +156,7 @@ class NoInputJsonCommand(JsonPathCommand):
     help="Profiled training steps.",
 )
 @json_option("the analysis of the demo's trace")
-@_guarded
+@guarded
 def demo(out: str, steps: int, json_path: str | None) -> None:
     """Profile a small bundled training loop on the CPU, then analyse its trace."""
     from torchdoctor.capture.demo import run_demo
@@ -193,7 +189,7 @@ def demo(out: str, steps: int, json_path: str | None) -> None:
     help="Force the bounded-memory streaming reader on or off (default: on above 64 MiB).",
 )
 @html_option(help="Also write a self-contained HTML page (chart, fragmentation, sortable holders).")
-@_guarded
+@guarded
 def memory(
     snapshot: str, json_path: str | None, stream: bool | None, html_path: str | None
 ) -> None:
