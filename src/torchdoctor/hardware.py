@@ -12,10 +12,9 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
-from typing import Literal, get_args
+from typing import Literal
 
 PeakDtype = Literal["fp32", "tf32", "bf16", "fp16", "fp8"]
-PEAK_DTYPES: tuple[str, ...] = get_args(PeakDtype)
 
 _T = 1e12  # one TFLOP/s in FLOP/s
 

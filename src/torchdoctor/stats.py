@@ -172,10 +172,6 @@ class RatioInterval:
         """True when ``value`` lies outside the interval."""
         return value < self.low or value > self.high
 
-    def overlaps(self, other: RatioInterval) -> bool:
-        """True when the two intervals share at least one value."""
-        return self.low <= other.high and other.low <= self.high
-
     def format(self, digits: int = 2) -> str:
         """``1.31x [1.22-1.40]`` (``[?]`` when no interval exists)."""
         if self.low <= 0 or math.isinf(self.high):

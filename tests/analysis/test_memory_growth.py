@@ -12,7 +12,6 @@ from torchdoctor.analysis.memory_growth import (
     fit_growth,
     growth_of,
     split_at,
-    theil_sen,
 )
 
 SCHEDULE = {"clean": [4, 11], "profiled": [13, 16], "after": [17, 21]}
@@ -23,11 +22,12 @@ def _series(n: int, per_step: float, noise: float = 0.0, seed: int = 0) -> list[
     return [int(300 * MIB + per_step * i + rng.uniform(-noise, noise)) for i in range(n)]
 
 
-def test_theil_sen_ignores_an_outlier() -> None:
-    points = [(float(x), 2.0 * x) for x in range(10)]
-    points[4] = (4.0, 1000.0)  # one step that freed or grabbed a lot
-    assert theil_sen(points) == pytest.approx(2.0)
-    assert theil_sen([(1.0, 5.0)]) is None
+def test_one_step_that_grabbed_a_lot_does_not_move_the_fit() -> None:
+    values = [int(300 * MIB + 2 * MIB * i) for i in range(10)]
+    values[4] += 500 * MIB  # one step that grabbed a lot and gave it back: the median ignores it
+    fit = fit_growth(values, [(1, 10)], "resident")
+    assert fit is not None and fit.bytes_per_step == pytest.approx(2 * MIB)
+    assert fit_growth(values[:2], [(1, 2)], "resident") is None  # one difference: no fit
 
 
 def test_segments_leave_out_the_instrumented_steps() -> None:

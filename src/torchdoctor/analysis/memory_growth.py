@@ -63,12 +63,6 @@ def pair_slopes(points: Sequence[tuple[float, float]]) -> list[float]:
     ]
 
 
-def theil_sen(points: Sequence[tuple[float, float]]) -> float | None:
-    """The median slope between every two points with different x; None with fewer than two."""
-    slopes = pair_slopes(points)
-    return median(slopes) if slopes else None
-
-
 def clean_segments(
     schedule: dict[str, Any], steps: int, tail: bool = False
 ) -> list[tuple[int, int]]:

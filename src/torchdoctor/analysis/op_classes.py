@@ -12,12 +12,10 @@ from __future__ import annotations
 
 import re
 from functools import lru_cache
-from typing import Literal, get_args
+from typing import Literal
 
 OpClass = Literal["matmul", "convolution", "recurrent", "attention", "other"]
-OP_CLASSES: tuple[str, ...] = get_args(OpClass)
-COMPUTE_CLASSES = frozenset({"matmul", "convolution", "recurrent", "attention"})
-"""Classes whose time is arithmetic (dense math libraries), not per-operator overhead."""
+"""Every class but ``other`` is arithmetic (dense math libraries), not per-operator overhead."""
 
 # Forward and backward names of dense matrix products: mm/addmm/bmm/baddbmm/addbmm/matmul/
 # linear (and their _backward, mkldnn_/fbgemm_ variants), matrix-vector products, scaled and
@@ -65,9 +63,3 @@ def classify_op(name: str) -> OpClass:
     if _MATMUL.match(base):
         return "matmul"
     return "other"
-
-
-def is_compute_op(name: str) -> bool:
-    """True for matrix multiplies, convolutions, recurrent layers and attention, forward or
-    backward."""
-    return classify_op(name) in COMPUTE_CLASSES

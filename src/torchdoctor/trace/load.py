@@ -28,7 +28,6 @@ from torchdoctor.trace.reader import (
 )
 from torchdoctor.trace.table import MemoryEvents, TraceMeta, TraceTable
 
-TRACE_SUFFIXES = (".json", ".json.gz", ".pt.trace.json", ".pt.trace.json.gz")
 _RANK_IN_NAME = re.compile(r"rank[-_]?(\d+)", re.IGNORECASE)
 _BYTE_POS = re.compile(r"\s*\(byte \d+\)")
 _BLOCK_BYTES = 8 << 20

@@ -127,7 +127,7 @@ def _step_rows(table: TraceTable) -> tuple[np.ndarray, StepSource, list[int]]:
         ("dataloader", "enumerate(DataLoader)#"),
     ):
         rows = np.flatnonzero(cpu & member(table.name, table.codes_matching(_starts(prefix))))
-        rows = _outermost(table, rows)
+        rows = server_steps.outermost(table, rows)
         if len(rows) >= 2:
             return rows, source, list(range(len(rows)))  # type: ignore[return-value]
     for source, finder in (
@@ -152,16 +152,6 @@ def _first_per_number(rows: np.ndarray, numbers: list[int]) -> np.ndarray:
         if n not in seen:
             seen.add(n)
             keep.append(r)
-    return np.array(keep, dtype=np.int64)
-
-
-def _outermost(table: TraceTable, rows: np.ndarray) -> np.ndarray:
-    """Drop ranges nested inside an earlier one (a wrapper calling the same function)."""
-    keep, last_end = [], -np.inf
-    for r in rows.tolist():
-        if table.ts[r] >= last_end:
-            keep.append(r)
-            last_end = table.ts[r] + table.dur[r]
     return np.array(keep, dtype=np.int64)
 
 

@@ -107,13 +107,6 @@ class TraceTable:
         """Row indices of kernels, memcpys and memsets."""
         return self.of_kind(*GPU_ACTIVITY_KINDS)
 
-    def name_code(self, name: str) -> int:
-        """The code of ``name``, or -1 if no event has it."""
-        try:
-            return self.names.index(name)
-        except ValueError:
-            return -1
-
     def codes_matching(self, predicate: Any) -> np.ndarray:
         """Codes of all names for which ``predicate(name)`` is true (int32 array)."""
         return np.array([i for i, n in enumerate(self.names) if predicate(n)], dtype=np.int32)
