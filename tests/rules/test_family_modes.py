@@ -94,3 +94,23 @@ def test_a_backend_switched_off() -> None:
     # a build without oneDNN, or the backend left on: nothing to say
     assert fire(BACKEND, record(modes={"mkldnn_enabled": False, "mkldnn_available": False})) is None
     assert fire(BACKEND, record(modes={"mkldnn_enabled": True})) is None
+
+
+def test_fewer_threads_on_a_busy_machine_are_said_as_info_never_a_clean_bill() -> None:
+    """One thread on two cores, and two threads measured 3x slower because other processes
+    held the cores: keeping one is right here and now, so no warning; the choice is still
+    named (info, keep it, measure again on free cores). On free cores the same measurement
+    stays quiet: a slower second thread there is no finding."""
+    modes = {"intra_op_threads": 1, "cores_per_rank": 2}
+    slower = experiment("few-intra-op-threads", 350.0, 1060.0, pairs=[3.5, 2.6, 2.0, 4.1])
+    busy = {"wall_s": 2.0, "intra_op_threads": 1, "cores": 2, "other_busy_cores": 1.8,
+            "main_thread_runqueue_wait_s": 1.6}  # fmt: skip
+    f = fire(THREADS, record(modes=modes, experiments=[slower], cpu=busy))
+    assert f is not None and f.severity == "info" and f.saving_ms_per_step == 0.0
+    assert f.title.startswith(
+        "1 intra-op thread(s) on 2 cores: more measured no faster here, where the main thread "
+        "waited for a core 80% of the measured time"
+    )
+    assert f.fix.startswith("# keep 1 thread(s) while other jobs hold the cores")
+    free = {**busy, "other_busy_cores": 0.1, "main_thread_runqueue_wait_s": 0.0}
+    assert fire(THREADS, record(modes=modes, experiments=[slower], cpu=free)) is None

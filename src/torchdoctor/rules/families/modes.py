@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 from torchdoctor.rules import fixes as fx
 from torchdoctor.rules import thresholds as th
 from torchdoctor.rules.families._run import account, toggled
-from torchdoctor.rules.spec import FindingSpec, Gate, Measured, RunRule, SeverityPolicy
+from torchdoctor.rules.spec import FindingSpec, Gate, Measured, RunRule, SeverityPolicy, Variant
 
 if TYPE_CHECKING:
     from torchdoctor.record.run import RunRecord
@@ -57,6 +57,14 @@ def threads_fix(
     for k, v in (env or {}).items():
         lines.append(f"# and {k}={cores} in the environment (it is {v})")
     return "\n".join(lines)
+
+
+def busy_threads_fix(threads: int, cores: int) -> str:
+    """Keep the threads while the cores are busy; measure again on free ones."""
+    return (
+        f"# keep {threads} thread(s) while other jobs hold the cores; on a machine of its own "
+        f"measure again:\n# torchdoctor check measures torch.set_num_threads({cores}) against it"
+    )
 
 
 def backend_fix(name: str, sites: list[str] | None = None, context: bool = False) -> str:
@@ -161,6 +169,16 @@ THREADS_SPEC = FindingSpec(
     "them sit idle during every operator.",
     doc_url=f"{TUNING}#utilize-openmp",
     gates=(Gate("faster_rounds_margin", th.FASTER_ROUNDS_MARGIN),),
+    variants=(
+        (
+            "busy",
+            Variant(
+                "{threads} intra-op thread(s) on {cores} cores: more measured no faster here, "
+                "where {busy}{measured}",
+                fix=busy_threads_fix,
+            ),
+        ),
+    ),
 )
 
 
@@ -181,6 +199,22 @@ def measure_threads(run: RunRecord) -> Measured | None:
     faster = sum(r < 1 for r in e.pair_ratios)
     sites = acc.setter_sites("set_num_threads")
     env = acc.modes.thread_env
+    margin = float(2 * faster - len(e.pair_ratios))
+    busy = _busy(run)
+    if busy and (saving / step < th.THREADS_GAIN or margin < th.FASTER_ROUNDS_MARGIN):
+        # other processes held the cores: fewer threads are right for now, not for a machine of
+        # its own; said (info) so that the choice is never a silent clean bill
+        return Measured(
+            value=saving / step,
+            saving_ms=0.0,
+            title={"threads": threads, "cores": cores, "busy": busy, "measured": text},
+            evidence={"intra_op_threads": threads, "cores_per_rank": cores, "busy": busy, **ev},
+            fix={"threads": threads, "cores": cores},
+            where=tuple(sites),
+            variant="busy",
+            judged="fewer threads than cores, measured on a busy machine",
+            most="info",
+        )
     return Measured(
         value=saving / step,
         saving_ms=saving,
@@ -188,8 +222,15 @@ def measure_threads(run: RunRecord) -> Measured | None:
         evidence={"intra_op_threads": threads, "cores_per_rank": cores, "thread_env": env, **ev},
         fix={"cores": cores, "sites": sites, "env": env},
         where=tuple(sites),
-        gates={"faster_rounds_margin": float(2 * faster - len(e.pair_ratios))},
+        gates={"faster_rounds_margin": margin},
     )
+
+
+def _busy(run: RunRecord) -> str | None:
+    """Why the run's cores were not free (``rules/cpu_rules.contention``), or None."""
+    from torchdoctor.rules.cpu_rules import contention
+
+    return contention(run.cpu)
 
 
 BACKEND_SPEC = FindingSpec(
