@@ -26,7 +26,7 @@ from torchdoctor.capture.profiling import WindowProfiler
 from torchdoctor.capture.runfolder import RankInfo
 from torchdoctor.capture.switchboard import KERNEL_STEPS, Instrument, Switchboard
 from torchdoctor.capture.syncs import SyncRecorder
-from torchdoctor.capture.timed_window import TimedWindow, WindowTiming, compiled_steps
+from torchdoctor.capture.timed_window import TimedWindow, WindowTiming, compiled_steps, script_cuda
 from torchdoctor.capture.watcher import Watchers
 from torchdoctor.record.run import StepStats
 from torchdoctor.record.write import RankPlace, RunHeader, run_document
@@ -273,12 +273,7 @@ class Session:
         ]
 
     def _events_arm(self, window: str) -> None:
-        cuda = None
-        if _cuda_in_use():
-            import torch
-
-            cuda = torch.cuda
-        self._timing = TimedWindow(window, self.clock.steps + 1, cuda)
+        self._timing = TimedWindow(window, self.clock.steps + 1, script_cuda())
         self._timing.start()
         if window == "clean" and self.measure_start_unix_s is None:
             self.measure_start_unix_s = self._timing.wall_start
