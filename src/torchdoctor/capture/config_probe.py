@@ -10,9 +10,9 @@ from __future__ import annotations
 import contextlib
 import functools
 from collections import Counter
-from collections.abc import Callable
 from typing import Any
 
+from torchdoctor.capture.guest import read_or_none as _read
 from torchdoctor.capture.patches import Patcher
 
 _MAX_OBJECTS = 16
@@ -93,15 +93,6 @@ def construction_call(cls_name: str) -> dict[str, Any] | None:
     return {"site": f"{site[0]}:{site[1]}", **(call or {})}
 
 
-def _read(get: Callable[[], Any]) -> Any:
-    # None where torch lacks the setting (the fp32_precision API arrived in 2.9) or refuses to
-    # read it: after a script sets the new API, reading a legacy flag raises RuntimeError.
-    try:
-        return get()
-    except Exception:
-        return None
-
-
 def _uses_tf32(new: Any, legacy: Any) -> bool:
     # The per-backend fp32_precision wins; "none" (inherit) or its absence defers to the legacy flag.
     if new == "tf32":
@@ -122,6 +113,8 @@ def backend_flags() -> dict[str, Any]:
     import torch
 
     backends = torch.backends
+    # None where torch lacks a setting (fp32_precision arrived in 2.9) or refuses to read it:
+    # after a script sets the new API, reading a legacy flag raises RuntimeError.
     matmul_new = _read(lambda: backends.cuda.matmul.fp32_precision)
     conv_new = _read(lambda: backends.cudnn.conv.fp32_precision)  # type: ignore[attr-defined]
     matmul_legacy = _read(lambda: bool(backends.cuda.matmul.allow_tf32))

@@ -39,6 +39,14 @@ def note(where: str, exc: BaseException) -> None:
         _notes.append(f"{where}: {type(exc).__name__}: {exc}"[:300])
 
 
+def read_or_none(get: Callable[[], Any]) -> Any:
+    """``get()``, or None where it raises: a setting this torch lacks, or refuses to read."""
+    try:
+        return get()
+    except Exception:
+        return None
+
+
 def notes() -> list[str]:
     """The notes recorded since the last ``reset``, with a count for repeated places."""
     out = list(_notes)

@@ -21,6 +21,7 @@ from collections.abc import Callable
 from typing import Any
 
 from torchdoctor.capture import guest
+from torchdoctor.capture.guest import read_or_none as _read
 from torchdoctor.capture.patches import Patcher
 from torchdoctor.code_paths import CodePaths
 
@@ -34,13 +35,6 @@ def cores_per_rank() -> int:
     except (AttributeError, OSError):
         cpus = os.cpu_count() or 1
     return max(1, cpus // max(1, int(os.environ.get("LOCAL_WORLD_SIZE", "1") or 1)))
-
-
-def _read(get: Callable[[], Any]) -> Any:
-    try:
-        return get()
-    except Exception:
-        return None
 
 
 def read_modes() -> dict[str, Any]:
