@@ -5,6 +5,7 @@ gradient reduce-scatter after its backward (fixed by finer units and fewer reduc
 
 from __future__ import annotations
 
+from functools import partial
 from typing import TYPE_CHECKING, Any
 
 from torchdoctor.rules import fixes as fx
@@ -19,14 +20,19 @@ D = fx.DOCS
 GATHER = ("AllGather",)
 REDUCTION = ("ReduceScatter", "AllReduce", "Reduce")
 
-EXPOSED_SPEC = FindingSpec(
+# both collectives' findings: device time, fired and graded on the share of the step exposed
+_collective_spec = partial(
+    FindingSpec,
+    probe="kernel",
+    severity=SeverityPolicy(th.EXPOSED_COMM_WARN, th.EXPOSED_COMM_CRITICAL),
+    threshold=th.EXPOSED_COMM_WARN,
+)
+
+EXPOSED_SPEC = _collective_spec(
     id="exposed-communication",
     label="exposed communication",
     title="Exposed communication: {ms:.1f} ms per step ({share:.0%}) of collectives not "
     "overlapped with compute ({overlap:.0%} hidden)",
-    probe="kernel",
-    severity=SeverityPolicy(th.EXPOSED_COMM_WARN, th.EXPOSED_COMM_CRITICAL),
-    threshold=th.EXPOSED_COMM_WARN,
     fix=fx.exposed_comm_fix,
     explanation="DDP overlaps each gradient bucket's all-reduce with the rest of backward; "
     "exposed time means buckets finish late (too large, a sync in backward, or no compute "
@@ -132,20 +138,16 @@ def exposed_communication(a: TraceAnalysis) -> Measured | None:
     )
 
 
-GATHER_SPEC = FindingSpec(
+GATHER_SPEC = _collective_spec(
     id="exposed-all-gather",
     label="exposed FSDP all-gather",
     title="Exposed all-gather (FSDP): {ms:.1f} ms per step ({share:.0%}) waiting for "
     "parameters to be gathered ({overlap:.0%} hidden under compute)",
-    probe="kernel",
-    severity=SeverityPolicy(th.EXPOSED_COMM_WARN, th.EXPOSED_COMM_CRITICAL),
-    threshold=th.EXPOSED_COMM_WARN,
     fix=fx.fsdp_prefetch_fix,
     explanation="FSDP gathers each unit's parameters before its forward and backward; "
     "unless the gather for the next unit is issued while the current one computes "
     "(prefetch), every unit starts by waiting for the network.",
     doc_url=f"{D}/distributed.fsdp.fully_shard.html",
-    knobs=(),
     frameworks=(
         (
             "lightning",

@@ -7,6 +7,7 @@ script used, torch's backend flags) and from the trace's GEMM share of the GPU's
 
 from __future__ import annotations
 
+from functools import partial
 from typing import TYPE_CHECKING, Any
 
 from torchdoctor.rules import fixes as fx
@@ -87,16 +88,18 @@ def measure_bf16(run: RunRecord) -> Measured | None:
     return _risk(evidence)
 
 
-FP32_SPEC = FindingSpec(
+# the fp32 matmul findings: kernel time, fired when GEMMs are a fifth of the GPU's time
+_fp32_matmuls = partial(
+    FindingSpec, probe="kernel", threshold=th.GEMM_MIN_SHARE, knobs=("precision",)
+)
+
+FP32_SPEC = _fp32_matmuls(
     id="fp32-on-bf16-gpu",
     label="fp32 on a bf16-capable GPU",
     title="fp32 training on {gpu} (bf16 tensor cores): GEMMs are {gemm:.0%} of GPU time",
-    probe="kernel",
-    threshold=th.GEMM_MIN_SHARE,
     fix=static(fx.FP32_BF16_GPU),
     explanation="bf16 matmuls run on tensor cores at several times the fp32 rate, with fp32 range.",
     doc_url=f"{D}/amp.html",
-    knobs=("precision",),
     aliases=("fp32-gemm-no-tensor-cores",),
     codemods=("bf16-autocast",),
     frameworks=(
@@ -104,16 +107,13 @@ FP32_SPEC = FindingSpec(
         ("transformers", lambda f: "TrainingArguments(..., bf16=True)"),
     ),
 )
-TF32_SPEC = FindingSpec(
+TF32_SPEC = _fp32_matmuls(
     id="tf32-off",
     label="TF32 off",
     title="TF32 is off: fp32 matmuls skip the tensor cores",
-    probe="kernel",
-    threshold=th.GEMM_MIN_SHARE,
     fix=static(fx.TF32),
     explanation="TF32 keeps fp32 storage and range and runs matmuls on tensor cores.",
     doc_url=f"{D}/notes/cuda.html#tensorfloat-32-tf32-on-ampere-and-later-devices",
-    knobs=("precision",),
     codemods=("tf32-matmul",),
     frameworks=(
         ("lightning", lambda f: 'torch.set_float32_matmul_precision("high")  # before Trainer.fit'),

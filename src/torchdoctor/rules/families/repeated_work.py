@@ -187,6 +187,11 @@ def measure_construction(run: RunRecord) -> Measured | None:
     }
     evidence: dict[str, Any] = {"constructions": [r.raw for r in rows], "measured_steps": measured}
     kept_ms, _, measured_ev = toggled(acc, CONSTRUCTION_SPEC.id, step)
+    saving_from = (
+        "construction timed at its line + the state-creating operators (zeros_like, clone...) "
+        "inside Optimizer.step in the trace (a lower bound: the Python that makes the state is "
+        "not counted)"
+    )
     if kept_ms is not None and any(r.kind == "optimizer" for r in rows):
         # check ran steps with the optimizer's state kept from one to the next, interleaved
         # with the script's own: what rebuilding costs where it lands (step() creating the
@@ -194,22 +199,16 @@ def measure_construction(run: RunRecord) -> Measured | None:
         # stay the floor: four pairs of steps on a busy machine can read less than they cost.
         evidence.update(measured_ev, trace_state_init_ms_per_step=round(state_ms, 4))
         state_ms = max(kept_ms, state_ms)
-        if state_ms > 0:
-            evidence.update(
-                construction_ms_per_step=round(saving, 4),
-                state_init_ms_per_step=round(state_ms, 4),
-                saving_from="construction timed at its line + what the step saved with the "
-                "optimizer's state kept from step to step (check's extra steps, interleaved "
-                "with the script's own; never under the state-creating operators inside "
-                "Optimizer.step in the trace)",
-            )
-    elif state_ms > 0:
+        saving_from = (
+            "construction timed at its line + what the step saved with the optimizer's state "
+            "kept from step to step (check's extra steps, interleaved with the script's own; "
+            "never under the state-creating operators inside Optimizer.step in the trace)"
+        )
+    if state_ms > 0:
         evidence.update(
             construction_ms_per_step=round(saving, 4),
             state_init_ms_per_step=round(state_ms, 4),
-            saving_from="construction timed at its line + the state-creating operators "
-            "(zeros_like, clone...) inside Optimizer.step in the trace (a lower bound: the "
-            "Python that makes the state is not counted)",
+            saving_from=saving_from,
         )
     title["state_ms"] = state_ms
     return Measured(
