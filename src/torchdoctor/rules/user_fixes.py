@@ -125,7 +125,40 @@ def dataloader_user_fix(
         )
     if changes:
         lines.append(rebuilt_loader_call(raw, changes))
+    if "num_workers" in changes:
+        if item_ms is None:
+            item_ms = item_cost_ms(raw, step_ms, wait_ms)
+        left = wait_left(raw, workers, step_ms, wait_ms, item_ms)
+        if left is not None:
+            cpus = raw.get("cpus_per_rank") or raw.get("cpu_count")
+            lines.append(
+                f"# the training process keeps one of the {cpus} CPUs: {workers} worker(s) make "
+                f"a batch about every {left[0]:.1f} ms against {max(step_ms - wait_ms, 0.0):.1f} "
+                f"ms of compute, so the step will still wait about {left[1]:.1f} ms: make each "
+                "item cheaper too (pre-process once and store the result, or batch the work in "
+                "collate_fn)"
+            )
     return "\n".join(lines)
+
+
+def wait_left(
+    raw: dict[str, Any], workers: int, step_ms: float, wait_ms: float, item_ms: float | None
+) -> tuple[float, float] | None:
+    """(ms between batches from ``workers`` workers, ms the step still waits for each) when
+    they share the CPUs the training process leaves (it keeps one busy computing): a batch
+    costs ``item_ms`` x batch size on one CPU, and the workers run on at most ``cpus - 1``
+    CPUs at once. None when the wait would be gone (under ``DATA_WAIT_MIN_MS``) or the item's
+    cost, the batch size or the CPU count is unknown."""
+    from torchdoctor.rules.thresholds import DATA_WAIT_MIN_MS
+
+    batch, cpus = raw.get("batch_size"), raw.get("cpus_per_rank") or raw.get("cpu_count")
+    if not batch or not cpus or item_ms is None or workers < 1:
+        return None
+    parallel = min(workers, int(cpus) - 1)
+    compute = max(step_ms - wait_ms, 0.0)
+    per_batch = item_ms * int(batch) / parallel if parallel >= 1 else item_ms * int(batch)
+    still = per_batch if parallel < 1 else max(0.0, per_batch - compute)
+    return (per_batch, still) if still >= DATA_WAIT_MIN_MS else None
 
 
 def _tensor_expr(name: str) -> str:
