@@ -94,7 +94,6 @@ def exposed_communication(a: TraceAnalysis) -> Measured | None:
         return Measured(
             value=share,
             saving_ms=ms,
-            share=share,
             title={"ms": ms, "share": share, "overlap": hidden},
             evidence=_fsdp_evidence(a, REDUCTION, ms, hidden),
             fix={"cpu": not a.has_gpu},
@@ -106,7 +105,6 @@ def exposed_communication(a: TraceAnalysis) -> Measured | None:
         return Measured(
             value=share,
             saving_ms=ms,
-            share=share,
             title={"ms": ms, "share": share},
             evidence={
                 "cpu_collective_ms_per_step": round(ms, 3),
@@ -125,7 +123,6 @@ def exposed_communication(a: TraceAnalysis) -> Measured | None:
     return Measured(
         value=share,
         saving_ms=ms,
-        share=share,
         title={"ms": ms, "share": share, "overlap": c.overlap_share},
         evidence={
             "comm_ms_per_step": round(a.per_step_ms(c.comm_ms), 3),
@@ -179,7 +176,6 @@ def exposed_all_gather(a: TraceAnalysis) -> Measured | None:
     return Measured(
         value=share,
         saving_ms=ms,
-        share=share,
         title={"ms": ms, "share": share, "overlap": hidden},
         evidence=_fsdp_evidence(a, GATHER, ms, hidden),
         fix={"cpu": not a.has_gpu},

@@ -107,7 +107,6 @@ def measure(a: TraceAnalysis) -> Measured | None:
     return Measured(
         value=share,
         saving_ms=ms,
-        share=share,
         title={"ms": ms, "share": share, "count": len(rows) / a.n_steps},
         evidence={
             "d2d_alone_ms_per_step": round(ms, 3),

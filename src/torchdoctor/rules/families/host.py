@@ -103,7 +103,6 @@ def measure(a: TraceAnalysis) -> Measured | None:
     return Measured(
         value=share,
         saving_ms=ms,
-        share=share,
         title={"ms": ms, "share": share},
         evidence=evidence,
         fix={"graphs": a.launch.graph_launch_count or 0},

@@ -57,7 +57,6 @@ def data_loading(a: TraceAnalysis) -> Measured | None:
     return Measured(
         value=share,
         saving_ms=ms,
-        share=share,
         title={"when": what.format(f"{ms:.1f} ms per step ({share:.0%})")},
         evidence={"data_wait_ms_per_step": round(ms, 3), "share_of_step": round(share, 4)},
     )

@@ -62,7 +62,6 @@ def measure(a: TraceAnalysis) -> Measured | None:
     return Measured(
         value=share,
         saving_ms=ms,
-        share=share,
         title={"ms": ms, "share": share},
         evidence={"sync_idle_ms_per_step": round(ms, 3), "share_of_step": round(share, 4)},
         gates={"ms": ms},

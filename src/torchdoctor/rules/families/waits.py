@@ -69,7 +69,6 @@ def dependency_waits(a: TraceAnalysis) -> Measured | None:
     return Measured(
         value=longest_us,
         saving_ms=ms,
-        share=share,
         title={"ms": ms, "share": share, "kind": KIND_TEXT.get(kind, kind)},
         evidence={
             "dependency_wait_ms_per_step": round(ms, 3),
@@ -127,7 +126,6 @@ def input_pipeline(a: TraceAnalysis) -> Measured | None:
     return Measured(
         value=min(share, low) if a.n_steps >= 3 else share,
         saving_ms=ms,
-        share=share,
         title={
             "what": "the GPU idle" if a.has_gpu else "the loop waiting",
             "ms": ms,
@@ -202,7 +200,6 @@ def synchronous_copies(a: TraceAnalysis) -> Measured | None:
     return Measured(
         value=float(n_calls),
         saving_ms=stall_ms,
-        share=share,
         title={"per_step": per_step, "ms": stall_ms, "share": share},
         evidence={
             "blocking_copy_calls": calls,
