@@ -106,6 +106,17 @@ def test_run_queue_wait_is_cpu_contention() -> None:
     assert t["categories"]["Python"] == 14
 
 
+def test_a_wait_longer_than_its_interval_goes_back_to_the_intervals_before_it() -> None:
+    """The kernel counts a 18 ms wait when it ends, inside a 10 ms interval: the 8 ms beyond
+    it were the interval before (the thread was waiting up to the moment it ran), not lost."""
+    s = samples([(10, 10, STATE_RUNNING, 0, 0, (LOOP,)), (20, 12, STATE_RUNNING, 0, 0, (LOOP,)),
+                 (30, 12, STATE_RUNNING, 0, 0, (LOOP,))])  # fmt: skip
+    s.runq_ns[:] = array("q", [0, 0, 18 * MS])
+    t = build_line_table(s, None, steps=1, step_ms=30.0)
+    assert t["categories"]["CPU contention"] == 18
+    assert t["categories"]["Python"] == 12
+
+
 def test_no_samples_no_rows() -> None:
     t = build_line_table(Samples(), None, steps=3, step_ms=10.0)
     assert t["rows"] == [] and t["samples"] == 0

@@ -156,12 +156,11 @@ def build_line_table(
     states = samples.state if len(samples.state) == n else array("b", bytes(n))
     prev_t, prev_cpu, prev_io = samples.start_ns, None, None
     runq = samples.runq_ns if len(samples.runq_ns) == n else array("q", [-1] * n)
-    prev_runq = -1
+    waits = _run_queue_waits(samples.t_ns, runq, samples.start_ns)
     for i in range(n):
         t, cpu, io = samples.t_ns[i], samples.cpu_ns[i], samples.io_bytes[i]
         dt = max(0, t - prev_t)
-        waited = min(dt, max(0, runq[i] - prev_runq)) if runq[i] >= 0 and prev_runq >= 0 else 0
-        prev_runq = runq[i]
+        waited = waits[i]
         cpu_dt = -1 if cpu < 0 or prev_cpu is None or prev_cpu < 0 else max(0, cpu - prev_cpu)
         if prev_cpu is None and cpu >= 0:
             cpu_dt = dt  # the first interval has no CPU reading before it
@@ -177,6 +176,24 @@ def build_line_table(
         _add(acc, samples, i, dt, parts, op)
     sampled_ns = sum(acc.total.values())
     return _table(acc, samples, sampled_ns, steps, step_ms)
+
+
+def _run_queue_waits(t_ns: array[int], runq: array[int], start_ns: int) -> list[int]:
+    """ns of each sample's interval the thread waited for a core. The kernel adds a wait to the
+    thread's counter when the wait ends (the thread gets a core), so a wait longer than the
+    interval it ended in began in the intervals before it: the part beyond goes back to them,
+    latest first (the thread waited right up to the moment it ran). Clipping it to its own
+    interval lost most of the wait on a machine busy for seconds: a healthy control read as
+    unexplained time."""
+    n = len(t_ns)
+    out, carry = [0] * n, 0
+    for i in range(n - 1, -1, -1):
+        dt = max(0, t_ns[i] - (t_ns[i - 1] if i else start_ns))
+        known = i > 0 and runq[i] >= 0 and runq[i - 1] >= 0
+        total = carry + (max(0, runq[i] - runq[i - 1]) if known else 0)
+        out[i] = min(dt, total)
+        carry = total - out[i]
+    return out
 
 
 def _add(
