@@ -13,17 +13,22 @@ never the registry (which imports the families).
 from __future__ import annotations
 
 import importlib
-import pkgutil
+import os
 
 from torchdoctor.rules.spec import AccountRule, FamilyRule, RanksRule, RunRule, TraceRule
 
 
+def _module_names() -> list[str]:
+    """The family modules, by name: every ``.py`` file here but the ``_`` ones (a listing, not
+    ``pkgutil.iter_modules``: analyze would import pkgutil for this alone)."""
+    found = {n.removesuffix(".py") for d in __path__ for n in os.listdir(d) if n.endswith(".py")}
+    return sorted(n for n in found if not n.startswith("_"))
+
+
 def _discover() -> tuple[FamilyRule, ...]:
     found: list[FamilyRule] = []
-    for info in sorted(pkgutil.iter_modules(__path__), key=lambda m: m.name):
-        if info.name.startswith("_"):
-            continue
-        module = importlib.import_module(f"{__name__}.{info.name}")
+    for name in _module_names():
+        module = importlib.import_module(f"{__name__}.{name}")
         rules = getattr(module, "RULES", None)
         if not isinstance(rules, tuple) or not all(
             isinstance(r, TraceRule | RunRule | RanksRule | AccountRule) for r in rules
