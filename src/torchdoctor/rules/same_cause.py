@@ -2,9 +2,10 @@
 folded into one.
 
 The registry's aliases (``FindingSpec.aliases``) merge every finding of one id into another;
-the pairs a spec declares (``FindingSpec.same_cause``, with a test from here) merge only when the two point at the same site by the same mechanism, since the
-general finding may also fire alone for another cause (garbage collection the interpreter
-starts by itself; a long step from an evaluation). The more specific finding is kept (it names
+the pairs an entry declares (``FindingSpec.same_cause``, with one of the tests here) merge only
+when the two point at the same site by the same mechanism, since the general finding may also
+fire alone for another cause (garbage collection the interpreter starts by itself; a long step
+from an evaluation). The more specific finding is kept (it names
 the line or the setting to change), the other's evidence is folded into it (under
 ``<id>_evidence``), its places are added, and the saving never counts one millisecond twice:
 the larger of the two where both timed the same thing (a ``gc.collect()`` call and the
@@ -123,9 +124,9 @@ def fold(kept: Finding, other: Finding, disjoint: bool = False) -> Finding:
 
 
 def fold_same_cause(findings: list[Finding], record: dict[str, Any] | None) -> list[Finding]:
-    """``findings`` with each one that a spec's :attr:`~torchdoctor.rules.spec.FindingSpec.same_cause`
-    says one cause fired with another folded into the first of those that matches."""
-    from torchdoctor.rules.registry import REGISTRY
+    """``findings`` with each finding folded into the first of its entry's ``same_cause``
+    findings that one cause fired with it (``FindingSpec.same_cause``, in its order)."""
+    from torchdoctor.rules.registry import REGISTRY  # it imports the families, which import us
 
     out = list(findings)
     for spec in (s for s in REGISTRY.values() if s.same_cause):
