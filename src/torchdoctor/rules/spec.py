@@ -4,7 +4,7 @@ See ``rules/registry.py`` for how to add a finding.
 
 ``analyze`` imports this module (through every family) before it reads a trace, so its small
 immutable parts are named tuples: Python 3.11 compiles six functions for each frozen dataclass
-at import, about twenty times the cost of a named tuple.
+at import (about 1 ms for a two-field one on a busy 2-core machine, a named tuple 0.15 ms).
 """
 
 from __future__ import annotations
