@@ -28,25 +28,10 @@ import numpy as np
 
 from torchdoctor.analysis._join import gpu_rows, launch_of
 from torchdoctor.hardware import memory_bandwidth, peak_flops
-from torchdoctor.trace.columns import SHAPE_OPS
+from torchdoctor.trace.columns import ELEMENT_BYTES, RAW_JSON, SHAPE_OPS
 from torchdoctor.trace.table import TraceTable
 
-_ELEMENT_BYTES = {
-    "float": 4,
-    "double": 8,
-    "c10::Half": 2,
-    "c10::BFloat16": 2,
-    "c10::Float8_e4m3fn": 1,
-    "c10::Float8_e5m2": 1,
-    "c10::Float8_e4m3fnuz": 1,
-    "c10::Float8_e5m2fnuz": 1,
-    "signed char": 1,
-    "unsigned char": 1,
-    "int": 4,
-    "long int": 8,
-}
 _PEAK_DTYPE = {4: "fp32", 2: "bf16", 1: "fp8"}
-_DECODE = msgspec.json.Decoder()
 
 
 @dataclass(frozen=True)
@@ -81,7 +66,7 @@ class Bandwidth:
 def op_traffic(dims: list[Any], types: list[Any], name: str) -> tuple[float, float] | None:
     """(bytes, FLOPs) of one operator call from its recorded dims and types, or None."""
     tensors = [(d, t) for d, t in zip(dims, types, strict=False) if isinstance(d, list) and d]
-    sizes = [_ELEMENT_BYTES.get(t) for _, t in tensors]
+    sizes = [ELEMENT_BYTES.get(t) for _, t in tensors]
     if not tensors or any(s is None for s in sizes):
         return None
     numel = [int(np.prod(d)) for d, _ in tensors]
@@ -134,14 +119,14 @@ def bandwidth_in(
     for x, d in by_op.items():
         name, raw_dims, raw_types = table.shapes[x]
         try:
-            got = op_traffic(_DECODE.decode(raw_dims), _DECODE.decode(raw_types or b"[]"), name)
+            got = op_traffic(RAW_JSON.decode(raw_dims), RAW_JSON.decode(raw_types or b"[]"), name)
         except msgspec.DecodeError:
             got = None
         if got is None:
             continue
         ops += 1
         nbytes, flops, us = nbytes + got[0], flops + got[1], us + d
-        size = _ELEMENT_BYTES.get(str(_DECODE.decode(raw_types)[0]), 2) if raw_types else 2
+        size = ELEMENT_BYTES.get(str(RAW_JSON.decode(raw_types)[0]), 2) if raw_types else 2
         elt_time[size] = elt_time.get(size, 0.0) + d
     if not ops or us <= 0:
         return None

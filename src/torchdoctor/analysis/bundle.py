@@ -23,7 +23,7 @@ if TYPE_CHECKING:  # imported when an analysis runs (graphs and serving only for
     from torchdoctor.analysis.serving import ServingStats
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)  # arrays: no field-wise ==
 class TraceAnalysis:
     """Everything torchdoctor computed about one trace (one rank)."""
 

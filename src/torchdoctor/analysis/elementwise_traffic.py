@@ -25,11 +25,8 @@ import msgspec
 import numpy as np
 
 from torchdoctor.analysis._join import launch_of
-from torchdoctor.analysis.bandwidth import _ELEMENT_BYTES
-from torchdoctor.trace.columns import TRAFFIC_OPS
+from torchdoctor.trace.columns import ELEMENT_BYTES, RAW_JSON, TRAFFIC_OPS
 from torchdoctor.trace.table import TraceTable
-
-_DECODE = msgspec.json.Decoder()
 
 
 @dataclass(frozen=True)
@@ -51,11 +48,11 @@ def op_bytes(dims: list[Any], types: list[Any], name: str) -> float | None:
     """Bytes one elementwise operator call reads and writes (see the module), or None when a
     tensor's dtype is unknown or the shapes do not broadcast."""
     tensors = [(d, t) for d, t in zip(dims, types, strict=False) if isinstance(d, list) and d]
-    if not tensors or any(not isinstance(t, str) or t not in _ELEMENT_BYTES for _, t in tensors):
+    if not tensors or any(not isinstance(t, str) or t not in ELEMENT_BYTES for _, t in tensors):
         return None
     if any(not all(isinstance(x, int) for x in d) for d, _ in tensors):
         return None
-    sizes = [_ELEMENT_BYTES[t] for _, t in tensors]
+    sizes = [ELEMENT_BYTES[t] for _, t in tensors]
     numel = [int(np.prod(d)) for d, _ in tensors]
     if name == "aten::copy_" and len(tensors) >= 2:
         return float(numel[0] * sizes[0] + numel[1] * sizes[1])
@@ -83,7 +80,7 @@ def traffic_of(table: TraceTable, kernels: np.ndarray) -> Traffic | None:
     for x, d in by_op.items():
         name, raw_dims, raw_types = table.shapes[x]
         try:
-            b = op_bytes(_DECODE.decode(raw_dims), _DECODE.decode(raw_types or b"[]"), name)
+            b = op_bytes(RAW_JSON.decode(raw_dims), RAW_JSON.decode(raw_types or b"[]"), name)
         except msgspec.DecodeError:
             b = None
         if b is not None:

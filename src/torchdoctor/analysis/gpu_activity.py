@@ -36,7 +36,7 @@ _NOT_OPS = ("ProfilerStep#", DATALOADER_PREFIX)
 DEVICE_CLASSES = ("compute", "communication", "memcpy", "memset")
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)  # arrays: no field-wise ==
 class GpuActivity:
     """Device activity rows of one trace with their class, plus CPU ranges used for attribution."""
 

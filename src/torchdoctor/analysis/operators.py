@@ -72,7 +72,7 @@ class OperatorStats:
         return d
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)  # arrays: no field-wise ==
 class _Ops:
     """CPU operators sorted by (thread, start, longest first), with their nesting."""
 

@@ -48,6 +48,25 @@ TRAFFIC_OPS = frozenset(
         *("aten::relu", "aten::sigmoid", "aten::tanh", "aten::mul_", "aten::add_", "aten::div_"),
     }
 )
+ELEMENT_BYTES = {
+    "float": 4,
+    "double": 8,
+    "c10::Half": 2,
+    "c10::BFloat16": 2,
+    "c10::Float8_e4m3fn": 1,
+    "c10::Float8_e5m2": 1,
+    "c10::Float8_e4m3fnuz": 1,
+    "c10::Float8_e5m2fnuz": 1,
+    "signed char": 1,
+    "unsigned char": 1,
+    "int": 4,
+    "long int": 8,
+}
+"""Bytes per element of the dtypes ``Input type`` names (``c10::BFloat16``...)."""
+RAW_JSON = msgspec.json.Decoder()
+"""Decodes the raw ``Input Dims`` and ``Input type`` kept for the ``SHAPE_OPS`` and ``TRAFFIC_OPS``."""
+_SHAPED_OPS = SHAPE_OPS | TRAFFIC_OPS
+_RECORDED_OPS = DTYPE_OPS | _SHAPED_OPS
 INT_COLS = ("corr", "ext_id", "device", "stream", "nbytes")
 _ARG_ATTRS = ("correlation", "external_id", "device", "stream", "bytes")
 _MEM_ATTRS = ("total_allocated", "total_reserved", "device_id", "device_type", "alloc_bytes")
@@ -129,6 +148,7 @@ def build_columns(events: list[Any], malformed: int = 0) -> ChunkColumns:
     args = list(map(_get["args"], xs))
     ints = {k: int_column(args, a) for k, a in zip(INT_COLS, _ARG_ATTRS, strict=True)}
     _fill_gpu_location(xs, kind, ints)
+    input_types, shapes = _recorded_inputs(args, kind, names, ints["ext_id"])
     return ChunkColumns(
         ts=ts,
         dur=dur,
@@ -139,8 +159,8 @@ def build_columns(events: list[Any], malformed: int = 0) -> ChunkColumns:
         cats=cats.values,
         ints=ints,
         memory=_memory_block(mem, mem_ts),
-        input_types=_input_types(args, kind, names, ints["ext_id"]),
-        shapes=_shapes(args, kind, names, ints["ext_id"]),
+        input_types=input_types,
+        shapes=shapes,
         malformed=malformed,
         negative_durations=negative,
     )
@@ -251,35 +271,25 @@ def _memory_block(events: Sequence[Instant], ts: np.ndarray) -> np.ndarray:
     return block
 
 
-def _input_types(
+def _recorded_inputs(
     args: list[Any], kind: np.ndarray, names: Interned, ext_id: np.ndarray
-) -> dict[int, bytes]:
-    """Raw ``Input type`` JSON of the GEMM/conv operators, keyed by External id."""
-    codes = [i for i, n in enumerate(names.values) if n in DTYPE_OPS]
+) -> tuple[dict[int, bytes], dict[int, tuple[str, bytes, bytes]]]:
+    """By External id, in one pass over the operators named in ``_RECORDED_OPS``: the raw
+    ``Input type`` JSON of the ``DTYPE_OPS`` (GEMM/conv), and the operator name with the raw
+    ``Input Dims`` and ``Input type`` of the ``SHAPE_OPS`` and ``TRAFFIC_OPS``."""
+    codes = [i for i, n in enumerate(names.values) if n in _RECORDED_OPS]
     if not codes:
-        return {}
+        return {}, {}
     rows = np.flatnonzero((kind == Kind.CPU_OP) & member(names.codes, codes))
-    out: dict[int, bytes] = {}
-    for i in rows.tolist():
-        raw = args[i].input_type
-        if len(raw):
-            out[int(ext_id[i])] = bytes(raw)
-    return out
-
-
-def _shapes(
-    args: list[Any], kind: np.ndarray, names: Interned, ext_id: np.ndarray
-) -> dict[int, tuple[str, bytes, bytes]]:
-    """Raw ``Input Dims`` and ``Input type`` of the ``SHAPE_OPS`` and ``TRAFFIC_OPS``
-    operators, by External id."""
-    codes = [i for i, n in enumerate(names.values) if n in SHAPE_OPS or n in TRAFFIC_OPS]
-    if not codes:
-        return {}
-    rows = np.flatnonzero((kind == Kind.CPU_OP) & member(names.codes, codes))
-    out: dict[int, tuple[str, bytes, bytes]] = {}
-    for i in rows.tolist():
+    types: dict[int, bytes] = {}
+    shapes: dict[int, tuple[str, bytes, bytes]] = {}
+    for i, code in zip(rows.tolist(), names.codes[rows].tolist(), strict=True):
         a = args[i]
-        if len(a.input_dims):
-            name = names.values[int(names.codes[i])]
-            out[int(ext_id[i])] = (name, bytes(a.input_dims), bytes(a.input_type))
-    return out
+        if not (len(a.input_type) or len(a.input_dims)):  # not recorded (record_shapes off)
+            continue
+        name = names.values[code]
+        if name in DTYPE_OPS and len(a.input_type):
+            types[int(ext_id[i])] = bytes(a.input_type)
+        if name in _SHAPED_OPS and len(a.input_dims):
+            shapes[int(ext_id[i])] = (name, bytes(a.input_dims), bytes(a.input_type))
+    return types, shapes

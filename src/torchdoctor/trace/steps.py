@@ -34,7 +34,7 @@ _PROFILER_STEP = re.compile(r"^ProfilerStep#(\d+)$")
 _CPU_RANGE_KINDS = (Kind.CPU_OP, Kind.USER_ANNOTATION)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)  # arrays: no field-wise ==
 class Steps:
     """Step windows partitioning the analysed part of the trace (microseconds, table time)."""
 

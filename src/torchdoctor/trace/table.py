@@ -11,7 +11,7 @@ from torchdoctor.trace.arrays import member
 from torchdoctor.trace.kinds import GPU_ACTIVITY_KINDS, Kind
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)  # arrays: no field-wise ==
 class MemoryEvents:
     """``[memory]`` instant events (present when the profiler ran with profile_memory=True)."""
 
@@ -48,7 +48,7 @@ class TraceMeta:
     """Size of the decompressed JSON."""
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)  # arrays: no field-wise ==
 class TraceTable:
     """All complete (``ph: X``) events of one trace, sorted by start time.
 
