@@ -101,11 +101,7 @@ def _text(exc: BaseException) -> str:
 
 def broken_pipe() -> NoReturn:
     """The reader of standard output went away: stop quietly, as ``cat`` would."""
-    try:  # Python would otherwise complain while flushing at exit
-        devnull = os.open(os.devnull, os.O_WRONLY)
-        os.dup2(devnull, sys.stdout.fileno())
-    except (OSError, AttributeError, ValueError):
-        pass
+    _detach_stdout()
     os._exit(EXIT_BROKEN_PIPE)
 
 
@@ -183,8 +179,8 @@ def failed_output(exc: OSError) -> str | None:
 
 
 def _detach_stdout() -> None:
-    # What the failed stream still buffers goes to /dev/null at exit, where Python would
-    # otherwise print "Exception ignored" and exit 120.
+    # What a failed or closed stream still buffers goes to /dev/null at exit, where Python
+    # would otherwise print "Exception ignored" and exit 120.
     try:
         devnull = os.open(os.devnull, os.O_WRONLY)
         os.dup2(devnull, sys.stdout.fileno())

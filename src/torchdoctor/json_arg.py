@@ -157,3 +157,14 @@ def emit_json(text: str, json_path: str | None) -> bool:
     write_output(json_path, text if text.endswith("\n") else text + "\n", "JSON report")
     click.echo(f"wrote {json_path}", err=True)
     return False
+
+
+def json_safe(x: Any) -> Any:
+    """``x`` with NaN and infinities as None (null): ``json.dumps`` then writes valid JSON."""
+    if isinstance(x, float):
+        return x if x == x and abs(x) != float("inf") else None
+    if isinstance(x, dict):
+        return {k: json_safe(v) for k, v in x.items()}
+    if isinstance(x, list | tuple):
+        return [json_safe(v) for v in x]
+    return x

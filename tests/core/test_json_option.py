@@ -115,3 +115,17 @@ def test_compare_never_takes_an_existing_run_folder_for_the_path(tmp_path: Path)
     args = ["--json", str(tmp_path / "a1"), str(tmp_path / "a2"), "--", str(tmp_path / "b1")]
     got = normalize_json(args, compare_command, 2)
     assert got[:2] == ["--json", "-"]
+
+
+def test_json_safe_writes_nan_and_infinities_as_null() -> None:
+    """compare's and tune's JSON share one cleaner (each had its own copy)."""
+    from torchdoctor.json_arg import json_safe
+
+    nan, inf = float("nan"), float("inf")
+    doc = {"a": [nan, inf, -inf, 1.5, (2, nan)], "b": {"c": inf, "d": "x"}, "e": None}
+    assert json_safe(doc) == {
+        "a": [None, None, None, 1.5, [2, None]],
+        "b": {"c": None, "d": "x"},
+        "e": None,
+    }
+    json.dumps(json_safe(doc), allow_nan=False)  # valid JSON: no NaN or Infinity token

@@ -177,7 +177,7 @@ def test_rerun_cli_decides_and_gates_on_interleaved_rounds(
 
 def test_rerun_report_text_json_and_page(tmp_path: Path) -> None:
     from torchdoctor.compare import rerun_render
-    from torchdoctor.compare.cli import _clean
+    from torchdoctor.json_arg import json_safe
 
     opts = RerunOptions(rounds=8, job_steps=1000)
     r = run_interleaved(*_scripts(tmp_path), opts, runner=_FakeRuns())
@@ -186,7 +186,7 @@ def test_rerun_report_text_json_and_page(tmp_path: Path) -> None:
     assert r.verdict.headline.quantity == "time_to_n" and "time to 1000 steps (s)" in text
     assert "of which start-up (s)" in text and "per-round speed-ups (time to N steps)" in text
     assert "gate --fail-if-slower 5%: passed" in text  # NEW is the faster side
-    doc = json.loads(json.dumps(_clean(rerun_render.to_dict(r, 5.0))))
+    doc = json.loads(json.dumps(json_safe(rerun_render.to_dict(r, 5.0))))
     assert doc["mode"] == "rerun" and len(doc["runs"]) == 2 * len(doc["orders"])
     assert doc["per_round_speedups"]["time_to_n"] == pytest.approx(r.ratios("time_to_n"))
     page = rerun_render.page(r, 5.0)

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import sys
-from typing import Any
 
 import click
 
@@ -15,7 +14,13 @@ from torchdoctor.compare.options import TOP, CompareOptions, sides_of
 from torchdoctor.compare.rerun_types import RerunOptions
 from torchdoctor.exits import EXIT_SLOWER as EXIT_GATE_FAILED
 from torchdoctor.exits import guarded
-from torchdoctor.json_arg import TwoInputJsonCommand, emit_json, json_option, json_target
+from torchdoctor.json_arg import (
+    TwoInputJsonCommand,
+    emit_json,
+    json_option,
+    json_safe,
+    json_target,
+)
 
 _AFTER_DASHES = "torchdoctor.compare.after_dashes"
 _option = option_from(RerunOptions())
@@ -161,7 +166,7 @@ def _compare(o: CompareOptions) -> bool:
         run_noise_pct=o.run_noise_pct,
     )
     if not emit_json(
-        json.dumps(_clean(render.to_dict(c, o.fail_pct, o.top)), indent=1), o.json_path
+        json.dumps(json_safe(render.to_dict(c, o.fail_pct, o.top)), indent=1), o.json_path
     ):
         from torchdoctor.terminal import clean_report
 
@@ -190,7 +195,7 @@ def _rerun(o: CompareOptions, plan: RerunOptions) -> bool:
     if result.verdict is None:
         raise UserError(f"--rerun: {result.failure}")
     if not emit_json(
-        json.dumps(_clean(rerun_render.to_dict(result, o.fail_pct)), indent=1), o.json_path
+        json.dumps(json_safe(rerun_render.to_dict(result, o.fail_pct)), indent=1), o.json_path
     ):
         click.echo(rerun_render.render_text(result, o.fail_pct), nl=False)
     if o.html_path:
@@ -199,14 +204,3 @@ def _rerun(o: CompareOptions, plan: RerunOptions) -> bool:
         write_html(rerun_render.page(result, o.fail_pct), o.html_path)
         click.echo(f"wrote {o.html_path}", err=True)
     return o.fail_pct is not None and result.verdict.gate(o.fail_pct)
-
-
-def _clean(x: Any) -> Any:
-    """NaN and infinities as null: the output stays valid JSON."""
-    if isinstance(x, float):
-        return x if x == x and abs(x) != float("inf") else None
-    if isinstance(x, dict):
-        return {k: _clean(v) for k, v in x.items()}
-    if isinstance(x, list | tuple):
-        return [_clean(v) for v in x]
-    return x

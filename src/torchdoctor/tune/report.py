@@ -12,6 +12,7 @@ from typing import Any
 from rich.markup import escape
 
 from torchdoctor import ab, stats
+from torchdoctor.json_arg import json_safe
 from torchdoctor.tune import measure
 from torchdoctor.tune.search import Record, Summary
 from torchdoctor.tune.space import BASELINE
@@ -135,17 +136,7 @@ def to_json(summary: Summary) -> str:
         "pruned": summary.space.pruned,
         "ranked": [row(summary, r) for r in ranked(summary)],
     }
-    return json.dumps(_clean(data), indent=2, sort_keys=False)
-
-
-def _clean(x: Any) -> Any:
-    if isinstance(x, float):
-        return x if math.isfinite(x) else None
-    if isinstance(x, dict):
-        return {k: _clean(v) for k, v in x.items()}
-    if isinstance(x, list | tuple):
-        return [_clean(v) for v in x]
-    return x
+    return json.dumps(json_safe(data), indent=2, sort_keys=False)
 
 
 def _fmt_ms(s: float | None) -> str:
