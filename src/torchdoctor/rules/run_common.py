@@ -58,11 +58,7 @@ def _finding(rule: RunRule, m: Measured, run: RunRecord) -> Finding | None:
     if not rule.fires(m):
         return None
     m, s = m.complete(), rule.spec
-    v = s.variant(m.variant)
-    fix = (v.fix if v is not None and v.fix is not None else s.fix)(**m.fix)
-    explanation = v.explanation if v is not None else None
-    if m.explain is not None:
-        explanation = (explanation or s.explanation).format(**m.explain)
+    title, fix, explanation = s.wording(m)
     saving = m.saving_ms
     if m.once is not None:
         from torchdoctor.rules.one_off import spread
@@ -73,7 +69,7 @@ def _finding(rule: RunRule, m: Measured, run: RunRecord) -> Finding | None:
     f = make(
         run,
         s.id,
-        (v.title if v is not None else s.title).format(**m.title),
+        title,
         saving,
         m.evidence,
         fix,

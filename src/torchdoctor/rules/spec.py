@@ -179,6 +179,15 @@ class FindingSpec:
         """The title with the measured values filled in."""
         return self.title.format(**values)
 
+    def wording(self, m: Measured) -> tuple[str, str, str]:
+        """(title, fix, explanation) of the finding ``m`` makes: its variant's where it names
+        one (the spec's where the variant has none of its own), filled with what it measured."""
+        v = self.variant(m.variant)
+        title = (v.title if v is not None else self.title).format(**m.title)
+        fix = (v.fix if v is not None and v.fix is not None else self.fix)(**m.fix)
+        text = v.explanation if v is not None and v.explanation is not None else self.explanation
+        return title, fix, text if m.explain is None else text.format(**m.explain)
+
 
 def static(text: str) -> FixBuilder:
     """A fix builder that ignores its inputs (the fix does not depend on the user's code)."""

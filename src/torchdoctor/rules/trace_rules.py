@@ -22,20 +22,19 @@ def family_finding(rule: TraceRule, a: TraceAnalysis) -> Finding | None:
     if m is None or not rule.fires(m):
         return None
     m, s = m.complete(), rule.spec
-    v = s.variant(m.variant)
-    fix = (v.fix if v is not None and v.fix is not None else s.fix)(**m.fix)
+    title, fix, explanation = s.wording(m)
     step = a.mean_step_ms
     saving = float(min(max(m.saving_ms, 0.0), step))
     share = saving / step if step > 0 else 0.0
     return Finding(
         s.id,
-        (v.title if v is not None else s.title).format(**m.title),
+        title,
         s.severity.floored(m.severity(s.severity, share), share),
         round(saving, 3),
         round(share, 4),
         {"mean_step_ms": round(step, 3), **m.evidence},
         fix,
-        v.explanation if v is not None and v.explanation is not None else s.explanation,
+        explanation,
         s.doc_url,
         where=list(m.where),
     )
