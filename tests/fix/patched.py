@@ -76,3 +76,18 @@ def harnessed(
     out = run(cwd, harness, script, *args, paths=paths).stdout
     line = next(t for t in out.splitlines() if t.startswith("HARNESS "))
     return json.loads(line[len("HARNESS ") :]), out
+
+
+def harnessed_both(
+    cwd: Path, harness: str, before: str, after: str, *args: str, paths: tuple[Path, ...] = ()
+) -> tuple[tuple[Any, str], tuple[Any, str]]:
+    """``harnessed`` for the original and the patched script, run at the same time (the
+    harness counts calls and records losses, no times, so neither run disturbs the other's
+    result; on two cores they take the time of one)."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    with ThreadPoolExecutor(2) as pool:
+        runs = [
+            pool.submit(harnessed, cwd, harness, s, *args, paths=paths) for s in (before, after)
+        ]
+        return runs[0].result(), runs[1].result()

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.fix.patched import REPO, check_and_patch, harnessed
+from tests.fix.patched import REPO, check_and_patch, harnessed_both
 
 STEPS = 20
 
@@ -55,8 +55,9 @@ def test_fused_optimizer_patch_runs_fused_and_trains(
     assert "fused=True" in text and "foreach=False" not in text
 
     steps = ("--steps", str(STEPS))
-    before, _ = harnessed(tmp_path, "harness.py", "original.py", *steps)
-    after, _ = harnessed(tmp_path, "harness.py", "tiny_ops.py", *steps)
+    (before, _), (after, _) = harnessed_both(
+        tmp_path, "harness.py", "original.py", "tiny_ops.py", *steps
+    )
     # the planted loop: every step in the per-tensor implementation; patched: every step fused
     assert before["calls"] == {
         "_single_tensor_adam": STEPS,

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.fix.patched import REPO, check_and_patch, harnessed
+from tests.fix.patched import REPO, check_and_patch, harnessed_both
 
 UNLISTED = REPO / "examples" / "unlisted"  # the scripts import their step timer, _ab
 STEPS = 6
@@ -55,9 +55,8 @@ def test_inference_mode_patch_stops_recording_and_evaluates_the_same(
     assert "torch.inference_mode()" in (tmp_path / "eval_with_grad.py").read_text()
 
     steps = ("--steps", str(STEPS))
-    before, out_before = harnessed(tmp_path, "harness.py", "original.py", *steps, paths=(UNLISTED,))
-    after, out_after = harnessed(
-        tmp_path, "harness.py", "eval_with_grad.py", *steps, paths=(UNLISTED,)
+    (before, out_before), (after, out_after) = harnessed_both(
+        tmp_path, "harness.py", "original.py", "eval_with_grad.py", *steps, paths=(UNLISTED,)
     )
     # the planted mistake: every forward recorded a graph; patched, none does
     assert len(before) == len(after) == STEPS

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.fix.patched import REPO, check_and_patch, harnessed
+from tests.fix.patched import REPO, check_and_patch, harnessed_both
 
 STEPS = 30
 EAGER = ("--backend", "eager")
@@ -55,8 +55,9 @@ def test_mark_dynamic_patch_compiles_one_graph_and_trains_the_same(
     assert "torch._dynamo.mark_dynamic(tokens, 1)" in (tmp_path / "shapes.py").read_text()
 
     args = ("--steps", str(STEPS), *EAGER)
-    before, _ = harnessed(tmp_path, "harness.py", "original.py", *args)
-    after, _ = harnessed(tmp_path, "harness.py", "shapes.py", *args)
+    (before, _), (after, _) = harnessed_both(
+        tmp_path, "harness.py", "original.py", "shapes.py", *args
+    )
     # the planted mistake: a graph per new length until the recompile limit (8); patched: one
     assert before["graphs"] >= 8 and after["graphs"] == 1, (before["graphs"], after["graphs"])
     # every step still trains, with the original's losses (the same operators, one graph)
