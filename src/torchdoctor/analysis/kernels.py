@@ -51,9 +51,9 @@ class KernelContext:
         """The context a ``check`` record holds: the one enabled CUDA autocast dtype (none when
         the run used several or none) and ``backend_flags.tf32_matmul``."""
         dtypes = {
-            _AUTOCAST_DTYPES.get(str(e.get("dtype")))
+            _AUTOCAST_DTYPES.get(e.dtype)
             for e in run.config.autocast
-            if e.get("enabled") and str(e.get("device", e.get("device_type", "cuda"))) == "cuda"
+            if e.enabled and (e.device or str(e.raw.get("device_type", "cuda"))) == "cuda"
         }
         tf32 = run.config.backend_flags.get("tf32_matmul")
         return cls(

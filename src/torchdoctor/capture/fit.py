@@ -26,7 +26,7 @@ _COMPILE_ADVICE = "torch.compile(model"
 def _next_step(run: RunRecord) -> str:
     c = run.compile
     optim = [o for o in run.config.optimizers if o.get("impl") == "for-loop"]
-    sites = len({b.get("site") for b in c.graph_breaks})
+    sites = len({b.site for b in c.graph_breaks})
     return compiled_next_step(c.compile_calls, sites, run.gpu is not None, optim)
 
 

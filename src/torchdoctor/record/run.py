@@ -19,22 +19,20 @@ from typing import Any
 
 from torchdoctor.record.account import Experiment, Forwards, Modes, Repeat, Roofline
 from torchdoctor.record.lines import LineTable
-from torchdoctor.record.values import (
-    as_dict,
-    as_flag,
-    as_float,
-    as_int,
-    as_list,
-    as_number,
-    as_rows,
+from torchdoctor.record.rows import (
+    AutocastUse,
+    GraphBreak,
+    HostSync,
+    RecompileEvent,
+    RecompileLimitHit,
+    SyncDebugSite,
+    UnpinnedCopy,
 )
+from torchdoctor.record.typed import Row, key, read, reads
+from torchdoctor.record.values import as_dict, as_float, as_int, as_list, as_number
 from torchdoctor.record.write import RankPlace
 
-_d, _rows, _f = as_dict, as_rows, as_float
-
-
-def _str_or_none(value: Any) -> str | None:
-    return None if value is None else str(value)
+_d, _f = as_dict, as_float
 
 
 def _count(value: Any) -> int:
@@ -231,7 +229,7 @@ class StepStats:
 
 
 @dataclass(frozen=True)
-class CompileStats:
+class CompileStats(Row):
     """torch.compile activity: compiles, recompiles (with guard reasons) and graph breaks."""
 
     compiles: int = 0
@@ -240,41 +238,26 @@ class CompileStats:
     recompile_s: float = 0.0
     recompiles_in_window: int = 0
     recompile_s_in_window: float = 0.0
-    recompile_events: list[dict[str, Any]] = field(default_factory=list)
-    """``{"site", "function", "reason"}`` per recompile."""
-    graph_breaks: list[dict[str, Any]] = field(default_factory=list)
-    """``{"site", "reason", "count"}`` per break location."""
-    recompile_limit_hits: list[dict[str, Any]] = field(default_factory=list)
+    recompile_events: tuple[RecompileEvent, ...] = ()
+    graph_breaks: tuple[GraphBreak, ...] = ()
+    """One per break location and reason."""
+    recompile_limit_hits: tuple[RecompileLimitHit, ...] = ()
     compile_calls: list[dict[str, Any]] = field(default_factory=list)
     """Settings of each ``torch.compile`` call (``mode``, ``backend``, ``dynamic``...)."""
     ours: dict[str, Any] = field(default_factory=dict)
     """What compiled during check's own measurements after the window (``compiles``,
     ``compile_s``): check's, not the script's."""
+    raw: dict[str, Any] = field(default_factory=dict)
+    """The section as recorded (``to_dict`` writes it back, with the typed values)."""
 
     @property
     def compiled(self) -> bool:
         """The script compiled something (a torch.compile call, or dynamo compiled a frame)."""
         return bool(self.compile_calls) or self.compiles > 0
 
-    @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> CompileStats:
-        return cls(
-            compiles=_count(d.get("compiles")),
-            compile_s=_f(d.get("compile_s")),
-            recompiles=_count(d.get("recompiles")),
-            recompile_s=_f(d.get("recompile_s")),
-            recompiles_in_window=_count(d.get("recompiles_in_window")),
-            recompile_s_in_window=_f(d.get("recompile_s_in_window")),
-            recompile_events=_rows(d.get("recompile_events")),
-            graph_breaks=_rows(d.get("graph_breaks")),
-            recompile_limit_hits=_rows(d.get("recompile_limit_hits")),
-            compile_calls=_rows(d.get("compile_calls")),
-            ours=_d(d.get("ours")),
-        )
-
 
 @dataclass(frozen=True)
-class LoaderConfig:
+class LoaderConfig(Row):
     """One DataLoader's settings as the script built it."""
 
     num_workers: int = 0
@@ -282,7 +265,7 @@ class LoaderConfig:
     batch_size: int | None = None
     cpus_per_rank: int | None = None
     cpu_count: int | None = None
-    dataset_len: int | None = None
+    dataset_len: int | None = field(default=None, metadata=reads(lambda v, _: _count(v) or None))
     """``len()`` of the loader's dataset; None when it has none (an iterable dataset)."""
     persistent_workers: bool = False
     multiprocessing_context: str | None = None
@@ -295,22 +278,6 @@ class LoaderConfig:
     raw: dict[str, Any] = field(default_factory=dict)
     """Everything recorded about the loader (more arguments than the fields above)."""
 
-    @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> LoaderConfig:
-        return cls(
-            num_workers=_count(d.get("num_workers")),
-            pin_memory=bool(d.get("pin_memory")),
-            batch_size=d.get("batch_size"),
-            cpus_per_rank=d.get("cpus_per_rank"),
-            cpu_count=d.get("cpu_count"),
-            dataset_len=_count(d.get("dataset_len")) or None,
-            persistent_workers=bool(d.get("persistent_workers")),
-            multiprocessing_context=_str_or_none(d.get("multiprocessing_context")),
-            usage=_d(d.get("usage")),
-            torch_warnings=tuple(str(w) for w in as_list(d.get("torch_warnings"))),
-            raw=d,
-        )
-
     @property
     def cpus(self) -> int:
         """CPUs this rank's workers may use (2 when not recorded)."""
@@ -318,11 +285,11 @@ class LoaderConfig:
 
 
 @dataclass(frozen=True)
-class RunConfig:
+class RunConfig(Row):
     """Settings the run used: loaders, precision, optimizers, parallel wrappers, backend flags."""
 
     dataloaders: list[LoaderConfig] = field(default_factory=list)
-    autocast: list[dict[str, Any]] = field(default_factory=list)
+    autocast: tuple[AutocastUse, ...] = ()
     grad_scalers: list[dict[str, Any]] = field(default_factory=list)
     optimizers: list[dict[str, Any]] = field(default_factory=list)
     optimizer_steps: int = 0
@@ -339,24 +306,8 @@ class RunConfig:
     housekeeping: list[dict[str, Any]] = field(default_factory=list)
     """Timed housekeeping calls (``gc.collect``, ``copy.deepcopy``, ``empty_cache``...), one row
     per call site: ``{"what", "site", "calls", "seconds"...}``."""
-
-    @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> RunConfig:
-        dp = d.get("data_parallel")
-        return cls(
-            dataloaders=[LoaderConfig.from_dict(x) for x in _rows(d.get("dataloaders"))],
-            autocast=_rows(d.get("autocast")),
-            grad_scalers=_rows(d.get("grad_scalers")),
-            optimizers=_rows(d.get("optimizers")),
-            optimizer_steps=_count(d.get("optimizer_steps")),
-            measured_optimizer_steps=_count(d.get("measured_optimizer_steps")),
-            measured_backward_calls=_count(d.get("measured_backward_calls")),
-            ddp=_rows(d.get("ddp")),
-            backend_flags=_d(d.get("backend_flags")),
-            data_parallel=_rows(dp) if dp is not None else None,
-            checkpointing=_d(d.get("checkpointing")),
-            housekeeping=_rows(d.get("housekeeping")),
-        )
+    raw: dict[str, Any] = field(default_factory=dict)
+    """The section as recorded (``to_dict`` writes it back, with the typed values)."""
 
     @property
     def micro_batches_per_step(self) -> float:
@@ -367,48 +318,32 @@ class RunConfig:
     @property
     def autocast_dtypes(self) -> set[str]:
         """dtypes of the autocast regions that were enabled."""
-        return {str(e["dtype"]) for e in self.autocast if e.get("enabled")}
+        return {e.dtype for e in self.autocast if e.enabled}
 
 
 @dataclass(frozen=True)
-class SyncStats:
+class SyncStats(Row):
     """Host syncs (per call site), non_blocking copies from unpinned memory, sync-debug sites."""
 
-    host_syncs: list[dict[str, Any]] = field(default_factory=list)
-    """``{"kind", "device", "site", "calls", "seconds"}`` per site."""
-    unpinned_non_blocking: list[dict[str, Any]] = field(default_factory=list)
-    """``{"site", "copies", "bytes"}`` per site."""
-    sync_debug: list[dict[str, Any]] = field(default_factory=list)
+    host_syncs: tuple[HostSync, ...] = ()
+    unpinned_non_blocking: tuple[UnpinnedCopy, ...] = ()
+    sync_debug: tuple[SyncDebugSite, ...] = ()
     sync_debug_steps: int = 0
     """Steps sync-debug mode watched (0: it watched the profiled window, older records)."""
-
-    @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> SyncStats:
-        return cls(
-            host_syncs=_rows(d.get("host_syncs")),
-            unpinned_non_blocking=_rows(d.get("unpinned_non_blocking")),
-            sync_debug=_rows(d.get("sync_debug")),
-            sync_debug_steps=_count(d.get("sync_debug_steps")),
-        )
+    raw: dict[str, Any] = field(default_factory=dict)
+    """The section as recorded (``to_dict`` writes it back, with the typed values)."""
 
 
 @dataclass(frozen=True)
-class GpuInfo:
+class GpuInfo(Row):
     """The GPU (name, tensor-core support) and its memory statistics."""
 
     device: dict[str, Any] = field(default_factory=dict)
     memory: dict[str, Any] = field(default_factory=dict)
     gpm: dict[str, Any] | None = None
     """GPU performance-monitor samples of the window (``capture/gpm.py``), when taken."""
-
-    @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> GpuInfo:
-        gpm = d.get("gpm")
-        return cls(
-            device=_d(d.get("device")),
-            memory=_d(d.get("memory")),
-            gpm=gpm if isinstance(gpm, dict) else None,
-        )
+    raw: dict[str, Any] = field(default_factory=dict)
+    """The section as recorded (``to_dict`` writes it back, with the typed values)."""
 
     @property
     def bf16_tensor_cores(self) -> bool:
@@ -426,7 +361,7 @@ class GpuInfo:
 
 
 @dataclass(frozen=True)
-class OpSummary:
+class OpSummary(Row):
     """The profiled window's operators (``ops``, from the trace): how many, how small, and how
     much of their time dense math holds. None for a value the summary did not record."""
 
@@ -446,26 +381,9 @@ class OpSummary:
     compute_ms_per_step: float | None = None
     collective_time_ms_per_step: float | None = None
 
-    @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> OpSummary:
-        basis = d.get("gemm_share_basis")
-        return cls(
-            top_level_ops_per_step=as_number(d.get("top_level_ops_per_step")),
-            median_op_us=as_number(d.get("median_op_us")),
-            op_time_ms_per_step=as_number(d.get("op_time_ms_per_step")),
-            tiny_op_time_ms_per_step=as_number(d.get("tiny_op_time_ms_per_step")),
-            tiny_op_threshold_us=as_number(d.get("tiny_op_threshold_us")),
-            cpu_op_time_ms_per_step=as_number(d.get("cpu_op_time_ms_per_step")),
-            gemm_share=as_number(d.get("gemm_share")),
-            gemm_share_basis=str(basis) if basis else None,
-            compute_share=as_number(d.get("compute_share")),
-            compute_ms_per_step=as_number(d.get("compute_ms_per_step")),
-            collective_time_ms_per_step=as_number(d.get("collective_time_ms_per_step")),
-        )
-
 
 @dataclass(frozen=True)
-class RunOptions:
+class RunOptions(Row):
     """The ``check`` options the run used, as far as readers of the record need them."""
 
     warmup_steps: int = 0
@@ -477,32 +395,25 @@ class RunOptions:
     """The profiler recorded allocations (``--profile-memory``)."""
     full: bool = False
     """The script ran to its end after the window (``--full``)."""
-
-    @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> RunOptions:
-        return cls(
-            warmup_steps=_count(d.get("warmup_steps")),
-            profile_steps=_count(d.get("profile_steps")),
-            clean_steps=_count(d.get("clean_steps")),
-            profile_memory=bool(d.get("profile_memory")),
-            full=bool(d.get("full")),
-        )
+    raw: dict[str, Any] = field(default_factory=dict)
+    """The section as recorded (``to_dict`` writes it back, with the typed values)."""
 
 
 @dataclass(frozen=True)
 class RunRecord:
-    """One rank's ``run.json``, typed for the run rules."""
+    """One rank's ``run.json``, typed for the run rules (read by ``record/typed.py``; written by
+    the capture side, ``record/write.py``, not from here)."""
 
-    schema_version: int = 0
+    schema_version: int = field(default=0, metadata=reads(lambda v, _: max(0, as_int(v) or 0)))
     """The record's ``schema_version`` (0: a record older than the field); ``record/folder.py``
     refuses one newer than this code reads (``layout.RUN_SCHEMA_VERSION``)."""
-    exit_status: str | None = None
+    exit_status: str | None = field(default=None, metadata=key("exit.status"))
     """``completed``, ``stopped`` (by check after the window), ``exception``, ..."""
-    exit_code: int | None = None
+    exit_code: int | None = field(default=None, metadata=key("exit.code"))
     """The script's exit status (None when it recorded none)."""
-    exit_exception: str | None = None
+    exit_exception: str | None = field(default=None, metadata=key("exit.exception"))
     """The exception that ended the script, as recorded."""
-    exit_phase: str | None = None
+    exit_phase: str | None = field(default=None, metadata=key("exit.phase"))
     """Where the script was when it failed (``compile``, ``import``, ``run``...), if recorded."""
     options: RunOptions = field(default_factory=RunOptions)
     script: str | None = None
@@ -513,7 +424,7 @@ class RunRecord:
     python_version: str | None = None
     cuda_available: bool | None = None
     """torch saw a CUDA device; None when not recorded (a record rebuilt from the steps log)."""
-    rank: RankPlace = field(default_factory=RankPlace)
+    rank: RankPlace = field(default_factory=RankPlace, metadata=reads(lambda v, _: _rank(_d(v))))
     steps: StepStats = field(default_factory=StepStats)
     compile: CompileStats = field(default_factory=CompileStats)
     config: RunConfig = field(default_factory=RunConfig)
@@ -523,7 +434,7 @@ class RunRecord:
     ops: dict[str, Any] = field(default_factory=dict)
     """Operator summary of the profiled window as recorded (a finding's evidence shows it);
     ``op_summary`` is the same typed, for the rules."""
-    op_summary: OpSummary = field(default_factory=OpSummary)
+    op_summary: OpSummary = field(default_factory=OpSummary, metadata=key("ops"))
     oom: dict[str, Any] | None = None
     lines: LineTable = field(default_factory=LineTable)
     """The sampled line table of the measured steps (``record/lines.py``)."""
@@ -534,9 +445,9 @@ class RunRecord:
     the floors from it)."""
     experiments: list[dict[str, Any]] = field(default_factory=list)
     """check's own measurements after the window, one row each (measured, skipped, failed)."""
-    roof: Roofline = field(default_factory=Roofline)
+    roof: Roofline = field(default_factory=Roofline, metadata=key("roofline"))
     """``roofline`` typed (``record/account.py``), for the account and mode rules."""
-    toggles: tuple[Experiment, ...] = ()
+    toggles: tuple[Experiment, ...] = field(default=(), metadata=key("experiments"))
     """``experiments`` typed: each toggle measured inside the run."""
     modes: Modes = field(default_factory=Modes)
     """The global modes (anomaly detection, profiler, sync-debug...) and the lines that set them."""
@@ -556,9 +467,9 @@ class RunRecord:
     ones)."""
     trace: str | None = None
     """The trace file, relative to the run folder; None when none was written."""
-    profiler_stopped_early: str | None = None
+    profiler_stopped_early: str | None = field(default=None, metadata=key("profiler.stopped_early"))
     """Why the profiler stopped before the window's end (its memory budget...), if it did."""
-    framework: str | None = None
+    framework: str | None = field(default=None, metadata=key("framework.name"))
     """The trainer whose callback ran check (``lightning``, ``transformers``), if one did."""
     frameworks: tuple[str, ...] = ()
     """Trainers seen on the stack around the steps (for a hint to use their callback)."""
@@ -568,49 +479,7 @@ class RunRecord:
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> RunRecord:
-        gpu, oom = d.get("gpu"), d.get("oom")
-        version = d.get("schema_version")
-        return cls(
-            schema_version=version if isinstance(version, int) and version >= 0 else 0,
-            exit_status=_d(d.get("exit")).get("status"),
-            exit_code=as_int(_d(d.get("exit")).get("code")),
-            exit_exception=_str_or_none(_d(d.get("exit")).get("exception")),
-            exit_phase=_str_or_none(_d(d.get("exit")).get("phase")),
-            options=RunOptions.from_dict(_d(d.get("options"))),
-            script=_str_or_none(d.get("script")),
-            argv=tuple(str(a) for a in as_list(d.get("argv"))),
-            torch_version=_str_or_none(d.get("torch_version")),
-            python_version=_str_or_none(d.get("python_version")),
-            cuda_available=as_flag(d.get("cuda_available")),
-            rank=_rank(_d(d.get("rank"))),
-            steps=StepStats.from_dict(_d(d.get("steps"))),
-            compile=CompileStats.from_dict(_d(d.get("compile"))),
-            config=RunConfig.from_dict(_d(d.get("config"))),
-            syncs=SyncStats.from_dict(_d(d.get("syncs"))),
-            gpu=GpuInfo.from_dict(gpu) if isinstance(gpu, dict) and gpu else None,
-            ops=_d(d.get("ops")),
-            op_summary=OpSummary.from_dict(_d(d.get("ops"))),
-            oom=oom if isinstance(oom, dict) and oom else None,
-            lines=LineTable.from_dict(_d(d.get("lines"))),
-            cpu=_d(d.get("cpu")),
-            roofline=_d(d.get("roofline")),
-            experiments=_rows(d.get("experiments")),
-            roof=Roofline.from_dict(_d(d.get("roofline"))),
-            toggles=tuple(Experiment.from_dict(r) for r in _rows(d.get("experiments"))),
-            modes=Modes.from_dict(_d(d.get("modes"))),
-            repeats=tuple(Repeat.from_dict(r) for r in _rows(d.get("repeats"))),
-            forwards=Forwards.from_dict(_d(d.get("forwards"))),
-            job=_d(d.get("job")),
-            monitor=_d(d.get("monitor")),
-            memory_steps=_d(d.get("memory_steps")),
-            findings=_rows(d.get("findings")),
-            trace=_str_or_none(d.get("trace")) if d.get("trace") else None,
-            profiler_stopped_early=_str_or_none(_d(d.get("profiler")).get("stopped_early")),
-            framework=_str_or_none(_d(d.get("framework")).get("name")),
-            frameworks=tuple(str(f) for f in as_list(d.get("frameworks"))),
-            notes=tuple(str(n) for n in as_list(d.get("notes"))),
-            raw=d,
-        )
+        return read(cls, d)
 
     def recorded(self, section: str) -> Any:
         """A section as the capture side wrote it, for a document that copies it whole

@@ -56,7 +56,7 @@ def tiny_ops(run: RunRecord) -> list[Finding]:
     fix = (
         compiled_next_step(
             c.compile_calls,
-            len({b.get("site") for b in c.graph_breaks}),
+            len({b.site for b in c.graph_breaks}),
             run.gpu is not None,
             optim,
         )

@@ -235,7 +235,7 @@ class CompileModel:
     def _next_mode(
         self, calls: list[dict[str, Any]], rec: CompileStats, ctx: FixContext
     ) -> Target | Refusal:
-        breaks = {b.get("site") for b in rec.graph_breaks}
+        breaks = {b.site for b in rec.graph_breaks}
         if breaks:
             return Refusal(
                 f"the model is compiled but breaks into pieces at {len(breaks)} place(s): fix "

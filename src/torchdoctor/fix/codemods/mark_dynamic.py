@@ -48,9 +48,9 @@ def changed_dims(
     name (``?:0``) add their sizes to the same tensor's named function."""
     events = ctx.record.compile.recompile_events
     rows = [
-        (str(e.get("function") or ""), str(e.get("site") or ""), str(d["tensor"]), int(d["dim"]), d)
+        (e.function, e.site, str(d["tensor"]), int(d["dim"]), d)
         for e in events
-        for d in e.get("changed_dims") or []
+        for d in e.changed_dims
     ]
     if not rows:
         rows = _from_reasons(finding)

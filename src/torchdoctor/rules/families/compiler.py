@@ -11,6 +11,7 @@ from __future__ import annotations
 import math
 from typing import TYPE_CHECKING, Any
 
+from torchdoctor.record.typed import plain
 from torchdoctor.rules import fixes as fx
 from torchdoctor.rules import thresholds as th
 from torchdoctor.rules.spec import (
@@ -138,8 +139,8 @@ def measure_recompiles(run: RunRecord) -> Measured | None:
     if c.recompiles == 0:
         return None
     late, events = c.recompiles_in_window, c.recompile_events
-    reasons = list(dict.fromkeys(e["reason"] for e in events if e.get("reason")))
-    sites = [f"{e['site']} ({e['function']})" for e in events if not e["site"].startswith("?")]
+    reasons = list(dict.fromkeys(e.reason for e in events if e.reason))
+    sites = [f"{e.site} ({e.function})" for e in events if not e.site.startswith("?")]
     title = {
         "n": c.recompiles,
         "seconds": c.recompile_s,
@@ -154,7 +155,7 @@ def measure_recompiles(run: RunRecord) -> Measured | None:
         "reasons": reasons[:8],
     }
     where = tuple(list(dict.fromkeys(sites))[:8])
-    fix = {"reasons": reasons, "events": events}
+    fix = {"reasons": reasons, "events": plain(events)}
     if late and run.steps.measured_steps:
         saving = _recompile_saving_ms(run)
         return Measured(c.recompiles, saving, 0.0, title, evidence, fix, where, least="warning")
@@ -172,10 +173,10 @@ def measure_limit(run: RunRecord) -> Measured | None:
     h = hits[0]
     return Measured(
         value=len(hits),
-        title={"limit": h["limit"], "function": h["function"]},
-        evidence={"hits": hits[:8]},
-        fix={"events": run.compile.recompile_events},
-        where=(h["site"],) if h.get("site") else (),
+        title={"limit": h.limit, "function": h.function},
+        evidence={"hits": plain(hits[:8])},
+        fix={"events": plain(run.compile.recompile_events)},
+        where=(h.site,) if h.site else (),
     )
 
 
@@ -185,14 +186,14 @@ def measure_breaks(run: RunRecord) -> Measured | None:
     breaks = run.compile.graph_breaks
     if not breaks:
         return None
-    sites = list(dict.fromkeys(b["site"] for b in breaks))
+    sites = list(dict.fromkeys(b.site for b in breaks))
     share = min(th.GRAPH_BREAK_MAX_SHARE, th.GRAPH_BREAK_SHARE * len(sites))
     return Measured(
         value=len(sites),
         saving_ms=share * (run.step_ms or 0.0),
-        title={"n": len(sites), "reason": breaks[0]["reason"]},
-        evidence={"locations": len(sites), "breaks": breaks[:10]},
-        fix={"site": breaks[0]["site"]},
+        title={"n": len(sites), "reason": breaks[0].reason},
+        evidence={"locations": len(sites), "breaks": plain(breaks[:10])},
+        fix={"site": breaks[0].site},
         where=tuple(sites[:10]),
     )
 

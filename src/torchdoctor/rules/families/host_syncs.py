@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from torchdoctor.record.typed import plain
 from torchdoctor.rules import fixes as fx
 from torchdoctor.rules import thresholds as th
 from torchdoctor.rules.spec import FindingSpec, Measured, RunRule, static
@@ -55,29 +56,29 @@ def measure(run: RunRecord) -> Measured | None:
     measured = run.steps.measured_steps
     if not measured or not (rows or debug):
         return None
-    per_step = [r for r in rows if r["calls"] / measured >= th.SYNC_PER_STEP]
-    calls = sum(r["calls"] for r in per_step) / measured
+    per_step = [r for r in rows if r.calls / measured >= th.SYNC_PER_STEP]
+    calls = sum(r.calls for r in per_step) / measured
     # CUDA's sync-debug mode counts over its own window (older records: the profiled one), and
     # also sees the syncs torch makes for the user (GradScaler's found_inf): per step it
     # watched, the larger count is the truth.
     debug_steps = run.syncs.sync_debug_steps or run.steps.window_steps or measured
-    debug_calls = sum(int(d.get("count") or 0) for d in debug) / debug_steps
-    blocked_ms = sum(r["seconds"] for r in per_step) * 1e3 / measured
-    on_device = any(r["device"] != "cpu" for r in per_step) or bool(debug)
-    kinds = ", ".join(sorted({r["kind"] for r in per_step})) or "found by CUDA sync-debug mode"
+    debug_calls = sum(d.count for d in debug) / debug_steps
+    blocked_ms = sum(r.seconds for r in per_step) * 1e3 / measured
+    on_device = any(r.device != "cpu" for r in per_step) or bool(debug)
+    kinds = ", ".join(sorted({r.kind for r in per_step})) or "found by CUDA sync-debug mode"
     note = "" if on_device else " (CPU tensors here: free now, a full sync on a GPU)"
     return Measured(
-        value=max((r["calls"] for r in rows), default=0) / measured,
+        value=max((r.calls for r in rows), default=0) / measured,
         saving_ms=blocked_ms,
         title={"calls": max(calls, debug_calls), "kinds": kinds, "note": note},
         evidence={
             "syncs_per_step": max(calls, debug_calls),
             "sync_debug_per_step": debug_calls,
             "blocked_ms_per_step": blocked_ms,
-            "sites": per_step[:8],
-            "sync_debug_sites": debug[:8],
+            "sites": plain(per_step[:8]),
+            "sync_debug_sites": plain(debug[:8]),
         },
-        where=tuple([r["site"] for r in per_step[:8]] + [d["site"] for d in debug[:4]]),
+        where=tuple([r.site for r in per_step[:8]] + [d.site for d in debug[:4]]),
         most=None if on_device else "info",
         judged="CUDA's sync-debug mode" if debug else None,
     )

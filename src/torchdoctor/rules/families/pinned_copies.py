@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from torchdoctor.record.typed import plain
 from torchdoctor.rules import fixes as fx
 from torchdoctor.rules import thresholds as th
 from torchdoctor.rules.spec import FindingSpec, Measured, RunRule, static
@@ -32,15 +33,15 @@ def measure(run: RunRecord) -> Measured | None:
     if not rows:
         return None
     measured = max(1, run.steps.measured_steps)
-    copies = sum(r["copies"] for r in rows) / measured
-    nbytes = sum(r["bytes"] for r in rows) / measured
+    copies = sum(r.copies for r in rows) / measured
+    nbytes = sum(r.bytes for r in rows) / measured
     saving = nbytes / (th.PAGEABLE_GBPS * 1e9) * 1e3
     return Measured(
         value=copies,
         saving_ms=saving,
         title={"copies": copies, "mib": nbytes / 2**20},
-        evidence={"copies_per_step": copies, "bytes_per_step": nbytes, "sites": rows[:8]},
-        where=tuple(r["site"] for r in rows[:8]),
+        evidence={"copies_per_step": copies, "bytes_per_step": nbytes, "sites": plain(rows[:8])},
+        where=tuple(r.site for r in rows[:8]),
     )
 
 

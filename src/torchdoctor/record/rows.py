@@ -1,0 +1,98 @@
+"""The rows of the record's sections, typed: one call site each (host syncs, non_blocking copies
+from pageable memory, CUDA sync-debug sites, graph breaks, recompiles, recompile-limit hits) and
+one autocast use per (device, dtype, enabled).
+
+Read and written by ``record/typed.py`` (``from_dict``, ``to_dict``): the fields are what
+readers use; every recorded key, those without a field too, stays in ``raw`` and is written
+back. A missing or malformed value reads as the field's default.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from torchdoctor.record.typed import Row
+
+
+@dataclass(frozen=True)
+class HostSync(Row):
+    """A call site that made the host wait for the device (``syncs.host_syncs``)."""
+
+    kind: str = ""
+    """What synced (``.item()``, ``.cpu()``, ``.tolist()``, ``torch.cuda.synchronize``...)."""
+    device: str = ""
+    """The tensor's device (``cuda:0``, ``cpu``: a sync on a CPU tensor is free)."""
+    site: str = ""
+    """``file:line`` of the user's call."""
+    calls: int = 0
+    seconds: float = 0.0
+    """Host time blocked in these calls."""
+    raw: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class UnpinnedCopy(Row):
+    """``.to(device, non_blocking=True)`` from pageable memory at one site
+    (``syncs.unpinned_non_blocking``): a synchronous copy in fact."""
+
+    site: str = ""
+    copies: int = 0
+    bytes: int = 0
+    raw: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class SyncDebugSite(Row):
+    """A site CUDA's sync-debug mode warned about (``syncs.sync_debug``)."""
+
+    site: str = ""
+    count: int = 0
+    raw: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class GraphBreak(Row):
+    """Where and why dynamo broke a compiled graph (``compile.graph_breaks``)."""
+
+    site: str = ""
+    reason: str = ""
+    count: int = 0
+    raw: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class RecompileEvent(Row):
+    """One recompile (``compile.recompile_events``): the guard that failed and, parsed from it,
+    the tensor dimensions (``{"tensor", "dim", "expected", "actual"}``) that changed."""
+
+    function: str = ""
+    site: str = ""
+    """``file:line`` of the recompiled function (``?:0`` when dynamo did not name it)."""
+    reason: str = ""
+    seconds: float = 0.0
+    changed_dims: tuple[dict[str, Any], ...] = ()
+    raw: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class RecompileLimitHit(Row):
+    """A function that hit dynamo's recompile limit and runs eager from then on
+    (``compile.recompile_limit_hits``)."""
+
+    limit: int = 0
+    function: str = ""
+    site: str = ""
+    last_reason: str = ""
+    raw: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class AutocastUse(Row):
+    """Autocast regions entered with one (device, dtype, enabled) (``config.autocast``)."""
+
+    device: str = ""
+    dtype: str = ""
+    enabled: bool = False
+    entries: int = 0
+    raw: dict[str, Any] = field(default_factory=dict)

@@ -1,0 +1,209 @@
+"""One typed read of a recorded section, and its write back: the frozen dataclasses of
+``record/`` read a ``run.json`` (or ``report.json``) section from its fields' annotations, with
+the tolerant coercions every record read applies, instead of each hand-writing a ``from_dict``.
+
+``read(cls, d)`` builds ``cls`` field by field from ``d[field name]``: a missing or malformed
+value reads as the field's default, never an exception (an ``int`` field takes a finite number,
+truncated; a ``float`` a number, never a bool; a ``str`` anything but None or ``""``; an optional
+dict or section only a non-empty dict; rows only dicts). A field named ``raw`` gets ``d`` itself,
+so keys without a field are kept. A field reads another key (``"exit.status"``: ``status`` in
+``exit``) with ``field(metadata=key(...))``, or needs its own coercion with ``metadata=reads(fn)``.
+
+``write(obj)`` is the way back: ``raw``'s keys, in their order, with the typed values where they
+differ from what was recorded (so a well-formed section comes back as it was, ``1`` staying
+``1``), and the fields ``raw`` lacks unless they hold their default (a reader gets the default
+back from a missing key). A field that reads a key
+another field is named after (``op_summary`` reads ``ops``) is a view of it, not written.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import math
+import types
+import typing
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+from torchdoctor.record.values import as_dict, as_list, as_number, as_rows
+
+T = TypeVar("T")
+Coerce = Callable[[Any, Any], Any]
+"""``(recorded value, the field's default) -> the field's value``."""
+
+
+def key(path: str) -> dict[str, Any]:
+    """Field metadata: read (and write) ``path`` instead of the field's name; dots go down."""
+    return {"key": path}
+
+
+def reads(coerce: Coerce) -> dict[str, Any]:
+    """Field metadata: read the field with ``coerce(value, default)``."""
+    return {"read": coerce}
+
+
+class Row:
+    """A typed row or section read by ``read``: ``from_dict`` and ``to_dict`` both ways."""
+
+    @classmethod
+    def from_dict(cls: type[T], d: Any) -> T:
+        return read(cls, d)
+
+    def to_dict(self) -> dict[str, Any]:
+        return write(self)
+
+
+def read(cls: type[T], d: Any) -> T:
+    """``cls`` (a dataclass) read from the dict ``d`` (anything else reads as ``{}``)."""
+    d = as_dict(d)
+    values = {}
+    for f, path, coerce in _readers(cls):
+        if f.name == "raw":
+            values["raw"] = d
+            continue
+        values[f.name] = coerce(_lookup(d, path), _default(f))
+    return cls(**values)
+
+
+def write(obj: Any) -> dict[str, Any]:
+    """The dict ``obj`` (a dataclass read by ``read`` or built in code) is written as."""
+    raw = getattr(obj, "raw", None) or {}
+    out = dict(raw)
+    plan = _fields(type(obj))
+    names = {f.name for f, _ in plan}
+    for f, path in plan:
+        head = path.split(".")[0]
+        if f.name == "raw" or (head != f.name and head in names):
+            continue  # a second, typed view of a section another field holds as recorded
+        value = plain(getattr(obj, f.name))
+        if head in raw:
+            if _lookup(raw, path) != value:
+                _place(out, path, value)
+        elif value != plain(_default(f)):
+            _place(out, path, value)
+    return out
+
+
+def plain(value: Any) -> Any:
+    """``value`` as JSON data: a dataclass as its ``to_dict`` (or ``write``), tuples as lists."""
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        to_dict = getattr(value, "to_dict", None)
+        return to_dict() if callable(to_dict) else write(value)
+    if isinstance(value, list | tuple):
+        return [plain(v) for v in value]
+    if isinstance(value, dict):
+        return {k: plain(v) for k, v in value.items()}
+    return value
+
+
+def _lookup(d: dict[str, Any], path: str) -> Any:
+    *outer, last = path.split(".")
+    for part in outer:
+        d = as_dict(d.get(part))
+    return d.get(last)
+
+
+def _place(out: dict[str, Any], path: str, value: Any) -> None:
+    *outer, last = path.split(".")
+    for part in outer:
+        out[part] = out = dict(as_dict(out.get(part)))
+    out[last] = value
+
+
+def _default(f: dataclasses.Field[Any]) -> Any:
+    if f.default is not dataclasses.MISSING:
+        return f.default
+    if f.default_factory is not dataclasses.MISSING:
+        return f.default_factory()
+    return None
+
+
+_READERS: dict[type, tuple[tuple[dataclasses.Field[Any], str, Coerce], ...]] = {}
+
+
+def _fields(cls: type) -> tuple[tuple[dataclasses.Field[Any], str], ...]:
+    """Each field of the dataclass ``cls`` and the key it is read from."""
+    return tuple((f, f.metadata.get("key", f.name)) for f in dataclasses.fields(cls))
+
+
+def _readers(cls: type) -> tuple[tuple[dataclasses.Field[Any], str, Coerce], ...]:
+    """``_fields`` with each field's coercion (worked out once per class)."""
+    if cls not in _READERS:
+        hints = typing.get_type_hints(cls)
+        _READERS[cls] = tuple(
+            (f, path, f.metadata.get("read") or _coercion(hints[f.name]))
+            for f, path in _fields(cls)
+        )
+    return _READERS[cls]
+
+
+def _count(v: Any, dflt: Any) -> Any:
+    got = as_number(v)
+    return int(got) if got is not None and math.isfinite(got) else dflt
+
+
+def _float(v: Any, dflt: Any) -> Any:
+    got = as_number(v)
+    return dflt if got is None else got
+
+
+def _pair(v: Any) -> tuple[str, float] | None:
+    ok = isinstance(v, list | tuple) and len(v) == 2 and isinstance(v[0], str)
+    return (v[0], _float(v[1], 0.0)) if ok else None
+
+
+_SCALARS: dict[Any, Coerce] = {
+    int: _count,
+    float: _float,
+    bool: lambda v, dflt: dflt if v is None else bool(v),
+    str: lambda v, dflt: dflt if v is None or v == "" else str(v),
+    Any: lambda v, dflt: dflt if v is None else v,
+    object: lambda v, dflt: dflt if v is None else v,
+}
+_ITEMS: dict[Any, Callable[[Any], Any]] = {
+    # an item of a tuple, list or dict: its value, or None to leave it out
+    str: str,
+    float: lambda v: as_number(v),
+    int: lambda v: None if (n := _count(v, None)) is None else n,
+    tuple[str, float]: _pair,
+}
+
+
+def _coercion(tp: Any) -> Coerce:
+    """How a value is read into a field annotated ``tp``."""
+    origin, args = typing.get_origin(tp), typing.get_args(tp)
+    if origin in (typing.Union, types.UnionType):
+        (inner,) = (a for a in args if a is not type(None))
+        if inner is bool:
+            return lambda v, dflt: v if isinstance(v, bool) else dflt
+        base = _coercion(inner)
+        if typing.get_origin(inner) is dict or dataclasses.is_dataclass(inner):
+            return lambda v, dflt: base(v, dflt) if isinstance(v, dict) and v else dflt
+        if typing.get_origin(inner) is list:
+            return lambda v, dflt: base(v, dflt) if isinstance(v, list) else dflt
+        return lambda v, dflt: dflt if v is None else base(v, dflt)
+    if tp in _SCALARS:
+        return _SCALARS[tp]
+    if isinstance(tp, type) and dataclasses.is_dataclass(tp):
+        from_dict = getattr(tp, "from_dict", None) or functools.partial(read, tp)
+        return lambda v, dflt: from_dict(as_dict(v))
+    if origin is dict and args[1] is Any:
+        return lambda v, dflt: as_dict(v)
+    if origin is dict and args[0] is str:
+        item = _ITEMS[args[1]]
+        return lambda v, dflt: {
+            str(k): got for k, x in as_dict(v).items() if (got := item(x)) is not None
+        }
+    if origin in (list, tuple):
+        of = args[0]
+        if isinstance(of, type) and dataclasses.is_dataclass(of):
+            row = _coercion(of)
+            return lambda v, dflt: origin(row(r, None) for r in as_rows(v))
+        if typing.get_origin(of) is dict:
+            return lambda v, dflt: as_rows(v) if origin is list else tuple(as_rows(v))
+        if of is Any:
+            return lambda v, dflt: origin(as_list(v))
+        item = _ITEMS[of]
+        return lambda v, dflt: origin(x for x in map(item, as_list(v)) if x is not None)
+    raise TypeError(f"no recorded-value coercion for the annotation {tp!r}")
