@@ -21,7 +21,7 @@ from typing import Any
 import numpy as np
 
 from torchdoctor.analysis._join import gpu_rows, in_window, launch_of
-from torchdoctor.trace.arrays import unique_codes
+from torchdoctor.trace.arrays import member, unique_codes
 from torchdoctor.trace.kinds import Kind
 from torchdoctor.trace.steps import Steps
 from torchdoctor.trace.table import TraceTable
@@ -144,14 +144,17 @@ def total_cpu_ms_by_name(table: TraceTable, steps: Steps) -> dict[str, float]:
 def _is_marker(table: TraceTable, rows: np.ndarray) -> np.ndarray:
     """Per row: is it a step marker rather than an operator."""
     codes = table.codes_matching(lambda n: n.startswith(_MARKERS))
-    return np.isin(table.name[rows], codes)
+    return member(table.name[rows], codes)
 
 
 def _inside_same_name(name: np.ndarray, parent: np.ndarray) -> np.ndarray:
     """Per operator: does an enclosing operator (at any depth) have the same name."""
     out = np.zeros(len(parent), dtype=bool)
     anc = parent.copy()
-    live = np.flatnonzero(anc >= 0)
+    has = anc >= 0
+    # Only a name that encloses some operator can enclose one of its own: the walk skips the
+    # rest (most operators: the leaves' names, aten::empty, aten::view..., enclose nothing).
+    live = np.flatnonzero(has & member(name, name[parent[has]]))
     for _ in range(_MAX_PASSES):  # one pass per nesting level
         if not len(live):
             break
