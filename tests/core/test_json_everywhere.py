@@ -8,6 +8,7 @@ import json
 import os
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -49,6 +50,15 @@ def _json_on_stdout(args: list[str], cwd: Path, timeout: int = 300) -> dict[str,
     return doc
 
 
+def _at_once(*runs: Callable[[], Any]) -> list[Any]:
+    """Independent commands run at the same time (each waits on its own process): on two
+    cores a pair takes about one command's time."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    with ThreadPoolExecutor(len(runs)) as pool:
+        return [f.result() for f in [pool.submit(r) for r in runs]]
+
+
 def _snapshot() -> Path:
     path = SNAPSHOTS / GPT
     if not path.is_file():
@@ -78,8 +88,10 @@ def _trace_inputs(command: str) -> list[str]:
 )
 def test_json_to_stdout_reading_a_file(command: str, spelling: list[str], tmp_path: Path) -> None:
     inputs = _trace_inputs(command)
-    doc = _json_on_stdout([command, *spelling, *inputs], tmp_path)  # before the inputs
-    after = _json_on_stdout([command, *inputs, *spelling], tmp_path)  # and after them
+    doc, after = _at_once(
+        lambda: _json_on_stdout([command, *spelling, *inputs], tmp_path),  # before the inputs
+        lambda: _json_on_stdout([command, *inputs, *spelling], tmp_path),  # and after them
+    )
     assert doc.keys() == after.keys()
 
 
@@ -94,11 +106,19 @@ def test_json_path_writes_the_file_and_prints_the_text(command: str, tmp_path: P
 @pytest.mark.slow
 def test_demo_json(tmp_path: Path) -> None:
     """``demo`` had no JSON output at all."""
-    doc = _json_on_stdout(["demo", "--steps", "2", "--out", "d", "--json", "-"], tmp_path)
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b").mkdir()  # each its own run folders: the two demos run at the same time
+    doc, ran = _at_once(
+        lambda: _json_on_stdout(
+            ["demo", "--steps", "2", "--out", "d", "--json", "-"], tmp_path / "a"
+        ),
+        lambda: _torchdoctor(
+            ["demo", "--steps", "2", "--out", "d", "--json", "demo.json"], tmp_path / "b"
+        ),
+    )
     assert doc["tool"]["name"] == "torchdoctor" and doc["steps"]
-    ran = _torchdoctor(["demo", "--steps", "2", "--out", "d", "--json", "demo.json"], tmp_path)
     assert ran.returncode == 0, ran.stderr[-2000:]
-    assert json.loads((tmp_path / "demo.json").read_text())["steps"]
+    assert json.loads((tmp_path / "b" / "demo.json").read_text())["steps"]
     assert ran.stdout.startswith("wrote ")  # the text report, as without --json
 
 
@@ -116,9 +136,11 @@ def test_check_then_fix_json(tmp_path: Path) -> None:
     doc = _json_on_stdout(args, tmp_path)
     assert doc["schema"] == "torchdoctor.check-report"
     (run,) = (tmp_path / "runs").iterdir()
-    fixed = _json_on_stdout(["fix", "--from", str(run), "--json", "-"], tmp_path)
+    fixed, bare = _at_once(
+        lambda: _json_on_stdout(["fix", "--from", str(run), "--json", "-"], tmp_path),
+        lambda: _json_on_stdout(["fix", "--from", str(run), "--json"], tmp_path),
+    )
     assert fixed["schema"] == "torchdoctor.fix" and "changes" in fixed
-    bare = _json_on_stdout(["fix", "--from", str(run), "--json"], tmp_path)
     assert bare.keys() == fixed.keys()
 
 
