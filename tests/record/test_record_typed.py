@@ -10,6 +10,9 @@ from typing import Any
 
 import pytest
 
+from torchdoctor.commands.check.report_doc import CheckReport
+from torchdoctor.record.account import Modes, SetterCall
+from torchdoctor.record.lines import LineTable
 from torchdoctor.record.rows import AutocastUse, GraphBreak, HostSync, RecompileEvent
 from torchdoctor.record.run import CompileStats, GpuInfo, RunConfig, RunRecord, SyncStats
 from torchdoctor.record.typed import Row, key, read, reads, write
@@ -133,3 +136,20 @@ def test_recorded_runs_round_trip(traces_dir: Path) -> None:
         assert [r.calls for r in rec.syncs.host_syncs] == [r["calls"] for r in host]
         rows += len(rec.syncs.host_syncs) + len(rec.compile.recompile_events)
     assert rows > 0
+
+
+def test_sections_that_keep_a_rule_of_their_own() -> None:
+    lines = LineTable.from_dict(
+        {"samples": 9.7, "rows": [{"site": "a.py:1", "self_ms": 2}, {"self_ms": 5}], "error": "x"}
+    )
+    assert (lines.samples, [r.site for r in lines.rows], lines.unavailable) == (9, ["a.py:1"], "x")
+    assert lines.rows[0].self_ms == 2.0 and lines.rows[0].ops == ()
+    modes = Modes.from_dict({"setter_calls": [{"call": "c", "site": "s.py:2"}, {"call": "d"}]})
+    assert modes.setter_calls == (SetterCall("c", "s.py:2"),)
+    report = CheckReport.from_dict(
+        {"world_size": 0, "findings": ["junk"], "account": {"step_ms": 4.0, "error": "no"}}
+    )
+    assert (report.world_size, report.findings, report.account) == (1, (), None)
+    account = CheckReport.from_dict({"account": {"step_ms": 4, "top_lines": [{"site": "a:1"}]}})
+    assert account.account is not None and account.account.step_ms == 4.0
+    assert account.account.top_lines[0].site == "a:1" and account.account.attainable == ""

@@ -12,9 +12,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from torchdoctor.record.values import as_dict, as_flag, as_int, as_number, as_rows
+from torchdoctor.record.typed import Row, reads
+from torchdoctor.record.values import as_dict, as_number, as_rows
 
-_d, _rows, _num, _int, _flag = as_dict, as_rows, as_number, as_int, as_flag
+_d, _rows, _num = as_dict, as_rows, as_number
 
 
 @dataclass(frozen=True)
@@ -71,7 +72,7 @@ class Roofline:
 
 
 @dataclass(frozen=True)
-class SetterCall:
+class SetterCall(Row):
     """A user line that called a global mode's setter (``set_detect_anomaly(True)``...)."""
 
     call: str
@@ -79,8 +80,12 @@ class SetterCall:
     value: object = None
 
 
+def _sited_calls(value: Any, _: Any) -> tuple[SetterCall, ...]:
+    return tuple(SetterCall.from_dict(c) for c in _rows(value) if c.get("site"))
+
+
 @dataclass(frozen=True)
-class Modes:
+class Modes(Row):
     """Global modes and thread settings seen during the measured steps (``modes``)."""
 
     anomaly_detection: bool = False
@@ -92,34 +97,16 @@ class Modes:
     cudnn_enabled: bool | None = None
     mkldnn_enabled: bool | None = None
     mkldnn_available: bool | None = None
-    setter_calls: tuple[SetterCall, ...] = ()
+    setter_calls: tuple[SetterCall, ...] = field(default=(), metadata=reads(_sited_calls))
+    """The calls that name their ``site``."""
 
     def enabled(self, backend: str) -> bool | None:
         """``cudnn`` or ``mkldnn`` switched on (None: not recorded)."""
         return {"cudnn": self.cudnn_enabled, "mkldnn": self.mkldnn_enabled}.get(backend)
 
-    @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> Modes:
-        calls = tuple(
-            SetterCall(str(c.get("call")), str(c["site"]), c.get("value"))
-            for c in _rows(d.get("setter_calls"))
-            if c.get("site")
-        )
-        return cls(
-            anomaly_detection=bool(d.get("anomaly_detection")),
-            deterministic_algorithms=bool(d.get("deterministic_algorithms")),
-            intra_op_threads=_int(d.get("intra_op_threads")),
-            cores_per_rank=_int(d.get("cores_per_rank")),
-            thread_env=_d(d.get("thread_env")),
-            cudnn_enabled=_flag(d.get("cudnn_enabled")),
-            mkldnn_enabled=_flag(d.get("mkldnn_enabled")),
-            mkldnn_available=_flag(d.get("mkldnn_available")),
-            setter_calls=calls,
-        )
-
 
 @dataclass(frozen=True)
-class Repeat:
+class Repeat(Row):
     """Construction work at one user line inside the measured steps (``repeats``)."""
 
     kind: str
@@ -132,26 +119,9 @@ class Repeat:
     """(file, function) of the hooks registered, for ``hook``."""
     raw: dict[str, Any] = field(default_factory=dict)
 
-    @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> Repeat:
-        hooks = tuple(
-            (str(h[0]), str(h[1]))
-            for h in d.get("hook_functions") or []
-            if isinstance(h, list | tuple) and len(h) == 2
-        )
-        return cls(
-            kind=str(d.get("kind") or ""),
-            site=str(d.get("site") or ""),
-            what=str(d.get("what") or ""),
-            calls=_int(d.get("calls")) or 0,
-            seconds=_num(d.get("seconds")) or 0.0,
-            hook_functions=hooks,
-            raw=d,
-        )
-
 
 @dataclass(frozen=True)
-class UnreachedForward:
+class UnreachedForward(Row):
     """An outermost forward whose recorded autograd graphs no backward reached."""
 
     site: str
@@ -160,7 +130,7 @@ class UnreachedForward:
 
 
 @dataclass(frozen=True)
-class ModuleLoop:
+class ModuleLoop(Row):
     """One module instance called many times from one user line in a step."""
 
     site: str
@@ -185,28 +155,14 @@ class Forwards:
     def from_dict(cls, d: dict[str, Any]) -> Forwards:
         return cls(
             unreached=tuple(
-                UnreachedForward(str(r["site"]), _int(r.get("graphs")) or 0, r)
-                for r in _rows(d.get("unreached"))
-                if r.get("site")
+                UnreachedForward.from_dict(r) for r in _rows(d.get("unreached")) if r.get("site")
             ),
-            loops=tuple(
-                ModuleLoop(
-                    site=str(r["site"]),
-                    module=str(r.get("module") or ""),
-                    calls=_int(r.get("calls")) or 0,
-                    grad_calls=_int(r.get("grad_calls")) or 0,
-                    sliced=bool(r.get("sliced")),
-                    cell=bool(r.get("cell")),
-                    raw=r,
-                )
-                for r in _rows(d.get("loops"))
-                if r.get("site")
-            ),
+            loops=tuple(ModuleLoop.from_dict(r) for r in _rows(d.get("loops")) if r.get("site")),
         )
 
 
 @dataclass(frozen=True)
-class Experiment:
+class Experiment(Row):
     """A toggle measured inside the run: some steps with a mode changed, interleaved with
     steps without (``experiments``)."""
 
@@ -220,15 +176,3 @@ class Experiment:
     changed_median_ms: float | None = None
     pair_ratios: tuple[float, ...] = ()
     raw: dict[str, Any] = field(default_factory=dict)
-
-    @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> Experiment:
-        return cls(
-            id=str(d.get("id") or ""),
-            toggle=str(d.get("toggle") or ""),
-            ratio=_num(d.get("ratio")),
-            baseline_median_ms=_num(d.get("baseline_median_ms")),
-            changed_median_ms=_num(d.get("changed_median_ms")),
-            pair_ratios=tuple(float(x) for x in d.get("pair_ratios") or [] if _num(x) is not None),
-            raw=d,
-        )

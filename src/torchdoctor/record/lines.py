@@ -8,31 +8,19 @@ the library calls under it).
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
-from torchdoctor.record.values import as_float, as_number
-
-_f = as_float
-
-
-def _pairs(value: Any) -> tuple[tuple[str, float], ...]:
-    """``[[name, ms], ...]`` as a tuple of pairs (malformed entries left out)."""
-    if not isinstance(value, list):
-        return ()
-    out = []
-    for item in value:
-        if isinstance(item, list | tuple) and len(item) == 2 and isinstance(item[0], str):
-            out.append((item[0], _f(item[1])))
-    return tuple(out)
+from torchdoctor.record.typed import Row, read, reads
+from torchdoctor.record.values import as_dict, as_rows
 
 
-def _ms(value: Any) -> dict[str, float]:
-    return {str(k): _f(v) for k, v in value.items()} if isinstance(value, dict) else {}
+def _sited(value: Any, _: Any) -> tuple[LineRow, ...]:
+    return tuple(LineRow.from_dict(r) for r in as_rows(value) if r.get("site"))
 
 
 @dataclass(frozen=True)
-class LineRow:
+class LineRow(Row):
     """One user source line: its self time (sampled with it innermost) and inclusive time (it
     anywhere on the stack), in ms per step, and what ran under its self time."""
 
@@ -58,23 +46,9 @@ class LineRow:
     def file(self) -> str:
         return self.site.rpartition(":")[0]
 
-    @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> LineRow:
-        return cls(
-            site=str(d.get("site") or ""),
-            function=str(d.get("function") or ""),
-            code=str(d.get("code") or ""),
-            self_ms=_f(d.get("self_ms")),
-            inclusive_ms=_f(d.get("inclusive_ms")),
-            self_share=as_number(d.get("self_share")),
-            under=_ms(d.get("under")),
-            ops=_pairs(d.get("ops")),
-            calls=_pairs(d.get("calls")),
-        )
-
 
 @dataclass(frozen=True)
-class LineTable:
+class LineTable(Row):
     """The sampled line table of the measured steps (empty when the run was not sampled)."""
 
     samples: int = 0
@@ -83,7 +57,8 @@ class LineTable:
     ms_per_step: float = 0.0
     categories: dict[str, float] = field(default_factory=dict)
     """ms per step of all sampled time by category."""
-    rows: tuple[LineRow, ...] = ()
+    rows: tuple[LineRow, ...] = field(default=(), metadata=reads(_sited))
+    """The rows that name their ``site``."""
     python_by_owner: dict[str, float] | None = None
     """ms per step of Python time by the owner of the innermost frame (``torch:nn``,
     ``stdlib:json``, ``user``...); None when not recorded."""
@@ -94,28 +69,13 @@ class LineTable:
     modes_on_share: dict[str, float] = field(default_factory=dict)
     """Share of the samples with each global mode probe on (``anomaly_detection``...)."""
     unavailable: str | None = None
-    """Why the steps were not sampled (or the sampler's error), when they were not."""
+    """Why the steps were not sampled (or the sampler's ``error``), when they were not."""
 
     @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> LineTable:
-        rows, owners = d.get("rows"), d.get("python_by_owner")
-        return cls(
-            samples=int(_f(d.get("samples"))),
-            interval_s=_f(d.get("interval_s")),
-            steps=int(_f(d.get("steps"))),
-            ms_per_step=_f(d.get("ms_per_step")),
-            categories=_ms(d.get("categories")),
-            rows=tuple(
-                LineRow.from_dict(r)
-                for r in (rows if isinstance(rows, list) else [])
-                if isinstance(r, dict) and r.get("site")
-            ),
-            python_by_owner=_ms(owners) if isinstance(owners, dict) else None,
-            gc_ms_per_step=_f(d.get("gc_ms_per_step")),
-            gc_collections={str(k): int(v) for k, v in _ms(d.get("gc_collections")).items()},
-            modes_on_share=_ms(d.get("modes_on_share")),
-            unavailable=str(why) if (why := d.get("unavailable") or d.get("error")) else None,
-        )
+    def from_dict(cls, d: Any) -> LineTable:
+        table = read(cls, d)
+        why = table.unavailable or as_dict(d).get("error")
+        return replace(table, unavailable=str(why) if why else None)
 
     def row(self, site: str) -> LineRow | None:
         """The row of ``site`` (None when it is not in the table)."""

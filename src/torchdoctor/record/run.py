@@ -435,7 +435,7 @@ class RunRecord:
     """Operator summary of the profiled window as recorded (a finding's evidence shows it);
     ``op_summary`` is the same typed, for the rules."""
     op_summary: OpSummary = field(default_factory=OpSummary, metadata=key("ops"))
-    oom: dict[str, Any] | None = None
+    oom: dict[str, Any] | None = field(default=None, metadata=reads(lambda v, _: _d(v) or None))
     lines: LineTable = field(default_factory=LineTable)
     """The sampled line table of the measured steps (``record/lines.py``)."""
     cpu: dict[str, Any] = field(default_factory=dict)

@@ -5,7 +5,7 @@ the tolerant coercions every record read applies, instead of each hand-writing a
 ``read(cls, d)`` builds ``cls`` field by field from ``d[field name]``: a missing or malformed
 value reads as the field's default, never an exception (an ``int`` field takes a finite number,
 truncated; a ``float`` a number, never a bool; a ``str`` anything but None or ``""``; an optional
-dict or section only a non-empty dict; rows only dicts). A field named ``raw`` gets ``d`` itself,
+dict a dict, an optional section a non-empty one; rows only dicts). A field named ``raw`` gets ``d`` itself,
 so keys without a field are kept. A field reads another key (``"exit.status"``: ``status`` in
 ``exit``) with ``field(metadata=key(...))``, or needs its own coercion with ``metadata=reads(fn)``.
 
@@ -58,11 +58,11 @@ def read(cls: type[T], d: Any) -> T:
     """``cls`` (a dataclass) read from the dict ``d`` (anything else reads as ``{}``)."""
     d = as_dict(d)
     values = {}
-    for f, path, coerce in _readers(cls):
+    for f, path, coerce, hint in _readers(cls):
         if f.name == "raw":
             values["raw"] = d
             continue
-        values[f.name] = coerce(_lookup(d, path), _default(f))
+        values[f.name] = coerce(_lookup(d, path), _default(f, hint))
     return cls(**values)
 
 
@@ -111,15 +111,19 @@ def _place(out: dict[str, Any], path: str, value: Any) -> None:
     out[last] = value
 
 
-def _default(f: dataclasses.Field[Any]) -> Any:
+def _default(f: dataclasses.Field[Any], hint: Any = None) -> Any:
+    """The field's default; a field without one reads as its type's zero (``""``, ``0``...)."""
     if f.default is not dataclasses.MISSING:
         return f.default
     if f.default_factory is not dataclasses.MISSING:
         return f.default_factory()
-    return None
+    return _ZERO.get(hint)
 
 
-_READERS: dict[type, tuple[tuple[dataclasses.Field[Any], str, Coerce], ...]] = {}
+_ZERO: dict[Any, Any] = {str: "", int: 0, float: 0.0, bool: False}
+
+
+_READERS: dict[type, tuple[tuple[dataclasses.Field[Any], str, Coerce, Any], ...]] = {}
 
 
 def _fields(cls: type) -> tuple[tuple[dataclasses.Field[Any], str], ...]:
@@ -127,12 +131,12 @@ def _fields(cls: type) -> tuple[tuple[dataclasses.Field[Any], str], ...]:
     return tuple((f, f.metadata.get("key", f.name)) for f in dataclasses.fields(cls))
 
 
-def _readers(cls: type) -> tuple[tuple[dataclasses.Field[Any], str, Coerce], ...]:
-    """``_fields`` with each field's coercion (worked out once per class)."""
+def _readers(cls: type) -> tuple[tuple[dataclasses.Field[Any], str, Coerce, Any], ...]:
+    """``_fields`` with each field's coercion and annotation (worked out once per class)."""
     if cls not in _READERS:
         hints = typing.get_type_hints(cls)
         _READERS[cls] = tuple(
-            (f, path, f.metadata.get("read") or _coercion(hints[f.name]))
+            (f, path, f.metadata.get("read") or _coercion(hints[f.name]), hints[f.name])
             for f, path in _fields(cls)
         )
     return _READERS[cls]
@@ -167,6 +171,7 @@ _ITEMS: dict[Any, Callable[[Any], Any]] = {
     float: lambda v: as_number(v),
     int: lambda v: None if (n := _count(v, None)) is None else n,
     tuple[str, float]: _pair,
+    tuple[str, str]: lambda v: (str(v[0]), str(v[1])) if _pair(v) else None,
 }
 
 
@@ -178,8 +183,10 @@ def _coercion(tp: Any) -> Coerce:
         if inner is bool:
             return lambda v, dflt: v if isinstance(v, bool) else dflt
         base = _coercion(inner)
-        if typing.get_origin(inner) is dict or dataclasses.is_dataclass(inner):
+        if dataclasses.is_dataclass(inner):
             return lambda v, dflt: base(v, dflt) if isinstance(v, dict) and v else dflt
+        if typing.get_origin(inner) is dict:
+            return lambda v, dflt: base(v, dflt) if isinstance(v, dict) else dflt
         if typing.get_origin(inner) is list:
             return lambda v, dflt: base(v, dflt) if isinstance(v, list) else dflt
         return lambda v, dflt: dflt if v is None else base(v, dflt)

@@ -29,7 +29,7 @@ from typing import Any
 from torchdoctor.record.floors import step_floors
 from torchdoctor.record.lines import LineRow
 from torchdoctor.record.run import RunRecord
-from torchdoctor.record.values import as_float
+from torchdoctor.record.typed import Row
 from torchdoctor.rules import thresholds as th
 from torchdoctor.rules.account_inputs import Account, python_ms_of_framework
 from torchdoctor.rules.assumed_compute import assumed_compute
@@ -40,7 +40,7 @@ UNEXPLAINED_ID = "unexplained-step-time"
 
 
 @dataclass(frozen=True)
-class TopLine:
+class TopLine(Row):
     """A user line holding some of the step's unexplained time, and what runs under it."""
 
     site: str
@@ -53,20 +53,6 @@ class TopLine:
     """What runs under it most of its self time: ``torch ops``, ``Python``, ``I/O``..."""
     ops: list[str] = field(default_factory=list)
     """The torch operators under it, most first (at most three)."""
-
-    @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> TopLine:
-        num = as_float
-        return cls(
-            site=str(d.get("site") or ""),
-            function=str(d.get("function") or ""),
-            code=str(d.get("code") or ""),
-            self_ms=num(d.get("self_ms")),
-            inclusive_ms=num(d.get("inclusive_ms")),
-            unexplained_ms=num(d.get("unexplained_ms")),
-            runs=str(d.get("runs") or ""),
-            ops=[str(o) for o in d.get("ops") or []],
-        )
 
 
 @dataclass(frozen=True)
