@@ -100,11 +100,16 @@ def check_json_path(path: str | None) -> None:
         raise UserError(f"--json {path}: no such folder {parent}")
 
 
-def absolute_outputs(json_path: str | None, html_path: str | None) -> tuple[str | None, str | None]:
+def checked_outputs(json_path: str | None, html_path: str | None) -> tuple[str | None, str | None]:
     """``--json`` and ``--html`` files made absolute before the script runs (it may change its
-    working directory); ``-`` (JSON on stdout) and None stay as they are."""
-    from torchdoctor.inputs import absolute_path
+    working directory) and checked writable (a typo must not cost a training run); ``-`` (JSON
+    on stdout) and None stay as they are."""
+    from torchdoctor.inputs import absolute_path, output_path
 
     if json_path and json_path != JSON_STDOUT:
         json_path = absolute_path(json_path, "JSON report")
-    return json_path, absolute_path(html_path, "HTML report") if html_path else html_path
+        output_path(json_path, "JSON report")
+    if html_path:
+        html_path = absolute_path(html_path, "HTML report")
+        output_path(html_path, "HTML report")
+    return json_path, html_path

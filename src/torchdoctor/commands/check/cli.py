@@ -21,8 +21,8 @@ from torchdoctor.cli_options import (
     top_option,
 )
 from torchdoctor.commands.check.args import (
-    absolute_outputs,
     check_json_path,
+    checked_outputs,
     reject_option_as_script,
 )
 from torchdoctor.exits import OneLineErrors, user_errors
@@ -130,7 +130,7 @@ def check_command(
     with user_errors():
         reject_option_as_script(script)
         check_json_path(json_path)
-        json_path, html_path = absolute_outputs(json_path, html_path)
+        json_path, html_path = checked_outputs(json_path, html_path)
         options = CheckOptions(
             warmup_steps=warmup,
             profile_steps=steps,
@@ -159,15 +159,11 @@ def _run_watched(
     """``run_check`` in a child process watched by this one, where the console script runs."""
     from torchdoctor.capture import runner
     from torchdoctor.commands.check import watcher
-    from torchdoctor.inputs import input_path, output_path
+    from torchdoctor.inputs import input_path
 
     if not watcher.available():
         return run_check(script, args, options, top, json_path, html_path)
     input_path(script, "script")  # errors come from the parent, before any fork
-    if html_path:
-        output_path(html_path, "HTML report")
-    if json_path and json_path != "-":
-        output_path(json_path, "JSON report")
     ending, folder = watcher.fork_watched(script, options, top, json_path, html_path)
     if ending is not None:  # the parent: the child ran the script and is gone
         if ending.signum is not None:

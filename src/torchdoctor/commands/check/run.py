@@ -88,18 +88,13 @@ def run_check(
     from torchdoctor.capture.evidence import EvidenceLog, evidence_path
     from torchdoctor.capture.runfolder import RankInfo
     from torchdoctor.capture.runner import check_callable, check_script, internal_error
-    from torchdoctor.commands.check.args import absolute_outputs
+    from torchdoctor.commands.check.args import checked_outputs
     from torchdoctor.commands.check.publish import publish
     from torchdoctor.exits import EXIT_INTERNAL, EXIT_OUTPUT, say, told_output_failure
-    from torchdoctor.inputs import output_path
 
     # Where the report goes is checked (and made absolute) before the run: a typo must not cost
     # a training run, and a script that changes its working directory must not move it.
-    json_path, html_path = absolute_outputs(json_path, html_path)
-    if html_path:
-        output_path(html_path, "HTML report")
-    if json_path and json_path != "-":
-        output_path(json_path, "JSON report")
+    json_path, html_path = checked_outputs(json_path, html_path)
     if callable(target):
         code, folder, record = check_callable(target, options)
     else:
