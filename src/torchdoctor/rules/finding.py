@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any, Literal, get_args
 
-from torchdoctor.rules.registry import finding_ids
+from torchdoctor.rules import registry
 from torchdoctor.rules.spec import SEVERITIES, Severity
 
 __all__ = [
@@ -21,7 +21,16 @@ __all__ = [
 
 FindingId = str
 """A stable finding id: one of ``FINDING_IDS``, registered in ``rules/registry.py``."""
-FINDING_IDS: tuple[str, ...] = finding_ids()
+FINDING_IDS: tuple[str, ...]
+"""Every registered id, read from the registry on first use (it imports every family module;
+a finding checks its own id without them, ``registry.registered``)."""
+
+
+def __getattr__(name: str) -> tuple[str, ...]:
+    if name == "FINDING_IDS":
+        return registry.finding_ids()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
 
 CostUnit = Literal["step", "job", "epoch"]
 """How often a finding's cost is paid: every step, once per job (a compile, a warm-up, a first
@@ -71,7 +80,7 @@ class Finding:
     """For ``epoch``: an epoch's length (ms), its steps at the run's step time."""
 
     def __post_init__(self) -> None:
-        if self.id not in FINDING_IDS:
+        if not registry.registered(self.id):
             raise ValueError(f"unknown finding id {self.id!r}")
         if self.severity not in SEVERITIES:
             raise ValueError(f"unknown severity {self.severity!r}")

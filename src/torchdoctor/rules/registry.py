@@ -28,15 +28,18 @@ entry is complete.
 
 from __future__ import annotations
 
+import functools
+from collections.abc import Callable, Iterator
 from typing import get_args
 
-from torchdoctor.rules.families import (
-    ACCOUNT_FAMILY_RULES,
-    FAMILY_RULES,
-    RANKS_FAMILY_RULES,
-    RUN_FAMILY_RULES,
-)
+from torchdoctor.rules import families
 from torchdoctor.rules.spec import FamilyRule, FindingSpec, Source
+
+REGISTRY: dict[str, FindingSpec]
+"""Every finding by id, in documentation order (trace findings first, the run families last).
+Built on first use, importing every family module; ``spec``, ``label`` and ``registered`` look
+a trace or ranks finding up in its own families first, so ``analyze`` never imports the run
+families."""
 
 
 def _index(*groups: tuple[FindingSpec, ...]) -> dict[str, FindingSpec]:
@@ -48,35 +51,64 @@ def _index(*groups: tuple[FindingSpec, ...]) -> dict[str, FindingSpec]:
     return out
 
 
-_TRACE_SPECS = tuple(r.spec for r in FAMILY_RULES)
-_RUN_SPECS = tuple(
-    {id(r.spec): r.spec for r in RUN_FAMILY_RULES if r.spec not in _TRACE_SPECS}.values()
-)
-"""The run families' specs, each once (a family may measure one spec on a trace and on a run)."""
+@functools.cache
+def _registry() -> dict[str, FindingSpec]:
+    trace = tuple(r.spec for r in families.FAMILY_RULES)
+    # the run families' specs, each once (a family may measure one spec on a trace and on a run)
+    run = {id(r.spec): r.spec for r in families.RUN_FAMILY_RULES if r.spec not in trace}
+    return _index(
+        trace,
+        tuple(r.spec for r in families.RANKS_FAMILY_RULES),
+        tuple(r.spec for r in families.ACCOUNT_FAMILY_RULES),
+        tuple(run.values()),
+    )
 
-REGISTRY: dict[str, FindingSpec] = _index(
-    _TRACE_SPECS,
-    tuple(r.spec for r in RANKS_FAMILY_RULES),
-    tuple(r.spec for r in ACCOUNT_FAMILY_RULES),
-    _RUN_SPECS,
+
+def __getattr__(name: str) -> dict[str, FindingSpec]:
+    if name == "REGISTRY":
+        return _registry()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+_LISTED: tuple[Callable[[], tuple[FamilyRule, ...]], ...] = (
+    lambda: families.FAMILY_RULES,
+    lambda: families.RANKS_FAMILY_RULES,
 )
-"""Every finding by id, in documentation order (trace findings first, the run families last)."""
+"""The rules ``analyze`` loads (a trace's, a folder of ranks'), in the order they are searched."""
+
+
+def _specs_listed() -> Iterator[FindingSpec]:
+    for group in _LISTED:
+        yield from (r.spec for r in group())
+
+
+def _lookup(fid: str) -> FindingSpec | None:
+    """The entry of ``fid``: found among the trace and ranks families' (each group imported only
+    when the one before does not hold it), else in the whole registry; None when unregistered."""
+    found = next((s for s in _specs_listed() if s.id == fid), None)
+    return found if found is not None else _registry().get(fid)
 
 
 def spec(fid: str) -> FindingSpec:
     """The registry entry of a finding id (KeyError names the unknown id)."""
-    try:
-        return REGISTRY[fid]
-    except KeyError:
-        raise KeyError(f"unknown finding id {fid!r}") from None
+    found = _lookup(fid)
+    if found is None:
+        raise KeyError(f"unknown finding id {fid!r}")
+    return found
 
 
+def registered(fid: str) -> bool:
+    """Whether ``fid`` is a registered finding id."""
+    return _lookup(fid) is not None
+
+
+@functools.cache
 def _measured() -> dict[str, set[Source]]:
     kinds: tuple[tuple[Source, tuple[FamilyRule, ...]], ...] = (
-        ("trace", FAMILY_RULES),
-        ("run", RUN_FAMILY_RULES),
-        ("ranks", RANKS_FAMILY_RULES),
-        ("run", ACCOUNT_FAMILY_RULES),  # the step's account is the run's
+        ("trace", families.FAMILY_RULES),
+        ("run", families.RUN_FAMILY_RULES),
+        ("ranks", families.RANKS_FAMILY_RULES),
+        ("run", families.ACCOUNT_FAMILY_RULES),  # the step's account is the run's
     )
     out: dict[str, set[Source]] = {}
     for source, rules in kinds:
@@ -85,32 +117,29 @@ def _measured() -> dict[str, set[Source]]:
     return out
 
 
-_MEASURED = _measured()
-
-
 def sources(fid: str) -> tuple[Source, ...]:
     """Which analyses produce a finding (``trace``, ``run``, ``ranks``): those of the rules that
     measure it, and any its spec adds (a rule written by hand)."""
-    found = _MEASURED.get(fid, set()) | set(spec(fid).sources)
+    found = _measured().get(fid, set()) | set(spec(fid).sources)
     return tuple(s for s in get_args(Source) if s in found)
 
 
 def finding_ids() -> tuple[str, ...]:
     """All registered ids."""
-    return tuple(REGISTRY)
+    return tuple(_registry())
 
 
 def label(fid: str) -> str:
     """The short name for the verdict line (the id with spaces when unregistered)."""
-    s = REGISTRY.get(fid)
+    s = _lookup(fid)
     return s.label if s is not None else fid.replace("-", " ")
 
 
 def knobs_by_finding() -> dict[str, tuple[str, ...]]:
     """The tune knobs each finding points at (findings with none left out)."""
-    return {s.id: s.knobs for s in REGISTRY.values() if s.knobs}
+    return {s.id: s.knobs for s in _registry().values() if s.knobs}
 
 
 def alias_map() -> dict[str, str]:
     """Finding id -> the id that describes the same problem and is kept when both fire."""
-    return {alias: s.id for s in REGISTRY.values() for alias in s.aliases}
+    return {alias: s.id for s in _registry().values() for alias in s.aliases}

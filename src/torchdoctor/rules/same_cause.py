@@ -18,9 +18,10 @@ from __future__ import annotations
 import dataclasses
 from typing import TYPE_CHECKING, Any
 
+from torchdoctor.rules import registry
 from torchdoctor.rules.spec import SEVERITIES
 
-if TYPE_CHECKING:  # the registry's modules (the families) import the tests below
+if TYPE_CHECKING:
     from torchdoctor.rules.finding import Finding
 
 
@@ -126,10 +127,8 @@ def fold(kept: Finding, other: Finding, disjoint: bool = False) -> Finding:
 def fold_same_cause(findings: list[Finding], record: dict[str, Any] | None) -> list[Finding]:
     """``findings`` with each finding folded into the first of its entry's ``same_cause``
     findings that one cause fired with it (``FindingSpec.same_cause``, in its order)."""
-    from torchdoctor.rules.registry import REGISTRY  # it imports the families, which import us
-
     out = list(findings)
-    for spec in (s for s in REGISTRY.values() if s.same_cause):
+    for spec in (s for s in registry.REGISTRY.values() if s.same_cause):
         for other in [f for f in out if f.id == spec.id]:
             for c in spec.same_cause:
                 same = (
