@@ -12,14 +12,14 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from torchdoctor.record.typed import Row, reads
-from torchdoctor.record.values import as_dict, as_number, as_rows
+from torchdoctor.record.typed import Row, key, reads
+from torchdoctor.record.values import as_dict, as_rows
 
-_d, _rows, _num = as_dict, as_rows, as_number
+_d, _rows = as_dict, as_rows
 
 
 @dataclass(frozen=True)
-class DtypeWork:
+class DtypeWork(Row):
     """Counted work of one dtype class per step."""
 
     flops: float = 0.0
@@ -27,19 +27,19 @@ class DtypeWork:
 
 
 @dataclass(frozen=True)
-class Roofline:
+class Roofline(Row):
     """The step's counted work (FLOPs, bytes) at the attainable rates (``roofline``)."""
 
-    by_dtype: dict[str, DtypeWork] = field(default_factory=dict)
-    attainable_source: str | None = None
+    by_dtype: dict[str, DtypeWork] = field(default_factory=dict, metadata=key("work.by_dtype"))
+    attainable_source: str | None = field(default=None, metadata=key("attainable.source"))
     """Where the attainable rates come from (measured on this CPU, a GPU's datasheet)."""
     unavailable: str | None = None
     """Why there is no roofline (compiled code, an unknown GPU), when there is none."""
-    roofline_ms: float | None = None
-    share: float | None = None
+    roofline_ms: float | None = field(default=None, metadata=key("efficiency.roofline_ms"))
+    share: float | None = field(default=None, metadata=key("efficiency.share"))
     """``roofline_ms`` over the step: the efficiency."""
-    flops_share: float | None = None
-    bytes_share: float | None = None
+    flops_share: float | None = field(default=None, metadata=key("efficiency.flops_share"))
+    bytes_share: float | None = field(default=None, metadata=key("efficiency.bytes_share"))
     work: dict[str, Any] = field(default_factory=dict)
     """The counted work as recorded (``by_dtype``, ``by_op``...)."""
     raw: dict[str, Any] = field(default_factory=dict)
@@ -48,27 +48,6 @@ class Roofline:
     def by_dtype_raw(self) -> dict[str, Any]:
         """``work.by_dtype`` as recorded (for evidence)."""
         return _d(self.work.get("by_dtype"))
-
-    @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> Roofline:
-        work, eff, att = _d(d.get("work")), _d(d.get("efficiency")), _d(d.get("attainable"))
-        by = {
-            str(k): DtypeWork(_num(v.get("flops")) or 0.0, _num(v.get("bytes")) or 0.0)
-            for k, v in _d(work.get("by_dtype")).items()
-            if isinstance(v, dict)
-        }
-        source, unavailable = att.get("source"), d.get("unavailable")
-        return cls(
-            by_dtype=by,
-            attainable_source=str(source) if source else None,
-            unavailable=str(unavailable) if unavailable else None,
-            roofline_ms=_num(eff.get("roofline_ms")),
-            share=_num(eff.get("share")),
-            flops_share=_num(eff.get("flops_share")),
-            bytes_share=_num(eff.get("bytes_share")),
-            work=work,
-            raw=d,
-        )
 
 
 @dataclass(frozen=True)

@@ -197,6 +197,11 @@ def _coercion(tp: Any) -> Coerce:
         return lambda v, dflt: from_dict(as_dict(v))
     if origin is dict and args[1] is Any:
         return lambda v, dflt: as_dict(v)
+    if origin is dict and isinstance(args[1], type) and dataclasses.is_dataclass(args[1]):
+        entry = _coercion(args[1])
+        return lambda v, dflt: {
+            str(k): entry(x, None) for k, x in as_dict(v).items() if isinstance(x, dict)
+        }
     if origin is dict and args[0] is str:
         item = _ITEMS[args[1]]
         return lambda v, dflt: {
