@@ -11,7 +11,6 @@ it in ``from_dict``; the fix builders in ``rules/fixes.py`` take these objects.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from statistics import median
@@ -29,16 +28,10 @@ from torchdoctor.record.rows import (
     UnpinnedCopy,
 )
 from torchdoctor.record.typed import Row, key, read, reads
-from torchdoctor.record.values import as_dict, as_float, as_int, as_list, as_number
+from torchdoctor.record.values import as_count, as_dict, as_float, as_int, as_list, as_number
 from torchdoctor.record.write import RankPlace
 
-_d, _f = as_dict, as_float
-
-
-def _count(value: Any) -> int:
-    """A recorded count as an int (a float truncated); 0 when it is no finite number."""
-    got = as_number(value)
-    return int(got) if got is not None and math.isfinite(got) else 0
+_d, _f, _count = as_dict, as_float, as_count
 
 
 def _numbers(value: Any) -> tuple[float, ...]:

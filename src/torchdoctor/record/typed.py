@@ -20,13 +20,12 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import math
 import types
 import typing
 from collections.abc import Callable
 from typing import Any, TypeVar
 
-from torchdoctor.record.values import as_dict, as_list, as_number, as_rows
+from torchdoctor.record.values import as_count, as_dict, as_list, as_number, as_rows
 
 T = TypeVar("T")
 Coerce = Callable[[Any, Any], Any]
@@ -142,11 +141,6 @@ def _readers(cls: type) -> tuple[tuple[dataclasses.Field[Any], str, Coerce, Any]
     return _READERS[cls]
 
 
-def _count(v: Any, dflt: Any) -> Any:
-    got = as_number(v)
-    return int(got) if got is not None and math.isfinite(got) else dflt
-
-
 def _float(v: Any, dflt: Any) -> Any:
     got = as_number(v)
     return dflt if got is None else got
@@ -158,7 +152,7 @@ def _pair(v: Any) -> tuple[str, float] | None:
 
 
 _SCALARS: dict[Any, Coerce] = {
-    int: _count,
+    int: as_count,
     float: _float,
     bool: lambda v, dflt: dflt if v is None else bool(v),
     str: lambda v, dflt: dflt if v is None or v == "" else str(v),
@@ -169,7 +163,7 @@ _ITEMS: dict[Any, Callable[[Any], Any]] = {
     # an item of a tuple, list or dict: its value, or None to leave it out
     str: str,
     float: lambda v: as_number(v),
-    int: lambda v: None if (n := _count(v, None)) is None else n,
+    int: lambda v: as_count(v, None),
     tuple[str, float]: _pair,
     tuple[str, str]: lambda v: (str(v[0]), str(v[1])) if _pair(v) else None,
 }

@@ -3,7 +3,10 @@ field: the one set of helpers behind every typed read of ``run.json`` and ``repo
 
 from __future__ import annotations
 
-from typing import Any
+import math
+from typing import Any, TypeVar, overload
+
+T = TypeVar("T")
 
 
 def as_dict(value: Any) -> dict[str, Any]:
@@ -37,6 +40,11 @@ def as_int(value: Any) -> int | None:
     return value if isinstance(value, int) and not isinstance(value, bool) else None
 
 
-def as_flag(value: Any) -> bool | None:
-    """A bool, else None."""
-    return value if isinstance(value, bool) else None
+@overload
+def as_count(value: Any) -> int: ...
+@overload
+def as_count(value: Any, default: T) -> int | T: ...
+def as_count(value: Any, default: Any = 0) -> Any:
+    """A finite number as an int (a float truncated), else ``default``."""
+    got = as_number(value)
+    return int(got) if got is not None and math.isfinite(got) else default
