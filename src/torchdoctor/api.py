@@ -21,7 +21,6 @@ if TYPE_CHECKING:
     from torchdoctor.analysis.breakdown import StepBreakdown
     from torchdoctor.analysis.bundle import TraceAnalysis
     from torchdoctor.analysis.kernels import KernelStats
-    from torchdoctor.capture.options import CheckOptions
     from torchdoctor.report.model import Report as _Report
     from torchdoctor.rules.finding import Finding
     from torchdoctor.rules.rank_rules import RankRow
@@ -166,29 +165,7 @@ def check(
     with no arguments) under watch, profile ``profile_steps`` steps after ``warmup_steps``,
     and write the run folder; returns what ``torchdoctor check`` would print. Other keyword
     arguments are ``CheckOptions`` fields (``record_shapes``, ``with_stack``, ...)."""
+    from torchdoctor.commands.check.args import check_options
+
     opts = check_options("check()", warmup_steps, profile_steps, out_dir, full, **options)
     return run_check(target, list(args), opts, echo=echo)
-
-
-def check_options(
-    caller: str,
-    warmup_steps: int,
-    profile_steps: int,
-    out_dir: PathLike,
-    full: bool,
-    **options: Any,
-) -> CheckOptions:
-    """``CheckOptions`` from a Python caller's keywords (the others are ``CheckOptions``
-    fields); an unknown one is a ``UserError`` that names ``caller``."""
-    from torchdoctor.capture.options import CheckOptions
-
-    try:
-        return CheckOptions(
-            warmup_steps=warmup_steps,
-            profile_steps=profile_steps,
-            full=full,
-            out_dir=str(out_dir),
-            **options,
-        )
-    except TypeError as exc:
-        raise UserError(f"{caller}: {exc}") from None

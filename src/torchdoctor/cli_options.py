@@ -66,17 +66,6 @@ def runs_option(help: str) -> Callable[[F], F]:
     )
 
 
-class ScriptCommand(click.Command):
-    """``check`` and ``fix``: before SCRIPT, a bare ``--json`` gets its ``-``; the words that
-    are an option's value are told by the options this command declares (none forgotten)."""
-
-    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
-        from torchdoctor.commands.check.args import normalize_args
-        from torchdoctor.json_arg import value_options
-
-        return super().parse_args(ctx, normalize_args(args, tuple(value_options(self))))
-
-
 def script_arguments(required: bool = True) -> Callable[[F], F]:
     """SCRIPT (as ``script``) and the script's own arguments after it (as ``script_args``)."""
     script = click.argument(

@@ -29,7 +29,7 @@ FLOORS: list[set[str]] = [
         "code_paths",
         "ab",
     },
-    {"units", "roofline", "json_arg"},
+    {"units", "roofline", "json_arg", "cli_options"},
     {"record"},
     {"trace"},
     {"analysis"},

@@ -18,13 +18,12 @@ import click
 
 from torchdoctor.cli_options import (
     SCRIPT_CONTEXT,
-    ScriptCommand,
     html_option,
     option_from,
     runs_option,
     script_arguments,
 )
-from torchdoctor.commands.check.args import JSON_STDOUT, check_json_path
+from torchdoctor.commands.check.args import JSON_STDOUT, ScriptCommand, check_json_path
 from torchdoctor.errors import UserError
 from torchdoctor.exits import user_errors
 from torchdoctor.fix.options import FixOptions

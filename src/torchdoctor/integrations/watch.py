@@ -18,8 +18,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from torchdoctor.api import check_options
 from torchdoctor.capture.options import CheckOptions
+from torchdoctor.commands.check.args import check_options
 from torchdoctor.record import layout
 from torchdoctor.record.run import RunRecord
 

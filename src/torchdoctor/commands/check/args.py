@@ -9,8 +9,17 @@ from __future__ import annotations
 
 import difflib
 import os
+from typing import TYPE_CHECKING, Any
+
+import click
 
 from torchdoctor.errors import UserError
+from torchdoctor.json_arg import value_options
+
+if TYPE_CHECKING:
+    from pathlib import Path
+
+    from torchdoctor.capture.options import CheckOptions
 
 VALUE_OPTIONS = (
     "--warmup",
@@ -87,6 +96,14 @@ def normalize_args(args: list[str], value_options: tuple[str, ...] = VALUE_OPTIO
     return out
 
 
+class ScriptCommand(click.Command):
+    """``check`` and ``fix``: before SCRIPT, a bare ``--json`` gets its ``-``; the words that
+    are an option's value are told by the options this command declares (none forgotten)."""
+
+    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+        return super().parse_args(ctx, normalize_args(args, tuple(value_options(self))))
+
+
 def check_json_path(path: str | None) -> None:
     """Raise ``UserError`` for a ``--json`` file that cannot or must not be written."""
     if path is None or path == JSON_STDOUT:
@@ -113,3 +130,27 @@ def checked_outputs(json_path: str | None, html_path: str | None) -> tuple[str |
         html_path = absolute_path(html_path, "HTML report")
         output_path(html_path, "HTML report")
     return json_path, html_path
+
+
+def check_options(
+    caller: str,
+    warmup_steps: int,
+    profile_steps: int,
+    out_dir: str | Path,
+    full: bool,
+    **options: Any,
+) -> CheckOptions:
+    """``CheckOptions`` from a Python caller's keywords (``check()``, the framework callbacks;
+    the others are ``CheckOptions`` fields); an unknown one is a ``UserError`` naming ``caller``."""
+    from torchdoctor.capture.options import CheckOptions
+
+    try:
+        return CheckOptions(
+            warmup_steps=warmup_steps,
+            profile_steps=profile_steps,
+            full=full,
+            out_dir=str(out_dir),
+            **options,
+        )
+    except TypeError as exc:
+        raise UserError(f"{caller}: {exc}") from None

@@ -14,13 +14,13 @@ import click
 
 from torchdoctor.cli_options import (
     SCRIPT_CONTEXT,
-    ScriptCommand,
     html_option,
     runs_option,
     script_arguments,
     top_option,
 )
 from torchdoctor.commands.check.args import (
+    ScriptCommand,
     check_json_path,
     checked_outputs,
     reject_option_as_script,
