@@ -112,7 +112,8 @@ def test_the_run_record_reads_the_sections_the_rules_use() -> None:
     assert run.forwards.loops[0].calls == 9 and run.job["value"] == 3
     assert run.monitor == {"source": "optimizer"} and run.memory_steps["rss_bytes"] == [1, 2]
     assert run.options.profile_memory and run.options.full
-    assert run.config.housekeeping == [{"what": "gc.collect"}]  # the row that is no dict dropped
+    # the row that is no dict dropped; the one kept typed, with its defaults
+    assert [(h.what, h.site, h.calls) for h in run.config.housekeeping] == [("gc.collect", "", 0)]
     (dl,) = run.config.dataloaders
     assert (dl.dataset_len, dl.persistent_workers, dl.multiprocessing_context) == (
         100,

@@ -1,6 +1,6 @@
 """The rows of the record's sections, typed: one call site each (host syncs, non_blocking copies
-from pageable memory, CUDA sync-debug sites, graph breaks, recompiles, recompile-limit hits) and
-one autocast use per (device, dtype, enabled).
+from pageable memory, CUDA sync-debug sites, graph breaks, recompiles, recompile-limit hits, timed
+housekeeping calls) and one autocast use per (device, dtype, enabled).
 
 Read and written by ``record/typed.py`` (``from_dict``, ``to_dict``): the fields are what
 readers use; every recorded key, those without a field too, stays in ``raw`` and is written
@@ -95,4 +95,16 @@ class AutocastUse(Row):
     dtype: str = ""
     enabled: bool = False
     entries: int = 0
+    raw: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class HousekeepingCall(Row):
+    """A timed housekeeping call site (``config.housekeeping``)."""
+
+    what: str = ""
+    """``gc.collect``, ``copy.deepcopy``, ``torch.cuda.empty_cache``..."""
+    site: str = ""
+    calls: int = 0
+    seconds: float = 0.0
     raw: dict[str, Any] = field(default_factory=dict)

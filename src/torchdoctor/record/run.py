@@ -22,6 +22,7 @@ from torchdoctor.record.rows import (
     AutocastUse,
     GraphBreak,
     HostSync,
+    HousekeepingCall,
     RecompileEvent,
     RecompileLimitHit,
     SyncDebugSite,
@@ -296,9 +297,9 @@ class RunConfig(Row):
     """nn.DataParallel constructions; None when the run did not watch for them."""
     checkpointing: dict[str, Any] = field(default_factory=dict)
     """``torch.utils.checkpoint`` calls and the checkpointed forward's host seconds."""
-    housekeeping: list[dict[str, Any]] = field(default_factory=list)
+    housekeeping: tuple[HousekeepingCall, ...] = ()
     """Timed housekeeping calls (``gc.collect``, ``copy.deepcopy``, ``empty_cache``...), one row
-    per call site: ``{"what", "site", "calls", "seconds"...}``."""
+    per call site."""
     raw: dict[str, Any] = field(default_factory=dict)
     """The section as recorded (``to_dict`` writes it back, with the typed values)."""
 

@@ -59,9 +59,7 @@ def measure(run: RunRecord) -> tuple[Measured, ...] | None:
 
     # The table's ms per step are of its own (median-based) step: as shares of the mean step.
     scale = step / table.ms_per_step
-    timed = {
-        str(r.get("site")) for r in run.config.housekeeping if r.get("what") == "copy.deepcopy"
-    }
+    timed = {r.site for r in run.config.housekeeping if r.what == "copy.deepcopy"}
     timed |= repeat_sites(run)
     out = []
     for group in groups(table):

@@ -58,10 +58,7 @@ def measure(run: RunRecord) -> Measured | None:
     explicit = [r.site for r in rows if "gc.collect" in r.code]
     called = run.config.housekeeping
     explicit += [
-        str(r["site"])
-        for r in called
-        if isinstance(r, dict) and r.get("what") == "gc.collect" and r.get("site")
-        if str(r["site"]) not in explicit
+        r.site for r in called if r.what == "gc.collect" and r.site and r.site not in explicit
     ]
     how = f": gc.collect() at {short(explicit[0])}" if explicit else " (automatic collections)"
     return Measured(

@@ -78,19 +78,19 @@ def measure(run: RunRecord) -> tuple[Measured, ...] | None:
     modules_copied = repeat_sites(run, "copy")
     out = []
     for r in rows:
-        if r["what"] not in _WHAT or (r["what"] == "copy.deepcopy" and r["site"] in modules_copied):
+        if r.what not in _WHAT or (r.what == "copy.deepcopy" and r.site in modules_copied):
             continue
-        ms = float(r["seconds"]) * 1e3 / measured
-        calls = int(r["calls"]) / measured
-        site = relative_site(r["site"])
+        ms = r.seconds * 1e3 / measured
+        calls = r.calls / measured
+        site = relative_site(r.site)
         out.append(
             Measured(
                 value=ms / step,
                 saving_ms=ms,
-                title={"what": _WHAT[r["what"]][0], "site": site, "ms": ms, "share": ms / step},
-                evidence={"calls_per_step": calls, "ms_per_step": ms, "call": r},
-                fix={"call": r["what"], "site": site},
-                where=(r["site"],),
+                title={"what": _WHAT[r.what][0], "site": site, "ms": ms, "share": ms / step},
+                evidence={"calls_per_step": calls, "ms_per_step": ms, "call": r.to_dict()},
+                fix={"call": r.what, "site": site},
+                where=(r.site,),
                 gates={"calls_per_step": calls},
             )
         )
