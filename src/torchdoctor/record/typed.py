@@ -3,17 +3,18 @@
 the tolerant coercions every record read applies, instead of each hand-writing a ``from_dict``.
 
 ``read(cls, d)`` builds ``cls`` field by field from ``d[field name]``: a missing or malformed
-value reads as the field's default, never an exception (an ``int`` field takes a finite number,
-truncated; a ``float`` a number, never a bool; a ``str`` anything but None or ``""``; an optional
-dict a dict, an optional section a non-empty one; rows only dicts). A field named ``raw`` gets ``d`` itself,
-so keys without a field are kept. A field reads another key (``"exit.status"``: ``status`` in
-``exit``) with ``field(metadata=key(...))``, or needs its own coercion with ``metadata=reads(fn)``.
+value reads as the field's default (a field without one: its type's zero), never an exception.
+An ``int`` field takes a finite number, truncated; a ``float`` a number, never a bool; a ``str``
+anything but None or ``""``; an optional dict a dict, an optional section a non-empty one; rows
+only dicts. A field named ``raw`` gets ``d`` itself, so keys without a field are kept. A field
+reads another key (``"exit.status"``: ``status`` in ``exit``) with ``field(metadata=key(...))``,
+or needs its own coercion with ``metadata=reads(fn)``.
 
 ``write(obj)`` is the way back: ``raw``'s keys, in their order, with the typed values where they
 differ from what was recorded (so a well-formed section comes back as it was, ``1`` staying
 ``1``), and the fields ``raw`` lacks unless they hold their default (a reader gets the default
-back from a missing key). A field that reads a key
-another field is named after (``op_summary`` reads ``ops``) is a view of it, not written.
+back from a missing key). A field that reads a key another field is named after
+(``op_summary`` reads ``ops``) is a view of it, not written.
 """
 
 from __future__ import annotations
@@ -57,11 +58,14 @@ def read(cls: type[T], d: Any) -> T:
     """``cls`` (a dataclass) read from the dict ``d`` (anything else reads as ``{}``)."""
     d = as_dict(d)
     values = {}
-    for f, path, coerce, hint in _readers(cls):
-        if f.name == "raw":
+    for name, outer, last, coerce, default, factory in _readers(cls):
+        if name == "raw":
             values["raw"] = d
             continue
-        values[f.name] = coerce(_lookup(d, path), _default(f, hint))
+        src = d
+        for part in outer:
+            src = as_dict(src.get(part))
+        values[name] = coerce(src.get(last), factory() if factory else default)
     return cls(**values)
 
 
@@ -122,7 +126,10 @@ def _default(f: dataclasses.Field[Any], hint: Any = None) -> Any:
 _ZERO: dict[Any, Any] = {str: "", int: 0, float: 0.0, bool: False}
 
 
-_READERS: dict[type, tuple[tuple[dataclasses.Field[Any], str, Coerce, Any], ...]] = {}
+_Reader = tuple[str, tuple[str, ...], str, Coerce, Any, Callable[[], Any] | None]
+"""A field's name, the keys down to its own, its key, its coercion, its default or the factory
+that makes it."""
+_READERS: dict[type, tuple[_Reader, ...]] = {}
 
 
 def _fields(cls: type) -> tuple[tuple[dataclasses.Field[Any], str], ...]:
@@ -130,14 +137,20 @@ def _fields(cls: type) -> tuple[tuple[dataclasses.Field[Any], str], ...]:
     return tuple((f, f.metadata.get("key", f.name)) for f in dataclasses.fields(cls))
 
 
-def _readers(cls: type) -> tuple[tuple[dataclasses.Field[Any], str, Coerce, Any], ...]:
-    """``_fields`` with each field's coercion and annotation (worked out once per class)."""
+def _readers(cls: type) -> tuple[_Reader, ...]:
+    """How ``read`` reads each field of ``cls`` (worked out once per class)."""
     if cls not in _READERS:
         hints = typing.get_type_hints(cls)
-        _READERS[cls] = tuple(
-            (f, path, f.metadata.get("read") or _coercion(hints[f.name]), hints[f.name])
-            for f, path in _fields(cls)
-        )
+        plan: list[_Reader] = []
+        for f, path in _fields(cls):
+            *outer, last = path.split(".")
+            coerce = f.metadata.get("read") or _coercion(hints[f.name])
+            factory = f.default_factory
+            if factory is dataclasses.MISSING:
+                plan.append((f.name, tuple(outer), last, coerce, _default(f, hints[f.name]), None))
+            else:
+                plan.append((f.name, tuple(outer), last, coerce, None, factory))
+        _READERS[cls] = tuple(plan)
     return _READERS[cls]
 
 
@@ -173,7 +186,9 @@ def _coercion(tp: Any) -> Coerce:
     """How a value is read into a field annotated ``tp``."""
     origin, args = typing.get_origin(tp), typing.get_args(tp)
     if origin in (typing.Union, types.UnionType):
-        (inner,) = (a for a in args if a is not type(None))
+        inner, *more = (a for a in args if a is not type(None))
+        if more:
+            raise TypeError(f"no recorded-value coercion for the union {tp!r}")
         if inner is bool:
             return lambda v, dflt: v if isinstance(v, bool) else dflt
         base = _coercion(inner)
@@ -197,7 +212,7 @@ def _coercion(tp: Any) -> Coerce:
             str(k): entry(x, None) for k, x in as_dict(v).items() if isinstance(x, dict)
         }
     if origin is dict and args[0] is str:
-        item = _ITEMS[args[1]]
+        item = _item(args[1])
         return lambda v, dflt: {
             str(k): got for k, x in as_dict(v).items() if (got := item(x)) is not None
         }
@@ -210,6 +225,12 @@ def _coercion(tp: Any) -> Coerce:
             return lambda v, dflt: as_rows(v) if origin is list else tuple(as_rows(v))
         if of is Any:
             return lambda v, dflt: origin(as_list(v))
-        item = _ITEMS[of]
+        item = _item(of)
         return lambda v, dflt: origin(x for x in map(item, as_list(v)) if x is not None)
     raise TypeError(f"no recorded-value coercion for the annotation {tp!r}")
+
+
+def _item(tp: Any) -> Callable[[Any], Any]:
+    if tp not in _ITEMS:
+        raise TypeError(f"no recorded-value coercion for items of {tp!r}")
+    return _ITEMS[tp]
