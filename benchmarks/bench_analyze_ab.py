@@ -1,7 +1,7 @@
 """``analyze`` of this checkout against an older commit's, interleaved: is it at least as fast?
 
     python benchmarks/bench_analyze_ab.py [--base e78f05f] [--this COMMIT] [--rounds 9]
-        [--trace v100_ddp_compiled_rank1] [--no-helper]
+        [--trace v100_ddp_compiled_rank1] [--no-helper] [--instructions]
 
 The base commit's ``src/`` comes from ``git archive BASE src`` (and ``--this COMMIT``'s too; by
 default "this" is the checkout's ``src/`` as it is, uncommitted changes included); both trees are compiled to
@@ -12,6 +12,11 @@ and the CLI's imports) for each tree. The decision is on the per-round ratios th
 1: this checkout is faster), reported as their median with the lowest and highest round; a
 shared machine's load moves the times of both arms of a round together, so the ratios are far
 steadier than the times. The last line is the headline.
+
+``--instructions`` counts instead of timing: each of the four commands runs once under
+valgrind's callgrind (the loader's helper off) and the ratios are of instructions executed, which
+the machine's load does not move (two runs of one command differ by about 0.1%). It takes a
+minute or more a command, and does not see what the helper process or the cache hierarchy do.
 """
 
 from __future__ import annotations
@@ -19,6 +24,8 @@ from __future__ import annotations
 import argparse
 import os
 import random
+import re
+import shutil
 import statistics
 import subprocess
 import sys
@@ -50,8 +57,15 @@ def main() -> None:
         help="load in one process (TORCHDOCTOR_PARALLEL_LOAD=0): on a machine whose load moves, "
         "the helper starts in some rounds and not in others, which widens the rounds' spread",
     )
+    ap.add_argument(
+        "--instructions",
+        action="store_true",
+        help="count instructions with valgrind's callgrind (one run per arm) instead of timing",
+    )
     args = ap.parse_args()
-    if args.no_helper:
+    if args.instructions and shutil.which("valgrind") is None:
+        sys.exit("--instructions needs valgrind on PATH")
+    if args.no_helper or args.instructions:
         os.environ["TORCHDOCTOR_PARALLEL_LOAD"] = "0"  # the children inherit it
     trace = TRACES / f"{args.trace}.json.gz"
     if not trace.is_file():
@@ -76,6 +90,9 @@ def main() -> None:
             ("start-up", "this"): [*torchdoctor_cmd(this_src), "--help"],
             ("start-up", "base"): [*torchdoctor_cmd(base_src), "--help"],
         }
+        if args.instructions:
+            _instructions(arms, args.trace, args.base, args.timeout)
+            return
         rounds = _rounds(arms, args.rounds, args.timeout)
     _report(rounds, args.trace, args.base, args.this or "this checkout")
     print(f"load average at the end {os.getloadavg()[0]:.1f}")
@@ -120,6 +137,27 @@ def _rounds(arms: dict[Arm, list[str]], n: int, timeout: float) -> list[dict[Arm
         s = got[("start-up", "this")].wall_s / got[("start-up", "base")].wall_s
         print(f"round {k + 1}: analyze this/base {a:.3f}, start-up {s:.3f}", flush=True)
     return out
+
+
+_COLLECTED = re.compile(r"Collected : (\d+)")
+
+
+def _instructions(arms: dict[Arm, list[str]], trace: str, base: str, timeout: float) -> None:
+    """One callgrind run per arm: instructions executed, and this / base per command."""
+    counts: dict[Arm, int] = {}
+    for arm, cmd in arms.items():
+        grind = ["valgrind", "--tool=callgrind", "--callgrind-out-file=/dev/null"]
+        run = run_child(
+            [*cmd[:2], *grind, *cmd[2:]] if cmd[0] == "env" else [*grind, *cmd], timeout
+        )
+        found = _COLLECTED.findall(run.stderr)
+        if run.status != 0 or not found:
+            sys.exit(f"{arm} under callgrind failed: {run.stderr.strip().splitlines()[-1:]}")
+        counts[arm] = int(found[-1])
+        print(f"{arm[0]}, {arm[1]}: {counts[arm] / 1e6:.1f}M instructions", flush=True)
+    for what in ("analyze", "start-up"):
+        r = counts[(what, "this")] / counts[(what, "base")]
+        print(f"headline {trace}: {what} this/{base} = {r:.4f}x instructions (callgrind)")
 
 
 def _ratios(rounds: list[dict[Arm, Run]], what: str, attr: str) -> list[float]:
