@@ -122,6 +122,18 @@ def test_long_steps_elsewhere_are_not_the_restart() -> None:
     ]
 
 
+def test_long_steps_the_watcher_never_saw_are_not_the_restart() -> None:
+    # a loaded machine's long steps in mid-epoch (steps 5 and 33 of 5-batch epochs, the main
+    # thread waiting for a core): the watcher judged them by its median as they ran and took no
+    # sample, so nothing places them at the loop's line; the restart is reported by the loader
+    rec = _record({6: LOOP, 11: LOOP})
+    rare = _rare({5: 227.6, 33: 237.9})
+    assert [f.id for f in fold_same_cause([_restart(), rare], rec)] == [
+        "dataloader-config",
+        "rare-long-steps",
+    ]
+
+
 def test_workers_kept_across_epochs_are_not_the_restart() -> None:
     loader = _f("dataloader-config", 50.0, {"data_wait_ms_per_step": 50.0}, [])
     rec = _record({6: LOOP})
@@ -203,7 +215,16 @@ def test_check_reports_an_epoch_restart_once(tmp_path: Path) -> None:
     r = check_inprocess(tmp_path / "runs", script, opts=opts)
     assert r.code == 0, r.stderr
     ids = [f["id"] for f in r.report["findings"]]
-    assert "rare-long-steps" not in ids, ids
+    # the epoch starts: the steps whose batch waited for the new workers' 0.3 s start
+    waits = r.run["steps"]["data_wait_ms"]
+    starts = {n for n, w in enumerate(waits, 1) if w >= 200.0}
+    assert len(starts) >= 6, waits  # 8 epochs of 5 batches; the run's first steps are its own
+    # never as rare long steps beside the restart's finding. On a loaded machine other steps may
+    # run long (the main thread waiting for a core half the window): those are not the restart
+    # and may be reported apart, where the watcher did not see them run long as they ran
+    for f in (f for f in r.report["findings"] if f["id"] == "rare-long-steps"):
+        long = {row["step"] for row in f["evidence"]["long_steps"]}
+        assert not long & starts, (sorted(long), sorted(starts))
     # the restart, once: the workers started again (or the iterator rebuilt) at the loop's line
     kept = [f for f in r.report["findings"] if f["id"] in RESTART_IDS]
     assert len(kept) == 1, ids
