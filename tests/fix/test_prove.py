@@ -10,7 +10,8 @@ from typing import Any
 
 import pytest
 
-from torchdoctor.ab.child import Arm
+from torchdoctor.ab.child import Arm, ChildExit
+from torchdoctor.capture import script_arm
 from torchdoctor.fix import planner, prove
 from torchdoctor.fix.context import FixContext
 from torchdoctor.fix.model import FindingRef
@@ -198,8 +199,62 @@ def test_an_arm_on_a_gpu_is_timed_by_its_cuda_events(tmp_path: Path) -> None:
         "step_ms": [900.0, 50.0, 1.0, 30.0, 2.0],  # the host's: a sync lands in one step
         "timed": {"clock": "cuda-events", "step_ms": [11.0, 11.0, 11.0]},
     }
-    run = prove._result(r, opts, "")
+    run = prove._result(_read(r), opts)
     assert run.ok and run.step_ms == pytest.approx([11.0, 11.0, 11.0])
     assert run.warmup_s == pytest.approx(0.95)
-    cpu = prove._result({**r, "timed": {"clock": "host", "step_ms": [1.0]}}, opts, "")
-    assert cpu.step_ms == pytest.approx([1.0, 30.0, 2.0])
+    cpu = {**r, "timed": {"clock": "host", "step_ms": [1.0]}}
+    assert prove._result(_read(cpu), opts).step_ms == [1.0, 30.0, 2.0]
+
+
+def _read(doc: dict[str, Any]) -> script_arm.ArmResult:
+    return script_arm.read(ChildExit("result", 0, doc, "", 0.0, 1.0))
+
+
+SHORT = {"status": "completed", "code": 0, "warmup": 3, "step_ms": [400.0], "losses": [2.0]}
+FAILED = {"status": "error", "code": 1, "exception": "ValueError: bad shape", "step_ms": [1.0]}
+
+
+@pytest.mark.parametrize(
+    ("got", "why"),
+    [
+        (
+            ChildExit("result", 0, SHORT, "", 0.0, 1.0),
+            "ran 1 steps, fewer than --warmup 3 + 1 (no optimizer step, DataLoader batch or "
+            "torchdoctor.step() marker seen?) (the script completed, status 0)",
+        ),
+        (
+            ChildExit("result", 1, FAILED, "Traceback\nValueError: bad shape\n", 0.0, 1.0),
+            "failed (the script error, status 1: ValueError: bad shape)",
+        ),
+        (
+            ChildExit("result", 0, {**FAILED, "exception": None}, "a\nb\nc\nd\n", 0.0, 1.0),
+            "failed (the script error, status 1: b | c | d)",
+        ),
+        (
+            ChildExit("signal", -9, None, "loading\n", 0.0, 1.0, "killed by SIGKILL"),
+            "killed by SIGKILL: loading",
+        ),
+        (
+            ChildExit("timeout", -1, None, "", 0.0, 9.0, "no result after 9 s"),
+            "no result after 9 s",
+        ),
+    ],
+)
+def test_fix_and_compare_read_a_child_without_steps_alike(got: ChildExit, why: str) -> None:
+    from torchdoctor.compare.rerun_process import cost_of
+
+    arm = script_arm.read(got)
+    run = prove._result(arm, ProveOptions(warmup=3, steps=5))
+    assert not run.ok and run.error == why
+    assert cost_of(arm, 5) == (None, why)
+
+
+def test_a_run_that_ended_early_keeps_its_steps_after_the_warm_up() -> None:
+    # the script ended by itself after 5 steps: no window marks, no GPU clock; its losses kept
+    doc = {**SHORT, "step_ms": [400.0, 300.0, 200.0, 12.0, 14.0], "losses": [2.0, 1.9]}
+    arm = _read(doc)
+    split, why = arm.split(10)
+    assert split is not None and why == "" and split.window_mean_ms is None
+    assert split.warmup_ms == (400.0, 300.0, 200.0) and split.measured_ms == (12.0, 14.0)
+    run = prove._result(arm, ProveOptions(warmup=3, steps=10))
+    assert run.ok and run.mean_ms == 13.0 and run.losses == [2.0, 1.9]

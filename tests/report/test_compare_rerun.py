@@ -13,6 +13,8 @@ from typing import Any
 import numpy as np
 import pytest
 
+from torchdoctor.ab.child import ChildExit
+from torchdoctor.capture import script_arm
 from torchdoctor.compare import rerun_process
 from torchdoctor.compare.cost import RunCost
 from torchdoctor.compare.rerun import ChildRun, RerunOptions, Script, SideName, run_interleaved
@@ -193,15 +195,20 @@ def test_rerun_report_text_json_and_page(tmp_path: Path) -> None:
     assert [t.id for t in page.tables] == ["costs", "runs"] and not page.show_findings
 
 
+def _read(doc: dict[str, Any], wall_s: float) -> script_arm.ArmResult:
+    """A child's result document as the parent reads it: started at 100 s, ran ``wall_s``."""
+    return script_arm.read(ChildExit("result", 0, doc, "", 100.0, wall_s))
+
+
 def test_one_time_counts_what_ran_before_the_first_step() -> None:
     """The clock's first step may start at the first batch (an optimizer step took over as
     the signal): the script's set-up before it still counts, from the end of the warm-up."""
     doc = {
         "status": "stopped", "code": 0, "step_ms": [400.0, 300.0, 200.0, 10.0, 10.0, 10.0],
         "t_begin": 101.0, "t_measure": 105.0, "t_window_end": 105.03, "t_end": 105.1,
-        "loaders": [{"batch_size": 64}],
+        "loaders": [{"batch_size": 64}], "warmup": 3,
     }  # fmt: skip
-    cost, why = rerun_process.cost_of(doc, t_spawn=100.0, t_exit=107.1, warmup=3, steps=3)
+    cost, why = rerun_process.cost_of(_read(doc, 7.1), 3)
     assert cost is not None and why == ""
     assert cost.startup_s == pytest.approx(5.0 - 0.9)  # spawn to warm-up end, minus warm-up
     assert cost.exit_s == pytest.approx(2.0)
@@ -210,7 +217,7 @@ def test_one_time_counts_what_ran_before_the_first_step() -> None:
     assert cost.one_time_s == pytest.approx(4.1 + 2.0 + 0.9 - 0.03)
     assert cost.time_to_s(1000) == pytest.approx(cost.one_time_s + 10.0)
     assert cost.samples_per_step == 64.0
-    short, why = rerun_process.cost_of({**doc, "step_ms": [400.0]}, 100.0, 107.1, 3, 3)
+    short, why = rerun_process.cost_of(_read({**doc, "step_ms": [400.0]}, 7.1), 3)
     assert short is None and "fewer than --warmup 3 + 1" in why
 
 
@@ -221,9 +228,26 @@ def test_a_gpu_childs_steady_steps_are_its_cuda_event_times() -> None:
         "status": "stopped", "code": 0, "step_ms": [400.0, 300.0, 200.0, 2.0, 25.0, 3.0],
         "t_begin": 101.0, "t_measure": 105.0, "t_window_end": 105.03, "t_end": 105.1,
         "timed": {"clock": "cuda-events", "step_ms": [10.0, 10.5, 9.5], "first_step": 4},
+        "warmup": 3,
     }  # fmt: skip
-    cost, _ = rerun_process.cost_of(doc, t_spawn=100.0, t_exit=107.1, warmup=3, steps=3)
+    cost, _ = rerun_process.cost_of(_read(doc, 7.1), 3)
     assert cost is not None and list(cost.step_ms) == pytest.approx([10.0, 10.5, 9.5])
     host = {**doc, "timed": {**doc["timed"], "clock": "host"}}
-    cost, _ = rerun_process.cost_of(host, t_spawn=100.0, t_exit=107.1, warmup=3, steps=3)
+    cost, _ = rerun_process.cost_of(_read(host, 7.1), 3)
     assert cost is not None and list(cost.step_ms) == pytest.approx([2.0, 25.0, 3.0])
+
+
+def test_a_full_run_counts_every_step_after_the_warm_up_and_its_whole_time() -> None:
+    # --full: the script ended by itself after 7 steps; the clock's timed window (3 steps on
+    # the GPU's clock) covers only part of them, so the host's steps stand, and no window mean
+    doc = {
+        "status": "completed", "code": 0, "warmup": 2, "compile_s": 1.5,
+        "step_ms": [400.0, 300.0, 10.0, 12.0, 11.0, 30.0, 10.0],
+        "t_begin": 101.0, "t_measure": 102.0, "t_window_end": 102.03, "t_end": 102.2,
+        "timed": {"clock": "cuda-events", "step_ms": [9.0, 9.0, 9.0]},
+    }  # fmt: skip
+    cost, why = rerun_process.cost_of(_read(doc, 3.0), 3)
+    assert cost is not None and why == ""
+    assert list(cost.step_ms) == [10.0, 12.0, 11.0, 30.0, 10.0] and cost.window_mean_ms is None
+    assert cost.job_steps == 7 and cost.job_s == 3.0 and cost.compile_s == 1.5
+    assert cost.startup_s == pytest.approx(2.0 - 0.7) and cost.exit_s == pytest.approx(0.8)

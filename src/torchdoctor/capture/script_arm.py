@@ -7,34 +7,38 @@ SPEC (``python -m torchdoctor.capture.script_arm SPEC.json``): ``script``, ``arg
 under the real path, so ``__file__`` and tracebacks are the script's own), ``seed`` (every random
 stream), ``loss_steps`` (the scalars passed to ``Tensor.backward``, read once at the end) and
 ``hard_exit`` (end once the result is written: leftover threads must not hold the process).
-The result: ``step_ms`` (every step, warm-up included), ``timed`` (the measured steps as check
-times its clean window: CUDA events on a GPU), ``time.monotonic()`` instants ``t_imported``
-(before torch), ``t_begin``, ``t_measure`` and ``t_window_end`` (after a device sync: the steady
-window), ``t_end`` (the parent's clock too, so start-up and exit count), and ``status``,
-``code``, ``exception``, ``source``, ``compiles``, ``compile_s``, ``loaders``, ``losses``.
+The result (:func:`measure`'s keys) comes back to the parent, with what ``ab.child`` saw, as
+one :class:`ArmResult` (:func:`read`, the fields' meaning); :meth:`ArmResult.split` parts its
+warm-up from its measured steps, or says why it has none, for compare and fix alike.
 """
 
 from __future__ import annotations
 
+import builtins
+import contextlib
+import importlib.abc
+import importlib.machinery
+import importlib.util
+import linecache
+import os
+import random
+import sys
 import time
+import types
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
-_T_IMPORTED = time.monotonic()  # before torch: the parent's clock and ours are the same
+from torchdoctor.capture.compile_watch import CompileWatch
+from torchdoctor.capture.patches import Patcher
+from torchdoctor.capture.timed_window import StepEvents, measured_step_ms, script_cuda
 
-import builtins  # noqa: E402
-import contextlib  # noqa: E402
-import importlib.abc  # noqa: E402
-import importlib.machinery  # noqa: E402
-import importlib.util  # noqa: E402
-import linecache  # noqa: E402
-import os  # noqa: E402
-import random  # noqa: E402
-import sys  # noqa: E402
-import types  # noqa: E402
-from collections.abc import Sequence  # noqa: E402
-from pathlib import Path  # noqa: E402
-from typing import Any  # noqa: E402
+if TYPE_CHECKING:
+    from torchdoctor.ab.child import ChildExit, Ending
 
-from torchdoctor.capture.timed_window import StepEvents, script_cuda  # noqa: E402
+ARGV = (sys.executable, "-m", "torchdoctor.capture.script_arm")
+"""The command of an arm that runs this module (``ab.child.Arm.argv``)."""
 
 
 def _sync_device() -> None:
@@ -127,14 +131,13 @@ class LossRecorder:
     def __init__(self, limit: int) -> None:
         self.limit = limit
         self.kept: list[Any] = []
-        self._orig: Any = None
+        self.patcher = Patcher()
 
     def install(self) -> None:
         if self.limit <= 0:
             return
         import torch
 
-        self._orig = orig = torch.Tensor.backward
         kept, limit = self.kept, self.limit
 
         def backward(tensor: Any, *args: Any, **kwargs: Any) -> Any:
@@ -142,14 +145,7 @@ class LossRecorder:
                 kept.append(tensor.detach().float().clone())
             return orig(tensor, *args, **kwargs)
 
-        torch.Tensor.backward = backward  # type: ignore[method-assign,assignment]
-
-    def uninstall(self) -> None:
-        if self._orig is not None:
-            import torch
-
-            torch.Tensor.backward = self._orig  # type: ignore[method-assign]
-            self._orig = None
+        orig = self.patcher.patch(torch.Tensor, "backward", backward)
 
     def values(self) -> list[float]:
         return [float(t.reshape(()).item()) for t in self.kept]
@@ -174,26 +170,6 @@ def run_main(script: str, args: Sequence[str], source: str) -> Any:
         sys.argv, sys.path[:] = saved_argv, saved_path
         if saved_main is not None:
             sys.modules["__main__"] = saved_main
-
-
-def _compile_s() -> tuple[int, float]:
-    """Compiles and their seconds, from dynamo's metrics (none if torch._dynamo never loaded)."""
-    if "torch._dynamo" not in sys.modules:
-        return 0, 0.0
-    try:
-        from torch._dynamo.utils import get_compilation_metrics
-
-        metrics = list(get_compilation_metrics())
-    except Exception:
-        return 0, 0.0
-    seconds = 0.0
-    for m in metrics:
-        d = getattr(m, "entire_frame_compile_time_s", None)
-        us = getattr(m, "duration_us", None)
-        if d is None and us is not None:
-            d = float(us) / 1e6
-        seconds += float(d or 0.0)
-    return len(metrics), seconds
 
 
 def _loaders(snapshot: dict[str, Any]) -> list[dict[str, Any]]:
@@ -232,6 +208,7 @@ def measure(spec: dict[str, Any]) -> dict[str, Any]:
     hooks = StepHooks(clock)
     losses = LossRecorder(int(spec.get("loss_steps") or 0))
     finder = _Overlay({p: t for p, t in sources.items() if p != script})
+    compiles = CompileWatch()  # not installed: only its count of the compiles from now on
     sys.meta_path.insert(0, finder)
     hooks.install()
     losses.install()
@@ -245,12 +222,14 @@ def measure(spec: dict[str, Any]) -> dict[str, Any]:
             outcome = run_script(spec["script"], list(spec["args"]))
     finally:
         markers.set_clock(None)
-        losses.uninstall()
+        losses.patcher.restore()
         hooks.uninstall()
         sys.meta_path.remove(finder)
     _sync_device()
     t_end = time.monotonic()
-    compiles, compile_s = _compile_s()
+    compiled = {"compiles": 0, "compile_s": 0.0}
+    with contextlib.suppress(Exception):  # a failed count of compiles must not lose the steps
+        compiled = compiles.snapshot(None)
     return {
         "status": outcome.status,
         "code": outcome.code,
@@ -259,13 +238,12 @@ def measure(spec: dict[str, Any]) -> dict[str, Any]:
         "warmup": warmup,
         "step_ms": [s * 1e3 for s in clock.step_s],
         "timed": marks.to_dict(),
-        "t_imported": _T_IMPORTED,
         "t_begin": t_begin,
         "t_measure": marks.t_measure,
         "t_window_end": marks.t_window_end,
         "t_end": t_end,
-        "compiles": compiles,
-        "compile_s": compile_s,
+        "compiles": compiled["compiles"],
+        "compile_s": compiled["compile_s"],
         "loaders": _loaders(hooks.snapshot()),
         "clock_errors": list(clock.errors),
         "losses": losses.values(),
@@ -286,6 +264,118 @@ def main(argv: list[str]) -> int:
         sys.stdout.flush()
         os._exit(0)  # the result is written: end now, as check does after its window
     return 0
+
+
+# -- the parent's reading of the result --------------------------------------------------------
+@dataclass(frozen=True)
+class ArmSteps:
+    """One process's steps (ms), parted at the end of its warm-up."""
+
+    warmup_ms: tuple[float, ...]
+    measured_ms: tuple[float, ...]
+    """On the GPU's clock (CUDA events) when the child timed them so, as ``check`` times its
+    clean window; else the host's step clock."""
+    window_mean_ms: float | None
+    """Their mean over the steady window, a device sync at both ends (a run the clock
+    stopped); None otherwise."""
+
+
+@dataclass(frozen=True)
+class ArmResult:
+    """One process of an arm as its parent reads it: the result document (module docstring)
+    and what ``ab.child`` saw. Instants are ``time.monotonic()``'s, on both sides."""
+
+    ended: Ending
+    """``ab.child``'s: ``result`` unless the process left none (timeout, signal, no-result)."""
+    status: str
+    """How the script ended (``capture.runner.Outcome``: stopped, completed, exited, error...),
+    ``arm-error`` (this module failed), or without a result ``timeout`` or ``crash``."""
+    code: int
+    """The script's exit status (-1 without a result)."""
+    said: str
+    """The script's exception in one line, else the end of its output; without a result, why
+    (``ab.child``'s reason) and the end of its output."""
+    t_spawn: float
+    """Just before the process started."""
+    wall_s: float
+    """From the start to the process's end, as the parent saw it."""
+    step_ms: tuple[float, ...] = ()
+    """Every step, warm-up included, on the host's step clock."""
+    warmup: int = 0
+    gpu_step_ms: tuple[float, ...] = ()
+    """The measured steps on the GPU's clock (CUDA events); empty on a CPU."""
+    t_begin: float = 0.0
+    """Just before the script ran (the step clock and its hooks in place)."""
+    t_measure: float | None = None
+    """The warm-up's end (after a device sync)."""
+    t_window_end: float | None = None
+    """The measured steps' end (after a device sync)."""
+    t_end: float = 0.0
+    """The script's end (after a device sync)."""
+    losses: tuple[float, ...] = ()
+    batch_size: int | None = None
+    """The first DataLoader's batch size (samples per step), when one was seen."""
+    compile_s: float = 0.0
+
+    def split(self, steps: int) -> tuple[ArmSteps | None, str]:
+        """The warm-up and at most ``steps`` measured steps (all of them in a run to its end),
+        or None and why there are none, in one line."""
+        ending = f"the script {self.status}, status {self.code}" + (
+            f": {self.said}" if self.said else ""
+        )
+        if self.ended != "result":
+            return None, self.said
+        if self.status not in ("stopped", "completed"):
+            return None, f"failed ({ending})"
+        if len(self.step_ms) < self.warmup + 1:
+            return None, (
+                f"ran {len(self.step_ms)} steps, fewer than --warmup {self.warmup} + 1 (no "
+                f"optimizer step, DataLoader batch or torchdoctor.step() marker seen?) ({ending})"
+            )
+        warm, measured = self.step_ms[: self.warmup], self.step_ms[self.warmup :]
+        window = None
+        if self.status == "stopped":
+            measured = measured[:steps]
+            if self.t_measure is not None and self.t_window_end is not None:
+                window = (self.t_window_end - self.t_measure) * 1e3 / len(measured)
+        if len(self.gpu_step_ms) == len(measured):
+            measured = self.gpu_step_ms
+        return ArmSteps(warm, measured, window), ""
+
+    @property
+    def startup_s(self) -> float:
+        """Everything before the steady window that is not a warm-up step: the interpreter,
+        imports and the script's own set-up. Taken from the instant the warm-up ended, not
+        from the clock's first step: when an optimizer step takes over from DataLoader batches
+        as the step signal, the clock's first step starts at the first batch, and what ran
+        before it would be lost."""
+        start = self.t_measure or self.t_begin
+        return max(0.0, start - self.t_spawn - sum(self.step_ms[: self.warmup]) / 1e3)
+
+    @property
+    def exit_s(self) -> float:
+        """From the script's end to the process's exit: a stopped run exits with what a
+        finished one holds (modules, threads, objects)."""
+        return max(0.0, self.t_spawn + self.wall_s - self.t_end)
+
+
+def read(got: ChildExit) -> ArmResult:
+    """One process of an arm, as ``ab.child.run_child`` returned it."""
+    tail, doc = got.tail(), got.result
+    if doc is None:
+        status = "timeout" if got.ending == "timeout" else "crash"
+        why = f"{got.why}: {tail}" if tail else got.why
+        return ArmResult(got.ending, status, -1, why, got.t_spawn, got.wall_s)
+    batch = next((d["batch_size"] for d in doc.get("loaders") or [] if d.get("batch_size")), None)
+    return ArmResult(
+        "result", str(doc.get("status")), int(doc.get("code") or 0),
+        doc.get("exception") or tail, got.t_spawn, got.wall_s,
+        tuple(float(x) for x in doc.get("step_ms") or []), int(doc.get("warmup") or 0),
+        tuple(measured_step_ms(doc) or ()), float(doc.get("t_begin") or 0.0),
+        doc.get("t_measure"), doc.get("t_window_end"), float(doc.get("t_end") or 0.0),
+        tuple(float(x) for x in doc.get("losses") or []), batch,
+        float(doc.get("compile_s") or 0.0),
+    )  # fmt: skip
 
 
 if __name__ == "__main__":

@@ -9,17 +9,15 @@ seed, against the original's, within the tolerance of the change's arithmetic.
 from __future__ import annotations
 
 import os
-import sys
 import tempfile
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
 
 from torchdoctor import ab, stats
 from torchdoctor.ab.child import Arm, run_child
 from torchdoctor.ab.rounds import run_rounds
-from torchdoctor.capture.timed_window import measured_step_ms
+from torchdoctor.capture import script_arm
 from torchdoctor.fix.model import Change, Measured
 from torchdoctor.fix.planner import Plan, compose
 from torchdoctor.tune import fidelity as tune_fidelity
@@ -79,9 +77,6 @@ class ArmRun:
 
 
 # -- one arm, one process ----------------------------------------------------------------------
-ARM_CHILD = (sys.executable, "-m", "torchdoctor.capture.script_arm")
-
-
 def version_arm(
     label: str,
     script: str,
@@ -112,34 +107,20 @@ def version_arm(
     here = str(Path(__file__).resolve().parents[2])  # the folder holding torchdoctor
     path = os.pathsep.join([here, *filter(None, [os.environ.get("PYTHONPATH")])])
     # PYTHONHASHSEED: set and dict order the same in every arm
-    return Arm(label, ARM_CHILD, spec, {"PYTHONPATH": path, "PYTHONHASHSEED": "0"})
+    return Arm(label, script_arm.ARGV, spec, {"PYTHONPATH": path, "PYTHONHASHSEED": "0"})
 
 
 def run_arm(arm: Arm, opts: ProveOptions) -> ArmRun:
     """Run ``arm`` once in a fresh process (``ab.child``); never raises for the script's sake."""
-    got = run_child(arm, opts.timeout_s, stdout=True)
-    tail = got.tail(6, 2000) or "(no output)"
-    if got.result is None:
-        return ArmRun(
-            False, error=got.why if got.ending == "timeout" else f"the process died: {tail}"
-        )
-    return _result(got.result, opts, tail)
+    return _result(script_arm.read(run_child(arm, opts.timeout_s, stdout=True)), opts)
 
 
-def _result(r: dict[str, Any], opts: ProveOptions, tail: str) -> ArmRun:
-    every = [float(x) for x in r.get("step_ms") or []]
-    warm = int(r.get("warmup") or 0)
-    # on a GPU the child timed its measured steps by CUDA events, as check's clean window
-    steps = measured_step_ms(r) or every[warm:]
-    losses = [float(x) for x in r.get("losses") or []]
-    if r.get("status") not in ("stopped", "completed"):
-        return ArmRun(False, steps, losses, f"{r.get('exception') or r.get('status')}: {tail}")
-    if not steps:
-        seen = len(r.get("step_ms") or [])
-        return ArmRun(
-            False, [], losses, f"only {seen} steps ran: fewer than --warmup {opts.warmup} + 1"
-        )
-    return ArmRun(True, steps[: opts.steps], losses, warmup_s=sum(every[:warm]) / 1e3)
+def _result(r: script_arm.ArmResult, opts: ProveOptions) -> ArmRun:
+    split, why = r.split(opts.steps)
+    if split is None:
+        return ArmRun(False, losses=list(r.losses), error=why)
+    warmup_s = sum(split.warmup_ms) / 1e3
+    return ArmRun(True, list(split.measured_ms), list(r.losses), warmup_s=warmup_s)
 
 
 # -- decisions --------------------------------------------------------------------------------
