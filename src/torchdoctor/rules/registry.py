@@ -13,7 +13,8 @@ Adding a finding
 A finding goes in a family module under ``rules/families/``: its ``FindingSpec`` beside the
 function that measures it, as ``RULES = (TraceRule(SPEC, measure),)`` for a trace finding
 (called with the ``TraceAnalysis``) or ``RULES = (RunRule(SPEC, measure),)`` for a check run's
-(called with the ``RunRecord``); nothing else changes (see docs/architecture.md, and
+(called with the ``RunRecord``); nothing else changes, but for a new module with trace or
+ranks rules, which ``rules/families.LISTED`` names (see docs/architecture.md, and
 ``rules/families/device_copies.py`` and ``rules/families/gc_in_step.py`` for worked examples).
 Every finding lives there: the trace findings (``TraceRule``), the run findings
 (``RunRule``; ``rules/run_rules.py`` keeps one rule written by hand, host-bound's on a CPU run,
