@@ -60,3 +60,19 @@ def step_index(steps: Steps, ts: np.ndarray) -> np.ndarray:
         ok = ts == steps.starts_us[0]
         k = np.zeros(len(ts), dtype=np.int64)
     return np.where(ok, k, -1)
+
+
+def time_by_recorded_op(
+    table: TraceTable, kernels: np.ndarray, ops: frozenset[str]
+) -> dict[int, float]:
+    """Device µs of ``kernels`` summed by the External id of the operator that launched them, for
+    the operators named in ``ops`` whose shapes were recorded (``table.shapes``); the others'
+    kernels and kernels with no launch call are left out."""
+    launch = launch_of(table, kernels)
+    ext = np.where(launch >= 0, table.ext_id[np.maximum(launch, 0)], -1)
+    by_op: dict[int, float] = {}
+    for x, d in zip(ext.tolist(), table.dur[kernels].tolist(), strict=True):
+        got = table.shapes.get(x)
+        if got is not None and got[0] in ops:
+            by_op[x] = by_op.get(x, 0.0) + d
+    return by_op

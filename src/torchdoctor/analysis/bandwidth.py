@@ -23,12 +23,11 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 from typing import Any
 
-import msgspec
 import numpy as np
 
-from torchdoctor.analysis._join import gpu_rows, launch_of
+from torchdoctor.analysis._join import gpu_rows, time_by_recorded_op
 from torchdoctor.hardware import memory_bandwidth, peak_flops
-from torchdoctor.trace.columns import ELEMENT_BYTES, RAW_JSON, SHAPE_OPS
+from torchdoctor.trace.columns import ELEMENT_BYTES, SHAPE_OPS, decode_shapes
 from torchdoctor.trace.table import TraceTable
 
 _PEAK_DTYPE = {4: "fp32", 2: "bf16", 1: "fp8"}
@@ -106,27 +105,20 @@ def bandwidth_in(
     kernels = kernels[inside]
     if not len(kernels):
         return None
-    launch = launch_of(table, kernels)
-    ext = np.where(launch >= 0, table.ext_id[np.maximum(launch, 0)], -1)
     total_ms = float(table.dur[kernels].sum()) / 1e3
-    by_op: dict[int, float] = {}
-    for x, d in zip(ext.tolist(), table.dur[kernels].tolist(), strict=True):
-        if x in table.shapes and table.shapes[x][0] in SHAPE_OPS:  # not elementwise ones
-            by_op[x] = by_op.get(x, 0.0) + d
+    by_op = time_by_recorded_op(table, kernels, SHAPE_OPS)  # not the elementwise ones
     nbytes = flops = us = 0.0
     elt_time: dict[int, float] = {}
     ops = 0
     for x, d in by_op.items():
         name, raw_dims, raw_types = table.shapes[x]
-        try:
-            got = op_traffic(RAW_JSON.decode(raw_dims), RAW_JSON.decode(raw_types or b"[]"), name)
-        except msgspec.DecodeError:
-            got = None
-        if got is None:
+        shapes = decode_shapes(raw_dims, raw_types)
+        got = None if shapes is None else op_traffic(*shapes, name)
+        if shapes is None or got is None:
             continue
         ops += 1
         nbytes, flops, us = nbytes + got[0], flops + got[1], us + d
-        size = ELEMENT_BYTES.get(str(RAW_JSON.decode(raw_types)[0]), 2) if raw_types else 2
+        size = ELEMENT_BYTES.get(str(shapes[1][0]), 2) if raw_types else 2
         elt_time[size] = elt_time.get(size, 0.0) + d
     if not ops or us <= 0:
         return None

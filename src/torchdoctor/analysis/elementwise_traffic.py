@@ -21,11 +21,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-import msgspec
 import numpy as np
 
-from torchdoctor.analysis._join import launch_of
-from torchdoctor.trace.columns import ELEMENT_BYTES, RAW_JSON, TRAFFIC_OPS
+from torchdoctor.analysis._join import time_by_recorded_op
+from torchdoctor.trace.columns import ELEMENT_BYTES, TRAFFIC_OPS, decode_shapes
 from torchdoctor.trace.table import TraceTable
 
 
@@ -68,21 +67,12 @@ def traffic_of(table: TraceTable, kernels: np.ndarray) -> Traffic | None:
     None when no kernel links to a shape-recorded ``TRAFFIC_OPS`` operator."""
     if not table.shapes or not len(kernels):
         return None
-    launch = launch_of(table, kernels)
-    ext = np.where(launch >= 0, table.ext_id[np.maximum(launch, 0)], -1)
     total_us = float(table.dur[kernels].sum())
-    by_op: dict[int, float] = {}
-    for x, d in zip(ext.tolist(), table.dur[kernels].tolist(), strict=True):
-        got = table.shapes.get(x)
-        if got is not None and got[0] in TRAFFIC_OPS:
-            by_op[x] = by_op.get(x, 0.0) + d
     nbytes = us = 0.0
-    for x, d in by_op.items():
+    for x, d in time_by_recorded_op(table, kernels, TRAFFIC_OPS).items():
         name, raw_dims, raw_types = table.shapes[x]
-        try:
-            b = op_bytes(RAW_JSON.decode(raw_dims), RAW_JSON.decode(raw_types or b"[]"), name)
-        except msgspec.DecodeError:
-            b = None
+        shapes = decode_shapes(raw_dims, raw_types)
+        b = op_bytes(*shapes, name) if shapes is not None else None
         if b is not None:
             nbytes, us = nbytes + b, us + d
     if us <= 0:

@@ -63,8 +63,7 @@ ELEMENT_BYTES = {
     "long int": 8,
 }
 """Bytes per element of the dtypes ``Input type`` names (``c10::BFloat16``...)."""
-RAW_JSON = msgspec.json.Decoder()
-"""Decodes the raw ``Input Dims`` and ``Input type`` kept for the ``SHAPE_OPS`` and ``TRAFFIC_OPS``."""
+_RAW_JSON = msgspec.json.Decoder()
 _SHAPED_OPS = SHAPE_OPS | TRAFFIC_OPS
 _RECORDED_OPS = DTYPE_OPS | _SHAPED_OPS
 INT_COLS = ("corr", "ext_id", "device", "stream", "nbytes")
@@ -164,6 +163,15 @@ def build_columns(events: list[Any], malformed: int = 0) -> ChunkColumns:
         malformed=malformed,
         negative_durations=negative,
     )
+
+
+def decode_shapes(raw_dims: bytes, raw_types: bytes) -> tuple[Any, Any] | None:
+    """The ``Input Dims`` and ``Input type`` the loader kept raw for a ``SHAPE_OPS`` or
+    ``TRAFFIC_OPS`` operator, decoded (no types: ``[]``); None when either is not JSON."""
+    try:
+        return _RAW_JSON.decode(raw_dims), _RAW_JSON.decode(raw_types or b"[]")
+    except msgspec.DecodeError:
+        return None
 
 
 class Codes(dict[Any, int]):
