@@ -11,7 +11,6 @@ import pytest
 import torch
 
 from torchdoctor.capture.config_probe import backend_flags, set_backend_flags
-from torchdoctor.tune.rounds import global_flags, set_global_flags
 
 NEW_API = hasattr(torch.backends.cuda.matmul, "fp32_precision") or hasattr(
     torch.backends, "fp32_precision"
@@ -32,26 +31,26 @@ def test_flags_of_a_workload_on_the_new_tf32_api() -> None:
     torch.backends.cuda.matmul.fp32_precision = "tf32"  # ...then the workload's setup
     with pytest.raises(RuntimeError):
         torch.backends.cuda.matmul.allow_tf32  # noqa: B018 - the legacy read torch refuses
-    tf32_arm = global_flags()  # the arm's flags, read after its setup: must not raise
+    tf32_arm = backend_flags()  # the arm's flags, read after its setup: must not raise
     assert tf32_arm["tf32_matmul"] is True
 
     torch.backends.cuda.matmul.fp32_precision = "ieee"  # the next arm's setup: strict fp32
-    ieee_arm = global_flags()
+    ieee_arm = backend_flags()
     assert ieee_arm["tf32_matmul"] is False
 
-    set_global_flags(tf32_arm)  # the rounds switch arms back and forth
+    set_backend_flags(tf32_arm)  # the rounds switch arms back and forth
     assert backend_flags()["tf32_matmul"] is True
-    set_global_flags(ieee_arm)
+    set_backend_flags(ieee_arm)
     assert backend_flags()["tf32_matmul"] is False
 
 
 def test_legacy_flags_round_trip() -> None:
     torch.set_float32_matmul_precision("high")
     torch.backends.cudnn.benchmark = True
-    saved = global_flags()
+    saved = backend_flags()
     torch.set_float32_matmul_precision("highest")
     torch.backends.cudnn.benchmark = False
-    set_global_flags(saved)
+    set_backend_flags(saved)
     assert torch.get_float32_matmul_precision() == "high"
     assert torch.backends.cudnn.benchmark is True
     assert backend_flags()["tf32_matmul"] is True

@@ -69,12 +69,13 @@ def test_an_accumulated_step_reads_nothing_back(host_reads: list[str]) -> None:
 def test_the_window_reads_the_losses_once(host_reads: list[str]) -> None:
     # The probe sees torchdoctor's reads: a window of 5 steps reads its losses back once, at the
     # end (rounds.py), after the window's one synchronisation.
-    from torchdoctor.tune.rounds import TrainingArm, WindowClock, global_flags
+    from torchdoctor.capture.config_probe import backend_flags
+    from torchdoctor.tune.rounds import TrainingArm, WindowClock
 
     arm = TrainingArm(
         "candidate",
         _Loop(RuntimeConfig(grad_accumulation=4, num_workers=0), _workload()),
-        global_flags(),
+        backend_flags(),
     )
     arm.window(5, WindowClock(torch.device("cpu")))
     assert [r.split(" at ")[0] for r in host_reads] == ["cpu", "tolist"]

@@ -8,8 +8,9 @@ from typing import Any
 import pytest
 import torch
 
+from torchdoctor.capture.config_probe import backend_flags
 from torchdoctor.tune import rounds as rounds_mod
-from torchdoctor.tune.rounds import RoundPlan, TrainingArm, WindowClock, global_flags, run_rounds
+from torchdoctor.tune.rounds import RoundPlan, TrainingArm, WindowClock, run_rounds
 
 
 class FakeTime:
@@ -43,7 +44,7 @@ def _arms(
     clock, log = FakeTime(), []
     monkeypatch.setattr(rounds_mod.time, "perf_counter", clock)
     arms = [
-        TrainingArm(label, FakeLoop(clock, c, log, label), global_flags())
+        TrainingArm(label, FakeLoop(clock, c, log, label), backend_flags())
         for label, c in costs.items()
     ]
     return arms, log

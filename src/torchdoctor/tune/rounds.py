@@ -10,7 +10,6 @@ window is timed with CUDA events; elsewhere with the host clock, through the sam
 from __future__ import annotations
 
 import math
-import os
 import random
 import time
 from dataclasses import dataclass, field
@@ -20,10 +19,18 @@ import torch
 
 from torchdoctor import ab
 from torchdoctor.ab.rounds import run_rounds as run_window_rounds
+from torchdoctor.capture.config_probe import set_backend_flags
 
 
 class WindowClock:
-    """Times a window of queued device work: CUDA events on CUDA, the host clock elsewhere."""
+    """Times a window of queued device work: CUDA events on CUDA, the host clock elsewhere.
+
+    Apart from check's ``capture.timed_window.TimedWindow`` on purpose. That one runs in the
+    user's process: a failing CUDA call falls back to the host's unsynchronised step times, and
+    a device-wide sync at its start ties the GPU's clock to the host's for each step's host
+    lead. Here the process is the trial's own, so a CUDA failure fails the trial instead of
+    feeding host times to the decision, and a window's total needs no host lead (its start
+    event runs behind the work queued before it: no sync at the start)."""
 
     def __init__(self, device: torch.device) -> None:
         self.device = device
@@ -48,23 +55,6 @@ class WindowClock:
         return time.perf_counter() - float(self._start)
 
 
-def global_flags() -> dict[str, Any]:
-    """Process-wide settings a configuration may change (TF32 through either API, the float32
-    matmul precision, cuDNN autotuning), read by the one backend-flags reader: it never raises,
-    also after a workload switched to the ``fp32_precision`` API (reading the legacy flags then
-    raises)."""
-    from torchdoctor.capture.config_probe import backend_flags
-
-    return backend_flags()
-
-
-def set_global_flags(flags: dict[str, Any]) -> None:
-    """Restore what :func:`global_flags` returned (each arm runs under its own settings)."""
-    from torchdoctor.capture.config_probe import set_backend_flags
-
-    set_backend_flags(flags)
-
-
 def rng_state() -> tuple[Any, ...]:
     """The process's random streams: torch (CPU and every CUDA device), numpy, random."""
     import numpy as np
@@ -85,13 +75,14 @@ def set_rng_state(state: tuple[Any, ...]) -> None:
     random.setstate(py_state)
 
 
-def _agree_s(seconds: float, device: torch.device) -> float:
-    """Under torchrun: the slowest rank's window time, so every rank decides the same way."""
+def _most_of_ranks(value: float, device: torch.device) -> float:
+    """Under torchrun: the largest ``value`` of all ranks, so that every rank decides the same
+    way (the slowest rank's window time; the gravest reason to stop); else ``value``."""
     import torch.distributed as dist
 
     if not (dist.is_available() and dist.is_initialized()):
-        return seconds
-    t = torch.tensor([seconds], dtype=torch.float64, device=device)
+        return value
+    t = torch.tensor([value], dtype=torch.float64, device=device)
     dist.all_reduce(t, op=dist.ReduceOp.MAX)
     return float(t.item())
 
@@ -105,7 +96,9 @@ class TrainingArm:
     loop: Any
     """The worker's training loop (``step()`` returns the step's loss as a device tensor)."""
     flags: dict[str, Any]
-    """Process-wide settings as this arm's setup left them."""
+    """Process-wide settings a configuration may change (TF32 through either API, the float32
+    matmul precision, cuDNN autotuning) as this arm's setup left them (``backend_flags``), put
+    back before each of its windows: each arm runs under its own settings."""
     rng: tuple[Any, ...] = field(default_factory=rng_state)
     """This arm's random streams (dropout, augmentation): each arm draws the numbers it would
     draw alone, so its losses match a trial of it alone, whatever the interleaving."""
@@ -120,7 +113,7 @@ class TrainingArm:
 
     def warmup(self, steps: int, clock: WindowClock) -> None:
         """Run ``steps`` steps, each timed alone (compile happens here)."""
-        set_global_flags(self.flags)
+        set_backend_flags(self.flags)
         set_rng_state(self.rng)
         for _ in range(steps):
             clock.start()
@@ -132,11 +125,11 @@ class TrainingArm:
 
     def window(self, steps: int, clock: WindowClock) -> float:
         """Run one timed window of ``steps`` steps; returns its mean step time in seconds."""
-        set_global_flags(self.flags)
+        set_backend_flags(self.flags)
         set_rng_state(self.rng)
         clock.start()
         pending = [self.loop.step() for _ in range(steps)]
-        elapsed = _agree_s(clock.stop(), clock.device)
+        elapsed = _most_of_ranks(clock.stop(), clock.device)
         self.rng = rng_state()
         # One read of the device buffer, after the window's one synchronisation.
         self.losses += torch.stack(pending).float().cpu().tolist()
@@ -167,19 +160,9 @@ class RoundPlan:
     """Seed of the per-round shuffle (the same on every rank)."""
 
 
-_STOPS = ("", "decided", "time", "nonfinite")  # codes agreed across ranks (the highest wins)
-
-
-def _agree_stop(why: str, device: torch.device) -> str:
-    """Under torchrun: every rank stops when any does, for the gravest reason (no rank is left
-    waiting in a collective of a window the others never start)."""
-    import torch.distributed as dist
-
-    if not (dist.is_available() and dist.is_initialized()):
-        return why
-    t = torch.tensor([_STOPS.index(why)], dtype=torch.int64, device=device)
-    dist.all_reduce(t, op=dist.ReduceOp.MAX)
-    return _STOPS[int(t.item())]
+_STOPS = ("", "decided", "time", "nonfinite")
+"""Reasons to stop, gravest last: under torchrun every rank stops when any does, for the
+gravest reason (no rank is left waiting in a collective of a window the others never start)."""
 
 
 def _why_stop(
@@ -208,7 +191,7 @@ def run_rounds(arms: list[TrainingArm], plan: RoundPlan, clock: WindowClock) -> 
 
     def after(rnd: int, _: object) -> str:
         why = _why_stop(arms, ref, plan, rnd + 1, time.monotonic() - started)
-        return _agree_stop(why, clock.device)
+        return _STOPS[int(_most_of_ranks(_STOPS.index(why), clock.device))]
 
     def window(arm: TrainingArm, _: int) -> float:
         return arm.window(plan.steps, clock)
@@ -226,8 +209,3 @@ def window_steps(requested: int, steps_per_epoch: int | None) -> int:
     if steps_per_epoch and steps_per_epoch <= requested:
         return -(-requested // steps_per_epoch) * steps_per_epoch
     return requested
-
-
-def world_size() -> int:
-    """Processes of this trial (1 outside torchrun)."""
-    return int(os.environ.get("WORLD_SIZE", "1"))

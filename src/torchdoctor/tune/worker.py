@@ -42,6 +42,7 @@ def _probe(wl: Workload, device: Any) -> dict[str, Any]:
 
     import torch
 
+    from torchdoctor.runtime.data import cpus_available
     from torchdoctor.tune.adapter import supported_impls
 
     first = next(
@@ -54,9 +55,7 @@ def _probe(wl: Workload, device: Any) -> dict[str, Any]:
         # Only real bf16 tensor cores: with emulation (the default) pre-Ampere GPUs answer True.
         "bf16": torch.cuda.is_bf16_supported(including_emulation=False) if cuda else True,
         "compiler": bool(shutil.which(os.environ.get("CXX", "g++")) or shutil.which("c++")) or cuda,
-        "cpu_count": len(os.sched_getaffinity(0))
-        if hasattr(os, "sched_getaffinity")
-        else os.cpu_count() or 1,
+        "cpu_count": cpus_available(),
         "image_batches": _has_4d(first),
         "optimizer_impls": list(supported_impls(wl.optimizer, device)),
         "world_size": int(os.environ.get("WORLD_SIZE", "1")),
@@ -112,8 +111,9 @@ class _Loop:
 
 def _build_arms(spec: dict[str, Any]) -> list[Any]:
     """Each arm's workload and loop, built from the same seed (identical weights and data)."""
+    from torchdoctor.capture.config_probe import backend_flags
     from torchdoctor.capture.script_arm import seed_everything
-    from torchdoctor.tune.rounds import TrainingArm, global_flags
+    from torchdoctor.tune.rounds import TrainingArm
 
     fn = find_function(load_module(spec["workload"]), spec["workload"], spec.get("function"))
     arms = []
@@ -122,7 +122,7 @@ def _build_arms(spec: dict[str, Any]) -> list[Any]:
         seed_everything(int(spec["seed"]))
         wl = Workload.coerce(fn(config))
         seed_everything(int(spec["seed"]))
-        arms.append(TrainingArm(arm_spec["label"], _Loop(config, wl), global_flags()))
+        arms.append(TrainingArm(arm_spec["label"], _Loop(config, wl), backend_flags()))
     return arms
 
 
@@ -194,9 +194,7 @@ def run_trial(spec: dict[str, Any]) -> TrialResult:
     out = TrialResult(status="ok")
     try:
         arms = _build_arms(spec)
-        device = arms[
-            0
-        ].loop.backend.device  # the runtime's choice (cuda:LOCAL_RANK under torchrun)
+        device = arms[0].loop.backend.device  # the runtime's (cuda:LOCAL_RANK under torchrun)
         wl = arms[0].loop.wl
         out.samples_per_step = wl.batch_size
         if spec.get("probe"):
