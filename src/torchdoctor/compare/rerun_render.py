@@ -43,17 +43,14 @@ def summary_lines(r: RerunResult, max_slower_pct: float | None) -> list[str]:
         evidence_line(v, len(r.rounds), len(r.rounds), r.orders),
         *cost_rows(r.estimates, v.job_steps),
     ]
-    costs = [(b.cost, n.cost) for b, n in r.rounds]
-    start = [(b.startup_s, n.startup_s) for b, n in costs if b is not None and n is not None]
-    lines.append(f"  {'of which start-up (s)':<26} {_median(start, 0):>11} {_median(start, 1):>11}")
-    ends = [(b.exit_s, n.exit_s) for b, n in costs if b is not None and n is not None]
-    lines.append(f"  {'of which exit (s)':<26} {_median(ends, 0):>11} {_median(ends, 1):>11}")
-    comp = [(b.compile_s, n.compile_s) for b, n in costs if b is not None and n is not None]
-    if any(b or n for b, n in comp):
-        lines.append(
-            f"  {'of which compile (s)':<26} {_median(comp, 0):>11} {_median(comp, 1):>11}"
-        )
-    long = long_steps_line([b for b, _ in costs if b], [n for _, n in costs if n])
+    costs = [(b.cost, n.cost) for b, n in r.rounds if b.cost and n.cost]
+    parts = (("start-up", "startup_s"), ("exit", "exit_s"), ("compile", "compile_s"))
+    for part, key in parts:  # compile only when a side compiled
+        pairs = [(getattr(b, key), getattr(n, key)) for b, n in costs]
+        if part != "compile" or any(b or n for b, n in pairs):
+            head = f"of which {part} (s)"
+            lines.append(f"  {head:<26} {_median(pairs, 0):>11} {_median(pairs, 1):>11}")
+    long = long_steps_line([b for b, _ in costs], [n for _, n in costs])
     if long:
         lines.append(long)
     be = break_even_line(v, r.estimates)
