@@ -95,7 +95,9 @@ class Monitor:
         self.core_wait: dict[int, tuple[float, float]] = {}
         """Step -> (ms watched since the step's first tick, ms of it the main thread waited for
         a core), for the steps sampled long."""
-        self._sched = f"/proc/self/task/{threading.main_thread().native_id}/schedstat"
+        # native_id exists where the platform has thread ids; elsewhere the path never opens
+        tid = getattr(threading.main_thread(), "native_id", None)
+        self._sched = f"/proc/self/task/{tid}/schedstat"
         self._step_seen = -1
         self._step_first: tuple[float, int] | None = None
         self.noticed = False
