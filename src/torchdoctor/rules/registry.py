@@ -30,7 +30,6 @@ entry is complete.
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable, Iterator
 from typing import get_args
 
 from torchdoctor.rules import families
@@ -71,23 +70,15 @@ def __getattr__(name: str) -> dict[str, FindingSpec]:
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
-_LISTED: tuple[Callable[[], tuple[FamilyRule, ...]], ...] = (
-    lambda: families.FAMILY_RULES,
-    lambda: families.RANKS_FAMILY_RULES,
-)
-"""The rules ``analyze`` loads (a trace's, a folder of ranks'), in the order they are searched."""
-
-
-def _specs_listed() -> Iterator[FindingSpec]:
-    for group in _LISTED:
-        yield from (r.spec for r in group())
-
-
 def _lookup(fid: str) -> FindingSpec | None:
-    """The entry of ``fid``: found among the trace and ranks families' (each group imported only
-    when the one before does not hold it), else in the whole registry; None when unregistered."""
-    found = next((s for s in _specs_listed() if s.id == fid), None)
-    return found if found is not None else _registry().get(fid)
+    """The entry of ``fid``: found among the trace families' rules, then the ranks' (each group
+    imported only when the one before does not hold it), else in the whole registry; None when
+    unregistered."""
+    for kind in families.LISTED:
+        found = next((r.spec for r in families.rules(kind) if r.spec.id == fid), None)
+        if found is not None:
+            return found
+    return _registry().get(fid)
 
 
 def spec(fid: str) -> FindingSpec:
