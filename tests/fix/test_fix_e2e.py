@@ -83,11 +83,19 @@ def test_slow_loader_gets_workers_written(tmp_path: Path) -> None:
 
 
 @pytest.mark.slow
-def test_anomaly_mode_is_turned_off_proven(tmp_path: Path) -> None:
-    """check names anomaly mode itself (its site recorded), and fix turns it off there."""
+def test_anomaly_mode_is_turned_off_proven(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """check names anomaly mode itself (its site recorded), and fix turns it off there. The
+    check runs in this process (one intra-op thread, in the script's folder, as the fix's own
+    processes run); the proof and the patched run are fresh processes."""
+    import torch
+
+    from tests.capture.check_helpers import check_inprocess
+
     script = copy(tmp_path, "anomaly_mode.py")
-    r = td(tmp_path, "check", *FAST, "--out", "runs", script.name)
-    assert r.returncode == 0, r.stderr[-3000:]
+    monkeypatch.chdir(tmp_path)
+    torch.set_num_threads(1)  # put back after the test by the suite's global-modes fixture
+    r = check_inprocess(Path("runs"), script.name, opts=FAST)
+    assert r.code == 0, r.stderr[-3000:]
     (folder,) = (tmp_path / "runs").iterdir()
     report = json.loads((folder / "report.json").read_text())
     named = [f for f in report["findings"] if f["id"] == "anomaly-detection"]
