@@ -54,3 +54,18 @@ def test_no_schedstat_no_core_wait(monkeypatch: pytest.MonkeyPatch) -> None:
     mon._tick()
     assert 6 in mon.samples and mon.core_wait == {}
     assert mon.record()["long_step_core_wait"] == {}
+
+
+def test_the_thread_id_is_read_when_watching_starts(monkeypatch: pytest.MonkeyPatch) -> None:
+    """check builds the session, then the process that runs the script may be a fork, where
+    threading still holds the parent's id for the main thread: the id is the one the main
+    thread reads itself when the watcher starts (a stale one read nothing: no core wait)."""
+    mon, _ = _monitor()
+    paths: list[str] = []
+    monkeypatch.setattr(mon_mod.threading, "get_native_id", lambda: 4242)
+    monkeypatch.setattr(mon_mod, "_read_schedstat", lambda path: paths.append(path))
+    mon._stop.set()  # the thread exits at once: only start's own reading is under test
+    mon.start()
+    mon.stop()
+    mon._waited()
+    assert paths == ["/proc/self/task/4242/schedstat"]

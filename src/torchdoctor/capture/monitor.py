@@ -95,10 +95,8 @@ class Monitor:
         self.core_wait: dict[int, tuple[float, float]] = {}
         """Step -> (ms watched since the step's first tick, ms of it the main thread waited for
         a core), for the steps sampled long."""
-        # native_id exists where the platform has thread ids; elsewhere the path never opens
-        tid = getattr(threading.main_thread(), "native_id", None)
-        self._sched = f"/proc/self/task/{tid}/schedstat"
         self._step_seen = -1
+        self._tid = os.getpid()  # the main thread's kernel id (the process's first thread)
         self._step_first: tuple[float, int] | None = None
         self.noticed = False
         self.peak_window_growth = 0
@@ -110,6 +108,10 @@ class Monitor:
         """Start watching (idempotent)."""
         if self._thread is None:
             self._started = perf_counter()
+            if threading.current_thread() is threading.main_thread():
+                # read in this process and thread: after a fork threading's native_id of the
+                # main thread is still the parent's
+                self._tid = threading.get_native_id()
             self._thread = threading.Thread(
                 target=self._run, name="torchdoctor-monitor", daemon=True
             )
@@ -163,7 +165,7 @@ class Monitor:
 
     def _waited(self) -> tuple[float, int] | None:
         """(now, ns the main thread has waited for a core since it started); None off Linux."""
-        stat = _read_schedstat(self._sched)
+        stat = _read_schedstat(f"/proc/self/task/{self._tid}/schedstat")
         return (perf_counter(), stat[1]) if stat is not None else None
 
     def _notice_no_step(self) -> None:
