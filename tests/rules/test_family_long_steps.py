@@ -70,3 +70,21 @@ def test_a_step_long_only_by_waiting_for_a_core_is_the_machines() -> None:
     }
     rec["steps"]["source"] = "optimizer"
     assert fire(RULE, rec) is not None
+
+
+def test_long_steps_on_a_busy_machine_with_nothing_sampled_in_them_are_info() -> None:
+    """Other processes kept 1.3 of 2 cores busy and the main thread waited for one 69% of
+    the window; the watcher sampled nothing in the long steps (its live median was high while
+    the load was): they may be the load, so info. A line sampled in them keeps the finding."""
+    times = [10.0] * 20
+    times[5] = times[10] = times[15] = 110.0
+    rec = _steps(times)
+    rec["cpu"] = {"wall_s": 0.37, "intra_op_threads": 2, "cores": 2, "other_busy_cores": 1.3,
+                  "main_thread_runqueue_wait_s": 0.27}  # fmt: skip
+    f = fire(RULE, rec)
+    assert f is not None and f.severity == "info"
+    assert f.evidence["busy_machine"].startswith("the main thread waited for a core 73%")
+    stack = ["/w/train.py:40 in evaluate", "/w/train.py:90 in <module>"]
+    rec["monitor"] = {"long_step_samples": {"6": [{"stack": stack, "samples": 9}]}}
+    f = fire(RULE, rec)
+    assert f is not None and f.severity != "info" and f.evidence["busy_machine"] is None

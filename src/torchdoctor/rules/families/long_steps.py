@@ -89,6 +89,10 @@ def measure(run: RunRecord) -> Measured | None:
     stacks = _stacks(run, [i + 1 for i, _ in long])
     where = [relative_site(s.split(" in ")[0]) + " in " + s.split(" in ")[-1] for s in stacks]
     ran = f"; in it: {where[0]}" if where else ""
+    # other processes held the cores and the watcher saw nothing run in the long steps (it
+    # samples a step long against the median of the moment, which the load moves): the load
+    # may be all of it; said for the record, never a warning on a busy machine's say-so
+    unseen = None if stacks else _busy(run)
     every = _period([i for i, _ in long])
     evidence = {
         "long_steps": [{"step": i + 1, "ms": round(t, 3)} for i, t in long],
@@ -97,6 +101,7 @@ def measure(run: RunRecord) -> Measured | None:
         "excess_ms_per_step": per_step,
         "every_n_steps": every,
         "sampled_stacks": stacks,
+        "busy_machine": unseen,
     }
     title = {"k": len(long), "n": len(times), "ran": ran}
     per = _once_per(run, judged)
@@ -120,6 +125,7 @@ def measure(run: RunRecord) -> Measured | None:
                 "where": where[0] if where else "",
             },
             where=tuple(where[:3]),
+            most="info" if unseen else None,
         )
     unit, epoch_steps = per
     if unit == "job":  # name the start-up step, not a spike beside it
@@ -150,6 +156,13 @@ def measure(run: RunRecord) -> Measured | None:
         variant="once",
         once=Once(cost, unit, epoch_steps),
     )
+
+
+def _busy(run: RunRecord) -> str | None:
+    """Why the run's step times are inflated by other work on its cores, or None."""
+    from torchdoctor.rules.cpu_rules import contention
+
+    return contention(run.cpu)
 
 
 def _candidates(run: RunRecord) -> list[tuple[int, float]]:
