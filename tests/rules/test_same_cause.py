@@ -134,6 +134,19 @@ def test_long_steps_the_watcher_never_saw_are_not_the_restart() -> None:
     ]
 
 
+def test_epoch_starts_beside_unsampled_noise_are_the_restart() -> None:
+    # under load: three epoch starts long beyond their data wait, sampled at the loop's line,
+    # and more excess in steps the watcher never saw run long (judged by the median before
+    # them): the restart is reported once, not again as rare long steps
+    rec = _record({6: LOOP, 31: LOOP, 36: LOOP})
+    steps = {2: 62.4, 4: 65.4, 5: 54.2, 6: 80.9, 18: 56.4, 19: 46.6, 24: 81.5, 31: 102.1, 36: 48.3}
+    (f,) = fold_same_cause([_restart(), _rare(steps)], rec)
+    assert f.id == "dataloader-config" and "rare-long-steps_evidence" in f.evidence
+    # long steps sampled elsewhere still count against the restart
+    rec = _record({n: LOOP if n in (6, 31, 36) else "/w/train.py:25" for n in steps})
+    assert len(fold_same_cause([_restart(), _rare(steps)], rec)) == 2
+
+
 def test_workers_kept_across_epochs_are_not_the_restart() -> None:
     loader = _f("dataloader-config", 50.0, {"data_wait_ms_per_step": 50.0}, [])
     rec = _record({6: LOOP})

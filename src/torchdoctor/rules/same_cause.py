@@ -52,8 +52,11 @@ def _loader_sites(record: dict[str, Any]) -> set[str]:
 
 
 def _long_steps_at(general: Finding, record: dict[str, Any], sites: set[str]) -> bool:
-    """Most of ``rare-long-steps``' excess (over the median) was in steps that spent most of
-    their samples at one of ``sites`` (the other long steps are noise of a busy machine)."""
+    """Most of ``rare-long-steps``' excess (over the median) in the long steps the watcher
+    sampled was in steps that spent most of their samples at one of ``sites`` (the other long
+    steps are noise of a busy machine). A long step with no sample is left out: the watcher
+    judged it by the median of the steps before it as it ran and did not see it run long (under
+    load, steps of a few times the final median), so nothing says where it ran."""
     from torchdoctor.record.run import RunRecord
 
     samples = RunRecord.from_dict(record).monitor.get("long_step_samples") or {}
@@ -62,15 +65,17 @@ def _long_steps_at(general: Finding, record: dict[str, Any], sites: set[str]) ->
     for row in general.evidence.get("long_steps") or []:
         if not isinstance(row, dict):
             continue
-        excess = max(0.0, float(row.get("ms") or 0.0) - median)
-        total += excess
         counts: dict[str, int] = {}
         for r in samples.get(str(row.get("step"))) or []:
             stack = (r.get("stack") or []) if isinstance(r, dict) else []
             if stack:  # the innermost user line
                 line = _site(str(stack[0]))
                 counts[line] = counts.get(line, 0) + int(r.get("samples") or 0)
-        if counts and max(counts, key=lambda k: counts[k]) in sites:
+        if not counts:
+            continue
+        excess = max(0.0, float(row.get("ms") or 0.0) - median)
+        total += excess
+        if max(counts, key=lambda k: counts[k]) in sites:
             at += excess
     return total > 0 and at >= 0.5 * total
 
