@@ -26,6 +26,7 @@ def test_the_context_comes_from_the_record_beside_the_trace(tmp_path: Path) -> N
             {"device": "cuda", "dtype": "bfloat16", "enabled": True},
             {"device": "cpu", "dtype": "float16", "enabled": True},  # not a CUDA region
             {"device": "cuda", "dtype": "float16", "enabled": False},  # off
+            {"device_type": "cpu", "dtype": "float16", "enabled": True},  # named as device_type
         ],
         "backend_flags": {"tf32_matmul": True},
     }

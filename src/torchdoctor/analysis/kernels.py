@@ -53,7 +53,7 @@ class KernelContext:
         dtypes = {
             _AUTOCAST_DTYPES.get(e.dtype)
             for e in run.config.autocast
-            if e.enabled and (e.device or str(e.raw.get("device_type", "cuda"))) == "cuda"
+            if e.enabled and (e.device or e.device_type or "cuda") == "cuda"
         }
         tf32 = run.config.backend_flags.get("tf32_matmul")
         return cls(

@@ -95,6 +95,8 @@ class AutocastUse(Row):
     dtype: str = ""
     enabled: bool = False
     entries: int = 0
+    device_type: str = ""
+    """The region's ``device_type`` where a record names it so instead of ``device``."""
     raw: dict[str, Any] = field(default_factory=dict)
 
 
