@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -18,8 +19,10 @@ _ANALYZE = """
 import json, sys
 from torchdoctor.commands.analyze.trace import analyze_path
 from torchdoctor.report.render import render_json, render_text
+from torchdoctor.report.perfetto import export_trace
 report = analyze_path(sys.argv[1])
 render_text(report)
+export_trace(report.analysis, report.findings, sys.argv[2])  # the Perfetto export too
 print(json.dumps([sorted(sys.modules), [f.id for f in report.findings]]))
 """
 
@@ -27,10 +30,13 @@ _RUN_ONLY = {"torchdoctor.ab", "torchdoctor.stats", "torchdoctor.analysis.memory
 _PREFIX = "torchdoctor.rules.families."
 
 
-def test_analyze_imports_only_the_trace_families() -> None:
+def test_analyze_imports_only_the_trace_families(tmp_path: Path) -> None:
     trace = corpus_file("a100_alexnet_syncs_pageable")
     out = subprocess.run(
-        [sys.executable, "-c", _ANALYZE, str(trace)], capture_output=True, text=True, check=True
+        [sys.executable, "-c", _ANALYZE, str(trace), str(tmp_path / "t.json")],
+        capture_output=True,
+        text=True,
+        check=True,
     )
     modules, fired = json.loads(out.stdout.strip().splitlines()[-1])
     assert fired, "the probe trace must fire findings (their specs are looked up)"

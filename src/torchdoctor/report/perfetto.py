@@ -28,8 +28,8 @@ from torchdoctor.analysis.bundle import TraceAnalysis
 from torchdoctor.analysis.gpu_activity import DATALOADER_PREFIX, SYNC_CALLS
 from torchdoctor.analysis.kernel_names import MATMUL_CATEGORIES, kernel_category
 from torchdoctor.errors import OutputError, TraceError
+from torchdoctor.rules import registry
 from torchdoctor.rules.finding import Finding
-from torchdoctor.rules.registry import REGISTRY
 from torchdoctor.trace.kinds import Kind
 
 MAX_FLOWS = 20
@@ -254,8 +254,10 @@ the fp32 GEMMs)."""
 
 
 def _evidence_rows(a: TraceAnalysis, finding_id: str) -> np.ndarray:
-    s = REGISTRY.get(finding_id)
-    ids = (finding_id, *(s.aliases if s is not None else ()))
+    # looked up by id (a trace finding's own family), never the whole registry: the export
+    # must not import the run families
+    aliases = registry.spec(finding_id).aliases if registry.registered(finding_id) else ()
+    ids = (finding_id, *aliases)
     pick = next((EVIDENCE[i] for i in ids if i in EVIDENCE), None)
     if pick is None or not a.n_steps:
         return np.zeros(0, dtype=np.int64)
