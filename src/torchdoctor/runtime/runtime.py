@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import random
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any, overload
@@ -21,6 +20,7 @@ from torch.utils.data import Dataset
 import torchdoctor.runtime.checkpoint as checkpoint
 import torchdoctor.runtime.distributed as distributed
 import torchdoctor.runtime.log as log
+from torchdoctor.capture.script_arm import seed_everything
 from torchdoctor.config import RuntimeConfig
 from torchdoctor.errors import UserError
 from torchdoctor.runtime.compile_guard import RecompileGuard
@@ -36,16 +36,6 @@ from torchdoctor.runtime.strategy import Strategy, WrapPolicy, select_strategy
 from torchdoctor.runtime.transfer import batch_counts, map_tensors, tensor_mover
 
 _FLOP_STEP = 1  # count FLOPs in the second step: the first one warms up (and compiles)
-
-
-def _seed_everything(seed: int) -> None:
-    random.seed(seed)
-    torch.manual_seed(seed)
-    try:
-        import numpy as np
-    except ImportError:  # pragma: no cover
-        return
-    np.random.seed(seed)
 
 
 def _merge(config: RuntimeConfig | None, settings: dict[str, Any]) -> RuntimeConfig:
@@ -90,7 +80,7 @@ class Runtime:
         self.dist = distributed.init_process_group(info, self.device)
         log.configure(self.dist.rank)
         if self.config.seed is not None:
-            _seed_everything(self.config.seed)
+            seed_everything(self.config.seed)
         self.precision_plugin = PrecisionPlugin.choose(
             self.config.precision, self.device, allow_tf32=self.config.allow_tf32, scaler=scaler
         )
