@@ -25,6 +25,7 @@ from typing import Any
 
 from torchdoctor import ab
 from torchdoctor.tune import fidelity
+from torchdoctor.tune.options import TuneOptions
 from torchdoctor.tune.report import describe
 from torchdoctor.tune.runner import TrialRunner
 from torchdoctor.tune.search import Search, Settings
@@ -110,11 +111,13 @@ def bench(workload: str, args: argparse.Namespace) -> dict[str, Any]:
     threads = str(args.threads)
     runner = TrialRunner(
         workload,
-        warmup=args.warmup,
-        steps=args.steps,
-        max_rounds=args.max_rounds,
-        min_gain=args.min_gain,
-        timeout_s=900,
+        TuneOptions(
+            warmup=args.warmup,
+            steps=args.steps,
+            max_rounds=args.max_rounds,
+            min_gain=args.min_gain,
+            trial_timeout="900",
+        ),
         workdir=args.workdir,
         # A shared inductor cache: compile trials after the first pay what a second run pays.
         env={

@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from torchdoctor import ab
+from torchdoctor.tune.options import TuneOptions
 from torchdoctor.tune.report import claim_text, describe
 from torchdoctor.tune.runner import TrialRunner
 from torchdoctor.tune.search import Search, Settings, Summary
@@ -44,11 +45,13 @@ def runner_for(args: argparse.Namespace) -> TrialRunner:
     """Trial runner with the benchmark's settings (one BLAS thread: see RESULTS.md)."""
     return TrialRunner(
         args.workload,
-        warmup=args.warmup,
-        steps=args.steps,
-        max_rounds=args.max_rounds,
-        min_gain=args.min_gain,
-        timeout_s=600,
+        TuneOptions(
+            warmup=args.warmup,
+            steps=args.steps,
+            max_rounds=args.max_rounds,
+            min_gain=args.min_gain,
+            trial_timeout="600",
+        ),
         workdir=args.workdir,
         env={"OMP_NUM_THREADS": str(args.threads), "MKL_NUM_THREADS": str(args.threads)},
     )

@@ -6,6 +6,7 @@ from pathlib import Path
 
 import pytest
 
+from torchdoctor.tune.options import TuneOptions
 from torchdoctor.tune.runner import TrialRunner
 from torchdoctor.tune.space import BASELINE, assignment_key
 from torchdoctor.tune.trial import Trial, TrialResult
@@ -27,13 +28,10 @@ def run(
     a = {**BASELINE, **knobs}
     runner = TrialRunner(
         TINY,
-        warmup=2,
-        steps=5,
-        timeout_s=timeout_s,
+        TuneOptions(warmup=2, steps=5, trial_timeout=str(timeout_s), max_rounds=max_rounds),
         batch_size=16,
         workdir=workdir,
         env={"TD_TUNE_TEST_MODE": mode},
-        max_rounds=max_rounds,
     )
     ref = None if reference is None else {**BASELINE, **reference}
     return runner(Trial(assignment_key(a), phase, a, reference=ref))  # type: ignore[arg-type]
@@ -117,13 +115,9 @@ def test_distributed_trial_under_torchrun(tmp_path: Path) -> None:
     a = {**BASELINE, "ddp_bucket_cap_mb": 5.0}
     runner = TrialRunner(
         TINY,
-        warmup=2,
-        steps=6,
-        timeout_s=180,
+        TuneOptions(warmup=2, steps=6, trial_timeout="180", nproc=2, max_rounds=6),
         batch_size=16,
         workdir=str(tmp_path),
-        nproc=2,
-        max_rounds=6,
     )
     r = runner(Trial(assignment_key(a), "baseline", a))
     assert r.status == "ok", r.reason

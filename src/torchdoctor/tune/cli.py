@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import re
 import signal
 import sys
 import time
@@ -15,31 +14,11 @@ from torchdoctor.cli_options import CONTEXT, html_option, option_from
 from torchdoctor.errors import UserError
 from torchdoctor.exits import guarded
 from torchdoctor.json_arg import JsonPathCommand, json_option, json_target
-from torchdoctor.tune.options import TuneOptions
+from torchdoctor.tune.options import TuneOptions, parse_duration
 from torchdoctor.tune.space import KNOB_NAMES
 
 D = TuneOptions()
 """The defaults every option below shows."""
-
-_UNITS = {"s": 1.0, "m": 60.0, "h": 3600.0}
-_DURATION = re.compile(r"(\d+(?:\.\d+)?)\s*([smh]?)")
-
-
-def parse_duration(text: str) -> float:
-    """Seconds in ``300``, ``90s``, ``5m``, ``1h`` or ``1h30m``; anything else is a UserError."""
-    s = text.strip().lower()
-    parts = list(_DURATION.finditer(s))
-    joined = "".join(m.group(0) for m in parts)
-    if not s or not parts or joined.replace(" ", "") != s.replace(" ", ""):
-        raise UserError(
-            f"bad duration {text!r}: use seconds (300) or a number with a unit (90s, 5m, 1h)"
-        )
-    if len(parts) > 1 and any(not m.group(2) for m in parts):
-        raise UserError(f"bad duration {text!r}: give every part a unit (1h30m)")
-    total = sum(float(m.group(1)) * _UNITS[m.group(2) or "s"] for m in parts)
-    if total <= 0:
-        raise UserError(f"bad duration {text!r}: must be more than 0 seconds")
-    return total
 
 
 def _knobs(text: str | None) -> tuple[str, ...] | None:
@@ -294,17 +273,7 @@ def _runner(workload: str, opts: TuneOptions, run_id: int) -> Any:
     workdir = Path(opts.db).parent / f"run-{run_id}"
     workdir.mkdir(parents=True, exist_ok=True)
     return TrialRunner(
-        workload,
-        function=opts.function,
-        warmup=opts.warmup,
-        steps=opts.steps,
-        max_rounds=opts.max_rounds,
-        min_gain=opts.min_gain,
-        seed=opts.seed,
-        timeout_s=parse_duration(opts.trial_timeout),
-        workdir=str(workdir),
-        env=_compile_cache_env(Path(opts.db).parent),
-        nproc=opts.nproc,
+        workload, opts, workdir=str(workdir), env=_compile_cache_env(Path(opts.db).parent)
     )
 
 

@@ -28,56 +28,44 @@ class TrialRunner:
 
     workload: str
     """Path of the workload file."""
+    opts: TuneOptions = field(default_factory=TuneOptions)
+    """The tuning run's options: function, warm-up, steps, rounds, gain, seed, trial timeout and
+    processes per trial (above 1 each trial runs under ``torch.distributed.run``, DDP)."""
     batch_size: int | None = None
     """The workload's global batch (learned from the baseline's probe); None until known."""
-    function: str | None = None
-    """Name of the workload function when the file has several."""
-    warmup: int = TuneOptions.warmup
-    """Warm-up optimizer steps per trial (not timed as steady state; they hold compile time)."""
-    steps: int = TuneOptions.steps
-    """Optimizer steps per arm per round (one timed window)."""
     min_rounds: int = ab.FEWEST_ROUNDS
     """Rounds before a trial may stop (the fewest with a 95% interval)."""
-    max_rounds: int = TuneOptions.max_rounds
-    """Rounds at most per trial."""
-    min_gain: float = TuneOptions.min_gain
-    """The gain a candidate must clear; a trial stops once its interval decides."""
-    seed: int = TuneOptions.seed
-    """Seed for torch, numpy and random before the model is built."""
-    timeout_s: float = 300.0
-    """A trial still running after this many seconds is killed and recorded as a hang."""
     workdir: str | None = None
     """Where traces and scratch files go (a temporary folder when None)."""
     env: dict[str, str] = field(default_factory=dict)
     """Extra environment variables for the children."""
-    nproc: int = 1
-    """Processes per trial: above 1 each trial runs under ``torch.distributed.run`` (DDP)."""
 
     def spec(self, trial: Trial) -> dict[str, Any]:
         """The JSON the child reads: workload, arms, steps, rounds, seed."""
         # Absolute: the worker imports the workload, which may change its working directory
         # before the baseline's trace is written.
         wd = Path(self.workdir or tempfile.gettempdir()).absolute()
+        o = self.opts
         baseline = trial.phase == "baseline"
         arms = [
             {
                 "label": label,
-                "config": to_config(a, batch_size=self.batch_size, seed=self.seed).to_dict(),
+                "config": to_config(a, batch_size=self.batch_size, seed=o.seed).to_dict(),
             }
             for label, a in trial.arms()
         ]
         return {
             "workload": str(Path(self.workload).resolve()),
-            "function": self.function,
+            "function": o.function,
             "arms": arms,
-            "warmup": self.warmup,
-            "steps": self.steps,
+            "warmup": o.warmup,
+            "steps": o.steps,
             "min_rounds": self.min_rounds,
-            "max_rounds": self.max_rounds,
+            "max_rounds": o.max_rounds,
             # Leave a margin before the trial timeout for warm-up and start-up.
-            "max_rounds_s": 0.6 * self.timeout_s,
-            "min_gain": self.min_gain,
-            "seed": self.seed,
+            "max_rounds_s": 0.6 * o.trial_timeout_s,
+            "min_gain": o.min_gain,
+            "seed": o.seed,
             "parent_pid": os.getpid(),  # the trial ends (and cleans up) if the tuner dies
             "probe": baseline,
             "trace_path": str(wd / "baseline-trace.json") if baseline else None,
@@ -86,16 +74,16 @@ class TrialRunner:
     def __call__(self, trial: Trial) -> TrialResult:
         """Run ``trial`` to completion, failure or timeout; never raises for a failed trial."""
         argv: tuple[str, ...] = (sys.executable,)
-        if self.nproc > 1:
+        if self.opts.nproc > 1:
             # --standalone: a local rendezvous on a free port, so trials never collide on one.
             argv += (
                 "-m",
                 "torch.distributed.run",
                 "--standalone",
-                f"--nproc_per_node={self.nproc}",
+                f"--nproc_per_node={self.opts.nproc}",
             )
         arm = Arm(trial.key, (*argv, "-m", "torchdoctor.tune.worker"), self.spec(trial), self.env)
-        got = run_child(arm, self.timeout_s)
+        got = run_child(arm, self.opts.trial_timeout_s)
         result = _result(got)
         result.wall_s = got.wall_s
         if result.probe and self.batch_size is None:

@@ -19,7 +19,6 @@ from typing import Any
 from torchdoctor.ab.child import read_spec, write_result
 from torchdoctor.config import RuntimeConfig
 from torchdoctor.errors import UserError
-from torchdoctor.tune.options import TuneOptions
 from torchdoctor.tune.trial import TrialResult
 from torchdoctor.tune.workload import Workload, find_function, load_module
 
@@ -136,10 +135,10 @@ def _measure(arms: list[Any], spec: dict[str, Any], out: TrialResult, device: An
         arm.warmup(int(spec["warmup"]), clock)
     plan = RoundPlan(
         steps=window_steps(int(spec["steps"]), out.steps_per_epoch),
-        min_rounds=int(spec.get("min_rounds", 6)),
-        max_rounds=int(spec.get("max_rounds", TuneOptions.max_rounds)),
-        max_s=float(spec.get("max_rounds_s", 120.0)),
-        min_gain=float(spec.get("min_gain", TuneOptions.min_gain)),
+        min_rounds=int(spec["min_rounds"]),
+        max_rounds=int(spec["max_rounds"]),
+        max_s=float(spec["max_rounds_s"]),
+        min_gain=float(spec["min_gain"]),
         seed=int(spec["seed"]),
     )
     stopped = run_rounds(arms, plan, clock)
