@@ -12,9 +12,6 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
-from typing import Literal
-
-PeakDtype = Literal["fp32", "tf32", "bf16", "fp16", "fp8"]
 
 _T = 1e12  # one TFLOP/s in FLOP/s
 
@@ -40,11 +37,6 @@ class GpuSpec:
     def has_tensor_cores(self) -> bool:
         """True from Volta (sm70) on."""
         return self.compute_capability >= (7, 0)
-
-    @property
-    def supports_bf16(self) -> bool:
-        """bf16 tensor-core math: Ampere (sm80) and later."""
-        return self.compute_capability >= (8, 0)
 
     def peak(self, dtype: str) -> float | None:
         """Dense peak FLOP/s for ``dtype``, or None when the GPU has no such rate."""

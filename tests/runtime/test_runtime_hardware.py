@@ -68,9 +68,9 @@ def test_dense_rates_not_sparse() -> None:
 def test_capabilities_and_missing_dtypes() -> None:
     v100, t4, a100 = lookup_gpu("V100 SXM2"), lookup_gpu("T4"), lookup_gpu("A100 SXM")
     assert v100 and t4 and a100
-    assert not v100.supports_bf16 and v100.peak("bf16") is None and v100.has_tensor_cores
+    assert v100.peak("bf16") is None and v100.has_tensor_cores
     assert t4.compute_capability == (7, 5) and t4.peak("fp8") is None
-    assert a100.supports_bf16 and a100.peak("fp8") is None
+    assert a100.peak("bf16") and a100.peak("fp8") is None
 
 
 def test_table_is_consistent() -> None:
@@ -80,7 +80,7 @@ def test_table_is_consistent() -> None:
         # Tensor-core rates only grow with narrower types.
         if "bf16" in rates:
             assert rates["bf16"] >= rates.get("tf32", 0) >= rates["fp32"]
-            assert spec.supports_bf16
+            assert spec.compute_capability >= (8, 0)  # bf16 tensor cores: Ampere on
         if "fp8" in rates:
             assert rates["fp8"] == pytest.approx(2 * rates["fp16"], rel=0.02)
 
