@@ -6,18 +6,12 @@ import math
 
 import pytest
 
+from torchdoctor import stats
 from torchdoctor.tune import fidelity, measure
 
 
-def test_round_stats_median_and_iqr_of_windows() -> None:
-    # The third window was disturbed by another process: the median ignores it.
-    st = measure.round_stats([0.010, 0.012, 0.100, 0.011, 0.013])
-    assert st.median_s == pytest.approx(0.012) and st.n == 5
-    assert st.iqr_s == pytest.approx(0.013 - 0.011)
-
-
 def test_warmup_overhead_is_the_warmup_beyond_steady_steps() -> None:
-    compiled = measure.round_stats([0.020] * 6)
+    compiled = stats.describe([0.020] * 6)
     assert measure.warmup_overhead_s([12.02, 0.02, 0.02], compiled) == pytest.approx(12.0)
     assert measure.warmup_overhead_s([0.01, 0.02], compiled) == 0.0  # never negative
 

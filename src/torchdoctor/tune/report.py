@@ -49,11 +49,11 @@ def _timing(summary: Summary, rec: Record) -> dict[str, Any]:
     warm_s = measure.warmup_overhead_s(rec.result.warmup_times_s, rec.stats)
     compiled = rec.trial.assignment.get("compile", "off") != "off"
     eager = (_eager_twin(summary, rec) if compiled else None) or summary.baseline
-    median = rec.stats.median_s
+    median = rec.stats.median
     comp = rec.comparison
     return {
         "median_step_s": median,
-        "iqr_step_s": rec.stats.iqr_s,
+        "iqr_step_s": rec.stats.iqr,
         "rounds": rec.stats.n,
         "window_steps": rec.result.window_steps,
         "speedup": rec.speedup,
@@ -66,7 +66,7 @@ def _timing(summary: Summary, rec: Record) -> dict[str, Any]:
         "warmup_overhead_s": warm_s,
         "compile_s": warm_s if compiled else None,
         "break_even_steps": ab.break_even_steps(
-            warm_s, (eager.stats or rec.stats).median_s - median, whole=True
+            warm_s, (eager.stats or rec.stats).median - median, whole=True
         )
         if compiled
         else None,
@@ -306,7 +306,7 @@ def progress_line(rec: Record, total_hint: int, best: Record | None, elapsed_s: 
         against = describe(rec.trial.reference) if rec.trial.reference else "baseline"
         what = escape(f"{c.interval.format()} vs {against}: {c.decision} ({c.interval.n} rounds)")
     else:
-        what = f"{rec.stats.median_s * 1e3:.1f} ms" if rec.stats else escape(r.status)
+        what = f"{rec.stats.median * 1e3:.1f} ms" if rec.stats else escape(r.status)
     best_txt = escape(f"{best.speedup:.2f}x") if best else "baseline"
     tag = " (resumed)" if r.resumed else ""
     head = escape(f"trial {rec.seq + 1} of ~{total_hint} [{rec.trial.phase}] ")

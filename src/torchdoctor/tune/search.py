@@ -35,7 +35,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from torchdoctor import ab
-from torchdoctor.stats import RatioInterval
+from torchdoctor.stats import RatioInterval, Spread, describe
 from torchdoctor.tune import fidelity, measure
 from torchdoctor.tune.options import TuneOptions
 from torchdoctor.tune.space import (
@@ -65,7 +65,8 @@ class Record:
     seq: int
     trial: Trial
     result: TrialResult
-    stats: measure.ArmStepStats | None
+    stats: Spread | None
+    """Median, IQR and count over rounds of each window's mean step time (seconds)."""
     verdict: fidelity.Fidelity | None
     comparison: ab.Comparison | None = None
     """The candidate against the configuration it was measured beside (incumbent or baseline)."""
@@ -142,7 +143,7 @@ class Summary:
         again = conf.result.rounds_s.get("baseline") if conf is not None else None
         if not again or base is None:
             return None
-        return measure.drift(base, measure.round_stats(again))
+        return measure.drift(base, describe(again))
 
 
 class _Stop(Exception):
@@ -193,7 +194,7 @@ class Search:
         rec = Record(-1, Trial("", "single", {}), result, None, None)
         if result.status != "ok" or not result.step_times_s:
             return rec
-        rec.stats = measure.round_stats(result.step_times_s)
+        rec.stats = describe(result.step_times_s)
         rec.verdict = fidelity.check(
             self._reference or result.losses,
             result.losses,
