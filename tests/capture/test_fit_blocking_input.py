@@ -26,8 +26,9 @@ def _finding() -> Finding:
     )
 
 
-def _record(under: dict[str, float]) -> LineTable:
-    return LineTable.from_dict({"rows": [{"site": "train.py:8", "under": under}]})
+def _record(under: dict[str, float], site: str = "train.py:8", function: str = "") -> LineTable:
+    row = {"site": site, "function": function, "under": under}
+    return LineTable.from_dict({"rows": [row]})
 
 
 def test_a_sleep_at_the_step_start_gets_the_wait_fix_at_its_line() -> None:
@@ -44,3 +45,22 @@ def test_file_io_gets_the_io_fix() -> None:
 def test_python_making_the_batch_keeps_the_input_fix() -> None:
     f = _input_pipeline(_finding(), _record({"Python": 7.0, "sleep/wait": 1.0}))
     assert f is not None and "DataLoader" in f.fix
+
+
+def test_a_sleep_in_a_helper_the_loop_calls_is_titled_as_a_sleep() -> None:
+    # a time.sleep inside fetch_batch(), called from the loop: the sampled line is the sleep's
+    # own line in the helper, and the title says the loop sleeps there, not that it makes a batch
+    record = _record({"sleep/wait": 5.0, "Python": 1.0}, "/w/helper_sleep.py:10", "fetch_batch")
+    f = _input_pipeline(_finding(), record)
+    assert f is not None and f.where == ["/w/helper_sleep.py:10"]
+    assert (
+        f.title
+        == "Input pipeline: ...; at helper_sleep.py:10 (fetch_batch) the loop sleeps or waits"
+    )
+
+
+def test_python_making_the_batch_is_titled_as_python_at_its_line() -> None:
+    f = _input_pipeline(
+        _finding(), _record({"Python": 7.0, "I/O": 2.0}, "/w/train.py:8", "<module>")
+    )
+    assert f is not None and f.title.endswith("; at train.py:8 the loop runs Python")

@@ -239,6 +239,7 @@ def test_generator_input_pipeline_is_named_not_launch_overhead(tmp_path: Path) -
     assert top.id == "input-pipeline", [f.id for f in r.findings]
     assert top.saving_ms_per_step == pytest.approx(4.0, abs=0.02)
     assert top.evidence["cpu_frames_at_step_start"] == ["train.py(12): batches"]
+    assert top.title.endswith("no torch operator (in train.py(12): batches)"), top.title
     assert top.evidence["dataloader_in_trace"] is False
     assert "host-bound" not in _ids(r)
 

@@ -82,6 +82,8 @@ def test_a_wait_in_every_step_is_still_named(tmp_path: Path) -> None:
     f = input_pipeline(a)
     assert f is not None and f.id == "input-pipeline"
     assert f.evidence["median_step_share"] == pytest.approx(0.2)
+    # what was measured, and no guess: no frames in this trace, so none named
+    assert f.title.endswith("1.0 ms (20%) while the CPU runs no torch operator"), f.title
     assert f.saving_ms_per_step == pytest.approx(1.0)
 
 
@@ -103,3 +105,16 @@ def test_three_waits_in_four_steps_are_a_pipeline(tmp_path: Path) -> None:
     a = analyze_table(load_trace(_steps(tmp_path, [1000, 900, 50, 1100], step_us=5 * STEP)))
     f = input_pipeline(a)
     assert f is not None and f.evidence["lower_quartile_step_share"] > 0.1
+
+
+def test_the_frame_named_is_the_one_in_the_wait_not_the_carried_optimizer(tmp_path: Path) -> None:
+    # On a busy machine the previous step's optimizer ran 2 ms into each 5 ms step; the loop
+    # then waited 1 ms in its own ``fetch`` range before the first operator at 3 ms. Halfway
+    # through that wait is ``fetch``; halfway from the marker would be the optimizer.
+    path = _steps(tmp_path, [3000, 3000, 3000], carried_us=2000, step_us=5 * STEP)
+    doc = json.loads(path.read_text())
+    doc["traceEvents"] += [annotation("fetch", k * 5 * STEP + 2000, 1000) for k in range(3)]
+    path.write_text(json.dumps(doc))
+    f = input_pipeline(analyze_table(load_trace(path)))
+    assert f is not None and f.evidence["cpu_frames_at_step_start"] == ["fetch"]
+    assert f.title.endswith("while the CPU runs no torch operator (in fetch)"), f.title

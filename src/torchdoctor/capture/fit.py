@@ -9,12 +9,14 @@ from __future__ import annotations
 import ast
 import dataclasses
 import re
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 from torchdoctor.capture.fit_names import fit_names
 from torchdoctor.capture.own_frames import is_ours
 from torchdoctor.record.lines import LineRow, LineTable
+from torchdoctor.record.rows import Optimizer
 from torchdoctor.record.run import RunRecord
 from torchdoctor.rules.finding import Finding
 from torchdoctor.rules.thresholds import WARNING_SHARE
@@ -25,7 +27,7 @@ _COMPILE_ADVICE = "torch.compile(model"
 
 def _next_step(run: RunRecord) -> str:
     c = run.compile
-    optim = [o for o in run.config.optimizers if o.get("impl") == "for-loop"]
+    optim = [o for o in run.config.optimizers if o.impl == "for-loop"]
     sites = len({b.site for b in c.graph_breaks})
     return compiled_next_step(c.compile_calls, sites, run.gpu is not None, optim)
 
@@ -47,12 +49,15 @@ def _input_pipeline(f: Finding, lines: LineTable) -> Finding | None:
         if _outside_ops(r) > 0
     ]
     changes: dict[str, Any] = {}
-    blocking = _blocking_call(lines.rows, where)
-    if blocking is not None and not f.evidence.get("dataloader_in_trace"):
-        # not a batch being produced: the loop waits in a sleep or I/O at the user's own line
-        from torchdoctor.rules.mode_fixes import unexplained_fix
+    row = next((r for r in lines.rows if where and r.site == where[0]), None)
+    if row is not None and _outside_ops(row) > 0:
+        changes["title"] = f.title + _measured_at(row)
+        blocking = _blocking_call(row)
+        if blocking is not None and not f.evidence.get("dataloader_in_trace"):
+            # not a batch being produced: the loop waits in a sleep or I/O at the user's line
+            from torchdoctor.rules.mode_fixes import unexplained_fix
 
-        changes["fix"] = unexplained_fix(blocking[1], blocking[0], [])
+            changes["fix"] = unexplained_fix(blocking, row.site, [])
     return dataclasses.replace(
         f,
         saving_ms_per_step=round(saving, 4),
@@ -62,16 +67,31 @@ def _input_pipeline(f: Finding, lines: LineTable) -> Finding | None:
     )
 
 
-def _blocking_call(rows: tuple[LineRow, ...], where: list[str]) -> tuple[str, str] | None:
-    """(site, category) when the main line of the wait spends most of its time outside torch
-    in a sleep or a wait, or in file or socket I/O, rather than in Python making a batch."""
-    row = next((r for r in rows if where and r.site == where[0]), None)
-    if row is None:
-        return None
+_OUTSIDE_OPS = {
+    "Python": "runs Python",
+    "I/O": "is in file or socket I/O",
+    "sleep/wait": "sleeps or waits",
+}
+
+
+def _measured_at(row: LineRow) -> str:
+    """What the line table sampled at the wait's main line, for the title: the largest of its
+    time outside torch operators, at that line (``; at data.py:10 (fetch) the loop sleeps or
+    waits``). A sleep in a helper the loop calls is named as a sleep, not as a batch made."""
+    top = max(_OUTSIDE_OPS, key=lambda k: row.under.get(k, 0.0))
+    name = f"{Path(row.file).name}:{row.site.rpartition(':')[2]}"
+    in_function = f" ({row.function})" if row.function and row.function != "<module>" else ""
+    return f"; at {name}{in_function} the loop {_OUTSIDE_OPS[top]}"
+
+
+def _blocking_call(row: LineRow) -> str | None:
+    """The category (``sleep/wait`` or ``I/O``) when the main line of the wait spends most of
+    its time outside torch in a sleep or a wait, or in file or socket I/O, rather than in
+    Python making a batch."""
     outside = _outside_ops(row)
     for category in ("sleep/wait", "I/O"):
-        if outside > 0 and row.under.get(category, 0.0) >= 0.5 * outside:
-            return row.site, category
+        if row.under.get(category, 0.0) >= 0.5 * outside:
+            return category
     return None
 
 
@@ -86,7 +106,7 @@ def _op_lines(lines: LineTable) -> list[str]:
 
 
 def _outside_ops(row: LineRow) -> float:
-    return sum(row.under.get(k, 0.0) for k in ("Python", "I/O", "sleep/wait"))
+    return sum(row.under.get(k, 0.0) for k in _OUTSIDE_OPS)
 
 
 def _restarts_workers(findings: list[Finding]) -> bool:
@@ -201,7 +221,7 @@ _COMPILE_LINE = re.compile(r"^(?P<name>\w+) = torch\.compile\((?P=name)\)(?P<res
 _PARAMS = re.compile(r"^(?P<name>\w+)\.parameters\(\)$")
 
 
-def place_compile(fix: str, optimizers: list[dict[str, Any]]) -> str:
+def place_compile(fix: str, optimizers: Sequence[Optimizer]) -> str:
     """``fix`` with its ``model = torch.compile(model)`` line told where it goes: after the
     statement that last binds that model before the optimizer call that takes its parameters
     (``SGD(net.parameters(), ...)`` at FILE:LINE, in the same function), and named for it
@@ -211,9 +231,10 @@ def place_compile(fix: str, optimizers: list[dict[str, Any]]) -> str:
     if m is None or " at " in m.group("rest"):
         return fix
     for opt in optimizers:
-        call = opt.get("call") or {}
-        args, site = call.get("args") or [], str(call.get("site") or "")
-        model = _PARAMS.match(str(args[0])) if args else None
+        if opt.call is None:
+            continue
+        args, site = opt.call.args, opt.call.site
+        model = _PARAMS.match(args[0]) if args else None
         path, _, line = site.rpartition(":")
         if model is None or not line.isdigit():
             continue

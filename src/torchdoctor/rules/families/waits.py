@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from torchdoctor.analysis.breakdown import _carried_over  # where a CPU step's input wait opens
 from torchdoctor.analysis.waits import blocking_copy_calls, idle_gaps, idle_touching, innermost
 from torchdoctor.rules import fixes as fx
 from torchdoctor.rules import thresholds as th
@@ -87,8 +88,10 @@ def dependency_waits(a: TraceAnalysis) -> Measured | None:
 INPUT_SPEC = FindingSpec(
     id="input-pipeline",
     label="the input pipeline",
+    # what was measured: the opening gap and, where the trace has them, the frames running in
+    # it; not a guess at what they do (check's line table says more: capture/fit.py)
     title="Input pipeline: each step starts with {what} {ms:.1f} ms ({share:.0%}) while the "
-    "CPU runs no torch operator (producing the batch?)",
+    "CPU runs no torch operator{during}",
     probe="data",
     severity=SeverityPolicy(th.INPUT_WARN, th.DATA_CRITICAL),
     threshold=th.INPUT_WARN,
@@ -121,7 +124,8 @@ def input_pipeline(a: TraceAnalysis) -> Measured | None:
 
     def details() -> Details:  # the frames, looked up only for a finding
         seen = input_frames(a)
-        return Details(evidence={"cpu_frames_at_step_start": seen}, where=tuple(seen[:3]))
+        during = {"during": f" (in {seen[0]})"} if seen else {}
+        return Details(during, {"cpu_frames_at_step_start": seen}, tuple(seen[:3]))
 
     return Measured(
         value=min(share, low) if a.n_steps >= 3 else share,
@@ -130,6 +134,7 @@ def input_pipeline(a: TraceAnalysis) -> Measured | None:
             "what": "the GPU idle" if a.has_gpu else "the loop waiting",
             "ms": ms,
             "share": share,
+            "during": "",
         },
         evidence={
             "input_wait_ms_per_step": round(ms, 3),
@@ -157,9 +162,12 @@ def _quantile(ordered: list[float], q: float) -> float:
 
 def input_frames(a: TraceAnalysis) -> list[str]:
     """User annotations and Python frames (not built-ins) running halfway through each step's
-    input wait, most common first."""
+    input wait, most common first. On a CPU-only trace the wait opens where the previous step's
+    work carried into the step ends (``Optimizer.step#SGD.step`` run long on a busy machine is
+    not what the loop waits for)."""
     t, counts = a.table, dict[str, int]()
-    for lo, part in zip(a.steps.starts_us[:16], a.per_step[:16], strict=False):
+    opens = a.steps.starts_us if a.has_gpu else _carried_over(t, a.steps)
+    for lo, part in zip(opens[:16], a.per_step[:16], strict=False):
         at = float(lo) + part.idle_ms.get("input_pipeline", 0.0) * 500.0
         for kinds in ((Kind.USER_ANNOTATION,), (Kind.PYTHON_FUNCTION,)):
             r = innermost(t, at, *kinds, skip=INPUT_FRAMES_SKIPPED)
