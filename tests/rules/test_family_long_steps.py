@@ -51,8 +51,8 @@ def test_steady_steps_and_small_spikes_are_quiet() -> None:
 
 
 def test_a_step_long_only_by_waiting_for_a_core_is_the_machines() -> None:
-    """Under load a step can run 11x the median with the loop's own work unchanged: the watcher
-    counted 95 ms of it waiting for a core (other processes held them). Less that wait the step
+    """An older record's reading (the watcher's, of the long steps alone). Under load a step
+    can run 11x the median with the loop's own work unchanged: the watcher counted 95 ms of it waiting for a core (other processes held them). Less that wait the step
     is ordinary: quiet. The same step with 20 ms of waiting has 90 ms of its own: a finding."""
     times = [10.0] * 20
     times[10] = 110.0
@@ -61,7 +61,7 @@ def test_a_step_long_only_by_waiting_for_a_core_is_the_machines() -> None:
     assert fire(RULE, rec) is None
     rec["monitor"]["long_step_core_wait"]["11"]["core_wait_ms"] = 20.0
     f = fire(RULE, rec)
-    assert f is not None and f.evidence["long_steps"] == [{"step": 11, "ms": 90.0}]
+    assert f.evidence["long_steps"] == [{"step": 11, "ms": 90.0, "core_wait_ms": 20.0}]
     # the wait of another step counter's numbering (the watcher restarted on another source)
     rec["monitor"] = {
         **rec["monitor"],
@@ -88,3 +88,46 @@ def test_long_steps_on_a_busy_machine_with_nothing_sampled_in_them_are_info() ->
     rec["monitor"] = {"long_step_samples": {"6": [{"stack": stack, "samples": 9}]}}
     f = fire(RULE, rec)
     assert f is not None and f.severity != "info" and f.evidence["busy_machine"] is None
+
+
+def test_every_step_is_judged_less_its_own_wait_for_a_core() -> None:
+    """The step clock's per-step reading (``monitor.step_core_wait_ms``). A loaded machine: the
+    loop's own step is 10 ms, each step waited 3-7 ms for a core and steps 7 and 13 waited 100
+    and 140 ms, 7-10x the median by their wall times. Net of their waits every step is 10 ms
+    but the three that ran a 100 ms collection: those fire, judged at 110 ms against a 10 ms
+    median; the load's steps do not."""
+    waits = [float(3 + (i * 7) % 5) for i in range(20)]
+    waits[6], waits[12] = 100.0, 140.0
+    own = [10.0] * 20
+    own[5] = own[10] = own[15] = 110.0
+
+    def loaded(own: list[float], reading: bool = True) -> dict[str, Any]:
+        rec = _steps([o + w for o, w in zip(own, waits, strict=True)])
+        rec["monitor"] = {"step_core_wait_ms": waits} if reading else {}
+        return rec
+
+    f = fire(RULE, loaded(own))
+    assert f is not None and f.evidence["median_step_ms"] == 10.0
+    assert f.evidence["long_steps"] == [
+        {"step": s, "ms": 110.0, "core_wait_ms": waits[s - 1]} for s in (6, 11, 16)
+    ]
+    assert f.evidence["every_n_steps"] == 5
+    own[5] = own[10] = own[15] = 10.0  # no collection: the same waits, quiet
+    assert fire(RULE, loaded(own)) is None
+    # without the reading the load's two steps fire: what the per-step reading fixes
+    f = fire(RULE, loaded(own, reading=False))
+    assert f is not None and [r["step"] for r in f.evidence["long_steps"]] == [7, 13]
+
+
+def test_a_per_step_reading_of_other_steps_is_not_used() -> None:
+    """A reading whose length is not the steps' (another count of them) says nothing about these
+    steps: the long step stands; unknown readings (None) are no wait."""
+    times = [10.0] * 20
+    times[10] = 110.0
+    rec = _steps(times)
+    rec["monitor"] = {"step_core_wait_ms": [95.0] * 19}
+    assert fire(RULE, rec) is not None
+    rec["monitor"] = {"step_core_wait_ms": [None] * 20}
+    assert fire(RULE, rec) is not None
+    rec["monitor"]["step_core_wait_ms"][10] = 95.0
+    assert fire(RULE, rec) is None

@@ -23,6 +23,7 @@ from array import array
 from time import perf_counter
 from typing import Any, Literal
 
+from torchdoctor.capture.cpu_usage import ThreadWait
 from torchdoctor.capture.options import CheckOptions
 from torchdoctor.capture.switchboard import KERNEL_STEPS, SYNC_STEPS
 
@@ -93,6 +94,8 @@ class StepClock:
         """False when the counted thread is not the main one (no window, no StopScript)."""
         self._prio = -1
         self._begin_pending = False
+        self._core: ThreadWait | None = None
+        """The counted thread's run-queue wait (opened when that thread is adopted)."""
         self._reset()
 
     def _reset(self) -> None:
@@ -100,6 +103,9 @@ class StepClock:
         """Wall time of each step in seconds (our own window bookkeeping excluded)."""
         self.data_wait_s = array("d")
         """Seconds of each step spent inside ``DataLoader.__next__``."""
+        self.core_wait_s = array("d")
+        """Seconds of each step the counted thread was runnable but waited for a core (its
+        scheduler's run-queue wait: other processes held the cores); NaN where unknown."""
         self.window_opened = False
         self.window_closed = False
         self._pending_wait = 0.0
@@ -128,12 +134,17 @@ class StepClock:
         self.own_steps: list[int] = []
         """Steps (1-based) in which torchdoctor did work of its own (the probe step, the
         profiler's first step)."""
+        self._restart_step()
+
+    def _restart_step(self) -> None:
+        """A step starts now: its wall clock and its thread's run-queue wait so far."""
         self._step_start = perf_counter()
+        self._core_start = self._core.ns() if self._core is not None else -1
 
     def begin(self) -> None:
         """Start timing; with zero warm-up steps the clean window (or the profiler) starts now."""
         self._begin_pending = False
-        self._step_start = perf_counter()
+        self._restart_step()
         clean = self.schedule.clean
         if clean is not None and clean[0] == 1:
             self._timed_start("clean", clean[1])
@@ -174,9 +185,9 @@ class StepClock:
         prio = _PRIORITY[source]
         if self._begin_pending and prio == self._prio:
             self._begin_pending = False
-            step_start = self._step_start
+            started = self._step_start, self._core_start
             self.begin()
-            self._step_start = step_start
+            self._step_start, self._core_start = started
         if prio != self._prio:
             if prio < self._prio:
                 return
@@ -185,24 +196,37 @@ class StepClock:
                 # hooks inside the profiler range torch opened for it): opening the next one
                 # here would end that range in another profiler session, which crashes torch.
                 # This partial step is dropped; counting starts at the next signal.
-                self._step_start = perf_counter()
+                self._restart_step()
                 return
         now = perf_counter()
+        # one pread of the thread's schedstat (about 1 us): what the CPU gave this step
+        core = self._core.ns() if self._core is not None else -1
         self._step_end = now
         self.step_s.append(now - self._step_start)
         self.data_wait_s.append(self._pending_wait)
+        known = core >= 0 and self._core_start >= 0
+        self.core_wait_s.append((core - self._core_start) / 1e9 if known else math.nan)
         if self.log is not None:
             self.log.step(now - self._step_start, self._pending_wait)
         self._pending_wait = 0.0
         n = len(self.step_s)
         if n >= self._next_event:
             self._advance(n)
-        self._step_start = perf_counter()
+            # our bookkeeping (a profiler starting) may wait for a core too: not the next step's
+            core = self._core.ns() if self._core is not None else -1
+        self._step_start, self._core_start = perf_counter(), core
 
     @property
     def steps(self) -> int:
         """Steps seen so far by the winning signal."""
         return len(self.step_s)
+
+    def core_wait_so_far_s(self) -> float:
+        """Seconds the counted thread has waited for a core since the current step began
+        (0 when unknown); read by the watcher thread."""
+        start = self._core_start
+        now = self._core.ns() if self._core is not None and start >= 0 else -1
+        return max(0, now - start) / 1e9 if now >= 0 else 0.0
 
     @property
     def step_end_s(self) -> float:
@@ -211,6 +235,7 @@ class StepClock:
 
     def _adopt(self, ident: int) -> None:
         self.owner = ident
+        self._core = ThreadWait()  # in the counted thread: its own schedstat
         if ident != threading.main_thread().ident:
             # No window from this thread: the profiler is left to the main thread (which
             # stops it at the end if it opened at the start), and no StopScript, which would
@@ -225,6 +250,8 @@ class StepClock:
         """Count nothing from now on (in a forked child of the script)."""
         self.owner = -1
         self.log = None
+        if self._core is not None:  # a forked child's copy reads the parent's thread
+            self._core.close()
 
     def before_fork(self) -> None:
         """The script is about to fork: a window being recorded is discarded, for good."""
@@ -256,13 +283,13 @@ class StepClock:
             self._call("window_abort")
         self._call("set_measuring", False)
         self.source, self._prio = source, prio
-        step_start = self._step_start
+        started = self._step_start, self._core_start
         self._reset()
         if aborted:
             self._begin_pending = True  # at the next signal, outside this hook's range
             return True
         self.begin()
-        self._step_start = step_start  # this step began at the last weaker signal
+        self._step_start, self._core_start = started  # this step began at the last weaker signal
         return False
 
     def _advance(self, n: int) -> None:

@@ -11,6 +11,7 @@ window, give the window's figures. Linux only; elsewhere only process CPU time i
 
 from __future__ import annotations
 
+import contextlib
 import os
 import random
 import threading
@@ -29,6 +30,39 @@ def _read_schedstat(path: str) -> tuple[int, int] | None:
         return int(run_ns), int(wait_ns)
     except (OSError, ValueError):
         return None
+
+
+class ThreadWait:
+    """The run-queue wait of the thread that built it, read as often as a step ends.
+
+    The thread's schedstat stays open and each reading is one ``pread`` (about 1 us, against
+    70 us to open the file again): the step clock reads it at every step boundary. Built in
+    the thread it watches; readable from any thread. Off Linux, or once a reading fails (the
+    script closed our descriptor), every reading is -1: unknown, never zero."""
+
+    def __init__(self) -> None:
+        try:
+            path = f"{_PROC}/self/task/{threading.get_native_id()}/schedstat"
+            self._fd = os.open(path, os.O_RDONLY)
+        except (AttributeError, OSError):
+            self._fd = -1
+
+    def ns(self) -> int:
+        """ns the thread has waited for a core since it started; -1 when unknown."""
+        if self._fd < 0:
+            return -1
+        try:
+            return int(os.pread(self._fd, 96, 0).split()[1])
+        except (AttributeError, OSError, ValueError, IndexError):
+            self.close()
+            return -1
+
+    def close(self) -> None:
+        """Stop reading (idempotent); later readings are -1."""
+        fd, self._fd = self._fd, -1
+        if fd >= 0:
+            with contextlib.suppress(OSError):
+                os.close(fd)
 
 
 def _machine_ticks() -> tuple[int, int] | None:

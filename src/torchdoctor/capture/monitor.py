@@ -5,22 +5,23 @@ the profiler's memory during the window.
 It wakes every ``interval_s`` and reads state (the clock's step times, the process's resident
 memory); it never calls into torch and never blocks the script. Sampling the main thread is
 ``sys._current_frames()`` read in one tight walk (``thread_stack.py``): cheap, and only done
-while a step is already long. Beside the stacks it reads the main thread's run-queue wait
-(``/proc/self/task/<tid>/schedstat``) once per step and during a long step: a step made long
-by other processes holding the cores is the machine's, not the loop's.
+while a step is already long. A step is long by its time less its data wait and its thread's
+wait for a core (the step clock reads that wait at every step boundary, ``clock.core_wait_s``):
+a step made long by other processes holding the cores is the machine's, not the loop's.
 """
 
 from __future__ import annotations
 
+import math
 import os
 import sys
 import threading
 from collections import Counter
+from collections.abc import Sequence
 from statistics import median
 from time import perf_counter
 from typing import Any
 
-from torchdoctor.capture.cpu_usage import _read_schedstat
 from torchdoctor.capture.thread_stack import RawStack, frame_stack, raw_stack
 from torchdoctor.code_paths import code_paths
 from torchdoctor.rules import thresholds as th
@@ -82,6 +83,15 @@ def _user_lines(raw: RawStack, depth: int) -> tuple[str, ...]:
     return (*out[: depth - 1], out[-1])
 
 
+def _net(steps: Sequence[float], *waits: Sequence[float], last: int) -> list[float]:
+    """The last ``last`` steps, each less its waits (a NaN wait, unknown, counts as none)."""
+    n = min(len(steps), *(len(w) for w in waits))  # the script's thread may be appending
+    return [
+        steps[i] - sum(w[i] for w in waits if not math.isnan(w[i]))
+        for i in range(max(0, n - last), n)
+    ]
+
+
 class Monitor:
     """The watcher thread (daemon: it never keeps the process alive)."""
 
@@ -92,12 +102,6 @@ class Monitor:
         self.samples: dict[int, Counter[tuple[str, ...]]] = {}
         """Step number (1-based, as the clock counts) -> sampled user stacks while it ran long."""
         self.sampled_source: str | None = None
-        self.core_wait: dict[int, tuple[float, float]] = {}
-        """Step -> (ms watched since the step's first tick, ms of it the main thread waited for
-        a core), for the steps sampled long."""
-        self._step_seen = -1
-        self._tid = os.getpid()  # the main thread's kernel id (the process's first thread)
-        self._step_first: tuple[float, int] | None = None
         self.noticed = False
         self.peak_window_growth = 0
         self._stop = threading.Event()
@@ -108,10 +112,6 @@ class Monitor:
         """Start watching (idempotent)."""
         if self._thread is None:
             self._started = perf_counter()
-            if threading.current_thread() is threading.main_thread():
-                # read in this process and thread: after a fork threading's native_id of the
-                # main thread is still the parent's
-                self._tid = threading.get_native_id()
             self._thread = threading.Thread(
                 target=self._run, name="torchdoctor-monitor", daemon=True
             )
@@ -140,33 +140,23 @@ class Monitor:
             return
         if n < 3:
             return
-        if n != self._step_seen:  # the first tick of a new step: where its core wait starts
-            self._step_seen, self._step_first = n, self._waited()
         # What the rule judges: each step less its wait for a batch (a data-bound loop's long
-        # compute part would never reach 5x a step made mostly of waiting).
-        times = [s - w for s, w in zip(clock.step_s[-50:], clock.data_wait_s[-50:], strict=False)]
-        typical = median(times)
+        # compute part would never reach 5x a step made mostly of waiting) and for a core.
+        typical = median(_net(clock.step_s, clock.data_wait_s, clock.core_wait_s, last=50))
+        long = max(th.RARE_LONG_RATIO * typical, th.RARE_LONG_MIN_MS / 1e3)
         elapsed = perf_counter() - clock._step_start - clock._pending_wait
-        if elapsed < max(th.RARE_LONG_RATIO * typical, th.RARE_LONG_MIN_MS / 1e3):
+        # the wait so far is read only for a step already long by its wall time
+        if elapsed < long or elapsed - clock.core_wait_so_far_s() < long:
             return
         step = n + 1
         if clock.source != self.sampled_source:  # counting restarted on a stronger signal
             self.samples.clear()
-            self.core_wait.clear()
             self.sampled_source = clock.source
         if step not in self.samples and len(self.samples) >= _MAX_LONG_STEPS:
             return
         counts = self.samples.setdefault(step, Counter())
         if sum(counts.values()) < _MAX_SAMPLES_PER_STEP:
             counts[thread_user_stack(self.main_ident)] += 1
-        now, first = self._waited(), self._step_first
-        if now is not None and first is not None:
-            self.core_wait[step] = ((now[0] - first[0]) * 1e3, (now[1] - first[1]) / 1e6)
-
-    def _waited(self) -> tuple[float, int] | None:
-        """(now, ns the main thread has waited for a core since it started); None off Linux."""
-        stat = _read_schedstat(f"/proc/self/task/{self._tid}/schedstat")
-        return (perf_counter(), stat[1]) if stat is not None else None
 
     def _notice_no_step(self) -> None:
         after = self.session.options.no_step_notice_s
@@ -201,7 +191,9 @@ class Monitor:
             )
 
     def record(self) -> dict[str, Any]:
-        """Sampled long steps for ``run.json``: step -> the user stacks seen, most frequent first."""
+        """Sampled long steps for ``run.json``: step -> the user stacks seen, most frequent first;
+        and every step's wait for a core (ms, None where unknown), as ``steps.step_ms``."""
+        waits = self.session.clock.core_wait_s
         return {
             "interval_s": self.interval_s,
             "source": self.sampled_source,
@@ -211,9 +203,6 @@ class Monitor:
                 ]
                 for step, counts in sorted(self.samples.items())
             },
-            "long_step_core_wait": {
-                str(step): {"watched_ms": round(w, 3), "core_wait_ms": round(c, 3)}
-                for step, (w, c) in sorted(self.core_wait.items())
-            },
+            "step_core_wait_ms": [None if math.isnan(w) else round(w * 1e3, 3) for w in waits],
             "no_step_notice": self.noticed,
         }

@@ -2,8 +2,10 @@
 like it, made long by work that runs now and then in the loop (an evaluation, a checkpoint,
 logging); or once, at the start of the job or of each epoch (``rules/one_off.py``).
 
-The steps' times come from ``run.json``'s ``steps``, what ran in the long ones from the
-watcher's samples of them (``monitor.long_step_samples``).
+The steps' times come from ``run.json``'s ``steps``, each less its data wait and its thread's
+wait for a core (``monitor.step_core_wait_ms``, read by the step clock at every step boundary:
+a step is judged by what the CPU gave it); what ran in the long ones from the watcher's samples
+of them (``monitor.long_step_samples``).
 """
 
 from __future__ import annotations
@@ -94,8 +96,13 @@ def measure(run: RunRecord) -> Measured | None:
     # may be all of it; said for the record, never a warning on a busy machine's say-so
     unseen = None if stacks else _busy(run)
     every = _period([i for i, _ in long])
+    core = _core_waits(run)
     evidence = {
-        "long_steps": [{"step": i + 1, "ms": round(t, 3)} for i, t in long],
+        "long_steps": [
+            {"step": i + 1, "ms": round(t, 3)}
+            | ({"core_wait_ms": round(core[i], 3)} if i in core else {})
+            for i, t in long
+        ],
         "median_step_ms": typical,
         "steps_considered": len(times),
         "excess_ms_per_step": per_step,
@@ -170,8 +177,8 @@ def _candidates(run: RunRecord) -> list[tuple[int, float]]:
     considered: the first step (start-up) is never a candidate, nor are the warm-up steps of a
     run that compiled (compilation is named apart), the steps in which torchdoctor worked (its
     probe step, the profiler's first step) or the mode measurements after the window; waiting
-    for a batch is the DataLoader finding's, and a long step's thread waiting for a core (the
-    watcher's ``long_step_core_wait``: other processes held the cores) is the machine's."""
+    for a batch is the DataLoader finding's, and a step's thread waiting for a core (other
+    processes held the cores: ``_core_waits``) is the machine's."""
     steps = run.steps
     waits = list(steps.data_wait_ms)
     waits += [0.0] * (len(steps.step_ms) - len(waits))
@@ -197,7 +204,12 @@ def _candidates(run: RunRecord) -> list[tuple[int, float]]:
 
 
 def _core_waits(run: RunRecord) -> dict[int, float]:
-    """0-based step -> ms its thread waited for a core while the watcher saw it run long."""
+    """0-based step -> ms its thread waited for a core: every step's, read by the step clock at
+    its boundaries (``monitor.step_core_wait_ms``), or in an older record the long steps' the
+    watcher read while it sampled them (``monitor.long_step_core_wait``)."""
+    each = step_core_waits(run)
+    if each is not None:
+        return {i: w for i, w in enumerate(each) if w is not None}
     monitor = run.monitor
     rows = monitor.get("long_step_core_wait")
     if not isinstance(rows, dict) or monitor.get("source") not in (None, run.steps.source):
@@ -209,6 +221,15 @@ def _core_waits(run: RunRecord) -> dict[int, float]:
         except (KeyError, TypeError, ValueError):
             continue
     return out
+
+
+def step_core_waits(run: RunRecord) -> list[float | None] | None:
+    """Each step's wait for a core (ms, None where unknown), aligned with ``steps.step_ms``;
+    None when the record has no such reading for its steps."""
+    waits = run.monitor.get("step_core_wait_ms")
+    if not isinstance(waits, list) or len(waits) != len(run.steps.step_ms):
+        return None
+    return [max(0.0, float(w)) if isinstance(w, (int, float)) else None for w in waits]
 
 
 def _groups(run: RunRecord, candidates: list[tuple[int, float]]) -> list[list[tuple[int, float]]]:
