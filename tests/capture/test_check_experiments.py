@@ -113,3 +113,41 @@ def test_an_experiment_killed_from_outside_leaves_the_report_written_before_it(
     assert t["ratio"] is None and "not measured" in t["skipped"]
     assert (r.folder / "report.txt").is_file()  # type: ignore[operator]
     assert r.report["findings"]
+
+
+# -- a busy machine ---------------------------------------------------------------------------
+def test_the_thread_toggle_runs_after_the_modes() -> None:
+    """With other processes on the cores, 2 threads ran steps 6-44x slower (mkldnn_off.py,
+    onednn_flags_ctx.py at load 11-17): measured first, the thread toggle used up the time
+    limit and oneDNN's toggle was cut short. It runs last now, whatever the list's order."""
+    from torchdoctor.capture import toggles
+
+    log: list[str] = []
+    threads = toggles.more_threads(lambda n: log.append(f"threads {n}"), 1, 2)
+    mode = experiments.Toggle(
+        "backend-disabled", "on", lambda: log.append("mode on"), lambda: log.append("mode off")
+    )
+    ex = experiments.Experiments([threads, mode], budget_s=60.0)
+    assert ex.begin()
+    while ex.tick(0.001):
+        pass
+    assert log[0] == "mode on" and log.index("threads 2") > log.index("mode off")
+    assert log[-1] == "threads 1"  # the script's own setting is back at the end
+    by_id = {r["id"]: r for r in ex.results()}
+    assert len(by_id["backend-disabled"]["pair_ratios"]) == len(experiments.PATTERN) // 2
+    assert [r["id"] for r in ex.results()] == ["few-intra-op-threads", "backend-disabled"]
+
+
+def test_a_machine_slower_than_in_the_window_keeps_its_pairs() -> None:
+    """Every step of both arms 2.5x the window's median (the load rose after the window): the
+    pairs stay; a step far beyond the toggle's own baseline steps is still rejected."""
+    ref = experiments.Plan(budget_s=10.0, toggles=1, step_ms=40.0, wait_ms=0.0)
+    t = experiments.Toggle("anomaly-detection", "off", lambda: None, lambda: None)
+    for c, b in [(50.0, 100.0), (52.0, 104.0), (49.0, 98.0), (51.0, 1000.0)]:
+        t.record("changed", c, 0.0)
+        t.record("baseline", b, 0.0)
+    r = t.result(ref)
+    assert len(r["pair_ratios"]) == 3 and r["skipped"] is None
+    assert r["ratio"] == pytest.approx(50.0 / 100.0)
+    (why,) = r["rejected_pairs"]
+    assert why.startswith("pair 4 ") and "9.8x a regular step (102.0 ms" in why

@@ -18,8 +18,13 @@ for the time limit (it scales with the step: the planned steps' time, three time
 more than ``MAX_BUDGET_S``), steps too uneven for four pairs to say anything, and (per toggle, in
 ``Accounting._toggles``) a compiled model whose guards the switch would trip. A pair whose step
 waited for its batch far longer than the window's steps did (an epoch's start: workers
-restarted) or whose baseline step ran far beyond the window's (something else ran in it) is
-rejected, not averaged in. The run's record is written before the first extra step
+restarted) or whose baseline step ran far beyond a regular one (something else ran in it) is
+rejected, not averaged in; a regular step is the window's median, or the toggle's own baseline
+steps' where the machine slowed since the window (both arms of a pair see the same load, so a
+slower machine is no reason to drop a pair). A toggle marked ``last`` (more intra-op threads:
+on a machine whose cores other processes hold its changed arm can run tens of times slower)
+runs after the others, so that it never uses up the time limit or the script's remaining
+steps before they are measured. The run's record is written before the first extra step
 (``Accounting.experiments_begin``), so no ending of the experiments loses the report.
 """
 
@@ -154,6 +159,8 @@ class Toggle:
     error: str | None = None
     skipped: str | None = None
     """Why this toggle was not measured (never switched), for the report."""
+    last: bool = False
+    """Run after every other toggle: its changed arm may be far slower than the script's."""
 
     @classmethod
     def skip(cls, id: str, what: str, reason: str) -> Toggle:
@@ -220,10 +227,12 @@ class Toggle:
                 f"a step waited {max(waits):.1f} ms for its batch (the window's steps: "
                 f"{ref.wait_ms:.1f} ms): an epoch's start or a stall"
             )
-        if ref.step_ms > 0 and self.baseline_ms[i] > BASELINE_OUTLIER * ref.step_ms:
+        regular = max(ref.step_ms, median(self.baseline_ms))
+        if regular > 0 and self.baseline_ms[i] > BASELINE_OUTLIER * regular:
             return (
-                f"the baseline step ran {self.baseline_ms[i] / ref.step_ms:.1f}x the window's "
-                f"{ref.step_ms:.1f} ms median: it did more than a regular step"
+                f"the baseline step ran {self.baseline_ms[i] / regular:.1f}x a regular step "
+                f"({regular:.1f} ms, the window's median or this toggle's baseline steps' where "
+                "the machine slowed since): it did more than a regular step"
             )
         return None
 
@@ -255,7 +264,7 @@ class Experiments:
         self.stopped: str | None = None
         """Why the extra steps stopped before the plan's end (the time limit)."""
         self._plan: list[tuple[int, str]] = []
-        for i, t in enumerate(toggles):
+        for i, t in sorted(enumerate(toggles), key=lambda it: it[1].last):
             if t.skipped is None:
                 self._plan += [(i, "warm")] * WARM_STEPS + [(i, arm) for arm in PATTERN]
         self._pos = -1

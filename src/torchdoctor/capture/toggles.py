@@ -55,12 +55,15 @@ def deterministic_off(setter: Callable[..., None] | None = None) -> Toggle:
 
 def more_threads(set_threads: Callable[[int], None], user: int, cores: int) -> Toggle:
     """``torch.set_num_threads(cores)`` for the changed steps (``set_threads`` is the original
-    function, not our recording wrapper)."""
+    function, not our recording wrapper); measured after the other toggles (``last``): with
+    other processes on the cores, 2 threads ran steps 6-44x slower and used up the extra
+    steps' time limit before oneDNN's or determinism's toggle ran."""
     return Toggle(
         "few-intra-op-threads",
         f"{cores} intra-op threads instead of {user}",
         lambda: set_threads(cores),
         lambda: set_threads(user),
+        last=True,
     )
 
 

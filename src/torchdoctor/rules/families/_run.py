@@ -20,16 +20,52 @@ def account(run: RunRecord) -> Account:
     return Account.from_record(run)
 
 
+PAIR_CONFIDENCE = 0.8
+"""Coverage asked of the pairs' interval: four pairs give one at 87.5% (their lowest and
+highest ratio), none at 90% or more."""
+
+
 def toggled(acc: Account, fid: str, step: float) -> tuple[float | None, str, dict[str, Any]]:
     """(saving ms or None, title suffix, evidence) from the toggle ``check`` ran for finding
-    ``fid`` (``capture/experiments.py``): ``1 - changed / baseline`` of the step, interleaved
-    medians; None when it was not measured (--full, torchrun)."""
+    ``fid`` (``capture/experiments.py``): ``1 - r`` of the step, ``r`` the typical ratio
+    (changed / baseline) of the interleaved pairs, each two adjacent steps under the same load
+    (the Hodges-Lehmann estimate of ``stats.paired_ratio_interval``, with its interval); the
+    two arms' medians where no pair was kept. None when it was not measured (--full, torchrun)."""
     e = acc.experiment(fid)
     if e is None or e.ratio is None:
         return None, "", {}
     base, changed = e.baseline_median_ms or 0.0, e.changed_median_ms or 0.0
     text = f": measured {base:.1f} ms per step with it, {changed:.1f} ms with {e.toggle}"
-    return max(0.0, (1.0 - e.ratio) * step), text, {"measured": e.raw}
+    ev: dict[str, Any] = {"measured": e.raw}
+    pairs = [r for r in e.pair_ratios if r > 0]
+    ratio = e.ratio
+    if len(pairs) >= 2:
+        from torchdoctor.stats import paired_ratio_interval
+
+        iv = paired_ratio_interval(pairs, [1.0] * len(pairs), confidence=PAIR_CONFIDENCE)
+        ratio = iv.ratio
+        faster = sum(r < 1 for r in pairs)
+        text += f" (per pair {iv.format()}, {faster} of {len(pairs)} faster)"
+        ev["pair_ratio"] = round(iv.ratio, 4)
+        ev["pair_interval"] = None if iv.confidence == 0 else [round(iv.low, 4), round(iv.high, 4)]
+        ev["pair_interval_confidence"] = round(iv.confidence, 4)
+    return max(0.0, (1.0 - ratio) * step), text, ev
+
+
+def measured_gain(acc: Account, fid: str, step: float) -> bool | None:
+    """Whether the toggle for ``fid`` measured a gain: the typical pair at least
+    ``TOGGLE_GAIN`` of the step faster, and more pairs faster than not (the sign of the pairs:
+    a median moved by one lucky pair is no gain). None when it was not measured. Decided on
+    the pairs, never on how busy the machine was: both steps of a pair ran under the same load."""
+    from torchdoctor.rules import thresholds as th
+
+    saving, _, _ = toggled(acc, fid, step)
+    e = acc.experiment(fid)
+    if saving is None or e is None:
+        return None
+    pairs = [r for r in e.pair_ratios if r > 0]
+    majority = not pairs or 2 * sum(r < 1 for r in pairs) > len(pairs)
+    return saving >= th.TOGGLE_GAIN * step and majority
 
 
 def short(site: str) -> str:

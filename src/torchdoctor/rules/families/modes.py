@@ -2,9 +2,12 @@
 fewer intra-op threads than cores, a kernel backend switched off.
 
 Where ``check`` switched the mode for a few extra steps (``capture/experiments.py``) the saving
-is measured: ``1 - changed / baseline`` (interleaved medians) of the mean step. Elsewhere it is
-an estimate whose reason is in ``rules/thresholds.py``, and the evidence says which. A mode
-measured without a clear gain (under ``TOGGLE_GAIN`` of the step) stays for the record (info).
+is measured: ``1 - changed / baseline`` of the mean step, the typical ratio of interleaved
+pairs of steps (``_run.toggled``). Elsewhere it is an estimate whose reason is in
+``rules/thresholds.py``, and the evidence says which. A mode measured without a clear gain
+(``_run.measured_gain``: under ``TOGGLE_GAIN`` of the step, or no more pairs faster than not)
+stays for the record (info); one measured with a gain keeps its severity on a busy machine too,
+where both steps of each pair waited for the same cores.
 """
 
 from __future__ import annotations
@@ -13,7 +16,7 @@ from typing import TYPE_CHECKING
 
 from torchdoctor.rules import fixes as fx
 from torchdoctor.rules import thresholds as th
-from torchdoctor.rules.families._run import account, toggled
+from torchdoctor.rules.families._run import account, measured_gain, toggled
 from torchdoctor.rules.spec import FindingSpec, Gate, Measured, RunRule, SeverityPolicy, Variant
 
 if TYPE_CHECKING:
@@ -111,7 +114,7 @@ def measure_anomaly(run: RunRecord) -> Measured | None:
     estimated = saving is None
     if saving is None:
         saving = th.ANOMALY_SAVING * step
-    measured_little = not estimated and saving < th.TOGGLE_GAIN * step
+    measured_little = measured_gain(acc, ANOMALY_SPEC.id, step) is False
     sites = acc.setter_sites("set_detect_anomaly", "detect_anomaly")
     return Measured(
         value=share,
@@ -145,7 +148,7 @@ def measure_deterministic(run: RunRecord) -> Measured | None:
         return None
     share = acc.mode_share("deterministic_algorithms")
     saving, text, ev = toggled(acc, DETERMINISTIC_SPEC.id, step)
-    measured_gain = saving is not None and saving >= th.TOGGLE_GAIN * step
+    gain = measured_gain(acc, DETERMINISTIC_SPEC.id, step)
     sites = acc.setter_sites("use_deterministic_algorithms", value=True)
     return Measured(
         value=share,
@@ -154,7 +157,7 @@ def measure_deterministic(run: RunRecord) -> Measured | None:
         evidence={"sampled_share_on": share, "sites": sites, **ev},
         fix={"sites": sites, "cuda": run.gpu is not None},
         where=tuple(sites),
-        most=None if measured_gain else "info",
+        most=None if gain else "info",
         judged="the mode was on" if acc.modes.deterministic_algorithms else None,
     )
 
@@ -256,7 +259,7 @@ def measure_backend(run: RunRecord) -> Measured | None:
     if name == "mkldnn" and acc.modes.mkldnn_available is False:
         return None
     saving, text, ev = toggled(acc, BACKEND_SPEC.id, step)
-    gain = saving is not None and saving >= th.TOGGLE_GAIN * step
+    gain = measured_gain(acc, BACKEND_SPEC.id, step)
     sites = acc.setter_sites(f"{name}.enabled", f"{name}.flags", value=False)
     context = bool(acc.setter_sites(f"{name}.flags", value=False))
     return Measured(
