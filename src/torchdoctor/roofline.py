@@ -25,9 +25,12 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from torchdoctor import hardware
+
+if TYPE_CHECKING:
+    from torchdoctor.record.rows import Optimizer
 
 ATTAINABLE_SHARE = 0.8
 """Share of a GPU's datasheet peak that tuned kernels reach: cuBLAS GEMMs run at 70-90% of
@@ -147,7 +150,7 @@ class FusionFloor:
         return asdict(self)
 
 
-def compulsory_bytes(optimizers: Sequence[dict[str, Any]]) -> tuple[float, str]:
+def compulsory_bytes(optimizers: Sequence[Optimizer]) -> tuple[float, str]:
     """(bytes per training step that any implementation moves, what they are) from the
     optimizers ``check`` records (``param_bytes``, ``class``): the parameters read once in the
     forward pass, the gradients written once, and the optimizer step reading parameters,
@@ -156,12 +159,12 @@ def compulsory_bytes(optimizers: Sequence[dict[str, Any]]) -> tuple[float, str]:
     beside them, so leaving both out keeps it a floor."""
     total, states = 0.0, set()
     for opt in optimizers:
-        p = float(opt.get("param_bytes") or 0.0)
-        k = OPTIMIZER_STATES.get(str(opt.get("class") or ""), 0)
+        p = float(opt.param_bytes)
+        k = OPTIMIZER_STATES.get(opt.class_name, 0)
         # forward read p, gradient write g, step: read p g state, write p state (g = p in size)
         total += p * (1 + 1 + 2 + 2 * k + 1)
         if k:
-            states.add(str(opt.get("class")))
+            states.add(opt.class_name)
     what = "parameters, gradients" + (f", {'/'.join(sorted(states))} state" if states else "")
     return total, what
 

@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from tests.capture.check_helpers import check_inprocess
+from torchdoctor.record.run import RunRecord
 
 CASE = Path(__file__).parent / "cases" / "known_time.py"
 
@@ -80,7 +81,7 @@ def test_the_html_report_has_the_line_table(tmp_path: Path) -> None:
         },
         "roofline": {"unavailable": "compiled code runs kernels no dispatch mode sees"},
     }
-    page = page_from_check({"findings": [], "script": "t.py"}, None, record)
+    page = page_from_check({"findings": [], "script": "t.py"}, None, RunRecord.from_dict(record))
     table = next(t for t in page.tables if t.id == "lines")
     assert table.rows[0][:4] == ["t.py:3", "f", "x()", 5.0]
     assert any("roofline: not available (compiled code" in h for h in page.headline)

@@ -171,12 +171,14 @@ def test_compiled_model_is_never_told_to_compile() -> None:
 
 
 def test_compiled_model_on_a_gpu_gets_cuda_graphs_or_graph_breaks_first() -> None:
+    from torchdoctor.record.rows import CompileCall
     from torchdoctor.rules.user_fixes import compiled_next_step
 
-    fix = compiled_next_step([{"mode": None}], 0, True, [])
+    fix = compiled_next_step([CompileCall()], 0, True, [])
     assert 'mode="reduce-overhead"' in fix
-    assert "reduce-overhead" not in compiled_next_step([{"mode": "reduce-overhead"}], 0, True, [])
-    assert compiled_next_step([{"mode": None}], 2, True, []).startswith("# the model is compiled")
+    tuned = [CompileCall(mode="reduce-overhead")]
+    assert "reduce-overhead" not in compiled_next_step(tuned, 0, True, [])
+    assert compiled_next_step([CompileCall()], 2, True, []).startswith("# the model is compiled")
 
 
 def test_gemm_heavy_step_is_not_framework_overhead() -> None:

@@ -22,6 +22,7 @@ from torchdoctor.capture.experiments import (
     Toggle,
     plan,
 )
+from torchdoctor.record.run import RunRecord
 from torchdoctor.rules.cpu_rules import implausible_probe
 from torchdoctor.rules.run_rules import run_findings
 
@@ -276,12 +277,12 @@ def test_the_report_says_what_was_skipped_failed_and_compiled_by_check() -> None
         "cpu": {"thread_probe": {"failed": "281.5x slower with 16 threads than with 15"}},
         "compile": {"ours": {"compiles": 2, "compile_s": 1.25}},
     }
-    text = experiments_text(record)
+    text = experiments_text(RunRecord.from_dict(record))
     assert "2 intra-op threads instead of 1: not measured: the model is compiled" in text
     assert "anomaly detection off: 10.0 ms per step against 20.0 ms (3 pairs, 1 rejected" in text
     assert "thread probe: failed: 281.5x" in text
     assert "2 compile(s), 1.2 s" in text or "2 compile(s), 1.3 s" in text
-    assert experiments_text({"experiments": []}) == ""
+    assert experiments_text(RunRecord.from_dict({"experiments": []})) == ""
 
 
 def test_the_thread_probe_never_calls_the_scripts_recorded_setter(monkeypatch: Any) -> None:

@@ -9,6 +9,7 @@ import textwrap
 from pathlib import Path
 
 from torchdoctor.capture.fit import fit_to_run, place_compile
+from torchdoctor.record.rows import Optimizer
 from torchdoctor.rules.finding import Finding
 from torchdoctor.rules.fixes import host_bound_fix
 from torchdoctor.rules.registry import spec
@@ -35,17 +36,19 @@ SCRIPT = textwrap.dedent(
 )
 
 
-def _optimizer(path: Path, first_arg: str = "net.parameters()") -> dict:
-    return {
-        "impl": "for-loop",
-        "class": "SGD",
-        "call": {
-            "func": "torch.optim.SGD",
-            "args": [first_arg],
-            "kwargs": {"lr": "0.1"},
-            "site": f"{path}:14",
-        },
-    }
+def _optimizer(path: Path, first_arg: str = "net.parameters()") -> Optimizer:
+    return Optimizer.from_dict(
+        {
+            "impl": "for-loop",
+            "class": "SGD",
+            "call": {
+                "func": "torch.optim.SGD",
+                "args": [first_arg],
+                "kwargs": {"lr": "0.1"},
+                "site": f"{path}:14",
+            },
+        }
+    )
 
 
 def _fix(path: Path) -> str:
@@ -91,7 +94,7 @@ def _host_bound(path: Path) -> Finding:
 def test_check_places_the_line_unless_the_script_compiles_already(tmp_path: Path) -> None:
     path = tmp_path / "train.py"
     path.write_text(SCRIPT)
-    record = {"script": str(path), "config": {"optimizers": [_optimizer(path)]}}
+    record = {"script": str(path), "config": {"optimizers": [_optimizer(path).to_dict()]}}
     (f,) = fit_to_run([_host_bound(path)], record)
     assert f.fix.startswith(f"net = torch.compile(net)  # after the line at {path}:12")
     # a script that compiles already: a compile line is never placed after its own

@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 
 from tests.core import fixexec
+from torchdoctor.record.rows import CompileCall, Optimizer
 from torchdoctor.record.run import LoaderConfig
 from torchdoctor.rules import fixes as fx
 from torchdoctor.rules import framework_advice as advice
@@ -35,13 +36,13 @@ def _no_process_group_left() -> Any:
 
 def _opt(
     cls: str, impl: str = "for-loop", options: list[str] | None = None, **call: Any
-) -> dict[str, Any]:
+) -> Optimizer:
     rec: dict[str, Any] = {"class": cls, "impl": impl}
     if options is not None:
         rec["impl_options"] = options
     if call:
         rec["call"] = {"site": "/w/train.py:9", "func": cls, **call}
-    return rec
+    return Optimizer.from_dict(rec)
 
 
 LOADER = LoaderConfig.from_dict(
@@ -200,11 +201,11 @@ EXTRA_FIXES: dict[str, list[tuple[str, bool]]] = {
     "host-bound (compiled)": [
         (
             compiled_next_step(
-                [{"mode": None}], 0, False, [_opt("Adagrad", options=["foreach", "fused"])]
+                [CompileCall()], 0, False, [_opt("Adagrad", options=["foreach", "fused"])]
             ),
             False,
         ),
-        (compiled_next_step([{"mode": None}], 2, True, []), True),
+        (compiled_next_step([CompileCall()], 2, True, []), True),
     ],
     "dataloader-config (pin_memory)": [(fx.pin_memory_fix(LOADER), True)],
 }

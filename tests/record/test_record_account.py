@@ -107,7 +107,7 @@ def test_the_run_record_reads_the_sections_the_rules_use() -> None:
         }
     )
     assert run.roof.work == {"uncounted_compute_ops": {"aten::foo": 1}}
-    assert [(e.id, e.ratio) for e in run.toggles] == [("anomaly-detection", 0.8)]
+    assert [(e.id, e.ratio) for e in run.experiments] == [("anomaly-detection", 0.8)]
     assert run.modes.anomaly_detection and [r.site for r in run.repeats] == ["t.py:5"]
     assert run.forwards.loops[0].calls == 9 and run.job["value"] == 3
     assert run.monitor == {"source": "optimizer"} and run.memory_steps["rss_bytes"] == [1, 2]
@@ -123,7 +123,7 @@ def test_the_run_record_reads_the_sections_the_rules_use() -> None:
     assert dl.usage == {"measured_wait_s": 0.5} and dl.torch_warnings == ("too many workers",)
     empty = RunRecord.from_dict({"job": [1], "monitor": "x", "memory_steps": [1], "options": {}})
     assert (empty.job, empty.monitor, empty.memory_steps, empty.repeats) == ({}, {}, {}, ())
-    assert not empty.options.full and empty.roof.work == {} and empty.toggles == ()
+    assert not empty.options.full and empty.roof.work == {} and empty.experiments == ()
     assert RunRecord.from_dict({"config": {"dataloaders": [{}]}}).config.dataloaders[0] == (
         LoaderConfig(raw={})
     )

@@ -16,6 +16,7 @@ from tests.conftest import corpus_file
 from tests.core.synth import annotation, launched, write_trace
 from tests.report.hostile import HOSTILE_KERNEL, HOSTILE_OP, write_hostile_trace
 from torchdoctor.commands.analyze.trace import analyze_path
+from torchdoctor.record.run import RunRecord
 from torchdoctor.report.html import render_html
 from torchdoctor.report.html_model import page_from_report
 from torchdoctor.report.html_sources import page_from_check, page_from_tune
@@ -205,7 +206,7 @@ def test_check_page_without_a_trace_shows_the_run() -> None:
         "steps": {"count": 12, "median_step_ms": 31.5},
         "argv": ["--lr", "3e-4"],
     }
-    page = page_from_check(doc, None, record)
+    page = page_from_check(doc, None, RunRecord.from_dict(record))
     meta = dict(page.metadata)
     assert meta["torch version"] == "2.13.0+cpu" and meta["script"] == "train.py --lr 3e-4"
     assert page.findings[0]["id"] == "recompiles" and "31.5 ms" in page.headline[0]

@@ -20,6 +20,7 @@ from tests.report.browser import (
 )
 from tests.report.hostile import write_hostile_trace
 from torchdoctor.commands.analyze.trace import analyze_path
+from torchdoctor.record.run import RunRecord
 from torchdoctor.report.html import write_html
 from torchdoctor.report.html_model import page_from_report
 
@@ -198,7 +199,7 @@ def test_check_page(browser_context: Any, tmp_path: Path) -> None:
         ],
     }
     record = {"torch_version": "2.13.0", "steps": {"count": 4, "median_step_ms": 9.9}}
-    html = _render(page_from_check(doc, report, record), tmp_path / "c.html")
+    html = _render(page_from_check(doc, report, RunRecord.from_dict(record)), tmp_path / "c.html")
     loaded = load(browser_context, html)
     assert_clean(loaded, html)
     assert loaded.page.eval_on_selector_all("#table-run-ranks tbody tr", "r => r.length") == 2
@@ -216,7 +217,10 @@ def test_copy_button_never_covers_a_fix_line(browser_context: Any, tmp_path: Pat
     long_fix = "/" + "a" * 400  # one long token from the first column: breaks only at the edge
     finding = {**report.findings[0].to_dict(), "fix": long_fix + "\n# second line"}
     doc = {"script": "train.py", "world_size": 1, "findings": [finding], "ranks": []}
-    html = _render(page_from_check(doc, report, {"steps": {"count": 4}}), tmp_path / "f.html")
+    html = _render(
+        page_from_check(doc, report, RunRecord.from_dict({"steps": {"count": 4}})),
+        tmp_path / "f.html",
+    )
     loaded = load(browser_context, html)
     overlaps = loaded.page.eval_on_selector_all(
         ".fix",

@@ -19,6 +19,7 @@ from tests.conftest import TRACES
 # Imported here, at collection: a test that patches the memory reader while this module is first
 # imported would leave the patch bound in it.
 from torchdoctor.memory.analysis import analyze_snapshot
+from torchdoctor.record.run import RunRecord
 
 WIDTHS = (60, 80, 100, 160)
 TOP = 10
@@ -237,7 +238,7 @@ def _check_report(name: str, width: int) -> None:
     from torchdoctor.report.serialize import report_dict
 
     folder, doc, record, analysis, merged = _check_run(name)
-    text = report_text(folder, doc, record, analysis, merged, TOP, width)
+    text = report_text(folder, doc, RunRecord.from_dict(record), analysis, merged, TOP, width)
     rows = _rows(report_dict(analysis))  # the trace's tables, as check prints them
     by_self = sorted(record["lines"]["rows"], key=lambda r: -float(r.get("self_ms") or 0))
     for r in by_self[:TOP]:
@@ -277,7 +278,7 @@ def test_check_report_in_a_log_keeps_its_lines_whole() -> None:
     from torchdoctor.commands.check.publish import report_text
 
     folder, doc, record, analysis, merged = _check_run(H200_RUNS[0])
-    text = report_text(folder, doc, record, analysis, merged, TOP, None)
+    text = report_text(folder, doc, RunRecord.from_dict(record), analysis, merged, TOP, None)
     assert "   self ms  incl ms  share  line                         function" in text
     assert any(ln.startswith("efficiency: ") and len(ln) > 160 for ln in text.splitlines())
 

@@ -13,6 +13,8 @@ from tests.conftest import TRACES
 from torchdoctor import roofline
 from torchdoctor.commands.check.report_doc import finding_from_dict
 from torchdoctor.record.floors import step_floors
+from torchdoctor.record.rows import Optimizer
+from torchdoctor.record.run import RunRecord
 from torchdoctor.report.account_text import roofline_line
 from torchdoctor.rules.account_rules import step_account
 
@@ -57,7 +59,7 @@ def test_a_record_without_the_mode_reads_it_from_the_rates() -> None:
     [("AdamW", 9), ("SGD", 5), ("Adagrad", 7), ("MyOptimizer", 5)],  # 5 + 2 x state tensors
 )
 def test_compulsory_bytes_count_parameters_gradients_and_state(cls: str, per_param: int) -> None:
-    nbytes, what = roofline.compulsory_bytes([{"class": cls, "param_bytes": 1000}])
+    nbytes, what = roofline.compulsory_bytes([Optimizer(class_name=cls, param_bytes=1000)])
     assert nbytes == per_param * 1000
     assert what.startswith("parameters, gradients")
 
@@ -88,7 +90,7 @@ def test_gpt2_eager_floors_hold_under_the_compiled_step() -> None:
     assert account.floor == "fusion floor"
     assert account.roofline_ms is not None and account.roofline_ms <= COMPILED_GPT2_STEP_MS
     assert account.eager_traffic_ms == pytest.approx(17.503705)
-    line = roofline_line(record, report.get("account"))
+    line = roofline_line(RunRecord.from_dict(record), report.get("account"))
     assert f"fusion floor {compute_ms:.2f} ms" in line
     assert "eager traffic floor 17.50 ms" in line
     assert "its roofline 17.50" not in line
@@ -98,7 +100,7 @@ def test_gpt2_eager_floors_hold_under_the_compiled_step() -> None:
 def test_compiled_runs_have_no_counted_floor() -> None:
     record, _ = _run("nanogpt_gpt2_compiled")
     assert step_floors(record) is None
-    assert "roofline: not available" in roofline_line(record, None)
+    assert "roofline: not available" in roofline_line(RunRecord.from_dict(record), None)
 
 
 def test_an_fp32_run_with_tf32_off_is_judged_at_the_cuda_core_peak() -> None:
@@ -122,5 +124,5 @@ def test_an_fp32_run_with_tf32_off_is_judged_at_the_cuda_core_peak() -> None:
     assert floors is not None and floors.fusion is not None
     assert floors.fusion.floor_ms == pytest.approx(flops / (66.9e12 * 0.8) * 1e3)
     assert floors.mfu_dtype == "fp32" and floors.mfu_peak_tflops == 66.9
-    line = roofline_line(record, None)
+    line = roofline_line(RunRecord.from_dict(record), None)
     assert "53.5 TFLOP/s fp32 (CUDA cores, TF32 off)" in line

@@ -154,4 +154,10 @@ class Experiment(Row):
     baseline_median_ms: float | None = None
     changed_median_ms: float | None = None
     pair_ratios: tuple[float, ...] = ()
+    rejected_pairs: tuple[str, ...] = ()
+    """The step pairs left out, each with why (an irregular step)."""
+    skipped: str | None = None
+    """Why the toggle was not measured (None when it was, or failed)."""
+    error: str | None = None
+    """Why switching the toggle failed (None when it did not)."""
     raw: dict[str, Any] = field(default_factory=dict)

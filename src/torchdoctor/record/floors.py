@@ -10,6 +10,7 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from torchdoctor import hardware, roofline
+from torchdoctor.record.rows import Optimizer
 from torchdoctor.record.values import as_dict, as_number, as_rows
 
 
@@ -62,7 +63,8 @@ def step_floors(record: dict[str, Any], step_ms: float | None = None) -> StepFlo
     eager = as_number(eff.get("roofline_ms"))
     fusion = None
     if any(flops.values()):
-        optimizers = as_rows(as_dict(record.get("config")).get("optimizers"))
+        config = as_dict(record.get("config"))
+        optimizers = [Optimizer.from_dict(o) for o in as_rows(config.get("optimizers"))]
         nbytes, counted = roofline.compulsory_bytes(optimizers)
         fusion = roofline.fusion_floor(flops, nbytes, att, counted)
     step = step_ms or as_number(eff.get("step_ms"))

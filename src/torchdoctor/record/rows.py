@@ -1,6 +1,7 @@
 """The rows of the record's sections, typed: one call site each (host syncs, non_blocking copies
 from pageable memory, CUDA sync-debug sites, graph breaks, recompiles, recompile-limit hits, timed
-housekeeping calls) and one autocast use per (device, dtype, enabled).
+housekeeping calls), one autocast use per (device, dtype, enabled), one row per optimizer,
+GradScaler and ``torch.compile`` call the script made, and the checkpointing counts.
 
 Read and written by ``record/typed.py`` (``from_dict``, ``to_dict``): the fields are what
 readers use; every recorded key, those without a field too, stays in ``raw`` and is written
@@ -12,7 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from torchdoctor.record.typed import Row
+from torchdoctor.record.typed import Row, key
 
 
 @dataclass(frozen=True)
@@ -109,4 +110,61 @@ class HousekeepingCall(Row):
     site: str = ""
     calls: int = 0
     seconds: float = 0.0
+    raw: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class ConstructionCall(Row):
+    """The user's call that built an object, as source text (``capture/config_probe.py``)."""
+
+    site: str = ""
+    func: str = ""
+    """The callee as written (``torch.optim.AdamW``)."""
+    args: tuple[str, ...] = ()
+    kwargs: dict[str, str] | None = None
+    """Keyword arguments as source text; None when the call's source could not be read."""
+    raw: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Optimizer(Row):
+    """An optimizer the script built (``config.optimizers``)."""
+
+    class_name: str = field(default="", metadata=key("class"))
+    impl: str = ""
+    """``fused``, ``foreach``, ``foreach (auto)``, ``for-loop`` or ``default``."""
+    impl_options: tuple[str, ...] | None = None
+    """The implementations its class accepts for these parameters; None: not recorded."""
+    param_bytes: int = 0
+    param_devices: tuple[str, ...] = ()
+    call: ConstructionCall | None = None
+    """Where the script built it; None when library code did."""
+    raw: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class GradScaler(Row):
+    """A ``GradScaler`` the script built (``config.grad_scalers``)."""
+
+    device: str = ""
+    enabled: bool = False
+    raw: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class CompileCall(Row):
+    """One ``torch.compile`` call's settings (``compile.compile_calls``)."""
+
+    mode: str | None = None
+    raw: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Checkpointing(Row):
+    """``torch.utils.checkpoint`` in the run (``config.checkpointing``)."""
+
+    calls_measured: int = 0
+    """Checkpointed forward calls in the measured steps."""
+    forward_s_measured: float = 0.0
+    """Host seconds of those forwards (what backward runs again)."""
     raw: dict[str, Any] = field(default_factory=dict)

@@ -20,9 +20,13 @@ from torchdoctor.record.account import Experiment, Forwards, Modes, Repeat, Roof
 from torchdoctor.record.lines import LineTable
 from torchdoctor.record.rows import (
     AutocastUse,
+    Checkpointing,
+    CompileCall,
+    GradScaler,
     GraphBreak,
     HostSync,
     HousekeepingCall,
+    Optimizer,
     RecompileEvent,
     RecompileLimitHit,
     SyncDebugSite,
@@ -236,7 +240,7 @@ class CompileStats(Row):
     graph_breaks: tuple[GraphBreak, ...] = ()
     """One per break location and reason."""
     recompile_limit_hits: tuple[RecompileLimitHit, ...] = ()
-    compile_calls: list[dict[str, Any]] = field(default_factory=list)
+    compile_calls: tuple[CompileCall, ...] = ()
     """Settings of each ``torch.compile`` call (``mode``, ``backend``, ``dynamic``...)."""
     ours: dict[str, Any] = field(default_factory=dict)
     """What compiled during check's own measurements after the window (``compiles``,
@@ -284,8 +288,8 @@ class RunConfig(Row):
 
     dataloaders: list[LoaderConfig] = field(default_factory=list)
     autocast: tuple[AutocastUse, ...] = ()
-    grad_scalers: list[dict[str, Any]] = field(default_factory=list)
-    optimizers: list[dict[str, Any]] = field(default_factory=list)
+    grad_scalers: tuple[GradScaler, ...] = ()
+    optimizers: tuple[Optimizer, ...] = ()
     optimizer_steps: int = 0
     measured_optimizer_steps: int = 0
     measured_backward_calls: int = 0
@@ -295,7 +299,7 @@ class RunConfig(Row):
     backend_flags: dict[str, Any] = field(default_factory=dict)
     data_parallel: list[dict[str, Any]] | None = None
     """nn.DataParallel constructions; None when the run did not watch for them."""
-    checkpointing: dict[str, Any] = field(default_factory=dict)
+    checkpointing: Checkpointing = field(default_factory=Checkpointing)
     """``torch.utils.checkpoint`` calls and the checkpointed forward's host seconds."""
     housekeeping: tuple[HousekeepingCall, ...] = ()
     """Timed housekeeping calls (``gc.collect``, ``copy.deepcopy``, ``empty_cache``...), one row
@@ -437,12 +441,10 @@ class RunRecord:
     roofline: dict[str, Any] = field(default_factory=dict)
     """Work per step, attainable rates and efficiency as recorded (``record/floors.py`` reads
     the floors from it)."""
-    experiments: list[dict[str, Any]] = field(default_factory=list)
-    """check's own measurements after the window, one row each (measured, skipped, failed)."""
+    experiments: tuple[Experiment, ...] = ()
+    """check's own measurements after the window, one per toggle (measured, skipped, failed)."""
     roof: Roofline = field(default_factory=Roofline, metadata=key("roofline"))
     """``roofline`` typed (``record/account.py``), for the account and mode rules."""
-    toggles: tuple[Experiment, ...] = field(default=(), metadata=key("experiments"))
-    """``experiments`` typed: each toggle measured inside the run."""
     modes: Modes = field(default_factory=Modes)
     """The global modes (anomaly detection, profiler, sync-debug...) and the lines that set them."""
     repeats: tuple[Repeat, ...] = ()

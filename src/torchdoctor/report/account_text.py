@@ -55,16 +55,16 @@ def _floors_text(floors: StepFloors | None) -> str:
     )
 
 
-def roofline_line(record: dict[str, Any], account: dict[str, Any] | None) -> str:
+def roofline_line(run: RunRecord, account: dict[str, Any] | None) -> str:
     """Work per step and attainable rates, the floors, and the achieved efficiency and MFU."""
-    roof = RunRecord.from_dict(record).roofline
+    roof = run.roofline
     work = roof.get("work") or {}
     eff = roof.get("efficiency") or {}
     att = roof.get("attainable") or {}
     if not eff:
         why = roof.get("unavailable") or (roof.get("error") or "not measured")
         return f"roofline: not available ({why}); efficiency unknown\n"
-    floors = step_floors(record, float(eff["step_ms"]))
+    floors = step_floors(run.raw, float(eff["step_ms"]))
     fusion = floors.fusion if floors is not None else None
     floor_name = "fusion floor" if fusion is not None else "eager traffic floor"
     floor_ms = fusion.floor_ms if fusion is not None else float(eff["roofline_ms"])
@@ -111,14 +111,14 @@ _UNDER_MIN = 20
 """The fewest columns 'under it' gets beside the row before it moves to lines of its own."""
 
 
-def line_table_text(record: dict[str, Any], top: int = 10, width: int | None = None) -> str:
+def line_table_text(run: RunRecord, top: int = 10, width: int | None = None) -> str:
     """The per-line table: self and inclusive ms per step, share, what runs under each line.
 
     ``width``: the terminal's columns; the numbers always print whole, the line and function
     are shortened from the middle, and what runs under a line wraps at its spaces (beside the
     row when there is room, on lines of its own when not). None: one line per row, unwrapped
     (a log or a file)."""
-    lines = RunRecord.from_dict(record).lines
+    lines = run.lines
     out = io.StringIO()
     w = out.write
     if not lines.rows:
@@ -176,25 +176,23 @@ def _line_row(r: LineRow, width: int | None, wide: bool) -> str:
     return text + (f"      {middle(code, width - 6)}\n" if code else "")
 
 
-def experiments_text(record: dict[str, Any]) -> str:
+def experiments_text(run: RunRecord) -> str:
     """check's own measurements after the window (the toggles' extra steps, the thread probe,
     what compiled during them): measured, skipped or failed, each with its reason."""
-    run = RunRecord.from_dict(record)
     rows = []
     for e in run.experiments:
-        what = str(e.get("toggle") or e.get("id"))
-        base, changed = e.get("baseline_median_ms"), e.get("changed_median_ms")
-        if e.get("skipped"):
-            rows.append(f"{what}: not measured: {e['skipped']}")
-        elif e.get("ratio") is not None and base is not None and changed is not None:
-            n, bad = len(e.get("pair_ratios") or []), len(e.get("rejected_pairs") or [])
-            dropped = f", {bad} rejected ({e['rejected_pairs'][0]})" if bad else ""
+        what, base, changed = e.toggle or e.id, e.baseline_median_ms, e.changed_median_ms
+        if e.skipped:
+            rows.append(f"{what}: not measured: {e.skipped}")
+        elif e.ratio is not None and base is not None and changed is not None:
+            bad = len(e.rejected_pairs)
+            dropped = f", {bad} rejected ({e.rejected_pairs[0]})" if bad else ""
             rows.append(
-                f"{what}: {float(changed):.1f} ms per step against {float(base):.1f} ms "
-                f"({n} pairs{dropped})"
+                f"{what}: {changed:.1f} ms per step against {base:.1f} ms "
+                f"({len(e.pair_ratios)} pairs{dropped})"
             )
-        elif e.get("error"):
-            rows.append(f"{what}: failed: {e['error']}")
+        elif e.error:
+            rows.append(f"{what}: failed: {e.error}")
     probe = run.cpu.get("thread_probe") or {}
     if isinstance(probe, dict) and (probe.get("failed") or probe.get("error")):
         rows.append(f"thread probe: failed: {probe.get('failed') or probe.get('error')}")
@@ -211,14 +209,14 @@ def experiments_text(record: dict[str, Any]) -> str:
 
 
 def account_text(
-    doc: dict[str, Any], record: dict[str, Any], top: int = 10, width: int | None = None
+    doc: dict[str, Any], run: RunRecord, top: int = 10, width: int | None = None
 ) -> str:
     """Both parts, then check's own measurements, for the end of the check report; laid out to
     ``width`` columns (None: lines as they are, for a log or a file)."""
     if (doc.get("measurement") or {}).get("failure"):
-        return fit(experiments_text(record), width)
+        return fit(experiments_text(run), width)
     return (
-        fit(roofline_line(record, doc.get("account")), width)
-        + line_table_text(record, top, width)
-        + fit(experiments_text(record), width)
+        fit(roofline_line(run, doc.get("account")), width)
+        + line_table_text(run, top, width)
+        + fit(experiments_text(run), width)
     )

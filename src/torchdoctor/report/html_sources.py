@@ -8,7 +8,6 @@ from pathlib import Path
 from typing import Any
 
 from torchdoctor._version import __version__
-from torchdoctor.record.lines import LineTable
 from torchdoctor.record.run import RunRecord
 from torchdoctor.report.html_model import (
     Num,
@@ -20,10 +19,9 @@ from torchdoctor.report.html_model import (
 )
 
 
-def page_from_check(doc: dict[str, Any], report: Any, record: dict[str, Any]) -> Page:
+def page_from_check(doc: dict[str, Any], report: Any, run: RunRecord) -> Page:
     """The check page: the trace's page (when there is one) with the merged findings and the run's
     own metadata (torch version, script, step clock)."""
-    run = RunRecord.from_dict(record)
     steps = run.steps
     verdict = (
         f"{steps.count} steps seen, median profiled step "
@@ -57,7 +55,7 @@ def page_from_check(doc: dict[str, Any], report: Any, record: dict[str, Any]) ->
             page.notes.append(f"trace analysis: {doc['analysis_unavailable']}")
     page.findings = list(doc.get("findings") or [])
     page.headline = [*probe_lines, verdict]
-    _add_account(page, doc, record, run.lines)
+    _add_account(page, doc, run)
     page.metadata = _run_metadata(doc, run) + [
         kv for kv in page.metadata if kv[0] in ("trace", "steps", "events", "rank")
     ]
@@ -66,13 +64,14 @@ def page_from_check(doc: dict[str, Any], report: Any, record: dict[str, Any]) ->
     return page
 
 
-def _add_account(page: Page, doc: dict[str, Any], record: dict[str, Any], lines: LineTable) -> None:
+def _add_account(page: Page, doc: dict[str, Any], run: RunRecord) -> None:
     """The roofline line (achieved efficiency) in the headline and the per-line time table."""
     from torchdoctor.report.account_text import roofline_line
 
     if (doc.get("measurement") or {}).get("failure"):
         return
-    page.headline.extend(ln for ln in roofline_line(record, doc.get("account")).splitlines() if ln)
+    page.headline.extend(ln for ln in roofline_line(run, doc.get("account")).splitlines() if ln)
+    lines = run.lines
     if not lines.rows:
         return
     cats = ["torch ops", "Python", "I/O", "sleep/wait", "gc", "CPU contention"]
@@ -146,11 +145,11 @@ def _check_ranks(doc: dict[str, Any]) -> Table:
     )
 
 
-def write_check_html(path: str, doc: dict[str, Any], report: Any, record: dict[str, Any]) -> Path:
+def write_check_html(path: str, doc: dict[str, Any], report: Any, run: RunRecord) -> Path:
     """Write the check page (used by ``check --html``)."""
     from torchdoctor.report.html import write_html
 
-    return write_html(page_from_check(doc, report, record), path)
+    return write_html(page_from_check(doc, report, run), path)
 
 
 def page_from_tune(data: dict[str, Any], workload: str = "") -> Page:

@@ -77,7 +77,7 @@ class Account:
             modes=run.modes,
             repeats=run.repeats,
             forwards=run.forwards,
-            experiments=run.toggles,
+            experiments=run.experiments,
         )
 
     def experiment(self, fid: str) -> Experiment | None:

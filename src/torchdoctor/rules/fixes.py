@@ -6,6 +6,7 @@ trace ones) and returns the text. The registry (``rules/catalog_*.py``) names on
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from torchdoctor.rules.user_fixes import (
@@ -15,6 +16,7 @@ from torchdoctor.rules.user_fixes import (
 )
 
 if TYPE_CHECKING:  # a trace analysis never builds run inputs: not imported by analyze
+    from torchdoctor.record.rows import Optimizer
     from torchdoctor.record.run import LoaderConfig
 
 DOCS = "https://pytorch.org/docs/stable"
@@ -245,7 +247,7 @@ OOM = (
 )
 
 
-def host_bound_fix(for_loop_optimizers: list[dict[str, Any]] | None = None) -> str:
+def host_bound_fix(for_loop_optimizers: Sequence[Optimizer] | None = None) -> str:
     """Without optimizers: the GPU fix (compile + CUDA graphs). With the run's for-loop
     optimizers (a CPU run): compile, plus the faster implementation each optimizer really has
     (``fused`` or ``foreach``, see ``rules/optimizer_fixes.py``)."""

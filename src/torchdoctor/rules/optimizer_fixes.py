@@ -10,7 +10,10 @@ Plain data only (no torch).
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from torchdoctor.record.rows import Optimizer
 
 # What torch 2.5-2.13 accept, for records written before ``impl_options`` was recorded.
 _FUSED = frozenset({"Adam", "AdamW", "SGD", "Adagrad"})
@@ -20,14 +23,16 @@ _FOREACH = frozenset(
 )
 
 
-def faster_impl(record: dict[str, Any]) -> str | None:
+def faster_impl(record: Optimizer) -> str | None:
     """``"fused"`` or ``"foreach"``: the fastest implementation this optimizer accepts and does
     not use yet; None when it has none (LBFGS) or already uses the best one."""
-    options = record.get("impl_options")
+    options = record.impl_options
     if options is None:
-        name = str(record.get("class"))
-        options = [i for i, ok in (("fused", name in _FUSED), ("foreach", name in _FOREACH)) if ok]
-    impl = str(record.get("impl") or "")
+        name = record.class_name
+        options = tuple(
+            i for i, ok in (("fused", name in _FUSED), ("foreach", name in _FOREACH)) if ok
+        )
+    impl = record.impl
     for candidate in ("fused", "foreach"):
         if candidate in options:
             if impl == candidate:
@@ -38,22 +43,21 @@ def faster_impl(record: dict[str, Any]) -> str | None:
     return None
 
 
-def optimizer_line(record: dict[str, Any]) -> str:
+def optimizer_line(record: Optimizer) -> str:
     """The user's optimizer call with the faster implementation switched on ('' when there is
     none): rebuilt from the call's source text when it was read, else the class name."""
     impl = faster_impl(record)
     if impl is None:
         return ""
     why = "one kernel for all parameters" if impl == "fused" else "one call per group of tensors"
-    call = record.get("call") or {}
-    if "kwargs" in call:
-        kwargs = {k: v for k, v in call["kwargs"].items() if k not in ("fused", "foreach")}
-        parts = [*call.get("args", []), *(f"{k}={v}" for k, v in kwargs.items()), f"{impl}=True"]
-        text = f"{call.get('func') or record.get('class')}({', '.join(parts)})"
-        site = call.get("site")
-        where = f"at {_short(site)}: " if site else ""
+    call = record.call
+    if call is not None and call.kwargs is not None:
+        kwargs = {k: v for k, v in call.kwargs.items() if k not in ("fused", "foreach")}
+        parts = [*call.args, *(f"{k}={v}" for k, v in kwargs.items()), f"{impl}=True"]
+        text = f"{call.func or record.class_name}({', '.join(parts)})"
+        where = f"at {_short(call.site)}: " if call.site else ""
         return f"{text}  # {where}{why}, not a loop per tensor"
-    return f"{record.get('class')}(params, ..., {impl}=True)  # {why}, not a loop per tensor"
+    return f"{record.class_name}(params, ..., {impl}=True)  # {why}, not a loop per tensor"
 
 
 def _short(site: str) -> str:

@@ -51,7 +51,7 @@ def tiny_ops(run: RunRecord) -> list[Finding]:
     compute_ms = ops.compute_ms_per_step or compute * op_ms
     if max(compute, compute_ms / step) >= th.COMPUTE_BOUND_GEMM_SHARE:
         return []  # dense math holds the step: compute, not overhead (forward and backward)
-    optim = [o for o in run.config.optimizers if o.get("impl") == "for-loop"]
+    optim = [o for o in run.config.optimizers if o.impl == "for-loop"]
     c = run.compile
     fix = (
         compiled_next_step(
@@ -69,7 +69,7 @@ def tiny_ops(run: RunRecord) -> list[Finding]:
     evidence = {
         **run.ops,
         "python_between_ops_ms_per_step": python_ms,
-        "for_loop_optimizers": optim,
+        "for_loop_optimizers": [o.to_dict() for o in optim],
     }
     # A per-element Python loop at one line holding a large share of the step is where the
     # tiny operators come from: that line is the place, and no compile or fused optimizer

@@ -8,10 +8,13 @@ hand-written records.
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
-from typing import Any
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Any
 
 from torchdoctor.rules.sites import relative_site
+
+if TYPE_CHECKING:
+    from torchdoctor.record.rows import CompileCall, Optimizer
 
 # DataLoader's positional parameters, in order (torch.utils.data.DataLoader.__init__).
 _DL_POSITIONAL = (
@@ -227,16 +230,16 @@ def recompile_user_fix(events: list[dict[str, Any]], fallback: str) -> str:
 
 
 def compiled_next_step(
-    calls: list[dict[str, Any]],
+    calls: Sequence[CompileCall],
     graph_break_sites: int,
     cuda: bool,
-    for_loop_optim: list[dict[str, Any]],
+    for_loop_optim: Sequence[Optimizer],
 ) -> str:
     """For an already compiled model: the next step that applies (never torch.compile again).
     ``for_loop_optim``: the run's optimizer records whose implementation is the for-loop one."""
     from torchdoctor.rules.optimizer_fixes import optimizer_line
 
-    modes = {c.get("mode") for c in calls} or {None}
+    modes = {c.mode for c in calls} or {None}
     lines = []
     if graph_break_sites:
         lines.append(

@@ -35,10 +35,9 @@ NO_STEPS = (
 
 
 def _gather(
-    folder: Path, record: dict[str, Any], rank: RankInfo, options: CheckOptions
+    folder: Path, record: dict[str, Any], run: RunRecord, rank: RankInfo, options: CheckOptions
 ) -> tuple[dict[int, dict[str, Any]], Path | None]:
     if not rank.distributed:
-        run = RunRecord.from_dict(record)
         return {0: record}, folder / run.trace if run.trace else None
     records = wait_for_ranks(folder, rank.world_size, options.rank_timeout_s)
     records[rank.rank] = record
@@ -50,7 +49,7 @@ def _gather(
 def report_text(
     folder: Path,
     doc: dict[str, Any],
-    record: dict[str, Any],
+    run: RunRecord,
     analysis: Any,
     merged: list[Finding],
     top: int = 10,
@@ -59,14 +58,13 @@ def report_text(
     """The check report as text, laid out to ``width`` columns (a terminal's: tables keep
     every number whole, prose wraps at its spaces) or, for None, in its log form (tables at
     110 columns, prose lines whole: what ``report.txt`` holds and a pipe gets)."""
-    run = RunRecord.from_dict(record)
     measured = measure(run)
     trace_text, shows_findings = render_analysis(
         analysis, merged, top, measured, doc.get("account"), doc.get("verdict"), width
     )
-    summary = summary_text(doc, record, top, with_findings=not shows_findings)
+    summary = summary_text(doc, run, top, with_findings=not shows_findings)
     text = fit(summary, width) + trace_text
-    text += account_text(doc, record, top, width)
+    text += account_text(doc, run, top, width)
     for note in doc.get("notes") or []:  # our own failures: caught, the script went on
         text += fit(f"torchdoctor note: {note}", width) + "\n"
     if not run.steps.count and measured.failure is None:
@@ -97,7 +95,7 @@ def publish(
         from torchdoctor.rules.framework_advice import rewriter
 
         advise = rewriter(run.framework)
-    records, trace = _gather(folder, record, rank, options)
+    records, trace = _gather(folder, record, run, rank, options)
     doc, analysis, merged = build_report(records, trace, rank.world_size)
     if advise is None and run.frameworks:
         # A framework's trainer runs the loop: the fix is its setting, not a line inside it.
@@ -107,12 +105,10 @@ def publish(
     if advise is not None:
         merged = [advise(f) for f in merged]
         doc["findings"] = [f.to_dict() for f in merged]
-    text = report_text(folder, doc, record, analysis, merged, top)
+    text = report_text(folder, doc, run, analysis, merged, top)
     # On a terminal the printed report is laid out to its width; report.txt keeps the log form.
     width = terminal_columns(sys.stderr if json_path == "-" else sys.stdout)
-    shown = (
-        text if width is None else report_text(folder, doc, record, analysis, merged, top, width)
-    )
+    shown = text if width is None else report_text(folder, doc, run, analysis, merged, top, width)
     try:
         write_json(layout.report_json(folder), doc)
     except OSError as exc:  # a full disk: the environment's, one line naming the file
@@ -125,7 +121,7 @@ def publish(
     if html_path:
         from torchdoctor.report.html_sources import write_check_html
 
-        text += f"wrote {write_check_html(html_path, doc, analysis, record)}\n"
+        text += f"wrote {write_check_html(html_path, doc, analysis, run)}\n"
     as_json = json.dumps(doc, indent=1, default=str) + "\n"
     # Every file first: standard output on a full device must not cost the --json file.
     if json_path and json_path != "-":

@@ -30,13 +30,13 @@ REPORT_SCHEMA_VERSION = 1
 SAME_PROBLEM = alias_map()
 
 
-def contradicted(f: Finding, record: dict[str, Any]) -> bool:
+def contradicted(f: Finding, run: RunRecord) -> bool:
     """True when what the run watched directly disproves a finding guessed from the trace.
 
     ``check`` sees every ``nn.DataParallel`` construction, so a trace-based DataParallel
     finding (from op names) is dropped when none was built.
     """
-    built = RunRecord.from_dict(record).config.data_parallel  # None: not watched
+    built = run.config.data_parallel  # None: not watched
     return f.id == "data-parallel" and built is not None and not built
 
 
@@ -45,7 +45,8 @@ def merge_findings(
 ) -> list[Finding]:
     """Union of both lists, one finding per problem, ranked by estimated saving."""
     if record is not None:
-        trace = [f for f in trace if not contradicted(f, record)]
+        watched = RunRecord.from_dict(record)
+        trace = [f for f in trace if not contradicted(f, watched)]
     by_id: dict[str, Finding] = {}
     for f in [*run, *trace]:
         key = next((r for t, r in SAME_PROBLEM.items() if f.id == t), f.id)
@@ -115,15 +116,16 @@ def build_report(
     from torchdoctor.report.serialize import report_dict
 
     primary = records.get(0) or next(iter(records.values()))
-    measured = measure(RunRecord.from_dict(primary))
+    run = RunRecord.from_dict(primary)
+    measured = measure(run)
     if measured.failure is not None:  # the script never ran: no step advice at all
         trace, run_level = None, []
     else:
-        run_level = [finding_from_dict(d) for d in RunRecord.from_dict(primary).findings]
+        run_level = [finding_from_dict(d) for d in run.findings]
     analysis, why = (None, "no trace was recorded") if trace is None else analyze_trace(trace)
     trace_findings = list(getattr(analysis, "findings", []) or [])
     merged = fit_to_run(merge_findings(trace_findings, run_level, primary), primary)
-    merged, account = _account(primary, merged, measured)
+    merged, account = _account(primary, run.script, merged, measured)
     # the account places findings on the user's lines: two that now share one are one cause
     merged = rank_findings(fold_same_cause(merged, primary))
     merged, effect = _probe_effect(primary, merged, analysis, measured)
@@ -155,7 +157,7 @@ def build_report(
 
 
 def _account(
-    record: dict[str, Any], merged: list[Finding], measured: Measurement
+    record: dict[str, Any], script: str | None, merged: list[Finding], measured: Measurement
 ) -> tuple[list[Finding], dict[str, Any] | None]:
     """The merged findings with ``unexplained-step-time`` when the account leaves time
     unexplained, and the account itself (``report.json``'s ``account``)."""
@@ -169,9 +171,7 @@ def _account(
             from torchdoctor.capture.fit_names import fit_names
 
             # built after fit_to_run: its code is fitted to the script's names here
-            extra = dataclasses.replace(
-                extra, fix=fit_names(extra.fix, RunRecord.from_dict(record).script)
-            )
+            extra = dataclasses.replace(extra, fix=fit_names(extra.fix, script))
             merged = _after_its_causes(rank_findings([*merged, extra]), extra)
         account = step_account(record, merged)
     except Exception as exc:  # the account is a bonus: the findings stand without it
@@ -258,12 +258,9 @@ def _fmt(value: float | None, spec: str = ".1f") -> str:
     return "-" if value is None else format(value, spec)
 
 
-def summary_text(
-    doc: dict[str, Any], primary: dict[str, Any], top: int, with_findings: bool = True
-) -> str:
+def summary_text(doc: dict[str, Any], run: RunRecord, top: int, with_findings: bool = True) -> str:
     """The run-level part of the report as plain text (steps, ranks, compile, findings)."""
     out = io.StringIO()
-    run = RunRecord.from_dict(primary)
     steps, c = run.steps, run.compile
     w = out.write
     w(f"torchdoctor check: {doc['script']}  (exit: {_ending(run)}, code {run.exit_code})\n")

@@ -38,6 +38,7 @@ from torchdoctor.fix.model import FindingRef, Refusal, Rewrite, Switch, Target
 
 if TYPE_CHECKING:
     from torchdoctor.fix.context import FixContext
+    from torchdoctor.record.rows import CompileCall
     from torchdoctor.record.run import CompileStats
 
 NEXT_MODE: dict[Any, str] = {
@@ -233,7 +234,7 @@ class CompileModel:
         return Target(self.id, s.file, s.line, {"setting": s.name, "value": value})
 
     def _next_mode(
-        self, calls: list[dict[str, Any]], rec: CompileStats, ctx: FixContext
+        self, calls: tuple[CompileCall, ...], rec: CompileStats, ctx: FixContext
     ) -> Target | Refusal:
         breaks = {b.site for b in rec.graph_breaks}
         if breaks:
@@ -246,7 +247,7 @@ class CompileModel:
                 "already compiled, and on a CPU no torch.compile mode adds more (CUDA graphs need "
                 "a GPU): a fused optimizer or more work per operator is the next step"
             )
-        mode = calls[0].get("mode") if calls else None
+        mode = calls[0].mode if calls else None
         nxt = NEXT_MODE.get(mode)
         if nxt is None:
             return Refusal(f"already compiled with mode={mode!r}, the last mode", already=True)

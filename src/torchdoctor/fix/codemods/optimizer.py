@@ -25,6 +25,8 @@ from torchdoctor.fix.cst_tools import (
     set_args,
 )
 from torchdoctor.fix.model import FindingRef, Refusal, Rewrite, Target
+from torchdoctor.record.rows import Optimizer
+from torchdoctor.record.values import as_rows
 
 if TYPE_CHECKING:
     from torchdoctor.fix.context import FixContext
@@ -57,11 +59,13 @@ def supported(cls_name: str, device: str) -> tuple[str, ...] | str:
     return tuple(out)
 
 
-def _for_loop_optimizers(finding: FindingRef, ctx: FixContext) -> list[dict[str, Any]]:
+def _for_loop_optimizers(finding: FindingRef, ctx: FixContext) -> list[Optimizer]:
     rows = finding.evidence.get("for_loop_optimizers")
-    if not isinstance(rows, list):
-        rows = [o for o in ctx.record.config.optimizers if o.get("impl") == "for-loop"]
-    return [r for r in rows if isinstance(r, dict) and r.get("class")]
+    if isinstance(rows, list):
+        found = [Optimizer.from_dict(r) for r in as_rows(rows)]
+    else:
+        found = [o for o in ctx.record.config.optimizers if o.impl == "for-loop"]
+    return [o for o in found if o.class_name]
 
 
 def is_optimizer_call(cls_name: str) -> Any:
@@ -83,8 +87,8 @@ class FusedOptimizer:
     def plan(self, finding: FindingRef, ctx: FixContext) -> list[Target | Refusal]:
         out: list[Target | Refusal] = []
         for opt in _for_loop_optimizers(finding, ctx)[:1]:  # the stepping (first) optimizer
-            name = str(opt["class"])
-            devices = opt.get("param_devices") or ["cuda" if ctx.cuda else "cpu"]
+            name = opt.class_name
+            devices = opt.param_devices or ["cuda" if ctx.cuda else "cpu"]
             impls = supported(name, str(devices[0]))
             if isinstance(impls, str):
                 out.append(Refusal(impls))

@@ -87,8 +87,8 @@ def measure_oom(run: RunRecord) -> Measured | None:
     if not oom:
         return None
     opts = run.config.optimizers
-    params = sum(o.get("param_bytes", 0) for o in opts)
-    adam = any("Adam" in o.get("class", "") for o in opts)
+    params = sum(o.param_bytes for o in opts)
+    adam = any("Adam" in o.class_name for o in opts)
     model_state = params * (4 if adam else 2)  # weights + grads (+ 2 Adam moments)
     held = oom.get("allocated_bytes") or (oom.get("memory") or {}).get("peak_allocated_bytes", 0)
     parts = [f"tried to allocate {oom.get('tried_bytes', 0) / GIB:.2f} GiB"]

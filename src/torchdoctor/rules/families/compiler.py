@@ -219,7 +219,7 @@ def measure_not_repaid(run: RunRecord) -> Measured | None:
     step_ms, count = run.step_ms, run.steps.count
     if not (compile_ms and step_ms and count):
         return None
-    fix = {"modes": tuple(c.get("mode") for c in run.compile.compile_calls)}
+    fix = {"modes": tuple(c.mode for c in run.compile.compile_calls)}
     repaid_after = _repaid_after(compile_ms, step_ms)
     if run.completed:
         run_ms, steps, known = sum(run.steps.step_ms) - compile_ms, count, f"{count} steps run"

@@ -7,6 +7,7 @@ this registry entry; its fix passes the optimizers to :func:`host_bound_fix`.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from torchdoctor.rules import fixes as fx
@@ -25,6 +26,7 @@ from torchdoctor.rules.spec import (
 if TYPE_CHECKING:
     from torchdoctor.analysis.bundle import TraceAnalysis
     from torchdoctor.analysis.launch import LaunchStats
+    from torchdoctor.record.rows import Optimizer
 
 LAUNCH_KEYS = (
     "kernels_per_step",
@@ -36,7 +38,7 @@ LAUNCH_KEYS = (
 """The launch statistics the evidence carries (those the trace has)."""
 
 
-def host_bound_fix(for_loop_optimizers: list[dict[str, Any]] | None = None, graphs: int = 0) -> str:
+def host_bound_fix(for_loop_optimizers: Sequence[Optimizer] | None = None, graphs: int = 0) -> str:
     """compile and CUDA graphs on a GPU; with a CPU run's for-loop optimizers, compile plus the
     faster implementation each has; on a step that already replays graphs (``graphs``
     launches), never graphs again: the launches left are outside them."""

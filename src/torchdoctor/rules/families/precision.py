@@ -63,8 +63,9 @@ def _amp(run: RunRecord) -> tuple[set[str], bool, dict[str, Any]]:
     """(autocast dtypes, whether an enabled GradScaler was used, the evidence)."""
     cfg = run.config
     dtypes = cfg.autocast_dtypes
-    scaler = any(s.get("enabled") for s in cfg.grad_scalers)
-    return dtypes, scaler, {"autocast_dtypes": sorted(dtypes), "grad_scalers": cfg.grad_scalers}
+    scaler = any(s.enabled for s in cfg.grad_scalers)
+    scalers = [s.to_dict() for s in cfg.grad_scalers]
+    return dtypes, scaler, {"autocast_dtypes": sorted(dtypes), "grad_scalers": scalers}
 
 
 def _risk(evidence: dict[str, Any]) -> Measured:

@@ -31,10 +31,10 @@ def measure(run: RunRecord) -> Measured | None:
     """Any checkpointed forward in the measured steps (severity from ``RECOMPUTE_WARN``);
     saving (ms/step): that forward's time, recomputed in backward."""
     ck, measured, step = run.config.checkpointing, run.steps.measured_steps, run.step_ms
-    calls = int(ck.get("calls_measured") or 0)
+    calls = ck.calls_measured
     if not calls or not measured or not step:
         return None
-    ms = float(ck.get("forward_s_measured") or 0.0) * 1e3 / measured
+    ms = ck.forward_s_measured * 1e3 / measured
     return Measured(
         value=calls / measured,
         saving_ms=ms,
@@ -43,7 +43,7 @@ def measure(run: RunRecord) -> Measured | None:
             "recompute_ms_per_step": ms,
             "checkpointed_calls_per_step": calls / measured,
             "gemm_share": run.op_summary.gemm_share,
-            "checkpointing": ck,
+            "checkpointing": ck.to_dict(),
         },
     )
 
