@@ -17,8 +17,6 @@ from torchdoctor.code_paths import code_paths
 from torchdoctor.hardware import is_mig
 from torchdoctor.record import layout
 
-_GIB = 2**30
-
 
 def memory_record(cuda: Any, device: int | None = None) -> dict[str, Any]:
     """Allocated / reserved / peak bytes, allocator retries and the fragmentation ratio.

@@ -23,9 +23,6 @@ if STOP_SIGNAL is not None:
     STOP_SIGNAL += 11
 STOP_MEMORY_FACTOR = 6
 """Resident memory after the profiler stops / memory its recording took (torch 2.13, CPU)."""
-_DISCARDED: list[
-    Any
-] = []  # aborted profiler sessions, never freed before the process ends  # one thresholds module: rules/thresholds.py
 
 
 class WindowProfiler:
