@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from tests.rules.run_records import record
+from tests.rules.run_records import lines, record
 from torchdoctor.record.run import RunRecord
 from torchdoctor.rules.families import loader as ld
 from torchdoctor.rules.finding import Finding
@@ -92,3 +92,77 @@ def test_torch_warnings_with_a_known_fix_are_a_finding_each() -> None:
     assert f.title.startswith("torch warned: This DataLoader will create 8 worker processes")
     assert f.title.endswith("which is smaller than what this DataLoader is going to create.")
     assert found(WARNINGS, loader(0.0)) == []
+
+
+# -- a busy machine ---------------------------------------------------------------------------
+FETCH = "torch:utils|_BaseDataLoaderIter.__next__"
+
+
+def _busy_record(fetch_under: dict[str, float]) -> dict[str, Any]:
+    """examples/unlisted/control_inference.py checked at load 17 (2 cores, other processes on
+    1.75 of them): a 441.8 ms step, 34.6 ms of it in the loader's __next__ (5 batches, 0.1729 s),
+    the line sampler's rows for the loop's line (the fetch) and the model's line."""
+    fetch = {"site": "ci.py:44", "function": "main", "code": "for (x,) in DataLoader(...):",
+             "self_ms": 35.1, "inclusive_ms": 35.1, "under": fetch_under,
+             "calls": [[FETCH, 35.1]]}  # fmt: skip
+    model = {"site": "ci.py:45", "function": "main", "code": "preds.append(model(x))",
+             "self_ms": 432.6, "inclusive_ms": 432.6,
+             "under": {"CPU contention": 380.22, "torch ops": 52.13, "Python": 0.23}}  # fmt: skip
+    rec = record(
+        step_ms=441.8,
+        config={"dataloaders": [loader(0.1729, pin_memory=False)]},
+        lines=lines([fetch, model], ms_per_step=467.68),
+    )
+    rec["steps"]["data_wait_ms"] = [12.7, 18.2, 62.1, 0.3, 0.6, 28.1, 32.0, 24.5]
+    return rec
+
+
+def test_a_wait_that_is_the_cpu_other_processes_held_is_info() -> None:
+    """34.87 of the 35.1 ms sampled in the fetch the training thread waited for a core: 99.3%
+    of the 34.58 ms wait is withheld, 0.23 ms is the loader's own, under the 0.5 ms gate."""
+    (f,) = family_findings(CONFIG, RunRecord.from_dict(_busy_record(
+        {"CPU contention": 34.87, "torch ops": 0.23})))  # fmt: skip
+    assert f.severity == "info" and f.saving_ms_per_step == 0.0
+    assert f.title == (
+        "the step waits 34.6 ms (8%) for each batch (num_workers=0), 34.4 ms of it waiting for "
+        "a CPU core other processes held: 0.23 ms is the loader's own"
+    )
+    assert f.fix.startswith("# nothing to change in the DataLoader: its batches take 0.23 ms")
+    assert f.evidence["core_wait_ms_per_step"] == pytest.approx(34.35, abs=0.01)
+
+
+def test_a_loader_that_costs_time_still_fires_on_a_busy_machine() -> None:
+    """The same busy machine, but 24 of the 35.1 ms sampled in the fetch ran Python (items
+    made one by one): 23.6 ms is the loader's own, 33% of the step net of its core wait
+    (441.8 x (1 - 391.3 / 467.7) = 72.1 ms). The usual finding, with workers."""
+    rec = _busy_record({"Python": 24.0, "CPU contention": 11.1})
+    (f,) = family_findings(CONFIG, RunRecord.from_dict(rec))
+    assert f.severity != "info" and f.saving_ms_per_step == pytest.approx(34.58)
+    assert f.title == "the step waits 34.6 ms (8%) for each batch (num_workers=0)"
+    assert "num_workers=" in f.fix
+
+
+def test_the_traces_finding_merged_in_does_not_raise_a_withheld_wait() -> None:
+    """check merges the trace's data-loading-bound (a warning: it sees only the 8% wait) into
+    the run's finding, keeping the more severe; fitting it to the run puts it back to info."""
+    import dataclasses
+
+    from torchdoctor.capture.fit import fit_to_run
+
+    busy = {"wall_s": 2.2, "cores": 2, "intra_op_threads": 2, "other_busy_cores": 1.75,
+            "main_thread_runqueue_wait_s": 2.0}  # fmt: skip
+    rec = _busy_record({"CPU contention": 34.87, "torch ops": 0.23})
+    rec["cpu"] = busy
+    (f,) = family_findings(CONFIG, RunRecord.from_dict(rec))
+    merged = dataclasses.replace(f, severity="warning", saving_ms_per_step=34.5)
+    (fitted,) = fit_to_run([merged], rec)
+    assert fitted.severity == "info" and fitted.title == f.title
+    trace_only = dataclasses.replace(merged, id="data-loading-bound", evidence={}, title="t")
+    (fitted,) = fit_to_run([trace_only], rec)
+    assert fitted.severity == "info"
+    assert fitted.title == "t (34.4 ms of it waiting for a CPU core other processes held)"
+    # the same wait made by the loader itself stays a warning
+    own = _busy_record({"Python": 24.0, "CPU contention": 11.1})
+    own["cpu"] = busy
+    (fitted,) = fit_to_run([merged], own)
+    assert fitted.severity == "warning"

@@ -172,6 +172,16 @@ def _preempted_wait(f: Finding, run: RunRecord) -> Finding:
     waits = list(run.steps.data_wait_ms)[1:]
     if f.severity == "info" or len(waits) < 3 or "restart_ms_per_step" in f.evidence:
         return f
+    from torchdoctor.rules.families.loader import withheld_wait
+
+    held = withheld_wait(run)
+    if held is not None:
+        # the run judged the wait the CPU's (its fetches sampled waiting for a core); the
+        # trace's finding of the same problem, merged into it, cannot tell and does not raise it
+        note = ""
+        if "core_wait_ms_per_step" not in f.evidence:
+            note = f" ({held[1]:.1f} ms of it waiting for a CPU core other processes held)"
+        return dataclasses.replace(f, severity="info", title=f.title + note)
     busy = contention(run.cpu)
     typical = median(waits)
     if busy is None or typical >= DATA_WAIT_MIN_MS:

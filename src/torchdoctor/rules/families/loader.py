@@ -14,6 +14,11 @@ made and timed in the training process after the steps (``main_process_batch``).
 4. otherwise more workers, as many as the measured batch cost needs, up to the rank's CPUs.
 
 A wait too small to matter on a CUDA run still gets ``pin_memory`` when the loader lacks it.
+
+The thresholds judge the wait net of what the CPU withheld (``fetch_core_wait``): where the line
+sampler saw the training thread inside a loader's ``__next__`` waiting for a core that other
+processes held, that part of the wait is the machine's, not the loader's, and no setting of the
+loader removes it. A wait that is mostly such is said as info (``busy`` wording).
 """
 
 from __future__ import annotations
@@ -106,6 +111,22 @@ CONFIG_SPEC = FindingSpec(
             ),
         ),
         (
+            "busy",
+            Variant(
+                "the step waits {wait:.1f} ms ({share:.0%}) for each batch (num_workers="
+                "{workers}), {withheld:.1f} ms of it waiting for a CPU core other processes "
+                "held: {net:.2f} ms is the loader's own",
+                "The line sampler saw the training thread runnable but without a core for most "
+                "of its time inside the DataLoader: other processes held the CPUs. What is left "
+                "is under the finding's threshold; workers would wait for the same cores.",
+                lambda net: (
+                    f"# nothing to change in the DataLoader: its batches take {net:.2f} ms of "
+                    "the step here;\n# the rest is the CPU other processes held: measure again "
+                    "where the cores are free"
+                ),
+            ),
+        ),
+        (
             "pin-memory",
             Variant(
                 "DataLoader without pin_memory on a CUDA run: host-to-device copies cannot overlap",
@@ -170,6 +191,52 @@ def _wait_ms(run: RunRecord, dl: LoaderConfig) -> float:
     return run.steps.mean_data_wait_ms
 
 
+FETCH_CALL = "DataLoaderIter.__next__"
+"""How the line table names a loader's batch fetch (``torch:utils|_BaseDataLoaderIter.__next__``)."""
+
+
+def fetch_core_wait(run: RunRecord) -> float:
+    """Share of the sampled time inside DataLoader ``__next__`` that the training thread was
+    runnable but waited for a core (the line table's ``CPU contention``, its scheduler's
+    run-queue wait): each row's fetch time times that row's contention share of its self time.
+    0 where nothing was sampled in a fetch."""
+    sampled = withheld = 0.0
+    for row in run.lines.rows:
+        fetch = sum(ms for call, ms in row.calls if call.endswith(FETCH_CALL))
+        if fetch <= 0 or row.self_ms <= 0:
+            continue
+        sampled += fetch
+        withheld += fetch * min(1.0, row.under.get("CPU contention", 0.0) / row.self_ms)
+    return withheld / sampled if sampled else 0.0
+
+
+def withheld_wait(run: RunRecord) -> tuple[float, float] | None:
+    """(the feeding loader's wait, the part of it the CPU withheld; ms per step) when the wait
+    passes the finding's threshold and gate but what is left of it does not: a wait that is
+    the machine's, not the loader's. None otherwise (no loader, nothing withheld, a wait the
+    loader causes). Read by ``capture/fit.py`` too, after the trace's finding of the same
+    problem is merged in."""
+    dl, step = feeding_loader(run), run.step_ms
+    if dl is None or not step:
+        return None
+    wait = _wait_ms(run, dl)
+    withheld = wait * fetch_core_wait(run)
+    if not withheld or below_gates(wait, step):
+        return None
+    # the step too, net of its wait for a core: the share the loader would have on free cores
+    lines = run.lines
+    contended = lines.categories.get("CPU contention", 0.0)
+    net_step = step * (1.0 - contended / lines.ms_per_step) if lines.ms_per_step else step
+    if below_gates(wait - withheld, net_step if net_step > 0 else step):
+        return wait, withheld
+    return None
+
+
+def below_gates(wait_ms: float, step_ms: float) -> bool:
+    """A wait under ``DATA_WAIT_SHARE`` of the step or under ``DATA_WAIT_MIN_MS``."""
+    return wait_ms / step_ms < th.DATA_WAIT_SHARE or wait_ms < th.DATA_WAIT_MIN_MS
+
+
 def measured_item_ms(dl: LoaderConfig, wait_ms: float) -> tuple[float | None, str]:
     """One item's cost (ms) and how it was measured: timed in the training process, from the
     workers' CPU time per item in the window, or (no workers) the wait per batch."""
@@ -207,7 +274,7 @@ def measure_config(run: RunRecord) -> Measured | None:
         return None
     wait = _wait_ms(run, dl)
     cuda = run.gpu is not None
-    if wait / step < th.DATA_WAIT_SHARE or wait < th.DATA_WAIT_MIN_MS:
+    if below_gates(wait, step):
         # the spec's own threshold and gate: below them only the pin_memory wording is left
         if not (cuda and not dl.pin_memory):
             return None
@@ -222,6 +289,9 @@ def measure_config(run: RunRecord) -> Measured | None:
     restarts = _restarts(run, dl, wait, step)
     if restarts is not None:
         return restarts
+    held = withheld_wait(run)
+    if held is not None:
+        return _withheld(dl, *held, step)
     item_ms, how = measured_item_ms(dl, wait)
     use = dl.usage
     main = use.get("main_process_batch") or {}
@@ -271,6 +341,32 @@ def measure_config(run: RunRecord) -> Measured | None:
         },
         gates=gates,
         explain={"why": why},
+    )
+
+
+def _withheld(dl: LoaderConfig, wait: float, withheld: float, step: float) -> Measured:
+    """A wait that is mostly the training thread waiting for a core (info, no saving)."""
+    net = wait - withheld
+    return Measured(
+        value=wait / step,
+        title={
+            "wait": wait,
+            "share": wait / step,
+            "workers": dl.num_workers,
+            "withheld": withheld,
+            "net": net,
+        },
+        evidence={
+            "data_wait_ms_per_step": wait,
+            "core_wait_ms_per_step": withheld,
+            "loader_ms_per_step": net,
+            "dataloader": dl.raw,
+        },
+        fix={"net": net},
+        gates={"wait_ms": wait},
+        variant="busy",
+        judged="a wait that is the CPU other processes held",
+        most="info",
     )
 
 
