@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from torchdoctor.record.typed import Row, key, reads
+from torchdoctor.record.typed import Coerce, Row, key, reads
 from torchdoctor.record.values import as_dict, as_rows
 
 _d, _rows = as_dict, as_rows
@@ -59,8 +59,9 @@ class SetterCall(Row):
     value: object = None
 
 
-def _sited_calls(value: Any, _: Any) -> tuple[SetterCall, ...]:
-    return tuple(SetterCall.from_dict(c) for c in _rows(value) if c.get("site"))
+def _sited(cls: type[Row]) -> Coerce:
+    """Read rows of ``cls``, leaving out those that name no ``site``."""
+    return lambda value, _: tuple(cls.from_dict(r) for r in _rows(value) if r.get("site"))
 
 
 @dataclass(frozen=True)
@@ -76,7 +77,7 @@ class Modes(Row):
     cudnn_enabled: bool | None = None
     mkldnn_enabled: bool | None = None
     mkldnn_available: bool | None = None
-    setter_calls: tuple[SetterCall, ...] = field(default=(), metadata=reads(_sited_calls))
+    setter_calls: tuple[SetterCall, ...] = field(default=(), metadata=reads(_sited(SetterCall)))
     """The calls that name their ``site``."""
 
     def enabled(self, backend: str) -> bool | None:
@@ -124,20 +125,13 @@ class ModuleLoop(Row):
 
 
 @dataclass(frozen=True)
-class Forwards:
+class Forwards(Row):
     """What the forward watch saw (``forwards``)."""
 
-    unreached: tuple[UnreachedForward, ...] = ()
-    loops: tuple[ModuleLoop, ...] = ()
-
-    @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> Forwards:
-        return cls(
-            unreached=tuple(
-                UnreachedForward.from_dict(r) for r in _rows(d.get("unreached")) if r.get("site")
-            ),
-            loops=tuple(ModuleLoop.from_dict(r) for r in _rows(d.get("loops")) if r.get("site")),
-        )
+    unreached: tuple[UnreachedForward, ...] = field(
+        default=(), metadata=reads(_sited(UnreachedForward))
+    )
+    loops: tuple[ModuleLoop, ...] = field(default=(), metadata=reads(_sited(ModuleLoop)))
 
 
 @dataclass(frozen=True)

@@ -146,7 +146,6 @@ class Optimizer(Row):
 class GradScaler(Row):
     """A ``GradScaler`` the script built (``config.grad_scalers``)."""
 
-    device: str = ""
     enabled: bool = False
     raw: dict[str, Any] = field(default_factory=dict)
 

@@ -32,7 +32,7 @@ from torchdoctor.record.rows import (
     SyncDebugSite,
     UnpinnedCopy,
 )
-from torchdoctor.record.typed import Row, key, read, reads
+from torchdoctor.record.typed import Row, key, reads
 from torchdoctor.record.values import as_count, as_dict, as_float, as_int, as_list, as_number
 from torchdoctor.record.write import RankPlace
 
@@ -398,7 +398,7 @@ class RunOptions(Row):
 
 
 @dataclass(frozen=True)
-class RunRecord:
+class RunRecord(Row):
     """One rank's ``run.json``, typed for the run rules (read by ``record/typed.py``; written by
     the capture side, ``record/write.py``, not from here)."""
 
@@ -472,10 +472,6 @@ class RunRecord:
     notes: tuple[str, ...] = ()
     """torchdoctor's own failures, caught while the script went on."""
     raw: dict[str, Any] = field(default_factory=dict)
-
-    @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> RunRecord:
-        return read(cls, d)
 
     def recorded(self, section: str) -> Any:
         """A section as the capture side wrote it, for a document that copies it whole
