@@ -13,7 +13,7 @@ from torchdoctor.capture import guest
 from torchdoctor.capture.options import CheckOptions
 from torchdoctor.capture.runfolder import RankInfo
 from torchdoctor.capture.session import Session
-from torchdoctor.capture.switchboard import PLAN, WINDOWS, Instrument, Switchboard, plan_table
+from torchdoctor.capture.switchboard import PLAN, WINDOWS, Instrument, Switchboard
 
 REPO = Path(__file__).resolve().parents[2]
 # Instruments that bend the numbers of the ones they would share a window with.
@@ -43,10 +43,11 @@ def test_the_plan_never_stacks_an_instrument_on_one_it_bends() -> None:
 
 def test_the_docs_list_the_plan() -> None:
     text = (REPO / "docs" / "check.md").read_text()
-    for name, steps, instruments in plan_table():
-        row = re.search(rf"^\| `{re.escape(name)}` \| (.*?) \| (.*?) \|$", text, re.M)
-        assert row is not None, f"docs/check.md has no row for the {name} window"
-        assert row.group(1) == steps and row.group(2) == instruments, name
+    for w in PLAN:
+        row = re.search(rf"^\| `{re.escape(w.name)}` \| (.*?) \| (.*?) \|$", text, re.M)
+        assert row is not None, f"docs/check.md has no row for the {w.name} window"
+        assert row.group(1) == w.steps + (" (GPU only)" if w.gpu_only else ""), w.name
+        assert row.group(2) == ", ".join(w.instruments), w.name
 
 
 class Probe:

@@ -83,14 +83,6 @@ PLAN: tuple[Window, ...] = (
 WINDOWS: dict[str, Window] = {w.name: w for w in PLAN}
 
 
-def plan_table() -> list[tuple[str, str, str]]:
-    """The plan as rows of (window, steps, instruments) for the docs and ``--help``."""
-    return [
-        (w.name, w.steps + (" (GPU only)" if w.gpu_only else ""), ", ".join(w.instruments))
-        for w in PLAN
-    ]
-
-
 @dataclass
 class Instrument:
     """One instrument as the switchboard sees it: what arms it and what disarms it.
