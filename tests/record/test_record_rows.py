@@ -1,0 +1,92 @@
+"""The config and compile rows as the watchers record them, typed (``record/rows.py``): each
+reads the fields its readers use and writes back the watcher's dict byte for byte, and the
+readers keep what the dicts meant (a call whose source was read, with or without keywords)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from torchdoctor.record.account import Experiment
+from torchdoctor.record.rows import Checkpointing, CompileCall, ConstructionCall, Optimizer
+from torchdoctor.record.run import RunRecord
+from torchdoctor.rules.optimizer_fixes import optimizer_line
+
+torch = pytest.importorskip("torch")
+
+
+def _same(row: object, recorded: dict[str, object]) -> bool:
+    return json.dumps(row.to_dict()) == json.dumps(recorded)  # type: ignore[attr-defined]
+
+
+def test_an_optimizer_as_the_probe_records_it() -> None:
+    from torchdoctor.capture.config_probe import optimizer_record
+
+    recorded = optimizer_record(torch.optim.SGD([torch.nn.Parameter(torch.zeros(3))], lr=0.1))
+    opt = Optimizer.from_dict(recorded)
+    assert (opt.class_name, opt.impl, opt.param_bytes, opt.param_devices) == (
+        "SGD",
+        "for-loop",
+        12,
+        ("cpu",),
+    )
+    assert opt.impl_options is not None and "foreach" in opt.impl_options
+    assert opt.call is None and _same(opt, recorded)
+    # a record older than impl_options: None, so the class decides (not "no options")
+    assert Optimizer.from_dict({"class": "SGD"}).impl_options is None
+    assert Optimizer.from_dict({"class": "LBFGS", "impl_options": []}).impl_options == ()
+
+
+def test_a_call_read_without_keywords_is_still_rebuilt_from_its_source() -> None:
+    site = {"site": "/w/train.py:9", "func": "torch.optim.SGD", "args": ["net.parameters()"]}
+    read = Optimizer.from_dict({"class": "SGD", "impl": "for-loop", "call": {**site, "kwargs": {}}})
+    assert read.call == ConstructionCall(
+        "/w/train.py:9", "torch.optim.SGD", ("net.parameters()",), {}, raw={**site, "kwargs": {}}
+    )
+    assert optimizer_line(read).startswith("torch.optim.SGD(net.parameters(), fused=True)  # at ")
+    # only the site: the call's source was not read, the class name stands in
+    unread = Optimizer.from_dict({"class": "SGD", "impl": "for-loop", "call": {"site": "a:1"}})
+    assert unread.call is not None and unread.call.kwargs is None
+    assert optimizer_line(unread).startswith("SGD(params, ..., fused=True)")
+    assert Optimizer.from_dict({"class": "SGD", "call": {}}).call is None
+
+
+def test_compile_calls_and_checkpointing_as_their_watchers_record_them() -> None:
+    from torchdoctor.capture.checkpointing import CheckpointWatch
+    from torchdoctor.capture.compile_watch import compile_call
+
+    recorded = compile_call((torch.nn.Linear(2, 2),), {"mode": "max-autotune", "dynamic": False})
+    call = CompileCall.from_dict(recorded)
+    assert call.mode == "max-autotune" and _same(call, recorded)
+    assert CompileCall.from_dict(compile_call((), {})).mode is None
+    watch = CheckpointWatch()
+    watch.calls, watch.forward_s = 4, 0.25
+    ck = Checkpointing.from_dict(watch.snapshot())
+    assert (ck.calls_measured, ck.forward_s_measured) == (4, 0.25)
+    assert _same(ck, watch.snapshot())
+
+
+def test_experiments_as_check_records_them() -> None:
+    from torchdoctor.capture.experiments import Toggle
+
+    skipped = Toggle.skip("anomaly-detection", "anomaly detection off", "the model is compiled")
+    measured = Toggle("few-intra-op-threads", "2 threads", lambda: None, lambda: None)
+    for ms in (10.0, 11.0, 12.0):
+        measured.record("baseline", ms, 0.0)
+        measured.record("changed", ms / 2, 0.0)
+    rows = [skipped.result(), measured.result()]
+    run = RunRecord.from_dict({"experiments": [*rows, "junk"]})
+    assert [(e.id, e.skipped, e.error) for e in run.experiments] == [
+        ("anomaly-detection", "the model is compiled", None),
+        ("few-intra-op-threads", None, None),
+    ]
+    assert run.experiments[1].ratio == pytest.approx(0.5)
+    assert run.experiments[1].pair_ratios == (0.5, 0.5, 0.5)
+    assert all(_same(e, r) for e, r in zip(run.experiments, rows, strict=True))
+    assert Experiment.from_dict(
+        {"id": "x", "rejected_pairs": ["pair 1: slow", 3]}
+    ).rejected_pairs == (
+        "pair 1: slow",
+        "3",
+    )
