@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -93,9 +94,12 @@ def test_unreachable_scheduler_is_one_line_and_exit_2(tmp_path: Path) -> None:
         "--scheduler",
         "tcp://127.0.0.1:9",
     ]
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
+    # Dask's own connect timeout, 1 s instead of the command's 10 s: nothing listens there.
+    env = {**os.environ, "DASK_DISTRIBUTED__COMM__TIMEOUTS__CONNECT": "1s"}
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=120, env=env)
     assert proc.returncode == 2
     assert proc.stderr.startswith("torchdoctor: error: cannot reach the Dask scheduler")
+    assert "after 1 s" in proc.stderr  # Dask waited the timeout the environment set
     assert len(proc.stderr.strip().splitlines()) == 1 and proc.stdout == ""
 
 

@@ -97,7 +97,10 @@ class DaskExecutor:
         self._cluster = None
         try:
             if address:
-                self._client = Client(address, timeout="10s")
+                # Dask retries a refused connection until this timeout: 10 s, or Dask's own
+                # setting where its environment variable sets one.
+                timeout = os.environ.get("DASK_DISTRIBUTED__COMM__TIMEOUTS__CONNECT", "10s")
+                self._client = Client(address, timeout=timeout)
             else:
                 self._cluster = LocalCluster(
                     n_workers=jobs, threads_per_worker=1, processes=True, dashboard_address=None
