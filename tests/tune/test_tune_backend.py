@@ -19,7 +19,7 @@ def _adamw() -> torch.optim.AdamW:
 
 
 def test_a_trial_backend_is_a_runtime_with_the_trials_settings() -> None:
-    backend = adapter.make_backend(RuntimeConfig(grad_accumulation=2, num_workers=0))
+    backend = adapter.TrialBackend(RuntimeConfig(grad_accumulation=2, num_workers=0))
     assert isinstance(backend.rt, Runtime)
     assert backend.rt.config.grad_accumulation == 2
     # The worker rebuilt the optimizer already; the runtime must not rebuild it a second time.

@@ -21,11 +21,6 @@ import torch
 from torchdoctor.config import RuntimeConfig
 
 
-def pick_device() -> torch.device:
-    """The first CUDA device when there is one, else the CPU."""
-    return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-
-
 def rebuild_optimizer(opt: torch.optim.Optimizer, impl: str) -> torch.optim.Optimizer:
     """The same optimizer over the same parameter groups with the foreach or fused implementation.
 
@@ -80,15 +75,11 @@ class TrialBackend:
         self, dataset: Any, *, batch_size: int, collate_fn: Callable[..., Any] | None
     ) -> Iterable[Any]:
         """The runtime's loader over ``dataset`` in order, dropping a last partial batch; its
-        batches arrive on the device."""
+        batches arrive on the device (the loop moves nothing itself)."""
         kwargs: dict[str, Any] = {"drop_last": True}
         if collate_fn is not None:
             kwargs["collate_fn"] = collate_fn
         return self.rt.loader(dataset, batch_size=batch_size, shuffle=False, **kwargs)
-
-    def to_device(self, batch: Any) -> Any:
-        """The batch as the loader gave it: the runtime's loader already moved it."""
-        return batch
 
     def autocast(self) -> contextlib.AbstractContextManager[Any]:
         return self.rt.autocast()
@@ -100,11 +91,6 @@ class TrialBackend:
     def step(self, optimizer: Any) -> None:
         """Optimizer step at the accumulation boundary (the GradScaler's under fp16)."""
         self.rt.step(optimizer)
-
-
-def make_backend(config: RuntimeConfig) -> TrialBackend:
-    """The trial's backend: the runtime, configured by ``config``."""
-    return TrialBackend(config)
 
 
 def cycle(loader: Iterable[Any]) -> Iterator[Any]:

@@ -70,7 +70,7 @@ class _Loop:
     """
 
     def __init__(self, config: RuntimeConfig, wl: Workload) -> None:
-        from torchdoctor.tune.adapter import cycle, make_backend, rebuild_optimizer
+        from torchdoctor.tune.adapter import TrialBackend, cycle, rebuild_optimizer
 
         self.config, self.wl = config, wl
         self.accum = config.grad_accumulation
@@ -78,7 +78,7 @@ class _Loop:
             raise UserError(
                 f"batch size {wl.batch_size} is not divisible by accumulation {self.accum}"
             )
-        self.backend = make_backend(config)
+        self.backend = TrialBackend(config)
         optimizer = rebuild_optimizer(wl.optimizer, config.optimizer_impl)
         self.model, self.optimizer = self.backend.setup(wl.model, optimizer)
         loader = self.backend.loader(
@@ -96,7 +96,7 @@ class _Loop:
         total: Any = None
         for _ in range(self.accum):
             t0 = time.perf_counter()
-            batch = self.backend.to_device(next(self.batches))
+            batch = next(self.batches)  # on the device already: the runtime's loader moved it
             self.wait_s += time.perf_counter() - t0
             with self.backend.autocast():
                 loss = self.wl.loss(self.model, batch)
@@ -187,9 +187,6 @@ def run_trial(spec: dict[str, Any]) -> TrialResult:
     ``spec["arms"]`` lists the configurations, the candidate first; the result carries the
     candidate's losses and times and every arm's per-round mean step time.
     """
-    from torchdoctor.tune.adapter import pick_device
-
-    device = pick_device()
     out = TrialResult(status="ok")
     try:
         arms = _build_arms(spec)
