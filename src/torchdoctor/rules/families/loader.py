@@ -116,9 +116,10 @@ CONFIG_SPEC = FindingSpec(
                 "the step waits {wait:.1f} ms ({share:.0%}) for each batch (num_workers="
                 "{workers}), {withheld:.1f} ms of it waiting for a CPU core other processes "
                 "held: {net:.2f} ms is the loader's own",
-                "The line sampler saw the training thread runnable but without a core for most "
-                "of its time inside the DataLoader: other processes held the CPUs. What is left "
-                "is under the finding's threshold; workers would wait for the same cores.",
+                "Other processes held the CPUs: the line sampler saw the training thread "
+                "runnable but without a core inside the DataLoader, and a batch made in the "
+                "training process took no longer than its fastest fetch. What is left is under "
+                "the finding's threshold; workers would wait for the same cores.",
                 lambda net: (
                     f"# nothing to change in the DataLoader: its batches take {net:.2f} ms of "
                     "the step here;\n# the rest is the CPU other processes held: measure again "
@@ -210,25 +211,50 @@ def fetch_core_wait(run: RunRecord) -> float:
     return withheld / sampled if sampled else 0.0
 
 
+MIN_FETCHES = 8
+"""Fetches a loader without workers must have made before its fastest says what a batch costs."""
+
+
+def fastest_fetch_ms(run: RunRecord, dl: LoaderConfig) -> float | None:
+    """The fastest batch of a loader without workers over the run's steps after the first (ms),
+    on a machine whose cores other processes held (``cpu_rules.contention``): each of its
+    fetches makes a whole batch in the training process, so one that got the cores took what a
+    batch costs (a healthy control's tensor index: 0.4 ms in 3 of 24 steps, 13-76 ms in the
+    others at load 15). None with workers (a prefetched batch is fast by nature), with fewer
+    than ``MIN_FETCHES`` steps, or on free cores."""
+    from torchdoctor.rules.cpu_rules import contention
+
+    waits = [w for w in list(run.steps.data_wait_ms)[1:] if w > 0]
+    if dl.num_workers or len(waits) < MIN_FETCHES or contention(run.cpu) is None:
+        return None
+    return min(waits)
+
+
 def withheld_wait(run: RunRecord) -> tuple[float, float] | None:
     """(the feeding loader's wait, the part of it the CPU withheld; ms per step) when the wait
-    passes the finding's threshold and gate but what is left of it does not: a wait that is
-    the machine's, not the loader's. None otherwise (no loader, nothing withheld, a wait the
-    loader causes). Read by ``capture/fit.py`` too, after the trace's finding of the same
-    problem is merged in."""
+    passes the finding's threshold and gate but the loader's own part does not: a wait that is
+    the machine's, not the loader's. The loader's own part is the wait net of the training
+    thread's core wait inside the fetch (``fetch_core_wait``), and for a loader without workers
+    on a busy machine at most its fastest fetch (``fastest_fetch_ms``: a parallel operator's
+    threads can wait for a core while the training thread is counted as running). None
+    otherwise (no loader, nothing withheld, a wait the loader causes). Read by
+    ``capture/fit.py`` too, after the trace's finding of the same problem is merged in."""
     dl, step = feeding_loader(run), run.step_ms
     if dl is None or not step:
         return None
     wait = _wait_ms(run, dl)
-    withheld = wait * fetch_core_wait(run)
-    if not withheld or below_gates(wait, step):
+    own = wait * (1.0 - fetch_core_wait(run))
+    fastest = fastest_fetch_ms(run, dl)
+    if fastest is not None:
+        own = min(own, fastest)
+    if own >= wait or below_gates(wait, step):
         return None
     # the step too, net of its wait for a core: the share the loader would have on free cores
     lines = run.lines
     contended = lines.categories.get("CPU contention", 0.0)
     net_step = step * (1.0 - contended / lines.ms_per_step) if lines.ms_per_step else step
-    if below_gates(wait - withheld, net_step if net_step > 0 else step):
-        return wait, withheld
+    if below_gates(own, net_step if net_step > 0 else step):
+        return wait, wait - own
     return None
 
 
@@ -291,7 +317,7 @@ def measure_config(run: RunRecord) -> Measured | None:
         return restarts
     held = withheld_wait(run)
     if held is not None:
-        return _withheld(dl, *held, step)
+        return _withheld(run, dl, *held, step)
     item_ms, how = measured_item_ms(dl, wait)
     use = dl.usage
     main = use.get("main_process_batch") or {}
@@ -344,8 +370,10 @@ def measure_config(run: RunRecord) -> Measured | None:
     )
 
 
-def _withheld(dl: LoaderConfig, wait: float, withheld: float, step: float) -> Measured:
-    """A wait that is mostly the training thread waiting for a core (info, no saving)."""
+def _withheld(
+    run: RunRecord, dl: LoaderConfig, wait: float, withheld: float, step: float
+) -> Measured:
+    """A wait that is mostly the CPU other processes held (info, no saving)."""
     net = wait - withheld
     return Measured(
         value=wait / step,
@@ -360,6 +388,7 @@ def _withheld(dl: LoaderConfig, wait: float, withheld: float, step: float) -> Me
             "data_wait_ms_per_step": wait,
             "core_wait_ms_per_step": withheld,
             "loader_ms_per_step": net,
+            "fastest_fetch_ms": fastest_fetch_ms(run, dl),
             "dataloader": dl.raw,
         },
         fix={"net": net},
