@@ -7,15 +7,12 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from torchdoctor.record.values import as_float
 from torchdoctor.rules.finding import Finding
 
 
 def _get(f: Finding | Mapping[str, Any], name: str) -> Any:
     return f.get(name) if isinstance(f, Mapping) else getattr(f, name, None)
-
-
-def _num(value: Any) -> float:
-    return float(value) if isinstance(value, int | float) and not isinstance(value, bool) else 0.0
 
 
 def seconds(ms: float) -> str:
@@ -31,11 +28,11 @@ def seconds(ms: float) -> str:
 
 def _step_ms(f: Finding | Mapping[str, Any]) -> float:
     evidence = _get(f, "evidence") or {}
-    step = _num(evidence.get("mean_step_ms")) if isinstance(evidence, Mapping) else 0.0
+    step = as_float(evidence.get("mean_step_ms")) if isinstance(evidence, Mapping) else 0.0
     if step > 0:
         return step
-    share = _num(_get(f, "share_of_step"))
-    return _num(_get(f, "saving_ms_per_step")) / share if share > 0 else 0.0
+    share = as_float(_get(f, "share_of_step"))
+    return as_float(_get(f, "saving_ms_per_step")) / share if share > 0 else 0.0
 
 
 def saving_text(f: Finding | Mapping[str, Any], short: bool = False) -> str | None:
@@ -45,19 +42,19 @@ def saving_text(f: Finding | Mapping[str, Any], short: bool = False) -> str | No
     once per epoch (3% of a 40 s epoch)``; never a share of a step. ``short``: the cost alone
     (for the verdict line)."""
     unit = _get(f, "cost_unit") or "step"
-    saving, share = _num(_get(f, "saving_ms_per_step")), _num(_get(f, "share_of_step"))
+    saving, share = as_float(_get(f, "saving_ms_per_step")), as_float(_get(f, "share_of_step"))
     if unit == "step":
         if saving <= 0:
             return None
         if short:
             return f"saves up to {saving:.1f} ms per step, {share:.0%}"
         return f"saves up to {saving:.2f} ms per step ({share:.0%})"
-    cost = _num(_get(f, "one_off_ms"))
+    cost = as_float(_get(f, "one_off_ms"))
     head = f"costs {seconds(cost)} once per {unit}"
     if short:
         return head
     if unit == "epoch":
-        period = _num(_get(f, "period_ms"))
+        period = as_float(_get(f, "period_ms"))
         return (
             f"{head} ({cost / (period + cost):.0%} of a {seconds(period + cost)} epoch)"
             if (period > 0)
@@ -66,7 +63,7 @@ def saving_text(f: Finding | Mapping[str, Any], short: bool = False) -> str | No
     tail: list[str] = []
     steps, basis = _get(f, "spread_steps"), str(_get(f, "spread_basis") or "")
     step = _step_ms(f)
-    breaks_even = _num(_get(f, "break_even_steps"))
+    breaks_even = as_float(_get(f, "break_even_steps"))
     if breaks_even > 0:
         tail.append(f"repaid only by a job of {breaks_even:.0f} steps or more")
     if isinstance(steps, int) and steps > 0 and step > 0 and "unknown" not in basis:

@@ -16,7 +16,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from torchdoctor.record.values import as_dict
+from torchdoctor.record.values import as_dict, as_number
 from torchdoctor.rules import thresholds as th
 from torchdoctor.rules.account_inputs import Account
 
@@ -85,7 +85,9 @@ def assumed_compute(acc: Account) -> AssumedCompute | None:
     if share < th.DOMINANT_UNCOUNTED_OP:
         return None
     uncounted = as_dict(work.get("uncounted_compute_ops"))
-    calls = sum(int(v) for k, v in uncounted.items() if k in op.split(", ") and _num(v))
+    calls = sum(
+        int(v) for k, v in uncounted.items() if k in op.split(", ") and as_number(v) is not None
+    )
     return AssumedCompute(
         op=op,
         calls=calls,
@@ -96,7 +98,3 @@ def assumed_compute(acc: Account) -> AssumedCompute | None:
             "not be counted from its inputs: its time is taken as compute, its efficiency unknown"
         ),
     )
-
-
-def _num(v: Any) -> bool:
-    return isinstance(v, int | float) and not isinstance(v, bool)
