@@ -6,7 +6,7 @@ import json
 import os
 import subprocess
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -37,6 +37,9 @@ class CheckRun:
     stdout: str
     stderr: str
     folder: Path | None
+    hooks_left: dict[str, int] = field(default_factory=dict)
+    """Global module hooks the run left behind (an in-process run), per hook dict: the
+    script's own or ours; removed again before the next test."""
 
     @property
     def report(self) -> dict[str, Any]:
@@ -69,9 +72,11 @@ def check_inprocess(out: Path, script: Path | str, *args: str, opts: list[str] =
         result = CliRunner().invoke(
             check_command, [*opts, "--out", str(out), str(script), *args], catch_exceptions=False
         )
+        new = _new_hooks(saved)  # counted before they are removed
+        left = {name: len(keys) for name, keys in new.items() if keys}
     finally:
         _restore_global_module_hooks(saved)
-    return CheckRun(result.exit_code, result.stdout, result.stderr, _folder(out))
+    return CheckRun(result.exit_code, result.stdout, result.stderr, _folder(out), left)
 
 
 _HOOK_DICTS = (
@@ -88,6 +93,15 @@ def _global_module_hooks() -> dict[str, dict[Any, Any]]:
     return {name: dict(getattr(module, name)) for name in _HOOK_DICTS}
 
 
+def _new_hooks(saved: dict[str, dict[Any, Any]]) -> dict[str, list[Any]]:
+    """The keys of each global hook dict that are not in ``saved``."""
+    from torch.nn.modules import module
+
+    return {
+        name: [k for k in getattr(module, name) if k not in hooks] for name, hooks in saved.items()
+    }
+
+
 def _restore_global_module_hooks(saved: dict[str, dict[Any, Any]]) -> None:
     """A script run in this process may leave global module hooks of its own (the hostile-hooks
     case keeps one on purpose); the next test must not inherit them. Compiled frames of the
@@ -95,9 +109,9 @@ def _restore_global_module_hooks(saved: dict[str, dict[Any, Any]]) -> None:
     import torch
     from torch.nn.modules import module
 
-    for name, hooks in saved.items():
+    for name, keys in _new_hooks(saved).items():
         live = getattr(module, name)
-        for key in [k for k in live if k not in hooks]:
+        for key in keys:
             del live[key]
     torch._dynamo.reset()
 
