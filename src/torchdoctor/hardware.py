@@ -11,20 +11,20 @@ An unknown GPU returns ``None`` so that callers report no MFU rather than a wron
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
+from typing import NamedTuple
 
 _T = 1e12  # one TFLOP/s in FLOP/s
 
 
-@dataclass(frozen=True)
-class GpuSpec:
+# A named tuple: analyze imports it before any trace (rules/spec.py says what a dataclass costs).
+class GpuSpec(NamedTuple):
     """One GPU model's peak rates."""
 
     name: str
     """Canonical model name, e.g. "H100 SXM"."""
     compute_capability: tuple[int, int]
     """CUDA compute capability (major, minor)."""
-    peak_flops: dict[str, float] = field(default_factory=dict)
+    peak_flops: dict[str, float]
     """Dense peak FLOP/s per dtype ("fp32", "tf32", "bf16", "fp16", "fp8"); a dtype the tensor
     cores lack is absent."""
     sm_count: int | None = None

@@ -12,13 +12,13 @@ device idled, split by cause) or ``cpu:`` (a CPU-only trace's parts, no device i
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from typing import NamedTuple
 
 from torchdoctor.analysis.breakdown import BUSY_PARTS, CPU_PARTS, IDLE_PARTS, NOT_RECORDED
 
 
-@dataclass(frozen=True)
-class Term:
+# A named tuple: analyze imports it before any trace (rules/spec.py says what a dataclass costs).
+class Term(NamedTuple):
     """How one part reads."""
 
     label: str

@@ -6,6 +6,11 @@ only where its grammar names CUDA-core math (``simt``, ``sgemm``, ``ffma``); a n
 the question open answers ``None`` and the launching operator's dtype, the run's autocast and
 TF32 state decide (``analysis.kernels``). The names each rule was checked against are pinned in
 ``tests/analysis/test_an_kernel_families.py``, most of them from real traces.
+
+Every name is tried against every family until one reads it, so each family first asks a cheap
+question the names it reads all pass (a prefix, a substring) and keeps its pattern a string, which
+``re`` compiles (and caches) on first use: a trace without a family's kernels never compiles its
+grammar (the patterns compiled at import were a tenth of a small trace's ``analyze``).
 """
 
 from __future__ import annotations
@@ -25,13 +30,13 @@ _HALF_OR_NARROWER = frozenset({"tf32", "bf16", "fp16", "fp8", "int8"})
 # (A, B, C, compute, D: ``qqtst`` fp8 inputs, bf16 C/D). The first letter is the input type. Seen:
 # ``tst`` under bf16 autocast and ``hsh`` under fp16 autocast on an H200 (torch 2.11, CUDA 13),
 # ``sss_tf32`` with TF32 on; ``qqtst`` for fp8 on a B200.
-_NVJET = re.compile(r"^nvjet_(?:sm\d+_)?([a-z]{3}|[a-z]{5})_")
+_NVJET = r"^nvjet_(?:sm\d+_)?([a-z]{3}|[a-z]{5})_"
 _NVJET_INPUT = {"s": "fp32", "h": "fp16", "t": "bf16", "q": "fp8", "o": "fp8", "e": "fp8"}
 _NVJET_INPUT |= {"i": "int8", "d": "fp64"}
 
 
 def nvjet(n: str) -> Parsed | None:
-    m = _NVJET.match(n)
+    m = re.match(_NVJET, n) if n.startswith("nvjet_") else None
     if not m:
         return None
     dtype = _NVJET_INPUT.get(m.group(1)[0], "unknown")
@@ -45,22 +50,18 @@ def nvjet(n: str) -> Parsed | None:
 # -- cuBLAS/cuDNN xmma: sm80_xmma_gemm_f32f32_tf32f32_f32_..., sm90_xmma_gemm_bf16bf16_bf16f32_f32 --
 # Type groups after the operation: <A><B>_<math A><math B>_<accumulate>. The second group is the
 # math the tensor cores (or CUDA cores) ran; ``ffma`` names fp32 fused multiply-adds on CUDA cores.
-_XMMA_TYPE = re.compile(r"tf32|bf16|f16|f32|f64|e4m3|e5m2|i8|s8")
-_XMMA = re.compile(
-    r"^sm\d+_xmma_(gemm|fprop|dgrad|wgrad)\w*?_((?:"
-    + _XMMA_TYPE.pattern
-    + r")[a-z0-9]*)_([a-z0-9]+)_"
-)
+_XMMA_TYPE = r"tf32|bf16|f16|f32|f64|e4m3|e5m2|i8|s8"
+_XMMA = r"^sm\d+_xmma_(gemm|fprop|dgrad|wgrad)\w*?_((?:" + _XMMA_TYPE + r")[a-z0-9]*)_([a-z0-9]+)_"
 _XMMA_DTYPE = {"tf32": "tf32", "bf16": "bf16", "f16": "fp16", "f32": "fp32", "f64": "fp64"}
 _XMMA_DTYPE |= {"e4m3": "fp8", "e5m2": "fp8", "i8": "int8", "s8": "int8"}
 
 
 def xmma(n: str) -> Parsed | None:
-    m = _XMMA.match(n)
+    m = re.match(_XMMA, n) if "_xmma_" in n else None
     if not m:
         return None
     category = "gemm" if m.group(1) == "gemm" else "convolution"
-    math = _XMMA_TYPE.match(m.group(3))
+    math = re.match(_XMMA_TYPE, m.group(3))
     dtype = _XMMA_DTYPE[math.group(0)] if math else "unknown"
     if "ffma" in n or dtype == "fp32":
         return category, False if "ffma" in n else None, dtype, True
@@ -69,24 +70,24 @@ def xmma(n: str) -> Parsed | None:
 
 # -- CUTLASS 2 (cutlass_80_tensorop_bf16_s16816gemm_..., cutlass_80_simt_sgemm_...) and CUTLASS 3
 # (cutlass3x_sm90_tensorop_gemm_bf16_bf16_f32_..., cutlass3x_sm100_simt_sgemm_f32_...) -------------
-_CUTLASS = re.compile(r"cutlass(?:3x)?_(?:\w+?_)?(wmma_tensorop|tensorop|simt)_(\w+)")
+_CUTLASS = r"cutlass(?:3x)?_(?:\w+?_)?(wmma_tensorop|tensorop|simt)_(\w+)"
 _CUTLASS_DTYPE = (
-    (re.compile(r"e4m3|e5m2|f8"), "fp8"),
-    (re.compile(r"bf16"), "bf16"),
-    (re.compile(r"(?<![a-z])(f16|fp16)|h\d{3,5}gemm|(?<![a-z])h\d{3,5}|hgemm"), "fp16"),
-    (re.compile(r"tf32|s\d{3,5}(gemm|fprop|dgrad|wgrad)|s1688|s16816"), "tf32"),
-    (re.compile(r"i8\d{2,3}|(?<![a-z0-9])s8(?![0-9x])|int8"), "int8"),
-    (re.compile(r"dgemm|f64|d884"), "fp64"),
-    (re.compile(r"sgemm|f32"), "fp32"),
+    (r"e4m3|e5m2|f8", "fp8"),
+    (r"bf16", "bf16"),
+    (r"(?<![a-z])(f16|fp16)|h\d{3,5}gemm|(?<![a-z])h\d{3,5}|hgemm", "fp16"),
+    (r"tf32|s\d{3,5}(gemm|fprop|dgrad|wgrad)|s1688|s16816", "tf32"),
+    (r"i8\d{2,3}|(?<![a-z0-9])s8(?![0-9x])|int8", "int8"),
+    (r"dgemm|f64|d884", "fp64"),
+    (r"sgemm|f32", "fp32"),
 )
 
 
 def cutlass(n: str) -> Parsed | None:
-    m = _CUTLASS.search(n)
+    m = re.search(_CUTLASS, n) if "cutlass" in n else None
     if not m:
         return None
     rest = m.group(2)
-    dtype = next((d for p, d in _CUTLASS_DTYPE if p.search(rest)), "unknown")
+    dtype = next((d for p, d in _CUTLASS_DTYPE if re.search(p, rest)), "unknown")
     conv = re.search(r"fprop|dgrad|wgrad|conv", rest)
     category = "convolution" if conv else "gemm"
     return category, m.group(1) != "simt", dtype, dtype != "unknown"
@@ -108,20 +109,20 @@ def cudnn_sdpa(n: str) -> Parsed | None:
 
 # -- FlashAttention 2 (flash_fwd_kernel, flash_bwd_*, pytorch_flash:: in torch) and 3 (Hopper:
 # flash::FlashAttnFwdSm90, flash_fwd_..._sm90); every path runs its matmuls on tensor cores. -----
-_FLASH = re.compile(r"flash_(fwd|bwd)|pytorch_flash::|flash::|flashattn|flash_attn")
+_FLASH = ("flash_fwd", "flash_bwd", "pytorch_flash::", "flash::", "flashattn", "flash_attn")
 _TEMPLATE_HALF = (
-    (re.compile(r"bfloat16|__nv_bfloat16|__hip_bfloat16|bf16"), "bf16"),
-    (re.compile(r"half_t|c10::half|__half|\bhalf\b|fp16"), "fp16"),
-    (re.compile(r"float_e4m3|float_e5m2|e4m3|e5m2"), "fp8"),
+    (r"bfloat16|__nv_bfloat16|__hip_bfloat16|bf16", "bf16"),
+    (r"half_t|c10::half|__half|\bhalf\b|fp16", "fp16"),
+    (r"float_e4m3|float_e5m2|e4m3|e5m2", "fp8"),
 )
 
 
 def _template_dtype(n: str) -> str:
-    return next((d for p, d in _TEMPLATE_HALF if p.search(n)), "unknown")
+    return next((d for p, d in _TEMPLATE_HALF if re.search(p, n)), "unknown")
 
 
 def flash_attention(n: str) -> Parsed | None:
-    if not _FLASH.search(n):
+    if not any(s in n for s in _FLASH):
         return None
     if "combine" in n:  # split-KV's combine step: a reduction over the splits
         return "reduction", None, "unknown", False
@@ -132,11 +133,17 @@ def flash_attention(n: str) -> Parsed | None:
 # -- Memory-efficient SDPA (xformers' kernels in torch): fmha_cutlassF_*, fmha_cutlassB_*,
 # AttentionKernel<...>, AttentionBackwardKernel<...>. Half types run on tensor cores; fp32 depends
 # on the architecture template (3xTF32 on Sm80), so it stays open. -----------------------------
-_MEM_EFF = re.compile(r"fmha_cutlass[fb]|attentionkernel<|attentionbackwardkernel<|mem_eff")
+_MEM_EFF = (
+    "fmha_cutlassf",
+    "fmha_cutlassb",
+    "attentionkernel<",
+    "attentionbackwardkernel<",
+    "mem_eff",
+)
 
 
 def mem_efficient_attention(n: str) -> Parsed | None:
-    if not _MEM_EFF.search(n):
+    if not any(s in n for s in _MEM_EFF):
         return None
     dtype = _template_dtype(n)
     if dtype == "unknown" and ("_f32_" in n or "<float" in n):
@@ -147,13 +154,13 @@ def mem_efficient_attention(n: str) -> Parsed | None:
 # -- Triton: Inductor names its kernels triton_<kind>_fused_...: poi(ntwise), red(uction),
 # per(sistent reduction), tem(plate: a GEMM or conv), mm/bmm. A template's tensor-core use follows
 # its operands' dtype (tl.dot on 16-bit inputs is an MMA), which the launching operator gives. ----
-_TRITON = re.compile(r"^triton_([a-z]+)_")
+_TRITON = r"^triton_([a-z]+)_"
 _TRITON_PART = {"poi": "elementwise", "red": "reduction", "per": "reduction", "tem": "gemm"}
 _TRITON_PART |= {"mm": "gemm", "bmm": "gemm"}
 
 
 def triton(n: str) -> Parsed | None:
-    m = _TRITON.match(n)
+    m = re.match(_TRITON, n) if n.startswith("triton_") else None
     if not m:
         return None
     category = _TRITON_PART.get(m.group(1), "other")
@@ -164,7 +171,7 @@ def triton(n: str) -> Parsed | None:
 
 # -- OpenAI's triton_kernels (vLLM's MoE on MI300X): _matmul_ogs_NNT_bf16xbf16xmxfp4_... is a GEMM
 # whose activation dtype leads its type group; _finalize_matmul_scatter_* sums the experts' rows.
-_OGS = re.compile(r"^_p?_?matmul_ogs_\w*?_(bf16|fp16|f16|fp8|f8|e4m3|fp32|f32)x")
+_OGS = r"^_p?_?matmul_ogs_\w*?_(bf16|fp16|f16|fp8|f8|e4m3|fp32|f32)x"
 _OGS_DTYPE = {"bf16": "bf16", "fp16": "fp16", "f16": "fp16", "fp8": "fp8", "f8": "fp8"}
 _OGS_DTYPE |= {"e4m3": "fp8", "fp32": "fp32", "f32": "fp32"}
 
@@ -172,7 +179,7 @@ _OGS_DTYPE |= {"e4m3": "fp8", "fp32": "fp32", "f32": "fp32"}
 def triton_kernels(n: str) -> Parsed | None:
     if n.startswith("_finalize_matmul"):
         return "reduction", None, "unknown", False
-    m = _OGS.match(n)
+    m = re.match(_OGS, n) if "matmul_ogs_" in n else None
     if not m:
         return None
     dtype = _OGS_DTYPE[m.group(1)]
@@ -181,11 +188,11 @@ def triton_kernels(n: str) -> Parsed | None:
 
 # -- Paged-KV cache writes (vLLM reshape_and_cache[_flash], concat_and_cache_mla, SGLang
 # store_kvcache): copies into the cache, not attention; Fp8KVCacheDataType)0 is "auto" (no fp8). --
-_KV_WRITE = re.compile(r"reshape_and_cache|concat_and_cache|store_kvcache|copy_blocks|swap_blocks")
+_KV_WRITE = ("reshape_and_cache", "concat_and_cache", "store_kvcache", "copy_blocks", "swap_blocks")
 
 
 def kv_cache_write(n: str) -> Parsed | None:
-    return ("elementwise", None, "unknown", False) if _KV_WRITE.search(n) else None
+    return ("elementwise", None, "unknown", False) if any(s in n for s in _KV_WRITE) else None
 
 
 # -- CUB's device-wide sorts and scans (torch's sort/unique/embedding backward): data movement,
@@ -207,7 +214,7 @@ def nccl(n: str) -> Parsed | None:
 # <0, __hip_bfloat16, ..., (vllm::Fp8KVCacheDataType)0, ...>): the first template type is the query
 # dtype; a cache type of 0 is "auto" (the query's), 1 and 2 an fp8 cache. MFMA tiles are matrix
 # cores; the CUDA v1/v2 kernels leave it open.
-_KV_FP8 = re.compile(r"fp8kvcachedatatype\)([0-9])")
+_KV_FP8 = r"fp8kvcachedatatype\)([0-9])"
 
 
 def paged_attention(n: str) -> Parsed | None:
@@ -216,7 +223,7 @@ def paged_attention(n: str) -> Parsed | None:
     if "reduce" in n:
         return "reduction", None, "unknown", False
     dtype = _template_dtype(n)
-    cache = _KV_FP8.search(n)
+    cache = re.search(_KV_FP8, n)
     if cache and cache.group(1) != "0":
         dtype = "fp8"
     return "attention", True if "mfma" in n else None, dtype, dtype != "unknown"

@@ -54,36 +54,34 @@ class KernelNameInfo:
     fp16 alike): the dtype is then not claimable from the name, only from the operator."""
 
 
-_COMM = re.compile(r"nccl|rccl|allreduce|allgather|reducescatter|all_reduce|all_gather")
-_ATTENTION = re.compile(r"flash|fmha|attention|_attn|sdpa|mha_fwd|mha_bwd")
-_ATEN_ELEMENTWISE = re.compile(r"elementwise_kernel|multi_tensor_apply|catarray|_copy_kernel")
+_COMM = r"nccl|rccl|allreduce|allgather|reducescatter|all_reduce|all_gather"
+_ATTENTION = r"flash|fmha|attention|_attn|sdpa|mha_fwd|mha_bwd"
+_ATEN_ELEMENTWISE = r"elementwise_kernel|multi_tensor_apply|catarray|_copy_kernel"
 # cuDNN's legacy engines (dgrad_engine, wgrad_alg0, winograd, fft2d, scudnn, im2col, cask offset
 # kernels), xmma/cutlass fprop/dgrad/wgrad, MIOpen; "conv" but not "convert".
-_CONV = re.compile(
-    r"conv(?!ert)|fprop|dgrad|wgrad|scudnn|winograd|fft2d|im2col|cask_cudnn|miopen|igemm_fwd"
-)
+_CONV = r"conv(?!ert)|fprop|dgrad|wgrad|scudnn|winograd|fft2d|im2col|cask_cudnn|miopen|igemm_fwd"
 # cuBLAS/cuBLASLt (sgemm, xmma_gemm, nvjet, gemv, split-K reduce, epilogue), CUTLASS, magma,
 # Tensile (Cijk_), hipBLASLt, Triton templates.
-_GEMM = re.compile(
+_GEMM = (
     r"(?<!fb)gemm|gemv|nvjet|^cijk_|cublas|cutlass|splitkreduce|matmul|_mm_|wgmma|gmma|hipblaslt"
 )
-_REDUCTION = re.compile(
+_REDUCTION = (
     r"reduce|reduction|softmax|norm(?!al)|bn_fw|bn_bw|welford|gammabeta|scan|argmax|argmin"
     r"|topk|cross_entropy|classnllcriterion|_sum_|logsumexp|max_pool|avg_pool|average_pool"
     r"|compute_grad_weight|partial_segment|partials_per_segment|partial_to_segment|searchsorted"
 )
-_ELEMENTWISE = re.compile(
+_ELEMENTWISE = (
     r"elementwise|vectorized|pointwise|copy|fill|index|scatter|gather|nchwtonhwc|nhwctonchw"
     r"|scalepacked|dropout|clamp|transpose|permute|cat_|where|_add|_mul|relu|gelu|silu"
     r"|rotary|embedding|amp_update_scale|unpack_cudnn|to_dense|bounds_check|offsets_range"
 )
-_FP8 = re.compile(r"e4m3|e5m2|(?<!d)fp8(?!kvcache)|f8f8")
-_INT8 = re.compile(r"i8816|i8832|imma|int8|i8i8|s8s8")
-_BF16 = re.compile(r"bf16|bfloat16")
-_FP16 = re.compile(r"fp16|f16f16|h884|h1688|h16816|hmma|half|_f16_|f16_s|tensorop_f16")
-_TF32 = re.compile(r"tf32|tfloat32|s1688gemm|s1688")
-_FP64 = re.compile(r"dgemm|double|f64f64|_d884|dmma")
-_TENSOR_CORE = re.compile(
+_FP8 = r"e4m3|e5m2|(?<!d)fp8(?!kvcache)|f8f8"
+_INT8 = r"i8816|i8832|imma|int8|i8i8|s8s8"
+_BF16 = r"bf16|bfloat16"
+_FP16 = r"fp16|f16f16|h884|h1688|h16816|hmma|half|_f16_|f16_s|tensorop_f16"
+_TF32 = r"tf32|tfloat32|s1688gemm|s1688"
+_FP64 = r"dgemm|double|f64f64|_d884|dmma"
+_TENSOR_CORE = (
     r"tensorop|wmma|hmma|imma|xmma|gmma|wgmma|884|1688|16816|16832|161616|8816|8832"
     r"|tensor\d+x\d+x\d+|^sm9\d_|^sm1\d\d_|_mfma|mfma_"
 )
@@ -92,13 +90,13 @@ _TENSOR_CORE = re.compile(
 # simt, cuDNN scudnn and its legacy float engines (implicit/explicit_convolve_sgemm, winograd,
 # fft, dgrad_engine, wgrad_alg), magma. Only these say "no tensor cores"; a float template alone
 # does not.
-_SIMT = re.compile(
+_SIMT = (
     r"sgemm|simt|scudnn|magma|gemv|gemmk1|gemmsn_|dgemm|splitkreduce|epilogue::impl|scal_kernel"
     r"|dgrad_engine|wgrad_alg|winograd|fft2d|reduce_wgrad|ffma"
 )
-_FLOAT_TEMPLATE = re.compile(r"<float[,>]|\(float\*?,|float const\*")
+_FLOAT_TEMPLATE = r"<float[,>]|\(float\*?,|float const\*"
 # Tensile names: Cijk_<A layout>_<B layout>_<dtypes>..., e.g. ..._SB_..., ..._HHS_..., ..._BBS_
-_TENSILE_DTYPE = re.compile(r"^cijk_a\w+?_b\w+?_([a-z0-9]+?)_")
+_TENSILE_DTYPE = r"^cijk_a\w+?_b\w+?_([a-z0-9]+?)_"
 _TENSILE_FIRST = {"s": "fp32", "h": "fp16", "b": "bf16", "d": "fp64", "i": "int8", "f": "fp8"}
 
 
@@ -131,11 +129,11 @@ def kernel_category(lowered: str) -> KernelCategory:
 
 def _generic_category(n: str) -> KernelCategory:
     """The category by the generic rules (first matching pattern wins)."""
-    if _COMM.search(n):
+    if re.search(_COMM, n):
         return "communication"
-    if _ATTENTION.search(n):
+    if re.search(_ATTENTION, n):
         return "attention"
-    if _ATEN_ELEMENTWISE.search(n):
+    if re.search(_ATEN_ELEMENTWISE, n):
         return "elementwise"
     for pattern, category in (
         (_CONV, "convolution"),
@@ -143,13 +141,13 @@ def _generic_category(n: str) -> KernelCategory:
         (_REDUCTION, "reduction"),
         (_ELEMENTWISE, "elementwise"),
     ):
-        if pattern.search(n):
+        if re.search(pattern, n):
             return category  # type: ignore[return-value]
     return "other"
 
 
 def _name_dtype(n: str) -> KernelDtype:
-    m = _TENSILE_DTYPE.match(n)
+    m = re.match(_TENSILE_DTYPE, n)
     if m:
         return _TENSILE_FIRST.get(m.group(1)[0], "unknown")  # type: ignore[return-value]
     for pattern, dtype in (
@@ -160,9 +158,9 @@ def _name_dtype(n: str) -> KernelDtype:
         (_TF32, "tf32"),
         (_FP64, "fp64"),
     ):
-        if pattern.search(n):
+        if re.search(pattern, n):
             return dtype  # type: ignore[return-value]
-    if _SIMT.search(n) or _FLOAT_TEMPLATE.search(n):
+    if re.search(_SIMT, n) or re.search(_FLOAT_TEMPLATE, n):
         return "fp32"
     return "unknown"
 
@@ -170,9 +168,9 @@ def _name_dtype(n: str) -> KernelDtype:
 def _name_tensor_core(n: str, dtype: KernelDtype) -> bool | None:
     if n.startswith("cijk_"):
         return "_mi" in n  # Tensile: MI<m>x<n>x<k> tiles are MFMA (matrix-core) instructions
-    if _SIMT.search(n):
+    if re.search(_SIMT, n):
         return False
-    if _TENSOR_CORE.search(n) or dtype == "tf32":
+    if re.search(_TENSOR_CORE, n) or dtype == "tf32":
         return True
     return None  # the launching operator's dtype and the GPU decide (analysis.kernels)
 

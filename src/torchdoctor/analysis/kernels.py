@@ -8,7 +8,7 @@ streams each count their full time.
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import numpy as np
 
@@ -35,8 +35,8 @@ _TC_STATES = (False, True, None)  # index 0, 1, 2 in the per-row tensor-core cod
 _HALF_DTYPES = ("fp16", "bf16", "fp8", "int8")
 
 
-@dataclass(frozen=True)
-class KernelContext:
+# A named tuple: analyze imports it before any trace (rules/spec.py says what a dataclass costs).
+class KernelContext(NamedTuple):
     """What the run recorded beside its trace, for kernels whose names leave the math open."""
 
     autocast_dtype: KernelDtype | None = None

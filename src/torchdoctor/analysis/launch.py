@@ -15,20 +15,18 @@ host/launch-bound finding.
 
 from __future__ import annotations
 
-import re
 from dataclasses import asdict, dataclass
 from typing import Any
 
 import numpy as np
 
 from torchdoctor.analysis import intervals as iv
-from torchdoctor.analysis._join import LAUNCH_KINDS, gpu_rows, in_window, launch_of, step_index
+from torchdoctor.analysis._join import gpu_rows, in_window, launch_of, step_index
 from torchdoctor.trace.arrays import distinct, median, member
 from torchdoctor.trace.kinds import Kind
+from torchdoctor.trace.server_steps import graph_launch_rows
 from torchdoctor.trace.steps import Steps
 from torchdoctor.trace.table import TraceTable
-
-_GRAPH_LAUNCH = re.compile(r"^(cuda|hip|cu)GraphLaunch")
 
 
 @dataclass(frozen=True)
@@ -90,7 +88,7 @@ def analyze_launch(table: TraceTable, steps: Steps) -> LaunchStats:
     """Kernels per step, short kernels, launch delay (queued vs host-late) and CUDA-graph use."""
     acts = in_window(table, steps, gpu_rows(table))
     launch = launch_of(table, acts)
-    graph_rows = _graph_launch_rows(table)
+    graph_rows = graph_launch_rows(table)
     from_graph = (launch >= 0) & member(launch, graph_rows)
     solo = (launch >= 0) & ~from_graph
     is_kernel = table.kind[acts] == Kind.KERNEL
@@ -130,12 +128,6 @@ def analyze_launch(table: TraceTable, steps: Steps) -> LaunchStats:
         graph_launch_count=len(in_window(table, steps, graph_rows)),
         graph_kernel_count=int((from_graph & is_kernel).sum()),
     )
-
-
-def _graph_launch_rows(table: TraceTable) -> np.ndarray:
-    codes = table.codes_matching(lambda s: bool(_GRAPH_LAUNCH.match(s)))
-    kinds = np.array(LAUNCH_KINDS, dtype=np.uint8)
-    return np.flatnonzero(member(table.name, codes) & member(table.kind, kinds))
 
 
 def _stream_prev_end(table: TraceTable, rows: np.ndarray) -> np.ndarray:

@@ -203,14 +203,14 @@ def _sizes(label: str, execute: str) -> dict[str, Any]:
     """Kind and sizes from a ``step[...]`` label and/or an ``execute_...`` range."""
     kind: StepKind = "unknown"
     batch = tokens = pre = dec = kv = None
-    m = EXECUTE_STEP.match(execute or label)
+    m = re.match(EXECUTE_STEP, execute or label)
     if m:
         tokens, pre, dec = int(m.group(1)), int(m.group(2)), int(m.group(4))
         d = _COUNTS.match(m.group(5))
         kv = int(d.group(2)) if d else None
         batch = pre + dec
         kind = "mixed" if pre and dec else "prefill" if pre else "decode" if dec else "unknown"
-    s = SGLANG_STEP.match(label)
+    s = re.match(SGLANG_STEP, label)
     if s:
         kind = _SGLANG_KIND.get(s.group(1).upper(), kind)
         attrs = {k: int(v) for k, v in _ATTR.findall(s.group(2))}
@@ -229,7 +229,7 @@ def _sizes(label: str, execute: str) -> dict[str, Any]:
 
 
 def _execute_ranges(table: TraceTable) -> np.ndarray:
-    rows = table.rows_named(lambda n: bool(EXECUTE_STEP.match(n)), Kind.USER_ANNOTATION)
+    rows = table.rows_named(lambda n: bool(re.match(EXECUTE_STEP, n)), Kind.USER_ANNOTATION)
     return rows
 
 

@@ -25,12 +25,16 @@ from torchdoctor.trace.arrays import member, unique_codes
 from torchdoctor.trace.kinds import Kind
 from torchdoctor.trace.table import TraceTable
 
-SGLANG_STEP = re.compile(r"^step\[([A-Za-z_]+)([^\]]*)\]$")
-EXECUTE_STEP = re.compile(r"^execute_(\d+)_context_(\d+)\((.*?)\)_generation_(\d+)\((.*?)\)$")
-EXECUTE_MODEL = re.compile(r"(^|[\s:.])execute_model$")
+# Patterns as strings: ``re`` compiles one on first use, and a trace with ProfilerStep markers
+# never asks for the engines' iteration names.
+SGLANG_STEP = r"^step\[([A-Za-z_]+)([^\]]*)\]$"
+EXECUTE_STEP = r"^execute_(\d+)_context_(\d+)\((.*?)\)_generation_(\d+)\((.*?)\)$"
+EXECUTE_MODEL = r"(^|[\s:.])execute_model$"
 FORWARD_STEP_MARK = "torchdoctor: model-call step"
 """What ``torchdoctor check`` writes into a trace whose steps are top-level model calls."""
-GRAPH_LAUNCH = re.compile(r"^(cuda|hip|cu)GraphLaunch")
+GRAPH_LAUNCH = ("cudaGraphLaunch", "hipGraphLaunch", "cuGraphLaunch")
+"""Name prefixes of a graph launch (runtime or driver call)."""
+_GRAPH_EVENT = (*GRAPH_LAUNCH, *(f"{api}StreamBeginCapture" for api in ("cuda", "hip", "cu")))
 _MODULE = "nn.Module: "
 Engine = Literal["vLLM", "SGLang", "transformers", "TensorRT-LLM", "unknown"]
 _ENGINE_MARKS: tuple[tuple[str, Engine], ...] = (
@@ -64,9 +68,9 @@ def step_annotation_rows(table: TraceTable) -> np.ndarray:
     """
     cpu = member(table.kind, np.array((Kind.USER_ANNOTATION, Kind.CPU_OP), dtype=np.uint8))
     families = (
-        (cpu, lambda n: bool(SGLANG_STEP.match(n))),
-        (cpu, lambda n: bool(EXECUTE_STEP.match(n))),
-        (cpu | (table.kind == Kind.PYTHON_FUNCTION), lambda n: bool(EXECUTE_MODEL.search(n))),
+        (cpu, lambda n: bool(re.match(SGLANG_STEP, n))),
+        (cpu, lambda n: bool(re.match(EXECUTE_STEP, n))),
+        (cpu | (table.kind == Kind.PYTHON_FUNCTION), lambda n: bool(re.search(EXECUTE_MODEL, n))),
     )
     for kinds, predicate in families:
         codes = table.codes_matching(predicate)
@@ -79,7 +83,7 @@ def step_annotation_rows(table: TraceTable) -> np.ndarray:
 
 def graph_launch_rows(table: TraceTable) -> np.ndarray:
     """Rows of ``cudaGraphLaunch`` / ``hipGraphLaunch`` (runtime or driver) calls."""
-    codes = table.codes_matching(lambda n: bool(GRAPH_LAUNCH.match(n)))
+    codes = table.codes_matching(lambda n: n.startswith(GRAPH_LAUNCH))
     if not len(codes):  # most traces: no pass over the rows
         return np.zeros(0, dtype=np.int64)
     return np.flatnonzero(member(table.name, codes) & member(table.kind, _LAUNCH_KINDS))
@@ -143,13 +147,12 @@ def outermost(table: TraceTable, rows: np.ndarray) -> np.ndarray:
     return np.array(keep, dtype=np.int64)
 
 
-_GRAPH_EVENT = re.compile(r"^(cuda|hip|cu)(GraphLaunch|StreamBeginCapture)")
 SERVING_SOURCES = ("server-step", "graph-replay", "forward")
 
 
 def has_graph_events(table: TraceTable) -> bool:
     """The trace names a graph launch or a capture (a pass over the names, not the rows)."""
-    return any(_GRAPH_EVENT.match(n) for n in table.names)
+    return any(n.startswith(_GRAPH_EVENT) for n in table.names)
 
 
 def is_serving(table: TraceTable, source: str) -> bool:

@@ -86,12 +86,13 @@ def find_steps(table: TraceTable) -> Steps:
     last_cpu = min(float(cpu_ends[-1]), _activity_end(table, rows))
     ends[-1] = max(last_cpu, _device_end_after(table, starts[-1], cpu_ends[-1]))
     n = f"{len(numbers)} step{'s' if len(numbers) != 1 else ''}"
+    ranges = _label_kind(labels) if source == "server-step" else ""  # the only note naming them
     note = {
         "profiler-step": f"{n} from ProfilerStep markers",
         "optimizer-step": f"{n} from optimizer.step() calls (no ProfilerStep markers: call "
         "prof.step() each iteration for exact steps)",
         "dataloader": f"{n} from DataLoader batches (no ProfilerStep markers)",
-        "server-step": f"{n} from the engine's iteration ranges ({_label_kind(labels)}; no "
+        "server-step": f"{n} from the engine's iteration ranges ({ranges}; no "
         "ProfilerStep markers)",
         "graph-replay": f"{n} from repeating CUDA/HIP graph launches (no ProfilerStep markers "
         "or iteration ranges)",
@@ -102,9 +103,9 @@ def find_steps(table: TraceTable) -> Steps:
 
 def _label_kind(labels: tuple[str, ...]) -> str:
     first = labels[0]
-    if server_steps.SGLANG_STEP.match(first):
+    if re.match(server_steps.SGLANG_STEP, first):
         return "step[...] annotations"
-    if server_steps.EXECUTE_STEP.match(first):
+    if re.match(server_steps.EXECUTE_STEP, first):
         return "execute_<tokens>_... annotations"
     return "execute_model"
 

@@ -12,15 +12,14 @@ import gc
 import os
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NamedTuple
 
 if TYPE_CHECKING:
     from torchdoctor.report.model import Report
 
 
-@dataclass(frozen=True)
-class AnalyzeOptions:
+# A named tuple: analyze imports it before any trace (rules/spec.py says what a dataclass costs).
+class AnalyzeOptions(NamedTuple):
     """One ``analyze`` run (the defaults are the command line's)."""
 
     path: str
