@@ -12,7 +12,7 @@ it in ``from_dict``; the fix builders in ``rules/fixes.py`` take these objects.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from statistics import median
 from typing import Any
 
@@ -32,16 +32,16 @@ from torchdoctor.record.rows import (
     SyncDebugSite,
     UnpinnedCopy,
 )
-from torchdoctor.record.typed import Row, key, reads
-from torchdoctor.record.values import as_count, as_dict, as_float, as_int, as_list, as_number
+from torchdoctor.record.typed import Row, key, read, reads
+from torchdoctor.record.values import as_count, as_dict, as_int, as_list
 from torchdoctor.record.write import RankPlace
 
-_d, _f, _count = as_dict, as_float, as_count
+_d, _count = as_dict, as_count
 
 
-def _numbers(value: Any) -> tuple[float, ...]:
-    """The numbers of a recorded list, as floats (anything else left out)."""
-    return tuple(float(x) for x in as_list(value) if as_number(x) is not None)
+def _window(value: Any, _: Any) -> tuple[int, int] | None:
+    got = as_list(value)
+    return (_count(got[0]), _count(got[1])) if len(got) == 2 else None
 
 
 def _rank(d: dict[str, Any]) -> RankPlace:
@@ -77,13 +77,15 @@ class StepStats:
     """Why step timing fell short (the script ran its own profiler...)."""
     data_wait_ms: tuple[float, ...] = ()
     """Every step's wait for its batch."""
-    window: tuple[int, int] | None = None
+    window: tuple[int, int] | None = field(default=None, metadata=reads(_window))
     """The profiled window's first and last step (1-based), None when none opened."""
     signal_switches: tuple[Any, ...] = ()
     own_steps: tuple[int, ...] = ()
     other_thread_steps: int = 0
     """Step signals that came from a thread other than the script's main one (not counted)."""
-    schedule: dict[str, Any] | None = None
+    schedule: dict[str, Any] | None = field(
+        default=None, metadata=reads(lambda v, _: _d(v) or None)
+    )
     """Which steps were warm-up, clean, profiled and after (``Schedule.to_dict()``)."""
     timed: dict[str, Any] = field(default_factory=dict)
     """The windows timed by their boundaries alone: ``clean``, ``after`` and, on a GPU, the
@@ -198,32 +200,14 @@ class StepStats:
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> StepStats:
-        step_ms = _numbers(d.get("step_ms"))
-        window: list[Any] = list(d.get("window") or ())
-        sched = _d(d.get("schedule"))
-        mean = d.get("mean_step_ms")
-        if mean is None and step_ms:
-            mean = sum(step_ms) / len(step_ms)
-        return cls(
-            count=_count(d.get("count")),
-            measured_steps=_count(d.get("measured_steps")),
-            mean_step_ms=float(mean) if mean else None,
-            mean_data_wait_ms=_f(d.get("mean_data_wait_ms")),
-            step_ms=step_ms,
-            source=str(d["source"]) if d.get("source") else None,
-            warmup_steps=_count(d.get("warmup_steps")),
-            experiment_steps=_count(d.get("experiment_steps")),
-            median_step_ms=as_number(d.get("median_step_ms")),
-            profiled_steps=_count(d.get("profiled_steps")),
-            clock_errors=tuple(as_list(d.get("clock_errors"))),
-            data_wait_ms=_numbers(d.get("data_wait_ms")),
-            window=(_count(window[0]), _count(window[1])) if len(window) == 2 else None,
-            signal_switches=tuple(as_list(d.get("signal_switches"))),
-            own_steps=tuple(int(x) for x in _numbers(d.get("own_steps"))),
-            other_thread_steps=_count(d.get("other_thread_steps")),
-            schedule=sched or None,
-            timed={k: d[k] for k in ("clean", "after", "kernels") if d.get(k) is not None},
-        )
+        """The ``steps`` section read back (the mean of every step where none was recorded);
+        the timed windows are its ``clean``, ``after`` and ``kernels`` keys."""
+        got = read(cls, d)
+        mean = got.mean_step_ms
+        if mean is None and got.step_ms:
+            mean = sum(got.step_ms) / len(got.step_ms)
+        timed = {k: d[k] for k in ("clean", "after", "kernels") if d.get(k) is not None}
+        return replace(got, mean_step_ms=mean or None, timed=timed)
 
 
 @dataclass(frozen=True)
