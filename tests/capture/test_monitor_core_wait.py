@@ -1,5 +1,5 @@
-"""Each step's wait for a core: the step clock reads its thread's run-queue wait (schedstat) at
-every step boundary (``clock.core_wait_s``), the watcher judges a running step less the wait so
+"""Each step's wait for a core: the step clock reads its thread's and its helpers' run-queue wait
+(schedstat) at every step boundary (``clock.core_wait_s``), the watcher judges a running step less the wait so
 far before it samples it, and ``run.json``'s ``monitor.step_core_wait_ms`` carries every step's.
 Fake readings of the counter; one real one."""
 
@@ -9,6 +9,7 @@ import math
 import os
 import sys
 import threading
+import time
 from array import array
 from time import perf_counter
 from types import SimpleNamespace
@@ -17,8 +18,9 @@ from typing import Any
 import pytest
 
 from torchdoctor.capture import clock as clock_mod
+from torchdoctor.capture import cpu_usage
 from torchdoctor.capture.clock import StepClock
-from torchdoctor.capture.cpu_usage import ThreadWait
+from torchdoctor.capture.cpu_usage import StepWait, step_lost_s
 from torchdoctor.capture.monitor import Monitor
 from torchdoctor.capture.options import CheckOptions
 
@@ -30,9 +32,16 @@ class FakeWait:
 
     def __init__(self) -> None:
         self.waited_ns = 0
+        self.refreshed = 0
 
-    def ns(self) -> int:
-        return self.waited_ns
+    def read(self) -> tuple[int, int, int] | None:
+        return (0, self.waited_ns, 0) if self.waited_ns >= 0 else None
+
+    def main(self) -> tuple[int, int] | None:
+        return (0, self.waited_ns) if self.waited_ns >= 0 else None
+
+    def refresh(self) -> None:
+        self.refreshed += 1
 
     def close(self) -> None:
         self.waited_ns = -1
@@ -52,7 +61,7 @@ class Listener:
 
 def _clock(monkeypatch: pytest.MonkeyPatch) -> tuple[StepClock, list[FakeWait]]:
     made: list[FakeWait] = []
-    monkeypatch.setattr(clock_mod, "ThreadWait", lambda: made.append(FakeWait()) or made[-1])
+    monkeypatch.setattr(clock_mod, "StepWait", lambda: made.append(FakeWait()) or made[-1])
     opts = CheckOptions(warmup_steps=3, profile_steps=2, clean_steps=0, full=True)
     clock = StepClock(opts, Listener(made))
     clock.begin()
@@ -74,6 +83,7 @@ def test_each_step_gets_the_wait_between_its_own_boundaries(
     assert math.isnan(got[0]) and got[1:] == [7.0, 0.0, 30.0, 4.0]
     assert len(clock.core_wait_s) == len(clock.step_s) == 5
     assert clock.listener.started_after == 1  # the profiler started within these steps
+    assert wait.refreshed == 1  # after the second step: the intra-op threads it started
 
 
 def test_a_forked_child_stops_reading_the_parents_thread(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -83,22 +93,68 @@ def test_a_forked_child_stops_reading_the_parents_thread(monkeypatch: pytest.Mon
     assert made[0].waited_ns == -1  # closed
 
 
-def test_the_real_counter_reads_the_thread_that_opened_it() -> None:
+def test_the_real_counter_reads_the_helpers_but_not_torchdoctors_threads() -> None:
     if not sys.platform.startswith("linux"):
         pytest.skip("schedstat is Linux's")
-    got: list[tuple[int, ThreadWait]] = []
-    t = threading.Thread(target=lambda: got.append((threading.get_native_id(), ThreadWait())))
-    t.start()
-    t.join()
-    ((tid, other),) = got
-    assert os.readlink(f"/proc/self/fd/{other._fd}").endswith(f"/task/{tid}/schedstat")
-    main = ThreadWait()
-    a = main.ns()
-    sum(range(200_000))
-    assert 0 <= a <= main.ns()
-    main.close()
-    assert main.ns() == -1  # closed: unknown, never zero
-    other.close()
+    stop = threading.Event()
+    helper = threading.Thread(target=stop.wait, name="pool-1")
+    ours = threading.Thread(target=stop.wait, name="torchdoctor-sampler")
+    helper.start()
+    ours.start()
+    try:
+        w = StepWait()
+        assert helper.native_id in w._helpers and ours.native_id not in w._helpers
+        path = os.readlink(f"/proc/self/fd/{w._main}")
+        assert path.endswith(f"/task/{threading.get_native_id()}/schedstat")
+        a = w.read()
+        sum(range(500_000))
+        time.sleep(0.002)  # the kernel adds to a thread's counters when it leaves the core
+        b = w.read()
+        assert a is not None and b is not None and a[0] < b[0]  # this thread ran meanwhile
+        assert all(x <= y for x, y in zip(a, b, strict=True))
+    finally:
+        stop.set()
+        helper.join()
+        ours.join()
+    c = w.read()
+    assert c is not None and c[2] >= b[2]  # an ended helper's wait stays counted
+    w.close()
+    assert w.read() is None and w.main() is None  # closed: unknown, never zero
+
+
+def test_an_ended_helper_keeps_its_wait_and_an_unreadable_thread_is_unknown(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    readings = {3: (50, 10), 4: (1, 5)}  # fd -> (ns running, ns waiting)
+    monkeypatch.setattr(cpu_usage, "_read_fd", lambda fd: readings.get(fd))
+    monkeypatch.setattr(cpu_usage, "_close", lambda fd: None)
+    w = StepWait.__new__(StepWait)
+    w._main, w._helpers, w._last, w._gone_ns = 3, {77: 4}, {}, 0
+    assert w.read() == (50, 10, 5)
+    del readings[4]  # the helper ended
+    readings[3] = (60, 12)
+    assert w.read() == (60, 12, 5) and w._helpers == {}
+    assert w.read() == (60, 12, 5)
+    del readings[3]  # the counting thread's own counter is gone: nothing is known
+    assert w.read() is None and w._main == -1
+
+
+@pytest.mark.parametrize(
+    ("run_ms", "wait_ms", "helpers_ms", "lost_ms"),
+    [
+        (90, 10, 80, 10),  # the thread ran (a collection) while idle helpers spun: its own wait
+        (20, 10, 120, 80),  # blocked 70 ms on helpers that waited 120: 70 of it is theirs
+        (20, 10, 30, 40),  # blocked 70 ms, helpers waited 30: those 30
+        (100, 0, 50, 0),  # never blocked: helpers cost nothing
+    ],
+)
+def test_a_step_loses_its_own_wait_and_its_helpers_up_to_its_blocked_time(
+    run_ms: int, wait_ms: int, helpers_ms: int, lost_ms: int
+) -> None:
+    start = (1000 * MS, 500 * MS, 700 * MS)
+    end = (start[0] + run_ms * MS, start[1] + wait_ms * MS, start[2] + helpers_ms * MS)
+    assert step_lost_s(0.100, start, end) == pytest.approx(lost_ms / 1e3)
+    assert math.isnan(step_lost_s(0.100, None, end))
 
 
 def _monitor(step_ms: float, core_ms: float, so_far_ms: float = 0.0) -> tuple[Monitor, Any]:

@@ -23,7 +23,7 @@ from array import array
 from time import perf_counter
 from typing import Any, Literal
 
-from torchdoctor.capture.cpu_usage import ThreadWait
+from torchdoctor.capture.cpu_usage import StepWait, step_lost_s
 from torchdoctor.capture.options import CheckOptions
 from torchdoctor.capture.switchboard import KERNEL_STEPS, SYNC_STEPS
 
@@ -94,8 +94,8 @@ class StepClock:
         """False when the counted thread is not the main one (no window, no StopScript)."""
         self._prio = -1
         self._begin_pending = False
-        self._core: ThreadWait | None = None
-        """The counted thread's run-queue wait (opened when that thread is adopted)."""
+        self._core: StepWait | None = None
+        """The counted thread's and its helpers' run-queue wait (opened at adoption)."""
         self._reset()
 
     def _reset(self) -> None:
@@ -104,8 +104,9 @@ class StepClock:
         self.data_wait_s = array("d")
         """Seconds of each step spent inside ``DataLoader.__next__``."""
         self.core_wait_s = array("d")
-        """Seconds of each step the counted thread was runnable but waited for a core (its
-        scheduler's run-queue wait: other processes held the cores); NaN where unknown."""
+        """Seconds of each step lost to waiting for a core (the scheduler's run-queue wait:
+        other processes held the cores), the counted thread's and its helpers'
+        (``cpu_usage.step_lost_s``); NaN where unknown."""
         self.window_opened = False
         self.window_closed = False
         self._pending_wait = 0.0
@@ -139,7 +140,10 @@ class StepClock:
     def _restart_step(self) -> None:
         """A step starts now: its wall clock and its thread's run-queue wait so far."""
         self._step_start = perf_counter()
-        self._core_start = self._core.ns() if self._core is not None else -1
+        self._core_start = self._core_read()
+
+    def _core_read(self) -> tuple[int, int, int] | None:
+        return self._core.read() if self._core is not None else None
 
     def begin(self) -> None:
         """Start timing; with zero warm-up steps the clean window (or the profiler) starts now."""
@@ -199,13 +203,12 @@ class StepClock:
                 self._restart_step()
                 return
         now = perf_counter()
-        # one pread of the thread's schedstat (about 1 us): what the CPU gave this step
-        core = self._core.ns() if self._core is not None else -1
+        # one pread per thread of its schedstat (about 1 us each): what the CPU gave this step
+        core = self._core_read()
         self._step_end = now
         self.step_s.append(now - self._step_start)
         self.data_wait_s.append(self._pending_wait)
-        known = core >= 0 and self._core_start >= 0
-        self.core_wait_s.append((core - self._core_start) / 1e9 if known else math.nan)
+        self.core_wait_s.append(step_lost_s(now - self._step_start, self._core_start, core))
         if self.log is not None:
             self.log.step(now - self._step_start, self._pending_wait)
         self._pending_wait = 0.0
@@ -213,7 +216,10 @@ class StepClock:
         if n >= self._next_event:
             self._advance(n)
             # our bookkeeping (a profiler starting) may wait for a core too: not the next step's
-            core = self._core.ns() if self._core is not None else -1
+            core = self._core_read()
+        if n % 64 == 2 and self._core is not None:  # intra-op threads started since
+            self._core.refresh()
+            core = self._core_read()
         self._step_start, self._core_start = perf_counter(), core
 
     @property
@@ -222,11 +228,11 @@ class StepClock:
         return len(self.step_s)
 
     def core_wait_so_far_s(self) -> float:
-        """Seconds the counted thread has waited for a core since the current step began
-        (0 when unknown); read by the watcher thread."""
+        """Seconds the counted thread alone has waited for a core since the current step began
+        (0 when unknown); read by the watcher thread (its helpers' counters are the clock's)."""
         start = self._core_start
-        now = self._core.ns() if self._core is not None and start >= 0 else -1
-        return max(0, now - start) / 1e9 if now >= 0 else 0.0
+        now = self._core.main() if self._core is not None and start is not None else None
+        return max(0, now[1] - start[1]) / 1e9 if now is not None and start else 0.0
 
     @property
     def step_end_s(self) -> float:
@@ -235,7 +241,7 @@ class StepClock:
 
     def _adopt(self, ident: int) -> None:
         self.owner = ident
-        self._core = ThreadWait()  # in the counted thread: its own schedstat
+        self._core = StepWait()  # in the counted thread: its own schedstat and its helpers'
         if ident != threading.main_thread().ident:
             # No window from this thread: the profiler is left to the main thread (which
             # stops it at the end if it opened at the start), and no StopScript, which would

@@ -12,6 +12,7 @@ window, give the window's figures. Linux only; elsewhere only process CPU time i
 from __future__ import annotations
 
 import contextlib
+import math
 import os
 import random
 import threading
@@ -32,37 +33,109 @@ def _read_schedstat(path: str) -> tuple[int, int] | None:
         return None
 
 
-class ThreadWait:
-    """The run-queue wait of the thread that built it, read as often as a step ends.
+class StepWait:
+    """Run-queue wait of the thread that built it and of the process's other threads (torch's
+    intra-op pool) but torchdoctor's own, read as often as a step ends.
 
-    The thread's schedstat stays open and each reading is one ``pread`` (about 1 us, against
-    70 us to open the file again): the step clock reads it at every step boundary. Built in
-    the thread it watches; readable from any thread. Off Linux, or once a reading fails (the
-    script closed our descriptor), every reading is -1: unknown, never zero."""
+    An operator split over intra-op threads ends when the last of them does: a helper waiting
+    for a core holds up the counting thread, which sleeps meanwhile (not waiting, by its own
+    counter). Each thread's schedstat stays open and a reading is one ``pread`` per thread
+    (about 1 us each, against 70 us to open the file again); ``refresh`` picks up threads
+    started since. Built in the thread it counts. Off Linux, or once the counting thread's
+    reading fails (the script closed our descriptor), every reading is None: unknown, never
+    zero. A helper that ended keeps its last reading."""
 
     def __init__(self) -> None:
-        try:
-            path = f"{_PROC}/self/task/{threading.get_native_id()}/schedstat"
-            self._fd = os.open(path, os.O_RDONLY)
-        except (AttributeError, OSError):
-            self._fd = -1
+        self._main = _open_schedstat(_native_id())
+        self._helpers: dict[int, int] = {}
+        self._last: dict[int, int] = {}
+        self._gone_ns = 0
+        self.refresh()
 
-    def ns(self) -> int:
-        """ns the thread has waited for a core since it started; -1 when unknown."""
-        if self._fd < 0:
-            return -1
+    def refresh(self) -> None:
+        """Open the schedstat of threads started since (cheap: one directory listing)."""
+        if self._main < 0:
+            return
+        ours = {t.native_id for t in threading.enumerate() if t.name.startswith("torchdoctor")}
         try:
-            return int(os.pread(self._fd, 96, 0).split()[1])
-        except (AttributeError, OSError, ValueError, IndexError):
+            tids = {int(t) for t in os.listdir(f"{_PROC}/self/task")}
+        except (OSError, ValueError):
+            return
+        for tid in tids - ours - {_native_id()} - set(self._helpers):
+            fd = _open_schedstat(tid)
+            if fd >= 0:
+                self._helpers[tid] = fd
+
+    def main(self) -> tuple[int, int] | None:
+        """(ns running, ns waiting for a core) of the counting thread since it started."""
+        return _read_fd(self._main)
+
+    def read(self) -> tuple[int, int, int] | None:
+        """The counting thread's ns running and waiting, and its helpers' ns waiting (a helper
+        spinning for work waits too: ``step_lost_s`` bounds what they cost a step)."""
+        main = _read_fd(self._main)
+        if main is None:
             self.close()
-            return -1
+            return None
+        helpers = self._gone_ns
+        for tid, fd in list(self._helpers.items()):
+            stat = _read_fd(fd)
+            if stat is None:  # the thread ended: its wait so far stays counted
+                del self._helpers[tid]
+                gone = self._last.pop(tid, 0)
+                self._gone_ns, helpers = self._gone_ns + gone, helpers + gone
+                _close(fd)
+                continue
+            self._last[tid] = stat[1]
+            helpers += stat[1]
+        return (*main, helpers)
 
     def close(self) -> None:
-        """Stop reading (idempotent); later readings are -1."""
-        fd, self._fd = self._fd, -1
-        if fd >= 0:
-            with contextlib.suppress(OSError):
-                os.close(fd)
+        """Stop reading (idempotent); later readings are None."""
+        fds = [self._main, *self._helpers.values()]
+        self._main, self._helpers = -1, {}
+        for fd in fds:
+            _close(fd)
+
+
+def step_lost_s(
+    wall_s: float, start: tuple[int, int, int] | None, end: tuple[int, int, int] | None
+) -> float:
+    """Seconds of a step (``wall_s`` long, between two ``StepWait.read``s) lost to waiting for
+    a core: its thread's own wait, and its helpers' wait up to the time the thread was neither
+    running nor waiting (blocked, as on a helper that had no core; idle helpers that spin
+    wait too, and never cost a thread that runs); NaN when unknown."""
+    if start is None or end is None:
+        return math.nan
+    run, wait, helpers = ((b - a) / 1e9 for a, b in zip(start, end, strict=True))
+    return wait + min(max(0.0, helpers), max(0.0, wall_s - run - wait))
+
+
+def _native_id() -> int:
+    return threading.get_native_id()
+
+
+def _open_schedstat(tid: int) -> int:
+    try:
+        return os.open(f"{_PROC}/self/task/{tid}/schedstat", os.O_RDONLY)
+    except (AttributeError, OSError):
+        return -1
+
+
+def _read_fd(fd: int) -> tuple[int, int] | None:
+    if fd < 0:
+        return None
+    try:
+        run_ns, wait_ns = os.pread(fd, 96, 0).split()[:2]
+        return int(run_ns), int(wait_ns)
+    except (AttributeError, OSError, ValueError):
+        return None
+
+
+def _close(fd: int) -> None:
+    if fd >= 0:
+        with contextlib.suppress(OSError):
+            os.close(fd)
 
 
 def _machine_ticks() -> tuple[int, int] | None:

@@ -5,9 +5,10 @@ the profiler's memory during the window.
 It wakes every ``interval_s`` and reads state (the clock's step times, the process's resident
 memory); it never calls into torch and never blocks the script. Sampling the main thread is
 ``sys._current_frames()`` read in one tight walk (``thread_stack.py``): cheap, and only done
-while a step is already long. A step is long by its time less its data wait and its thread's
-wait for a core (the step clock reads that wait at every step boundary, ``clock.core_wait_s``):
-a step made long by other processes holding the cores is the machine's, not the loop's.
+while a step is already long. A step is long by its time less its data wait and its wait for
+a core (the step clock reads that wait at every step boundary, ``clock.core_wait_s``; a running
+step's, its thread's alone): a step made long by other processes holding the cores is the
+machine's, not the loop's.
 """
 
 from __future__ import annotations

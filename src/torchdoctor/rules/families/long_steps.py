@@ -2,9 +2,9 @@
 like it, made long by work that runs now and then in the loop (an evaluation, a checkpoint,
 logging); or once, at the start of the job or of each epoch (``rules/one_off.py``).
 
-The steps' times come from ``run.json``'s ``steps``, each less its data wait and its thread's
-wait for a core (``monitor.step_core_wait_ms``, read by the step clock at every step boundary:
-a step is judged by what the CPU gave it); what ran in the long ones from the watcher's samples
+The steps' times come from ``run.json``'s ``steps``, each less its data wait and the time its
+thread and torch's intra-op threads waited for a core (``monitor.step_core_wait_ms``, read by
+the step clock at every step boundary: a step is judged by what the CPU gave it); what ran in the long ones from the watcher's samples
 of them (``monitor.long_step_samples``).
 """
 
