@@ -117,6 +117,68 @@ def test_named_findings_and_contention_explain_time() -> None:
     assert unexplained(rec, [named]) is None
 
 
+def _loaded(
+    gross: list[float], waits: list[float], roofline_ms: float = 3.0, **under: float
+) -> dict[str, Any]:
+    """Seven warm-up steps then three measured ones (``gross`` ms, ``waits`` ms of each waiting
+    for a core), the window's mix of time ``under`` (ms at the median step's scale)."""
+    rec = record(
+        step_ms=sorted(gross)[1], lines=lines([row("t.py:5", **under)]), roofline=roof(roofline_ms)
+    )
+    rec["steps"].update(step_ms=[10.0] * 7 + gross, warmup_steps=7, measured_steps=3, count=10)
+    rec["monitor"] = {"step_core_wait_ms": [0.0] * 7 + waits}
+    return rec
+
+
+def test_the_median_step_is_judged_by_its_own_time_on_a_loaded_machine() -> None:
+    """A healthy loop of 10 ms steps under load: the measured steps took 10, 80 (70 waiting for
+    a core) and 340 ms (40 waiting; its operators' threads waited too, which its own thread
+    cannot count). The window's mix, set by the 340 ms step, is 74% operators: at the median
+    step's 80 ms that read 59.5 ms of operators against a 9 ms allowance, 63% unexplained.
+    The median step's own time is 10 ms: 1 ms unexplained."""
+    rec = _loaded(
+        [10.0, 80.0, 340.0], [0.0, 70.0, 40.0], **{"torch ops": 59.5, "CPU contention": 20.5}
+    )
+    a = step_account(rec, [])
+    assert a is not None and a.step_ms == 80.0
+    assert a.contention_ms == pytest.approx(70.0) and a.allowance_ms == pytest.approx(9.0)
+    assert a.unexplained_ms == pytest.approx(1.0) and a.explained
+    assert unexplained(rec, []) is None
+    del rec["monitor"]  # without the per-step reading: the window's mix at the median step
+    a = step_account(rec, [])
+    assert a is not None and a.unexplained_ms == pytest.approx(50.5)
+    assert unexplained(rec, []) is not None
+
+
+def test_the_median_step_is_paired_with_its_own_wait() -> None:
+    """A control at load 16 (recorded): the window's steps took 161.8, 160.1 and 519.6 ms, of
+    which 116.7, 87.8 and 422.7 waiting for a core. The median step (161.8 ms) had 45.1 ms of
+    its own, 12.1 ms beyond its 33 ms allowance: quiet. Paired with another step's own time
+    (the median of the three, 72.3 ms) it read 39.3 ms, 24% unexplained."""
+    rec = _loaded(
+        [161.8, 160.1, 519.6],
+        [116.7, 87.8, 422.7],
+        roofline_ms=11.0,
+        **{"torch ops": 42.1, "CPU contention": 119.7},
+    )
+    a = step_account(rec, [])
+    assert a is not None and a.contention_ms == pytest.approx(116.7)
+    assert a.unexplained_ms == pytest.approx(12.1) and a.explained
+    assert unexplained(rec, []) is None
+
+
+def test_python_time_under_load_stays_unexplained() -> None:
+    """Every measured step runs 40 ms of its own (30 of the user's Python) and waits 20-60 ms
+    for a core: its Python is still unexplained, 31 of the 80 ms median step."""
+    rec = _loaded([60.0, 80.0, 100.0], [20.0, 40.0, 60.0],
+                  **{"Python": 30.0, "torch ops": 10.0, "CPU contention": 40.0})  # fmt: skip
+    a = step_account(rec, [])
+    assert a is not None and a.contention_ms == pytest.approx(40.0)
+    assert a.unexplained_ms == pytest.approx(31.0)
+    f = unexplained(rec, [])
+    assert f is not None and f.title.startswith("39% of the step (31.0 ms) is not explained")
+
+
 def test_no_roofline_is_never_a_clean_bill() -> None:
     rec = record(
         lines=lines([row("t.py:5", **{"torch ops": 100.0})]), roofline={"unavailable": "compiled"}

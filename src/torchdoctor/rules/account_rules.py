@@ -10,6 +10,13 @@ time goes (the user's lines and what runs under them).
     contention = time the training thread waited for a CPU (other processes held them)
     unexplained = max(0, step - allowance - named - contention)
 
+The step is the median of the measured steps, and the line table's categories are the window's
+mix of time scaled to it. Where the step clock read each step's wait for a core
+(``monitor.step_core_wait_ms``) the categories of time with a core are scaled to the median
+step's own time (that step less its wait), and its wait is the contention: on a loaded machine
+one step of the window that waited little, or long, would otherwise set the mix of the median
+one.
+
 The allowance uses the eager traffic floor (every operator's counted work, op by op: what the
 operators as run need); the efficiency reported is against the fusion floor (``record.floors``),
 which no implementation beats, and the gap between the two is what fusion could save.
@@ -114,9 +121,14 @@ def step_account(record: dict[str, Any], findings: list[Finding]) -> StepAccount
     categories = dict(acc.lines.categories)
     roof = roofline.roofline_ms
     floors = step_floors(record, step)
+    contention = min(step, categories.get("CPU contention", 0.0))
+    own = _own_step(run)
+    scale = 1.0  # the categories of time with a core, to the median step's own time
+    if own is not None and step - contention > 0:
+        scale, contention = own / (step - contention), step - own
     # The roofline explains compute: the time inside torch operators and torch's own Python
     # around them, never the user's Python, I/O, sleeps or collections (when sampled).
-    compute = categories.get("torch ops", 0.0) + _framework_python(acc)
+    compute = (categories.get("torch ops", 0.0) + _framework_python(acc)) * scale
     assumed = assumed_compute(acc) if roof is not None else None
     if roof is not None:
         allowance = min(step, roof / th.EXPLAINED_EFFICIENCY + (assumed.ms if assumed else 0.0))
@@ -133,9 +145,8 @@ def step_account(record: dict[str, Any], findings: list[Finding]) -> StepAccount
             if f.id != UNEXPLAINED_ID and f.severity != "info"
         ),
     )
-    contention = min(step, categories.get("CPU contention", 0.0))
     unexplained = max(0.0, step - allowance - named - contention)
-    ops_ms = categories.get("torch ops", 0.0)
+    ops_ms = categories.get("torch ops", 0.0) * scale
     excess = max(0.0, 1.0 - allowance / ops_ms) if ops_ms > 0 else 0.0
     fusion = floors.fusion if floors is not None else None
     return StepAccount(
@@ -158,6 +169,21 @@ def step_account(record: dict[str, Any], findings: list[Finding]) -> StepAccount
         mfu=floors.mfu if floors is not None else None,
         assumed_compute=assumed.to_dict() if assumed is not None else None,
     )
+
+
+def _own_step(run: RunRecord) -> float | None:
+    """The median measured step's own time (ms): the step of median wall time (the two middle
+    ones' mean) less its thread's and helpers' wait for a core; None where a measured step's
+    wait is unknown."""
+    from torchdoctor.rules.families.long_steps import step_core_waits
+
+    waits, steps = step_core_waits(run), run.steps
+    lo, hi = steps.warmup_steps, steps.warmup_steps + steps.measured_steps
+    if waits is None or hi <= lo or any(w is None for w in waits[lo:hi]):
+        return None
+    ranked = sorted(zip(steps.step_ms[lo:hi], waits[lo:hi], strict=True))
+    middle = {(len(ranked) - 1) // 2, len(ranked) // 2}
+    return sum(t - min(t, w or 0.0) for t, w in (ranked[i] for i in middle)) / len(middle)
 
 
 def _top_lines(acc: Account, ops_excess: float, n: int = 5) -> list[TopLine]:
