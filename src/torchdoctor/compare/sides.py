@@ -16,6 +16,7 @@ from torchdoctor.errors import TraceError, UserError
 from torchdoctor.record import layout
 from torchdoctor.record.folder import read_json, read_run
 from torchdoctor.record.run import RunRecord
+from torchdoctor.record.values import as_number
 
 SideKind = Literal["trace", "ranks", "check-run", "tune"]
 
@@ -155,10 +156,6 @@ def _operators(a: Any) -> dict[str, float]:
     }
 
 
-def _float_or_none(v: Any) -> float | None:
-    return float(v) if isinstance(v, int | float) and not isinstance(v, bool) else None
-
-
 def _str_or_none(v: Any) -> str | None:
     return None if v is None else str(v)
 
@@ -296,6 +293,6 @@ def _tune(p: Path, doc: dict[str, Any]) -> Side:
         batch_size=int(batch) if _is_number(batch) and batch > 0 else None,
         samples_per_step=sps * med if sps else None,
         notes=[f"tune pick: {_str_or_none(best.get('config')) or '?'}", *notes],
-        one_time_s=_float_or_none(best.get("warmup_overhead_s")),
-        compile_s=_float_or_none(best.get("compile_s")),
+        one_time_s=as_number(best.get("warmup_overhead_s")),
+        compile_s=as_number(best.get("compile_s")),
     )

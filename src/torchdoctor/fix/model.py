@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from torchdoctor import ab
+from torchdoctor.record.values import as_float
 from torchdoctor.tune.fidelity import Fidelity
 
 Status = Literal["patched", "switch", "refused", "already", "no-gain", "rejected", "failed"]
@@ -52,19 +53,14 @@ class FindingRef:
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> FindingRef:
         """Read a ``Finding.to_dict()`` document; missing keys read as their defaults."""
-
-        def num(key: str) -> float:
-            v = d.get(key)
-            return float(v) if isinstance(v, int | float) and not isinstance(v, bool) else 0.0
-
         evidence = d.get("evidence")
         where = d.get("where")
         return cls(
             id=str(d.get("id") or ""),
             title=str(d.get("title") or ""),
             severity=str(d.get("severity") or "info"),
-            saving_ms_per_step=num("saving_ms_per_step"),
-            share_of_step=num("share_of_step"),
+            saving_ms_per_step=as_float(d.get("saving_ms_per_step")),
+            share_of_step=as_float(d.get("share_of_step")),
             evidence=evidence if isinstance(evidence, dict) else {},
             where=tuple(str(w) for w in where) if isinstance(where, list) else (),
         )
