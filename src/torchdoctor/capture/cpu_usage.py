@@ -24,15 +24,6 @@ from typing import Any
 _PROC = "/proc"
 
 
-def _read_schedstat(path: str) -> tuple[int, int] | None:
-    try:
-        with open(path, encoding="ascii") as f:
-            run_ns, wait_ns, _ = f.read().split()
-        return int(run_ns), int(wait_ns)
-    except (OSError, ValueError):
-        return None
-
-
 class StepWait:
     """Run-queue wait of the thread that built it and of the process's other threads (torch's
     intra-op pool) but torchdoctor's own, read as often as a step ends.
@@ -115,9 +106,9 @@ def _native_id() -> int:
     return threading.get_native_id()
 
 
-def _open_schedstat(tid: int) -> int:
+def _open_schedstat(tid: int, pid: str = "self") -> int:
     try:
-        return os.open(f"{_PROC}/self/task/{tid}/schedstat", os.O_RDONLY)
+        return os.open(f"{_PROC}/{pid}/task/{tid}/schedstat", os.O_RDONLY)
     except (AttributeError, OSError):
         return -1
 
@@ -185,7 +176,9 @@ def _process_threads(pid: str = "self") -> dict[int, tuple[int, int]]:
     except OSError:
         return out
     for tid in tids:
-        stat = _read_schedstat(f"{_PROC}/{pid}/task/{tid}/schedstat")
+        fd = _open_schedstat(int(tid), pid)
+        stat = _read_fd(fd)
+        _close(fd)
         if stat is not None:
             out[int(tid)] = stat
     return out
