@@ -172,7 +172,8 @@ def summary_lines(c: Comparison, max_slower_pct: float | None) -> list[str]:
     compile_b = [r.compile_s for r in c.base_runs or [c.base] if r.compile_s]
     compile_n = [r.compile_s for r in c.new_runs or [c.new] if r.compile_s]
     if compile_b or compile_n:
-        lines.append(f"  {'of which compile (s)':<26} {_med(compile_b):>11} {_med(compile_n):>11}")
+        base, new = median_text(compile_b), median_text(compile_n)
+        lines.append(f"  {'of which compile (s)':<26} {base:>11} {new:>11}")
     be = break_even_line(v, c.estimates)
     if be:
         lines.append(be)
@@ -207,7 +208,8 @@ def page_headline(lines: list[str]) -> list[str]:
     return [ln for ln in lines if not ln.startswith("  ")]
 
 
-def _med(xs: list[float]) -> str:
+def median_text(xs: Sequence[float]) -> str:
+    """The middle value (the upper of the two for an even count) to 0.1, or "-" for none."""
     return f"{sorted(xs)[len(xs) // 2]:.1f}" if xs else "-"
 
 

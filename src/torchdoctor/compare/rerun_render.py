@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from dataclasses import asdict
 from typing import Any
 
@@ -12,6 +11,7 @@ from torchdoctor.compare.render import (
     cost_table,
     evidence_line,
     long_steps_line,
+    median_text,
     page_headline,
     verdict_dict,
 )
@@ -48,8 +48,8 @@ def summary_lines(r: RerunResult, max_slower_pct: float | None) -> list[str]:
     for part, key in parts:  # compile only when a side compiled
         pairs = [(getattr(b, key), getattr(n, key)) for b, n in costs]
         if part != "compile" or any(b or n for b, n in pairs):
-            head = f"of which {part} (s)"
-            lines.append(f"  {head:<26} {_median(pairs, 0):>11} {_median(pairs, 1):>11}")
+            base, new = (median_text([float(p[i]) for p in pairs if p[i]]) for i in (0, 1))
+            lines.append(f"  {f'of which {part} (s)':<26} {base:>11} {new:>11}")
     long = long_steps_line([b for b, _ in costs], [n for _, n in costs])
     if long:
         lines.append(long)
@@ -62,12 +62,6 @@ def summary_lines(r: RerunResult, max_slower_pct: float | None) -> list[str]:
     if max_slower_pct is not None:
         lines.append(v.gate_line(max_slower_pct))
     return lines
-
-
-def _median(pairs: Sequence[tuple[float | None, float | None]], i: int) -> str:
-    """One side's median over rounds, or "-" when it never happened (no compile)."""
-    xs = sorted(float(v) for p in pairs if (v := p[i]))
-    return f"{xs[len(xs) // 2]:.1f}" if xs else "-"
 
 
 def render_text(r: RerunResult, max_slower_pct: float | None = None) -> str:
