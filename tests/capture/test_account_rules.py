@@ -382,16 +382,18 @@ def test_framework_python_is_told_apart_from_torch_formatting() -> None:
     import torch.nn.modules.module
 
     from torchdoctor.code_paths import CodePaths
-    from torchdoctor.rules.account_inputs import framework_python_ms
+    from torchdoctor.record.lines import LineTable
+    from torchdoctor.rules.account_inputs import python_ms_of_framework
 
     paths = CodePaths()
     assert paths.detail(torch.nn.modules.module.__file__) == "torch:nn"
     assert paths.detail(importlib.import_module("torch.optim.adam").__file__) == "torch:optim"
     assert paths.detail(torch._tensor_str.__file__) == "torch:_tensor_str"
     owners = {"torch:nn": 3.0, "torch:_tensor_str": 40.0, "pkg:lightning": 1.0, "user": 9.0}
-    assert framework_python_ms({"python_by_owner": owners}) == 4.0
+    assert python_ms_of_framework(LineTable(python_by_owner=owners)) == 4.0
     # compiled code's guards and runtime wrappers are framework overhead; collating, saving and
     # printing are work the user asked for
     compiled = {"torch:_dynamo": 2.0, "torch:_functorch": 1.0, "torch": 0.5, "torch:utils": 8.0}
-    assert framework_python_ms({"python_by_owner": compiled}) == 3.5
-    assert framework_python_ms({"python_by_owner": {"torch:serialization": 5.0}}) == 0.0
+    assert python_ms_of_framework(LineTable(python_by_owner=compiled)) == 3.5
+    saving = {"torch:serialization": 5.0}
+    assert python_ms_of_framework(LineTable(python_by_owner=saving)) == 0.0

@@ -6,7 +6,6 @@ of torch's Python is framework overhead. Plain data; no torch import."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
 
 from torchdoctor.record.account import Experiment, Forwards, Modes, Repeat, Roofline
 from torchdoctor.record.lines import LineRow, LineTable
@@ -39,14 +38,8 @@ def is_framework_python(owner: str) -> bool:
     return (owner == "torch" or owner.startswith("torch:")) and owner not in USER_WORK_IN_TORCH
 
 
-def framework_python_ms(lines: dict[str, Any]) -> float:
-    """ms per step of Python in the framework's own code (torch's overhead, installed packages')."""
-    owners = lines.get("python_by_owner") or {}
-    return sum(float(v) for k, v in owners.items() if is_framework_python(str(k)))
-
-
 def python_ms_of_framework(table: LineTable) -> float:
-    """``framework_python_ms`` of a typed line table."""
+    """ms per step of Python in the framework's own code (torch's overhead, installed packages')."""
     return sum(v for k, v in (table.python_by_owner or {}).items() if is_framework_python(k))
 
 
