@@ -56,7 +56,6 @@ MAX_BUDGET_S = Threshold(
     "the script was told it stops: at most 20 s of extra steps, all toggles together, so a "
     "measurement never holds a run (or a CI job) much past its profiled steps",
 )
-BUDGET_S = MAX_BUDGET_S  # the name older callers use
 BUDGET_SLACK = Threshold(
     3.0,
     "the time limit is the planned steps at the window's median step times 3: room for a "
