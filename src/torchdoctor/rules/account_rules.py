@@ -128,7 +128,7 @@ def step_account(record: dict[str, Any], findings: list[Finding]) -> StepAccount
         scale, contention = own / (step - contention), step - own
     # The roofline explains compute: the time inside torch operators and torch's own Python
     # around them, never the user's Python, I/O, sleeps or collections (when sampled).
-    compute = (categories.get("torch ops", 0.0) + _framework_python(acc)) * scale
+    compute = (categories.get("torch ops", 0.0) + python_ms_of_framework(acc.lines)) * scale
     assumed = assumed_compute(acc) if roof is not None else None
     if roof is not None:
         allowance = min(step, roof / th.EXPLAINED_EFFICIENCY + (assumed.ms if assumed else 0.0))
@@ -209,10 +209,6 @@ def _top_lines(acc: Account, ops_excess: float, n: int = 5) -> list[TopLine]:
     # Lines with a tenth of the top line's unexplained time or more: the rest is noise.
     floor = 0.1 * out[0].unexplained_ms if out else 0.0
     return [x for x in out if x.unexplained_ms > 0 and x.unexplained_ms >= floor][:n]
-
-
-def _framework_python(acc: Account) -> float:
-    return python_ms_of_framework(acc.lines)
 
 
 def main_category(row: LineRow) -> str:
