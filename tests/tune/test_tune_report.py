@@ -61,3 +61,17 @@ def test_kept_baseline_says_so_everywhere(tmp_path: Path) -> None:
     assert "baseline ◀ best" in table
     assert "keeping the baseline" in report.headline(summary)
     assert "no configuration was faster by more than 2%" in _toml(summary, tmp_path)
+
+
+def test_a_non_finite_loss_deviation_is_null_in_json_and_rejected_in_the_table() -> None:
+    from torchdoctor.tune import fidelity
+
+    world = FakeWorld({("optimizer_impl", "fused"): 0.8})
+    summary = _summary(world, ("optimizer_impl",))
+    rec = next(r for r in summary.records if r.trial.assignment.get("optimizer_impl") == "fused")
+    rec.verdict = fidelity.check([1.0, 1.0], [1.0, float("nan")], "fp32", steps=2)
+    assert rec.verdict.max_rel_dev == float("inf")
+    rows = json.loads(report.to_json(summary))["ranked"]
+    got = next(r for r in rows if r["config"] == "optimizer_impl=fused")
+    assert got["fidelity"]["max_rel_dev"] is None and got["fidelity"]["ok"] is False
+    assert "rejected: loss is nan at step 1" in _render(summary)

@@ -6,7 +6,6 @@ Rendering only: every number comes from ``search.Summary``, ``measure`` and ``ab
 from __future__ import annotations
 
 import json
-import math
 from typing import Any
 
 from rich.markup import escape
@@ -22,10 +21,6 @@ def describe(assignment: dict[str, Any]) -> str:
     """The knobs that differ from the baseline, as ``name=value`` (``baseline`` when none)."""
     parts = [f"{k}={v}" for k, v in assignment.items() if BASELINE.get(k) != v]
     return ", ".join(parts) or "baseline"
-
-
-def _finite(x: float | None) -> float | None:
-    return x if x is not None and math.isfinite(x) else None
 
 
 def _eager_twin(summary: Summary, rec: Record) -> Record | None:
@@ -93,7 +88,7 @@ def row(summary: Summary, rec: Record) -> dict[str, Any]:
         v = rec.verdict
         out["fidelity"] = {
             "ok": v.ok,
-            "max_rel_dev": _finite(v.max_rel_dev),
+            "max_rel_dev": v.max_rel_dev,  # inf for a non-finite loss: null in JSON (json_safe)
             "worst_step": v.worst_step,
             "tolerance": v.tolerance,
             "steps": v.steps,
