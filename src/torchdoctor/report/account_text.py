@@ -11,14 +11,10 @@ from torchdoctor.record.lines import LineRow
 from torchdoctor.record.run import RunRecord
 from torchdoctor.report.layout import fit
 from torchdoctor.roofline import Attainable
+from torchdoctor.rules.sites import short_site
 from torchdoctor.rules.thresholds import EXPLAINED_EFFICIENCY
 
 _COLS = ("torch ops", "Python", "I/O", "sleep/wait", "gc", "CPU contention")
-
-
-def _short(site: str) -> str:
-    file, _, line = str(site).rpartition(":")
-    return f"{file.rsplit('/', 1)[-1]}:{line}" if file else str(site)
 
 
 def _si(value: float, unit: str) -> str:
@@ -155,7 +151,7 @@ def _line_row(r: LineRow, width: int | None, wide: bool) -> str:
     if r.ops:
         what += " [" + ", ".join(name.replace("aten::", "") for name, _ in r.ops[:2]) + "]"
     nums = f"  {r.self_ms:8.2f} {r.inclusive_ms:8.2f} {r.self_share or 0.0:6.0%}  "
-    site, func, code = _short(r.site), r.function, r.code
+    site, func, code = short_site(r.site), r.function, r.code
     if width is None:
         text = f"{nums}{middle(site, _SITE):<{_SITE}} {middle(func, _FUNC):<{_FUNC}} {what}\n"
         return text + (f"{'':>{_NUMS + 2}}{middle(code, 90)}\n" if code else "")

@@ -17,6 +17,7 @@ from typing import Literal
 
 from torchdoctor.record.lines import LineRow, LineTable
 from torchdoctor.rules import thresholds as th
+from torchdoctor.rules.sites import short_site
 
 LoopKind = Literal["mask", "accumulate", "element-write", "loop"]
 """What a loop line does: writes a constant element by element (a mask), accumulates into an
@@ -238,16 +239,11 @@ def top_loop_line(table: LineTable) -> LoopLine | None:
     return None
 
 
-def _short(site: str) -> str:
-    file, _, line = site.rpartition(":")
-    return f"{file.rsplit('/', 1)[-1]}:{line}" if file else site
-
-
 def vectorise_fix(line: LoopLine) -> str:
     """What to change at the loop line, as comments: the names are the user's to choose, so
     it is not printed as paste-ready code."""
     code = line.code.split("#", 1)[0].strip()
-    head = f"# {_short(line.site)}: {code}"
+    head = f"# {short_site(line.site)}: {code}"
     t = line.target or "the tensor"
     if line.kind == "mask":
         return (

@@ -12,3 +12,9 @@ def relative_site(site: str) -> str:
         return site
     cwd = os.getcwd()
     return f"{os.path.relpath(path, cwd)}:{line}" if path.startswith(cwd + os.sep) else site
+
+
+def short_site(site: str) -> str:
+    """``/abs/dir/train.py:36`` as ``train.py:36`` (the file's name and the line)."""
+    file, _, line = site.rpartition(":")
+    return f"{file.rsplit('/', 1)[-1]}:{line}" if file else site
