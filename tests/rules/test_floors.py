@@ -74,7 +74,7 @@ def test_the_fusion_floor_is_the_longer_of_compute_and_compulsory_traffic() -> N
 
 def test_gpt2_eager_floors_hold_under_the_compiled_step() -> None:
     record, report = _run("nanogpt_gpt2_eager")
-    floors = step_floors(record)
+    floors = step_floors(RunRecord.from_dict(record))
     assert floors is not None and floors.fusion is not None
     compute_ms = GPT2_FLOPS / (989.4e12 * 0.8) * 1e3
     assert floors.fusion.floor_ms == pytest.approx(compute_ms)
@@ -99,8 +99,9 @@ def test_gpt2_eager_floors_hold_under_the_compiled_step() -> None:
 
 def test_compiled_runs_have_no_counted_floor() -> None:
     record, _ = _run("nanogpt_gpt2_compiled")
-    assert step_floors(record) is None
-    assert "roofline: not available" in roofline_line(RunRecord.from_dict(record), None)
+    run = RunRecord.from_dict(record)
+    assert step_floors(run) is None
+    assert "roofline: not available" in roofline_line(run, None)
 
 
 def test_an_fp32_run_with_tf32_off_is_judged_at_the_cuda_core_peak() -> None:
@@ -120,7 +121,7 @@ def test_an_fp32_run_with_tf32_off_is_judged_at_the_cuda_core_peak() -> None:
         },
         "config": {"optimizers": []},
     }
-    floors = step_floors(record)
+    floors = step_floors(RunRecord.from_dict(record))
     assert floors is not None and floors.fusion is not None
     assert floors.fusion.floor_ms == pytest.approx(flops / (66.9e12 * 0.8) * 1e3)
     assert floors.mfu_dtype == "fp32" and floors.mfu_peak_tflops == 66.9

@@ -7,11 +7,13 @@ torch import.
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from torchdoctor import hardware, roofline
-from torchdoctor.record.rows import Optimizer
-from torchdoctor.record.values import as_dict, as_number, as_rows
+from torchdoctor.record.values import as_dict, as_number
+
+if TYPE_CHECKING:
+    from torchdoctor.record.run import RunRecord
 
 
 @dataclass(frozen=True)
@@ -48,26 +50,19 @@ class StepFloors:
         return {**asdict(self), "floor_ms": self.floor_ms, "fusion_gain_ms": self.fusion_gain_ms}
 
 
-def step_floors(record: dict[str, Any], step_ms: float | None = None) -> StepFloors | None:
-    """The floors of ``record``'s step; None when nothing was counted or no rates are known."""
-    roof = as_dict(record.get("roofline"))
-    work, eff = as_dict(roof.get("work")), as_dict(roof.get("efficiency"))
-    if not roof.get("attainable"):
+def step_floors(run: RunRecord, step_ms: float | None = None) -> StepFloors | None:
+    """The floors of ``run``'s step; None when nothing was counted or no rates are known."""
+    attainable = as_dict(run.roofline.get("attainable"))
+    if not attainable:
         return None
-    att = roofline.Attainable.from_dict(as_dict(roof.get("attainable")))
-    flops = {
-        str(k): as_number(v.get("flops")) or 0.0
-        for k, v in as_dict(work.get("by_dtype")).items()
-        if isinstance(v, dict)
-    }
-    eager = as_number(eff.get("roofline_ms"))
+    att = roofline.Attainable.from_dict(attainable)
+    flops = {k: w.flops for k, w in run.roof.by_dtype.items()}
+    eager = run.roof.roofline_ms
     fusion = None
     if any(flops.values()):
-        config = as_dict(record.get("config"))
-        optimizers = [Optimizer.from_dict(o) for o in as_rows(config.get("optimizers"))]
-        nbytes, counted = roofline.compulsory_bytes(optimizers)
+        nbytes, counted = roofline.compulsory_bytes(run.config.optimizers)
         fusion = roofline.fusion_floor(flops, nbytes, att, counted)
-    step = step_ms or as_number(eff.get("step_ms"))
+    step = step_ms or as_number(as_dict(run.roofline.get("efficiency")).get("step_ms"))
     main = max(flops, key=lambda k: flops[k]) if any(flops.values()) else ""
     peak_dtype = "tf32" if main == "fp32" and att.fp32_mode == "tf32" else main
     peak = hardware.peak_flops(att.device, peak_dtype) if main and att.device != "cpu" else None

@@ -60,7 +60,7 @@ def roofline_line(run: RunRecord, account: dict[str, Any] | None) -> str:
     if not eff:
         why = roof.get("unavailable") or (roof.get("error") or "not measured")
         return f"roofline: not available ({why}); efficiency unknown\n"
-    floors = step_floors(run.raw, float(eff["step_ms"]))
+    floors = step_floors(run, float(eff["step_ms"]))
     fusion = floors.fusion if floors is not None else None
     floor_name = "fusion floor" if fusion is not None else "eager traffic floor"
     floor_ms = fusion.floor_ms if fusion is not None else float(eff["roofline_ms"])

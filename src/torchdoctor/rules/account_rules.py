@@ -120,7 +120,7 @@ def step_account(record: dict[str, Any], findings: list[Finding]) -> StepAccount
     roofline = acc.roofline
     categories = dict(acc.lines.categories)
     roof = roofline.roofline_ms
-    floors = step_floors(record, step)
+    floors = step_floors(run, step)
     contention = min(step, categories.get("CPU contention", 0.0))
     own = _own_step(run)
     scale = 1.0  # the categories of time with a core, to the median step's own time
