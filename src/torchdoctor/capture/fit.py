@@ -214,17 +214,14 @@ def _fit_fix(f: Finding, run: RunRecord) -> str | None:
                 return fx.no_sync_fix(k) + "\n# and the late rank's extra work:\n" + f.fix
             return fx.no_sync_fix(k)
     if f.id in ("input-pipeline", "data-loading-bound") and run.gpu is None:
-        cpus = max(1, min(8, int(next((d.cpus for d in run.config.dataloaders), 0) or _cores())))
+        from torchdoctor.capture.cpu_usage import usable_cores
+
+        asked = next((d.cpus for d in run.config.dataloaders), 0)
+        cpus = max(1, min(8, int(asked or usable_cores())))
         text = f.fix.replace(", pin_memory=True", "").replace("pin_memory=True, ", "")
         text = text.replace("num_workers=min(8, os.cpu_count())", f"num_workers={cpus}")
         return text.replace("num_workers=4", f"num_workers={cpus}")
     return None
-
-
-def _cores() -> int:
-    from torchdoctor.capture.cpu_usage import usable_cores
-
-    return usable_cores()
 
 
 _COMPILE_LINE = re.compile(r"^(?P<name>\w+) = torch\.compile\((?P=name)\)(?P<rest>[^\n]*)$", re.M)

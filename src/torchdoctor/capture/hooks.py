@@ -64,14 +64,10 @@ def construction(loader_init: Any, args: tuple[Any, ...], kwargs: dict[str, Any]
     return out
 
 
-def _usable_cores() -> int:
-    from torchdoctor.capture.cpu_usage import usable_cores
-
-    return usable_cores()
-
-
 def loader_settings(loader: Any) -> dict[str, Any]:
     """The DataLoader settings that decide input throughput, as plain data."""
+    from torchdoctor.capture.cpu_usage import usable_cores
+
     try:
         dataset_len: int | None = len(loader.dataset)
     except Exception:  # iterable datasets have no length
@@ -87,10 +83,10 @@ def loader_settings(loader: Any) -> dict[str, Any]:
         "dataset": type(loader.dataset).__name__,
         "dataset_len": dataset_len,
         "multiprocessing_context": None if context is None else str(context.get_start_method()),
-        "cpu_count": _usable_cores(),
+        "cpu_count": usable_cores(),
         # torchrun's processes on one node share its CPUs between their workers (the CPUs
         # this process may use: a cpuset or taskset counts, not the machine's total).
-        "cpus_per_rank": max(1, _usable_cores() // int(os.environ.get("LOCAL_WORLD_SIZE", 1))),
+        "cpus_per_rank": max(1, usable_cores() // int(os.environ.get("LOCAL_WORLD_SIZE", 1))),
     }
 
 

@@ -10,7 +10,6 @@ that is already on the GPU is read on the side stream only after the stream that
 from __future__ import annotations
 
 import functools
-import os
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
@@ -20,6 +19,7 @@ import torch
 from torch.utils.data import DataLoader, Dataset, IterableDataset
 from torch.utils.data.distributed import DistributedSampler
 
+from torchdoctor.capture.cpu_usage import usable_cores
 from torchdoctor.config import RuntimeConfig
 from torchdoctor.runtime.transfer import iter_tensors, map_tensors, tensor_mover, to_channels_last
 
@@ -44,17 +44,9 @@ class LoaderPlan:
     """Whether a DistributedSampler shards the dataset across processes."""
 
 
-def cpus_available() -> int:
-    """CPUs this process may run on (the affinity mask, not the machine's count)."""
-    try:
-        return len(os.sched_getaffinity(0))
-    except AttributeError:  # pragma: no cover - macOS / Windows
-        return os.cpu_count() or 1
-
-
 def default_workers(local_world_size: int) -> int:
     """CPUs per local rank, at most 8: more workers than that rarely help and cost memory."""
-    return max(0, min(8, cpus_available() // max(1, local_world_size)))
+    return max(0, min(8, usable_cores() // max(1, local_world_size)))
 
 
 def plan_loader(

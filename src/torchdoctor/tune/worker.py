@@ -41,7 +41,7 @@ def _probe(wl: Workload, device: Any) -> dict[str, Any]:
 
     import torch
 
-    from torchdoctor.runtime.data import cpus_available
+    from torchdoctor.capture.cpu_usage import usable_cores
     from torchdoctor.tune.adapter import supported_impls
 
     first = next(
@@ -54,7 +54,7 @@ def _probe(wl: Workload, device: Any) -> dict[str, Any]:
         # Only real bf16 tensor cores: with emulation (the default) pre-Ampere GPUs answer True.
         "bf16": torch.cuda.is_bf16_supported(including_emulation=False) if cuda else True,
         "compiler": bool(shutil.which(os.environ.get("CXX", "g++")) or shutil.which("c++")) or cuda,
-        "cpu_count": cpus_available(),
+        "cpu_count": usable_cores(),
         "image_batches": _has_4d(first),
         "optimizer_impls": list(supported_impls(wl.optimizer, device)),
         "world_size": int(os.environ.get("WORLD_SIZE", "1")),

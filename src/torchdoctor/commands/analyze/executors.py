@@ -29,14 +29,6 @@ class Executor(Protocol):
     def close(self) -> None: ...
 
 
-def cpu_count() -> int:
-    """CPUs this process may run on."""
-    try:
-        return len(os.sched_getaffinity(0))
-    except AttributeError:  # pragma: no cover - macOS has no sched_getaffinity
-        return os.cpu_count() or 1
-
-
 class SerialExecutor:
     """Everything in this process, one item at a time (``--jobs 1``)."""
 
@@ -129,7 +121,9 @@ class DaskExecutor:
 
 def make_executor(jobs: int | None, scheduler: str | None, use_dask: bool, tasks: int) -> Executor:
     """The executor the options ask for; ``jobs`` defaults to the CPUs (at most one per task)."""
-    n = max(1, min(jobs or cpu_count(), tasks))
+    from torchdoctor.capture.cpu_usage import usable_cores
+
+    n = max(1, min(jobs or usable_cores(), tasks))
     if scheduler or use_dask:
         return DaskExecutor(scheduler, n)
     return SerialExecutor() if n == 1 else LocalPool(n)
