@@ -44,11 +44,6 @@ def _window(value: Any, _: Any) -> tuple[int, int] | None:
     return (_count(got[0]), _count(got[1])) if len(got) == 2 else None
 
 
-def _rank(d: dict[str, Any]) -> RankPlace:
-    rank, local, world = (as_int(d.get(k)) for k in ("rank", "local_rank", "world_size"))
-    return RankPlace(rank or 0, local or 0, world or 1)
-
-
 @dataclass(frozen=True)
 class StepStats:
     """The run's steps (milliseconds): every step's wall time and data wait, which of them were
@@ -406,7 +401,7 @@ class RunRecord(Row):
     python_version: str | None = None
     cuda_available: bool | None = None
     """torch saw a CUDA device; None when not recorded (a record rebuilt from the steps log)."""
-    rank: RankPlace = field(default_factory=RankPlace, metadata=reads(lambda v, _: _rank(_d(v))))
+    rank: RankPlace = field(default_factory=RankPlace)
     steps: StepStats = field(default_factory=StepStats)
     compile: CompileStats = field(default_factory=CompileStats)
     config: RunConfig = field(default_factory=RunConfig)

@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING, Any
 
 from torchdoctor._version import __version__
 from torchdoctor.record import layout
+from torchdoctor.record.values import as_dict, as_int
 
 if TYPE_CHECKING:
     from torchdoctor.record.run import StepStats
@@ -44,11 +45,12 @@ class RankPlace:
         return {"rank": self.rank, "local_rank": self.local_rank, "world_size": self.world_size}
 
     @classmethod
-    def from_dict(cls, d: Mapping[str, Any] | None) -> RankPlace:
-        d = d or {}
-        return cls(
-            int(d.get("rank") or 0), int(d.get("local_rank") or 0), int(d.get("world_size") or 1)
+    def from_dict(cls, d: Any) -> RankPlace:
+        """The place as recorded; a missing or malformed value reads as one process's."""
+        rank, local, world = (
+            as_int(as_dict(d).get(k)) for k in ("rank", "local_rank", "world_size")
         )
+        return cls(rank or 0, local or 0, world or 1)
 
 
 @dataclass(frozen=True)
