@@ -69,6 +69,8 @@ class StepWait:
             self.close()
             return None
         helpers = self._gone_ns
+        if not self._helpers:
+            return main[0], main[1], helpers
         for tid, fd in list(self._helpers.items()):
             stat = _read_fd(fd)
             if stat is None:  # the thread ended: its wait so far stays counted
@@ -98,8 +100,8 @@ def step_lost_s(
     wait too, and never cost a thread that runs); NaN when unknown."""
     if start is None or end is None:
         return math.nan
-    run, wait, helpers = ((b - a) / 1e9 for a, b in zip(start, end, strict=True))
-    return wait + min(max(0.0, helpers), max(0.0, wall_s - run - wait))
+    run, wait = (end[0] - start[0]) / 1e9, (end[1] - start[1]) / 1e9
+    return wait + min(max(0.0, (end[2] - start[2]) / 1e9), max(0.0, wall_s - run - wait))
 
 
 def _native_id() -> int:
