@@ -47,7 +47,9 @@ class FixContext:
             n = dl.cpus_per_rank or dl.cpu_count
             if n:
                 return int(n)
-        return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else 1
+        from torchdoctor.capture.cpu_usage import usable_cores
+
+        return usable_cores()
 
     @property
     def argv(self) -> list[str]:
