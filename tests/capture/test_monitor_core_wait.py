@@ -11,6 +11,7 @@ import sys
 import threading
 import time
 from array import array
+from pathlib import Path
 from time import perf_counter
 from types import SimpleNamespace
 from typing import Any
@@ -127,9 +128,8 @@ def test_an_ended_helper_keeps_its_wait_and_an_unreadable_thread_is_unknown(
 ) -> None:
     readings = {3: (50, 10), 4: (1, 5)}  # fd -> (ns running, ns waiting)
     monkeypatch.setattr(cpu_usage, "_read_fd", lambda fd: readings.get(fd))
-    monkeypatch.setattr(cpu_usage, "_close", lambda fd: None)
     w = StepWait.__new__(StepWait)
-    w._main, w._helpers, w._last, w._gone_ns = 3, {77: 4}, {}, 0
+    w._main, w._helpers, w._last, w._gone_ns, w._files = 3, {77: 4}, {}, 0, {}
     assert w.read() == (50, 10, 5)
     del readings[4]  # the helper ended
     readings[3] = (60, 12)
@@ -137,6 +137,25 @@ def test_an_ended_helper_keeps_its_wait_and_an_unreadable_thread_is_unknown(
     assert w.read() == (60, 12, 5)
     del readings[3]  # the counting thread's own counter is gone: nothing is known
     assert w.read() is None and w._main == -1
+
+
+def test_a_descriptor_the_script_reused_is_never_read_as_ours_nor_closed(tmp_path: Path) -> None:
+    """A script closed every descriptor and opened a file of its own under our number."""
+    if not sys.platform.startswith("linux"):
+        pytest.skip("schedstat is Linux's")
+    w = StepWait()
+    fd = w._main
+    mine = tmp_path / "log.txt"
+    mine.write_text("step loss\n")
+    opened = os.open(mine, os.O_RDONLY)
+    reused = os.dup2(opened, fd)  # our number, now the script's file
+    os.close(opened)
+    try:
+        assert w.read() is None and w.main() is None
+        w.close()
+        assert os.read(reused, 4) == b"step"  # still the script's, still open
+    finally:
+        os.close(reused)
 
 
 @pytest.mark.parametrize(

@@ -37,7 +37,9 @@ class StepWait:
     zero. A helper that ended keeps its last reading."""
 
     def __init__(self) -> None:
-        self._main = _open_schedstat(_native_id())
+        self._files: dict[int, tuple[int, int]] = {}
+        """fd -> (device, inode) of each schedstat opened, to close only our own."""
+        self._main = self._open(_native_id())
         self._helpers: dict[int, int] = {}
         self._last: dict[int, int] = {}
         self._gone_ns = 0
@@ -53,9 +55,26 @@ class StepWait:
         except (OSError, ValueError):
             return
         for tid in tids - ours - {_native_id()} - set(self._helpers):
-            fd = _open_schedstat(tid)
+            fd = self._open(tid)
             if fd >= 0:
                 self._helpers[tid] = fd
+
+    def _open(self, tid: int) -> int:
+        fd = _open_schedstat(tid)
+        with contextlib.suppress(OSError):
+            if fd >= 0:
+                st = os.fstat(fd)
+                self._files[fd] = (st.st_dev, st.st_ino)
+        return fd
+
+    def _release(self, fd: int) -> None:
+        """Close ``fd`` if it still is the schedstat we opened: a script that closed every
+        descriptor may hold a file of its own under the same number now."""
+        opened = self._files.pop(fd, None)
+        with contextlib.suppress(OSError):
+            st = os.fstat(fd)
+            if opened == (st.st_dev, st.st_ino):
+                os.close(fd)
 
     def main(self) -> tuple[int, int] | None:
         """(ns running, ns waiting for a core) of the counting thread since it started."""
@@ -77,7 +96,7 @@ class StepWait:
                 del self._helpers[tid]
                 gone = self._last.pop(tid, 0)
                 self._gone_ns, helpers = self._gone_ns + gone, helpers + gone
-                _close(fd)
+                self._release(fd)
                 continue
             self._last[tid] = stat[1]
             helpers += stat[1]
@@ -88,7 +107,7 @@ class StepWait:
         fds = [self._main, *self._helpers.values()]
         self._main, self._helpers = -1, {}
         for fd in fds:
-            _close(fd)
+            self._release(fd)
 
 
 def step_lost_s(
