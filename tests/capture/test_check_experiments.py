@@ -151,3 +151,38 @@ def test_a_machine_slower_than_in_the_window_keeps_its_pairs() -> None:
     assert r["ratio"] == pytest.approx(50.0 / 100.0)
     (why,) = r["rejected_pairs"]
     assert why.startswith("pair 4 ") and "9.8x a regular step (102.0 ms" in why
+
+
+def test_each_pair_is_also_read_net_of_its_steps_wait_for_a_core() -> None:
+    """A step that waited most of its time for a core measures the scheduler: pair 2's changed
+    step ran 300 ms, 222 of them waiting (1.2 by the wall clock), 78 against 100 ms of its own
+    (0.78). The step clock's reading of each step comes through host_for's readings."""
+    t = experiments.Toggle("anomaly-detection", "off", lambda: None, lambda: None)
+    for (c, cc), (b, bc) in [((100, 20), (130, 28)), ((300, 222), (250, 150)),
+                             ((95, 18), (120, 20)), ((210, 131), (260, 160))]:  # fmt: skip
+        t.record("changed", c, 0.0, cc)
+        t.record("baseline", b, 0.0, bc)
+    r = t.result(None)
+    assert r["pair_ratios"] == [0.7692, 1.2, 0.7917, 0.8077]
+    assert r["net_pair_ratios"] == [0.7843, 0.78, 0.77, 0.79]
+    t.record("changed", 90.0, 0.0)  # a fifth pair without the reading: no net ratios at all
+    t.record("baseline", 120.0, 0.0)
+    assert t.result(None)["net_pair_ratios"] == []
+
+    from types import SimpleNamespace
+
+    # the step clock's per-step readings (s), the step that just ended last
+    clock = SimpleNamespace(data_wait_s=[0.001, 0.002], core_wait_s=[0.010, 0.222])
+    host = experiments.host_for(clock, lambda: None)
+    log: list[str] = []
+    ex = experiments.Experiments(
+        [experiments.Toggle("x", "x", lambda: log.append("on"), lambda: log.append("off"))],
+        budget_s=60.0,
+        last_wait_s=host.last_wait_s,
+    )
+    assert ex.begin() and ex.tick(0.05)  # the warm step is not recorded
+    ex.tick(0.3)  # the first changed step
+    (t,) = ex.toggles
+    assert t.changed_ms == [300.0] and t.changed_wait_ms == [2.0]
+    assert t.changed_core_ms == [pytest.approx(222.0)]
+    ex.abort()

@@ -30,6 +30,7 @@ steps before they are measured. The run's record is written before the first ext
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -155,6 +156,9 @@ class Toggle:
     baseline_wait_ms: list[float] = field(default_factory=list)
     """Each baseline step's wait for its batch (ms), in step order."""
     changed_wait_ms: list[float] = field(default_factory=list)
+    baseline_core_ms: list[float] = field(default_factory=list)
+    """Each baseline step's wait for a core (ms; NaN unknown): other processes held the CPUs."""
+    changed_core_ms: list[float] = field(default_factory=list)
     error: str | None = None
     skipped: str | None = None
     """Why this toggle was not measured (never switched), for the report."""
@@ -166,20 +170,25 @@ class Toggle:
         """A toggle that is never switched, only reported with ``reason``."""
         return cls(id, what, _nothing, _nothing, skipped=reason)
 
-    def record(self, arm: str, step_ms: float, wait_ms: float) -> None:
-        """One step of ``arm`` (``changed`` or ``baseline``) ended."""
+    def record(self, arm: str, step_ms: float, wait_ms: float, core_ms: float = math.nan) -> None:
+        """One step of ``arm`` (``changed`` or ``baseline``) ended, having waited ``wait_ms``
+        for its batch and ``core_ms`` for a core."""
         if arm == "changed":
             self.changed_ms.append(step_ms)
             self.changed_wait_ms.append(wait_ms)
+            self.changed_core_ms.append(core_ms)
         elif arm == "baseline":
             self.baseline_ms.append(step_ms)
             self.baseline_wait_ms.append(wait_ms)
+            self.baseline_core_ms.append(core_ms)
 
     def result(self, ref: Plan | None = None) -> dict[str, Any]:
         """Both medians (ms) over the clean pairs, their ratio (changed / baseline), the
-        per-pair ratios, and the pairs rejected with the reason (``ref``: the window's plan,
-        the reference of a regular step; None: every pair counts)."""
+        per-pair ratios (and net of each step's wait for a core, where every clean pair has
+        that reading), and the pairs rejected with the reason (``ref``: the window's plan, the
+        reference of a regular step; None: every pair counts)."""
         pairs, rejected = self._pairs(ref)
+        net = [] if self.skipped else self._net_ratios(ref)
         base_ms = [b for _, b in pairs]
         changed_ms = [c for c, _ in pairs]
         base = median(base_ms) if base_ms else None
@@ -199,10 +208,27 @@ class Toggle:
             "changed_median_ms": changed,
             "ratio": ratio,
             "pair_ratios": [] if skipped else [round(c / b, 4) for c, b in pairs if b > 0],
+            "net_pair_ratios": [] if skipped else net,
             "rejected_pairs": rejected,
             "error": self.error,
             "skipped": skipped,
         }
+
+    def _net_ratios(self, ref: Plan | None) -> list[float]:
+        """Each clean pair's ratio of the steps net of their wait for a core (the CPU time
+        other processes took from them; both steps of a pair ran under the same load, but a
+        step that waited 90% of its time measures the scheduler more than the mode). Empty
+        where a clean pair lacks the reading or nets to nothing."""
+        out = []
+        for i in range(min(len(self.changed_ms), len(self.baseline_ms))):
+            if ref is not None and self._irregular(i, ref) is not None:
+                continue
+            c = self.changed_ms[i] - _at(self.changed_core_ms, i, math.nan)
+            b = self.baseline_ms[i] - _at(self.baseline_core_ms, i, math.nan)
+            if not (c > 0 and b > 0):  # NaN too
+                return []
+            out.append(round(c / b, 4))
+        return out
 
     def _pairs(self, ref: Plan | None) -> tuple[list[tuple[float, float]], list[str]]:
         """(changed, baseline) step pairs that are regular steps, and why the others are not."""
@@ -240,8 +266,8 @@ def _nothing() -> None:
     return None
 
 
-def _at(values: list[float], i: int) -> float:
-    return values[i] if i < len(values) else 0.0
+def _at(values: list[float], i: int, missing: float = 0.0) -> float:
+    return values[i] if i < len(values) else missing
 
 
 class Experiments:
@@ -292,7 +318,7 @@ class Experiments:
                 wait_ms = float(self.last_wait_s()) * 1e3
             except Exception:
                 wait_ms = 0.0
-            self.toggles[i].record(arm, step_s * 1e3, wait_ms)
+            self.toggles[i].record(arm, step_s * 1e3, wait_ms, self._core_ms())
         elapsed = time.perf_counter() - self._t0
         # The next step must fit too: a run stops within the limit, not one long step past it.
         expected_s = max(step_s, (self.ref.step_ms / 1e3) if self.ref else 0.0)
@@ -305,6 +331,15 @@ class Experiments:
             self.abort()
             return False
         return self._next()
+
+    def _core_ms(self) -> float:
+        """The core wait (ms) of the step that just ended, where ``last_wait_s`` can say it
+        (``host_for``'s readings of the step clock); NaN otherwise."""
+        core = getattr(self.last_wait_s, "core_wait_s", None)
+        try:
+            return float(core()) * 1e3 if callable(core) else math.nan
+        except Exception:
+            return math.nan
 
     def _cut_short(self) -> None:
         for t in self.planned:
@@ -403,8 +438,20 @@ def host_for(clock: Any, before: Callable[[], None]) -> Host:
         lo, hi = span[0] - 1, span[1]
         return [s * 1e3 for s in clock.step_s[lo:hi]], [s * 1e3 for s in clock.data_wait_s[lo:hi]]
 
-    def last_wait_s() -> float:
-        waits = clock.data_wait_s
+    return Host(window_times, _LastStep(clock), before)
+
+
+class _LastStep:
+    """The data wait (s) of the step that just ended, when called; ``core_wait_s``: its wait
+    for a core (s; NaN where the clock could not read it)."""
+
+    def __init__(self, clock: Any) -> None:
+        self.clock = clock
+
+    def __call__(self) -> float:
+        waits = self.clock.data_wait_s
         return float(waits[-1]) if len(waits) else 0.0
 
-    return Host(window_times, last_wait_s, before)
+    def core_wait_s(self) -> float:
+        cores = getattr(self.clock, "core_wait_s", None)
+        return float(cores[-1]) if cores is not None and len(cores) else math.nan

@@ -148,6 +148,8 @@ class Experiment(Row):
     baseline_median_ms: float | None = None
     changed_median_ms: float | None = None
     pair_ratios: tuple[float, ...] = ()
+    net_pair_ratios: tuple[float, ...] = ()
+    """The pairs' ratios net of each step's wait for a core (empty: not read)."""
     rejected_pairs: tuple[str, ...] = ()
     """The step pairs left out, each with why (an irregular step)."""
     skipped: str | None = None

@@ -9,6 +9,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from torchdoctor.record.account import Experiment
     from torchdoctor.record.run import RunRecord
     from torchdoctor.rules.account_inputs import Account
 
@@ -25,19 +26,23 @@ PAIR_CONFIDENCE = 0.8
 highest ratio), none at 90% or more."""
 
 
-def toggled(acc: Account, fid: str, step: float) -> tuple[float | None, str, dict[str, Any]]:
+def toggled(
+    acc: Account, fid: str, step: float, net: bool = True
+) -> tuple[float | None, str, dict[str, Any]]:
     """(saving ms or None, title suffix, evidence) from the toggle ``check`` ran for finding
     ``fid`` (``capture/experiments.py``): ``1 - r`` of the step, ``r`` the typical ratio
     (changed / baseline) of the interleaved pairs, each two adjacent steps under the same load
     (the Hodges-Lehmann estimate of ``stats.paired_ratio_interval``, with its interval); the
-    two arms' medians where no pair was kept. None when it was not measured (--full, torchrun)."""
+    two arms' medians where no pair was kept. None when it was not measured (--full, torchrun).
+    ``net``: read the pairs net of each step's wait for a core where recorded (a mode's own
+    cost); False for a toggle whose question is the cores themselves (more threads)."""
     e = acc.experiment(fid)
     if e is None or e.ratio is None:
         return None, "", {}
     base, changed = e.baseline_median_ms or 0.0, e.changed_median_ms or 0.0
     text = f": measured {base:.1f} ms per step with it, {changed:.1f} ms with {e.toggle}"
     ev: dict[str, Any] = {"measured": e.raw}
-    pairs = [r for r in e.pair_ratios if r > 0]
+    pairs, net = _pairs(e, net)
     ratio = e.ratio
     if len(pairs) >= 2:
         from torchdoctor.stats import paired_ratio_interval
@@ -45,11 +50,23 @@ def toggled(acc: Account, fid: str, step: float) -> tuple[float | None, str, dic
         iv = paired_ratio_interval(pairs, [1.0] * len(pairs), confidence=PAIR_CONFIDENCE)
         ratio = iv.ratio
         faster = sum(r < 1 for r in pairs)
-        text += f" (per pair {iv.format()}, {faster} of {len(pairs)} faster)"
+        basis = ", net of the waits for a core" if net else ""
+        text += f" (per pair{basis} {iv.format()}, {faster} of {len(pairs)} faster)"
+        ev["pairs_net_of_core_wait"] = net
         ev["pair_ratio"] = round(iv.ratio, 4)
         ev["pair_interval"] = None if iv.confidence == 0 else [round(iv.low, 4), round(iv.high, 4)]
         ev["pair_interval_confidence"] = round(iv.confidence, 4)
     return max(0.0, (1.0 - ratio) * step), text, ev
+
+
+def _pairs(e: Experiment, net: bool = True) -> tuple[list[float], bool]:
+    """The pairs' ratios the decision reads, and whether they are net of each step's wait for
+    a core: net where every clean pair has that reading (a step that waited most of its time
+    for a core measures the scheduler more than the mode), else the steps' own."""
+    nets = [r for r in e.net_pair_ratios if r > 0] if net else []
+    if nets and len(nets) == len(e.pair_ratios):
+        return nets, True
+    return [r for r in e.pair_ratios if r > 0], False
 
 
 def measured_gain(acc: Account, fid: str, step: float) -> bool | None:
@@ -63,7 +80,7 @@ def measured_gain(acc: Account, fid: str, step: float) -> bool | None:
     e = acc.experiment(fid)
     if saving is None or e is None:
         return None
-    pairs = [r for r in e.pair_ratios if r > 0]
+    pairs, _ = _pairs(e)
     majority = not pairs or 2 * sum(r < 1 for r in pairs) > len(pairs)
     return saving >= th.TOGGLE_GAIN * step and majority
 

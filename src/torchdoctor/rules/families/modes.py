@@ -196,7 +196,7 @@ def measure_threads(run: RunRecord) -> Measured | None:
     e = acc.experiment(THREADS_SPEC.id)
     if e is None:
         return None
-    saving, text, ev = toggled(acc, THREADS_SPEC.id, step)
+    saving, text, ev = toggled(acc, THREADS_SPEC.id, step, net=False)  # the cores are the question
     if saving is None:
         return None
     faster = sum(r < 1 for r in e.pair_ratios)
