@@ -7,7 +7,9 @@ backward > batch > forward), so a training loop is counted by optimizer steps ev
 batches and forwards come first, a hand-written SGD loop (no optimizer, no DataLoader) by its
 backward calls, an inference loop without either falls back to batches, and a decode loop with
 none of them to its model calls. ``tick`` is on every step's path, so
-outside the profiled window it does a few appends and one comparison.
+outside the profiled window it does a few appends, one comparison and one ``pread`` of each
+computing thread's run-queue wait (``cpu_usage.StepWait``: a few microseconds, outside the
+step's own time).
 
 Steps are counted in one thread: the first that ticks. Other threads stepping their own
 optimizers are not this loop's steps (their ticks are counted apart). When that thread is not
