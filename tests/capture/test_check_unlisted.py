@@ -48,10 +48,18 @@ def planted_site(case: Case) -> str:
 
 
 def run_case(tmp_path: Path, case: Case) -> Any:
+    """``check`` of one case in this process. The test process's own objects are frozen
+    meanwhile: late in a test run they are millions (modules, cached traces), and every
+    ``gc.collect()`` of gc_every_step.py walked them all; frozen, a collection walks what the
+    script made (its 60,000 samples), less than in its own process (torch's objects too)."""
+    import gc
+
     sys.path.insert(0, str(case.path.parent))  # the scripts import their step timer
+    gc.freeze()
     try:
         return check_inprocess(tmp_path, case.path, "--steps", "40", opts=OPTS)
     finally:
+        gc.unfreeze()
         sys.path.remove(str(case.path.parent))
 
 
