@@ -272,6 +272,8 @@ def test_the_watcher_samples_a_long_compute_part_of_a_data_bound_step() -> None:
         source="optimizer",
         step_s=array("d", [0.030] * 5),
         data_wait_s=array("d", [0.027] * 5),
+        core_wait_s=array("d", [0.0] * 5),  # no wait for a core
+        core_wait_so_far_s=lambda: 0.0,
         _pending_wait=0.027,  # this step's batch came after the usual wait
         _step_start=perf_counter() - 0.047,  # 27 ms waiting + 20 ms of compute so far
     )
