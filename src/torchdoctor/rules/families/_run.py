@@ -71,18 +71,28 @@ def _pairs(e: Experiment, net: bool = True) -> tuple[list[float], bool]:
 
 def measured_gain(acc: Account, fid: str, step: float) -> bool | None:
     """Whether the toggle for ``fid`` measured a gain: the typical pair at least
-    ``TOGGLE_GAIN`` of the step faster, and more pairs faster than not (the sign of the pairs:
-    a median moved by one lucky pair is no gain). None when it was not measured. Decided on
-    the pairs, never on how busy the machine was: both steps of a pair ran under the same load."""
+    ``TOGGLE_GAIN`` of the step faster, and, with the pairs net of each step's wait for a
+    core, their interval (``PAIR_CONFIDENCE``; four pairs: their lowest and highest ratio)
+    wholly below 1: no pair says "no change" once the scheduler's stalls are taken out (fewer
+    than four give no interval: no gain). Without that reading, more pairs faster than not: a
+    pair stalled by the scheduler is to be expected on a busy machine. None when it was not
+    measured. Never decided on how busy the machine was: both steps of a pair ran under the
+    same load."""
     from torchdoctor.rules import thresholds as th
 
     saving, _, _ = toggled(acc, fid, step)
     e = acc.experiment(fid)
     if saving is None or e is None:
         return None
-    pairs, _ = _pairs(e)
-    majority = not pairs or 2 * sum(r < 1 for r in pairs) > len(pairs)
-    return saving >= th.TOGGLE_GAIN * step and majority
+    pairs, net = _pairs(e)
+    if saving < th.TOGGLE_GAIN * step:
+        return False
+    if not net:
+        return not pairs or 2 * sum(r < 1 for r in pairs) > len(pairs)
+    from torchdoctor.stats import paired_ratio_interval
+
+    iv = paired_ratio_interval(pairs, [1.0] * len(pairs), confidence=PAIR_CONFIDENCE)
+    return iv.high < 1.0
 
 
 def short(site: str) -> str:
