@@ -309,6 +309,10 @@ class FamilyRule:
     below: bool = False
     """The finding fires when ``value`` falls below the threshold (a utilisation), not when it
     reaches it."""
+    on_capture: bool = False
+    """A trace rule also measured on a trace of CUDA-graph capture, whose launches were recorded,
+    not run; no other rule is (no host-bound or idle verdict applies to start-up). Only
+    ``analyze`` reads it (the other kinds keep the default)."""
 
     def measurements(self, subject: Any) -> tuple[Measured, ...]:
         """What ``measure`` returned for ``subject``, as a tuple (empty for None)."""
@@ -326,17 +330,13 @@ class FamilyRule:
         return all(m.gates.get(g.key, 0.0) >= g.minimum for g in self.spec.gates)
 
 
-@dataclass(frozen=True)
 class TraceRule(FamilyRule):
     """A family rule measured on one trace: ``measure`` is called with the trace's
-    ``TraceAnalysis`` (``analyze``; ``rules/trace_rules.py`` builds the finding)."""
+    ``TraceAnalysis`` (``analyze``; ``rules/trace_rules.py`` builds the finding); ``on_capture``
+    marks the rules also measured on a graph-capture trace."""
 
     measure: Callable[[Any], Measured | None]
     """Called with the trace's ``TraceAnalysis``; one measurement or None."""
-
-    on_capture: bool = False
-    """Also measured on a trace of CUDA-graph capture, whose launches were recorded, not run;
-    no other rule is (no host-bound or idle verdict applies to start-up)."""
 
 
 class RunRule(FamilyRule):
