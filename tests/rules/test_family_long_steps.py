@@ -6,6 +6,8 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
+
 from tests.rules.run_records import fire, record
 from torchdoctor.rules.families import long_steps
 
@@ -117,6 +119,23 @@ def test_every_step_is_judged_less_its_own_wait_for_a_core() -> None:
     # without the reading the load's two steps fire: what the per-step reading fixes
     f = fire(RULE, loaded(own, reading=False))
     assert f is not None and [r["step"] for r in f.evidence["long_steps"]] == [7, 13]
+
+
+def test_the_saving_is_graded_against_the_loops_own_step_not_the_loaded_wall_clock() -> None:
+    """Every step waited about 490 ms for a core: the wall-clock steps are about 500 ms, and a
+    100 ms collection every 5 steps is 3% of that (info by its wall-clock share). Against the
+    loop's own 26 ms mean step it is 61%: critical, as on a quiet machine."""
+    waits = [490.0 + i % 3 for i in range(20)]
+    own = [10.0] * 20
+    own[5] = own[10] = own[15] = 110.0
+    rec = _steps([o + w for o, w in zip(own, waits, strict=True)])
+    rec["monitor"] = {"step_core_wait_ms": waits}
+    f = fire(RULE, rec)
+    assert f is not None and f.share_of_step < 0.05 and f.severity == "critical"
+    quiet = _steps(own)  # the same loop on a quiet machine
+    g = fire(RULE, quiet)
+    assert g is not None and g.severity == "critical"
+    assert f.saving_ms_per_step == pytest.approx(g.saving_ms_per_step)
 
 
 def test_a_per_step_reading_of_other_steps_is_not_used() -> None:

@@ -133,6 +133,11 @@ def measure(run: RunRecord) -> Measured | None:
             },
             where=tuple(where[:3]),
             most="info" if unseen else None,
+            # graded like with like: the excess against the loop's own mean step (each step
+            # less its waits), not the wall-clock mean a loaded machine inflates
+            least=None
+            if unseen
+            else SPEC.severity.grade(per_step / max(sum(times) / len(times), 1e-9)),
         )
     unit, epoch_steps = per
     if unit == "job":  # name the start-up step, not a spike beside it
