@@ -65,6 +65,21 @@ def runs(tmp: Path, script: Path) -> None:
     assert r.returncode == 0, r.stderr[-2000:]
 
 
+def check_here(tmp: Path, monkeypatch: pytest.MonkeyPatch, script: Path) -> Path:
+    """``check`` of ``script`` in this process, as fix's own check runs it (one intra-op thread,
+    in the script's folder): its run folder, for ``fix --from``."""
+    import torch
+
+    from tests.capture.check_helpers import check_inprocess
+
+    monkeypatch.chdir(tmp)
+    torch.set_num_threads(1)  # put back after the test by the suite's global-modes fixture
+    r = check_inprocess(Path("runs"), script.name, opts=FAST)
+    assert r.code == 0, r.stderr[-3000:]
+    (folder,) = (tmp / "runs").iterdir()
+    return folder
+
+
 @pytest.mark.slow
 def test_slow_loader_gets_workers_written(tmp_path: Path) -> None:
     """The patch keeps the user's own arguments and runs. Its proof (interleaved rounds, an
@@ -87,16 +102,8 @@ def test_anomaly_mode_is_turned_off_proven(tmp_path: Path, monkeypatch: pytest.M
     """check names anomaly mode itself (its site recorded), and fix turns it off there. The
     check runs in this process (one intra-op thread, in the script's folder, as the fix's own
     processes run); the proof and the patched run are fresh processes."""
-    import torch
-
-    from tests.capture.check_helpers import check_inprocess
-
     script = copy(tmp_path, "anomaly_mode.py")
-    monkeypatch.chdir(tmp_path)
-    torch.set_num_threads(1)  # put back after the test by the suite's global-modes fixture
-    r = check_inprocess(Path("runs"), script.name, opts=FAST)
-    assert r.code == 0, r.stderr[-3000:]
-    (folder,) = (tmp_path / "runs").iterdir()
+    folder = check_here(tmp_path, monkeypatch, script)
     report = json.loads((folder / "report.json").read_text())
     named = [f for f in report["findings"] if f["id"] == "anomaly-detection"]
     assert named, [f["id"] for f in report["findings"]]
@@ -126,11 +133,19 @@ def test_anomaly_mode_is_turned_off_proven(tmp_path: Path, monkeypatch: pytest.M
 
 
 @pytest.mark.slow
-def test_per_step_item_log_moves_to_every_n_steps_proven(tmp_path: Path) -> None:
+def test_per_step_item_log_moves_to_every_n_steps_proven(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """check names the per-step log line, and fix moves it under ``if step % N == 0``. The check
+    runs in this process, as in the anomaly-mode test; the proof and the patched run are fresh
+    processes."""
     script = copy(tmp_path, "item_logging.py")
+    folder = check_here(tmp_path, monkeypatch, script)
     r = td(
         tmp_path,
         "fix",
+        "--from",
+        str(folder),
         "--only",
         "host-syncs-in-step",
         "--prove",
@@ -138,11 +153,11 @@ def test_per_step_item_log_moves_to_every_n_steps_proven(tmp_path: Path) -> None
         "8",
         "--prove-steps",
         "100",
-        *FAST,
+        "--warmup",
+        "3",
         "--write",
         "--json",
         "fix.json",
-        script.name,
     )
     assert r.returncode == 0, r.stderr[-3000:]
     c = proven(json.loads((tmp_path / "fix.json").read_text()), "sync-every-n")
