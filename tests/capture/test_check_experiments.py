@@ -138,6 +138,41 @@ def test_the_thread_toggle_runs_after_the_modes() -> None:
     assert [r["id"] for r in ex.results()] == ["few-intra-op-threads", "backend-disabled"]
 
 
+def test_with_time_for_one_toggle_the_thread_toggle_is_the_one_skipped(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The time limit fits one toggle of two: the thread toggle, listed first by
+    ``Accounting._toggles`` but run last, is the one without time, not determinism's. The
+    host's core-wait reader reaches the extra steps (each step's ``core_ms``)."""
+    from torchdoctor.capture import toggles
+    from torchdoctor.capture.accounting import Accounting
+    from torchdoctor.capture.options import CheckOptions
+
+    log: list[str] = []
+    threads = toggles.more_threads(lambda n: log.append(f"threads {n}"), 1, 2)
+    mode = experiments.Toggle(
+        "deterministic-algorithms", "off", lambda: log.append("on"), lambda: log.append("off")
+    )
+    acc = Accounting(CheckOptions(), False, lambda: False, lambda: False)
+    monkeypatch.setattr(acc, "_toggles", lambda: [threads, mode])
+    monkeypatch.setattr(
+        experiments, "plan", lambda *_: experiments.Plan(budget_s=60.0, toggles=1, step_ms=1.0)
+    )
+    acc.experiment_host = experiments.Host(
+        lambda: ([1.0] * 5, [0.0] * 5), lambda: 0.002, lambda: 0.007, lambda: None
+    )
+    assert acc.experiments_begin(full=False)
+    assert threads.skipped is not None and "no time left" in threads.skipped
+    assert mode.skipped is None
+    ex = acc.experiments
+    assert ex is not None
+    while ex.tick(0.001):
+        pass
+    assert "threads 2" not in log and log[0] == "on"
+    assert mode.changed_core_ms == [pytest.approx(7.0)] * (len(experiments.PATTERN) // 2)
+    assert mode.changed_wait_ms == [pytest.approx(2.0)] * (len(experiments.PATTERN) // 2)
+
+
 def test_a_machine_slower_than_in_the_window_keeps_its_pairs() -> None:
     """Every step of both arms 2.5x the window's median (the load rose after the window): the
     pairs stay; a step far beyond the toggle's own baseline steps is still rejected."""
@@ -179,6 +214,7 @@ def test_each_pair_is_also_read_net_of_its_steps_wait_for_a_core() -> None:
         [experiments.Toggle("x", "x", lambda: log.append("on"), lambda: log.append("off"))],
         budget_s=60.0,
         last_wait_s=host.last_wait_s,
+        last_core_s=host.last_core_s,
     )
     assert ex.begin() and ex.tick(0.05)  # the warm step is not recorded
     ex.tick(0.3)  # the first changed step

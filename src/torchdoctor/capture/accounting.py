@@ -168,7 +168,9 @@ class Accounting:
             return False
         host = self.experiment_host
         steps, waits = host.window_times() if host is not None else ([], [])
-        runnable = [t for t in toggles if t.skipped is None]
+        # in the order they run (``Toggle.last`` after the others): on a busy machine the
+        # thread toggle's slow steps are the ones left without time, not a mode's
+        runnable = sorted((t for t in toggles if t.skipped is None), key=lambda t: t.last)
         p = plan(steps, waits, len(runnable))
         for i, t in enumerate(runnable):
             if p.skip is not None:
@@ -176,7 +178,11 @@ class Accounting:
             elif i >= p.toggles:
                 t.skipped = f"no time left within the {p.budget_s:.0f} s limit of the extra steps"
         self.experiments = Experiments(
-            toggles, p.budget_s, p, host.last_wait_s if host is not None else None
+            toggles,
+            p.budget_s,
+            p,
+            last_wait_s=host.last_wait_s if host is not None else None,
+            last_core_s=host.last_core_s if host is not None else None,
         )
         for t in toggles:
             if t.skipped is not None:
@@ -271,8 +277,7 @@ class Accounting:
             out.append(toggles.backend_on(torch.backends.mkldnn, "mkldnn"))
         rebuilt = self._rebuilt_optimizers()
         if rebuilt:
-            # first: the budget is shared in order, and a thread-count toggle on a busy
-            # machine can use all of it
+            # first: the budget is shared in order
             out.insert(0, toggles.optimizer_built_once(self.repeats, rebuilt))
         return out
 

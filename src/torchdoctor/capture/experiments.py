@@ -279,6 +279,7 @@ class Experiments:
         budget_s: float = MAX_BUDGET_S,
         ref: Plan | None = None,
         last_wait_s: Callable[[], float] | None = None,
+        last_core_s: Callable[[], float] | None = None,
     ) -> None:
         self.toggles = toggles
         self.budget_s = budget_s
@@ -286,6 +287,8 @@ class Experiments:
         """The window's plan: the reference of a regular step (None: no pair is rejected)."""
         self.last_wait_s = last_wait_s or (lambda: 0.0)
         """The data wait (s) of the step that just ended."""
+        self.last_core_s = last_core_s
+        """Its wait for a core (s; NaN unknown); None: not read (NaN)."""
         self.stopped: str | None = None
         """Why the extra steps stopped before the plan's end (the time limit)."""
         self._plan: list[tuple[int, str]] = []
@@ -333,11 +336,9 @@ class Experiments:
         return self._next()
 
     def _core_ms(self) -> float:
-        """The core wait (ms) of the step that just ended, where ``last_wait_s`` can say it
-        (``host_for``'s readings of the step clock); NaN otherwise."""
-        core = getattr(self.last_wait_s, "core_wait_s", None)
+        """The core wait (ms) of the step that just ended (``last_core_s``); NaN unknown."""
         try:
-            return float(core()) * 1e3 if callable(core) else math.nan
+            return float(self.last_core_s()) * 1e3 if self.last_core_s else math.nan
         except Exception:
             return math.nan
 
@@ -419,6 +420,8 @@ class Host:
     """The measured window's step times and data waits (ms)."""
     last_wait_s: Callable[[], float]
     """The data wait (s) of the step that just ended."""
+    last_core_s: Callable[[], float]
+    """Its wait for a core (s; NaN where the clock could not read it)."""
     before: Callable[[], None]
     """Called once before the first extra step: the run's record is written, and what happens
     from here on (a recompile) is marked as ours."""
@@ -438,20 +441,12 @@ def host_for(clock: Any, before: Callable[[], None]) -> Host:
         lo, hi = span[0] - 1, span[1]
         return [s * 1e3 for s in clock.step_s[lo:hi]], [s * 1e3 for s in clock.data_wait_s[lo:hi]]
 
-    return Host(window_times, _LastStep(clock), before)
-
-
-class _LastStep:
-    """The data wait (s) of the step that just ended, when called; ``core_wait_s``: its wait
-    for a core (s; NaN where the clock could not read it)."""
-
-    def __init__(self, clock: Any) -> None:
-        self.clock = clock
-
-    def __call__(self) -> float:
-        waits = self.clock.data_wait_s
+    def last_wait_s() -> float:
+        waits = clock.data_wait_s
         return float(waits[-1]) if len(waits) else 0.0
 
-    def core_wait_s(self) -> float:
-        cores = getattr(self.clock, "core_wait_s", None)
+    def last_core_s() -> float:
+        cores = getattr(clock, "core_wait_s", None)
         return float(cores[-1]) if cores is not None and len(cores) else math.nan
+
+    return Host(window_times, last_wait_s, last_core_s, before)
