@@ -2,8 +2,8 @@
 grad mode on whose outputs never reach a backward (an evaluation, inference or metrics pass).
 
 The forward watch (``capture/forwards.py``) says which forwards' graphs no backward used. The
-saving is measured where ``check`` ran those forwards without grad mode for a few extra steps;
-elsewhere (--full, torchrun) it is the estimate ``NO_GRAD_SAVING`` of their time.
+saving is measured where ``check`` ran those forwards without grad mode for a few extra steps
+(and judged as a mode's, ``_run.measured_gain``); elsewhere (--full, torchrun) it is the estimate ``NO_GRAD_SAVING`` of their time.
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 
 from torchdoctor.rules import fixes as fx
 from torchdoctor.rules import thresholds as th
-from torchdoctor.rules.families._run import account, code_at, short, toggled
+from torchdoctor.rules.families._run import account, code_at, measured_gain, short, toggled
 from torchdoctor.rules.spec import FindingSpec, Measured, RunRule
 
 if TYPE_CHECKING:
@@ -57,9 +57,10 @@ def measure(run: RunRecord) -> Measured | None:
     estimated = saving is None
     if saving is None:  # not measured (--full, torchrun): the estimate
         saving = th.NO_GRAD_SAVING * sum(acc.inclusive_ms(site) for site in sites)
-    # Measured without a clear gain (a forward of large operators gains little on a CPU): for
-    # the record; the graph still holds the activations in memory until it is freed.
-    little = not estimated and saving < th.TOGGLE_GAIN * step
+    # Measured without a clear gain (a forward of large operators gains little on a CPU; the
+    # modes' rule, ``_run.measured_gain``): for the record; the graph still holds the
+    # activations in memory until it is freed.
+    little = measured_gain(acc, SPEC.id, step) is False
     calls = sum(r.graphs for r in unreached)
     return Measured(
         value=float(calls),
