@@ -95,10 +95,12 @@ def measured_gain(acc: Account, fid: str, step: float) -> bool | None:
     return iv.high < 1.0
 
 
-def short(site: str) -> str:
-    """``train.py:42`` for a full path."""
-    file, _, line = site.rpartition(":")
-    return f"{file.rsplit('/', 1)[-1]}:{line}" if file else site
+def contended(run: RunRecord) -> str | None:
+    """Why the run's cores were not free, other processes holding them
+    (``rules/cpu_rules.contention``: its step times are inflated), or None."""
+    from torchdoctor.rules.cpu_rules import contention
+
+    return contention(run.cpu)
 
 
 def code_at(acc: Account, site: str) -> str | None:

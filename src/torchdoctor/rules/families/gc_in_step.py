@@ -11,7 +11,8 @@ from typing import TYPE_CHECKING
 
 from torchdoctor.rules import same_cause as sc
 from torchdoctor.rules import thresholds as th
-from torchdoctor.rules.families._run import account, short
+from torchdoctor.rules.families._run import account
+from torchdoctor.rules.sites import short_site
 from torchdoctor.rules.spec import FindingSpec, Measured, RunRule, SameCause
 
 if TYPE_CHECKING:
@@ -60,7 +61,7 @@ def measure(run: RunRecord) -> Measured | None:
     explicit += [
         r.site for r in called if r.what == "gc.collect" and r.site and r.site not in explicit
     ]
-    how = f": gc.collect() at {short(explicit[0])}" if explicit else " (automatic collections)"
+    how = f": gc.collect() at {short_site(explicit[0])}" if explicit else " (automatic collections)"
     return Measured(
         value=ms / step,
         saving_ms=ms,

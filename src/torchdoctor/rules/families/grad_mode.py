@@ -12,7 +12,8 @@ from typing import TYPE_CHECKING
 
 from torchdoctor.rules import fixes as fx
 from torchdoctor.rules import thresholds as th
-from torchdoctor.rules.families._run import account, code_at, measured_gain, short, toggled
+from torchdoctor.rules.families._run import account, code_at, measured_gain, toggled
+from torchdoctor.rules.sites import short_site
 from torchdoctor.rules.spec import FindingSpec, Measured, RunRule
 
 if TYPE_CHECKING:
@@ -65,7 +66,7 @@ def measure(run: RunRecord) -> Measured | None:
     return Measured(
         value=float(calls),
         saving_ms=saving,
-        title={"n": calls, "sites": ", ".join(short(x) for x in sites[:2]), "measured": text},
+        title={"n": calls, "sites": ", ".join(short_site(x) for x in sites[:2]), "measured": text},
         evidence={
             "forwards": [r.raw for r in unreached],
             "sites": sites,

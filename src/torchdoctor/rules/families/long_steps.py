@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING
 
 from torchdoctor.rules import same_cause as sc
 from torchdoctor.rules import thresholds as th
+from torchdoctor.rules.families._run import contended
 from torchdoctor.rules.fixes import DOCS
 from torchdoctor.rules.spec import FindingSpec, Measured, Once, RunRule, SameCause, Variant
 
@@ -94,7 +95,7 @@ def measure(run: RunRecord) -> Measured | None:
     # other processes held the cores and the watcher saw nothing run in the long steps (it
     # samples a step long against the median of the moment, which the load moves): the load
     # may be all of it; said for the record, never a warning on a busy machine's say-so
-    unseen = None if stacks else _busy(run)
+    unseen = None if stacks else contended(run)
     every = _period([i for i, _ in long])
     core = _core_waits(run)
     evidence = {
@@ -168,13 +169,6 @@ def measure(run: RunRecord) -> Measured | None:
         variant="once",
         once=Once(cost, unit, epoch_steps),
     )
-
-
-def _busy(run: RunRecord) -> str | None:
-    """Why the run's step times are inflated by other work on its cores, or None."""
-    from torchdoctor.rules.cpu_rules import contention
-
-    return contention(run.cpu)
 
 
 def _candidates(run: RunRecord) -> list[tuple[int, float]]:

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING
 
 from torchdoctor.rules import fixes as fx
 from torchdoctor.rules import thresholds as th
-from torchdoctor.rules.families._run import account, measured_gain, toggled
+from torchdoctor.rules.families._run import account, contended, measured_gain, toggled
 from torchdoctor.rules.spec import FindingSpec, Gate, Measured, RunRule, SeverityPolicy, Variant
 
 if TYPE_CHECKING:
@@ -203,7 +203,7 @@ def measure_threads(run: RunRecord) -> Measured | None:
     sites = acc.setter_sites("set_num_threads")
     env = acc.modes.thread_env
     margin = float(2 * faster - len(e.pair_ratios))
-    busy = _busy(run)
+    busy = contended(run)
     if busy and (saving / step < th.THREADS_GAIN or margin < th.FASTER_ROUNDS_MARGIN):
         # other processes held the cores: fewer threads are right for now, not for a machine of
         # its own; said (info) so that the choice is never a silent clean bill
@@ -227,13 +227,6 @@ def measure_threads(run: RunRecord) -> Measured | None:
         where=tuple(sites),
         gates={"faster_rounds_margin": margin},
     )
-
-
-def _busy(run: RunRecord) -> str | None:
-    """Why the run's cores were not free (``rules/cpu_rules.contention``), or None."""
-    from torchdoctor.rules.cpu_rules import contention
-
-    return contention(run.cpu)
 
 
 BACKEND_SPEC = FindingSpec(

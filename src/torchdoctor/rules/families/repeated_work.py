@@ -14,7 +14,8 @@ from typing import TYPE_CHECKING, Any
 
 from torchdoctor.rules import fixes as fx
 from torchdoctor.rules import thresholds as th
-from torchdoctor.rules.families._run import account, code_at, short, toggled
+from torchdoctor.rules.families._run import account, code_at, toggled
+from torchdoctor.rules.sites import short_site
 from torchdoctor.rules.spec import FindingSpec, Measured, RunRule, SeverityPolicy, Variant
 
 if TYPE_CHECKING:
@@ -182,7 +183,7 @@ def measure_construction(run: RunRecord) -> Measured | None:
     title: dict[str, Any] = {
         "what": f"{top.what or top.kind} ({top.kind})",
         "per_step": top.calls / measured,
-        "site": short(top.site),
+        "site": short_site(top.site),
         "state_ms": state_ms,
     }
     evidence: dict[str, Any] = {"constructions": [r.raw for r in rows], "measured_steps": measured}
@@ -270,7 +271,7 @@ def measure_loop(run: RunRecord) -> Measured | None:
         title={
             "module": top.module,
             "calls": top.calls,
-            "site": short(site),
+            "site": short_site(site),
             "over": "time steps" if cell else "slices (samples?)",
         },
         evidence={
@@ -280,7 +281,7 @@ def measure_loop(run: RunRecord) -> Measured | None:
             "training": training,
             "estimated": True,
         },
-        fix={"module": top.module, "site": short(site), "cell": cell},
+        fix={"module": top.module, "site": short_site(site), "cell": cell},
         where=tuple(r.site for r in loops[:4]),
     )
 

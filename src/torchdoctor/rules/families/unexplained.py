@@ -11,8 +11,8 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from torchdoctor.rules import thresholds as th
-from torchdoctor.rules.families._run import short
 from torchdoctor.rules.mode_fixes import unexplained_fix
+from torchdoctor.rules.sites import short_site
 from torchdoctor.rules.spec import AccountRule, FindingSpec, Measured
 
 if TYPE_CHECKING:
@@ -35,7 +35,7 @@ def _line_fix(runs: str, site: str, code: str, ops: list[str]) -> str:
         loop = loop_fix_at(site, code)
         if loop is not None:
             return loop
-    return unexplained_fix(runs, short(site), ops)
+    return unexplained_fix(runs, short_site(site), ops)
 
 
 SPEC = FindingSpec(
@@ -68,7 +68,7 @@ def measure(subject: tuple[StepAccount | None, float | None]) -> Measured | None
         "share": a.unexplained_share,
         "ms": a.unexplained_ms,
         "eff": eff,
-        "site": short(site),
+        "site": short_site(site),
         "what": what,
     }
     return Measured(
