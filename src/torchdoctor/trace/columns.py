@@ -10,7 +10,6 @@ The work per event is a handful of C-level ``map(attrgetter)`` passes, not Pytho
 
 import contextlib
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field
 from operator import attrgetter
 from typing import Any, NamedTuple
 
@@ -82,8 +81,8 @@ class Interned(NamedTuple):
     values: list[Any]
 
 
-@dataclass
-class ChunkColumns:
+# A named tuple: analyze imports it before any trace (rules/spec.py says what a dataclass costs).
+class ChunkColumns(NamedTuple):
     """The complete (``ph: X``) and ``[memory]`` events of one chunk, in file order."""
 
     ts: np.ndarray
@@ -101,8 +100,8 @@ class ChunkColumns:
     """``INT_COLS``: correlation, External id, device, stream, bytes (int64, -1 if absent)."""
     memory: np.ndarray
     """(n, 6) float64: ts, allocated, reserved, device id, device type, bytes."""
-    input_types: dict[int, bytes] = field(default_factory=dict)
-    shapes: dict[int, tuple[str, bytes, bytes]] = field(default_factory=dict)
+    input_types: dict[int, bytes]
+    shapes: dict[int, tuple[str, bytes, bytes]]
     """``SHAPE_OPS`` rows by External id: (operator, raw ``Input Dims``, raw ``Input type``)."""
     malformed: int = 0
     negative_durations: int = 0
