@@ -150,3 +150,18 @@ def test_a_per_step_reading_of_other_steps_is_not_used() -> None:
     assert fire(RULE, rec) is not None
     rec["monitor"]["step_core_wait_ms"][10] = 95.0
     assert fire(RULE, rec) is None
+
+
+def test_steps_that_only_waited_for_their_batch_have_a_median_of_nothing() -> None:
+    """A recorded data-bound loop (augmenting_dataset.py at load 17): net of their data waits
+    most steps are nothing (a 0.0 ms median), two ran 10 and 13.6 ms of their own. The finding
+    reads them against that median (the fix's ratio is the title's, not a division by zero:
+    the rule raised ZeroDivisionError and the run lost its run-level findings)."""
+    times = [50.0] * 20
+    times[8], times[14] = 60.0, 63.6
+    rec = _steps(times)
+    rec["steps"]["data_wait_ms"] = [50.0] * 20
+    f = fire(RULE, rec)
+    assert f is not None and f.evidence["median_step_ms"] == 0.0
+    assert [s["ms"] for s in f.evidence["long_steps"]] == [10.0, 13.6]
+    assert f.saving_ms_per_step == pytest.approx(23.6 / 19, abs=1e-4)

@@ -129,7 +129,7 @@ def measure(run: RunRecord) -> Measured | None:
             evidence=evidence,
             fix={
                 "how_often": how_often,
-                "ratio": worst / typical,
+                "ratio": ratio,
                 "where": where[0] if where else "",
             },
             where=tuple(where[:3]),
