@@ -165,3 +165,7 @@ def test_steps_that_only_waited_for_their_batch_have_a_median_of_nothing() -> No
     assert f is not None and f.evidence["median_step_ms"] == 0.0
     assert [s["ms"] for s in f.evidence["long_steps"]] == [10.0, 13.6]
     assert f.saving_ms_per_step == pytest.approx(23.6 / 19, abs=1e-4)
+    # said without an 'infx': the title gives the two times, the fix compares with the 0 ms steps
+    assert "inf" not in f.title and "inf" not in f.fix
+    assert "took 13.6 ms against a 0.0 ms median" in f.title
+    assert f.fix.startswith("# 2 of 19 steps ran up to a step where most take 0 ms")

@@ -11,6 +11,7 @@ of them (``monitor.long_step_samples``).
 from __future__ import annotations
 
 import itertools
+from math import isfinite
 from typing import TYPE_CHECKING
 
 from torchdoctor.rules import same_cause as sc
@@ -26,12 +27,18 @@ if TYPE_CHECKING:
 
 def long_steps_fix(how_often: str, ratio: float, where: str) -> str:
     """Run the periodic work less often, on fewer batches, or outside the loop."""
+    against = f"{ratio:.0f}x the median step" if isfinite(ratio) else "a step where most take 0 ms"
     return (
-        f"# {how_often} ran up to {ratio:.0f}x the median step"
+        f"# {how_often} ran up to {against}"
         + (f", in {where}" if where else "")
         + ":\n# periodic work in the loop (evaluation, checkpointing, logging): run it less often,"
         "\n# on fewer batches, or outside the timed loop"
     )
+
+
+def _times(ratio: float) -> str:
+    """' (11.0x)' after the median; nothing where the median is 0 ms (a step of only waits)."""
+    return f" ({ratio:.1f}x)" if isfinite(ratio) else ""
 
 
 def once_fix(unit: Per, where: str) -> str:
@@ -39,7 +46,7 @@ def once_fix(unit: Per, where: str) -> str:
     return _ONCE_FIX[unit] + (f"\n# (in it: {where})" if where else "")
 
 
-_RAN = "step {step} took {ms:.1f} ms against a {median:.1f} ms median ({ratio:.1f}x)"
+_RAN = "step {step} took {ms:.1f} ms against a {median:.1f} ms median{times}"
 
 SPEC = FindingSpec(
     id="rare-long-steps",
@@ -85,7 +92,10 @@ def measure(run: RunRecord) -> Measured | None:
     if not judged:
         return None
     long = [(i, t) for _, i, t in judged]
-    typical, worst_i, worst = max(judged, key=lambda x: x[2] / x[0] if x[0] else float("inf"))
+    # the longest against its median; where medians are 0 ms, the longest step
+    typical, worst_i, worst = max(
+        judged, key=lambda x: (x[2] / x[0] if x[0] else float("inf"), x[2])
+    )
     ratio = worst / typical if typical else float("inf")
     excess = sum(t - med for med, _, t in judged)
     per_step = excess / len(times)
@@ -123,7 +133,7 @@ def measure(run: RunRecord) -> Measured | None:
                 "step": worst_i + 1,
                 "ms": worst,
                 "median": typical,
-                "ratio": ratio,
+                "times": _times(ratio),
                 "per_step": per_step,
             },
             evidence=evidence,
@@ -161,7 +171,7 @@ def measure(run: RunRecord) -> Measured | None:
             "step": worst_i + 1,
             "ms": worst,
             "median": typical,
-            "ratio": worst / typical if typical else float("inf"),
+            "times": _times(worst / typical if typical else float("inf")),
         },
         evidence={**evidence, "once_per": unit},
         fix={"unit": unit, "where": where[0] if where else ""},
