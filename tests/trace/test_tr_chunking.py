@@ -13,7 +13,8 @@ import pytest
 
 from tests.trace.tr_reference import assert_matches
 from torchdoctor.trace import load, parallel, prefetch, reader
-from torchdoctor.trace.events import Event, Instant
+from torchdoctor.trace.columns import chunk_columns
+from torchdoctor.trace.events import BadChunk, Event, Instant
 from torchdoctor.trace.load import iter_event_chunks, load_trace
 
 
@@ -295,3 +296,22 @@ def _wait_for_exit(helper: parallel.Helper) -> None:
     while os.waitpid(helper.pid, os.WNOHANG)[0] == 0:
         assert time.monotonic() < deadline, "the helper never finished"
         time.sleep(0.01)
+
+
+def test_recorded_inputs_are_kept_unless_neither_end_has_them() -> None:
+    """The loader skips its pass over the operators' inputs when neither the chunk's first nor
+    its last such operator has them recorded; one without them at either end alone (an edited
+    or merged trace) must not make it skip the others."""
+    ops = [event(0, "aten::mm", args={"External id": 1}), event(1, "aten::add")]
+    ops += [
+        event(2, "aten::mm", args={"External id": 7, "Input type": ["float", "float"]}),
+        event(3, "aten::add", args={"External id": 8, "Input Dims": [[4, 4], [4, 4]]}),
+    ]
+    for order in (ops, ops[2:] + ops[:2]):  # the recorded ones last, then first
+        columns = chunk_columns(json.dumps(order, separators=(",", ":")).encode())
+        assert not isinstance(columns, BadChunk)
+        assert columns.input_types == {7: b'["float","float"]'}
+        assert columns.shapes == {8: ("aten::add", b"[[4,4],[4,4]]", b"")}  # mm: no Input Dims
+    unrecorded = chunk_columns(json.dumps(ops[:2]).encode())
+    assert not isinstance(unrecorded, BadChunk)
+    assert (unrecorded.input_types, unrecorded.shapes) == ({}, {})

@@ -289,6 +289,12 @@ def _recorded_inputs(
     if not codes:
         return {}, {}
     rows = np.flatnonzero((kind == Kind.CPU_OP) & member(names.codes, codes))
+    ends = (args[rows[0]], args[rows[-1]]) if len(rows) else ()
+    if not any(len(a.input_type) or len(a.input_dims) for a in ends):
+        # record_shapes is one setting for a whole profile: when neither the first nor the last
+        # of these operators has its inputs recorded, none has (the loop would skip them one
+        # by one: 9M instructions of an analyze of the 14,110 in v100_ddp_compiled_rank1).
+        return {}, {}
     types: dict[int, bytes] = {}
     shapes: dict[int, tuple[str, bytes, bytes]] = {}
     for i, code in zip(rows.tolist(), names.codes[rows].tolist(), strict=True):
