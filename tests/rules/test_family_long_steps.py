@@ -122,16 +122,17 @@ def test_every_step_is_judged_less_its_own_wait_for_a_core() -> None:
 
 
 def test_the_saving_is_graded_against_the_loops_own_step_not_the_loaded_wall_clock() -> None:
-    """Every step waited about 490 ms for a core: the wall-clock steps are about 500 ms, and a
-    100 ms collection every 5 steps is 3% of that (info by its wall-clock share). Against the
-    loop's own 26 ms mean step it is 61%: critical, as on a quiet machine."""
-    waits = [490.0 + i % 3 for i in range(20)]
+    """Every step waited about 150 ms for a core (94% of its time: a loaded machine, where each
+    step still has its own 10 ms): the wall-clock steps are about 175 ms, and a 100 ms collection
+    every 5 steps is 9% of that (a warning by its wall-clock share). Against the loop's own 26 ms
+    mean step it is 61%: critical, as on a quiet machine."""
+    waits = [150.0 + i % 3 for i in range(20)]
     own = [10.0] * 20
     own[5] = own[10] = own[15] = 110.0
     rec = _steps([o + w for o, w in zip(own, waits, strict=True)])
     rec["monitor"] = {"step_core_wait_ms": waits}
     f = fire(RULE, rec)
-    assert f is not None and f.share_of_step < 0.05 and f.severity == "critical"
+    assert f is not None and f.share_of_step < 0.1 and f.severity == "critical"
     quiet = _steps(own)  # the same loop on a quiet machine
     g = fire(RULE, quiet)
     assert g is not None and g.severity == "critical"
@@ -169,3 +170,21 @@ def test_steps_that_only_waited_for_their_batch_have_a_median_of_nothing() -> No
     assert "inf" not in f.title and "inf" not in f.fix
     assert "took 13.6 ms against a 0.0 ms median" in f.title
     assert f.fix.startswith("# 2 of 19 steps ran up to a step where most take 0 ms")
+
+
+def test_steps_that_waited_for_a_core_nearly_all_their_time_are_not_judged() -> None:
+    """minGPT at load 17: each step's wait for a core (42-64 ms) was most or all of the step, so
+    less its wait the median step is about 0 ms and the steps the load spared read many times
+    it (a critical '(infx)' finding on a healthy loop). Where the typical step waited at least
+    95% of its own time the finding is said for the record (info), with the reason."""
+    wall = [50.0 + (i * 7) % 15 for i in range(20)]
+    waits = [w - 0.5 for w in wall]  # the reading lags a little: nearly all of each step
+    waits[6] = waits[13] = 20.0  # two steps the load spared: 30+ ms of their own
+    rec = _steps(wall)
+    rec["monitor"] = {"step_core_wait_ms": waits}
+    f = fire(RULE, rec)
+    assert f is not None and f.severity == "info"
+    assert "waited for a CPU core" in f.evidence["busy_machine"]
+    rec["monitor"] = {"step_core_wait_ms": [w * 0.5 for w in waits]}  # half: judged as before
+    g = fire(RULE, rec)
+    assert g is None or g.evidence["busy_machine"] is None

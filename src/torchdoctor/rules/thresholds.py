@@ -230,6 +230,12 @@ RARE_LONG_MIN_MS = Threshold(
     "and at least 5 ms longer than the median, so that a sub-millisecond step's hiccup (a "
     "garbage collection, a page fault, a descheduled thread) is not called a finding",
 )
+RARE_LONG_STARVED_SHARE = Threshold(
+    0.95,
+    "a typical step that waited for a CPU core 95% of its own time or more leaves too little "
+    "to judge: the reading of that wait lags the step boundary by a time slice, and less it "
+    "the steps are near 0 ms (minGPT at load 17: 42-64 ms waits in ~50 ms steps)",
+)
 RARE_LONG_MAX_SHARE = Threshold(
     0.49, "long steps are rare while they are fewer than half: the median is still a normal step"
 )

@@ -105,7 +105,10 @@ def measure(run: RunRecord) -> Measured | None:
     # other processes held the cores and the watcher saw nothing run in the long steps (it
     # samples a step long against the median of the moment, which the load moves): the load
     # may be all of it; said for the record, never a warning on a busy machine's say-so
-    unseen = None if stacks else contended(run)
+    unseen = contended(run) if not stacks else None
+    # a step that waited for a core most of its own time leaves too little to judge: less its
+    # wait it is near 0 ms, so any step the load spared reads many times the median
+    unseen = _starved(run, candidates) or unseen
     every = _period([i for i, _ in long])
     core = _core_waits(run)
     evidence = {
@@ -144,11 +147,10 @@ def measure(run: RunRecord) -> Measured | None:
             },
             where=tuple(where[:3]),
             most="info" if unseen else None,
-            # graded like with like: the excess against the loop's own mean step (each step
-            # less its waits), not the wall-clock mean a loaded machine inflates
-            least=None
-            if unseen
-            else SPEC.severity.grade(per_step / max(sum(times) / len(times), 1e-9)),
+            # graded like with like: the excess against the loop's mean step less its waits
+            # for a core, not the wall-clock mean a loaded machine inflates (its waits for a
+            # batch stay: the user pays them; a loop of only data waits is not all excess)
+            least=None if unseen else SPEC.severity.grade(per_step / _free_mean(run, candidates)),
         )
     unit, epoch_steps = per
     if unit == "job":  # name the start-up step, not a spike beside it
@@ -178,7 +180,15 @@ def measure(run: RunRecord) -> Measured | None:
         where=tuple(where[:3]),
         variant="once",
         once=Once(cost, unit, epoch_steps),
+        most="info" if unseen else None,
     )
+
+
+def _free_mean(run: RunRecord, candidates: list[tuple[int, float]]) -> float:
+    """The mean step considered less its wait for a core (ms, never 0)."""
+    core = _core_waits(run)
+    free = [max(0.0, run.steps.step_ms[i] - core.get(i, 0.0)) for i, _ in candidates]
+    return max(sum(free) / len(free), 1e-9)
 
 
 def _candidates(run: RunRecord) -> list[tuple[int, float]]:
@@ -210,6 +220,28 @@ def _candidates(run: RunRecord) -> list[tuple[int, float]]:
         if isinstance(timed, dict):
             own |= {int(n) - 1 for n in timed.get("compiled_steps") or []}
     return [(i, times[i]) for i in range(skip, end) if i not in own]
+
+
+def _starved(run: RunRecord, candidates: list[tuple[int, float]]) -> str | None:
+    """Why the steps' own times cannot be told from the load: the typical step considered
+    waited for a core at least ``RARE_LONG_STARVED_SHARE`` of its time less its data wait (the step
+    clock's per-step reading); None otherwise."""
+    from statistics import median
+
+    core = _core_waits(run)
+    steps = run.steps
+    waits = list(steps.data_wait_ms) + [0.0] * len(steps.step_ms)
+    shares = [
+        min(1.0, core[i] / own)
+        for i, _ in candidates
+        if i in core and (own := steps.step_ms[i] - waits[i]) > 0
+    ]
+    if len(shares) < 3 or (typical := median(shares)) < th.RARE_LONG_STARVED_SHARE:
+        return None
+    return (
+        f"the typical step waited for a CPU core {typical:.0%} of its own time "
+        "(other processes held the cores)"
+    )
 
 
 def _core_waits(run: RunRecord) -> dict[int, float]:
