@@ -25,12 +25,21 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from torchdoctor import hardware
 
-if TYPE_CHECKING:
-    from torchdoctor.record.rows import Optimizer
+
+class OptimizerSize(Protocol):
+    """What :func:`compulsory_bytes` reads of an optimizer check recorded (``record.rows``'
+    ``Optimizer``, a floor above this one)."""
+
+    @property
+    def class_name(self) -> str: ...
+
+    @property
+    def param_bytes(self) -> int: ...
+
 
 ATTAINABLE_SHARE = 0.8
 """Share of a GPU's datasheet peak that tuned kernels reach: cuBLAS GEMMs run at 70-90% of
@@ -150,7 +159,7 @@ class FusionFloor:
         return asdict(self)
 
 
-def compulsory_bytes(optimizers: Sequence[Optimizer]) -> tuple[float, str]:
+def compulsory_bytes(optimizers: Sequence[OptimizerSize]) -> tuple[float, str]:
     """(bytes per training step that any implementation moves, what they are) from the
     optimizers ``check`` records (``param_bytes``, ``class``): the parameters read once in the
     forward pass, the gradients written once, and the optimizer step reading parameters,
