@@ -40,6 +40,19 @@ def test_threads_beyond_the_free_cores_slow_every_operator() -> None:
     assert f.evidence["runnable_threads"] == 8
 
 
+def test_a_probe_whose_rounds_disagree_is_said_for_the_record() -> None:
+    """control_batched_scoring at load 17: the probe's median was 2.46x but its rounds ran from
+    0.76x to 791x (a round faster with the script's threads): a critical on the median alone
+    was the load's, not the script's. The finding stays, as info; every round slower keeps it."""
+    split = _cpu(2.46)
+    split["thread_probe"] |= {"ratio_low": 0.76, "ratio_high": 791.0}
+    f = fire(RULE, record(cpu=split))
+    assert f is not None and f.severity == "info" and f.evidence["rounds_disagree"] is True
+    split["thread_probe"]["ratio_low"] = 1.3
+    g = fire(RULE, record(cpu=split))
+    assert g is not None and g.severity == "critical" and g.evidence["rounds_disagree"] is False
+
+
 def test_a_probe_without_a_slow_down_or_a_failed_probe_is_quiet() -> None:
     assert fire(RULE, record(cpu=_cpu(1.1))) is None  # under OVERSUBSCRIBED_RATIO's 1.2
     failed = _cpu(2.0)
