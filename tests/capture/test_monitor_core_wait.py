@@ -222,3 +222,34 @@ def test_the_record_has_every_steps_wait_unknown_as_none() -> None:
     mon, clock = _monitor(10.0, 2.5)
     clock.core_wait_s[0] = math.nan
     assert mon.record()["step_core_wait_ms"] == [None, 2.5, 2.5, 2.5, 2.5]
+
+
+def _schedstat_fds() -> set[str]:
+    fds = set()
+    for fd in os.listdir("/proc/self/fd"):
+        try:
+            if os.readlink(f"/proc/self/fd/{fd}").endswith("/schedstat"):
+                fds.add(fd)
+        except OSError:
+            continue
+    return fds
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not Path("/proc/self/task").is_dir(), reason="needs Linux /proc")
+def test_a_check_in_this_process_leaves_no_schedstat_open(tmp_path: Path) -> None:
+    """The step clock's wait reader keeps each thread's schedstat open while the script runs;
+    the session closes them at its end. A guest run in the user's process (an integration, the
+    suite's in-process checks) left them open: the suite reached 1024 descriptors and select()
+    failed with 'filedescriptor out of range'."""
+    from tests.capture.check_helpers import EXAMPLES, check_inprocess
+
+    before = _schedstat_fds()
+    r = check_inprocess(tmp_path, EXAMPLES / "item_per_step.py")
+    assert r.code == 0, r.stderr
+    assert r.folder is not None
+    import json
+
+    waits = json.loads((r.folder / "run.json").read_text())["monitor"]["step_core_wait_ms"]
+    assert any(w is not None for w in waits)  # the reader did read
+    assert _schedstat_fds() - before == set()

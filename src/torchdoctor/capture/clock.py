@@ -254,6 +254,13 @@ class StepClock:
                 "and the script runs to its end"
             )
 
+    def close(self) -> None:
+        """Close the per-step wait reader's files (idempotent; at the session's end): the
+        waits read so far stay, a later step reads none. A guest leaves no descriptor open:
+        in-process runs (integrations, tests) would pile them up past select()'s 1024."""
+        if self._core is not None:
+            self._core.close()
+
     def quiet(self) -> None:
         """Count nothing from now on (in a forked child of the script)."""
         self.owner = -1

@@ -205,6 +205,7 @@ class Session:
         # neutralised: remove them now, so that no global module hook of ours outlives the run
         # (torch.compile warns about, and works around, global module hooks).
         guest.flush_deferred()
+        self.clock.close()
         if guest.active_session() is self:
             guest.set_active(None)
 
