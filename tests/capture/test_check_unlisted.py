@@ -120,6 +120,13 @@ def helper_lines(case: Case) -> set[str]:
 
     tree = ast.parse(case.path.read_text())
     line = int(planted_site(case).rsplit(":", 1)[1])
+    # a with block's exit runs at its own line: closing the file flushes what the planted
+    # line wrote (json.dump into a buffered file), so the with line is the mistake's site too
+    around = {
+        f"{case.path}:{node.lineno}"
+        for node in ast.walk(tree)
+        if isinstance(node, ast.With) and node.lineno < line <= (node.end_lineno or node.lineno)
+    }
     for node in ast.walk(tree):
         if (
             isinstance(node, ast.FunctionDef)
@@ -127,8 +134,8 @@ def helper_lines(case: Case) -> set[str]:
             and node.lineno <= line <= (node.end_lineno or node.lineno)
         ):
             end = node.end_lineno or node.lineno
-            return {f"{case.path}:{n}" for n in range(node.lineno, end + 1)}
-    return set()
+            return around | {f"{case.path}:{n}" for n in range(node.lineno, end + 1)}
+    return around
 
 
 @pytest.mark.slow
