@@ -57,6 +57,19 @@ def test_the_recompile_limit_names_the_function_and_is_quiet_without_a_hit() -> 
     assert fire(LIMIT, record(compile=compiled())) is None
 
 
+def test_the_limits_mark_dynamic_points_at_no_line_inside_the_compiled_function() -> None:
+    """examples/check/recompiling_shapes.py: the limit was hit in forward (its def line), and the
+    fix is mark_dynamic before each call of it; pasted at forward's line, dynamo rejected it
+    (the paste validator: 'fails to run'). The site stays in the evidence."""
+    hit = {"limit": 8, "function": "forward", "site": "train.py:18"}
+    dims = [{"tensor": "tokens", "dim": 1, "expected": 58, "actual": 28}]
+    events = [{"function": "forward", "changed_dims": dims}]
+    rec = record(compile=compiled(recompile_limit_hits=[hit], recompile_events=events))
+    f = fire(LIMIT, rec)
+    assert f is not None and "torch._dynamo.mark_dynamic(tokens, 1)  # before calling" in f.fix
+    assert f.where == [] and f.evidence["site"] == "train.py:18"
+
+
 def test_graph_breaks_claim_a_share_per_location_up_to_half_the_step() -> None:
     breaks = [{"site": f"train.py:{i}", "reason": f"print {i}"} for i in (5, 5, 9)]
     f = fire(BREAKS, record(compile=compiled(graph_breaks=breaks)))

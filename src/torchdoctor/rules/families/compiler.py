@@ -171,12 +171,16 @@ def measure_limit(run: RunRecord) -> Measured | None:
     if not hits:
         return None
     h = hits[0]
+    events = plain(run.compile.recompile_events)
+    # mark_dynamic runs before each call of the compiled function, never inside it (dynamo
+    # rejects it there): the fix points at no line in the function that hit the limit
+    at_call = bool(recompile_user_fix(events, ""))
     return Measured(
         value=len(hits),
         title={"limit": h.limit, "function": h.function},
-        evidence={"hits": plain(hits[:8])},
-        fix={"events": plain(run.compile.recompile_events)},
-        where=(h.site,) if h.site else (),
+        evidence={"hits": plain(hits[:8]), "site": h.site},
+        fix={"events": events},
+        where=(h.site,) if h.site and not at_call else (),
     )
 
 
