@@ -6,7 +6,7 @@ gradient reduce-scatter after its backward (fixed by finer units and fewer reduc
 from __future__ import annotations
 
 from functools import partial
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from torchdoctor.rules import fixes as fx
 from torchdoctor.rules import thresholds as th
@@ -90,15 +90,7 @@ def exposed_communication(a: TraceAnalysis) -> Measured | None:
     """
     c = a.comm
     if c.fsdp:
-        ms, share, hidden = _exposed(a, REDUCTION)
-        return Measured(
-            value=share,
-            saving_ms=ms,
-            title={"ms": ms, "share": share, "overlap": hidden},
-            evidence=_fsdp_evidence(a, REDUCTION, ms, hidden),
-            fix={"cpu": not a.has_gpu},
-            variant="fsdp-reduction",
-        )
+        return _fsdp_exposed(a, REDUCTION, variant="fsdp-reduction")
     if not a.has_gpu:
         ms = a.per_step_ms(a.total.idle_ms.get("communication", 0.0))
         share = share_of_step(a, ms)
@@ -170,43 +162,34 @@ GATHER_SPEC = _collective_spec(
 
 def exposed_all_gather(a: TraceAnalysis) -> Measured | None:
     """FSDP parameter all-gathers the step waits for (not prefetched under compute)."""
-    if not a.comm.fsdp:
-        return None
-    ms, share, hidden = _exposed(a, GATHER)
-    return Measured(
-        value=share,
-        saving_ms=ms,
-        title={"ms": ms, "share": share, "overlap": hidden},
-        evidence=_fsdp_evidence(a, GATHER, ms, hidden),
-        fix={"cpu": not a.has_gpu},
-    )
+    return _fsdp_exposed(a, GATHER) if a.comm.fsdp else None
 
 
-def _exposed(a: TraceAnalysis, kinds: tuple[str, ...]) -> tuple[float, float, float]:
-    """Exposed ms per step, its share of the step, and the share of that kind hidden."""
+def _fsdp_exposed(a: TraceAnalysis, kinds: tuple[str, ...], variant: str | None = None) -> Measured:
+    """FSDP collectives of ``kinds`` the step waits for: value their exposed share of the step,
+    saving their exposed ms per step, ``overlap`` the share of their time hidden under compute."""
     c = a.comm
     total = sum(c.by_kind.get(k, {}).get("comm_ms", 0.0) for k in kinds)
     exposed = c.exposed_ms_of(*kinds)
     ms = a.per_step_ms(exposed)
+    share = share_of_step(a, ms)
     hidden = 1.0 - exposed / total if total > 0 else 0.0
-    return ms, share_of_step(a, ms), hidden
-
-
-def _fsdp_evidence(
-    a: TraceAnalysis, kinds: tuple[str, ...], ms: float, hidden: float
-) -> dict[str, Any]:
-    c = a.comm
-    return {
-        "collectives": {k: c.collectives.get(k, 0) for k in kinds if k in c.collectives},
-        "comm_ms_per_step": round(
-            a.per_step_ms(sum(c.by_kind.get(k, {}).get("comm_ms", 0.0) for k in kinds)), 3
-        ),
-        "exposed_ms_per_step": round(ms, 3),
-        "overlap_share": round(hidden, 4),
-        "on_cpu": not a.has_gpu,
-        "backend": c.backend,
-        "world_size": c.world_size,
-    }
+    return Measured(
+        value=share,
+        saving_ms=ms,
+        title={"ms": ms, "share": share, "overlap": hidden},
+        evidence={
+            "collectives": {k: c.collectives.get(k, 0) for k in kinds if k in c.collectives},
+            "comm_ms_per_step": round(a.per_step_ms(total), 3),
+            "exposed_ms_per_step": round(ms, 3),
+            "overlap_share": round(hidden, 4),
+            "on_cpu": not a.has_gpu,
+            "backend": c.backend,
+            "world_size": c.world_size,
+        },
+        fix={"cpu": not a.has_gpu},
+        variant=variant,
+    )
 
 
 RULES = (TraceRule(EXPOSED_SPEC, exposed_communication), TraceRule(GATHER_SPEC, exposed_all_gather))
