@@ -20,6 +20,7 @@ import torch
 from tests.gpu_fakes import install_fake_cuda
 from torchdoctor.capture import syncs
 from torchdoctor.capture.syncs import SyncRecorder, first_user_site
+from torchdoctor.record.typed import recorded
 
 MESSAGE = "called a synchronizing CUDA operation"
 
@@ -62,7 +63,7 @@ def test_sync_in_user_code_is_blamed_on_the_user_line(warn_on_item: Any) -> None
     rec, _ = warn_on_item
     torch.ones(1).item()
     line = _here() - 1
-    sites = rec.snapshot()["sync_debug"]
+    sites = recorded(rec.snapshot())["sync_debug"]
     assert sites == [{"site": f"{__file__}:{line}", "count": 1}]
     assert not any(syncs.__file__ in s["site"] for s in sites)
 
@@ -75,10 +76,10 @@ def test_sync_inside_torch_gradscaler_is_blamed_on_the_users_call(warn_on_item: 
     scaler.scale(model(torch.ones(3, 2)).sum()).backward()
     scaler.step(opt)  # torch/amp/grad_scaler.py reads found_inf with .item()
     line = _here() - 1
-    sites = rec.snapshot()["sync_debug"]
+    sites = recorded(rec.snapshot())["sync_debug"]
     assert sites and sites[0]["site"] == f"{__file__}:{line}"
     # torch's own .item() is not counted as a user host sync by the wrapper either
-    assert not rec.snapshot()["host_syncs"]
+    assert not recorded(rec.snapshot())["host_syncs"]
 
 
 def test_first_user_site_walks_out_of_library_folders() -> None:

@@ -12,6 +12,7 @@ import torch
 from tests.gpu_fakes import install_fake_cuda
 from torchdoctor.capture.config_probe import ConfigProbe
 from torchdoctor.capture.syncs import SyncRecorder, target_device_type
+from torchdoctor.record.typed import recorded
 
 
 @pytest.fixture
@@ -38,7 +39,7 @@ def test_item_recorded_at_the_call_site(rec: SyncRecorder) -> None:
     for _ in range(3):
         value, line = t.item(), _line()
     assert value == 3.0
-    (row,) = rec.snapshot()["host_syncs"]
+    (row,) = recorded(rec.snapshot())["host_syncs"]
     assert row["kind"] == "item" and row["device"] == "cpu" and row["calls"] == 3
     assert row["site"] == f"{__file__}:{line}"
 
@@ -47,7 +48,7 @@ def test_nothing_recorded_outside_the_measured_steps(rec: SyncRecorder) -> None:
     rec.measuring = False
     torch.tensor(1.0).item()
     torch.tensor([1, 2]).tolist()
-    assert rec.snapshot()["host_syncs"] == []
+    assert recorded(rec.snapshot())["host_syncs"] == []
 
 
 def test_calls_from_torch_itself_are_not_the_users(rec: SyncRecorder) -> None:
@@ -55,14 +56,14 @@ def test_calls_from_torch_itself_are_not_the_users(rec: SyncRecorder) -> None:
     p = torch.nn.Parameter(torch.ones(3))
     p.grad = torch.ones(3)
     torch.nn.utils.clip_grad_norm_([p], 1.0, error_if_nonfinite=True)
-    sites = [r["site"] for r in rec.snapshot()["host_syncs"]]
+    sites = [r["site"] for r in recorded(rec.snapshot())["host_syncs"]]
     assert all("torch/" not in s for s in sites)
 
 
 def test_cpu_of_a_cpu_tensor_is_not_a_sync(rec: SyncRecorder) -> None:
     torch.ones(2).cpu()
     torch.ones(2).to("cpu")
-    assert rec.snapshot()["host_syncs"] == []
+    assert recorded(rec.snapshot())["host_syncs"] == []
 
 
 def test_uninstall_restores_the_methods() -> None:
@@ -82,11 +83,11 @@ def test_unpinned_non_blocking_copy_is_caught_before_the_copy(rec: SyncRecorder)
     line = _line() - 1
     with pytest.raises((RuntimeError, AssertionError)):
         x.cuda(non_blocking=True)
-    rows = rec.snapshot()["unpinned_non_blocking"]
+    rows = recorded(rec.snapshot())["unpinned_non_blocking"]
     assert sum(r["copies"] for r in rows) == 2 and rows[0]["bytes"] == 1024
     assert f"{__file__}:{line}" in {r["site"] for r in rows}
     x.to(torch.float64, non_blocking=True)  # a dtype change is no copy to a device
-    assert sum(r["copies"] for r in rec.snapshot()["unpinned_non_blocking"]) == 2
+    assert sum(r["copies"] for r in recorded(rec.snapshot())["unpinned_non_blocking"]) == 2
 
 
 @pytest.mark.parametrize(
@@ -115,7 +116,7 @@ def test_sync_debug_mode_sites(rec: SyncRecorder, monkeypatch: pytest.MonkeyPatc
         warnings.warn("unrelated", UserWarning, stacklevel=1)
     rec.stop_sync_debug()
     assert state.sync_mode == 0
-    assert rec.snapshot()["sync_debug"] == [{"site": f"{__file__}:{line}", "count": 2}]
+    assert recorded(rec.snapshot())["sync_debug"] == [{"site": f"{__file__}:{line}", "count": 2}]
 
 
 @pytest.mark.slow

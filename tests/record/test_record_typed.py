@@ -15,7 +15,7 @@ from torchdoctor.record.account import Modes, SetterCall
 from torchdoctor.record.lines import LineTable
 from torchdoctor.record.rows import AutocastUse, GraphBreak, HostSync, RecompileEvent
 from torchdoctor.record.run import CompileStats, GpuInfo, RunConfig, RunRecord, SyncStats
-from torchdoctor.record.typed import Row, key, read, reads, write
+from torchdoctor.record.typed import Row, key, omitted_at_default, read, reads, recorded, write
 
 
 def test_malformed_values_read_as_defaults() -> None:
@@ -69,6 +69,41 @@ def test_a_row_built_in_code_writes_what_is_not_its_default() -> None:
     assert AutocastUse.from_dict(use.to_dict()) == AutocastUse(
         "cuda", "bfloat16", True, 2, raw=use.to_dict()
     )
+
+
+@dataclass(frozen=True)
+class _Built(Row):
+    name: str = field(default="", metadata=key("who.name"))
+    rows: tuple[HostSync, ...] = ()
+    call: HostSync | None = field(default=None, metadata=omitted_at_default())
+    raw: dict[str, Any] = field(default_factory=dict)
+
+
+def test_a_row_a_watcher_built_is_recorded_with_every_field_in_order() -> None:
+    row = HostSync("item", "cpu", "a.py:1", 3, 0.0)
+    assert "seconds" not in row.to_dict()  # the write back leaves a default out...
+    assert list(recorded(row).items()) == [  # ...the record writes what the watcher recorded
+        ("kind", "item"),
+        ("device", "cpu"),
+        ("site", "a.py:1"),
+        ("calls", 3),
+        ("seconds", 0.0),
+    ]
+    # a key down a path, rows inside, a field left out at its default, raw's other keys last
+    built = _Built(rows=(HostSync(site="b.py:2"),), raw={"extra": 1})
+    assert json.dumps(recorded(built)) == json.dumps(
+        {
+            "who": {"name": ""},
+            "rows": [{"kind": "", "device": "", "site": "b.py:2", "calls": 0, "seconds": 0.0}],
+            "extra": 1,
+        }
+    )
+    assert recorded(_Built(call=HostSync(calls=1)))["call"]["calls"] == 1
+    # plain data inside (a section still built as a dict) is copied, never shared
+    section = {"syncs": SyncStats(host_syncs=(row,)), "list": [1, (2, 3)]}
+    out = recorded(section)
+    assert out["list"] == [1, [2, 3]] and out["list"] is not section["list"]
+    assert out["syncs"]["host_syncs"][0]["seconds"] == 0.0
 
 
 def test_optional_sections_and_flags() -> None:

@@ -17,6 +17,8 @@ from typing import Any
 from torchdoctor.capture import guest
 from torchdoctor.capture.patches import Patcher
 from torchdoctor.code_paths import USER, code_paths
+from torchdoctor.record.rows import HostSync, SyncDebugSite, UnpinnedCopy
+from torchdoctor.record.run import SyncStats
 
 _SYNC_WARNING = "called a synchronizing CUDA operation"
 _TORCH_OR_OURS = frozenset({"torch", "torchdoctor"})
@@ -276,21 +278,16 @@ class SyncRecorder:
         self.stop_sync_debug()
         self._patcher.restore()
 
-    def snapshot(self) -> dict[str, Any]:
-        """Recorded call sites, most frequent first."""
+    def snapshot(self) -> SyncStats:
+        """Recorded call sites, most frequent first (the ``syncs`` section)."""
         calls = sorted(self.calls.items(), key=lambda kv: -kv[1][0])
-        return {
-            "host_syncs": [
-                {"kind": k, "device": d, "site": s, "calls": int(n), "seconds": sec}
-                for (k, d, s), (n, sec) in calls
-            ],
-            "unpinned_non_blocking": [
-                {"site": s, "copies": int(n), "bytes": int(b)}
-                for s, (n, b) in sorted(self.unpinned.items(), key=lambda kv: -kv[1][0])
-            ],
-            "sync_debug": [
-                {"site": s, "count": n}
+        unpinned = sorted(self.unpinned.items(), key=lambda kv: -kv[1][0])
+        return SyncStats(
+            host_syncs=tuple(HostSync(k, d, s, int(n), sec) for (k, d, s), (n, sec) in calls),
+            unpinned_non_blocking=tuple(UnpinnedCopy(s, int(n), int(b)) for s, (n, b) in unpinned),
+            sync_debug=tuple(
+                SyncDebugSite(s, n)
                 for s, n in sorted(self.sync_debug.items(), key=lambda kv: -kv[1])
-            ],
-            "sync_debug_steps": self.sync_debug_steps,
-        }
+            ),
+            sync_debug_steps=self.sync_debug_steps,
+        )

@@ -15,6 +15,12 @@ differ from what was recorded (so a well-formed section comes back as it was, ``
 ``1``), and the fields ``raw`` lacks unless they hold their default (a reader gets the default
 back from a missing key). A field that reads a key another field is named after
 (``op_summary`` reads ``ops``) is a view of it, not written.
+
+``recorded(value)`` is the one writer of what the capture side hands over: its watchers build
+these rows in code and ``record/write.py`` writes them into ``run.json`` as recorded, every
+field under its key in declaration order, default or not, except a field marked
+``omitted_at_default()`` (a key the record leaves out when it holds nothing: an optimizer's
+``call`` when library code built it).
 """
 
 from __future__ import annotations
@@ -41,6 +47,11 @@ def key(path: str) -> dict[str, Any]:
 def reads(coerce: Coerce) -> dict[str, Any]:
     """Field metadata: read the field with ``coerce(value, default)``."""
     return {"read": coerce}
+
+
+def omitted_at_default() -> dict[str, Any]:
+    """Field metadata: ``recorded`` leaves the key out while the field holds its default."""
+    return {"omit": True}
 
 
 class Row:
@@ -88,15 +99,42 @@ def write(obj: Any) -> dict[str, Any]:
     return out
 
 
-def plain(value: Any) -> Any:
-    """``value`` as JSON data: a dataclass as its ``to_dict`` (or ``write``), tuples as lists."""
+def recorded(value: Any) -> Any:
+    """``value`` as ``run.json`` records it: a row built in code (and every row inside it) field
+    by field in declaration order, each under its key, but a field ``omitted_at_default`` that
+    holds its default and a view of another field's key; then ``raw``'s other keys, if any.
+    Dicts, lists and tuples are written item by item, as ``plain`` writes them."""
+    return plain(value, _recorded_row)
+
+
+def _recorded_row(obj: Any) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    plan = _fields(type(obj))
+    names = {f.name for f, _ in plan}
+    for f, path in plan:
+        head = path.split(".")[0]
+        if f.name == "raw" or (head != f.name and head in names):
+            continue
+        value = recorded(getattr(obj, f.name))
+        if not (f.metadata.get("omit") and value == recorded(_default(f))):
+            _place(out, path, value)
+    for k, v in (getattr(obj, "raw", None) or {}).items():
+        out.setdefault(k, v)
+    return out
+
+
+def plain(value: Any, row: Callable[[Any], dict[str, Any]] | None = None) -> Any:
+    """``value`` as JSON data: a dataclass as ``row(value)`` (default: its ``to_dict``, or
+    ``write``), tuples as lists."""
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        if row is not None:
+            return row(value)
         to_dict = getattr(value, "to_dict", None)
         return to_dict() if callable(to_dict) else write(value)
     if isinstance(value, list | tuple):
-        return [plain(v) for v in value]
+        return [plain(v, row) for v in value]
     if isinstance(value, dict):
-        return {k: plain(v) for k, v in value.items()}
+        return {k: plain(v, row) for k, v in value.items()}
     return value
 
 

@@ -9,8 +9,10 @@ here, so the two cannot drift apart: the same keys, in the same order, with the 
 ``run.json`` is an index of the ranks' records (``rank_index``). ``record/run.py`` and
 ``record/folder.py`` read what is written here.
 
-The sections the watchers fill (``compile``, ``config``, ``syncs``, ``gpu``, ...) are passed in
-as they are; each watcher owns its section's contents. What the end of a check run adds after
+The sections the watchers fill (``compile``, ``config``, ``syncs``, ``gpu``, ...) are handed
+over as they are, the typed ones (``record/run.py``, ``record/rows.py``) built in code, and
+written here once by ``record/typed.py``'s ``recorded``; each watcher owns its section's
+contents. What the end of a check run adds after
 the script (``capture/runner.py``: the trace, the OOM, the memory per step, the findings) comes
 as parts too (``RunEnd``, ``ended_document``), and the sites torchdoctor's own frames left in
 the sections come out of a copy (``without_sites``): the record is built, never changed in place.
@@ -27,6 +29,7 @@ from typing import TYPE_CHECKING, Any
 
 from torchdoctor._version import __version__
 from torchdoctor.record import layout
+from torchdoctor.record.typed import recorded
 from torchdoctor.record.values import as_dict, as_int
 
 if TYPE_CHECKING:
@@ -89,7 +92,9 @@ class RunHeader:
 def run_document(
     header: RunHeader, steps: StepStats, sections: Mapping[str, Any]
 ) -> dict[str, Any]:
-    """The ``run.json`` document: the header, the steps, then the watchers' sections in order.
+    """The ``run.json`` document: the header, the steps, then the watchers' sections in order,
+    as plain data (``recorded``: a typed row as the record writes it; nothing shared with the
+    watchers' own state).
 
     A section may not reuse a header or steps key (that would silently replace what was
     recorded): ValueError names it.
@@ -98,7 +103,7 @@ def run_document(
     clash = sorted(set(sections) & (set(head) | {"steps"}))
     if clash:
         raise ValueError(f"a run record section reuses a reserved key: {', '.join(clash)}")
-    return {**head, "steps": steps.to_dict(), **sections}
+    return {**head, "steps": steps.to_dict(), **recorded(dict(sections))}
 
 
 def rank_index(world_size: int, ranks: Sequence[int]) -> dict[str, Any]:
