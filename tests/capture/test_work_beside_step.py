@@ -159,6 +159,7 @@ def test_below_the_threshold_or_timed_exactly_it_stays_quiet() -> None:
 def test_deep_copies_of_tensors_are_timed_at_the_users_line() -> None:
     torch = pytest.importorskip("torch")
     from torchdoctor.capture.housekeeping import HousekeepingWatch
+    from torchdoctor.record.typed import recorded
 
     model = torch.nn.Sequential(torch.nn.Linear(8, 8), torch.nn.Linear(8, 4))
     original = torch.Tensor.__deepcopy__
@@ -173,10 +174,12 @@ def test_deep_copies_of_tensors_are_timed_at_the_users_line() -> None:
     finally:
         watch.uninstall()
     assert torch.Tensor.__deepcopy__ is original
-    rows = {r["site"]: r for r in watch.snapshot()}
-    assert rows[f"{HERE}:{line}"]["calls"] == 4  # four tensors, one call each
+    rows = {r.site: r for r in watch.snapshot()}
+    assert rows[f"{HERE}:{line}"].calls == 4  # four tensors, one call each
     assert f"{HERE}:{line + 1}" not in rows  # a module's copy: repeated-construction's
-    assert all(r["what"] == "copy.deepcopy" and r["seconds"] > 0 for r in rows.values())
+    assert all(r.what == "copy.deepcopy" and r.seconds > 0 for r in rows.values())
+    # run.json's row: the keys the housekeeping rule has always read, in their order
+    assert list(recorded(rows[f"{HERE}:{line}"])) == ["what", "site", "calls", "seconds"]
     for a, b in zip(state.values(), model.state_dict().values(), strict=True):
         assert torch.equal(a, b) and a.data_ptr() != b.data_ptr()
     assert isinstance(twin[0].weight, torch.nn.Parameter)

@@ -8,6 +8,7 @@ import json
 
 import pytest
 
+from torchdoctor.record import typed
 from torchdoctor.record.account import Experiment
 from torchdoctor.record.rows import Checkpointing, CompileCall, ConstructionCall, Optimizer
 from torchdoctor.record.run import RunRecord
@@ -62,9 +63,17 @@ def test_compile_calls_and_checkpointing_as_their_watchers_record_them() -> None
     assert CompileCall.from_dict(compile_call((), {})).mode is None
     watch = CheckpointWatch()
     watch.calls, watch.forward_s = 4, 0.25
-    ck = Checkpointing.from_dict(watch.snapshot())
-    assert (ck.calls_measured, ck.forward_s_measured) == (4, 0.25)
-    assert _same(ck, watch.snapshot())
+    watch.use_reentrant = {"False"}
+    ck = Checkpointing.from_dict(typed.recorded(watch.snapshot()))
+    assert (ck.calls_measured, ck.forward_s_measured, ck.use_reentrant) == (4, 0.25, ("False",))
+    assert _same(ck, typed.recorded(watch.snapshot())) and list(
+        typed.recorded(watch.snapshot())
+    ) == [
+        "calls_total",
+        "calls_measured",
+        "forward_s_measured",
+        "use_reentrant",
+    ]
 
 
 def test_experiments_as_check_records_them() -> None:

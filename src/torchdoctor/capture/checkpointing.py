@@ -13,6 +13,7 @@ from time import perf_counter
 from typing import Any
 
 from torchdoctor.capture.patches import Patcher
+from torchdoctor.record.rows import Checkpointing
 
 
 class CheckpointWatch:
@@ -57,11 +58,8 @@ class CheckpointWatch:
         """Restore ``checkpoint`` (idempotent)."""
         self._patcher.restore()
 
-    def snapshot(self) -> dict[str, Any]:
+    def snapshot(self) -> Checkpointing:
         """Calls (all, measured) and the checkpointed forward's host seconds when measured."""
-        return {
-            "calls_total": self.calls_total,
-            "calls_measured": self.calls,
-            "forward_s_measured": self.forward_s,
-            "use_reentrant": sorted(self.use_reentrant),
-        }
+        return Checkpointing(
+            self.calls_total, self.calls, self.forward_s, tuple(sorted(self.use_reentrant))
+        )

@@ -22,6 +22,7 @@ from typing import Any
 
 from torchdoctor.capture.patches import Patcher
 from torchdoctor.code_paths import code_paths
+from torchdoctor.record.rows import HousekeepingCall
 
 _MAX_SITES = 32
 
@@ -98,13 +99,10 @@ class HousekeepingWatch:
         """Restore both (idempotent)."""
         self._patcher.restore()
 
-    def snapshot(self) -> list[dict[str, Any]]:
-        """``{"what", "site", "calls", "seconds"}`` per call site, costliest first."""
-        rows = [
-            {"what": w, "site": s, "calls": int(c), "seconds": t}
-            for (w, s), (c, t) in self.calls.items()
-        ]
-        return sorted(rows, key=lambda r: -r["seconds"])
+    def snapshot(self) -> tuple[HousekeepingCall, ...]:
+        """One row per call site (``config.housekeeping``), costliest first."""
+        rows = (HousekeepingCall(w, s, int(c), t) for (w, s), (c, t) in self.calls.items())
+        return tuple(sorted(rows, key=lambda r: -r.seconds))
 
 
 def _user_site(frame: Any, is_user: Callable[[str], bool], depth: int = 64) -> str | None:

@@ -162,8 +162,12 @@ class CompileCall(Row):
 class Checkpointing(Row):
     """``torch.utils.checkpoint`` in the run (``config.checkpointing``)."""
 
+    calls_total: int = 0
+    """Checkpointed calls in the whole run, measured steps or not."""
     calls_measured: int = 0
     """Checkpointed forward calls in the measured steps."""
     forward_s_measured: float = 0.0
     """Host seconds of those forwards (what backward runs again)."""
+    use_reentrant: tuple[str, ...] = ()
+    """The ``use_reentrant`` values the calls passed, as ``repr`` (``'None'``: torch's default)."""
     raw: dict[str, Any] = field(default_factory=dict)
