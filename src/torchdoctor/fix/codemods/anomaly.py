@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 
 import libcst as cst
 
-from torchdoctor.fix.codemods.base import Hit, located_targets, one_site, parse_or_refuse, search
+from torchdoctor.fix.codemods.base import located_targets, one_call, parse_or_refuse
 from torchdoctor.fix.cst_tools import Parsed, literal, with_comment
 from torchdoctor.fix.model import FindingRef, Refusal, Rewrite, Target
 
@@ -50,12 +50,9 @@ class AnomalyOff:
         sites = _sites(finding)
         if sites:
             return located_targets(self.id, ctx, sites[:4])
-        hits = search(ctx, ctx.files(), cst.Call, is_anomaly_call)
-        hit = one_site(hits, ctx, "a set_detect_anomaly / detect_anomaly call")
-        if isinstance(hit, Refusal):
-            return [hit]
-        assert isinstance(hit, Hit)
-        return [Target(self.id, hit.file, hit.line)]
+        return [
+            one_call(self.id, ctx, is_anomaly_call, "a set_detect_anomaly / detect_anomaly call")
+        ]
 
     def rewrite(self, source: str, target: Target) -> Rewrite | Refusal:
         p = parse_or_refuse(source)

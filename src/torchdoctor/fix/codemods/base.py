@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 import libcst as cst
 
@@ -76,6 +76,15 @@ def one_site(hits: list[Hit], ctx: FixContext, what: str) -> Hit | Refusal:
         where = ", ".join(f"{ctx.rel(h.file)}:{h.line}" for h in hits[:4])
         return Refusal(f"{len(hits)} candidate sites for {what} ({where}): cannot tell which one")
     return hits[0]
+
+
+def one_call(
+    codemod: str, ctx: FixContext, keep: object, what: str, params: dict[str, Any] | None = None
+) -> Target | Refusal:
+    """A target at the single call in the user's files that ``keep(parsed, node)`` accepts,
+    or :func:`one_site`'s refusal."""
+    hit = one_site(search(ctx, ctx.files(), cst.Call, keep), ctx, what)
+    return hit if isinstance(hit, Refusal) else Target(codemod, hit.file, hit.line, params or {})
 
 
 def library_refusal(path: str, what: str, ctx: FixContext) -> Refusal:

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 import libcst as cst
 
 from torchdoctor.fix import switches
-from torchdoctor.fix.codemods.base import Hit, one_site, parse_or_refuse, search
+from torchdoctor.fix.codemods.base import Hit, one_call, one_site, parse_or_refuse, search
 from torchdoctor.fix.cst_tools import (
     NOT_LITERAL,
     Parsed,
@@ -174,7 +174,7 @@ class CompileModel:
         )
         if isinstance(hit, Refusal):
             return [hit]
-        assert isinstance(hit, Hit) and isinstance(hit.node, cst.Call)
+        assert isinstance(hit.node, cst.Call)
         site = _model_site(ctx, hit)
         if isinstance(site, Refusal):
             return [site]
@@ -251,11 +251,7 @@ class CompileModel:
         nxt = NEXT_MODE.get(mode)
         if nxt is None:
             return Refusal(f"already compiled with mode={mode!r}, the last mode", already=True)
-        hit = one_site(search(ctx, ctx.files(), cst.Call, _is_compile), ctx, "torch.compile(...)")
-        if isinstance(hit, Refusal):
-            return hit
-        assert isinstance(hit, Hit)
-        return Target(self.id, hit.file, hit.line, {"mode": nxt})
+        return one_call(self.id, ctx, _is_compile, "torch.compile(...)", {"mode": nxt})
 
     def rewrite(self, source: str, target: Target) -> Rewrite | Refusal:
         p = parse_or_refuse(source)

@@ -17,7 +17,6 @@ import libcst as cst
 
 from torchdoctor.fix import switches
 from torchdoctor.fix.codemods.base import (
-    Hit,
     located,
     one_site,
     search,
@@ -123,7 +122,6 @@ class DataLoaderArgs:
             )
             if isinstance(hit, Refusal):
                 return [hit]
-            assert isinstance(hit, Hit)
             file, line = hit.file, hit.line
         by_setting = self._workers_setting(ctx, file, line, changes)
         if by_setting is not None:

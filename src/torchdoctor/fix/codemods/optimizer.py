@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 import libcst as cst
 
-from torchdoctor.fix.codemods.base import Hit, one_site, parse_or_refuse, search
+from torchdoctor.fix.codemods.base import one_call, parse_or_refuse
 from torchdoctor.fix.cst_tools import (
     Parsed,
     arg_index,
@@ -100,14 +100,8 @@ class FusedOptimizer:
                     )
                 )
                 continue
-            hit = one_site(
-                search(ctx, ctx.files(), cst.Call, is_optimizer_call(name)), ctx, f"{name}(...)"
-            )
-            if isinstance(hit, Refusal):
-                out.append(hit)
-                continue
-            assert isinstance(hit, Hit)
-            out.append(Target(self.id, hit.file, hit.line, {"class": name, "impl": impls[0]}))
+            params = {"class": name, "impl": impls[0]}
+            out.append(one_call(self.id, ctx, is_optimizer_call(name), f"{name}(...)", params))
         return out
 
     def rewrite(self, source: str, target: Target) -> Rewrite | Refusal:

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 import libcst as cst
 
 from torchdoctor.fix import switches
-from torchdoctor.fix.codemods.base import Hit, one_site, parse_or_refuse, search, setting_or_parsed
+from torchdoctor.fix.codemods.base import one_call, parse_or_refuse, setting_or_parsed
 from torchdoctor.fix.cst_tools import (
     Parsed,
     contains_call,
@@ -174,11 +174,7 @@ class Bf16Autocast:
         own = _own_dtype_switch(ctx)
         if own is not None:
             return [own]
-        hit = one_site(search(ctx, ctx.files(), cst.Call, _is_backward), ctx, "a .backward() call")
-        if isinstance(hit, Refusal):
-            return [hit]
-        assert isinstance(hit, Hit)
-        return [Target(self.id, hit.file, hit.line)]
+        return [one_call(self.id, ctx, _is_backward, "a .backward() call")]
 
     def rewrite(self, source: str, target: Target) -> Rewrite | Refusal:
         p = setting_or_parsed(source, target)
