@@ -212,8 +212,10 @@ def _top_lines(acc: Account, ops_excess: float, n: int = 5) -> list[TopLine]:
 
 
 def main_category(row: LineRow) -> str:
-    """What runs under a line table row most of its self time (``torch ops``, ``Python``...)."""
-    under = row.under
+    """What runs under a line table row most of its self time (``torch ops``, ``Python``...):
+    what ran with a core, never the wait for one (a line of torch operators on a busy machine
+    is still torch operators; its wait is no part of its unexplained time)."""
+    under = {c: ms for c, ms in row.under.items() if c != "CPU contention"}
     return max(under, key=lambda c: under[c]) if under else "Python"
 
 
