@@ -116,8 +116,39 @@ def test_check_four_threads_on_one_core(tmp_path: Path) -> None:
     assert cpu["thread_probe"]["ratio_median"] > 1.0
     found = {f["id"]: f for f in r.report["findings"]}
     f = found["cpu-oversubscribed"]
-    assert f["fix"].startswith("torch.set_num_threads(1)"), f
+    assert f["fix"].startswith("torch.set_num_threads(1)  # in place of the line at "), f
     assert f["severity"] != "info"
+    # pasted where it points (the script's own set_num_threads(4): a line placed above it was
+    # undone by it), the script trains on one thread: the mistake is gone
+    sys.path.insert(0, str(REPO / "benchmarks"))
+    from validate_remedies import _paste_all
+
+    copy = tmp_path / "threads_beyond_cores.py"
+    copy.write_text((EXAMPLES / copy.name).read_text())
+    pasted = _paste_all(f["fix"], f["where"], tmp_path, copy)
+    assert not isinstance(pasted, str) and pasted[0] == "replace", pasted
+    copy.write_text(pasted[2])
+    probe = (
+        "import runpy, sys, torch\n"
+        "steps = []\n"
+        "step = torch.optim.SGD.step\n"
+        "def counted(self, *a, **k):\n"
+        "    steps.append(torch.get_num_threads())\n"
+        "    return step(self, *a, **k)\n"
+        "torch.optim.SGD.step = counted\n"
+        "g = runpy.run_path(sys.argv[1], run_name='__main__')\n"
+        "print(len(steps), set(steps), float(g['loss']))\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", probe, str(copy)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        preexec_fn=lambda: os.sched_setaffinity(0, {core}),
+    )
+    assert out.returncode == 0, out.stderr
+    n, threads, loss = out.stdout.split(maxsplit=2)
+    assert (n, threads) == ("30", "{1}") and 0 < float(loss) < 3.0, out.stdout
 
 
 def test_the_busy_machine_caveat_stays_out_of_the_way_of_real_findings() -> None:

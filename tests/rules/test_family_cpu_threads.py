@@ -4,6 +4,7 @@ saving 0); quiet when the probe saw no slow-down or failed, from hand-written ch
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 from tests.rules.run_records import fire, record
@@ -68,3 +69,43 @@ def test_a_starved_main_thread_is_said_with_no_saving() -> None:
     assert "nothing in the script causes this" in f.fix
     assert "run queue" in f.explanation
     assert fire(RULE, record(cpu=_cpu(1.0, wait_s=0.1, other=3.0))) is None  # 10% < 30%
+
+
+def test_the_fix_replaces_the_scripts_own_set_num_threads() -> None:
+    """threads_beyond_cores.py calls set_num_threads(4) after its imports: a line at the top of
+    the script ran before it and was undone. The fix takes the place of the call that set the
+    count the steps ran with, not of one that set another (a worker's own count)."""
+    modes = {
+        "setter_calls": [
+            {"call": "set_num_threads", "value": 1, "site": "t.py:30"},
+            {"call": "set_num_threads", "value": 8, "site": "t.py:6"},
+        ]
+    }
+    f = fire(RULE, record(cpu=_cpu(2.0), modes=modes))
+    assert f is not None
+    assert f.fix == (
+        "torch.set_num_threads(4)  # in place of the line at t.py:6: 8 threads share 4.0 free cores"
+    )
+
+
+def test_the_fix_rewrites_the_environment_the_script_sets(tmp_path: Path) -> None:
+    script = tmp_path / "t.py"
+    script.write_text(
+        'import os\n\nos.environ.setdefault("MKL_NUM_THREADS", "8")\n'
+        'os.environ["OMP_NUM_THREADS"] = "8"\nimport torch\n'
+    )
+    rec = record(cpu=_cpu(2.0), modes={"thread_env": {"OMP_NUM_THREADS": "8"}})
+    f = fire(RULE, {**rec, "script": str(script)})
+    assert f is not None
+    lines = f.fix.splitlines()
+    assert lines[0].startswith("os.environ.setdefault('MKL_NUM_THREADS', '4')  # in place of")
+    assert lines[0].split("  # ")[1].startswith(f"in place of the line at {script}:3")
+    assert lines[1].startswith(
+        f"os.environ['OMP_NUM_THREADS'] = '4'  # in place of the line at {script}:4"
+    )
+    # set in the shell, not by the script: the top of the script (after the imports) is the place
+    script.write_text("import torch\n")
+    g = fire(RULE, {**rec, "script": str(script)})
+    assert g is not None and g.fix.startswith(
+        "torch.set_num_threads(4)  # at the top of the script"
+    )

@@ -8,15 +8,99 @@ The counters are ``run.json``'s ``cpu`` record (``rules/cpu_rules.py`` reads the
 
 from __future__ import annotations
 
+import ast
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from torchdoctor.rules import fixes as fx
 from torchdoctor.rules import thresholds as th
+from torchdoctor.rules.sites import relative_site
 from torchdoctor.rules.spec import FindingSpec, Measured, RunRule, Variant
 
 if TYPE_CHECKING:
     from torchdoctor.record.run import RunRecord
     from torchdoctor.rules.cpu_rules import CpuDemand
+
+THREAD_ENV = ("OMP_NUM_THREADS", "MKL_NUM_THREADS")
+"""The environment variables torch reads its intra-op thread count from when it starts."""
+
+
+def threads_fix(
+    threads: int,
+    current: int,
+    workers: int,
+    free_cores: float,
+    sites: list[str] | None = None,
+    env_sites: list[tuple[str, str]] | None = None,
+) -> str:
+    """Fewer intra-op threads where the script sets its count: in place of each
+    ``torch.set_num_threads`` call that set it (``sites``), else of each statement that puts
+    the count in the environment before torch starts (``env_sites``: site and the statement
+    with the new count), else at the top of the script (a later call of the script's own would
+    undo a line placed anywhere else); and DataLoader workers that fit beside them."""
+    why = f"{current} threads share {free_cores:.1f} free cores"
+    if sites:
+        lines = [
+            f"torch.set_num_threads({threads})  # in place of the line at {relative_site(s)}: {why}"
+            for s in sites
+        ]
+    elif env_sites:
+        lines = [
+            f"{code}  # in place of the line at {relative_site(s)}: {why}" for s, code in env_sites
+        ]
+    else:
+        lines = [
+            f"torch.set_num_threads({threads})  # at the top of the script: {why}",
+            f"# or from the shell: OMP_NUM_THREADS={threads} python train.py",
+        ]
+    if workers:
+        fit = max(0, int(free_cores) - threads)
+        lines.append(f"# and DataLoader workers that fit beside them: num_workers={fit}")
+    return "\n".join(lines)
+
+
+def env_thread_sites(script: str | None, threads: int) -> list[tuple[str, str]]:
+    """Where the script itself puts a thread count in the environment (``os.environ[
+    "OMP_NUM_THREADS"] = "4"`` or ``os.environ.setdefault(...)`` at module level), each with
+    the statement rewritten to ``threads``; [] when it does not or cannot be read."""
+    try:
+        path = Path(script or "")
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+    except (OSError, SyntaxError, ValueError, UnicodeDecodeError):
+        return []
+    out = []
+    for stmt in tree.body:
+        new = _with_count(stmt, str(threads))
+        if new is not None:
+            out.append((f"{path.resolve()}:{stmt.lineno}", new))
+    return out
+
+
+def _with_count(stmt: ast.stmt, count: str) -> str | None:
+    """``stmt`` with the thread count it puts in the environment replaced by ``count``, or None
+    when it puts none there."""
+    if isinstance(stmt, ast.Assign) and len(stmt.targets) == 1:
+        t = stmt.targets[0]
+        if isinstance(t, ast.Subscript) and _env_key(t.value, t.slice):
+            stmt.value = ast.Constant(count)
+            return ast.unparse(stmt)
+    call = stmt.value if isinstance(stmt, ast.Expr) else None
+    if (
+        isinstance(call, ast.Call)
+        and isinstance(call.func, ast.Attribute)
+        and call.func.attr == "setdefault"
+        and len(call.args) == 2
+        and _env_key(call.func.value, call.args[0])
+    ):
+        call.args[1] = ast.Constant(count)
+        return ast.unparse(stmt)
+    return None
+
+
+def _env_key(env: ast.expr, key: ast.expr) -> bool:
+    """``env[key]`` names one of ``THREAD_ENV`` in ``os.environ`` (or a bare ``environ``)."""
+    named = ast.unparse(env) in ("os.environ", "environ")
+    return named and isinstance(key, ast.Constant) and key.value in THREAD_ENV
 
 
 def starved_fix(other: float, cores: int) -> str:
@@ -34,7 +118,7 @@ SPEC = FindingSpec(
     title="{threads} intra-op threads{workers} on {free:.1f} free of {cores} cores: the "
     "same work ran {ratio:.1f}x slower than with {k} thread(s)",
     threshold=th.OVERSUBSCRIBED_RATIO,
-    fix=fx.cpu_threads_fix,
+    fix=threads_fix,
     explanation="Each parallel operator splits its work over the intra-op threads and waits "
     "for the last one; a thread without a core stalls all of them, so threads beyond the "
     "free cores (other jobs, DataLoader workers) make every operator slower, not faster.",
@@ -97,6 +181,7 @@ def measure(run: RunRecord) -> Measured | None:
                 "current": d.threads,
                 "workers": int(cpu.get("workers") or 0),
                 "free_cores": d.free_cores,
+                **_count_sites(run, d.threads, k),
             },
             most="info" if split else None,
         )
@@ -113,6 +198,20 @@ def measure(run: RunRecord) -> Measured | None:
         judged="the main thread starved of cores",
         most="info",
     )
+
+
+def _count_sites(run: RunRecord, current: int, k: int) -> dict[str, Any]:
+    """Where the script set the thread count the steps ran with: its ``torch.set_num_threads``
+    calls of that count (every call when none recorded it), else the environment variables
+    it set itself (``env_thread_sites``)."""
+    calls = [c for c in run.modes.setter_calls if c.call == "set_num_threads"]
+    chosen = [c for c in calls if c.value == current] or calls
+    sites = list(dict.fromkeys(c.site for c in chosen))
+    if sites:
+        return {"sites": sites}
+    if not set(run.modes.thread_env) & set(THREAD_ENV):
+        return {}
+    return {"env_sites": env_thread_sites(run.script, k)}
 
 
 def _cpu_op_ms(run: RunRecord, step: float) -> float | None:
