@@ -14,6 +14,7 @@ the GPU's clock to the host's (the GPU is idle then, so the event completes when
 
 from __future__ import annotations
 
+import statistics
 import time
 from dataclasses import dataclass
 from time import perf_counter
@@ -50,11 +51,11 @@ class WindowTiming:
             "clock": self.clock,
             "step_ms": [round(x, 4) for x in self.step_ms],
             "host_step_ms": [round(x, 4) for x in self.host_step_ms],
-            "median_ms": _median(ms),
+            "median_ms": statistics.median(ms) if ms else None,
         }
         if self.host_lead_ms:
             out["host_lead_ms"] = [round(x, 4) for x in self.host_lead_ms]
-            out["host_lead_median_ms"] = _median(sorted(self.host_lead_ms))
+            out["host_lead_median_ms"] = statistics.median(self.host_lead_ms)
         if self.error:
             out["error"] = self.error
         if self.compiled_steps:
@@ -73,13 +74,6 @@ def compiled_steps(
             out.append(first_step + i)
         begin = end
     return tuple(out)
-
-
-def _median(xs: list[float]) -> float | None:
-    n = len(xs)
-    if not n:
-        return None
-    return xs[n // 2] if n % 2 else (xs[n // 2 - 1] + xs[n // 2]) / 2
 
 
 class TimedWindow:

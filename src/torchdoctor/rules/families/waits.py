@@ -118,9 +118,8 @@ def input_pipeline(a: TraceAnalysis) -> Measured | None:
     """
     ms = a.per_step_ms(a.total.idle_ms.get("input_pipeline", 0.0))
     share = share_of_step(a, ms)
-    shares = sorted(p.share(p.idle_ms.get("input_pipeline", 0.0)) for p in a.per_step)
-    typical = _quantile(shares, 0.5)
-    low = _quantile(shares, 0.25)
+    shares = [p.share(p.idle_ms.get("input_pipeline", 0.0)) for p in a.per_step]
+    typical, low = (float(np.quantile(shares, q)) if shares else 0.0 for q in (0.5, 0.25))
 
     def details() -> Details:  # the frames, looked up only for a finding
         seen = input_frames(a)
@@ -147,17 +146,6 @@ def input_pipeline(a: TraceAnalysis) -> Measured | None:
         most=None if a.n_steps > 1 else "info",
         gates={"ms": ms},
     )
-
-
-def _quantile(ordered: list[float], q: float) -> float:
-    """The ``q``-quantile of sorted values, interpolating linearly (numpy's default); 0 when
-    there are none."""
-    if not ordered:
-        return 0.0
-    at = q * (len(ordered) - 1)
-    lo = int(at)
-    hi = min(lo + 1, len(ordered) - 1)
-    return ordered[lo] + (ordered[hi] - ordered[lo]) * (at - lo)
 
 
 def input_frames(a: TraceAnalysis) -> list[str]:
