@@ -231,6 +231,36 @@ def test_tiny_ops_on_cpu() -> None:
     assert ids(record(ops=big)) == []
 
 
+def test_tiny_ops_left_in_a_compiled_cpu_step_are_for_the_record() -> None:
+    """compiled_tiny_ops.py after its fused-optimizer line was pasted: compiled, no for-loop
+    optimizer, no graph break, no GPU. The compiled graph's own calls are what is left; the
+    only advice (a larger batch) keeps them in the step, so host-bound says what is left, as
+    info with no per-step saving, and prints neither compile nor the optimizer line again."""
+    ops = {
+        "gemm_share_basis": "cpu",
+        "top_level_ops_per_step": 249,
+        "median_op_us": 1.3,
+        "op_time_ms_per_step": 4.0,
+        "tiny_op_time_ms_per_step": 3.0,
+        "tiny_op_threshold_us": 20.0,
+    }
+    compiled = {"compiles": 1, "compile_s": 0.01, "compile_calls": [{}]}
+    fused = {"class": "Adam", "impl": "fused"}
+    found = run_findings(record(ops=ops, compile=compiled, config={"optimizers": [fused]}))
+    (f,) = [f for f in found if f.id == "host-bound"]
+    assert f.severity == "info" and f.saving_ms_per_step == 0.0
+    assert f.title.startswith("Already compiled, no for-loop optimizer: 249 operators per step")
+    assert "torch.compile(model" not in f.fix and "fused=True" not in f.fix
+    assert "larger batch" in f.fix
+    # before the paste (a for-loop Adam) the same compiled step names the optimizer line, with
+    # the saving its severity is graded on
+    loop = {"class": "Adam", "impl": "for-loop"}
+    found = run_findings(record(ops=ops, compile=compiled, config={"optimizers": [loop]}))
+    (f,) = [f for f in found if f.id == "host-bound"]
+    assert "fused=True" in f.fix and f.severity == "critical"
+    assert f.saving_ms_per_step == pytest.approx(0.7 * 19.0)
+
+
 def test_no_steps_means_no_saving_but_config_findings_remain() -> None:
     rec = record(steps={"count": 0, "measured_steps": 0, "mean_step_ms": None, "step_ms": []})
     rec["config"]["data_parallel"] = [{"device_ids": [0]}]

@@ -16,6 +16,7 @@ from torchdoctor.rules import thresholds as th
 from torchdoctor.rules.families import RUN_FAMILY_RULES
 from torchdoctor.rules.finding import Finding, rank_findings
 from torchdoctor.rules.loop_lines import top_loop_line, vectorise_fix
+from torchdoctor.rules.optimizer_fixes import optimizer_line
 from torchdoctor.rules.registry import spec
 from torchdoctor.rules.run_common import family_findings, make
 from torchdoctor.rules.user_fixes import compiled_next_step
@@ -63,7 +64,23 @@ def tiny_ops(run: RunRecord) -> list[Finding]:
         if c.compiled
         else spec("host-bound").fix(optim)
     )
-    v = spec("host-bound").variant("cpu")
+    # A per-element Python loop at one line holding a large share of the step is where the
+    # tiny operators come from: that line is the place, and no compile or fused optimizer
+    # removes it (rules/loop_lines.py).
+    loop = top_loop_line(run.lines)
+    # Compiled, no optimizer with a faster implementation, no graph break, no GPU: the
+    # operators left are the compiled graph's own calls, which nothing fuses further on a CPU
+    # (no CUDA graphs). The advice left, a larger batch, spreads them over more samples but
+    # keeps them in the step: nothing per step to save, so the finding is for the record
+    # (info), not the severity it had before the user applied the fused optimizer.
+    left = (
+        loop is None
+        and c.compiled
+        and run.gpu is None
+        and not c.graph_breaks
+        and not any(map(optimizer_line, optim))
+    )
+    v = spec("host-bound").variant("compiled-cpu" if left else "cpu")
     assert v is not None
     title = v.title.format(n=n, median_us=median_us, ms=tiny + python_ms, compute=compute_ms / step)
     evidence = {
@@ -71,24 +88,25 @@ def tiny_ops(run: RunRecord) -> list[Finding]:
         "python_between_ops_ms_per_step": python_ms,
         "for_loop_optimizers": [o.to_dict() for o in optim],
     }
-    # A per-element Python loop at one line holding a large share of the step is where the
-    # tiny operators come from: that line is the place, and no compile or fused optimizer
-    # removes it (rules/loop_lines.py).
-    loop = top_loop_line(run.lines)
+    saving = th.TINY_OP_SAVING * (tiny + python_ms)
     where: list[str] | None = None
     if loop is not None:
         fix, where = vectorise_fix(loop), [loop.site]
         evidence["loop_line"] = {"site": loop.site, "kind": loop.kind, "share": loop.share}
+    elif left:
+        evidence["overhead_ms_per_step"] = tiny + python_ms
+        saving = 0.0
     return [
         make(
             run,
             "host-bound",
             title,
-            th.TINY_OP_SAVING * (tiny + python_ms),
+            saving,
             evidence,
             fix,
             v.explanation,
             where=where,
+            severity="info" if left else None,
         )
     ]
 
