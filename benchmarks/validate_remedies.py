@@ -32,14 +32,21 @@ names). Every warning or critical finding is then taken in turn:
   innermost loop around it and put right before that loop (a line in no loop of its function,
   e.g. a module's ``forward`` told "move this line to __init__", is an instruction, counted
   as advice);
-  *insert*: code "after the line at FILE:LINE" goes right after that line's statement, and so
+  *insert*: code "before the line at FILE:LINE" goes right before that line's statement (the
+  statement holding it: ``mark_dynamic`` before the compiled model's call), at its indentation;
+  code "after the line at FILE:LINE" goes right after that line's statement, and so
   does anything else ("at the line that turned it on": it runs after it and undoes it), at
   its indentation; after a block's header (``with``, ``for``, ``def``) it becomes the first
   lines of the block.
 - the pasted program is run plainly (time-limited) under a line tracer that records whether the
   pasted lines ran; it "fails" when it exits non-zero where the original did not.
 - ``check`` is run again on it: the mistake is "left" when the same finding id is still a
-  warning or critical.
+  warning or critical. Then the row keeps that finding's severity and fix after the paste
+  (``after_severity``, ``after_fix``) and says which of two it is (``left``): "same remedy",
+  the same code lines (comments and their numbers aside) at the same places, each place read
+  back on the script as it was (a pasted line stands for the line it was pasted at): the fix
+  did not hold, a defect; or "next step", a different fix or place: the planted mistake is
+  gone and a different limit is left. The headline counts both.
 
 A case with a planted mistake and no warning or critical finding is a false clean bill, unless
 the mistake's own finding is there as info (a mode measured too cheap to fix on this machine, or
@@ -50,6 +57,7 @@ from __future__ import annotations
 
 import argparse
 import ast
+import difflib
 import json
 import os
 import re
@@ -72,7 +80,7 @@ SRC = Path(os.environ.get("TD_SRC") or ROOT / "src")
 """The torchdoctor to run (TD_SRC: another checkout's ``src``, e.g. a snapshot of a commit)."""
 FAST = ["--warmup", "3", "--steps", "3"]
 _AT = re.compile(
-    r"(?:#\s*(?:at|now at)|(?:in place of|after) the line at)\s+(?P<path>\S+?\.py):(?P<line>\d+)"
+    r"(?:#\s*(?:at|now at)|(?:in place of|after|before) the line at)\s+(?P<path>\S+?\.py):(?P<line>\d+)"
 )
 _WHERE = re.compile(r"^(?P<path>.+?\.py):(?P<line>\d+)$")
 _TOP = "at the top of the script"
@@ -114,6 +122,13 @@ class Remedy:
     executed: bool | None = None
     gone: bool | None = None
     after_ids: list[str] = field(default_factory=list)
+    left: str | None = None
+    """When the finding is still reported after the paste: "same remedy" (its fix prints the same
+    code at the same place again: the fix did not hold) or "next step" (a different fix or
+    place: the planted mistake is gone and a different limit is left)."""
+    after_severity: str = ""
+    after_fix: str = ""
+    """The same finding's severity and fix text in the report after the paste."""
 
     @property
     def pasted(self) -> bool:
@@ -266,6 +281,10 @@ def paste(source: str, fix: str, line: int | None) -> tuple[str, str, list[int]]
         new = [indent + ln if ln.strip() else ln for ln in code.splitlines()]
         out = [*lines[: first - 1], *new, *lines[last:]]
         return "replace", "\n".join(out) + "\n", [first]
+    if "before the line at" in fix:  # a new statement before the user's (a call it prepares)
+        new = [indent + ln if ln.strip() else ln for ln in code.splitlines()]
+        out = [*lines[: first - 1], *new, *lines[first - 1 :]]
+        return "insert", "\n".join(out) + "\n", list(range(first, first + len(new)))
     if "after the line at" in fix:  # a new statement after the user's: never a replacement
         new = [indent + ln if ln.strip() else ln for ln in code.splitlines()]
         out = [*lines[:last], *new, *lines[last:]]
@@ -318,6 +337,50 @@ def paste(source: str, fix: str, line: int | None) -> tuple[str, str, list[int]]
     new = [indent + ln if ln.strip() else ln for ln in code.splitlines()]
     out = [*lines[:at], *new, *lines[at:]]
     return "insert", "\n".join(out) + "\n", list(range(at + 1, at + 1 + len(new)))
+
+
+# --- the same remedy again? ------------------------------------------------------------------
+
+
+def _mapped(before: list[str], after: list[str], line: int) -> int:
+    """The line of ``before`` (the script as it was) that line ``line`` of ``after`` (the pasted
+    script) stands for: the same line where the paste left it, else the first line of the
+    stretch the paste replaced or put code before (the pasted lines stand for the place they
+    were pasted at)."""
+    for tag, i1, _i2, j1, j2 in difflib.SequenceMatcher(None, before, after).get_opcodes():
+        if j1 < line <= j2:
+            return i1 + (line - j1) if tag == "equal" else i1 + 1
+    return line
+
+
+def places(
+    fix: str, where: list[str], work: Path, script: Path, pasted: dict[Path, str] | None = None
+) -> list[str]:
+    """Where each piece of ``fix`` points, as ``FILE:LINE`` of the script as it was (``pasted``:
+    the files the paste changed, the original text of each, when ``fix`` is read from the
+    report on the pasted program), or why it has no place (top, unplaced, elsewhere)."""
+    parts = pieces(fix) or [fix]
+    out = []
+    for part in parts:
+        spot = target_of(part, where if len(parts) == 1 else [], work, script)
+        if isinstance(spot, str):
+            out.append(spot)
+            continue
+        path, line = spot
+        if pasted and path in pasted:
+            line = _mapped(pasted[path].splitlines(), path.read_text().splitlines(), line)
+        out.append(f"{path.name}:{line}")
+    return out
+
+
+def same_remedy(before: str, before_at: list[str], after: str, after_at: list[str]) -> bool:
+    """The report after the paste prints the same remedy again: the same code lines (comments,
+    with the numbers they quote, aside) at the same places."""
+
+    def code(fix: str) -> list[str]:
+        return [_norm(_strip_comment(ln)) for ln in code_lines(fix)]
+
+    return code(before) == code(after) and before_at == after_at
 
 
 # --- the runs --------------------------------------------------------------------------------
@@ -413,7 +476,10 @@ def _paste_all(
         before = len(source.splitlines())
         kind, source, at = paste(source, part, line)
         delta = len(source.splitlines()) - before
-        at_all = [a + delta if line is not None and a > line else a for a in at_all] + at
+        # the lines pasted before: moved down when this piece went in above them (before the
+        # same line too, for a piece that goes before its line)
+        first = (line or 0) + (0 if "before the line at" in part else 1)
+        at_all = [a + delta if line is not None and a >= first else a for a in at_all] + at
         kinds.append(kind)
     place = ",".join(f"{path.name}:{ln or 'top'}" for _, (_, ln) in placed)  # type: ignore[union-attr]
     if len(placed) < len(parts):
@@ -446,6 +512,8 @@ def _try_remedy(case: Case, finding: dict[str, Any], plain_rc: int, timeout: flo
         rem.kind = done
         return rem
     rem.kind, path, pasted, at, rem.place = done
+    original = {path: path.read_text()}
+    before_at = places(fix, list(finding.get("where") or []), work, script)
     path.write_text(pasted)
     try:
         compile(pasted, str(path), "exec")
@@ -464,6 +532,12 @@ def _try_remedy(case: Case, finding: dict[str, Any], plain_rc: int, timeout: flo
         return rem
     rem.after_ids = [f["id"] for f in _pasted_findings(after)]
     rem.gone = finding["id"] not in rem.after_ids
+    again = next((f for f in _pasted_findings(after) if f["id"] == finding["id"]), None)
+    if again is not None:
+        rem.after_severity, rem.after_fix = again["severity"], again.get("fix") or ""
+        after_at = places(rem.after_fix, list(again.get("where") or []), work, script, original)
+        same = same_remedy(fix, before_at, rem.after_fix, after_at)
+        rem.left = "same remedy" if same else "next step"
     return rem
 
 
@@ -542,7 +616,10 @@ def _cell(rem: dict[str, Any]) -> str:
         return "NEVER RUNS"
     if rem["gone"] is None:
         return "ran; " + (rem["error"] or "?")
-    return "ok, gone" if rem["gone"] else "ok, LEFT"
+    if rem["gone"]:
+        return "ok, gone"
+    # rows written before the column: the finding's fix after the paste was not kept
+    return f"ok, LEFT ({rem['left']})" if rem.get("left") else "ok, LEFT"
 
 
 def summary(rows: list[dict[str, Any]]) -> str:
@@ -552,6 +629,8 @@ def summary(rows: list[dict[str, Any]]) -> str:
     fails = sum(1 for r in pasted if r["runs"] is False)
     never = sum(1 for r in pasted if r["runs"] and r["executed"] is False)
     left = sum(1 for r in pasted if r["gone"] is False)
+    same = sum(1 for r in pasted if r["gone"] is False and r.get("left") == "same remedy")
+    step = sum(1 for r in pasted if r["gone"] is False and r.get("left") == "next step")
     advice = sum(1 for r in rems if r["kind"] == "advice")
     other = sum(1 for r in rems if r["kind"] in ("command", "elsewhere", "unplaced"))
     mistakes = [r for r in rows if r["labelled"] and not r["control"]]
@@ -561,7 +640,8 @@ def summary(rows: list[dict[str, Any]]) -> str:
     errors = sum(1 for r in rows if "error" in r)
     return (
         f"{len(rows)} cases: {len(pasted)} remedies pasted, {fails} fail to run, {never} never "
-        f"execute, {left} leave the mistake; {advice} advice only, {other} not pasteable "
+        f"execute, {left} leave the mistake ({same} left, same remedy; {step} left, next step); "
+        f"{advice} advice only, {other} not pasteable "
         f"(command, elsewhere, unplaced); planted mistakes named {named} of {len(mistakes)}, "
         f"(as info only: {sum(1 for r in mistakes if r.get('named_info') and not r.get('ids'))}), false clean bills {clean}; noisy controls {noisy}; check errors {errors}"
     )

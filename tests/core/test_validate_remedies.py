@@ -15,11 +15,14 @@ REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO / "benchmarks"))
 from validate_remedies import (  # noqa: E402
     NotMechanical,
+    _cell,
     _paste_all,
     code_lines,
     harness_env,
     paste,
     pieces,
+    places,
+    same_remedy,
     summary,
     target_of,
 )
@@ -180,3 +183,63 @@ def test_a_fix_whose_statements_name_their_own_places_is_pasted_piece_by_piece(
     assert kind == "replace" and at == [n] and place == f"s.py:{n} (1 of 2 pieces unplaced)"
     assert run(out)["RESULT"] == [4, 3]
     assert pieces("x = 1\ny = 2") == []  # one piece: pasted where the fix points
+
+
+def test_code_before_the_line_at_a_call_goes_right_above_the_statement_holding_it(
+    tmp_path: Path,
+) -> None:
+    """``mark_dynamic(x, 1)  # before the line at ...`` prepares the call on that line: pasted
+    after it (or inside the called function) it would come too late."""
+    src = "calls = []\nx = [1]\nRESULT = calls.append(len(x)) or calls\n"
+    fix = "x.append(2)  # before the line at t.py:3 (the compiled model's call): why\n# or not"
+    kind, out, at = paste(src, fix, 3)
+    assert kind == "insert" and at == [3]
+    assert out.splitlines()[2].startswith("x.append(2)") and run(out)["RESULT"] == [2]
+    script = tmp_path / "t.py"
+    script.write_text(src)
+    assert target_of(fix, [], tmp_path, script) == (script, 3)
+    # two pieces before the same line: both pasted, both above it, and both lines recorded
+    two = "x.append(2)  # before the line at t.py:3\nx.append(3)  # before the line at t.py:3"
+    kind, _path, out, at, _place = _paste_all(two, [], tmp_path, script)
+    assert run(out)["RESULT"] == [3] and sorted(at) == [3, 4]
+    assert out.splitlines()[4].startswith("RESULT")
+
+
+def test_a_remedy_printed_again_at_the_line_it_was_pasted_at_is_the_same_remedy(
+    tmp_path: Path,
+) -> None:
+    """After a paste the report's lines move: its place is read back on the script as it was,
+    so the same fix printed again at the shifted line is the same remedy (the fix did not
+    hold), and a different fix, or the same code somewhere else, is a next step."""
+    script = tmp_path / "s.py"
+    script.write_text(SCRIPT)
+    n = line_of('STATE["log"]')
+    fix = f"x = 1  # before the line at s.py:{n}: 4 sizes"
+    before_at = places(fix, [], tmp_path, script)
+    assert before_at == [f"s.py:{n}"]
+    _kind, path, out, _at, _place = _paste_all(fix, [], tmp_path, script)
+    original = {path: path.read_text()}
+    path.write_text(out)
+    again = f"x = 1  # before the line at s.py:{n + 1}: 5 sizes (other numbers in its words)"
+    after_at = places(again, [], tmp_path, script, original)
+    assert after_at == before_at and same_remedy(fix, before_at, again, after_at)
+    pasted_line = f"x = 1  # before the line at s.py:{n}"  # the pasted line: its place
+    assert places(pasted_line, [], tmp_path, script, original) == before_at
+    other = f"x = 2  # before the line at s.py:{n + 1}"
+    assert not same_remedy(fix, before_at, other, places(other, [], tmp_path, script, original))
+    moved = f"x = 1  # before the line at s.py:{n - 1}"
+    assert not same_remedy(fix, before_at, moved, places(moved, [], tmp_path, script, original))
+    assert not same_remedy(fix, before_at, "# words only: what is left", ["unplaced"])
+
+
+def test_the_headline_tells_a_fix_that_did_not_hold_from_a_limit_left() -> None:
+    rem = {"kind": "replace", "runs": True, "executed": True, "gone": False, "error": ""}
+    rows = [
+        {"labelled": True, "control": False, "ids": ["a"], "named": True, "named_info": True,
+         "remedies": [{**rem, "left": "same remedy"}, {**rem, "left": "next step"},
+                      {**rem, "left": "next step"}, {**rem, "gone": True, "left": None}, rem]},
+    ]  # fmt: skip
+    line = summary(rows)
+    assert "4 leave the mistake (1 left, same remedy; 2 left, next step)" in line
+    assert _cell({**rem, "left": "next step"}) == "ok, LEFT (next step)"
+    assert _cell(rem) == "ok, LEFT"  # a row from before the column
