@@ -177,9 +177,25 @@ def reason_line(reason: str) -> str:
     return first if len(first) <= 160 else first[:157] + "..."
 
 
-def value_guard_fix(events: list[dict[str, Any]]) -> str:
+def _before_calls(
+    line: str, name: str, dim: int | None, calls: Sequence[Mapping[str, Any]], why: str
+) -> list[str]:
+    """``line`` (code on the argument ``name``) once per call of the compiled model that passes
+    it: in the user's own expression there and placed before that call; [] when none does."""
+    out = []
+    for c in calls:
+        if _tensor_expr(str(c["name"])) != name or c.get("dim") != dim:
+            continue
+        expr = str(c["expr"]).replace("\\", "\\\\")  # as written: no escapes read in it
+        text = re.sub(rf"(?<![\w.]){re.escape(name)}(?!\w)", expr, line)
+        out.append(f"{text}  # before the line at {c['site']} (the compiled model's call): {why}")
+    return out
+
+
+def value_guard_fix(events: list[dict[str, Any]], calls: Sequence[Mapping[str, Any]] = ()) -> str:
     """For guards on Python values (``scale == 0.5``): what stops the recompiles. A float or
-    int passed as a tensor is an input, not a constant; mark_dynamic applies to tensors only."""
+    int passed as a tensor is an input, not a constant; mark_dynamic applies to tensors only.
+    ``calls``: where the compiled model is called with each value (its tensor form goes there)."""
     values: dict[str, list[str]] = {}
     kinds: dict[str, str] = {}
     for e in events:
@@ -192,10 +208,12 @@ def value_guard_fix(events: list[dict[str, Any]]) -> str:
     for name, seen in values.items():
         shown = ", ".join(seen[:4]) + (", ..." if len(seen) > 4 else "")
         if kinds[name] in ("float", "int"):
-            lines.append(
-                f"{name} = torch.tensor({name})  # a Python {kinds[name]} is compiled in as a "
-                f"constant ({shown}): every new value recompiles; as a tensor it is an input"
+            why = (
+                f"the Python {kinds[name]} passed as '{name}' is compiled in as a constant "
+                f"({shown}): every new value recompiles; as a tensor it is an input"
             )
+            line = f"{name} = torch.tensor({name})"
+            lines += _before_calls(line, name, None, calls, why) or [f"{line}  # {why}"]
         else:
             lines.append(
                 f"# '{name}' was compiled in as a constant ({shown}): keep it fixed, or branch "
@@ -204,9 +222,15 @@ def value_guard_fix(events: list[dict[str, Any]]) -> str:
     return "\n".join(lines)
 
 
-def recompile_user_fix(events: list[dict[str, Any]], fallback: str) -> str:
+def recompile_user_fix(
+    events: list[dict[str, Any]], fallback: str, calls: Sequence[Mapping[str, Any]] = ()
+) -> str:
     """``mark_dynamic`` for each (tensor, dimension) the guards say changed, with the values
-    seen; the tensor form of a guarded Python value; ``fallback`` when neither was named."""
+    seen; the tensor form of a guarded Python value; ``fallback`` when neither was named.
+    ``calls`` (``fix/codemods/mark_dynamic.guarded_calls``): where the compiled model is called
+    with each guarded argument; each line is placed before that call, in the user's name for
+    the argument (inside the compiled function dynamo rejects mark_dynamic, and a value made a
+    tensor there is still compiled in)."""
     seen: dict[tuple[str, int], list[int]] = {}
     functions: dict[str, str] = {}
     for e in events:
@@ -214,17 +238,17 @@ def recompile_user_fix(events: list[dict[str, Any]], fallback: str) -> str:
             sizes = seen.setdefault((_tensor_expr(d["tensor"]), int(d["dim"])), [])
             sizes.extend(x for x in (d["expected"], d["actual"]) if x not in sizes)
             functions.setdefault(_tensor_expr(d["tensor"]), str(e.get("function") or ""))
-    values = value_guard_fix(events)
+    values = value_guard_fix(events, calls)
     if not seen:
         return values or fallback
     lines = [values] if values else []
     for (tensor, dim), sizes in seen.items():
         shown = ", ".join(str(s) for s in sizes[:4]) + (", ..." if len(sizes) > 4 else "")
-        fn = functions.get(tensor)
-        lines.append(
-            f"torch._dynamo.mark_dynamic({tensor}, {dim})  # before calling {fn or 'it'}(): "
-            f"dim {dim} of the tensor passed as '{tensor}' took sizes {shown}"
-        )
+        why = f"dim {dim} of the tensor passed as '{tensor}' took sizes {shown}"
+        line = f"torch._dynamo.mark_dynamic({tensor}, {dim})"
+        lines += _before_calls(line, tensor, dim, calls, why) or [
+            f"{line}  # before calling {functions.get(tensor) or 'it'}(): {why}"
+        ]
     lines.append("# or pad/bucket that dimension to a few fixed sizes")
     return "\n".join(lines)
 

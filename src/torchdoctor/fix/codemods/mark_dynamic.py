@@ -12,11 +12,13 @@ specialises those sizes, and ``mark_dynamic`` would raise).
 
 from __future__ import annotations
 
+import os
 import re
 from typing import TYPE_CHECKING, Any
 
 import libcst as cst
 
+from torchdoctor.fix import sources
 from torchdoctor.fix.codemods.base import located, parse_or_refuse
 from torchdoctor.fix.cst_tools import (
     Parsed,
@@ -31,6 +33,7 @@ from torchdoctor.fix.sources import parse_site
 
 if TYPE_CHECKING:
     from torchdoctor.fix.context import FixContext
+    from torchdoctor.record.run import RunRecord
 
 _TENSOR = re.compile(r"^(?P<base>[A-Za-z_]\w*)(?P<rest>(\[[^\]]+\]|\.\w+)*)$")
 _GUARD = re.compile(
@@ -122,6 +125,94 @@ def _call_arg(call: cst.Call, index: int, name: str) -> cst.BaseExpression | Non
     return next((a.value for a in call.args if a.keyword and a.keyword.value == name), None)
 
 
+def argument_at_calls(
+    ctx: FixContext, function: str, site: str, name: str
+) -> list[tuple[str, int, str] | Refusal]:
+    """Each call of the compiled ``function`` (its ``def`` at ``site``) in the user's files, as
+    (file, line of the call, the user's expression passed for ``name``): ``name`` is one of
+    the function's parameters, or a chain from one (``batch.input_ids``, ``xs[0]``); or the
+    refusal that says why a call (or every call) cannot be named."""
+    where = located(ctx, site)
+    if isinstance(where, Refusal):
+        return [where]
+    p = ctx.parsed(where[0])
+    if p is None:
+        return [Refusal(f"{ctx.rel(where[0])} does not parse")]
+    fdef = next(
+        (
+            f
+            for f in p.all(cst.FunctionDef)
+            if p.spans(f, where[1]) and f.name.value == (function or f.name.value)
+        ),
+        None,
+    )
+    m = _TENSOR.match(name)
+    if fdef is None or m is None:
+        return [Refusal(f"cannot find the compiled function {function or '?'} at {site}")]
+    params = _params(p, fdef)
+    if m.group("base") not in params:
+        return [Refusal(f"`{name}` is not an argument of {fdef.name.value}()")]
+    index = params.index(m.group("base"))
+    out: list[tuple[str, int, str] | Refusal] = []
+    for f in ctx.files():
+        q = ctx.parsed(f)
+        if q is None:
+            continue
+        names = _compiled_names(q)
+        for call in q.all(cst.Call):
+            if not (isinstance(call.func, cst.Name) and call.func.value in names):
+                continue
+            arg = _call_arg(call, index, m.group("base"))
+            if arg is None:
+                continue
+            if not _simple(arg):
+                out.append(
+                    Refusal(
+                        f"the argument `{q.code_of(arg)}` is computed inside the call: assign it to a name first",
+                        f,
+                        q.line(call),
+                    )
+                )
+                continue
+            out.append((f, q.line(call), q.code_of(arg) + m.group("rest")))
+    return out or [Refusal(f"no call of the compiled {fdef.name.value} found in the user's files")]
+
+
+def _values(e: Any) -> list[dict[str, Any]]:
+    """A recompile event's guarded Python values (a field of the record's row, or read from
+    its raw data by a record written before the field)."""
+    return list(getattr(e, "changed_values", None) or e.raw.get("changed_values") or [])
+
+
+def guarded_calls(record: RunRecord) -> list[dict[str, Any]]:
+    """Where the user's code calls the compiled model with each argument a recompile guard
+    named (check's fix text names that place: ``mark_dynamic`` and a guarded value's tensor
+    form run before the call, never inside the compiled function): ``{"name"`` (as the guard
+    names it), ``"dim"`` (None for a Python value), ``"site"`` (the call's ``file:line`` as the
+    user reads it), ``"expr"`` (the user's own expression passed there)``}``. Found as the
+    codemod finds them (:func:`argument_at_calls`); [] when no call can be named."""
+    from torchdoctor.fix.context import FixContext
+
+    script = record.script
+    path = os.path.abspath(script) if script and os.path.isfile(script) else None
+    ctx = FixContext(record, os.getcwd(), path)
+    events = record.compile.recompile_events
+    ctx.add_sites_of([e.site for e in events])
+    keys: dict[tuple[str, str, str, int | None], None] = {
+        (fn, site, name, dim): None for fn, site, name, dim in changed_dims(FindingRef(""), ctx)
+    }
+    for e in events:
+        for v in _values(e):
+            keys[(e.function, e.site, str(v["name"]), None)] = None
+    out = []
+    for fn, site, name, dim in keys:
+        for c in argument_at_calls(ctx, fn, site, name):
+            if isinstance(c, tuple):
+                call = f"{sources.relative(c[0])}:{c[1]}"
+                out.append({"name": name, "dim": dim, "site": call, "expr": c[2]})
+    return out
+
+
 class MarkDynamic:
     id = "mark-dynamic"
     title = "torch._dynamo.mark_dynamic on the dimension a recompile guard names"
@@ -145,55 +236,12 @@ class MarkDynamic:
                     f"dim {dim} of `{tensor}` took size {min(sizes)}: dynamo specialises sizes 0 and 1, so mark_dynamic would raise"
                 )
             ]
-        where = located(ctx, site)
-        if isinstance(where, Refusal):
-            return [where]
-        p = ctx.parsed(where[0])
-        if p is None:
-            return [Refusal(f"{ctx.rel(where[0])} does not parse")]
-        fdef = next(
-            (
-                f
-                for f in p.all(cst.FunctionDef)
-                if p.spans(f, where[1]) and f.name.value == (function or f.name.value)
-            ),
-            None,
-        )
-        m = _TENSOR.match(tensor)
-        if fdef is None or m is None:
-            return [Refusal(f"cannot find the compiled function {function or '?'} at {site}")]
-        params = _params(p, fdef)
-        if m.group("base") not in params:
-            return [Refusal(f"`{tensor}` is not an argument of {fdef.name.value}()")]
-        index = params.index(m.group("base"))
-        out: list[Target | Refusal] = []
-        for f in ctx.files():
-            q = ctx.parsed(f)
-            if q is None:
-                continue
-            names = _compiled_names(q)
-            for call in q.all(cst.Call):
-                if not (isinstance(call.func, cst.Name) and call.func.value in names):
-                    continue
-                arg = _call_arg(call, index, m.group("base"))
-                if arg is None:
-                    continue
-                if not _simple(arg):
-                    out.append(
-                        Refusal(
-                            f"the argument `{q.code_of(arg)}` is computed inside the call: assign it to a name first",
-                            f,
-                            q.line(call),
-                        )
-                    )
-                    continue
-                expr = q.code_of(arg) + m.group("rest")
-                shown = ", ".join(str(s) for s in sizes[:4]) + (", ..." if len(sizes) > 4 else "")
-                out.append(
-                    Target(self.id, f, q.line(call), {"expr": expr, "dim": dim, "sizes": shown})
-                )
-        return out or [
-            Refusal(f"no call of the compiled {fdef.name.value} found in the user's files")
+        shown = ", ".join(str(s) for s in sizes[:4]) + (", ..." if len(sizes) > 4 else "")
+        return [
+            Target(self.id, c[0], c[1], {"expr": c[2], "dim": dim, "sizes": shown})
+            if isinstance(c, tuple)
+            else c
+            for c in argument_at_calls(ctx, function, site, tensor)
         ]
 
     def rewrite(self, source: str, target: Target) -> Rewrite | Refusal:
