@@ -335,7 +335,4 @@ def _collective_us(events: Any, top: list[Any]) -> float:
 
 
 def _self_device_us(event: Any) -> float:
-    value = getattr(event, "self_device_time_total", None)
-    if value is None:  # torch < 2.4 named it after CUDA
-        value = getattr(event, "self_cuda_time_total", 0.0)
-    return float(value or 0.0)
+    return float(getattr(event, "self_device_time_total", 0.0) or 0.0)

@@ -127,10 +127,7 @@ def make_scaler(plan: PrecisionPlan, device: torch.device, user_scaler: Any | No
         return None
     if user_scaler is not None:
         return user_scaler
-    amp = getattr(torch, "amp", None)
-    if amp is not None and hasattr(amp, "GradScaler"):
-        return amp.GradScaler(device.type)
-    return torch.cuda.amp.GradScaler()  # pragma: no cover - torch < 2.3
+    return torch.amp.GradScaler(device.type)
 
 
 class PrecisionPlugin:
