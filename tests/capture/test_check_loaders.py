@@ -5,6 +5,8 @@ DataLoader warnings become findings."""
 
 from __future__ import annotations
 
+import time
+import types
 from pathlib import Path
 from typing import Any
 
@@ -65,6 +67,77 @@ def test_restarted_workers_get_persistent_workers() -> None:
     assert "persistent_workers=True" in f.fix and "num_workers=2" in f.fix
     assert "cheaper" not in f.fix
     assert f.saving_ms_per_step == pytest.approx(7.6)  # (2 + 36) ms over 5 steps
+
+
+class _Sleeps:
+    """Items that wait (a read from a slow disk, a remote store): 1 ms asleep each."""
+
+    def __len__(self) -> int:
+        return 64
+
+    def __getitem__(self, i: int) -> int:
+        time.sleep(0.001)
+        return i
+
+
+class _Computes(_Sleeps):
+    """Items that compute for about as long, in Python."""
+
+    def __getitem__(self, i: int) -> int:
+        return sum(k * i % 7 for k in range(20_000))
+
+
+def test_the_in_process_batch_says_whether_its_items_wait_or_compute() -> None:
+    """The share of a batch's time its thread ran, net of its waits for a core: near 0 for
+    items that sleep, near 1 for items that compute, on a loaded machine too (at load 23 on 2
+    cores: 0.03 and 1.0)."""
+    from torchdoctor.capture.loader_probe import time_batches
+
+    def probe(ds: _Sleeps) -> dict[str, Any]:
+        got = time_batches(types.SimpleNamespace(dataset=ds, batch_size=8, collate_fn=None))
+        assert got is not None and got["items"] == got["batches"] * 8
+        return got
+
+    assert probe(_Sleeps())["on_cpu_share"] < 0.3
+    assert probe(_Computes())["on_cpu_share"] > 0.7
+
+
+def test_restarted_workers_whose_batch_is_cheaper_than_a_hand_off_get_none() -> None:
+    """spawn_workers_restart.py: two spawned workers started every epoch for two batches of
+    tensor rows that take 0.12 ms to make in the training process. persistent_workers keeps the
+    workers, but each batch still pays its hand-off (the paste left the step waiting); without
+    workers nothing is handed over or started. The printed call runs as printed."""
+    import torch
+    from torch.utils.data import DataLoader, TensorDataset
+
+    use = {
+        "measured_batches": 5,
+        "measured_wait_s": 0.04,
+        "measured_iters": 2,
+        "measured_iter_s": 0.002,
+        "measured_first_batches": 2,
+        "measured_first_wait_s": 0.036,
+        "main_process_batch": {"batch_ms": 0.12, "item_ms": 0.004},
+    }
+    call = {
+        "site": "/p/spawn_workers_restart.py:11",
+        "func": "DataLoader",
+        "args": ["data"],
+        "kwargs": {
+            "batch_size": "32",
+            "shuffle": "True",
+            "num_workers": "2",
+            "multiprocessing_context": '"spawn"',
+        },
+    }
+    f = dl_finding(record([loader(usage=use, multiprocessing_context="spawn", call=call)]))
+    assert "start again every epoch" in f.title and f.evidence["suggested_num_workers"] == 0
+    assert f.saving_ms_per_step == pytest.approx(8.0 - 0.12)
+    code = f.fix.splitlines()[0].split("  # at ")[0]
+    assert code == "DataLoader(data, batch_size=32, shuffle=True)"
+    data = TensorDataset(torch.randn(64, 32), torch.randint(0, 4, (64,)))
+    batches = list(eval(code, {"DataLoader": DataLoader, "data": data}))
+    assert len(batches) == 2 and batches[0][0].shape == (32, 32)
 
 
 def test_idle_workers_and_a_cheap_batch_get_fewer_workers() -> None:

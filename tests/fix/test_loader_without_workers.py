@@ -92,6 +92,8 @@ RESULT = (loader.num_workers, epoch_loss[0], epoch_loss[-1])
         "DataLoader(ds, 8, True, None, None, 4, None, False)",  # positionals after the workers
         "DataLoader(\n    ds,\n    batch_size=8,\n    num_workers=4,  # workers\n)",
         "DataLoader(ds, num_workers=4, batch_size=8)",
+        # spawn_workers_restart.py's call: DataLoader raises for a context without workers
+        'DataLoader(ds, batch_size=8, num_workers=2, multiprocessing_context="spawn")',
     ],
 )
 def test_patched_loop_runs_without_workers_and_still_trains(tmp_path: Path, call: str) -> None:

@@ -105,6 +105,12 @@ def test_loader_with_workers_at_the_cpu_count_needs_cheaper_items(tmp_path: Path
     )
     assert c.status == "already"
     assert "already uses this rank's 4 CPUs" in c.reason
+    # items measured to wait (I/O): the report's remedy reads the batch concurrently, and so
+    # does the refusal (never "uses the CPUs" for workers that sleep)
+    waits = finding("dataloader-config", dataloader=raw, suggested_num_workers=4, on_cpu_share=0.05)
+    c = only(planner.plan([waits], ctx(tmp_path, p)).changes)
+    assert c.status == "already" and "CPUs" not in c.reason
+    assert c.reason.startswith("num_workers=4 already, for items that wait: read each batch")
 
 
 def test_pinned_loader_on_cuda_also_gets_non_blocking_copies(tmp_path: Path) -> None:

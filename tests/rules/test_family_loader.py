@@ -193,3 +193,79 @@ def test_a_fetch_whose_intra_op_threads_waited_is_judged_by_its_fastest_batch() 
     rec["config"]["dataloaders"][0]["num_workers"] = 2
     (f,) = family_findings(CONFIG, RunRecord.from_dict(rec))
     assert f.severity != "info" and "fastest_fetch_ms" not in f.evidence
+
+
+# -- items that wait, the fastest step, workers that keep up ------------------------------------
+# examples/check/slow_dataloader.py checked at load 10 on 2 CPUs: the 1.5 ms sleep per item (16
+# per batch) makes a batch in 39.8 ms in the training process, and a step's own work took 1.5 ms
+# in the fastest step but 110 ms on average (other processes held the cores).
+SLOW_STEPS = [291.5, 95.0, 401.5, 133.0, 36.9, 64.8, 58.0, 131.5, 35.8, 62.2, 50.1, 36.9]
+SLOW_WAITS = [0.0, 29.6, 54.3, 31.7, 35.3, 37.3, 43.8, 40.0, 33.9, 38.9, 48.6, 35.3]
+
+
+def _slow(on_cpu: float, **over: Any) -> dict[str, Any]:
+    usage = {"main_process_batch": {"batch_ms": 39.85, "item_ms": 2.49, "on_cpu_share": on_cpu}}
+    dl = loader(0.231, batch_size=16, cpus_per_rank=2, usage={**usage, **over.pop("usage", {})})
+    rec = record(step_ms=156.4, config={"dataloaders": [{**dl, **over}]})
+    rec["steps"].update(step_ms=SLOW_STEPS, data_wait_ms=SLOW_WAITS)
+    return rec
+
+
+def _code(fix: str) -> list[str]:
+    return [ln for ln in fix.splitlines() if ln.strip() and not ln.lstrip().startswith("#")]
+
+
+def test_items_that_wait_get_workers_beyond_the_cpus_from_the_fastest_step() -> None:
+    (f,) = family_findings(CONFIG, RunRecord.from_dict(_slow(on_cpu=0.08)))
+    assert f.evidence["fastest_compute_ms"] == pytest.approx(1.5)
+    # 2 x 39.85 ms / 1.5 ms = 54 workers wanted: WAITING_WORKERS_MAX, not the 2 CPUs
+    assert f.evidence["suggested_num_workers"] == 16
+    (call,) = _code(f.fix)
+    assert "num_workers=16, persistent_workers=True, prefetch_factor=4" in call
+    assert "92% of it waiting (I/O, a sleep)" in f.fix and "16 workers overlap" in f.fix
+    # the same batch made by computing: workers only up to the CPUs (one per core)
+    (f,) = family_findings(CONFIG, RunRecord.from_dict(_slow(on_cpu=0.95)))
+    assert f.evidence["suggested_num_workers"] == 2 and "num_workers=2" in _code(f.fix)[0]
+
+
+def test_workers_that_keep_up_leave_the_hand_off_as_info() -> None:
+    """The paste applied (16 workers): a batch every 2.5 ms against 3 ms of compute in the
+    fastest step; the 1.0 ms each step still waits is the hand-off, not a setting."""
+    rec = _slow(0.08, num_workers=16, persistent_workers=True, prefetch_factor=4)
+    rec["config"]["dataloaders"][0]["usage"]["measured_wait_s"] = 0.005  # 1 ms a step
+    rec["config"]["dataloaders"][0]["explicit"] = {"prefetch_factor": "4"}
+    rec["steps"].update(step_ms=[90.0, 4.0, 30.0, 4.1], data_wait_ms=[0.0, 1.0, 1.1, 1.0])
+    rec["steps"]["mean_step_ms"] = 10.0
+    (f,) = family_findings(CONFIG, RunRecord.from_dict(rec))
+    assert f.severity == "info" and f.saving_ms_per_step == 0.0
+    assert f.title == (
+        "the step waits 1.0 ms for each batch from 16 workers that keep up (a batch about every "
+        "2.5 ms against 3.0 ms of compute): the hand-off between processes"
+    )
+    assert _code(f.fix) == [] and "suggested_num_workers" not in f.evidence
+
+
+def test_waiting_items_at_the_worker_cap_are_told_what_is_left_not_the_same_call() -> None:
+    rec = _slow(0.08, num_workers=16, persistent_workers=True, prefetch_factor=4)
+    rec["config"]["dataloaders"][0]["explicit"] = {"prefetch_factor": "4"}
+    rec["config"]["dataloaders"][0]["usage"]["main_process_batch"]["batch_ms"] = 80.0
+    (f,) = family_findings(CONFIG, RunRecord.from_dict(rec))  # a batch every 5 ms, 1.5 ms compute
+    assert f.severity != "info" and f.evidence["suggested_num_workers"] == 16
+    assert _code(f.fix) == []  # nothing the call does not already have
+    assert f.fix.startswith("# num_workers=16 already: a batch costs 80.0 ms to make")
+    assert "read each batch's items concurrently inside the dataset" in f.fix
+    assert f.explanation.startswith("16 workers cannot keep up with items that wait")
+
+
+def test_torchs_too_many_workers_warning_is_dropped_for_items_that_wait() -> None:
+    many = (
+        "This DataLoader will create 16 worker processes in total. Our suggested max number of "
+        "worker in current system is 2, which is smaller than what this DataLoader is going to "
+        "create. Please be aware that excessive worker creation might get DataLoader running slow."
+    )
+    probe = {"main_process_batch": {"batch_ms": 39.85, "item_ms": 2.49, "on_cpu_share": 0.08}}
+    waiting = loader(0.0, num_workers=16, torch_warnings=[many], usage=probe)
+    assert found(WARNINGS, waiting) == []
+    probe["main_process_batch"]["on_cpu_share"] = 0.9  # items that compute: torch is right
+    (f,) = found(WARNINGS, loader(0.0, num_workers=16, torch_warnings=[many], usage=probe))
+    assert "num_workers=2" in f.fix

@@ -217,6 +217,7 @@ class StepHooks:
                     dataset=loader.dataset,
                     collate_fn=loader.collate_fn,
                     batch_size=loader.batch_size,
+                    num_workers=loader.num_workers,
                 )
             it._torchdoctor_loader = key
             it._torchdoctor_first = True

@@ -390,19 +390,23 @@ def _probe_threads(session: Any) -> None:
 
 def _probe_loader(session: Any) -> None:
     """Time a batch of the loader that kept the measured steps waiting longest, made in this
-    process (``loader_probe``), when that wait was worth a finding."""
+    process (``loader_probe``), when that wait was worth a finding; else of a loader with more
+    workers than CPUs (torch warns of those: the probe says whether its items wait, where
+    workers beyond the cores are right)."""
     from torchdoctor.capture.loader_probe import time_batches
     from torchdoctor.rules.thresholds import DATA_WAIT_MIN_MS
 
     hooks = session.hooks
     measured = max(1, len(session.clock.step_s) - session.clock.schedule.lead)
     waits = {k: u["measured_wait_s"] for k, u in hooks.usage.items() if u["measured_wait_s"] > 0}
-    if not waits:
-        return
-    key = max(waits, key=waits.__getitem__)
-    loader = hooks.loader_parts.pop(key, None)
+    key = max(waits, key=waits.__getitem__) if waits else None
+    if key is None or waits[key] * 1e3 / measured < DATA_WAIT_MIN_MS:
+        cpus = os.cpu_count() or 1
+        many = [k for k, p in hooks.loader_parts.items() if getattr(p, "num_workers", 0) > cpus]
+        key = many[0] if many and many[0] in hooks.usage else None
+    loader = hooks.loader_parts.pop(key, None) if key is not None else None
     hooks.loader_parts.clear()  # release the datasets
-    if loader is None or waits[key] * 1e3 / measured < DATA_WAIT_MIN_MS:
+    if loader is None:
         return
     try:
         probe = time_batches(loader)

@@ -220,6 +220,19 @@ WORKERS_IDLE = Threshold(
 RESTART_SHARE_OF_WAIT = Threshold(
     0.5, "worker start-up at epoch starts is at least half of the data wait: keep the workers"
 )
+ITEMS_WAIT_SHARE = Threshold(
+    0.5,
+    "a batch made in the training process whose thread ran less than half the time it did not "
+    "wait for a core waits on something else (I/O, a sleep, a remote read): a worker waiting "
+    "holds no core, so workers beyond the cores overlap those waits",
+)
+WAITING_WORKERS_MAX = Threshold(
+    16,
+    "workers for items that wait, at most: each is a process with its own interpreter and copy "
+    "of the dataset (tens of MB forked, a whole torch import spawned), and the training process "
+    "unpickles every batch they hand over; past this, reading a batch's items concurrently "
+    "inside the dataset (a thread pool, one batched read) overlaps the waits for less",
+)
 RARE_LONG_RATIO = Threshold(
     5.0,
     "a step five times the median or longer is not noise on a busy machine (scheduling "

@@ -32,6 +32,8 @@ from torchdoctor.fix.cst_tools import (
     set_args,
 )
 from torchdoctor.fix.model import FindingRef, Refusal, Rewrite, Switch, Target
+from torchdoctor.rules.families.loader import WORKER_ONLY
+from torchdoctor.rules.thresholds import ITEMS_WAIT_SHARE
 from torchdoctor.rules.user_fixes import _DL_POSITIONAL as DL_POSITIONAL
 from torchdoctor.rules.user_fixes import loader_changes
 
@@ -56,10 +58,9 @@ def loader_record(finding: FindingRef, ctx: FixContext) -> dict[str, Any]:
     return loaders[0].raw if loaders else {}
 
 
-# What the loader's call loses when the finding asks for no workers: the report's remedy
-# (``rules/families/loader.fewer_workers_fix``) drops these, and DataLoader raises for either
-# of the last two without workers.
-WORKER_ARGS = ("num_workers", "persistent_workers", "prefetch_factor")
+# What the loader's call loses when the finding asks for no workers: the same arguments the
+# report's remedy (``rules/families/loader.fewer_workers_fix``) drops.
+WORKER_ARGS = WORKER_ONLY
 
 
 def no_workers(finding: FindingRef, raw: dict[str, Any]) -> bool:
@@ -109,6 +110,12 @@ class DataLoaderArgs:
                 if cur
                 else "the loader already has the settings this finding asks for"
             )
+            share = finding.evidence.get("on_cpu_share")
+            if cur and isinstance(share, float) and share < ITEMS_WAIT_SHARE:
+                why = (
+                    f"num_workers={cur} already, for items that wait: read each batch's items "
+                    "concurrently inside the dataset (a thread pool) or in one batched read"
+                )
             return [Refusal(why, already=bool(cur) or bool(raw))]
         site = (raw.get("call") or {}).get("site")
         if site:

@@ -7,11 +7,15 @@ and waits in the measured steps, the workers' CPU and run-queue time in the wind
 made and timed in the training process after the steps (``main_process_batch``). From those:
 
 1. workers restarted every epoch (not persistent) and the restarts are most of the wait:
-   ``persistent_workers=True``;
+   ``persistent_workers=True``, or no workers where a batch costs less than a hand-off;
 2. workers idle while the step waits, and a batch made in the training process costs less than
    the wait: fewer workers (``num_workers=0``);
-3. as many workers as the rank's CPUs, busy: make each item cheaper, with its measured cost;
-4. otherwise more workers, as many as the measured batch cost needs, up to the rank's CPUs.
+3. workers that make batches as fast as the fastest step uses them: the wait left is each
+   batch's hand-off, which no setting removes (info);
+4. as many workers as the rank's CPUs, busy: make each item cheaper, with its measured cost;
+5. otherwise more workers, as many as the measured batch cost needs against the fastest step's
+   compute, up to the rank's CPUs; for items measured to wait rather than compute (I/O, a
+   sleep: ``ITEMS_WAIT_SHARE``), beyond them, up to ``WAITING_WORKERS_MAX``.
 
 A wait too small to matter on a CUDA run still gets ``pin_memory`` when the loader lacks it.
 
@@ -36,7 +40,7 @@ from torchdoctor.rules.spec import (
     SeverityPolicy,
     Variant,
 )
-from torchdoctor.rules.user_fixes import item_cost_ms, rebuilt_loader_call
+from torchdoctor.rules.user_fixes import item_cost_ms, loader_changes, rebuilt_loader_call
 
 if TYPE_CHECKING:
     from torchdoctor.record.run import LoaderConfig, RunRecord
@@ -45,20 +49,83 @@ if TYPE_CHECKING:
 DOCS = f"{fx.DOCS}/data.html#multi-process-data-loading"
 
 
-def restart_fix(loader: LoaderConfig) -> str:
-    """The user's call with ``persistent_workers=True``."""
+def restart_fix(loader: LoaderConfig, batch_ms: float | None = None) -> str:
+    """The user's call with ``persistent_workers=True``; without workers where a batch made in
+    the training process (``batch_ms``) costs less than a hand-off from one."""
+    if batch_ms is not None:
+        return f"{fewer_workers_fix(loader, batch_ms)}\n# and no worker to start again each epoch"
     call = rebuilt_loader_call(loader.raw, {"persistent_workers": "True"})
     return f"{call}\n# workers started once, kept across epochs"
 
 
+WORKER_ONLY = ("num_workers", "prefetch_factor", "persistent_workers", "multiprocessing_context")
+"""The call's arguments dropped for no workers: DataLoader raises for the last three without."""
+
+
 def fewer_workers_fix(loader: LoaderConfig, batch_ms: float) -> str:
     """The user's call without workers (and the arguments only workers take)."""
-    call = rebuilt_loader_call(
-        loader.raw, {"num_workers": None, "prefetch_factor": None, "persistent_workers": None}
-    )
+    call = rebuilt_loader_call(loader.raw, dict.fromkeys(WORKER_ONLY))
     return (
         f"{call}\n# no workers: a batch costs {batch_ms:.2f} ms to make in the training process; "
         "handing it over\n# from a worker costs more, and idle workers compete for the cores"
+    )
+
+
+def config_fix(
+    loader: LoaderConfig,
+    workers: int,
+    cuda: bool,
+    step_ms: float = 0.0,
+    wait_ms: float = 0.0,
+    item_ms: float | None = None,
+    on_cpu: float | None = None,
+    batch_ms: float | None = None,
+) -> str:
+    """The user's call with the workers the batch's cost needs (``fixes.dataloader_fix``);
+    for items that wait (``on_cpu`` under ``ITEMS_WAIT_SHARE`` of a batch's ``batch_ms``),
+    workers beyond the CPUs, and what is left once they reach ``WAITING_WORKERS_MAX``."""
+    if on_cpu is None or on_cpu >= th.ITEMS_WAIT_SHARE or not batch_ms:
+        return fx.dataloader_fix(loader, workers, cuda, step_ms, wait_ms, item_ms)
+    raw, current = loader.raw, loader.num_workers
+    compute = max(step_ms - wait_ms, 0.1)
+    every = batch_ms / max(workers, current, 1)
+    waits = (
+        f"a batch costs {batch_ms:.1f} ms to make, {1 - on_cpu:.0%} of it waiting (I/O, a sleep), "
+        "not computing"
+    )
+    lines = []
+    if current >= workers:
+        lines.append(
+            f"# num_workers={current} already: {waits}; workers beyond the CPUs help such "
+            f"items, up to {int(th.WAITING_WORKERS_MAX)} (each is a process with its own copy "
+            "of the dataset): read each batch's items concurrently inside the dataset (a thread "
+            "pool over the indices) or in one batched read"
+        )
+    changes = loader_changes(raw, workers, cuda)
+    if changes:
+        lines.append(rebuilt_loader_call(raw, changes))
+    if "num_workers" in changes:
+        left = every - compute
+        lines.append(
+            f"# {waits}: a waiting worker holds no core, so {workers} workers overlap their "
+            f"waits on {loader.cpus} CPUs, a batch about every {every:.1f} ms against "
+            f"{compute:.1f} ms of compute"
+            + (
+                f"; the step will still wait about {left:.1f} ms: read each batch's items "
+                "concurrently inside the dataset too"
+                if left >= th.DATA_WAIT_MIN_MS
+                else ""
+            )
+        )
+    return "\n".join(lines)
+
+
+def handoff_fix(workers: int, every: float, wait: float) -> str:
+    """Nothing to set: the workers keep up, the wait is each batch's hand-off."""
+    return (
+        f"# nothing to add to the DataLoader: its {workers} workers make a batch about every "
+        f"{every:.1f} ms, as fast as the step uses them;\n# the {wait:.1f} ms the step still "
+        "waits is each batch's hand-off from a worker process: larger batches amortise it"
     )
 
 
@@ -78,7 +145,7 @@ CONFIG_SPEC = FindingSpec(
     label="data loading (DataLoader settings)",
     title="the step waits {wait:.1f} ms ({share:.0%}) for each batch (num_workers={workers})",
     threshold=th.DATA_WAIT_SHARE,
-    fix=fx.dataloader_fix,
+    fix=config_fix,
     explanation="{why} Worker processes prepare the next batches while the model trains.",
     doc_url=DOCS,
     knobs=("num_workers",),
@@ -125,6 +192,18 @@ CONFIG_SPEC = FindingSpec(
                     "the step here;\n# the rest is the CPU other processes held: measure again "
                     "where the cores are free"
                 ),
+            ),
+        ),
+        (
+            "hand-off",
+            Variant(
+                "the step waits {wait:.1f} ms for each batch from {workers} workers that keep "
+                "up (a batch about every {every:.1f} ms against {compute:.1f} ms of compute): "
+                "the hand-off between processes",
+                "A worker's batch is pickled, passed to the training process and unpickled "
+                "there; that hand-off is paid per batch whatever the worker count, so more "
+                "workers do not shorten it. Larger batches amortise it.",
+                handoff_fix,
             ),
         ),
         (
@@ -338,10 +417,24 @@ def measure_config(run: RunRecord) -> Measured | None:
         and (busy or 0.0) < th.WORKERS_IDLE
     ):
         return _fewer_workers(dl, wait, step, float(batch_ms), busy, evidence)
-    workers = _suggested_workers(dl, item_ms, step, wait)
+    on_cpu, waits = main.get("on_cpu_share"), items_wait(dl)
+    compute = fastest_compute_ms(run, step, wait)
+    batch = float(batch_ms) if batch_ms else None
+    if batch is None and item_ms and dl.batch_size:
+        batch = item_ms * dl.batch_size
+    evidence.update(fastest_compute_ms=compute, on_cpu_share=on_cpu)
+    handoff = _handoff(dl, wait, step, batch_ms, compute, waits, evidence)
+    if handoff is not None:
+        return handoff
+    workers = _suggested_workers(dl, batch, compute, waits)
     evidence["suggested_num_workers"] = workers
     if dl.num_workers == 0:
         why = "num_workers=0 loads every batch in the training process, between steps."
+    elif dl.num_workers >= workers and waits:
+        why = (
+            f"{dl.num_workers} workers cannot keep up with items that wait: more processes "
+            "cost memory and hand-offs; overlap the waits inside each worker."
+        )
     elif dl.num_workers >= workers:
         why = (
             f"{dl.num_workers} workers, as many as the CPUs, cannot keep up: each item costs "
@@ -361,12 +454,55 @@ def measure_config(run: RunRecord) -> Measured | None:
             "loader": dl,
             "workers": workers,
             "cuda": cuda,
-            "step_ms": step,
+            # the compute of the fastest step: what the workers must keep up with on free cores
+            "step_ms": compute + wait,
             "wait_ms": wait,
             "item_ms": item_ms,
+            "on_cpu": on_cpu,
+            "batch_ms": batch,
         },
         gates=gates,
         explain={"why": why},
+    )
+
+
+def fastest_compute_ms(run: RunRecord, step: float, wait: float) -> float:
+    """The step's own work (ms: a step less its wait for a batch) in the fastest step after the
+    first, at most the mean step less the mean wait: on cores other processes hold the mean is
+    theirs (slow_dataloader.py at load 10: 110 ms of compute a step on average, 1.5 ms in its
+    fastest), and the workers must keep up with the step where the cores are free."""
+    steps = run.steps
+    own = [s - w for s, w in zip(steps.step_ms[1:], steps.data_wait_ms[1:], strict=False)]
+    return max(0.1, min([step - wait, *(c for c in own if c > 0)]))
+
+
+def _handoff(
+    dl: LoaderConfig,
+    wait: float,
+    step: float,
+    batch_ms: float | None,
+    compute: float,
+    waits: bool,
+    evidence: dict[str, Any],
+) -> Measured | None:
+    """Workers that make batches as fast as the fastest step uses them (each on a core of its
+    own, or for items that wait, all at once): the wait left is each batch's hand-off, which no
+    setting of the loader removes (info, no saving)."""
+    if not dl.num_workers or not batch_ms:
+        return None
+    parallel = dl.num_workers if waits else min(dl.num_workers, max(1, dl.cpus - 1))
+    every = batch_ms / parallel
+    if every > compute:
+        return None
+    return Measured(
+        value=wait / step,
+        title={"wait": wait, "workers": dl.num_workers, "every": every, "compute": compute},
+        evidence={**evidence, "batch_every_ms": every},
+        fix={"workers": dl.num_workers, "every": every, "wait": wait},
+        gates={"wait_ms": wait},
+        variant="hand-off",
+        judged="workers that keep up: the wait is the hand-off",
+        most="info",
     )
 
 
@@ -399,15 +535,18 @@ def _withheld(
     )
 
 
-def _suggested_workers(dl: LoaderConfig, item_ms: float | None, step: float, wait: float) -> int:
-    """Workers enough to make a batch in half a step of compute each (the measured item cost,
-    with room for workers sharing cores), at least one more than now, at most the rank's CPUs
-    (and 8)."""
+def _suggested_workers(
+    dl: LoaderConfig, batch_ms: float | None, compute: float, waits: bool
+) -> int:
+    """Workers enough to make a batch in half the fastest step's compute each (room for
+    workers sharing cores), at least one more than now; at most the rank's CPUs (and 8), or for
+    items that wait (a waiting worker holds no core) ``WAITING_WORKERS_MAX``."""
     cap = max(1, min(8, dl.cpus))
-    if item_ms is None or not dl.batch_size:
+    if waits:
+        cap = max(cap, int(th.WAITING_WORKERS_MAX))
+    if batch_ms is None:
         return cap
-    compute_ms = max(step - wait, 0.1)
-    needed = math.ceil(2 * item_ms * dl.batch_size / compute_ms)
+    needed = math.ceil(2 * batch_ms / compute)
     return max(1, min(cap, max(needed, dl.num_workers + 1)))
 
 
@@ -422,6 +561,9 @@ def _restarts(run: RunRecord, dl: LoaderConfig, wait: float, step: float) -> Mea
     cost_ms = cost_ms * 1e3 / measured
     if starts < 1 or cost_ms < th.RESTART_SHARE_OF_WAIT * wait:
         return None
+    # a batch cheaper to make here than a hand-off: no workers, nothing to keep or restart
+    batch_ms = (use.get("main_process_batch") or {}).get("batch_ms")
+    cheap = float(batch_ms) if batch_ms is not None and batch_ms < th.DATA_WAIT_MIN_MS else None
     title = {
         "cost_ms": cost_ms,
         "share": cost_ms / step,
@@ -430,16 +572,19 @@ def _restarts(run: RunRecord, dl: LoaderConfig, wait: float, step: float) -> Mea
         "workers": dl.num_workers,
         "method": dl.multiprocessing_context or "the default start method",
     }
+    evidence: dict[str, Any] = {
+        "data_wait_ms_per_step": wait,
+        "restart_ms_per_step": cost_ms,
+        "dataloader": dl.raw,
+    }
+    if cheap is not None:
+        evidence.update(main_process_batch_ms=cheap, suggested_num_workers=0)
     return Measured(
         value=wait / step,
-        saving_ms=min(cost_ms, wait),
+        saving_ms=min(cost_ms, wait) if cheap is None else wait - cheap,
         title=title,
-        evidence={
-            "data_wait_ms_per_step": wait,
-            "restart_ms_per_step": cost_ms,
-            "dataloader": dl.raw,
-        },
-        fix={"loader": dl},
+        evidence=evidence,
+        fix={"loader": dl, "batch_ms": cheap},
         gates={"wait_ms": wait},
         variant="restarts",
     )
@@ -471,7 +616,9 @@ def _fewer_workers(
 
 def measure_warnings(run: RunRecord) -> tuple[Measured, ...]:
     """torch's own DataLoader warnings that name a setting to change (too many workers for the
-    CPUs, pin_memory without an accelerator), a finding each; saving not measured (0)."""
+    CPUs, pin_memory without an accelerator), a finding each; saving not measured (0). Not the
+    worker count's for a loader whose items were measured to wait (``items_wait``): torch counts
+    cores, and workers beyond them overlap those waits (``dataloader-config`` set them)."""
     return tuple(
         Measured(
             value=1.0,
@@ -482,7 +629,15 @@ def measure_warnings(run: RunRecord) -> tuple[Measured, ...]:
         for dl in run.config.dataloaders
         for text in dl.torch_warnings
         if fx.torch_warning_fix(dl, text) is not None
+        and not ("worker processes in total" in text and items_wait(dl))
     )
+
+
+def items_wait(dl: LoaderConfig) -> bool:
+    """A batch made in the training process ran on a CPU under ``ITEMS_WAIT_SHARE`` of its time
+    (``capture/loader_probe``): its items wait (I/O, a sleep), they do not compute."""
+    share = (dl.usage.get("main_process_batch") or {}).get("on_cpu_share")
+    return share is not None and share < th.ITEMS_WAIT_SHARE
 
 
 def _first_sentence(text: str) -> str:
