@@ -397,3 +397,49 @@ def test_framework_python_is_told_apart_from_torch_formatting() -> None:
     assert python_ms_of_framework(LineTable(python_by_owner=compiled)) == 3.5
     saving = {"torch:serialization": 5.0}
     assert python_ms_of_framework(LineTable(python_by_owner=saving)) == 0.0
+
+
+def _threads(ratio: float, failed: bool = False) -> dict[str, Any]:
+    """``run.json``'s ``cpu`` with a thread probe that read ``ratio`` (2 threads against 1)."""
+    probe: dict[str, Any] = {"threads_a": 2, "threads_b": 1, "rounds": 6, "ratio_median": ratio}
+    if failed:
+        probe["failed"] = f"{ratio:.1f}x slower with 2 threads than with 1: ..."
+    return {"wall_s": 4.0, "intra_op_threads": 2, "cores": 2, "thread_probe": probe}
+
+
+def test_operator_time_lost_to_threads_on_busy_cores_is_the_machines() -> None:
+    """conv_lstm_step.py on a 2-core machine at load 22 with 2 intra-op threads: 90 ms of its
+    100 ms step in torch operators against a 30 ms allowance (roofline 10 ms). Its thread probe
+    read 10x slower with 2 threads than with 1 (called failed, above 4x per thread); measured
+    in one process, interleaved, the step ran 9.4x slower with 2. The operators' time beyond
+    the allowance is the threads waiting on one another: 60 ms of 90 * (1 - 1/10) = 81 ms."""
+    rec = record(lines=lines([row("t.py:32", **{"torch ops": 90.0})]), roofline=roof(10.0))
+    a = step_account(rec, [])
+    assert a is not None and a.unexplained_ms == pytest.approx(70.0)  # 100 - 30
+    rec["cpu"] = _threads(10.0, failed=True)
+    a = step_account(rec, [])
+    assert a is not None and a.threads_wait_ms == pytest.approx(60.0)
+    assert a.unexplained_ms == pytest.approx(10.0) and a.explained
+    assert unexplained(rec, []) is None
+    # a smaller slow-down explains only its share: 90 * (1 - 1/1.5) = 30 ms
+    rec["cpu"] = _threads(1.5)
+    a = step_account(rec, [])
+    assert a is not None and a.threads_wait_ms == pytest.approx(30.0)
+    assert a.unexplained_ms == pytest.approx(40.0)
+    # below OVERSUBSCRIBED_RATIO the probe is noise, and where cpu-oversubscribed fires its
+    # saving is named already: not counted twice
+    rec["cpu"] = _threads(1.1)
+    assert step_account(rec, []).threads_wait_ms == 0.0  # type: ignore[union-attr]
+    rec["cpu"] = _threads(10.0)
+    threads = Finding("cpu-oversubscribed", "t", "warning", 20.0, 0.2, {}, "f", "", "")
+    a = step_account(rec, [threads])
+    assert a is not None and a.threads_wait_ms == 0.0 and a.named_ms == 20.0
+    # the report's roofline line says where that time went
+    from torchdoctor.record.run import RunRecord
+    from torchdoctor.report.account_text import roofline_line
+
+    rec["cpu"] = _threads(10.0, failed=True)
+    a = step_account(rec, [])
+    assert a is not None
+    text = roofline_line(RunRecord.from_dict(rec), a.to_dict())
+    assert "60.0 ms of operators whose intra-op threads waited for one another" in text

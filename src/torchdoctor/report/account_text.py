@@ -91,6 +91,11 @@ def roofline_line(run: RunRecord, account: dict[str, Any] | None) -> str:
             text += (
                 f" (and {account['contention_ms']:.1f} ms waiting for a CPU other processes held)"
             )
+        if account.get("threads_wait_ms"):
+            text += (
+                f" (and {account['threads_wait_ms']:.1f} ms of operators whose intra-op "
+                "threads waited for one another on the busy cores: the thread probe's slow-down)"
+            )
         assumed = account.get("assumed_compute") or {}
         if assumed.get("op"):
             text += (

@@ -97,6 +97,9 @@ class StepAccount:
     assumed_compute: dict[str, Any] | None = None
     """A dominant operator whose FLOPs could not be counted, whose time is taken as compute
     (``rules/assumed_compute.py``); None when there is none."""
+    threads_wait_ms: float = 0.0
+    """Operator time lost to intra-op threads waiting for one another on cores other processes
+    held (:func:`threads_wait_ms`): explained, by the machine and the thread count."""
 
     @property
     def unexplained_share(self) -> float:
@@ -145,8 +148,9 @@ def step_account(record: dict[str, Any], findings: list[Finding]) -> StepAccount
             if f.id != UNEXPLAINED_ID and f.severity != "info"
         ),
     )
-    unexplained = max(0.0, step - allowance - named - contention)
     ops_ms = categories.get("torch ops", 0.0) * scale
+    threads = threads_wait_ms(run, findings, ops_ms, ops_ms - allowance)
+    unexplained = max(0.0, step - allowance - named - contention - threads)
     excess = max(0.0, 1.0 - allowance / ops_ms) if ops_ms > 0 else 0.0
     fusion = floors.fusion if floors is not None else None
     return StepAccount(
@@ -159,6 +163,7 @@ def step_account(record: dict[str, Any], findings: list[Finding]) -> StepAccount
         allowance_ms=round(allowance, 4),
         named_ms=round(named, 4),
         contention_ms=round(contention, 4),
+        threads_wait_ms=round(threads, 4),
         unexplained_ms=round(unexplained, 4),
         explained=roof is not None and unexplained < th.UNEXPLAINED_SHARE * step,
         categories=categories,
@@ -169,6 +174,31 @@ def step_account(record: dict[str, Any], findings: list[Finding]) -> StepAccount
         mfu=floors.mfu if floors is not None else None,
         assumed_compute=assumed.to_dict() if assumed is not None else None,
     )
+
+
+def threads_wait_ms(
+    run: RunRecord, findings: list[Finding], ops_ms: float, beyond_ms: float
+) -> float:
+    """ms per step of the operators' time (``ops_ms``) lost to intra-op threads waiting for one
+    another: each parallel operator waits for its last thread, and a thread without a core
+    holds it for a time slice, not for its share of the work (the thread that waits spins at
+    the barrier, so its own wait for a core does not show it). The thread probe's median
+    slow-down of the script's thread count over fewer (``cpu.thread_probe``, interleaved, the
+    same work) says how much: ``ops_ms * (1 - 1 / ratio)``, at most ``beyond_ms`` (the
+    operators' time beyond the roofline's allowance). 0 below ``OVERSUBSCRIBED_RATIO``, or
+    where ``cpu-oversubscribed`` claims that time as a warning or critical (its saving is named).
+
+    The probe's failed label (a ratio above ``PROBE_RATIO_PER_THREAD``) is not taken as no
+    slow-down here: conv_lstm_step.py's step, 1 and 2 threads interleaved in one process on a
+    2-core machine at load 22, ran 9.4x slower with 2 (rounds 5.9-12.3x; the main thread's
+    CPU time 76 ms against 12 ms), where its probe read 10.6x and was called failed."""
+    probe = run.cpu.get("thread_probe") or {}
+    ratio = probe.get("ratio_median")
+    if not isinstance(ratio, (int, float)) or ratio < th.OVERSUBSCRIBED_RATIO:
+        return 0.0
+    if any(f.id == "cpu-oversubscribed" and f.severity != "info" for f in findings):
+        return 0.0
+    return max(0.0, min(beyond_ms, ops_ms * (1.0 - 1.0 / float(ratio))))
 
 
 def _own_step(run: RunRecord) -> float | None:
