@@ -172,19 +172,6 @@ def torch_warning_fix(loader: LoaderConfig, text: str) -> str | None:
     return None
 
 
-def cpu_threads_fix(threads: int, current: int, workers: int, free_cores: float) -> str:
-    """Fewer intra-op threads (in the script or from the shell), and workers that fit."""
-    lines = [
-        f"torch.set_num_threads({threads})  # at the top of the script: {current} threads "
-        f"share {free_cores:.1f} free cores",
-        f"# or from the shell: OMP_NUM_THREADS={threads} python train.py",
-    ]
-    if workers:
-        fit = max(0, int(free_cores) - threads)
-        lines.append(f"# and DataLoader workers that fit beside them: num_workers={fit}")
-    return "\n".join(lines)
-
-
 def recompile_fix(reasons: list[str], events: list[dict[str, Any]] | None = None) -> str:
     """mark_dynamic on the tensor and dimension the guards name; otherwise keep the guarded
     values constant."""
