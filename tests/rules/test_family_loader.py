@@ -269,3 +269,30 @@ def test_torchs_too_many_workers_warning_is_dropped_for_items_that_wait() -> Non
     probe["main_process_batch"]["on_cpu_share"] = 0.9  # items that compute: torch is right
     (f,) = found(WARNINGS, loader(0.0, num_workers=16, torch_warnings=[many], usage=probe))
     assert "num_workers=2" in f.fix
+
+
+def test_workers_that_keep_up_but_wait_for_cores_are_info_after_the_traces_merge() -> None:
+    """padded_text_loader.py with the pasted 16 workers at load 16 on 2 cores: the workers
+    waited 116 ms for a core in the window against 7 ms running, and the step waited 50 ms on
+    average (0.1 ms in its typical fetch). check merges the trace's data-loading-bound (critical:
+    it sees only the wait) into the run's finding; fitting it to the run keeps it info."""
+    import dataclasses
+
+    from torchdoctor.capture.fit import fit_to_run
+
+    rec = _slow(0.09, num_workers=16, persistent_workers=True, prefetch_factor=4)
+    use = rec["config"]["dataloaders"][0]["usage"]
+    use.update(measured_wait_s=0.251, window_worker_cpu_s=0.0067)
+    use.update(window_worker_runqueue_wait_s=0.116, window_workers=16, window_s=0.2)
+    rec["steps"].update(step_ms=[239.0, 38.7, 12.3, 12.1], data_wait_ms=[0.0, 1.1, 0.4, 0.1])
+    rec["cpu"] = {"wall_s": 0.2, "cores": 2, "intra_op_threads": 1, "other_busy_cores": 1.6,
+                  "main_thread_runqueue_wait_s": 0.07}  # fmt: skip
+    (f,) = family_findings(CONFIG, RunRecord.from_dict(rec))
+    assert f.severity == "info" and f.title.endswith(
+        "the workers' waits for cores other processes held (116 ms in the window, against 7 ms "
+        "running)"
+    )
+    assert f.fix.endswith("measure again where the cores are free")
+    merged = dataclasses.replace(f, severity="critical", saving_ms_per_step=50.2)
+    (fitted,) = fit_to_run([merged], rec)
+    assert fitted.severity == "info" and fitted.saving_ms_per_step == 0.0
