@@ -8,13 +8,15 @@ from __future__ import annotations
 
 import signal
 import sys
-from typing import TYPE_CHECKING
+from typing import Any
 
 import click
 
+from torchdoctor.capture.options import CheckOptions
 from torchdoctor.cli_options import (
     SCRIPT_CONTEXT,
     html_option,
+    option_from,
     runs_option,
     script_arguments,
     top_option,
@@ -28,8 +30,9 @@ from torchdoctor.commands.check.args import (
 from torchdoctor.exits import OneLineErrors, user_errors
 from torchdoctor.json_arg import json_option
 
-if TYPE_CHECKING:
-    from torchdoctor.capture.options import CheckOptions
+# each option's default is CheckOptions' (the class attribute: an instance would make out_dir
+# absolute where this module is imported)
+_option = option_from(CheckOptions)
 
 
 class _CheckCommand(OneLineErrors, ScriptCommand):
@@ -38,28 +41,25 @@ class _CheckCommand(OneLineErrors, ScriptCommand):
 
 @click.command("check", cls=_CheckCommand, context_settings=SCRIPT_CONTEXT)
 @script_arguments()
-@click.option(
+@_option(
     "--warmup",
-    default=5,
+    "warmup_steps",
     type=click.IntRange(0),
     help="Steps run before profiling (absorb compilation).",
 )
-@click.option("--steps", default=5, type=click.IntRange(1), help="Steps to profile.")
-@click.option(
+@_option("--steps", "profile_steps", type=click.IntRange(1), help="Steps to profile.")
+@_option(
     "--clean-steps",
-    default=8,
     type=click.IntRange(0),
     help="Steps timed after the warm-up with no instrument armed: the report's step time "
     "(0: none).",
 )
-@click.option(
-    "--full", is_flag=True, help="Let the script run to its end after the profiled steps."
-)
-@click.option("--shapes/--no-shapes", default=False, help="Record operator input shapes.")
-@click.option("--stack/--no-stack", default=False, help="Record Python stacks (slower).")
-@click.option(
+@_option("--full", is_flag=True, help="Let the script run to its end after the profiled steps.")
+@_option("--shapes/--no-shapes", "record_shapes", help="Record operator input shapes.")
+@_option("--stack/--no-stack", "with_stack", help="Record Python stacks (slower).")
+@_option(
     "--memory/--no-memory",
-    default=False,
+    "profile_memory",
     help="Record allocations (and CUDA allocator history for OOM snapshots).",
 )
 @runs_option("Parent folder of run folders.")
@@ -70,46 +70,34 @@ class _CheckCommand(OneLineErrors, ScriptCommand):
     click.Path(path_type=str, dir_okay=False),
 )
 @html_option()
-@click.option(
+@_option(
     "--timeout",
     "timeout_s",
-    default=None,
     type=click.FloatRange(0, min_open=True),
     metavar="SECONDS",
     help="Stop the script after this many seconds (as Ctrl-C would) and report the steps "
     "measured so far; exit status 124.",
 )
-@click.option(
+@_option(
     "--profile-memory-budget",
-    "memory_budget_mb",
-    default=1024.0,
+    "profile_memory_budget_mb",
     type=click.FloatRange(min=1),
     help="MiB the profiler's recording may add (then it stops and the report covers what "
     "was recorded).",
 )
-@click.option(
+@_option(
     "--rank-timeout",
-    default=120.0,
+    "rank_timeout_s",
     type=click.FloatRange(0),
     help="Seconds rank 0 waits for other ranks' results.",
 )
 def check_command(
     script: str,
     script_args: tuple[str, ...],
-    warmup: int,
-    steps: int,
-    full: bool,
-    shapes: bool,
-    stack: bool,
-    memory: bool,
-    out_dir: str,
     top: int,
     json_path: str | None,
-    rank_timeout: float,
     html_path: str | None = None,
-    timeout_s: float | None = None,
-    memory_budget_mb: float = 1024.0,
-    clean_steps: int = 8,
+    **options: Any,
 ) -> None:
     """Run SCRIPT (with its own arguments) as __main__, profile a window of its steps, and
     report what slows it down, including what no trace shows.
@@ -125,26 +113,12 @@ def check_command(
     A parent process watches the script, so the steps measured so far are reported however it
     ends (os._exit, a segfault, SIGKILL, SIGTERM).
     """
-    from torchdoctor.capture.options import CheckOptions
-
     with user_errors():
         reject_option_as_script(script)
         check_json_path(json_path)
         json_path, html_path = checked_outputs(json_path, html_path)
-        options = CheckOptions(
-            warmup_steps=warmup,
-            profile_steps=steps,
-            clean_steps=clean_steps,
-            full=full,
-            record_shapes=shapes,
-            with_stack=stack,
-            profile_memory=memory,
-            out_dir=out_dir,
-            rank_timeout_s=rank_timeout,
-            timeout_s=timeout_s,
-            profile_memory_budget_mb=memory_budget_mb,
-        )
-        code = _run_watched(script, list(script_args), options, top, json_path, html_path)
+        opts = CheckOptions(**options)
+        code = _run_watched(script, list(script_args), opts, top, json_path, html_path)
     sys.exit(code)
 
 
