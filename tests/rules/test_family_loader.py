@@ -296,3 +296,21 @@ def test_workers_that_keep_up_but_wait_for_cores_are_info_after_the_traces_merge
     merged = dataclasses.replace(f, severity="critical", saving_ms_per_step=50.2)
     (fitted,) = fit_to_run([merged], rec)
     assert fitted.severity == "info" and fitted.saving_ms_per_step == 0.0
+
+
+def test_items_that_wait_on_a_contended_machine_get_the_cap() -> None:
+    """slow_dataloader.py at load 20: no step got free cores (the fastest took 71.5 ms of its
+    own work; 1.1 ms minutes later), so the batch's cost over it asked for 5 workers, and the
+    paste was told 16 next. Workers that wait hold no core: sized for the wait, the cap."""
+    rec = _slow(0.098)
+    rec["config"]["dataloaders"][0]["usage"]["main_process_batch"]["batch_ms"] = 156.0
+    rec["steps"].update(step_ms=[1361.7, 206.1, 324.1], data_wait_ms=[0.0, 134.6, 252.6])
+    (f,) = family_findings(CONFIG, RunRecord.from_dict(rec))
+    assert f.evidence["suggested_num_workers"] == 5  # ceil(2 x 156 / 71.5) on free cores
+    rec["cpu"] = {"wall_s": 3.45, "cores": 2, "intra_op_threads": 2, "other_busy_cores": 1.87,
+                  "main_thread_runqueue_wait_s": 3.16}  # fmt: skip
+    (f,) = family_findings(CONFIG, RunRecord.from_dict(rec))
+    assert f.evidence["suggested_num_workers"] == 16 and "num_workers=16" in _code(f.fix)[0]
+    rec["config"]["dataloaders"][0]["usage"]["main_process_batch"]["on_cpu_share"] = 0.9
+    (f,) = family_findings(CONFIG, RunRecord.from_dict(rec))  # items that compute: the CPUs
+    assert f.evidence["suggested_num_workers"] == 2
