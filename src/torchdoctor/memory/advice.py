@@ -59,11 +59,13 @@ def read_settings(raw: Any) -> AllocatorSettings:
     return AllocatorSettings(True, conf, expandable, split_bytes, gc)
 
 
-def _env(settings: AllocatorSettings, knob: str, value: str) -> str:
+def _fix(settings: AllocatorSettings, knob: str, value: str, evidence: str) -> Fix:
+    """Set ``knob`` to ``value``: the line is the snapshot's conf with that knob replaced."""
     parts = [
         p for p in settings.conf.replace(" ", "").split(",") if p and not p.startswith(knob + ":")
     ]
-    return "PYTORCH_CUDA_ALLOC_CONF=" + ",".join([*parts, f"{knob}:{value}"])
+    env = "PYTORCH_CUDA_ALLOC_CONF=" + ",".join([*parts, f"{knob}:{value}"])
+    return Fix(knob, value, env, evidence)
 
 
 def fragmentation_matters(
@@ -117,31 +119,24 @@ def fixes(
         )
     )
     if not settings.expandable_segments:
-        found.append(
-            Fix(
-                "expandable_segments",
-                "True",
-                _env(settings, "expandable_segments", "True"),
-                evidence,
-            )
-        )
+        found.append(_fix(settings, "expandable_segments", "True", evidence))
     if settings.max_split_size_bytes is None and largest_request_bytes > largest_free_block_bytes:
         mb = _split_mb(largest_request_bytes)
         found.append(
-            Fix(
+            _fix(
+                settings,
                 "max_split_size_mb",
                 str(mb),
-                _env(settings, "max_split_size_mb", str(mb)),
                 f"cached blocks are split below the largest request ({largest_request_bytes / MIB:.0f} MiB); "
                 f"blocks over {mb} MiB would stay whole for it",
             )
         )
     if oom and settings.garbage_collection_threshold <= 0:
         found.append(
-            Fix(
+            _fix(
+                settings,
                 "garbage_collection_threshold",
                 str(GC_THRESHOLD),
-                _env(settings, "garbage_collection_threshold", str(GC_THRESHOLD)),
                 "the run hit out-of-memory with cached blocks unused; reclaim them earlier",
             )
         )
