@@ -7,6 +7,7 @@ import time
 import pytest
 
 from torchdoctor.capture.compile_watch import CompileWatch, short_reason
+from torchdoctor.record.typed import recorded
 
 GB_MESSAGE = (
     "Graph break in user code at /src/model.py:19\n"
@@ -39,7 +40,7 @@ def test_recompile_limit_message() -> None:
     w = CompileWatch()
     w.on_log("torch._dynamo.convert_frame", LIMIT_MESSAGE)
     w.on_log("torch._dynamo.convert_frame", "some other warning")
-    assert w.limit_hits == [
+    assert [recorded(h) for h in w.limit_hits] == [
         {
             "limit": 8,
             "function": "forward",
@@ -75,11 +76,35 @@ def test_real_compile_recompiles_and_breaks() -> None:
     finally:
         watch.uninstall()
     snap = watch.snapshot(window)
-    assert snap["recompiles"] >= 1 and snap["recompiles_in_window"] == snap["recompiles"]
-    reasons = [e["reason"] for e in snap["recompile_events"]]
+    assert snap.recompiles >= 1 and snap.recompiles_in_window == snap.recompiles
+    reasons = [e.reason for e in snap.recompile_events]
     assert any("size mismatch" in r and "expected 4, actual 5" in r for r in reasons)
-    assert snap["recompile_events"][0]["site"].endswith(f"{__file__}:{f.__code__.co_firstlineno}")
-    (gb,) = {b["site"] for b in snap["graph_breaks"]}
+    assert snap.recompile_events[0].site.endswith(f"{__file__}:{f.__code__.co_firstlineno}")
+    assert snap.recompile_events[0].changed_dims[0]["dim"] == 0
+    (gb,) = {b.site for b in snap.graph_breaks}
+    # run.json's compile section: its keys in the order they have always been written
+    assert list(recorded(snap)) == [
+        "compiles",
+        "compile_s",
+        "recompiles",
+        "recompile_s",
+        "recompiles_in_window",
+        "recompile_s_in_window",
+        "recompile_events",
+        "compile_calls",
+        "graph_breaks",
+        "recompile_limit_hits",
+        "traced_with_wrappers_off",
+    ]
+    assert list(recorded(snap)["recompile_events"][0]) == [
+        "compile_id",
+        "function",
+        "site",
+        "reason",
+        "seconds",
+        "changed_dims",
+        "changed_values",
+    ]
     assert gb == f"{__file__}:{f.__code__.co_firstlineno + 2}"
     # handlers are gone: later compiles are not recorded
     before = dict(watch.graph_breaks)

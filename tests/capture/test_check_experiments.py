@@ -38,9 +38,9 @@ def test_compiles_after_the_cut_are_ours_not_the_scripts() -> None:
         torch.set_num_threads(threads)
         watch.uninstall()
         torch._dynamo.reset()
-    assert snap["compiles"] == 1 and snap["recompiles"] == 0 and snap["recompile_events"] == []
-    assert snap["ours"]["recompiles"] == 1 and snap["ours"]["compiles"] == 1
-    assert any("num_threads" in r for r in snap["ours"]["reasons"])
+    assert snap.compiles == 1 and snap.recompiles == 0 and snap.recompile_events == ()
+    assert snap.ours["recompiles"] == 1 and snap.ours["compiles"] == 1
+    assert any("num_threads" in r for r in snap.ours["reasons"])
 
 
 @pytest.mark.slow

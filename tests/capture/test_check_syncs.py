@@ -141,11 +141,27 @@ def test_config_probe_records_construction_and_autocast() -> None:
         torch.amp.GradScaler("cpu")
         with torch.autocast("cpu", dtype=torch.bfloat16):
             pass
-        snap = probe.snapshot()
+        snap = recorded(probe.snapshot())
     finally:
         probe.uninstall()
     (o,) = snap["optimizers"]
     assert o["class"] == "AdamW" and o["impl"] == "fused" and o["param_count"] == 20
+    # the optimizer's keys as run.json has always had them; the call's source was read
+    assert list(o) == [
+        "class",
+        "impl",
+        "impl_options",
+        "fused",
+        "foreach",
+        "param_tensors",
+        "param_count",
+        "param_bytes",
+        "param_devices",
+        "param_dtypes",
+        "call",
+    ]
+    assert o["call"]["func"] == "torch.optim.AdamW" and o["call"]["args"] == ["model.parameters()"]
+    assert o["call"]["kwargs"] == {"fused": "True"}
     assert snap["data_parallel"] == [{"device_ids": []}]
     assert snap["grad_scalers"] == [{"device": "cpu", "enabled": True}]
     assert snap["autocast"] == [

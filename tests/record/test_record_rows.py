@@ -5,6 +5,7 @@ readers keep what the dicts meant (a call whose source was read, with or without
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 
 import pytest
 
@@ -24,8 +25,11 @@ def _same(row: object, recorded: dict[str, object]) -> bool:
 def test_an_optimizer_as_the_probe_records_it() -> None:
     from torchdoctor.capture.config_probe import optimizer_record
 
-    recorded = optimizer_record(torch.optim.SGD([torch.nn.Parameter(torch.zeros(3))], lr=0.1))
+    built = optimizer_record(torch.optim.SGD([torch.nn.Parameter(torch.zeros(3))], lr=0.1))
+    recorded = typed.recorded(built)
+    assert "call" not in recorded  # built in library code: the record has no call
     opt = Optimizer.from_dict(recorded)
+    assert opt == replace(built, raw=recorded)
     assert (opt.class_name, opt.impl, opt.param_bytes, opt.param_devices) == (
         "SGD",
         "for-loop",
@@ -51,16 +55,35 @@ def test_a_call_read_without_keywords_is_still_rebuilt_from_its_source() -> None
     assert unread.call is not None and unread.call.kwargs is None
     assert optimizer_line(unread).startswith("SGD(params, ..., fused=True)")
     assert Optimizer.from_dict({"class": "SGD", "call": {}}).call is None
+    # a call whose source was not read is recorded with its site alone, one read with it all
+    assert typed.recorded(ConstructionCall("a:1")) == {"site": "a:1"}
+    assert typed.recorded(ConstructionCall("a:1", "f", (), {})) == {
+        "site": "a:1",
+        "func": "f",
+        "args": [],
+        "kwargs": {},
+    }
 
 
 def test_compile_calls_and_checkpointing_as_their_watchers_record_them() -> None:
     from torchdoctor.capture.checkpointing import CheckpointWatch
     from torchdoctor.capture.compile_watch import compile_call
 
-    recorded = compile_call((torch.nn.Linear(2, 2),), {"mode": "max-autotune", "dynamic": False})
+    built = compile_call((torch.nn.Linear(2, 2),), {"mode": "max-autotune", "dynamic": False})
+    recorded = typed.recorded(built)
+    assert list(recorded) == [
+        "target",
+        "mode",
+        "backend",
+        "dynamic",
+        "fullgraph",
+        "options",
+        "disable",
+    ]
     call = CompileCall.from_dict(recorded)
     assert call.mode == "max-autotune" and _same(call, recorded)
-    assert CompileCall.from_dict(compile_call((), {})).mode is None
+    assert call == replace(built, raw=recorded)  # read back, the watcher's row
+    assert compile_call((), {}).mode is None
     watch = CheckpointWatch()
     watch.calls, watch.forward_s = 4, 0.25
     watch.use_reentrant = {"False"}

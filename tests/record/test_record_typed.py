@@ -3,6 +3,7 @@ values read as defaults, unknown keys are kept, a recorded section comes back by
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -171,6 +172,52 @@ def test_recorded_runs_round_trip(traces_dir: Path) -> None:
         assert [r.calls for r in rec.syncs.host_syncs] == [r["calls"] for r in host]
         rows += len(rec.syncs.host_syncs) + len(rec.compile.recompile_events)
     assert rows > 0
+
+
+def _as_built(value: Any) -> Any:
+    """``value`` as a watcher builds it: the same fields, nothing kept from a recorded dict."""
+    if isinstance(value, tuple):
+        return tuple(_as_built(v) for v in value)
+    if not dataclasses.is_dataclass(value) or isinstance(value, type):
+        return value
+    names = {f.name for f in dataclasses.fields(value)}
+    inner = {n: _as_built(getattr(value, n)) for n in names - {"raw"}}
+    return dataclasses.replace(value, **inner, **({"raw": {}} if "raw" in names else {}))
+
+
+def test_the_watchers_rows_rebuilt_from_their_fields_are_recorded_as_they_were(
+    traces_dir: Path,
+) -> None:
+    """Every row of the H200 runs' watcher sections, built again from its typed fields alone
+    (as the watcher builds it), is written byte for byte as recorded: no key without a field,
+    none out of order, none written that the watcher left out."""
+    runs = sorted((traces_dir / "h200" / "runs").glob("*/run.json"))
+    if not runs:
+        pytest.skip("no recorded H200 run folders")
+    rows = 0
+    for path in runs:
+        doc = json.loads(path.read_text())
+        rec = RunRecord.from_dict(doc)
+        lists = [
+            *(
+                ("compile", n, getattr(rec.compile, n))
+                for n in ("recompile_events", "graph_breaks")
+            ),
+            ("compile", "recompile_limit_hits", rec.compile.recompile_limit_hits),
+            ("compile", "compile_calls", rec.compile.compile_calls),
+            *(("syncs", n, getattr(rec.syncs, n)) for n in ("host_syncs", "sync_debug")),
+            ("syncs", "unpinned_non_blocking", rec.syncs.unpinned_non_blocking),
+            *(("config", n, getattr(rec.config, n)) for n in ("autocast", "grad_scalers")),
+            *(("config", n, getattr(rec.config, n)) for n in ("optimizers", "housekeeping")),
+        ]
+        for section, name, typed_rows in lists:
+            assert len(typed_rows) == len(doc[section][name])
+            for row, was in zip(typed_rows, doc[section][name], strict=True):
+                assert json.dumps(recorded(_as_built(row))) == json.dumps(was), (path, name)
+                rows += 1
+        checkpointing = recorded(_as_built(rec.config.checkpointing))
+        assert json.dumps(checkpointing) == json.dumps(doc["config"]["checkpointing"])
+    assert rows > 20  # optimizers with their calls, autocast, scalers, compile calls, syncs
 
 
 def test_sections_that_keep_a_rule_of_their_own() -> None:

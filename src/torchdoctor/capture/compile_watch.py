@@ -17,6 +17,8 @@ from collections.abc import Callable
 from typing import Any
 
 from torchdoctor.capture.patches import Patcher
+from torchdoctor.record.rows import CompileCall, GraphBreak, RecompileEvent, RecompileLimitHit
+from torchdoctor.record.run import CompileStats
 
 # Dynamo's logger names (stable since torch 2.1). Graph breaks are a debug-level "artifact"
 # logger that torch leaves silent unless TORCH_LOGS asks for it.
@@ -91,20 +93,20 @@ def guard_values(reason: str) -> list[dict[str, Any]]:
     return out
 
 
-def compile_call(args: tuple[Any, ...], kwargs: dict[str, Any]) -> dict[str, Any]:
-    """One ``torch.compile`` call's settings as plain data (what was compiled, mode, backend,
-    dynamic, fullgraph, option names)."""
+def compile_call(args: tuple[Any, ...], kwargs: dict[str, Any]) -> CompileCall:
+    """One ``torch.compile`` call's settings (what was compiled, mode, backend, dynamic,
+    fullgraph, option names)."""
     backend = kwargs.get("backend", "inductor")
     target = args[0] if args else kwargs.get("model")
-    return {
-        "target": type(target).__name__ if target is not None else None,
-        "mode": kwargs.get("mode"),
-        "backend": backend if isinstance(backend, str) else getattr(backend, "__name__", "?"),
-        "dynamic": kwargs.get("dynamic"),
-        "fullgraph": bool(kwargs.get("fullgraph", False)),
-        "options": sorted((kwargs.get("options") or {}).keys()),
-        "disable": bool(kwargs.get("disable", False)),
-    }
+    return CompileCall(
+        target=type(target).__name__ if target is not None else None,
+        mode=kwargs.get("mode"),
+        backend=backend if isinstance(backend, str) else getattr(backend, "__name__", "?"),
+        dynamic=kwargs.get("dynamic"),
+        fullgraph=bool(kwargs.get("fullgraph", False)),
+        options=tuple(sorted((kwargs.get("options") or {}).keys())),
+        disable=bool(kwargs.get("disable", False)),
+    )
 
 
 def short_reason(text: str) -> str:
@@ -138,10 +140,10 @@ class CompileWatch:
         """Called after each ``torch.compile`` call (dynamo is loaded by then)."""
         self.graph_breaks: dict[tuple[str, str], int] = {}
         """(user "file:line", reason) -> times dynamo reported it (first compile and repeats)."""
-        self.limit_hits: list[dict[str, Any]] = []
+        self.limit_hits: list[RecompileLimitHit] = []
         self.started_at_unix_s = time.time()
         self._earlier: set[int] = set()
-        self.compile_calls: list[dict[str, Any]] = []
+        self.compile_calls: list[CompileCall] = []
         """Settings of each ``torch.compile`` call the script made (at most 16)."""
         self.ours_from_unix_s: float | None = None
         """From this moment on compiles are check's own (its extra steps switch modes dynamo
@@ -210,12 +212,12 @@ class CompileWatch:
         if m:
             func, reason = _FUNC_RE.search(message), _REASON_RE.search(message)
             self.limit_hits.append(
-                {
-                    "limit": int(m.group("limit")),
-                    "function": func.group("name") if func else "",
-                    "site": func.group("site") if func else "",
-                    "last_reason": reason.group("reason").strip() if reason else "",
-                }
+                RecompileLimitHit(
+                    limit=int(m.group("limit")),
+                    function=func.group("name") if func else "",
+                    site=func.group("site") if func else "",
+                    last_reason=reason.group("reason").strip() if reason else "",
+                )
             )
 
     def ours_from(self, unix_s: float) -> None:
@@ -252,12 +254,13 @@ class CompileWatch:
 
         return any(id(m) not in self._earlier for m in get_compilation_metrics())
 
-    def snapshot(self, window_start_unix_s: float | None) -> dict[str, Any]:
-        """Compiles, recompiles and graph breaks; ``in_window`` counts those after the warm-up."""
+    def snapshot(self, window_start_unix_s: float | None, traced_aside: int = 0) -> CompileStats:
+        """Compiles, recompiles and graph breaks (the ``compile`` section); ``in_window`` counts
+        those after the warm-up; ``traced_aside``: frames traced with our wrappers taken off."""
         import sys
 
         if "torch._dynamo" not in sys.modules:  # the script never compiled anything
-            return _summary([], self, window_start_unix_s)
+            return _summary([], self, window_start_unix_s, traced_with_wrappers_off=traced_aside)
         from torch._dynamo.utils import get_compilation_metrics
 
         ours = [m for m in get_compilation_metrics() if id(m) not in self._earlier]
@@ -265,10 +268,13 @@ class CompileWatch:
         metrics = [m for m in metrics if m["start_unix_s"] >= self.started_at_unix_s]
         cut = self.ours_from_unix_s
         mine = [m for m in metrics if cut is None or m["start_unix_s"] < cut]
-        out = _summary(mine, self, window_start_unix_s)
-        if cut is not None:
-            out["ours"] = _ours([m for m in metrics if m["start_unix_s"] >= cut])
-        return out
+        return _summary(
+            mine,
+            self,
+            window_start_unix_s,
+            ours={} if cut is None else _ours([m for m in metrics if m["start_unix_s"] >= cut]),
+            traced_with_wrappers_off=traced_aside,
+        )
 
 
 def _ours(metrics: list[dict[str, Any]]) -> dict[str, Any]:
@@ -302,29 +308,30 @@ def _metric_record(m: Any) -> dict[str, Any]:
 
 
 def _summary(
-    metrics: list[dict[str, Any]], watch: CompileWatch, window_start: float | None
-) -> dict[str, Any]:
+    metrics: list[dict[str, Any]], watch: CompileWatch, window_start: float | None, **more: Any
+) -> CompileStats:
     recompiles = [m for m in metrics if m["recompile"]]
     late = [m for m in recompiles if window_start is not None and m["start_unix_s"] >= window_start]
-    return {
-        "compiles": len(metrics),
-        "compile_s": sum(m["seconds"] for m in metrics),
-        "recompiles": len(recompiles),
-        "recompile_s": sum(m["seconds"] for m in recompiles),
-        "recompiles_in_window": len(late),
-        "recompile_s_in_window": sum(m["seconds"] for m in late),
-        "recompile_events": [
-            {
+    return CompileStats(
+        compiles=len(metrics),
+        compile_s=sum(m["seconds"] for m in metrics),
+        recompiles=len(recompiles),
+        recompile_s=sum(m["seconds"] for m in recompiles),
+        recompiles_in_window=len(late),
+        recompile_s_in_window=sum(m["seconds"] for m in late),
+        recompile_events=tuple(
+            RecompileEvent(
                 **{k: m[k] for k in ("compile_id", "function", "site", "reason", "seconds")},
-                "changed_dims": guard_dims(m["reason"]),
-                "changed_values": guard_values(m["reason"]),
-            }
+                changed_dims=tuple(guard_dims(m["reason"])),
+                changed_values=tuple(guard_values(m["reason"])),
+            )
             for m in recompiles[:50]
-        ],
-        "compile_calls": watch.compile_calls,
-        "graph_breaks": [
-            {"site": site, "reason": reason, "count": n}
+        ),
+        compile_calls=tuple(watch.compile_calls),
+        graph_breaks=tuple(
+            GraphBreak(site, reason, n)
             for (site, reason), n in sorted(watch.graph_breaks.items(), key=lambda kv: -kv[1])
-        ],
-        "recompile_limit_hits": watch.limit_hits,
-    }
+        ),
+        recompile_limit_hits=tuple(watch.limit_hits),
+        **more,
+    )

@@ -14,6 +14,7 @@ from typing import Any
 
 from torchdoctor.capture.guest import read_or_none as _read
 from torchdoctor.capture.patches import Patcher
+from torchdoctor.record.rows import AutocastUse, ConstructionCall, GradScaler, Optimizer
 
 _MAX_OBJECTS = 16
 
@@ -22,8 +23,9 @@ def _dtype_name(dtype: Any) -> str:
     return str(dtype).replace("torch.", "")
 
 
-def optimizer_record(optimizer: Any) -> dict[str, Any]:
-    """Class, implementation (fused / foreach / for-loop), and parameter count and bytes."""
+def optimizer_record(optimizer: Any, call: ConstructionCall | None = None) -> Optimizer:
+    """Class, implementation (fused / foreach / for-loop), and parameter count and bytes;
+    ``call``: where the script built it."""
     defaults = getattr(optimizer, "defaults", {}) or {}
     params = [p for group in optimizer.param_groups for p in group["params"]]
     devices = sorted({p.device.type for p in params})
@@ -38,18 +40,19 @@ def optimizer_record(optimizer: Any) -> dict[str, Any]:
         impl = "foreach (auto)" if devices == ["cuda"] else "for-loop"
     else:
         impl = "for-loop" if "foreach" in defaults else "default"
-    return {
-        "class": type(optimizer).__name__,
-        "impl": impl,
-        "impl_options": impl_options(optimizer, devices, dtypes),
-        "fused": fused,
-        "foreach": foreach,
-        "param_tensors": len(params),
-        "param_count": sum(p.numel() for p in params),
-        "param_bytes": sum(p.numel() * p.element_size() for p in params),
-        "param_devices": devices,
-        "param_dtypes": dtypes,
-    }
+    return Optimizer(
+        class_name=type(optimizer).__name__,
+        impl=impl,
+        impl_options=tuple(impl_options(optimizer, devices, dtypes)),
+        fused=fused,
+        foreach=foreach,
+        param_tensors=len(params),
+        param_count=sum(p.numel() for p in params),
+        param_bytes=sum(p.numel() * p.element_size() for p in params),
+        param_devices=tuple(devices),
+        param_dtypes=tuple(dtypes),
+        call=call,
+    )
 
 
 def impl_options(optimizer: Any, devices: list[str], dtypes: list[str]) -> list[str]:
@@ -81,16 +84,21 @@ def impl_options(optimizer: Any, devices: list[str], dtypes: list[str]) -> list[
     return out
 
 
-def construction_call(cls_name: str) -> dict[str, Any] | None:
-    """The user's call that built an object of class ``cls_name``: ``{"site", "func", "args",
-    "kwargs"}`` (arguments as source text), or None when it was built in library code."""
+def construction_call(cls_name: str) -> ConstructionCall | None:
+    """The user's call that built an object of class ``cls_name`` (arguments as source text;
+    only the site when its source cannot be read), or None when library code built it."""
     from torchdoctor.capture import callsource
 
     site = callsource.user_frame_site()
     if site is None:
         return None
-    call = callsource.call_arguments(site[0], site[1], (cls_name,))
-    return {"site": f"{site[0]}:{site[1]}", **(call or {})}
+    call = callsource.call_arguments(site[0], site[1], (cls_name,)) or {}
+    return ConstructionCall(
+        f"{site[0]}:{site[1]}",
+        call.get("func", ""),
+        tuple(call.get("args", ())),
+        call.get("kwargs"),
+    )
 
 
 def _uses_tf32(new: Any, legacy: Any) -> bool:
@@ -175,10 +183,10 @@ class ConfigProbe:
 
     def __init__(self) -> None:
         self.autocast: Counter[tuple[str, str, bool]] = Counter()
-        self.grad_scalers: list[dict[str, Any]] = []
+        self.grad_scalers: list[GradScaler] = []
         self.data_parallel: list[dict[str, Any]] = []
         self.ddp: list[dict[str, Any]] = []
-        self.optimizers: dict[int, dict[str, Any]] = {}
+        self.optimizers: dict[int, Optimizer] = {}
         self.flags_at_window: dict[str, Any] | None = None
         self._patcher = Patcher()
 
@@ -217,7 +225,7 @@ class ConfigProbe:
     def _on_scaler(self, scaler: Any) -> None:
         if len(self.grad_scalers) < _MAX_OBJECTS:
             device = getattr(scaler, "_device", "cuda")
-            self.grad_scalers.append({"device": str(device), "enabled": bool(scaler._enabled)})
+            self.grad_scalers.append(GradScaler(str(device), bool(scaler._enabled)))
 
     def _on_dp(self, module: Any) -> None:
         if len(self.data_parallel) < _MAX_OBJECTS:
@@ -236,11 +244,8 @@ class ConfigProbe:
 
     def _on_optimizer(self, optimizer: Any) -> None:
         if len(self.optimizers) < _MAX_OBJECTS:
-            record = optimizer_record(optimizer)
-            call = construction_call(record["class"])
-            if call is not None:
-                record["call"] = call
-            self.optimizers[id(optimizer)] = record
+            call = construction_call(type(optimizer).__name__)
+            self.optimizers[id(optimizer)] = optimizer_record(optimizer, call)
 
     def note_window(self) -> None:
         """Read the backend flags while the profiled steps run (the script may set them late)."""
@@ -251,15 +256,14 @@ class ConfigProbe:
         self._patcher.restore()
 
     def snapshot(self) -> dict[str, Any]:
-        """Everything recorded, as plain data for ``run.json``."""
+        """Everything recorded, for ``run.json``'s ``config`` section (rows typed)."""
         return {
-            "autocast": [
-                {"device": d, "dtype": t, "enabled": e, "entries": n}
-                for (d, t, e), n in self.autocast.most_common()
-            ],
-            "grad_scalers": self.grad_scalers,
-            "data_parallel": self.data_parallel,
-            "ddp": self.ddp,
-            "optimizers": list(self.optimizers.values()),
+            "autocast": tuple(
+                AutocastUse(d, t, e, n) for (d, t, e), n in self.autocast.most_common()
+            ),
+            "grad_scalers": tuple(self.grad_scalers),
+            "data_parallel": list(self.data_parallel),
+            "ddp": list(self.ddp),
+            "optimizers": tuple(self.optimizers.values()),
             "backend_flags": self.flags_at_window or backend_flags(),
         }

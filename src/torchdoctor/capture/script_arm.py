@@ -33,6 +33,7 @@ from typing import TYPE_CHECKING, Any
 from torchdoctor.capture.compile_watch import CompileWatch
 from torchdoctor.capture.patches import Patcher
 from torchdoctor.capture.timed_window import StepEvents, measured_step_ms, script_cuda
+from torchdoctor.record.run import CompileStats
 
 if TYPE_CHECKING:
     from torchdoctor.ab.child import ChildExit, Ending
@@ -227,7 +228,7 @@ def measure(spec: dict[str, Any]) -> dict[str, Any]:
         sys.meta_path.remove(finder)
     _sync_device()
     t_end = time.monotonic()
-    compiled = {"compiles": 0, "compile_s": 0.0}
+    compiled = CompileStats()
     with contextlib.suppress(Exception):  # a failed count of compiles must not lose the steps
         compiled = compiles.snapshot(None)
     return {
@@ -242,8 +243,8 @@ def measure(spec: dict[str, Any]) -> dict[str, Any]:
         "t_measure": marks.t_measure,
         "t_window_end": marks.t_window_end,
         "t_end": t_end,
-        "compiles": compiled["compiles"],
-        "compile_s": compiled["compile_s"],
+        "compiles": compiled.compiles,
+        "compile_s": compiled.compile_s,
         "loaders": _loaders(hooks.snapshot()),
         "clock_errors": list(clock.errors),
         "losses": losses.values(),

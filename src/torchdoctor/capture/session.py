@@ -573,10 +573,7 @@ class Session:
         sections = {
             "ops": self._op_summary(),
             "job": self.job,
-            "compile": {
-                **self.compile.snapshot(self.measure_start_unix_s),
-                "traced_with_wrappers_off": self.aside.compilations,
-            },
+            "compile": self.compile.snapshot(self.measure_start_unix_s, self.aside.compilations),
             "config": {
                 **self.config.snapshot(),
                 **self.hooks.snapshot(),

@@ -3,9 +3,12 @@ from pageable memory, CUDA sync-debug sites, graph breaks, recompiles, recompile
 housekeeping calls), one autocast use per (device, dtype, enabled), one row per optimizer,
 GradScaler and ``torch.compile`` call the script made, and the checkpointing counts.
 
-Read and written by ``record/typed.py`` (``from_dict``, ``to_dict``): the fields are what
-readers use; every recorded key, those without a field too, stays in ``raw`` and is written
-back. A missing or malformed value reads as the field's default.
+The watchers (``capture/syncs.py``, ``compile_watch.py``, ``config_probe.py``,
+``housekeeping.py``, ``checkpointing.py``) build them, and ``record/typed.py``'s ``recorded``
+writes them into ``run.json``: a field per recorded key, in the record's order. Read and
+written back by ``from_dict`` and ``to_dict``: every recorded key, one a newer record adds
+without a field too, stays in ``raw`` and is written back. A missing or malformed value reads
+as the field's default.
 """
 
 from __future__ import annotations
@@ -13,7 +16,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from torchdoctor.record.typed import Row, key
+from torchdoctor.record.typed import Row, key, omitted_at_default
 
 
 @dataclass(frozen=True)
@@ -65,14 +68,18 @@ class GraphBreak(Row):
 @dataclass(frozen=True)
 class RecompileEvent(Row):
     """One recompile (``compile.recompile_events``): the guard that failed and, parsed from it,
-    the tensor dimensions (``{"tensor", "dim", "expected", "actual"}``) that changed."""
+    the tensor dimensions (``{"tensor", "kind", "dim", "expected", "actual"}``) and the Python
+    values (``{"name", "value", "kind"}``) it guarded."""
 
+    compile_id: str = ""
+    """Dynamo's ``frame/attempt`` (``0/3``: the third recompile of the first frame)."""
     function: str = ""
     site: str = ""
     """``file:line`` of the recompiled function (``?:0`` when dynamo did not name it)."""
     reason: str = ""
     seconds: float = 0.0
     changed_dims: tuple[dict[str, Any], ...] = ()
+    changed_values: tuple[dict[str, Any], ...] = ()
     raw: dict[str, Any] = field(default_factory=dict)
 
 
@@ -96,7 +103,7 @@ class AutocastUse(Row):
     dtype: str = ""
     enabled: bool = False
     entries: int = 0
-    device_type: str = ""
+    device_type: str = field(default="", metadata=omitted_at_default())
     """The region's ``device_type`` where a record names it so instead of ``device``."""
     raw: dict[str, Any] = field(default_factory=dict)
 
@@ -118,11 +125,12 @@ class ConstructionCall(Row):
     """The user's call that built an object, as source text (``capture/config_probe.py``)."""
 
     site: str = ""
-    func: str = ""
+    func: str = field(default="", metadata=omitted_at_default("kwargs"))
     """The callee as written (``torch.optim.AdamW``)."""
-    args: tuple[str, ...] = ()
-    kwargs: dict[str, str] | None = None
-    """Keyword arguments as source text; None when the call's source could not be read."""
+    args: tuple[str, ...] = field(default=(), metadata=omitted_at_default("kwargs"))
+    kwargs: dict[str, str] | None = field(default=None, metadata=omitted_at_default())
+    """Keyword arguments as source text; None when the call's source could not be read (then
+    the record has only the site)."""
     raw: dict[str, Any] = field(default_factory=dict)
 
 
@@ -135,9 +143,15 @@ class Optimizer(Row):
     """``fused``, ``foreach``, ``foreach (auto)``, ``for-loop`` or ``default``."""
     impl_options: tuple[str, ...] | None = None
     """The implementations its class accepts for these parameters; None: not recorded."""
+    fused: bool | None = None
+    """The ``fused`` argument as the optimizer holds it (None: left to torch)."""
+    foreach: bool | None = None
+    param_tensors: int = 0
+    param_count: int = 0
     param_bytes: int = 0
     param_devices: tuple[str, ...] = ()
-    call: ConstructionCall | None = None
+    param_dtypes: tuple[str, ...] = ()
+    call: ConstructionCall | None = field(default=None, metadata=omitted_at_default())
     """Where the script built it; None when library code did."""
     raw: dict[str, Any] = field(default_factory=dict)
 
@@ -146,6 +160,7 @@ class Optimizer(Row):
 class GradScaler(Row):
     """A ``GradScaler`` the script built (``config.grad_scalers``)."""
 
+    device: str = ""
     enabled: bool = False
     raw: dict[str, Any] = field(default_factory=dict)
 
@@ -154,7 +169,16 @@ class GradScaler(Row):
 class CompileCall(Row):
     """One ``torch.compile`` call's settings (``compile.compile_calls``)."""
 
+    target: str | None = None
+    """The compiled object's class name (``OptimizedModule`` for a model...); None: no target."""
     mode: str | None = None
+    backend: str = "inductor"
+    """The backend's name (a callable backend's ``__name__``)."""
+    dynamic: bool | None = None
+    fullgraph: bool = False
+    options: tuple[str, ...] = ()
+    """The names of the ``options`` passed (their values are not recorded)."""
+    disable: bool = False
     raw: dict[str, Any] = field(default_factory=dict)
 
 

@@ -32,7 +32,7 @@ from torchdoctor.record.rows import (
     SyncDebugSite,
     UnpinnedCopy,
 )
-from torchdoctor.record.typed import Row, key, read, reads
+from torchdoctor.record.typed import Row, key, omitted_at_default, read, reads
 from torchdoctor.record.values import as_count, as_dict, as_int, as_list
 from torchdoctor.record.write import RankPlace
 
@@ -216,14 +216,18 @@ class CompileStats(Row):
     recompiles_in_window: int = 0
     recompile_s_in_window: float = 0.0
     recompile_events: tuple[RecompileEvent, ...] = ()
+    """The first 50 recompiles."""
+    compile_calls: tuple[CompileCall, ...] = ()
+    """Settings of each ``torch.compile`` call (``mode``, ``backend``, ``dynamic``...)."""
     graph_breaks: tuple[GraphBreak, ...] = ()
     """One per break location and reason."""
     recompile_limit_hits: tuple[RecompileLimitHit, ...] = ()
-    compile_calls: tuple[CompileCall, ...] = ()
-    """Settings of each ``torch.compile`` call (``mode``, ``backend``, ``dynamic``...)."""
-    ours: dict[str, Any] = field(default_factory=dict)
+    ours: dict[str, Any] = field(default_factory=dict, metadata=omitted_at_default())
     """What compiled during check's own measurements after the window (``compiles``,
-    ``compile_s``): check's, not the script's."""
+    ``compile_s``): check's, not the script's; recorded only when check ran such steps."""
+    traced_with_wrappers_off: int = 0
+    """Frames dynamo traced with torchdoctor's tensor-method wrappers taken off
+    (``capture/dynamo_aside.py``)."""
     raw: dict[str, Any] = field(default_factory=dict)
     """The section as recorded (``to_dict`` writes it back, with the typed values)."""
 

@@ -20,7 +20,8 @@ back from a missing key). A field that reads a key another field is named after
 these rows in code and ``record/write.py`` writes them into ``run.json`` as recorded, every
 field under its key in declaration order, default or not, except a field marked
 ``omitted_at_default()`` (a key the record leaves out when it holds nothing: an optimizer's
-``call`` when library code built it).
+``call`` when library code built it; or, ``omitted_at_default("kwargs")``, while another field
+does: a call's ``args`` when its source could not be read).
 """
 
 from __future__ import annotations
@@ -49,9 +50,10 @@ def reads(coerce: Coerce) -> dict[str, Any]:
     return {"read": coerce}
 
 
-def omitted_at_default() -> dict[str, Any]:
-    """Field metadata: ``recorded`` leaves the key out while the field holds its default."""
-    return {"omit": True}
+def omitted_at_default(following: str = "") -> dict[str, Any]:
+    """Field metadata: ``recorded`` leaves the key out while the field (or the field named
+    ``following``: keys written together or not at all) holds its default."""
+    return {"omit": following or True}
 
 
 class Row:
@@ -110,14 +112,17 @@ def recorded(value: Any) -> Any:
 def _recorded_row(obj: Any) -> dict[str, Any]:
     out: dict[str, Any] = {}
     plan = _fields(type(obj))
-    names = {f.name for f, _ in plan}
+    named = {f.name: f for f, _ in plan}
     for f, path in plan:
         head = path.split(".")[0]
-        if f.name == "raw" or (head != f.name and head in names):
+        if f.name == "raw" or (head != f.name and head in named):
             continue
-        value = recorded(getattr(obj, f.name))
-        if not (f.metadata.get("omit") and value == recorded(_default(f))):
-            _place(out, path, value)
+        omit = f.metadata.get("omit")
+        if omit:
+            by = named[f.name if omit is True else omit]
+            if recorded(getattr(obj, by.name)) == recorded(_default(by)):
+                continue
+        _place(out, path, recorded(getattr(obj, f.name)))
     for k, v in (getattr(obj, "raw", None) or {}).items():
         out.setdefault(k, v)
     return out
