@@ -174,10 +174,10 @@ def _after(
         if not evidence["record_written"]:
             info = _exit_info(code, killed_for, options)
             exit_status = int(info["code"])
-            record = record_from_evidence(evidence, info)
             from torchdoctor.rules.run_rules import run_findings
 
-            record["findings"] = [f.to_dict() for f in run_findings(record)]
+            rebuilt = record_from_evidence(evidence, info)
+            record = {**rebuilt, "findings": [f.to_dict() for f in run_findings(rebuilt)]}
             write_json(record_file, record)
             n = RunRecord.from_dict(record).steps.count
             say(
