@@ -247,3 +247,27 @@ def test_totals_by_name_agree_with_the_table(corpus: Any) -> None:
     for r in rows:
         assert totals[r.name] == pytest.approx(r.total_cpu_ms), r.name
     assert not any(n.startswith("ProfilerStep#") for n in totals)
+
+
+@settings(max_examples=80, deadline=None)
+@given(
+    st.lists(
+        st.tuples(st.sampled_from([1, 2]), st.integers(0, 60), st.integers(0, 30)),
+        min_size=1,
+        max_size=40,
+    )
+)
+def test_parent_is_the_nearest_earlier_operator_that_ends_no_earlier(
+    ops: list[tuple[int, int, int]],
+) -> None:
+    """Any ranges, nested or overlapping, on two threads: in the walk's (thread, start,
+    longest-first) order, each operator's parent is the nearest earlier one on its thread that
+    ends no earlier, or none (the top-level ones are settled before the walk, the others by it)."""
+    from torchdoctor.analysis.operators import _nest
+
+    table = make_table([op(f"op{i}", s, d, tid=tid) for i, (tid, s, d) in enumerate(ops)])
+    nest = _nest(table)
+    thread, end = nest.thread.tolist(), nest.end.tolist()
+    for i, parent in enumerate(nest.parent.tolist()):
+        earlier = [j for j in range(i) if thread[j] == thread[i] and end[j] >= end[i]]
+        assert parent == (earlier[-1] if earlier else -1)

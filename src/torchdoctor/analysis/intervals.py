@@ -18,7 +18,9 @@ def union(starts: np.ndarray, ends: np.ndarray) -> Intervals:
     if len(starts) == 0:
         return EMPTY
     order = np.argsort(starts, kind="stable")
-    s, e = starts[order], ends[order]
+    # take, not starts[order]: the same gather in about 15% fewer instructions (see
+    # trace/arrays.unique_codes); this runs on every set of CPU and device ranges.
+    s, e = starts.take(order), ends.take(order)
     run_end = np.maximum.accumulate(e)
     # A new merged interval starts where a start lies after every earlier end.
     new = np.empty(len(s), dtype=bool)
@@ -26,7 +28,7 @@ def union(starts: np.ndarray, ends: np.ndarray) -> Intervals:
     new[1:] = s[1:] > run_end[:-1]
     first = np.flatnonzero(new)
     last = np.append(first[1:] - 1, len(s) - 1)
-    return s[first], run_end[last]
+    return s.take(first), run_end.take(last)
 
 
 def total(iv: Intervals) -> float:
@@ -72,8 +74,8 @@ def subtract(a: Intervals, b: Intervals) -> Intervals:
     da = np.concatenate([np.ones(len(a[0])), -np.ones(len(a[1])), np.zeros(2 * len(b[0]))])
     db = np.concatenate([np.zeros(2 * len(a[0])), np.ones(len(b[0])), -np.ones(len(b[1]))])
     order = np.argsort(pts, kind="stable")
-    pts = pts[order]
-    in_a, in_b = np.cumsum(da[order]), np.cumsum(db[order])
+    pts = pts.take(order)
+    in_a, in_b = np.cumsum(da.take(order)), np.cumsum(db.take(order))
     idx = np.flatnonzero((in_a > 0) & (in_b <= 0))
     idx = idx[idx + 1 < len(pts)]
     s, e = pts[idx], pts[idx + 1]

@@ -182,10 +182,10 @@ def _nest(table: TraceTable) -> _Ops:
     """Sort the operators and find each one's parent with a vectorised pointer walk.
 
     In (thread, start, longest-first) order the parent of an operator is the nearest earlier
-    operator on its thread that contains it. Each pass replaces a candidate that does not contain
+    operator on its thread that contains it: every earlier one started no later, so the nearest
+    that ends no earlier (less ``_EPS_US``). Each pass replaces a candidate that does not contain
     the operator by that candidate's own candidate; every skipped operator ended before the
-    operator started, so the walk is exact for properly nested ranges and takes about
-    log2(n) + depth passes.
+    candidate did, so the walk is exact and takes about log2(n) + depth passes.
     """
     rows = np.flatnonzero(table.kind == Kind.CPU_OP)
     thread = _thread_key(table, rows)
@@ -194,14 +194,21 @@ def _nest(table: TraceTable) -> _Ops:
     ts, end = table.ts[rows], table.ts[rows] + table.dur[rows]
     cand = np.arange(len(rows)) - 1
     if len(rows):
-        cand[np.flatnonzero(np.diff(thread)) + 1] = -1
+        starts = np.flatnonzero(np.diff(thread)) + 1
+        cand[starts] = -1
         cand[0] = -1
+        # An operator that ends after every earlier one on its thread has no parent: settled
+        # here, its walk (all its earlier siblings, log2 of them passes) is not needed.
+        reach = np.empty_like(end)
+        for lo, hi in zip([0, *starts.tolist()], [*starts.tolist(), len(rows)], strict=True):
+            np.maximum.accumulate(end[lo:hi], out=reach[lo:hi])
+        cand[1:][reach[:-1] < end[1:] - _EPS_US] = -1
     # Only operators whose candidate missed can miss again (the others keep theirs): each pass
     # looks at those, so the passes after the first cost a fraction of one.
     live = np.flatnonzero(cand >= 0)
     for _ in range(_MAX_PASSES):
         c = cand[live]
-        live = live[(ts[c] > ts[live] + _EPS_US) | (end[c] < end[live] - _EPS_US)]
+        live = live[end[c] < end[live] - _EPS_US]
         if not len(live):
             break
         cand[live] = cand[cand[live]]
