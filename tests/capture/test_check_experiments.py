@@ -133,9 +133,9 @@ def test_the_thread_toggle_runs_after_the_modes() -> None:
         pass
     assert log[0] == "mode on" and log.index("threads 2") > log.index("mode off")
     assert log[-1] == "threads 1"  # the script's own setting is back at the end
-    by_id = {r["id"]: r for r in ex.results()}
-    assert len(by_id["backend-disabled"]["pair_ratios"]) == len(experiments.PATTERN) // 2
-    assert [r["id"] for r in ex.results()] == ["few-intra-op-threads", "backend-disabled"]
+    by_id = {r.id: r for r in ex.results()}
+    assert len(by_id["backend-disabled"].pair_ratios) == len(experiments.PATTERN) // 2
+    assert [r.id for r in ex.results()] == ["few-intra-op-threads", "backend-disabled"]
 
 
 def test_with_time_for_one_toggle_the_thread_toggle_is_the_one_skipped(
@@ -182,9 +182,9 @@ def test_a_machine_slower_than_in_the_window_keeps_its_pairs() -> None:
         t.record("changed", c, 0.0)
         t.record("baseline", b, 0.0)
     r = t.result(ref)
-    assert len(r["pair_ratios"]) == 3 and r["skipped"] is None
-    assert r["ratio"] == pytest.approx(50.0 / 100.0)
-    (why,) = r["rejected_pairs"]
+    assert len(r.pair_ratios) == 3 and r.skipped is None
+    assert r.ratio == pytest.approx(50.0 / 100.0)
+    (why,) = r.rejected_pairs
     assert why.startswith("pair 4 ") and "9.8x a regular step (102.0 ms" in why
 
 
@@ -198,11 +198,11 @@ def test_each_pair_is_also_read_net_of_its_steps_wait_for_a_core() -> None:
         t.record("changed", c, 0.0, cc)
         t.record("baseline", b, 0.0, bc)
     r = t.result(None)
-    assert r["pair_ratios"] == [0.7692, 1.2, 0.7917, 0.8077]
-    assert r["net_pair_ratios"] == [0.7843, 0.78, 0.77, 0.79]
+    assert r.pair_ratios == (0.7692, 1.2, 0.7917, 0.8077)
+    assert r.net_pair_ratios == (0.7843, 0.78, 0.77, 0.79)
     t.record("changed", 90.0, 0.0)  # a fifth pair without the reading: no net ratios at all
     t.record("baseline", 120.0, 0.0)
-    assert t.result(None)["net_pair_ratios"] == []
+    assert t.result(None).net_pair_ratios == ()
 
     from types import SimpleNamespace
 

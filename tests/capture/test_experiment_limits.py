@@ -88,20 +88,20 @@ def test_a_pair_at_an_epochs_start_is_rejected_not_averaged() -> None:
         [1.0, 14600.0, 1.0, 1.0],
     )
     r = t.result(ref)
-    assert len(r["rejected_pairs"]) == 1 and "pair 2" in r["rejected_pairs"][0]
-    assert "epoch" in r["rejected_pairs"][0]
-    assert r["baseline_median_ms"] == pytest.approx(800.0)
-    assert r["ratio"] == pytest.approx(400.0 / 800.0, rel=0.02)
-    assert len(r["pair_ratios"]) == 3
+    assert len(r.rejected_pairs) == 1 and "pair 2" in r.rejected_pairs[0]
+    assert "epoch" in r.rejected_pairs[0]
+    assert r.baseline_median_ms == pytest.approx(800.0)
+    assert r.ratio == pytest.approx(400.0 / 800.0, rel=0.02)
+    assert len(r.pair_ratios) == 3
     # without the reference every pair counts: the restart would move the median
-    assert t.result(None)["baseline_median_ms"] > 800.0
+    assert t.result(None).baseline_median_ms > 800.0
 
 
 def test_a_baseline_step_far_beyond_the_window_is_rejected_even_without_a_wait() -> None:
     ref = Plan(budget_s=10.0, toggles=1, step_ms=800.0, wait_ms=0.0)
     t = _measured([400.0] * 4, [800.0, 15463.0, 805.0, 790.0], [0.0] * 4, [0.0] * 4)
     r = t.result(ref)
-    assert len(r["rejected_pairs"]) == 1 and "19.3x" in r["rejected_pairs"][0]
+    assert len(r.rejected_pairs) == 1 and "19.3x" in r.rejected_pairs[0]
 
 
 def test_too_few_clean_pairs_measure_nothing() -> None:
@@ -113,8 +113,8 @@ def test_too_few_clean_pairs_measure_nothing() -> None:
         [14000.0, 15000.0, 13000.0, 0.0],
     )
     r = t.result(ref)
-    assert r["ratio"] is None and r["skipped"] is not None and "1 clean pair" in r["skipped"]
-    assert r["pair_ratios"] == []
+    assert r.ratio is None and r.skipped is not None and "1 clean pair" in r.skipped
+    assert r.pair_ratios == ()
 
 
 # -- the time limit ---------------------------------------------------------------------------
@@ -136,7 +136,7 @@ def test_the_extra_steps_stop_before_the_next_would_pass_the_limit(monkeypatch: 
     assert ex.stopped is not None and "limit" in ex.stopped
     assert log[-1] == "off"  # the user's setting is back
     (r,) = ex.results()
-    assert r["error"] is not None and "cut short" in r["error"]
+    assert r.error is not None and "cut short" in r.error
 
 
 def test_a_skipped_toggle_is_never_switched_but_reported() -> None:
@@ -147,8 +147,8 @@ def test_a_skipped_toggle_is_never_switched_but_reported() -> None:
     while ex.tick(0.01):
         pass
     a, b = ex.results()
-    assert a["skipped"] == "the model is compiled" and a["ratio"] is None and not a["changed_ms"]
-    assert b["skipped"] is None and len(b["changed_ms"]) == len(PATTERN) // 2
+    assert a.skipped == "the model is compiled" and a.ratio is None and not a.changed_ms
+    assert b.skipped is None and len(b.changed_ms) == len(PATTERN) // 2
     assert log.count("on") >= 1
 
 
@@ -156,7 +156,7 @@ def test_results_before_the_end_say_the_toggle_was_not_measured() -> None:
     ex = Experiments([_toggle()], 100.0, None)
     assert ex.begin()
     (r,) = ex.results()  # as in the record written before the first extra step
-    assert r["ratio"] is None and "not measured" in r["skipped"]
+    assert r.ratio is None and "not measured" in r.skipped
     ex.abort()
 
 

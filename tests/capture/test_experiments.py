@@ -37,8 +37,8 @@ def test_the_schedule_interleaves_and_restores() -> None:
     assert len(t.changed_ms) == 4 and len(t.baseline_ms) == 4
     assert log[0] == "anomaly-detection:on" and log[-1] == "anomaly-detection:off"
     r = t.result()
-    assert r["ratio"] == pytest.approx(r["changed_median_ms"] / r["baseline_median_ms"])
-    assert len(r["pair_ratios"]) == 4
+    assert r.ratio == pytest.approx(r.changed_median_ms / r.baseline_median_ms)
+    assert len(r.pair_ratios) == 4
 
 
 def test_a_toggle_that_fails_is_skipped_and_the_next_runs() -> None:
@@ -50,7 +50,7 @@ def test_a_toggle_that_fails_is_skipped_and_the_next_runs() -> None:
     a, b = ex.toggles
     assert a.error is not None and "cannot switch" in a.error and not a.changed_ms
     assert len(b.changed_ms) == 4 and log[-1] == "b:off"
-    assert [r["id"] for r in ex.results()] == ["a", "b"]
+    assert [r.id for r in ex.results()] == ["a", "b"]
 
 
 def test_abort_restores_the_users_setting() -> None:

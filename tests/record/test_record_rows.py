@@ -107,7 +107,21 @@ def test_experiments_as_check_records_them() -> None:
     for ms in (10.0, 11.0, 12.0):
         measured.record("baseline", ms, 0.0)
         measured.record("changed", ms / 2, 0.0)
-    rows = [skipped.result(), measured.result()]
+    rows = [typed.recorded(t.result()) for t in (skipped, measured)]
+    assert list(rows[1]) == [  # the keys run.json has always had, in their order
+        "id",
+        "toggle",
+        "baseline_ms",
+        "changed_ms",
+        "baseline_median_ms",
+        "changed_median_ms",
+        "ratio",
+        "pair_ratios",
+        "net_pair_ratios",
+        "rejected_pairs",
+        "error",
+        "skipped",
+    ]
     run = RunRecord.from_dict({"experiments": [*rows, "junk"]})
     assert [(e.id, e.skipped, e.error) for e in run.experiments] == [
         ("anomaly-detection", "the model is compiled", None),

@@ -33,11 +33,12 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from statistics import median
 from typing import Any
 
 from torchdoctor.capture import guest
+from torchdoctor.record.account import Experiment
 from torchdoctor.threshold import Threshold
 
 PATTERN = (
@@ -182,7 +183,7 @@ class Toggle:
             self.baseline_wait_ms.append(wait_ms)
             self.baseline_core_ms.append(core_ms)
 
-    def result(self, ref: Plan | None = None) -> dict[str, Any]:
+    def result(self, ref: Plan | None = None) -> Experiment:
         """Both medians (ms) over the clean pairs, their ratio (changed / baseline), the
         per-pair ratios (and net of each step's wait for a core, where every clean pair has
         that reading), and the pairs rejected with the reason (``ref``: the window's plan, the
@@ -199,20 +200,20 @@ class Toggle:
             skipped = f"only {len(pairs)} clean pair(s) of steps: not a measurement"
         if skipped is not None:
             base = changed = ratio = None
-        return {
-            "id": self.id,
-            "toggle": self.what,
-            "baseline_ms": [round(x, 4) for x in self.baseline_ms],
-            "changed_ms": [round(x, 4) for x in self.changed_ms],
-            "baseline_median_ms": base,
-            "changed_median_ms": changed,
-            "ratio": ratio,
-            "pair_ratios": [] if skipped else [round(c / b, 4) for c, b in pairs if b > 0],
-            "net_pair_ratios": [] if skipped else net,
-            "rejected_pairs": rejected,
-            "error": self.error,
-            "skipped": skipped,
-        }
+        return Experiment(
+            id=self.id,
+            toggle=self.what,
+            baseline_ms=tuple(round(x, 4) for x in self.baseline_ms),
+            changed_ms=tuple(round(x, 4) for x in self.changed_ms),
+            baseline_median_ms=base,
+            changed_median_ms=changed,
+            ratio=ratio,
+            pair_ratios=() if skipped else tuple(round(c / b, 4) for c, b in pairs if b > 0),
+            net_pair_ratios=() if skipped else tuple(net),
+            rejected_pairs=tuple(rejected),
+            error=self.error,
+            skipped=skipped,
+        )
 
     def _net_ratios(self, ref: Plan | None) -> list[float]:
         """Each clean pair's ratio of the steps net of their wait for a core (the CPU time
@@ -398,15 +399,20 @@ class Experiments:
                 except Exception as exc:
                     guest.note(f"cleaning up after {t.id}", exc)
 
-    def results(self) -> list[dict[str, Any]]:
+    def results(self) -> list[Experiment]:
         """One result per toggle: measured, failed, skipped (with the reason), or, while the
         extra steps still run (the record written before them), not measured yet."""
         out = []
         for t in self.toggles:
             r = t.result(self.ref)
             if not self.done and t.skipped is None and t.error is None:
-                r["skipped"] = "not measured: the run ended during its extra steps"
-                r["ratio"] = r["baseline_median_ms"] = r["changed_median_ms"] = None
+                r = replace(
+                    r,
+                    skipped="not measured: the run ended during its extra steps",
+                    ratio=None,
+                    baseline_median_ms=None,
+                    changed_median_ms=None,
+                )
             out.append(r)
         return out
 

@@ -392,12 +392,14 @@ class Session:
 
         pids = self.hooks.worker_pids()
         b = cpu_usage.sample([p for ps in pids.values() for p in ps])
-        self.cpu = cpu_usage.window_record(
-            a, b, self.main_tid, torch.get_num_threads(), torch.get_num_interop_threads()
-        )
         import os
 
-        self.cpu["omp_num_threads_env"] = os.environ.get("OMP_NUM_THREADS")
+        self.cpu = {
+            **cpu_usage.window_record(
+                a, b, self.main_tid, torch.get_num_threads(), torch.get_num_interop_threads()
+            ),
+            "omp_num_threads_env": os.environ.get("OMP_NUM_THREADS"),
+        }
         for key, use in self.hooks.usage.items():
             worker_pids = set(pids.get(key, [])) | set(self._cpu_pids.get(key, []))
             live = [p for p in worker_pids if p in b.workers]

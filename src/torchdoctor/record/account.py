@@ -143,17 +143,21 @@ class Experiment(Row):
     """The finding it measures (``anomaly-detection``...)."""
     toggle: str = ""
     """What was changed, in words (``2 intra-op threads instead of 1``)."""
-    ratio: float | None = None
-    """Changed over baseline median step; None without a step of each arm."""
+    baseline_ms: tuple[float, ...] = ()
+    """Every step without the change (ms), in the order they ran."""
+    changed_ms: tuple[float, ...] = ()
+    """Every step with it, each run beside the baseline step of the same index."""
     baseline_median_ms: float | None = None
     changed_median_ms: float | None = None
+    ratio: float | None = None
+    """Changed over baseline median step; None without a step of each arm."""
     pair_ratios: tuple[float, ...] = ()
     net_pair_ratios: tuple[float, ...] = ()
     """The pairs' ratios net of each step's wait for a core (empty: not read)."""
     rejected_pairs: tuple[str, ...] = ()
     """The step pairs left out, each with why (an irregular step)."""
-    skipped: str | None = None
-    """Why the toggle was not measured (None when it was, or failed)."""
     error: str | None = None
     """Why switching the toggle failed (None when it did not)."""
+    skipped: str | None = None
+    """Why the toggle was not measured (None when it was, or failed)."""
     raw: dict[str, Any] = field(default_factory=dict)
