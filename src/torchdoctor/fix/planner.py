@@ -101,32 +101,17 @@ def plan(findings: Sequence[FindingRef], ctx: FixContext) -> Plan:
                     continue
                 if isinstance(item, Switch):
                     key = (cm_id, item.file, item.line, repr(item.args))
-                    if key in by_key:
-                        k = by_key[key]
-                        changes[k] = replace(changes[k], also=(*changes[k].also, finding.id))
-                        continue
-                    by_key[key] = len(changes)
-                    changes.append(
-                        Change(
-                            f"c{n}",
-                            cm_id,
-                            finding,
-                            "switch",
-                            "",
-                            item.file,
-                            item.line,
-                            item.summary,
-                            switch=item,
-                        )
-                    )
-                    continue
-                key = (item.codemod, item.file, item.line, repr(sorted(item.params.items())))
+                else:
+                    key = (item.codemod, item.file, item.line, repr(sorted(item.params.items())))
                 if key in by_key:
                     k = by_key[key]
                     changes[k] = replace(changes[k], also=(*changes[k].also, finding.id))
                     continue
                 by_key[key] = len(changes)
-                changes.append(_attempt(f"c{n}", item, finding, ctx))
+                if isinstance(item, Switch):
+                    changes.append(_switched(f"c{n}", cm_id, finding, item))
+                else:
+                    changes.append(_attempt(f"c{n}", item, finding, ctx))
     originals = {c.file: ctx.text(c.file) for c in changes if c.file and c.target is not None}
     return Plan(tuple(changes), originals, ctx.cwd)
 
@@ -134,6 +119,10 @@ def plan(findings: Sequence[FindingRef], ctx: FixContext) -> Plan:
 def _refused(cid: str, cm_id: str, finding: FindingRef, r: Refusal) -> Change:
     status: Status = "already" if r.already else "refused"
     return Change(cid, cm_id, finding, status, r.reason, r.file, r.line)
+
+
+def _switched(cid: str, cm_id: str, finding: FindingRef, s: Switch) -> Change:
+    return Change(cid, cm_id, finding, "switch", "", s.file, s.line, s.summary, switch=s)
 
 
 def _attempt(cid: str, target: Target, finding: FindingRef, ctx: FixContext) -> Change:
