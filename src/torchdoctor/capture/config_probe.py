@@ -14,7 +14,14 @@ from typing import Any
 
 from torchdoctor.capture.guest import read_or_none as _read
 from torchdoctor.capture.patches import Patcher
-from torchdoctor.record.rows import AutocastUse, ConstructionCall, GradScaler, Optimizer
+from torchdoctor.record.rows import (
+    AutocastUse,
+    ConstructionCall,
+    DataParallelWrapper,
+    DdpWrapper,
+    GradScaler,
+    Optimizer,
+)
 
 _MAX_OBJECTS = 16
 
@@ -184,8 +191,8 @@ class ConfigProbe:
     def __init__(self) -> None:
         self.autocast: Counter[tuple[str, str, bool]] = Counter()
         self.grad_scalers: list[GradScaler] = []
-        self.data_parallel: list[dict[str, Any]] = []
-        self.ddp: list[dict[str, Any]] = []
+        self.data_parallel: list[DataParallelWrapper] = []
+        self.ddp: list[DdpWrapper] = []
         self.optimizers: dict[int, Optimizer] = {}
         self.flags_at_window: dict[str, Any] | None = None
         self._patcher = Patcher()
@@ -229,17 +236,17 @@ class ConfigProbe:
 
     def _on_dp(self, module: Any) -> None:
         if len(self.data_parallel) < _MAX_OBJECTS:
-            self.data_parallel.append({"device_ids": list(module.device_ids or [])})
+            self.data_parallel.append(DataParallelWrapper(tuple(module.device_ids or ())))
 
     def _on_ddp(self, module: Any) -> None:
         if len(self.ddp) < _MAX_OBJECTS:
             self.ddp.append(
-                {
-                    "bucket_cap_mb": getattr(module, "bucket_bytes_cap", 0) / 2**20,
-                    "find_unused_parameters": bool(module.find_unused_parameters),
-                    "static_graph": bool(getattr(module, "static_graph", False)),
-                    "gradient_as_bucket_view": bool(module.gradient_as_bucket_view),
-                }
+                DdpWrapper(
+                    bucket_cap_mb=getattr(module, "bucket_bytes_cap", 0) / 2**20,
+                    find_unused_parameters=bool(module.find_unused_parameters),
+                    static_graph=bool(getattr(module, "static_graph", False)),
+                    gradient_as_bucket_view=bool(module.gradient_as_bucket_view),
+                )
             )
 
     def _on_optimizer(self, optimizer: Any) -> None:

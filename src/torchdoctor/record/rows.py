@@ -1,7 +1,8 @@
 """The rows of the record's sections, typed: one call site each (host syncs, non_blocking copies
 from pageable memory, CUDA sync-debug sites, graph breaks, recompiles, recompile-limit hits, timed
 housekeeping calls), one autocast use per (device, dtype, enabled), one row per optimizer,
-GradScaler and ``torch.compile`` call the script made, and the checkpointing counts.
+GradScaler, DDP or DataParallel wrapper and ``torch.compile`` call the script made, and the
+checkpointing counts.
 
 The watchers (``capture/syncs.py``, ``compile_watch.py``, ``config_probe.py``,
 ``housekeeping.py``, ``checkpointing.py``) build them, and ``record/typed.py``'s ``recorded``
@@ -162,6 +163,27 @@ class GradScaler(Row):
 
     device: str = ""
     enabled: bool = False
+    raw: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class DdpWrapper(Row):
+    """A ``DistributedDataParallel`` the script built (``config.ddp``)."""
+
+    bucket_cap_mb: float = 0.0
+    """The gradient buckets' size (MiB)."""
+    find_unused_parameters: bool = False
+    static_graph: bool = False
+    gradient_as_bucket_view: bool = False
+    raw: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class DataParallelWrapper(Row):
+    """An ``nn.DataParallel`` the script built (``config.data_parallel``)."""
+
+    device_ids: tuple[int, ...] = ()
+    """The devices it replicates the module on (empty: every visible one)."""
     raw: dict[str, Any] = field(default_factory=dict)
 
 

@@ -22,6 +22,8 @@ from torchdoctor.record.rows import (
     AutocastUse,
     Checkpointing,
     CompileCall,
+    DataParallelWrapper,
+    DdpWrapper,
     GradScaler,
     GraphBreak,
     HostSync,
@@ -277,10 +279,10 @@ class RunConfig(Row):
     measured_optimizer_steps: int = 0
     measured_backward_calls: int = 0
     """backward() calls in the measured steps (more than the optimizer steps: accumulation)."""
-    ddp: list[dict[str, Any]] = field(default_factory=list)
+    ddp: list[DdpWrapper] = field(default_factory=list)
     """DistributedDataParallel constructions."""
     backend_flags: dict[str, Any] = field(default_factory=dict)
-    data_parallel: list[dict[str, Any]] | None = None
+    data_parallel: list[DataParallelWrapper] | None = None
     """nn.DataParallel constructions; None when the run did not watch for them."""
     checkpointing: Checkpointing = field(default_factory=Checkpointing)
     """``torch.utils.checkpoint`` calls and the checkpointed forward's host seconds."""

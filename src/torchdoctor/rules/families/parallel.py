@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from torchdoctor.record.typed import plain
 from torchdoctor.rules import fixes as fx
 from torchdoctor.rules import thresholds as th
 from torchdoctor.rules.families._common import count_names
@@ -100,7 +101,7 @@ def measure_run(run: RunRecord) -> Measured | None:
     return Measured(
         value=float(len(dp)),
         saving_ms=saving,
-        evidence={"data_parallel": dp},
+        evidence={"data_parallel": plain(dp)},
         variant="built",
     )
 
