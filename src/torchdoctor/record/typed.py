@@ -86,14 +86,9 @@ def write(obj: Any) -> dict[str, Any]:
     """The dict ``obj`` (a dataclass read by ``read`` or built in code) is written as."""
     raw = getattr(obj, "raw", None) or {}
     out = dict(raw)
-    plan = _fields(type(obj))
-    names = {f.name for f, _ in plan}
-    for f, path in plan:
-        head = path.split(".")[0]
-        if f.name == "raw" or (head != f.name and head in names):
-            continue  # a second, typed view of a section another field holds as recorded
+    for f, path in _written(type(obj)):
         value = plain(getattr(obj, f.name))
-        if head in raw:
+        if path.split(".")[0] in raw:
             if _lookup(raw, path) != value:
                 _place(out, path, value)
         elif value != plain(_default(f)):
@@ -111,18 +106,12 @@ def recorded(value: Any) -> Any:
 
 def _recorded_row(obj: Any) -> dict[str, Any]:
     out: dict[str, Any] = {}
-    plan = _fields(type(obj))
-    named = {f.name: f for f, _ in plan}
-    for f, path in plan:
-        head = path.split(".")[0]
-        if f.name == "raw" or (head != f.name and head in named):
-            continue
+    named = {f.name: f for f in dataclasses.fields(obj)}
+    for f, path in _written(type(obj)):
         omit = f.metadata.get("omit")
-        if omit:
-            by = named[f.name if omit is True else omit]
-            if recorded(getattr(obj, by.name)) == recorded(_default(by)):
-                continue
-        _place(out, path, recorded(getattr(obj, f.name)))
+        by = named[omit] if isinstance(omit, str) else f
+        if not (omit and recorded(getattr(obj, by.name)) == recorded(_default(by))):
+            _place(out, path, recorded(getattr(obj, f.name)))
     for k, v in (getattr(obj, "raw", None) or {}).items():
         out.setdefault(k, v)
     return out
@@ -178,6 +167,19 @@ _READERS: dict[type, tuple[_Reader, ...]] = {}
 def _fields(cls: type) -> tuple[tuple[dataclasses.Field[Any], str], ...]:
     """Each field of the dataclass ``cls`` and the key it is read from."""
     return tuple((f, f.metadata.get("key", f.name)) for f in dataclasses.fields(cls))
+
+
+def _written(cls: type) -> list[tuple[dataclasses.Field[Any], str]]:
+    """The fields of ``cls`` a write writes, with their keys: not ``raw``, and not a second,
+    typed view of a key another field is named after (``op_summary`` of ``ops``)."""
+    plan = _fields(cls)
+    names = {f.name for f, _ in plan}
+    heads = [path.split(".")[0] for _, path in plan]
+    return [
+        (f, path)
+        for (f, path), head in zip(plan, heads, strict=True)
+        if f.name != "raw" and (head == f.name or head not in names)
+    ]
 
 
 def _readers(cls: type) -> tuple[_Reader, ...]:
