@@ -314,3 +314,23 @@ def test_items_that_wait_on_a_contended_machine_get_the_cap() -> None:
     rec["config"]["dataloaders"][0]["usage"]["main_process_batch"]["on_cpu_share"] = 0.9
     (f,) = family_findings(CONFIG, RunRecord.from_dict(rec))  # items that compute: the CPUs
     assert f.evidence["suggested_num_workers"] == 2
+
+
+def test_computing_items_at_the_cpus_say_what_was_measured_and_nothing_already_set() -> None:
+    """augmenting_dataset.py with the pasted 2 workers on 2 CPUs: each batch of 32 items still
+    takes 102 ms to make, 97% of it on a CPU, against 1.5 ms of compute in the fastest step.
+    The after-report says so (no 'unless items wait on I/O': they were measured computing) and
+    proposes no argument the call already has."""
+    rec = _slow(0.97, num_workers=2, persistent_workers=True, prefetch_factor=4, batch_size=32)
+    dl = rec["config"]["dataloaders"][0]
+    dl["explicit"] = {"prefetch_factor": "4"}
+    dl["usage"]["main_process_batch"].update(batch_ms=102.2, item_ms=3.19)
+    dl["usage"]["measured_wait_s"] = 0.15  # 30 ms a step
+    rec["steps"].update(step_ms=[42.8, 2.2, 31.9, 27.4], data_wait_ms=[0.0, 0.1, 30.1, 25.9])
+    (f,) = family_findings(CONFIG, RunRecord.from_dict(rec))
+    assert f.severity != "info" and _code(f.fix) == []
+    assert f.fix.startswith(
+        "# num_workers=2 already uses this rank's 2 CPUs: its items compute (97% of a batch's "
+        "102.2 ms on a CPU, against 1.5 ms of compute a step), so more workers will not help. "
+        "Make each item cheaper (3.190 ms per item, measured)"
+    )

@@ -107,9 +107,11 @@ def dataloader_user_fix(
     step_ms: float,
     wait_ms: float,
     item_ms: float | None = None,
+    at_cpus: str = "more workers will not help (unless items wait on I/O)",
 ) -> str:
     """The fix for a loader that keeps the step waiting, built from the user's call;
-    ``item_ms`` is the measured cost of an item (the estimate from the step time otherwise)."""
+    ``item_ms`` is the measured cost of an item (the estimate from the step time otherwise);
+    ``at_cpus``: why more workers than the CPUs will not help (what was measured, if known)."""
     changes = loader_changes(raw, workers, cuda)
     current = int(raw.get("num_workers") or 0)
     lines = []
@@ -121,8 +123,8 @@ def dataloader_user_fix(
             cost = item_cost_ms(raw, step_ms, wait_ms)
             per_item = f" (about {cost:.2f} ms per item, if every worker is busy)" if cost else ""
         lines.append(
-            f"# num_workers={current} already uses this rank's {cpus} CPUs: more workers will "
-            f"not help (unless items wait on I/O). Make each item cheaper{per_item}: "
+            f"# num_workers={current} already uses this rank's {cpus} CPUs: {at_cpus}. "
+            f"Make each item cheaper{per_item}: "
             "pre-process once and store the result, decode/augment on the GPU, or batch the "
             "work in collate_fn."
         )

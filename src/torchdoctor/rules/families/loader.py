@@ -41,7 +41,12 @@ from torchdoctor.rules.spec import (
     SeverityPolicy,
     Variant,
 )
-from torchdoctor.rules.user_fixes import item_cost_ms, loader_changes, rebuilt_loader_call
+from torchdoctor.rules.user_fixes import (
+    dataloader_user_fix,
+    item_cost_ms,
+    loader_changes,
+    rebuilt_loader_call,
+)
 
 if TYPE_CHECKING:
     from torchdoctor.record.run import LoaderConfig, RunRecord
@@ -82,13 +87,20 @@ def config_fix(
     on_cpu: float | None = None,
     batch_ms: float | None = None,
 ) -> str:
-    """The user's call with the workers the batch's cost needs (``fixes.dataloader_fix``);
+    """The user's call with the workers the batch's cost needs (``user_fixes.dataloader_user_fix``);
     for items that wait (``on_cpu`` under ``ITEMS_WAIT_SHARE`` of a batch's ``batch_ms``),
     workers beyond the CPUs, and what is left once they reach ``WAITING_WORKERS_MAX``."""
-    if on_cpu is None or on_cpu >= th.ITEMS_WAIT_SHARE or not batch_ms:
-        return fx.dataloader_fix(loader, workers, cuda, step_ms, wait_ms, item_ms)
     raw, current = loader.raw, loader.num_workers
     compute = max(step_ms - wait_ms, 0.1)
+    if on_cpu is None or on_cpu >= th.ITEMS_WAIT_SHARE or not batch_ms:
+        if on_cpu is None or not batch_ms:
+            return dataloader_user_fix(raw, workers, cuda, step_ms, wait_ms, item_ms)
+        # measured: the items compute, so the I/O escape of the generic wording is not theirs
+        why = (
+            f"its items compute ({on_cpu:.0%} of a batch's {batch_ms:.1f} ms on a CPU, against "
+            f"{compute:.1f} ms of compute a step), so more workers will not help"
+        )
+        return dataloader_user_fix(raw, workers, cuda, step_ms, wait_ms, item_ms, why)
     every = batch_ms / max(workers, current, 1)
     waits = (
         f"a batch costs {batch_ms:.1f} ms to make, {1 - on_cpu:.0%} of it waiting (I/O, a sleep), "
