@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from tests.conftest import corpus_file
-from torchdoctor.trace.arrays import distinct, first_index, median, unique_codes
+from torchdoctor.trace.arrays import distinct, first_index, median, quantile, unique_codes
 
 
 @pytest.mark.parametrize("n", [1, 2, 3, 4, 7, 10, 101, 1000])
@@ -28,6 +28,24 @@ def test_median_of_nan_and_of_nothing() -> None:
     assert np.isnan(median(np.array([1.0, np.nan, 2.0])))
     with pytest.raises(ValueError):
         median(np.zeros(0))
+
+
+@pytest.mark.filterwarnings("ignore:invalid value:RuntimeWarning")  # numpy's own inf - inf
+@pytest.mark.parametrize("n", [1, 2, 3, 4, 7, 10, 101])
+def test_quantile_is_numpys_to_the_bit(n: int) -> None:
+    rng = np.random.default_rng(n)
+    for scale in (1e-3, 1.0, 1e9):
+        x = rng.standard_normal(n) * scale
+        ties = (np.round(x) + 0.0).repeat(2)  # + 0.0: no -0.0 (equal to 0.0, either may be picked)
+        infs = np.append(x, [np.inf, -np.inf][: min(n, 2)])
+        for values in (x, ties, infs):
+            for q in (0.0, 0.1, 0.25, 1 / 3, 0.5, 0.75, 0.9, 1.0):
+                want, got = np.float64(np.quantile(values, q)), np.float64(quantile(values, q))
+                assert got.tobytes() == want.tobytes() or (np.isnan(got) and np.isnan(want))
+    assert quantile([3.0, 1.0, 2.0, 4.0], 0.25) == 1.75  # a list, as the rules pass it
+    assert np.isnan(quantile(np.array([1.0, np.nan, 2.0]), 0.5))
+    with pytest.raises(ValueError):
+        quantile(np.zeros(0), 0.5)
 
 
 def test_distinct_is_np_unique() -> None:

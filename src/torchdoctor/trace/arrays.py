@@ -68,6 +68,30 @@ def median(values: np.ndarray) -> float:
     return float(np.mean(part[half - 1 : half + 1]))
 
 
+def quantile(values: np.ndarray | list[float], q: float) -> float:
+    """``float(np.quantile(values, q))`` (its default, linear method) of a non-empty 1-D array
+    and a float ``0 <= q <= 1``, the same bits (NaN if any is NaN).
+
+    ``np.quantile`` imports ``numpy.ma`` (``np.unique`` of the positions it partitions at),
+    about 20 ms, for an ``analyze`` that never needs it. This is numpy's arithmetic: the
+    position ``(n - 1)*q``, and between its two neighbours ``a + (b - a)*t``, or
+    ``b - (b - a)*(1 - t)`` from ``t = 0.5``.
+    """
+    x = np.sort(np.asarray(values, dtype=np.float64).ravel())
+    n = len(x)
+    if n == 0:
+        raise ValueError("quantile of no values")
+    if np.isnan(x[-1]):  # sorted: a NaN is last
+        return float("nan")
+    at = (n - 1) * float(q)
+    lo = hi = -1  # at the last position numpy reads the last value twice (t = at + 1)
+    if at < n - 1:
+        lo = int(np.floor(at))
+        hi = lo + 1
+    a, b, t = float(x[lo]), float(x[hi]), at - lo
+    return b - (b - a) * (1 - t) if t >= 0.5 else a + (b - a) * t
+
+
 _FEW = 8
 
 
