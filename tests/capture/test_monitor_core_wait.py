@@ -24,6 +24,7 @@ from torchdoctor.capture.clock import StepClock
 from torchdoctor.capture.cpu_usage import StepWait, step_lost_s
 from torchdoctor.capture.monitor import Monitor
 from torchdoctor.capture.options import CheckOptions
+from torchdoctor.record.typed import recorded
 
 MS = 1_000_000  # ns
 
@@ -221,7 +222,15 @@ def test_the_typical_step_is_judged_less_its_wait() -> None:
 def test_the_record_has_every_steps_wait_unknown_as_none() -> None:
     mon, clock = _monitor(10.0, 2.5)
     clock.core_wait_s[0] = math.nan
-    assert mon.record()["step_core_wait_ms"] == [None, 2.5, 2.5, 2.5, 2.5]
+    assert mon.record().step_core_wait_ms == [None, 2.5, 2.5, 2.5, 2.5]
+    # run.json's monitor section: its keys in the order they have always been written
+    assert list(recorded(mon.record())) == [
+        "interval_s",
+        "source",
+        "long_step_samples",
+        "step_core_wait_ms",
+        "no_step_notice",
+    ]
 
 
 def _schedstat_fds() -> set[str]:

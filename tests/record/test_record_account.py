@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from torchdoctor.record.account import Experiment, Forwards, Modes, Repeat, Roofline
 from torchdoctor.record.lines import LineTable
-from torchdoctor.record.run import LoaderConfig, RunRecord
+from torchdoctor.record.run import LoaderConfig, MonitorRecord, RunRecord
 
 
 def test_sections_read_typed_and_keep_their_raw_dicts() -> None:
@@ -110,7 +110,7 @@ def test_the_run_record_reads_the_sections_the_rules_use() -> None:
     assert [(e.id, e.ratio) for e in run.experiments] == [("anomaly-detection", 0.8)]
     assert run.modes.anomaly_detection and [r.site for r in run.repeats] == ["t.py:5"]
     assert run.forwards.loops[0].calls == 9 and run.job["value"] == 3
-    assert run.monitor == {"source": "optimizer"} and run.memory_steps["rss_bytes"] == [1, 2]
+    assert run.monitor.source == "optimizer" and run.memory_steps["rss_bytes"] == [1, 2]
     assert run.options.profile_memory and run.options.full
     # the row that is no dict dropped; the one kept typed, with its defaults
     assert [(h.what, h.site, h.calls) for h in run.config.housekeeping] == [("gc.collect", "", 0)]
@@ -122,7 +122,8 @@ def test_the_run_record_reads_the_sections_the_rules_use() -> None:
     )
     assert dl.usage == {"measured_wait_s": 0.5} and dl.torch_warnings == ("too many workers",)
     empty = RunRecord.from_dict({"job": [1], "monitor": "x", "memory_steps": [1], "options": {}})
-    assert (empty.job, empty.monitor, empty.memory_steps, empty.repeats) == ({}, {}, {}, ())
+    assert (empty.job, empty.memory_steps, empty.repeats) == ({}, {}, ())
+    assert empty.monitor == MonitorRecord() and empty.monitor.step_core_wait_ms is None
     assert not empty.options.full and empty.roof.work == {} and empty.experiments == ()
     assert RunRecord.from_dict({"config": {"dataloaders": [{}]}}).config.dataloaders[0] == (
         LoaderConfig(raw={})

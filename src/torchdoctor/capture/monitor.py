@@ -25,6 +25,7 @@ from typing import Any
 
 from torchdoctor.capture.thread_stack import RawStack, frame_stack, raw_stack
 from torchdoctor.code_paths import code_paths
+from torchdoctor.record.run import MonitorRecord
 from torchdoctor.rules import thresholds as th
 
 _MAX_LONG_STEPS = 32
@@ -191,19 +192,19 @@ class Monitor:
                 "(the budget): profiling stopped"
             )
 
-    def record(self) -> dict[str, Any]:
+    def record(self) -> MonitorRecord:
         """Sampled long steps for ``run.json``: step -> the user stacks seen, most frequent first;
         and every step's wait for a core (ms, None where unknown), as ``steps.step_ms``."""
         waits = self.session.clock.core_wait_s
-        return {
-            "interval_s": self.interval_s,
-            "source": self.sampled_source,
-            "long_step_samples": {
+        return MonitorRecord(
+            interval_s=self.interval_s,
+            source=self.sampled_source,
+            long_step_samples={
                 str(step): [
                     {"stack": list(stack), "samples": k} for stack, k in counts.most_common(5)
                 ]
                 for step, counts in sorted(self.samples.items())
             },
-            "step_core_wait_ms": [None if math.isnan(w) else round(w * 1e3, 3) for w in waits],
-            "no_step_notice": self.noticed,
-        }
+            step_core_wait_ms=[None if math.isnan(w) else round(w * 1e3, 3) for w in waits],
+            no_step_notice=self.noticed,
+        )

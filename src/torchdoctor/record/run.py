@@ -383,6 +383,29 @@ class RunOptions(Row):
 
 
 @dataclass(frozen=True)
+class MonitorRecord(Row):
+    """The stack watcher's record (``capture/monitor.py``): the user stacks it sampled in the
+    steps that ran long, and every step's wait for a core."""
+
+    interval_s: float = 0.0
+    """How often it woke (s)."""
+    source: str | None = None
+    """What marked the steps it watched; its steps are not the record's if that changed."""
+    long_step_samples: dict[str, Any] = field(default_factory=dict)
+    """1-based step -> ``[{"stack": [user lines, innermost first], "samples": n}]``, the five
+    stacks seen most often, most frequent first."""
+    step_core_wait_ms: list[Any] | None = None
+    """Every step's wait for a core (ms, None where unknown), as ``steps.step_ms``; None when
+    not recorded."""
+    no_step_notice: bool = False
+    """It said on standard error that no step had ended for a while."""
+    long_step_core_wait: dict[str, Any] | None = field(default=None, metadata=omitted_at_default())
+    """An older record's reading: step -> ``{"watched_ms", "core_wait_ms"}`` of the long steps
+    it sampled."""
+    raw: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
 class RunRecord(Row):
     """One rank's ``run.json``, typed for the run rules (read by ``record/typed.py``; written by
     the capture side, ``record/write.py``, not from here)."""
@@ -438,8 +461,7 @@ class RunRecord(Row):
     """Forwards no backward reached, and modules called in a loop."""
     job: dict[str, Any] = field(default_factory=dict)
     """The job's length as the script names it (``{"name", "value", "unit"}``), when found."""
-    monitor: dict[str, Any] = field(default_factory=dict)
-    """The stack watcher's record (``source`` of its steps, ``long_step_samples``...)."""
+    monitor: MonitorRecord = field(default_factory=MonitorRecord)
     memory_steps: dict[str, Any] = field(default_factory=dict)
     """Memory per step, a column each (``rss_bytes``, ``cuda_allocated_bytes``...), and the
     device's ``snapshot`` of its largest holders when taken."""

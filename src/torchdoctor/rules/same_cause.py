@@ -59,7 +59,7 @@ def _long_steps_at(general: Finding, record: dict[str, Any], sites: set[str]) ->
     load, steps of a few times the final median), so nothing says where it ran."""
     from torchdoctor.record.run import RunRecord
 
-    samples = RunRecord.from_dict(record).monitor.get("long_step_samples") or {}
+    samples = RunRecord.from_dict(record).monitor.long_step_samples
     median = float(general.evidence.get("median_step_ms") or 0.0)
     at, total = 0.0, 0.0
     for row in general.evidence.get("long_steps") or []:

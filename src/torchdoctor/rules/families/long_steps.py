@@ -251,9 +251,8 @@ def _core_waits(run: RunRecord) -> dict[int, float]:
     each = step_core_waits(run)
     if each is not None:
         return {i: w for i, w in enumerate(each) if w is not None}
-    monitor = run.monitor
-    rows = monitor.get("long_step_core_wait")
-    if not isinstance(rows, dict) or monitor.get("source") not in (None, run.steps.source):
+    rows = run.monitor.long_step_core_wait
+    if rows is None or run.monitor.source not in (None, run.steps.source):
         return {}
     out = {}
     for step, row in rows.items():
@@ -267,8 +266,8 @@ def _core_waits(run: RunRecord) -> dict[int, float]:
 def step_core_waits(run: RunRecord) -> list[float | None] | None:
     """Each step's wait for a core (ms, None where unknown), aligned with ``steps.step_ms``;
     None when the record has no such reading for its steps."""
-    waits = run.monitor.get("step_core_wait_ms")
-    if not isinstance(waits, list) or len(waits) != len(run.steps.step_ms):
+    waits = run.monitor.step_core_wait_ms
+    if waits is None or len(waits) != len(run.steps.step_ms):
         return None
     return [max(0.0, float(w)) if isinstance(w, (int, float)) else None for w in waits]
 
@@ -356,10 +355,9 @@ def _period(indices: list[int]) -> int | None:
 def _stacks(run: RunRecord, steps: list[int]) -> list[str]:
     """The user lines the watcher sampled most often during these (1-based) steps: the
     outermost sampled user frame, i.e. the loop's own line, most frequent first."""
-    monitor = run.monitor
-    if monitor.get("source") not in (None, run.steps.source):
+    if run.monitor.source not in (None, run.steps.source):
         return []
-    samples = monitor.get("long_step_samples") or {}
+    samples = run.monitor.long_step_samples
     counts: dict[str, int] = {}
     for step in steps:
         for row in samples.get(str(step)) or []:
