@@ -87,6 +87,13 @@ class _Computes(_Sleeps):
         return sum(k * i % 7 for k in range(20_000))
 
 
+class _Rows(_Sleeps):
+    """Items that cost microseconds (rows of a list)."""
+
+    def __getitem__(self, i: int) -> int:
+        return i
+
+
 def test_the_in_process_batch_says_whether_its_items_wait_or_compute() -> None:
     """The share of a batch's time its thread ran, net of its waits for a core: near 0 for
     items that sleep, near 1 for items that compute, on a loaded machine too (at load 23 on 2
@@ -100,6 +107,9 @@ def test_the_in_process_batch_says_whether_its_items_wait_or_compute() -> None:
 
     assert probe(_Sleeps())["on_cpu_share"] < 0.3
     assert probe(_Computes())["on_cpu_share"] > 0.7
+    # a batch of microseconds (idle_workers.py's rows: 0.1 ms) read 0.0 from the scheduler's
+    # run counter, which lags up to a tick for the running thread; the thread's CPU clock does not
+    assert probe(_Rows())["on_cpu_share"] > 0.7
 
 
 def test_restarted_workers_whose_batch_is_cheaper_than_a_hand_off_get_none() -> None:
@@ -148,7 +158,8 @@ def test_idle_workers_and_a_cheap_batch_get_fewer_workers() -> None:
         "window_worker_cpu_s": 0.004,
         "window_worker_runqueue_wait_s": 0.002,
         "window_batches": 5,
-        "main_process_batch": {"batch_ms": 0.4, "item_ms": 0.0125},
+        # a batch this cheap is no wait to overlap, whatever its on-CPU share reads
+        "main_process_batch": {"batch_ms": 0.4, "item_ms": 0.0125, "on_cpu_share": 0.0},
     }
     f = dl_finding(record([loader(num_workers=4, usage=use, persistent_workers=True)]))
     assert "num_workers" not in f.fix.splitlines()[0] and "fewer workers" in f.title

@@ -681,8 +681,11 @@ def measure_warnings(run: RunRecord) -> tuple[Measured, ...]:
 def items_wait(dl: LoaderConfig) -> bool:
     """A batch made in the training process ran on a CPU under ``ITEMS_WAIT_SHARE`` of its time
     (``capture/loader_probe``): its items wait (I/O, a sleep), they do not compute."""
-    share = (dl.usage.get("main_process_batch") or {}).get("on_cpu_share")
-    return share is not None and share < th.ITEMS_WAIT_SHARE
+    main = dl.usage.get("main_process_batch") or {}
+    share, batch_ms = main.get("on_cpu_share"), main.get("batch_ms")
+    # a batch cheaper than a hand-off is no wait to overlap, whatever its items do
+    cheap = batch_ms is None or batch_ms < th.DATA_WAIT_MIN_MS
+    return share is not None and share < th.ITEMS_WAIT_SHARE and not cheap
 
 
 def _first_sentence(text: str) -> str:
