@@ -217,6 +217,7 @@ def test_the_watchers_rows_rebuilt_from_their_fields_are_recorded_as_they_were(
                 rows += 1
         checkpointing = recorded(_as_built(rec.config.checkpointing))
         assert json.dumps(checkpointing) == json.dumps(doc["config"]["checkpointing"])
+        assert json.dumps(recorded(_as_built(rec.monitor))) == json.dumps(doc["monitor"])
     assert rows > 20  # optimizers with their calls, autocast, scalers, compile calls, syncs
 
 

@@ -394,9 +394,9 @@ class MonitorRecord(Row):
     long_step_samples: dict[str, Any] = field(default_factory=dict)
     """1-based step -> ``[{"stack": [user lines, innermost first], "samples": n}]``, the five
     stacks seen most often, most frequent first."""
-    step_core_wait_ms: list[Any] | None = None
+    step_core_wait_ms: list[Any] | None = field(default=None, metadata=omitted_at_default())
     """Every step's wait for a core (ms, None where unknown), as ``steps.step_ms``; None when
-    not recorded."""
+    not recorded (an older record)."""
     no_step_notice: bool = False
     """It said on standard error that no step had ended for a while."""
     long_step_core_wait: dict[str, Any] | None = field(default=None, metadata=omitted_at_default())
