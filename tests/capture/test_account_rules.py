@@ -434,6 +434,9 @@ def test_operator_time_lost_to_threads_on_busy_cores_is_the_machines() -> None:
     threads = Finding("cpu-oversubscribed", "t", "warning", 20.0, 0.2, {}, "f", "", "")
     a = step_account(rec, [threads])
     assert a is not None and a.threads_wait_ms == 0.0 and a.named_ms == 20.0
+    # a GPU run's operator time on the host is launches: a CPU probe says nothing of it
+    a = step_account({**rec, "gpu": {"name": "NVIDIA H200"}}, [])
+    assert a is not None and a.threads_wait_ms == 0.0
     # the report's roofline line says where that time went
     from torchdoctor.record.run import RunRecord
     from torchdoctor.report.account_text import roofline_line

@@ -185,8 +185,9 @@ def threads_wait_ms(
     the barrier, so its own wait for a core does not show it). The thread probe's median
     slow-down of the script's thread count over fewer (``cpu.thread_probe``, interleaved, the
     same work) says how much: ``ops_ms * (1 - 1 / ratio)``, at most ``beyond_ms`` (the
-    operators' time beyond the roofline's allowance). 0 below ``OVERSUBSCRIBED_RATIO``, or
-    where ``cpu-oversubscribed`` claims that time as a warning or critical (its saving is named).
+    operators' time beyond the roofline's allowance). 0 on a GPU run, below
+    ``OVERSUBSCRIBED_RATIO``, or where ``cpu-oversubscribed`` claims that time as a warning or
+    critical (its saving is named).
 
     The probe's failed label (a ratio above ``PROBE_RATIO_PER_THREAD``) is not taken as no
     slow-down here: conv_lstm_step.py's step, 1 and 2 threads interleaved in one process on a
@@ -194,7 +195,9 @@ def threads_wait_ms(
     CPU time 76 ms against 12 ms), where its probe read 10.6x and was called failed."""
     probe = run.cpu.get("thread_probe") or {}
     ratio = probe.get("ratio_median")
-    if not isinstance(ratio, (int, float)) or ratio < th.OVERSUBSCRIBED_RATIO:
+    if run.gpu is not None or not isinstance(ratio, (int, float)):
+        return 0.0  # on a GPU run the operators' host time is launches, not parallel regions
+    if ratio < th.OVERSUBSCRIBED_RATIO:
         return 0.0
     if any(f.id == "cpu-oversubscribed" and f.severity != "info" for f in findings):
         return 0.0
