@@ -179,9 +179,8 @@ def argument_at_calls(
 
 
 def _values(e: Any) -> list[dict[str, Any]]:
-    """A recompile event's guarded Python values (a field of the record's row, or read from
-    its raw data by a record written before the field)."""
-    return list(getattr(e, "changed_values", None) or e.raw.get("changed_values") or [])
+    """A recompile event's guarded Python values (``RecompileEvent.changed_values``)."""
+    return list(e.changed_values)
 
 
 def guarded_calls(record: RunRecord) -> list[dict[str, Any]]:
