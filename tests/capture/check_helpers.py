@@ -117,12 +117,18 @@ def _restore_global_module_hooks(saved: dict[str, dict[Any, Any]]) -> None:
 
 
 def check_subprocess(
-    out: Path, script: Path | str, *args: str, opts: list[str] = FAST, timeout: float = 120
+    out: Path,
+    script: Path | str,
+    *args: str,
+    opts: list[str] = FAST,
+    timeout: float = 120,
+    env: dict[str, str] | None = None,
 ) -> CheckRun:
-    """Run ``python -m torchdoctor check`` as a user would."""
+    """Run ``python -m torchdoctor check`` as a user would (``env``: variables set on top of
+    this process's environment)."""
     cmd = [sys.executable, "-m", "torchdoctor", "check", *opts, "--out", str(out), str(script)]
-    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    full_env = {**os.environ, "PYTHONUNBUFFERED": "1", **(env or {})}
     proc = subprocess.run(
-        [*cmd, *args], capture_output=True, text=True, timeout=timeout, env=env, cwd=REPO
+        [*cmd, *args], capture_output=True, text=True, timeout=timeout, env=full_env, cwd=REPO
     )
     return CheckRun(proc.returncode, proc.stdout, proc.stderr, _folder(out))
