@@ -62,9 +62,11 @@ CASES = {
         -signal.SIGINT,
         "interrupted",
     ),
-    # Long enough for torch to import and four steps to run on a busy machine.
+    # Long enough for torch to import and four steps to run on a busy machine. After its four
+    # steps each timed script leaves a file (READY) and sleeps: the test starts the other cases
+    # then, so they run while the timed scripts wait out their timeouts.
     "timeout": (
-        "for i in range(4): step()\ntime.sleep(600)\n",
+        "for i in range(4): step()\nopen(READY, 'w').close()\ntime.sleep(600)\n",
         ["--timeout", "25"],
         124,
         "timeout",
@@ -72,6 +74,7 @@ CASES = {
     "stuck-past-timeout": (
         "for i in range(4): step()\n"
         "signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM, signal.SIGINT})\n"
+        "open(READY, 'w').close()\n"
         "time.sleep(600)\n",
         ["--timeout", "15"],
         124,
@@ -89,7 +92,7 @@ class Case:
 
 def _start(tmp: Path, name: str, body: str, opts: list[str]) -> Case:
     script = tmp / f"{name}.py"
-    script.write_text(TRAIN + textwrap.dedent(body))
+    script.write_text(TRAIN + f"READY = {str(_ready(tmp, name))!r}\n" + textwrap.dedent(body))
     out = tmp / f"runs-{name}"
     cmd = [sys.executable, "-m", "torchdoctor", "check", "--full", *opts, "--out", str(out)]
     proc = subprocess.Popen(
@@ -103,6 +106,10 @@ def _start(tmp: Path, name: str, body: str, opts: list[str]) -> Case:
     return Case(proc, out, time.monotonic())
 
 
+def _ready(tmp: Path, name: str) -> Path:
+    return tmp / f"ready-{name}"
+
+
 def _run_folder(out: Path) -> Path:
     folders = [p for p in out.iterdir() if p.is_dir()]
     assert len(folders) == 1, folders
@@ -114,14 +121,27 @@ def test_every_ending_reports_the_steps_measured(tmp_path: Path) -> None:
     that never finished its window made check wait forever. Then check exited 128 + N after a
     signal N: a supervisor (torchrun's agent, Slurm, a CI runner) saw an exit status where the
     script had died by a signal; now check's process ends by the same signal."""
-    # The timed cases start once the others are done, so their time is the script's own.
-    first = {n: c for n, c in CASES.items() if "--timeout" not in c[1]}
-    _check_all(tmp_path, first)
-    _check_all(tmp_path, {n: c for n, c in CASES.items() if n not in first})
+    # The timed cases start first and alone, so their four steps come in the script's own time
+    # (as when they ran after the others); the others run while the timed scripts sleep out
+    # their timeouts (15 s and its 15 s grace: most of this test's time).
+    timed = {n: c for n, c in CASES.items() if "--timeout" in c[1]}
+    cases = _start_all(tmp_path, timed)
+    deadline = time.monotonic() + 150
+    while time.monotonic() < deadline and any(
+        not _ready(tmp_path, n).exists() and c.proc.poll() is None for n, c in cases.items()
+    ):
+        time.sleep(0.2)
+    cases |= _start_all(tmp_path, {n: c for n, c in CASES.items() if n not in timed})
+    _check_all(cases)
 
 
-def _check_all(tmp_path: Path, batch: dict[str, tuple[str, list[str], int, str]]) -> None:
-    cases = {n: _start(tmp_path, n, body, opts) for n, (body, opts, _, _) in batch.items()}
+def _start_all(
+    tmp_path: Path, batch: dict[str, tuple[str, list[str], int, str]]
+) -> dict[str, Case]:
+    return {n: _start(tmp_path, n, body, opts) for n, (body, opts, _, _) in batch.items()}
+
+
+def _check_all(cases: dict[str, Case]) -> None:
     for name, case in cases.items():
         _, _, status, ending = CASES[name]
         try:
