@@ -3,6 +3,7 @@ breaks and compile time the job does not repay, from hand-written check records.
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -68,6 +69,58 @@ def test_the_limits_mark_dynamic_points_at_no_line_inside_the_compiled_function(
     f = fire(LIMIT, rec)
     assert f is not None and "torch._dynamo.mark_dynamic(tokens, 1)  # before calling" in f.fix
     assert f.where == [] and f.evidence["site"] == "train.py:18"
+
+
+SCRIPT = """\
+import torch
+
+
+class Net(torch.nn.Module):
+    def forward(self, tokens, drop_p):
+        return tokens * drop_p
+
+
+net = torch.compile(Net(), dynamic=False)
+for step in range(3):
+    batch = torch.ones(2, step + 2)
+    rate = 0.1 * step
+    print(net(batch, drop_p=rate))
+"""
+
+
+def test_the_printed_mark_dynamic_and_tensor_form_go_before_the_compiled_models_call(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Both go where fix's mark-dynamic codemod puts its call (the same finder): before the line
+    that calls the compiled model, on the user's own argument there (``batch``, ``rate``), not
+    the compiled function's parameter names (``tokens``, ``drop_p``) nor inside it."""
+    (tmp_path / "train.py").write_text(SCRIPT)
+    monkeypatch.chdir(tmp_path)
+    dims = [{"tensor": "tokens", "dim": 1, "expected": 2, "actual": 3}]
+    values = [{"name": "drop_p", "value": "0.1", "kind": "float"}]
+    event = {"function": "forward", "site": f"{tmp_path}/train.py:5", "changed_dims": dims,
+             "changed_values": values}  # fmt: skip
+    hit = {"limit": 8, "function": "forward", "site": f"{tmp_path}/train.py:5"}
+    stats = compiled(recompiles=2, recompile_s=0.2, recompiles_in_window=1,
+                     recompile_s_in_window=0.1, recompile_events=[event],
+                     recompile_limit_hits=[hit])  # fmt: skip
+    rec = {**record(compile=stats), "script": "train.py"}
+    for rule in (RECOMPILES, LIMIT):
+        f = fire(rule, rec)
+        assert f is not None
+        lines = f.fix.splitlines()
+        assert lines[0].startswith(
+            "rate = torch.tensor(rate)  # before the line at train.py:13 (the compiled model's "
+            "call): the Python float passed as 'drop_p'"
+        ), f.fix
+        assert lines[1].startswith(
+            "torch._dynamo.mark_dynamic(batch, 1)  # before the line at train.py:13"
+        ), f.fix
+    # no call to be found (the script is not there): the guard's own names, unplaced
+    (tmp_path / "train.py").unlink()
+    f = fire(RECOMPILES, rec)
+    assert f is not None and "before the line" not in f.fix
+    assert f.fix.startswith("drop_p = torch.tensor(drop_p)  # the Python float passed as")
 
 
 def test_graph_breaks_claim_a_share_per_location_up_to_half_the_step() -> None:

@@ -31,16 +31,29 @@ if TYPE_CHECKING:
 DOCS = f"{fx.DOCS}/torch.compiler_troubleshooting.html"
 
 
-def limit_fix(events: list[dict[str, Any]] | None = None) -> str:
-    """``mark_dynamic`` on what the recompiles' guards name, with how to fail loudly; the
-    generic advice when they name nothing."""
-    named = recompile_user_fix(events or [], "")
+def limit_fix(
+    events: list[dict[str, Any]] | None = None, calls: list[dict[str, Any]] | None = None
+) -> str:
+    """``mark_dynamic`` on what the recompiles' guards name (before the compiled model's call,
+    ``calls``, where found), with how to fail loudly; the generic advice when they name
+    nothing."""
+    named = recompile_user_fix(events or [], "", calls or ())
     if not named:
         return fx.RECOMPILE_LIMIT
     return (
         named
         + "\n# to fail loudly instead: torch._dynamo.config.fail_on_recompile_limit_hit = True"
     )
+
+
+def recompiles_fix(
+    reasons: list[str],
+    events: list[dict[str, Any]] | None = None,
+    calls: list[dict[str, Any]] | None = None,
+) -> str:
+    """mark_dynamic on the tensor and dimension the guards name, before the compiled model's
+    call (``calls``) where found; otherwise keep the guarded values constant."""
+    return recompile_user_fix(events or [], fx.recompile_fix(reasons), calls or ())
 
 
 def compile_fix(modes: tuple[Any, ...] = ()) -> str:
@@ -59,7 +72,7 @@ RECOMPILES_SPEC = FindingSpec(
     label="recompiles",
     title="{n} recompiles ({seconds:.2f} s), {late} after warm-up: {first}",
     probe="unscaled",
-    fix=fx.recompile_fix,
+    fix=recompiles_fix,
     explanation="Each recompile stops the step to trace and compile again; a guard on a size "
     "that changes every step means the compiled code is rarely reused.",
     doc_url=DOCS,
@@ -122,6 +135,20 @@ NOT_REPAID_SPEC = FindingSpec(
 )
 
 
+def guarded_calls(run: RunRecord) -> list[dict[str, Any]]:
+    """Where the script calls the compiled model with each argument a guard named, found as
+    ``fix``'s mark-dynamic codemod finds them (one finder: the printed fix and the patch name
+    the same place); [] when no recompile names an argument."""
+    if not run.compile.recompile_events:
+        return []
+    from torchdoctor.fix.codemods.mark_dynamic import guarded_calls as find  # libcst: lazily
+
+    try:
+        return find(run)
+    except Exception:  # a user file the finder cannot read: the fix names no call, as before
+        return []
+
+
 def _recompile_saving_ms(run: RunRecord) -> float:
     c, measured = run.compile, run.steps.measured_steps
     if c.recompiles_in_window and measured:
@@ -155,7 +182,7 @@ def measure_recompiles(run: RunRecord) -> Measured | None:
         "reasons": reasons[:8],
     }
     where = tuple(list(dict.fromkeys(sites))[:8])
-    fix = {"reasons": reasons, "events": plain(events)}
+    fix = {"reasons": reasons, "events": plain(events), "calls": guarded_calls(run)}
     if late and run.steps.measured_steps:
         saving = _recompile_saving_ms(run)
         return Measured(c.recompiles, saving, 0.0, title, evidence, fix, where, least="warning")
@@ -173,13 +200,14 @@ def measure_limit(run: RunRecord) -> Measured | None:
     h = hits[0]
     events = plain(run.compile.recompile_events)
     # mark_dynamic runs before each call of the compiled function, never inside it (dynamo
-    # rejects it there): the fix points at no line in the function that hit the limit
+    # rejects it there): the finding points at no line in the function that hit the limit;
+    # its fix names the call (``guarded_calls``)
     at_call = bool(recompile_user_fix(events, ""))
     return Measured(
         value=len(hits),
         title={"limit": h.limit, "function": h.function},
         evidence={"hits": plain(hits[:8]), "site": h.site},
-        fix={"events": events},
+        fix={"events": events, "calls": guarded_calls(run)},
         where=(h.site,) if h.site and not at_call else (),
     )
 
