@@ -104,7 +104,9 @@ CASES: dict[str, list[Case]] = {
         ((["L['scale'] == 0.5"], VALUE_EVENTS), {}, False),
         ((["L['flag'] == True"],), {}, False),
     ],
-    "graph-breaks": [(("train.py:12",), {}, False)],
+    "graph-breaks": [
+        (([{"site": "train.py:12", "reason": "Data-dependent branching"}],), {}, False)
+    ],
     "dataloader-config": [
         ((LOADER, 2, False, 20.0, 10.0), {}, False),
         ((LOADER, 2, True, 20.0, 10.0), {}, True),

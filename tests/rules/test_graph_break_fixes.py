@@ -12,7 +12,9 @@ from pathlib import Path
 
 import pytest
 
+from tests.rules.run_records import record
 from torchdoctor.rules.graph_break_fixes import graph_break_fix
+from torchdoctor.rules.run_rules import run_findings
 
 REPO = Path(__file__).resolve().parents[2]
 EXAMPLES = REPO / "examples" / "check"
@@ -98,6 +100,28 @@ def test_an_unknown_line_or_unreadable_source_is_advice_with_its_place() -> None
     assert _code(fix) == []
     assert fix.splitlines()[0].startswith("# change the line at /nowhere/model.py:19 so dynamo")
     assert "(print)" in fix
+
+
+def test_a_compiled_runs_report_keeps_the_graph_break_fix(tmp_path: Path) -> None:
+    """The fix used to say ``model = torch.compile(model, fullgraph=True)``: check's fitting
+    took it for compile advice and printed the already-compiled next step in its place (on
+    sync_in_compiled.py a fused SGD at the optimizer's line, which removes no break)."""
+    from torchdoctor.capture.fit import fit_to_run
+
+    script = tmp_path / "m.py"
+    script.write_text(UNSEEN)
+    site = f"{script}:{_line(script, 'top = ')}"
+    rec = record(
+        compile={
+            "compiles": 2,
+            "compile_calls": [{"mode": None}],
+            "graph_breaks": [{"site": site, "reason": "Tensor.item", "count": 6}],
+        },
+        config={"optimizers": [{"class": "SGD", "impl": "for-loop"}]},
+    )
+    (f,) = [f for f in fit_to_run(run_findings(rec), rec) if f.id == "graph-breaks"]
+    (code,) = _code(f.fix)
+    assert code.startswith(f"top = logits.max().detach()  # in place of the line at {site}: ")
 
 
 BREAKS = textwrap.dedent(

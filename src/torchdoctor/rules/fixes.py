@@ -195,15 +195,6 @@ RECOMPILE_LIMIT = (
 )
 
 
-def graph_break_fix(site: str) -> str:
-    """Point at the first break's line."""
-    return (
-        f"# change the line at {site} so dynamo can trace it (no print/.item()/numpy/\n"
-        "# data-dependent Python branch inside the compiled function), or move it out; check:\n"
-        "model = torch.compile(model, fullgraph=True)  # raises at the first graph break"
-    )
-
-
 COMPILE_NOT_REPAID = (
     "# run eager for short jobs, or reuse compiled artifacts across runs:\n"
     "export TORCHINDUCTOR_CACHE_DIR=/persistent/cache  # warm cache: seconds, not minutes"

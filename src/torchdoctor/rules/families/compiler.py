@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 from torchdoctor.record.typed import plain
 from torchdoctor.rules import fixes as fx
 from torchdoctor.rules import thresholds as th
+from torchdoctor.rules.graph_break_fixes import graph_break_fix
 from torchdoctor.rules.spec import (
     FindingSpec,
     Measured,
@@ -106,7 +107,7 @@ BREAKS_SPEC = FindingSpec(
     label="graph breaks",
     title="{n} graph break location(s) in compiled code; first: {reason}",
     severity=SeverityPolicy(floor="warning"),
-    fix=fx.graph_break_fix,
+    fix=graph_break_fix,
     explanation="A graph break ends one compiled graph and starts another: the code between "
     "runs eagerly, guards are checked again, and nothing fuses across the break.",
     doc_url=DOCS,
@@ -225,7 +226,7 @@ def measure_breaks(run: RunRecord) -> Measured | None:
         saving_ms=share * (run.step_ms or 0.0),
         title={"n": len(sites), "reason": breaks[0].reason},
         evidence={"locations": len(sites), "breaks": plain(breaks[:10])},
-        fix={"site": breaks[0].site},
+        fix={"breaks": plain(breaks[:10])},
         where=tuple(sites[:10]),
     )
 
