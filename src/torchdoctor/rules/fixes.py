@@ -10,7 +10,6 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from torchdoctor.rules.user_fixes import (
-    dataloader_user_fix,
     rebuilt_loader_call,
     recompile_user_fix,
 )
@@ -136,20 +135,6 @@ INPUT_PIPELINE = (
 
 
 # -- run-level findings ------------------------------------------------------------------------
-def dataloader_fix(
-    loader: LoaderConfig,
-    workers: int,
-    cuda: bool,
-    step_ms: float = 0.0,
-    wait_ms: float = 0.0,
-    item_ms: float | None = None,
-) -> str:
-    """The user's own DataLoader call with ``workers`` worker processes (pinned memory on a
-    GPU), every other argument kept; only values not already set are suggested. ``item_ms``:
-    the measured cost of an item, quoted when more workers cannot help."""
-    return dataloader_user_fix(loader.raw, workers, cuda, step_ms, wait_ms, item_ms)
-
-
 def pin_memory_fix(loader: LoaderConfig) -> str:
     """Only pin_memory is missing: the user's call with it added."""
     call = rebuilt_loader_call(loader.raw, {"pin_memory": "True"})
