@@ -166,6 +166,35 @@ def test_idle_workers_and_a_cheap_batch_get_fewer_workers() -> None:
     assert f.saving_ms_per_step == pytest.approx(7.6)  # the wait minus the measured batch
 
 
+TOO_MANY = (
+    "This DataLoader will create 4 worker processes in total. Our suggested max number of worker "
+    "in current system is 2, which is smaller than what this DataLoader is going to create."
+)
+
+
+def test_torchs_worker_count_defers_to_the_measured_one_for_the_same_loader() -> None:
+    """idle_workers.py's facts: 4 idle workers on 2 CPUs, a batch of 0.4 ms in the training
+    process, and torch's warning that 2 workers are the most: one count for the loader, the
+    measured one (no workers), with torch's warning in its evidence; not torch's num_workers=2."""
+    use = {
+        **loader()["usage"],
+        "window_workers": 4,
+        "window_s": 0.05,
+        "window_worker_cpu_s": 0.004,
+        "main_process_batch": {"batch_ms": 0.4, "item_ms": 0.0125, "on_cpu_share": 0.9},
+    }
+    idle = loader(num_workers=4, usage=use, persistent_workers=True, torch_warnings=[TOO_MANY])
+    found = {f.id: f for f in run_findings(record([idle]))}
+    assert "torch-warning" not in found
+    f = found["dataloader-config"]
+    assert f.evidence["suggested_num_workers"] == 0 and f.evidence["torch_warning"] == TOO_MANY
+    assert "num_workers" not in f.fix.splitlines()[0]
+    # no wait to remove: torch's warning is the loader's one finding, with its count
+    quiet = {**idle, "usage": {**use, "measured_wait_s": 0.0}}
+    (warned,) = run_findings(record([quiet], 0.0))
+    assert warned.id == "torch-warning" and "num_workers=2" in warned.fix
+
+
 def test_busy_workers_at_the_cpu_count_quote_the_measured_item_cost() -> None:
     use = {
         **loader()["usage"],
@@ -213,7 +242,9 @@ def test_torch_warnings_become_findings_with_the_fix_they_ask_for() -> None:
         "pinned memory won't be used."
     )
     explicit = {"batch_size": "32", "pin_memory": "True"}
-    rec = record([loader(torch_warnings=[text, pin], pin_memory=True, explicit=explicit)], 0.0)
+    quiet = {"measured_batches": 5, "measured_wait_s": 0.0}  # no wait: no dataloader-config
+    warned = loader(torch_warnings=[text, pin], pin_memory=True, explicit=explicit, usage=quiet)
+    rec = record([warned], 0.0)
     found = [f for f in run_findings(rec) if f.id == "torch-warning"]
     assert len(found) == 2
     assert "suggested max number of worker" in found[0].title and "num_workers=2" in found[0].fix
@@ -245,10 +276,15 @@ def test_check_idle_workers_get_fewer_workers_and_the_warning(tmp_path: Path) ->
     if main is not None and "dataloader-config" in found:  # the wait depends on the machine
         assert "no workers" in found["dataloader-config"]["fix"]
         assert "cheaper" not in found["dataloader-config"]["fix"]
-    assert (
-        "num_workers=2" in found["torch-warning"]["fix"]
-        or r.run["config"]["dataloaders"][0]["cpu_count"] >= 4
-    )
+    config = found.get("dataloader-config", {}).get("evidence", {})
+    if config.get("suggested_num_workers") == 0:
+        # one count for the loader: the measured one, torch's warning in its evidence
+        assert "torch-warning" not in found and "worker processes" in config["torch_warning"]
+    else:
+        assert (
+            "num_workers=2" in found["torch-warning"]["fix"]
+            or r.run["config"]["dataloaders"][0]["cpu_count"] >= 4
+        )
 
 
 @pytest.mark.slow

@@ -393,7 +393,30 @@ def workers_busy(dl: LoaderConfig) -> float | None:
 def measure_config(run: RunRecord) -> Measured | None:
     """The feeding loader's wait as a share of the step (``value``; ``DATA_WAIT_SHARE`` and
     ``DATA_WAIT_MIN_MS`` fire it) and the change that removes it; saving (ms/step): the wait
-    that change removes. Below them, a CUDA run's loader without pin_memory (info, no saving)."""
+    that change removes. Below them, a CUDA run's loader without pin_memory (info, no saving).
+    Where its call sets a measured worker count, torch's too-many-workers warning about the same
+    loader is in its evidence (``torch_warning``), not a finding of its own (``measure_warnings``)."""
+    measured = _measure_config(run)
+    dl = feeding_loader(run)
+    if dl is not None and measured is not None and sets_workers(measured, dl):
+        warned = [text for text in dl.torch_warnings if TOO_MANY_WORKERS in text]
+        if warned:
+            measured.evidence["torch_warning"] = warned[0]
+    return measured
+
+
+TOO_MANY_WORKERS = "worker processes in total"
+"""How torch's warning about more DataLoader workers than the CPUs reads."""
+
+
+def sets_workers(measured: Measured, dl: LoaderConfig) -> bool:
+    """``dataloader-config``'s call for ``dl`` sets its measured worker count: none (a batch
+    cheaper than a hand-off) or more than now. At or under the present count the call keeps it."""
+    count = measured.evidence.get("suggested_num_workers")
+    return isinstance(count, int) and (count == 0 or count > dl.num_workers)
+
+
+def _measure_config(run: RunRecord) -> Measured | None:
     step = run.step_ms
     dl = feeding_loader(run)
     if dl is None or not step:
@@ -663,7 +686,12 @@ def measure_warnings(run: RunRecord) -> tuple[Measured, ...]:
     """torch's own DataLoader warnings that name a setting to change (too many workers for the
     CPUs, pin_memory without an accelerator), a finding each; saving not measured (0). Not the
     worker count's for a loader whose items were measured to wait (``items_wait``): torch counts
-    cores, and workers beyond them overlap those waits (``dataloader-config`` set them)."""
+    cores, and workers beyond them overlap those waits (``dataloader-config`` set them); nor for
+    the loader whose call ``dataloader-config`` gives a measured worker count (``sets_workers``):
+    one loader, one count (torch's guess from the cores would contradict the measured one), the
+    warning in that finding's evidence."""
+    config, feeding = measure_config(run), feeding_loader(run)
+    measured = feeding if config and feeding and sets_workers(config, feeding) else None
     return tuple(
         Measured(
             value=1.0,
@@ -674,7 +702,7 @@ def measure_warnings(run: RunRecord) -> tuple[Measured, ...]:
         for dl in run.config.dataloaders
         for text in dl.torch_warnings
         if fx.torch_warning_fix(dl, text) is not None
-        and not ("worker processes in total" in text and items_wait(dl))
+        and not (TOO_MANY_WORKERS in text and (items_wait(dl) or dl is measured))
     )
 
 
