@@ -39,7 +39,10 @@ names). Every warning or critical finding is then taken in turn:
   its indentation; after a block's header (``with``, ``for``, ``def``) it becomes the first
   lines of the block.
 - the pasted program is run plainly (time-limited) under a line tracer that records whether the
-  pasted lines ran; it "fails" when it exits non-zero where the original did not.
+  pasted lines ran ("executes": a line the tracer saw, or a line of a function ``torch.compile``
+  traced when it was called, which runs as a compiled graph the tracer cannot see; a torch
+  without dynamo's bytecode hooks sees only the first); it "fails" when it exits non-zero where
+  the original did not.
 - ``check`` is run again on it: the mistake is "left" when the same finding id is still a
   warning or critical. Then the row keeps that finding's severity and fix after the paste
   (``after_severity``, ``after_fix``) and says which of two it is (``left``): "same remedy",
@@ -87,15 +90,37 @@ _TOP = "at the top of the script"
 PASTED = ("wrap", "replace", "insert", "move")
 """Kinds of paste; a fix of several pieces pasted at their own places joins them with +."""
 
-RUNNER = '''"""Run a script as __main__ and record which of the given lines of a file ran."""
-import atexit, json, os, runpy, sys
+RUNNER = '''"""Run a script as __main__ and record which of the given lines of a file ran.
+
+A frame torch.compile traces runs a compiled graph, not its lines: once torch._dynamo is
+loaded (the script imports it; it is never imported here), a bytecode hook counts the lines of
+each frame of the file that dynamo traced (a frame is traced when it is called)."""
+import atexit, dis, json, os, runpy, sys
 target, lines, out, script = sys.argv[1], set(json.loads(sys.argv[2])), sys.argv[3], sys.argv[4]
 hit = set()
+hooked = []
+def _traced(code, new_code):
+    try:
+        if code.co_filename == target:
+            hit.update(ln for _, ln in dis.findlinestarts(code) if ln in lines)
+    except Exception:
+        pass
+    return None
+def _hook():
+    frames = getattr(sys.modules.get("torch._dynamo"), "convert_frame", None)
+    if frames is not None:
+        hooked.append(frames)
+        try:
+            frames.register_bytecode_hook(_traced)
+        except Exception:
+            pass  # a torch without the hook: lines dynamo traces are not seen
 def _local(frame, event, arg):
     if event == "line" and frame.f_lineno in lines:
         hit.add(frame.f_lineno)
     return _local
 def _global(frame, event, arg):
+    if not hooked:
+        _hook()
     return _local if frame.f_code.co_filename == target else None
 atexit.register(lambda: open(out, "w").write(json.dumps(sorted(hit))))
 if lines:

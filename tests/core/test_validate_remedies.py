@@ -5,6 +5,8 @@ pasted. Small scripts without torch, pasted and executed here."""
 
 from __future__ import annotations
 
+import json
+import subprocess
 import sys
 import textwrap
 from pathlib import Path
@@ -14,6 +16,7 @@ import pytest
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO / "benchmarks"))
 from validate_remedies import (  # noqa: E402
+    RUNNER,
     NotMechanical,
     _cell,
     _paste_all,
@@ -243,3 +246,46 @@ def test_the_headline_tells_a_fix_that_did_not_hold_from_a_limit_left() -> None:
     assert "4 leave the mistake (1 left, same remedy; 2 left, next step)" in line
     assert _cell({**rem, "left": "next step"}) == "ok, LEFT (next step)"
     assert _cell(rem) == "ok, LEFT"  # a row from before the column
+
+
+def test_a_pasted_line_in_a_function_torch_compile_traced_executes(tmp_path: Path) -> None:
+    """The line tracer never sees a compiled frame's lines (dynamo runs a graph in their place);
+    the runner counts the lines of frames dynamo traced, not those of a compiled function never
+    called, nor lines of the file that did not run."""
+    pytest.importorskip("torch")
+    script = tmp_path / "pasted.py"
+    script.write_text(
+        textwrap.dedent(
+            """\
+            import torch
+
+
+            def step(x):
+                y = x * 2  # pasted
+                return y + 1
+
+
+            def unused(x):
+                z = x - 1  # pasted, compiled, never called
+                return z
+
+
+            fast = torch.compile(step, backend="eager")
+            idle = torch.compile(unused, backend="eager")
+            out = fast(torch.ones(3))
+            assert out.tolist() == [3.0, 3.0, 3.0]
+            if out.sum() < 0:
+                print("never")  # pasted, never runs
+            """
+        )
+    )
+    lines = [5, 10, 19]
+    hits = tmp_path / "hits.json"
+    runner = tmp_path / "runner.py"
+    runner.write_text(RUNNER)
+    proc = subprocess.run(
+        [sys.executable, str(runner), str(script), json.dumps(lines), str(hits), str(script)],
+        capture_output=True, text=True, timeout=300, cwd=tmp_path,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(hits.read_text()) == [5]
