@@ -249,6 +249,20 @@ RARE_LONG_STARVED_SHARE = Threshold(
     "to judge: the reading of that wait lags the step boundary by a time slice, and less it "
     "the steps are near 0 ms (minGPT at load 17: 42-64 ms waits in ~50 ms steps)",
 )
+RARE_LONG_LOAD_SHARE = Threshold(
+    0.5,
+    "a long step of a run with several intra-op threads that waited for a CPU core at least "
+    "half its own time, and whose time off that wait is no more than RARE_LONG_LOAD_SLACK "
+    "times the typical step's part, was descheduled, not busy: conv_lstm_step.py at load 1.8 "
+    "of 2 cores had steps of 6-8 s that waited 87-88% of it, as the typical step did (87%), "
+    "and 0.8-1 s left (spun at the pool's barrier) that read 8x the median",
+)
+RARE_LONG_LOAD_SLACK = Threshold(
+    1.5,
+    "the part of a step off its wait for a core varies by a few points step to step under load "
+    "(12-13% there); a step whose own work grew has a larger part (a 100 ms collection in a "
+    "160 ms step that waited 150 ms: 42% against 6%)",
+)
 RARE_LONG_MAX_SHARE = Threshold(
     0.49, "long steps are rare while they are fewer than half: the median is still a normal step"
 )

@@ -91,6 +91,7 @@ def measure(run: RunRecord) -> Measured | None:
     ]
     if not judged:
         return None
+    judged, load = _by_load(run, candidates, judged)
     long = [(i, t) for _, i, t in judged]
     # the longest against its median; where medians are 0 ms, the longest step
     typical, worst_i, worst = max(
@@ -108,7 +109,7 @@ def measure(run: RunRecord) -> Measured | None:
     unseen = contended(run) if not stacks else None
     # a step that waited for a core most of its own time leaves too little to judge: less its
     # wait it is near 0 ms, so any step the load spared reads many times the median
-    unseen = _starved(run, candidates) or unseen
+    unseen = _starved(run, candidates) or load or unseen
     every = _period([i for i, _ in long])
     core = _core_waits(run)
     evidence = {
@@ -222,20 +223,60 @@ def _candidates(run: RunRecord) -> list[tuple[int, float]]:
     return [(i, times[i]) for i in range(skip, end) if i not in own]
 
 
+def _wait_shares(run: RunRecord, candidates: list[tuple[int, float]]) -> dict[int, float]:
+    """0-based step -> the part of its time less its data wait that it waited for a core."""
+    core = _core_waits(run)
+    steps = run.steps
+    waits = list(steps.data_wait_ms) + [0.0] * len(steps.step_ms)
+    return {
+        i: min(1.0, core[i] / own)
+        for i, _ in candidates
+        if i in core and (own := steps.step_ms[i] - waits[i]) > 0
+    }
+
+
+def _by_load(
+    run: RunRecord, candidates: list[tuple[int, float]], judged: list[tuple[float, int, float]]
+) -> tuple[list[tuple[float, int, float]], str | None]:
+    """The long steps whose own work grew, and None; or, where every long step was descheduled
+    (it waited for a core at least ``RARE_LONG_LOAD_SHARE`` of its time and its time off that
+    wait is no larger a part of it than ``RARE_LONG_LOAD_SLACK`` times the typical step's),
+    all of them and why they cannot be told from the load. Only with more than one intra-op
+    thread: there the thread spins at the pool's barrier while a helper waits for a core (run
+    time, not wait: conv_lstm_step.py's 8 ms steps ran 230 ms each at load 1.8 of 2 cores),
+    so its time off the wait grows with the wait and a stretched step keeps the typical
+    step's part. With one thread that time is the step's own work: an evaluation that waited
+    as its neighbours did is still an evaluation."""
+    from statistics import median
+
+    shares = _wait_shares(run, candidates)
+    if len(shares) < 3 or int((run.cpu or {}).get("intra_op_threads") or 1) < 2:
+        return judged, None
+    typical = median(shares.values())
+    off = max(1.0 - typical, 1e-9) * th.RARE_LONG_LOAD_SLACK
+
+    def load(i: int) -> bool:
+        share = shares.get(i)
+        return share is not None and share >= th.RARE_LONG_LOAD_SHARE and 1.0 - share <= off
+
+    own = [x for x in judged if not load(x[1])]
+    if own:
+        return own, None
+    mine = [shares[i] for _, i, _ in judged]
+    return judged, (
+        f"the long steps waited for a CPU core {min(mine):.0%}-{max(mine):.0%} of their time, as "
+        f"the typical step did ({typical:.0%}), the rest spent by the intra-op threads waiting "
+        "on each other: descheduled by other processes, not busy"
+    )
+
+
 def _starved(run: RunRecord, candidates: list[tuple[int, float]]) -> str | None:
     """Why the steps' own times cannot be told from the load: the typical step considered
     waited for a core at least ``RARE_LONG_STARVED_SHARE`` of its time less its data wait (the step
     clock's per-step reading); None otherwise."""
     from statistics import median
 
-    core = _core_waits(run)
-    steps = run.steps
-    waits = list(steps.data_wait_ms) + [0.0] * len(steps.step_ms)
-    shares = [
-        min(1.0, core[i] / own)
-        for i, _ in candidates
-        if i in core and (own := steps.step_ms[i] - waits[i]) > 0
-    ]
+    shares = list(_wait_shares(run, candidates).values())
     if len(shares) < 3 or (typical := median(shares)) < th.RARE_LONG_STARVED_SHARE:
         return None
     return (
