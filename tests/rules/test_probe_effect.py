@@ -143,6 +143,31 @@ def test_data_waits_come_from_the_clean_steps() -> None:
     assert f.saving_ms_per_step == pytest.approx(20.0)
 
 
+def test_a_data_wait_scaled_under_its_gate_is_dropped() -> None:
+    """two_loaders.py after its loader fix: the profiled window waited 0.6 ms a step for its
+    batch (over the 0.5 ms gate that held it), the clean window 0.32 ms of a 0.32 ms step.
+    Scaled, the finding claimed a 0.32 ms saving: workers cannot remove a wait that small."""
+    clean = [0.32] * 8
+    profiled = [0.6] * 5
+    waits = [0.0] * 3 + [0.32] * 8 + [0.0] + [0.6] * 5
+    rec = _record(clean, profiled, waits=waits)
+    effect = pe.measure(rec)
+    assert effect is not None
+    found, effect = pe.apply([_finding("input-pipeline", 0.6, 0.6)], effect, rec)
+    assert found == []
+    assert effect.changed == (
+        "input-pipeline: not in the clean steps (0.6 ms per step under the instruments; "
+        "too small there)",
+    )
+    # a clean wait at the gate stands, scaled: 0.5 ms of a 1 ms step
+    waits[3:11] = [0.5] * 8
+    rec = _record([1.0] * 8, profiled, waits=waits)
+    effect = pe.measure(rec)
+    assert effect is not None
+    (f,), _ = pe.apply([_finding("input-pipeline", 0.6, 0.6)], effect, rec)
+    assert f.saving_ms_per_step == pytest.approx(0.5)
+
+
 def test_no_clean_window_no_effect() -> None:
     rec = _record([5.0, 5.0], [8.0] * 5)  # two clean steps: no median worth reporting
     assert pe.measure(rec) is None
