@@ -190,40 +190,37 @@ def test_steps_that_waited_for_a_core_nearly_all_their_time_are_not_judged() -> 
     assert g is None or g.evidence["busy_machine"] is None
 
 
-def test_long_steps_that_waited_for_a_core_as_the_typical_step_did_are_the_loads() -> None:
-    """conv_lstm_step.py at load 1.8 of 2 cores (a recorded run, 2 intra-op threads): steps of
-    8.2, 7.0 and 6.0 s waited 7.2, 6.1 and 5.2 s for a core, 87-88% of their time as the
-    typical step did (87%); less those waits they read 0.8-1 s against a 118 ms median (8x:
-    critical, 'periodic work in the loop'), but on a quiet machine every step is 7-11 ms. Time
-    off the wait grows with the wait: descheduled, so info with the reason. A step that waited
-    as long but had 1 s more of its own (its part off the wait 3x the typical step's) is still
-    the loop's."""
+def test_long_steps_that_do_not_stand_apart_on_a_loaded_machine_are_the_loads() -> None:
+    """conv_lstm_step.py at load 1.8 of 2 cores (a recorded run, 2 intra-op threads): every
+    step waited for a core about 87% of its time; less those waits steps 2, 7 and 16 read
+    0.8-1 s against a 118 ms median (8x: critical, 'periodic work in the loop'), but the rest
+    spread up to 521 ms and on a quiet machine every step is 7-11 ms: the tail of the load's
+    spread, info with the reason. eval_in_loop.py at the same load (an evaluation every 4
+    steps) stands apart, 0.4-1 s against ordinary steps up to 52 ms: still the loop's."""
     wall = [11468.4, 8155.2, 1836.1, 876.5, 486.1, 427.5, 6987.4, 742.0, 3863.8, 4134.6,
             264.4, 3966.2, 1181.8, 1989.5, 3746.4, 6028.2, 388.9, 2264.8, 338.1, 337.1]  # fmt: skip
     waits = [None, 7182.6, 1628.7, 758.8, 399.6, 347.8, 6065.8, 623.2, 3342.9, 3637.1,
              234.2, 3597.6, 1063.1, 1777.5, 3393.8, 5240.6, 340.0, 1947.1, 286.3, 284.2]  # fmt: skip
-    rec = _steps(wall)
     # the probe step and the profiler's first are torchdoctor's; judged outside the window
-    rec["steps"] |= {"own_steps": [3, 12], "window": [13, 15], "clean": {"steps": 8}}
+    steps = {"own_steps": [3, 12], "window": [13, 15], "clean": {"steps": 8}}
+    rec = _steps(wall)
+    rec["steps"] |= steps
     rec["monitor"] = {"step_core_wait_ms": waits}
-    # its main thread ran 0.697 s in steps 13-15 (the 0.683 s off their waits): spinning at
-    # the intra-op pool's barrier for the second thread, which waited for a core
-    rec["cpu"] = {"wall_s": 7.04, "intra_op_threads": 2, "cores": 2, "main_thread_run_s": 0.697}
     f = fire(RULE, rec)
     assert f is not None and f.severity == "info"
     assert [s["step"] for s in f.evidence["long_steps"]] == [2, 7, 16]
     assert f.evidence["busy_machine"] == (
-        "the long steps waited for a CPU core 87%-88% of their time, as the typical step did "
-        "(87%), the rest spent by the intra-op threads waiting on each other: descheduled by "
-        "other processes, not busy"
+        "the typical step waited for a CPU core 87% of its time and the long steps (from 788 ms "
+        "less their waits) do not stand apart from the rest (up to 521 ms): the tail of the "
+        "load's spread, not periodic work"
     )
-    # one thread: the time off the wait is the step's own work (an evaluation that waited as
-    # its neighbours did, eval_after_first_step.py at load 1.6): judged as before
-    rec["cpu"]["intra_op_threads"] = 1
+    wall = [8188.0, 1.5, 232.0, 639.0, 10187.9, 459.8, 400.1, 379.5, 4463.0, 272.7,
+            162.3, 13.1, 4128.1, 185.6, 138.2, 318.0, 3822.5, 1.6, 39.0, 277.1]  # fmt: skip
+    waits = [None, 0.0, 188.8, 587.8, 9188.0, 407.4, 352.8, 334.4, 4029.0, 237.2,
+             149.7, 11.9, 3721.3, 163.8, 122.4, 268.6, 3362.0, 0.7, 36.2, 236.2]  # fmt: skip
+    rec = _steps(wall)
+    rec["steps"] |= steps
+    rec["monitor"] = {"step_core_wait_ms": waits}
     f = fire(RULE, rec)
-    assert f is not None and f.evidence["busy_machine"] is None
-    rec["cpu"]["intra_op_threads"] = 2
-    wall[6] += 1000.0  # step 7 ran a second of its own beside the same wait
-    f = fire(RULE, rec)
-    assert f is not None and f.severity != "info" and f.evidence["busy_machine"] is None
-    assert [s["step"] for s in f.evidence["long_steps"]] == [7]
+    assert f is not None and f.severity == "critical" and f.evidence["busy_machine"] is None
+    assert [s["step"] for s in f.evidence["long_steps"]] == [5, 9, 17]
