@@ -52,6 +52,7 @@ def test_fused_optimizer_patch_runs_fused_and_trains(
         tmp_path, monkeypatch, "tiny_ops.py", ("host-bound",), "fused-optimizer", ("--steps", "40")
     )  # the change alone: host-bound also proposes a compile
     text = (tmp_path / "tiny_ops.py").read_text()
+    # the runs have one intra-op thread (tests/fix/patched.py): fused; with more, foreach
     assert "fused=True" in text and "foreach=False" not in text
 
     steps = ("--steps", str(STEPS))

@@ -160,6 +160,9 @@ def test_non_blocking_is_not_proposed_without_a_gpu(tmp_path: Path) -> None:
     assert "pin_memory" not in changes[0].diff
 
 
+MODES = {"intra_op_threads": 1}
+
+
 @pytest.mark.parametrize(
     ("cls", "status", "expect"),
     [
@@ -176,7 +179,8 @@ def test_optimizer_option_follows_the_real_signature(
     c = only(
         planner.plan(
             [finding("host-bound", for_loop_optimizers=rows)],
-            ctx(tmp_path, p, {"compile": {"compile_calls": [{"mode": None}]}}),
+            # one intra-op thread: the CPU run keeps fused where the class has it
+            ctx(tmp_path, p, {"compile": {"compile_calls": [{"mode": None}]}, "modes": MODES}),
         ).changes[:1]
     )
     assert c.status == status

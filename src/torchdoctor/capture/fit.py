@@ -19,6 +19,7 @@ from torchdoctor.record.lines import LineRow, LineTable
 from torchdoctor.record.rows import Optimizer
 from torchdoctor.record.run import RunRecord
 from torchdoctor.rules.finding import Finding
+from torchdoctor.rules.optimizer_fixes import for_loop_optimizers
 from torchdoctor.rules.thresholds import WARNING_SHARE
 from torchdoctor.rules.user_fixes import compiled_next_step
 
@@ -27,7 +28,7 @@ _COMPILE_ADVICE = "torch.compile(model"
 
 def _next_step(run: RunRecord) -> str:
     c = run.compile
-    optim = [o for o in run.config.optimizers if o.impl == "for-loop"]
+    optim = for_loop_optimizers(run)
     sites = len({b.site for b in c.graph_breaks})
     return compiled_next_step(c.compile_calls, sites, run.gpu is not None, optim)
 

@@ -16,7 +16,7 @@ from torchdoctor.rules import thresholds as th
 from torchdoctor.rules.families import RUN_FAMILY_RULES
 from torchdoctor.rules.finding import Finding, rank_findings
 from torchdoctor.rules.loop_lines import top_loop_line, vectorise_fix
-from torchdoctor.rules.optimizer_fixes import optimizer_line
+from torchdoctor.rules.optimizer_fixes import for_loop_optimizers, optimizer_line
 from torchdoctor.rules.registry import spec
 from torchdoctor.rules.run_common import family_findings, make
 from torchdoctor.rules.user_fixes import compiled_next_step
@@ -52,7 +52,7 @@ def tiny_ops(run: RunRecord) -> list[Finding]:
     compute_ms = ops.compute_ms_per_step or compute * op_ms
     if max(compute, compute_ms / step) >= th.COMPUTE_BOUND_GEMM_SHARE:
         return []  # dense math holds the step: compute, not overhead (forward and backward)
-    optim = [o for o in run.config.optimizers if o.impl == "for-loop"]
+    optim = for_loop_optimizers(run)
     c = run.compile
     fix = (
         compiled_next_step(

@@ -4,7 +4,8 @@
 Only where that class accepts it in the torch in use: the class's real ``__init__`` signature
 is read, and a one-parameter optimizer of that class is built and stepped on the run's device
 (some checks, of device and dtype, only happen at the first step). A ``foreach=False`` the
-user wrote is replaced in place (fused and foreach together raise).
+user wrote is replaced in place (fused and foreach together raise). On a CPU run with more
+than one intra-op thread it is foreach, as the printed remedy says (``rules/optimizer_fixes.py``).
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ from torchdoctor.fix.cst_tools import (
 from torchdoctor.fix.model import FindingRef, Refusal, Rewrite, Target
 from torchdoctor.record.rows import Optimizer
 from torchdoctor.record.values import as_rows
+from torchdoctor.rules.optimizer_fixes import fused_slower
 
 if TYPE_CHECKING:
     from torchdoctor.fix.context import FixContext
@@ -93,6 +95,8 @@ class FusedOptimizer:
             if isinstance(impls, str):
                 out.append(Refusal(impls))
                 continue
+            if fused_slower(opt, ctx.record.modes.intra_op_threads, not ctx.cuda):
+                impls = tuple(i for i in impls if i != "fused")  # as the printed remedy says
             if not impls:
                 out.append(
                     Refusal(
