@@ -11,13 +11,15 @@ backend)."""
 
 from __future__ import annotations
 
+import json
 import shutil
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
-from tests.fix.patched import REPO, check_and_patch, harnessed, harnessed_both, run
+from tests.fix.patched import REPO, check_and_patch, harnessed_both, run
 
 STEPS = 30
 EAGER = ("--backend", "eager")
@@ -26,6 +28,8 @@ HARNESS = """
 import json, runpy, sys
 
 import torch
+import torch._dynamo
+from torch._dynamo.utils import counters, get_compilation_metrics
 
 losses = []
 backward = torch.Tensor.backward
@@ -33,14 +37,28 @@ def recording(self, *a, **k):
     losses.append(float(self.detach()))
     return backward(self, *a, **k)
 torch.Tensor.backward = recording
-torch.manual_seed(0)  # the script draws its tokens unseeded: the same batches in both runs
-sys.argv = sys.argv[1:]
-runpy.run_path(sys.argv[0], run_name="__main__")
-from torch._dynamo.utils import counters, get_compilation_metrics
-recompiles = sum(1 for m in get_compilation_metrics() if not str(m.compile_id).endswith("/0"))
-print("HARNESS " + json.dumps({"graphs": counters["stats"]["unique_graphs"], "losses": losses,
-                               "recompiles": recompiles}))
+# "a.py,b.py ARGS": each script in turn, dynamo's caches and counters reset before it as in a
+# fresh process; one interpreter and one dynamo import (most of a run's time) for all of them
+scripts, args = sys.argv[1].split(","), sys.argv[2:]
+for script in scripts:
+    torch._dynamo.reset()
+    counters.clear()
+    losses.clear()
+    seen = len(get_compilation_metrics())
+    torch.manual_seed(0)  # the script draws its tokens unseeded: the same batches in every run
+    sys.argv = [script, *args]
+    runpy.run_path(script, run_name="__main__")
+    ids = [str(m.compile_id) for m in get_compilation_metrics()[seen:]]
+    print("HARNESS " + json.dumps({"script": script, "losses": losses,
+                                   "graphs": counters["stats"]["unique_graphs"],
+                                   "recompiles": sum(1 for i in ids if not i.endswith("/0"))}))
 """
+
+
+def reports(out: str) -> dict[str, Any]:
+    """The harness's ``HARNESS {json}`` lines in ``out``, by script."""
+    found = [json.loads(t[len("HARNESS ") :]) for t in out.splitlines() if t.startswith("HARNESS ")]
+    return {r["script"]: r for r in found}
 
 
 def paste_printed(tmp: Path, script: str, finding: str, original: str) -> str:
@@ -90,10 +108,11 @@ def test_mark_dynamic_patch_and_printed_fix_compile_one_graph_and_train_the_same
     (tmp_path / "printed.py").write_text(printed)
 
     args = ("--steps", str(STEPS), *EAGER)
-    (before, _), (after, _) = harnessed_both(
-        tmp_path, "harness.py", "original.py", "shapes.py", *args
+    # the patched and the pasted script one after the other in one process, beside the original
+    (before, _), (_, out) = harnessed_both(
+        tmp_path, "harness.py", "original.py", "shapes.py,printed.py", *args
     )
-    pasted, _ = harnessed(tmp_path, "harness.py", "printed.py", *args)
+    after, pasted = reports(out)["shapes.py"], reports(out)["printed.py"]
     # the planted mistake: a graph per new length until the recompile limit (8); patched: one
     assert before["graphs"] >= 8 and before["recompiles"] >= 7, before["graphs"]
     for fixed in (after, pasted):
