@@ -229,7 +229,7 @@ def recompile_user_fix(
 ) -> str:
     """``mark_dynamic`` for each (tensor, dimension) the guards say changed, with the values
     seen; the tensor form of a guarded Python value; ``fallback`` when neither was named.
-    ``calls`` (``fix/codemods/mark_dynamic.guarded_calls``): where the compiled model is called
+    ``calls`` (``rules/call_sites.guarded_calls``): where the compiled model is called
     with each guarded argument; each line is placed before that call, in the user's name for
     the argument (inside the compiled function dynamo rejects mark_dynamic, and a value made a
     tensor there is still compiled in)."""

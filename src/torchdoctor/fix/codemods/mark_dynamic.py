@@ -12,13 +12,11 @@ specialises those sizes, and ``mark_dynamic`` would raise).
 
 from __future__ import annotations
 
-import os
 import re
 from typing import TYPE_CHECKING, Any
 
 import libcst as cst
 
-from torchdoctor.fix import sources
 from torchdoctor.fix.codemods.base import located, parse_or_refuse
 from torchdoctor.fix.cst_tools import (
     Parsed,
@@ -33,7 +31,6 @@ from torchdoctor.fix.sources import parse_site
 
 if TYPE_CHECKING:
     from torchdoctor.fix.context import FixContext
-    from torchdoctor.record.run import RunRecord
 
 _TENSOR = re.compile(r"^(?P<base>[A-Za-z_]\w*)(?P<rest>(\[[^\]]+\]|\.\w+)*)$")
 _GUARD = re.compile(
@@ -176,40 +173,6 @@ def argument_at_calls(
                 continue
             out.append((f, q.line(call), q.code_of(arg) + m.group("rest")))
     return out or [Refusal(f"no call of the compiled {fdef.name.value} found in the user's files")]
-
-
-def _values(e: Any) -> list[dict[str, Any]]:
-    """A recompile event's guarded Python values (``RecompileEvent.changed_values``)."""
-    return list(e.changed_values)
-
-
-def guarded_calls(record: RunRecord) -> list[dict[str, Any]]:
-    """Where the user's code calls the compiled model with each argument a recompile guard
-    named (check's fix text names that place: ``mark_dynamic`` and a guarded value's tensor
-    form run before the call, never inside the compiled function): ``{"name"`` (as the guard
-    names it), ``"dim"`` (None for a Python value), ``"site"`` (the call's ``file:line`` as the
-    user reads it), ``"expr"`` (the user's own expression passed there)``}``. Found as the
-    codemod finds them (:func:`argument_at_calls`); [] when no call can be named."""
-    from torchdoctor.fix.context import FixContext
-
-    script = record.script
-    path = os.path.abspath(script) if script and os.path.isfile(script) else None
-    ctx = FixContext(record, os.getcwd(), path)
-    events = record.compile.recompile_events
-    ctx.add_sites_of([e.site for e in events])
-    keys: dict[tuple[str, str, str, int | None], None] = {
-        (fn, site, name, dim): None for fn, site, name, dim in changed_dims(FindingRef(""), ctx)
-    }
-    for e in events:
-        for v in _values(e):
-            keys[(e.function, e.site, str(v["name"]), None)] = None
-    out = []
-    for fn, site, name, dim in keys:
-        for c in argument_at_calls(ctx, fn, site, name):
-            if isinstance(c, tuple):
-                call = f"{sources.relative(c[0])}:{c[1]}"
-                out.append({"name": name, "dim": dim, "site": call, "expr": c[2]})
-    return out
 
 
 class MarkDynamic:

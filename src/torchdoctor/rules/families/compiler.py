@@ -137,12 +137,10 @@ NOT_REPAID_SPEC = FindingSpec(
 
 
 def guarded_calls(run: RunRecord) -> list[dict[str, Any]]:
-    """Where the script calls the compiled model with each argument a guard named, found as
-    ``fix``'s mark-dynamic codemod finds them (one finder: the printed fix and the patch name
-    the same place); [] when no recompile names an argument."""
-    if not run.compile.recompile_events:
-        return []
-    from torchdoctor.fix.codemods.mark_dynamic import guarded_calls as find  # libcst: lazily
+    """Where the script calls the compiled model with each argument a guard named
+    (:mod:`torchdoctor.rules.call_sites`); [] when no recompile names an argument or the
+    files cannot be read."""
+    from torchdoctor.rules.call_sites import guarded_calls as find
 
     try:
         return find(run)

@@ -1,0 +1,204 @@
+"""Where the user's code calls a compiled function with the argument a recompile guard named:
+the place check's recompile fixes print (``mark_dynamic`` and a guarded value's tensor form run
+before the call; inside the compiled function dynamo rejects the one and compiles in the other).
+
+Read with ``ast`` from the script and the file of the compiled function's ``def``: the guard's
+name (``tokens``) is a parameter of that function; its position in the signature (``self``
+dropped for a method) picks the argument at each call of a name bound to compiled code
+(``c = torch.compile(...)``, ``m.compile()``, ``@torch.compile``). An argument computed inside
+the call (not a name, attribute or subscript chain) is not named. ``fix``'s mark-dynamic codemod
+finds the same calls in its own tree to edit them."""
+
+from __future__ import annotations
+
+import ast
+import os
+import re
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from torchdoctor.record.run import RunRecord
+
+_TENSOR = re.compile(r"^(?P<base>[A-Za-z_]\w*)(?P<rest>(\[[^\]]+\]|\.\w+)*)$")
+_LOCAL = re.compile(r"""^L\[['"](?P<name>\w+)['"]\]""")
+_SITE = re.compile(r"^(?P<path>.+?):(?P<line>\d+)(?: \(.*\))?$")
+
+
+def _local(name: str) -> str:
+    """``tokens`` from dynamo's ``L['tokens']`` (and any chain after it)."""
+    m = _LOCAL.match(name)
+    return m.group("name") + name[m.end() :] if m else name
+
+
+def _path(site: str, bases: tuple[str, ...]) -> tuple[str, int] | None:
+    m = _SITE.match(site.strip())
+    if not m or m.group("path").startswith(("<", "?")) or int(m.group("line")) < 1:
+        return None
+    path = m.group("path")
+    for p in [path] if os.path.isabs(path) else [os.path.join(b, path) for b in bases]:
+        if os.path.isfile(p):
+            return p, int(m.group("line"))
+    return None
+
+
+def _tree(
+    path: str, cache: dict[str, tuple[ast.Module, str] | None]
+) -> tuple[ast.Module, str] | None:
+    if path not in cache:
+        try:
+            text = Path(path).read_text(encoding="utf-8")
+            cache[path] = (ast.parse(text), text)
+        except (OSError, SyntaxError, ValueError):
+            cache[path] = None
+    return cache[path]
+
+
+def _dotted(e: ast.expr) -> str:
+    parts = []
+    while isinstance(e, ast.Attribute):
+        parts.append(e.attr)
+        e = e.value
+    if isinstance(e, ast.Name):
+        parts.append(e.id)
+    return ".".join(reversed(parts))
+
+
+def _torch_compile_names(tree: ast.Module) -> set[str]:
+    """The dotted names that mean ``torch.compile`` in this file (``torch.compile``, ``t.compile``
+    after ``import torch as t``, ``compile`` after ``from torch import compile``)."""
+    names = {"torch.compile"}
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            names |= {f"{a.asname}.compile" for a in node.names if a.name == "torch" and a.asname}
+        elif isinstance(node, ast.ImportFrom) and node.module == "torch":
+            names |= {a.asname or a.name for a in node.names if a.name == "compile"}
+    return names
+
+
+def _compiled_names(tree: ast.Module) -> set[str]:
+    """Names bound to compiled code: ``c = torch.compile(...)``, ``m.compile()``, ``@torch.compile``."""
+    tc = _torch_compile_names(tree)
+    names: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Assign) and len(node.targets) == 1:
+            v = node.value
+            if isinstance(v, ast.Call) and _dotted(v.func) in tc:
+                names.add(_dotted(node.targets[0]))
+        elif isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute):
+            f = node.func
+            if f.attr == "compile" and isinstance(f.value, ast.Name) and _dotted(f) not in tc:
+                names.add(f.value.id)
+        elif isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+            for d in node.decorator_list:
+                if _dotted(d.func if isinstance(d, ast.Call) else d) in tc:
+                    names.add(node.name)
+    return {n for n in names if n}
+
+
+def _params_at(tree: ast.Module, function: str, line: int) -> list[str] | None:
+    """The parameters callers pass of the function ``def``'d around ``line`` (``self`` dropped
+    for a method); None when no such function is there."""
+
+    def visit(body: list[ast.stmt], in_class: bool) -> list[str] | None:
+        for node in body:
+            if isinstance(node, ast.ClassDef):
+                found = visit(node.body, True)
+            elif isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+                end = node.end_lineno or node.lineno
+                if node.name == (function or node.name) and node.lineno <= line <= end:
+                    names = [a.arg for a in (*node.args.posonlyargs, *node.args.args)]
+                    return names[1:] if in_class and names else names
+                found = visit(node.body, False)
+            else:
+                continue
+            if found is not None:
+                return found
+        return None
+
+    return visit(tree.body, False)
+
+
+def _simple(e: ast.expr) -> bool:
+    """A name, attribute or subscript chain: the same object mark_dynamic marks."""
+    while isinstance(e, ast.Attribute | ast.Subscript):
+        e = e.value
+    return isinstance(e, ast.Name)
+
+
+def _argument(call: ast.Call, index: int, name: str) -> ast.expr | None:
+    positional = [a for a in call.args if not isinstance(a, ast.Starred)]
+    if index < len(positional) and len(positional) == len(call.args):
+        return positional[index]
+    return next((k.value for k in call.keywords if k.arg == name), None)
+
+
+def _calls(
+    files: list[str], cache: dict[str, Any], params: list[str], name: str
+) -> list[tuple[str, int, str]]:
+    """(file, line of the call, the user's expression there) for each call of compiled code
+    passing the parameter ``name`` is a chain from."""
+    m = _TENSOR.match(name)
+    if m is None or m.group("base") not in params:
+        return []
+    index, out = params.index(m.group("base")), []
+    for f in files:
+        parsed = _tree(f, cache)
+        if parsed is None:
+            continue
+        tree, text = parsed
+        compiled = _compiled_names(tree)
+        for call in ast.walk(tree):
+            if not (
+                isinstance(call, ast.Call)
+                and isinstance(call.func, ast.Name)
+                and call.func.id in compiled
+            ):
+                continue
+            arg = _argument(call, index, m.group("base"))
+            if arg is not None and _simple(arg):
+                expr = ast.get_source_segment(text, arg) or ""
+                out.append((f, call.lineno, expr + m.group("rest")))
+    return out
+
+
+def guarded_calls(run: RunRecord) -> list[dict[str, Any]]:
+    """Each call of the compiled model with an argument a recompile guard named: ``{"name"`` (as
+    the guard names it), ``"dim"`` (None for a Python value), ``"site"`` (the call's
+    ``file:line`` as the user reads it), ``"expr"`` (the user's own expression passed there)``}``;
+    [] when no call can be named (files gone, the argument computed inside the call)."""
+    events = run.compile.recompile_events
+    if not events:
+        return []
+    cwd = os.getcwd()
+    script = run.script
+    bases = tuple(dict.fromkeys([cwd, os.path.dirname(os.path.abspath(script)) if script else cwd]))
+    named = {
+        _local(str(d["tensor"])): (e.function, e.site)
+        for e in events
+        if _path(e.site, bases)
+        for d in e.changed_dims
+    }
+    keys: dict[tuple[str, str, str, int | None], None] = {}
+    for e in events:
+        for d in e.changed_dims:
+            tensor = _local(str(d["tensor"]))
+            fn, site = (e.function, e.site) if _path(e.site, bases) else named.get(tensor, ("", ""))
+            keys[(fn, site, tensor, int(d["dim"]))] = None
+        for v in e.changed_values:
+            keys[(e.function, e.site, str(v["name"]), None)] = None
+    cache: dict[str, Any] = {}
+    script_path = _path(f"{script}:1", bases) if script else None
+    out = []
+    for fn, site, name, dim in keys:
+        where = _path(site, bases)
+        parsed = _tree(where[0], cache) if where else None
+        params = _params_at(parsed[0], fn, where[1]) if parsed and where else None
+        if where is None or params is None:
+            continue
+        files = list(dict.fromkeys([*([script_path[0]] if script_path else []), where[0]]))
+        for path, line, expr in _calls(files, cache, params, _local(name)):
+            rel = os.path.relpath(path, cwd)
+            shown = path if rel.startswith("..") else rel
+            out.append({"name": name, "dim": dim, "site": f"{shown}:{line}", "expr": expr})
+    return out
