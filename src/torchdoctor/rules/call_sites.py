@@ -20,14 +20,16 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from torchdoctor.record.run import RunRecord
 
-_TENSOR = re.compile(r"^(?P<base>[A-Za-z_]\w*)(?P<rest>(\[[^\]]+\]|\.\w+)*)$")
-_LOCAL = re.compile(r"""^L\[['"](?P<name>\w+)['"]\]""")
+TENSOR_CHAIN = re.compile(r"^(?P<base>[A-Za-z_]\w*)(?P<rest>(\[[^\]]+\]|\.\w+)*)$")
+"""A guard's name as a parameter and a chain from it (``batch.input_ids``, ``xs[0]``)."""
+DYNAMO_LOCAL = re.compile(r"""^L\[['"](?P<name>\w+)['"]\]""")
+"""Dynamo's spelling of a frame local in a guard (``L['tokens']``)."""
 _SITE = re.compile(r"^(?P<path>.+?):(?P<line>\d+)(?: \(.*\))?$")
 
 
-def _local(name: str) -> str:
+def local_name(name: str) -> str:
     """``tokens`` from dynamo's ``L['tokens']`` (and any chain after it)."""
-    m = _LOCAL.match(name)
+    m = DYNAMO_LOCAL.match(name)
     return m.group("name") + name[m.end() :] if m else name
 
 
@@ -138,7 +140,7 @@ def _calls(
 ) -> list[tuple[str, int, str]]:
     """(file, line of the call, the user's expression there) for each call of compiled code
     passing the parameter ``name`` is a chain from."""
-    m = _TENSOR.match(name)
+    m = TENSOR_CHAIN.match(name)
     if m is None or m.group("base") not in params:
         return []
     index, out = params.index(m.group("base")), []
@@ -174,7 +176,7 @@ def guarded_calls(run: RunRecord) -> list[dict[str, Any]]:
     script = run.script
     bases = tuple(dict.fromkeys([cwd, os.path.dirname(os.path.abspath(script)) if script else cwd]))
     named = {
-        _local(str(d["tensor"])): (e.function, e.site)
+        local_name(str(d["tensor"])): (e.function, e.site)
         for e in events
         if _path(e.site, bases)
         for d in e.changed_dims
@@ -182,7 +184,7 @@ def guarded_calls(run: RunRecord) -> list[dict[str, Any]]:
     keys: dict[tuple[str, str, str, int | None], None] = {}
     for e in events:
         for d in e.changed_dims:
-            tensor = _local(str(d["tensor"]))
+            tensor = local_name(str(d["tensor"]))
             fn, site = (e.function, e.site) if _path(e.site, bases) else named.get(tensor, ("", ""))
             keys[(fn, site, tensor, int(d["dim"]))] = None
         for v in e.changed_values:
@@ -197,7 +199,7 @@ def guarded_calls(run: RunRecord) -> list[dict[str, Any]]:
         if where is None or params is None:
             continue
         files = list(dict.fromkeys([*([script_path[0]] if script_path else []), where[0]]))
-        for path, line, expr in _calls(files, cache, params, _local(name)):
+        for path, line, expr in _calls(files, cache, params, local_name(name)):
             rel = os.path.relpath(path, cwd)
             shown = path if rel.startswith("..") else rel
             out.append({"name": name, "dim": dim, "site": f"{shown}:{line}", "expr": expr})

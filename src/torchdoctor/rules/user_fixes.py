@@ -11,6 +11,7 @@ import re
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
+from torchdoctor.rules.call_sites import local_name
 from torchdoctor.rules.sites import relative_site
 
 if TYPE_CHECKING:
@@ -28,7 +29,6 @@ _DL_POSITIONAL = (
     "pin_memory",
     "drop_last",
 )
-_LOCAL = re.compile(r"""^L\[['"](?P<name>\w+)['"]\]""")
 
 
 def loader_changes(raw: dict[str, Any], workers: int, cuda: bool) -> dict[str, str]:
@@ -166,11 +166,6 @@ def wait_left(
     return (per_batch, still) if still >= DATA_WAIT_MIN_MS else None
 
 
-def _tensor_expr(name: str) -> str:
-    m = _LOCAL.match(name)
-    return m.group("name") + name[m.end() :] if m else name
-
-
 def reason_line(reason: str) -> str:
     """A recompile reason on one line for a title: the first guard failure, without its
     compile id, dynamo's padded source comment and the user stack that follow it."""
@@ -186,7 +181,7 @@ def _before_calls(
     it: in the user's own expression there and placed before that call; [] when none does."""
     out = []
     for c in calls:
-        if _tensor_expr(str(c["name"])) != name or c.get("dim") != dim:
+        if local_name(str(c["name"])) != name or c.get("dim") != dim:
             continue
         expr = str(c["expr"]).replace("\\", "\\\\")  # as written: no escapes read in it
         text = re.sub(rf"(?<![\w.]){re.escape(name)}(?!\w)", expr, line)
@@ -202,10 +197,10 @@ def value_guard_fix(events: list[dict[str, Any]], calls: Sequence[Mapping[str, A
     kinds: dict[str, str] = {}
     for e in events:
         for v in e.get("changed_values") or []:
-            seen = values.setdefault(_tensor_expr(v["name"]), [])
+            seen = values.setdefault(local_name(v["name"]), [])
             if v["value"] not in seen:
                 seen.append(v["value"])
-            kinds[_tensor_expr(v["name"])] = v["kind"]
+            kinds[local_name(v["name"])] = v["kind"]
     lines = []
     for name, seen in values.items():
         shown = ", ".join(seen[:4]) + (", ..." if len(seen) > 4 else "")
@@ -237,9 +232,9 @@ def recompile_user_fix(
     functions: dict[str, str] = {}
     for e in events:
         for d in e.get("changed_dims") or []:
-            sizes = seen.setdefault((_tensor_expr(d["tensor"]), int(d["dim"])), [])
+            sizes = seen.setdefault((local_name(d["tensor"]), int(d["dim"])), [])
             sizes.extend(x for x in (d["expected"], d["actual"]) if x not in sizes)
-            functions.setdefault(_tensor_expr(d["tensor"]), str(e.get("function") or ""))
+            functions.setdefault(local_name(d["tensor"]), str(e.get("function") or ""))
     values = value_guard_fix(events, calls)
     if not seen:
         return values or fallback

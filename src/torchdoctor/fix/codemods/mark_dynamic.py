@@ -28,16 +28,15 @@ from torchdoctor.fix.cst_tools import (
 )
 from torchdoctor.fix.model import FindingRef, Refusal, Rewrite, Target
 from torchdoctor.fix.sources import parse_site
+from torchdoctor.rules.call_sites import TENSOR_CHAIN, local_name
 
 if TYPE_CHECKING:
     from torchdoctor.fix.context import FixContext
 
-_TENSOR = re.compile(r"^(?P<base>[A-Za-z_]\w*)(?P<rest>(\[[^\]]+\]|\.\w+)*)$")
 _GUARD = re.compile(
     r"tensor '(?P<name>.+?)' (?:size|stride) mismatch at index (?P<dim>\d+)\. "
     r"expected (?P<expected>\d+), actual (?P<actual>\d+)"
 )
-_LOCAL = re.compile(r"""^L\[['"](?P<name>\w+)['"]\]""")
 
 
 def changed_dims(
@@ -69,10 +68,7 @@ def _from_reasons(finding: FindingRef) -> list[tuple[str, str, str, int, dict[st
     rows = []
     for reason in finding.evidence.get("reasons") or []:
         for m in _GUARD.finditer(str(reason)):
-            local = _LOCAL.match(m.group("name"))
-            name = (
-                local.group("name") + m.group("name")[local.end() :] if local else m.group("name")
-            )
+            name = local_name(m.group("name"))
             d = {"expected": m.group("expected"), "actual": m.group("actual")}
             rows.append((fn, site, name, int(m.group("dim")), d))
     return rows
@@ -143,7 +139,7 @@ def argument_at_calls(
         ),
         None,
     )
-    m = _TENSOR.match(name)
+    m = TENSOR_CHAIN.match(name)
     if fdef is None or m is None:
         return [Refusal(f"cannot find the compiled function {function or '?'} at {site}")]
     params = _params(p, fdef)
