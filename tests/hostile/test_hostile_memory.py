@@ -6,8 +6,7 @@ from __future__ import annotations
 import json
 import os
 import pickle
-from collections.abc import Callable, Iterator
-from concurrent.futures import ThreadPoolExecutor, wait
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -16,7 +15,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from tests.hostile import snapshots as S
-from tests.hostile.limits import Ran, one_line_error, run, strings
+from tests.hostile.limits import one_line_error, run, strings
 from tests.memory import synth
 
 READERS = ("--no-stream", "--stream")
@@ -61,54 +60,13 @@ def files(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     return out
 
 
-AT_ONCE = 2
-"""``memory`` processes at a time: each is one thread while this process only waits, so on a
-2-core machine two at once take about half the time of one after another (the limits hold per
-process)."""
-ALONE = ("many-ooms", "rising-peaks")
-"""Cases whose reading takes most of the 30 s limit on a loaded machine (26 s for rising-peaks):
-each runs with no other case beside it, once the others are done."""
-
-
-@pytest.fixture(scope="module")
-def ran_cases(
-    request: pytest.FixtureRequest, files: dict[str, Path]
-) -> Iterator[Callable[[str, str], Ran]]:
-    """``memory`` on every case and reader this module's selected tests ask for, started
-    together when the first of them runs (``AT_ONCE`` at a time; each ``ALONE`` case by itself
-    after them); each test waits for and reads its own process."""
-    wanted = [
-        (item.callspec.params["name"], item.callspec.params["reader"])
-        for item in request.session.items
-        if getattr(item, "module", None) is request.module
-        and getattr(item, "originalname", "") == "test_each_reader_under_limits"
-    ]
-
-    def one(name: str, reader: str) -> Ran:
-        return run(["memory", str(files[name]), reader, "--json"], timeout_s=30, memory_mib=1536)
-
-    pool = ThreadPoolExecutor(max_workers=AT_ONCE)
-    runs = {k: pool.submit(one, *k) for k in dict.fromkeys(wanted) if k[0] not in ALONE}
-
-    def ran(name: str, reader: str) -> Ran:
-        if name in ALONE:
-            wait(runs.values())
-            return one(name, reader)
-        return runs[name, reader].result()
-
-    yield ran
-    pool.shutdown(wait=True, cancel_futures=True)
-
-
 @pytest.mark.slow
 @pytest.mark.parametrize("reader", READERS)
 @pytest.mark.parametrize("name", sorted(CASES))
-def test_each_reader_under_limits(
-    ran_cases: Callable[[str, str], Ran], files: dict[str, Path], name: str, reader: str
-) -> None:
+def test_each_reader_under_limits(files: dict[str, Path], name: str, reader: str) -> None:
     """Before: a segfault (deep tuple key), 4-12 GB (memo bomb), hangs (shared references,
     OOM logs), exit 1 (inf, wrong types), an empty report (a list of ints as segments)."""
-    ran = ran_cases(name, reader)
+    ran = run(["memory", str(files[name]), reader, "--json"], timeout_s=30, memory_mib=1536)
     needle = CASES[name][1]
     if needle is None:
         assert ran.code == 0, ran.stderr[-1000:]
