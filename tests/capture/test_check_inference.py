@@ -11,6 +11,9 @@ from typing import Any
 import pytest
 
 from tests.capture.check_helpers import check_inprocess
+from torchdoctor.record.rows import ForwardCalls
+from torchdoctor.record.run import RunRecord
+from torchdoctor.record.typed import recorded
 
 DECODER = """
 import torch
@@ -170,7 +173,17 @@ def test_only_top_level_calls_of_the_model_tick_and_the_patch_narrows() -> None:
     finally:
         steps.uninstall()
     assert clock.ticks == ["forward"] * 2
-    assert steps.snapshot() == {"top_level_calls": 5, "model": "Sequential", "backward_seen": False}
+    assert steps.snapshot() == ForwardCalls(5, "Sequential", False)
+    # recorded with the keys run.json has always had, in their order, and read back typed
+    was = recorded(steps.snapshot())
+    assert list(was.items()) == [
+        ("top_level_calls", 5),
+        ("model", "Sequential"),
+        ("backward_seen", False),
+    ]
+    assert RunRecord.from_dict({"config": {"forward_steps": was}}).config.forward_steps == (
+        ForwardCalls(5, "Sequential", False, raw=was)
+    )
     assert "__call__" not in vars(torch.nn.Sequential) and torch.nn.Module.__call__ is original
 
 

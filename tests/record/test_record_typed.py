@@ -215,8 +215,9 @@ def test_the_watchers_rows_rebuilt_from_their_fields_are_recorded_as_they_were(
             for row, was in zip(typed_rows, doc[section][name], strict=True):
                 assert json.dumps(recorded(_as_built(row))) == json.dumps(was), (path, name)
                 rows += 1
-        checkpointing = recorded(_as_built(rec.config.checkpointing))
-        assert json.dumps(checkpointing) == json.dumps(doc["config"]["checkpointing"])
+        for name in ("checkpointing", "forward_steps"):
+            built = recorded(_as_built(getattr(rec.config, name)))
+            assert json.dumps(built) == json.dumps(doc["config"][name]), (path, name)
         assert json.dumps(recorded(_as_built(rec.monitor))) == json.dumps(doc["monitor"])
     assert rows > 20  # optimizers with their calls, autocast, scalers, compile calls, syncs
 

@@ -28,6 +28,7 @@ from typing import Any
 
 from torchdoctor.capture.clock import StepClock
 from torchdoctor.capture.patches import Patcher
+from torchdoctor.record.rows import ForwardCalls
 from torchdoctor.trace.server_steps import FORWARD_STEP_MARK
 
 
@@ -170,13 +171,9 @@ class ForwardSteps:
         self._pending = self._discovering = False
         self.patcher.restore()
 
-    def snapshot(self) -> dict[str, Any]:
+    def snapshot(self) -> ForwardCalls:
         """For run.json: how many top-level calls were seen and which module they were."""
-        return {
-            "top_level_calls": self.calls,
-            "model": self.model,
-            "backward_seen": self.backward_seen,
-        }
+        return ForwardCalls(self.calls, self.model, self.backward_seen)
 
 
 def _on_backward(out: Any, callback: Callable[..., None]) -> None:

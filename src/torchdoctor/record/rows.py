@@ -1,11 +1,11 @@
 """The rows of the record's sections, typed: one call site each (host syncs, non_blocking copies
 from pageable memory, CUDA sync-debug sites, graph breaks, recompiles, recompile-limit hits, timed
 housekeeping calls), one autocast use per (device, dtype, enabled), one row per optimizer,
-GradScaler, DDP or DataParallel wrapper and ``torch.compile`` call the script made, and the
-checkpointing counts.
+GradScaler, DDP or DataParallel wrapper and ``torch.compile`` call the script made, the
+checkpointing counts, and the top-level model calls that marked an inference loop's steps.
 
 The watchers (``capture/syncs.py``, ``compile_watch.py``, ``config_probe.py``,
-``housekeeping.py``, ``checkpointing.py``) build them, and ``record/typed.py``'s ``recorded``
+``housekeeping.py``, ``checkpointing.py``, ``forward_steps.py``) build them, and ``record/typed.py``'s ``recorded``
 writes them into ``run.json``: a field per recorded key, in the record's order. Read and
 written back by ``from_dict`` and ``to_dict``: every recorded key, one a newer record adds
 without a field too, stays in ``raw`` and is written back. A missing or malformed value reads
@@ -216,4 +216,18 @@ class Checkpointing(Row):
     """Host seconds of those forwards (what backward runs again)."""
     use_reentrant: tuple[str, ...] = ()
     """The ``use_reentrant`` values the calls passed, as ``repr`` (``'None'``: torch's default)."""
+    raw: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class ForwardCalls(Row):
+    """The top-level model calls the forward step signal saw (``config.forward_steps``,
+    ``capture/forward_steps.py``): an inference loop's steps."""
+
+    top_level_calls: int = 0
+    """Top-level module calls seen (every module's while discovering, then the model's)."""
+    model: str | None = None
+    """The class name of the module whose calls were the steps; None: none was called twice."""
+    backward_seen: bool = False
+    """A backward pass ran through a model call's output: a training loop, not counted."""
     raw: dict[str, Any] = field(default_factory=dict)

@@ -24,6 +24,7 @@ from torchdoctor.record.rows import (
     CompileCall,
     DataParallelWrapper,
     DdpWrapper,
+    ForwardCalls,
     GradScaler,
     GraphBreak,
     HostSync,
@@ -284,6 +285,8 @@ class RunConfig(Row):
     backend_flags: dict[str, Any] = field(default_factory=dict)
     data_parallel: list[DataParallelWrapper] | None = None
     """nn.DataParallel constructions; None when the run did not watch for them."""
+    forward_steps: ForwardCalls = field(default_factory=ForwardCalls)
+    """The top-level model calls that marked an inference loop's steps."""
     checkpointing: Checkpointing = field(default_factory=Checkpointing)
     """``torch.utils.checkpoint`` calls and the checkpointed forward's host seconds."""
     housekeeping: tuple[HousekeepingCall, ...] = ()
