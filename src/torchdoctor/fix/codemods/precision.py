@@ -1,18 +1,23 @@
 """``bf16-autocast`` and ``tf32-matmul``: tensor-core arithmetic on GPUs that have it (sm80+).
 
 ``bf16-autocast`` wraps the forward and the loss of the training step, the statements that
-compute the name whose ``.backward()`` is called, in ``torch.autocast("cuda",
+compute the name whose ``.backward()`` is called, in ``torch.autocast(device_type,
 dtype=torch.bfloat16)``: not the batch's copy to the device, not ``zero_grad``, not the
-backward (autocast is for the forward only). bf16 has fp32's range, so no GradScaler is
+backward (autocast is for the forward only). The device type is the script's own: the device
+its step copies the batch to (``x.to(device)``: ``torch.device(device).type``), so the same
+script still runs where it picks another device (autocast on a device the tensors are not on
+does nothing), else ``"cuda"``. bf16 has fp32's range, so no GradScaler is
 needed; the fidelity gate then uses tune's bf16 tolerance. A script whose own autocast takes
 its dtype from a setting (nanoGPT: ``ptdtype = {...}[dtype]``, ``torch.amp.autocast(...,
 dtype=ptdtype)``) gets that setting instead (``--dtype=bfloat16``). ``tf32-matmul`` adds
-``torch.set_float32_matmul_precision("high")`` after the imports (the call every torch from
-1.12 on accepts; 2.9+ maps it onto the ``fp32_precision`` settings).
+``torch.set_float32_matmul_precision("high")`` after the imports, and never before the import
+of torch (a script that sets the environment first imports it late); the call every torch
+from 1.12 on accepts, which 2.9+ maps onto the ``fp32_precision`` settings.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 import libcst as cst
@@ -74,19 +79,46 @@ def _target_names(t: cst.CSTNode) -> set[str]:
     return set()
 
 
-def _only_moves(stmt: cst.SimpleStatementLine) -> bool:
-    """``x, y = x.to(device), y.to(device)``: copying the batch, not computing on it."""
+def _move_calls(stmt: cst.SimpleStatementLine) -> list[Any]:
+    """The values of ``x, y = x.to(device), y.to(device)`` (of any assignment's value)."""
     s = stmt.body[0]
     if not isinstance(s, cst.Assign):
-        return False
+        return []
     values = s.value.elements if isinstance(s.value, cst.Tuple) else [s.value]
-    exprs = [v.value if isinstance(v, cst.Element) else v for v in values]
-    return all(
+    return [v.value if isinstance(v, cst.Element) else v for v in values]
+
+
+def _only_moves(stmt: cst.SimpleStatementLine) -> bool:
+    """``x, y = x.to(device), y.to(device)``: copying the batch, not computing on it."""
+    exprs = _move_calls(stmt)
+    return bool(exprs) and all(
         isinstance(e, cst.Call)
         and isinstance(e.func, cst.Attribute)
         and e.func.attr.value in _MOVES
         for e in exprs
     )
+
+
+def _device_type(p: Parsed, moves: Sequence[cst.CSTNode], torch: str) -> str:
+    """The autocast's ``device_type`` as code: the device the step's batch copies name
+    (``x.to(device)``), when they all name the same variable, as ``torch.device(device).type``
+    (a string, ``"cuda:0"`` or a ``torch.device`` alike); ``"cuda"`` otherwise."""
+    found = set()
+    for stmt in moves:
+        if not (isinstance(stmt, cst.SimpleStatementLine) and _only_moves(stmt)):
+            continue
+        for call in _move_calls(stmt):
+            arg = next(
+                (a for a in call.args if a.keyword is None or a.keyword.value == "device"), None
+            )
+            value = arg.value if arg is not None else None
+            if (
+                call.func.attr.value == "to"
+                and isinstance(value, cst.Name | cst.Attribute)
+                and not full_name(value).startswith(torch + ".")  # a dtype: torch.float32
+            ):
+                found.add(p.code_of(value))
+    return f"{torch}.device({found.pop()}).type" if len(found) == 1 else '"cuda"'
 
 
 def _is_autocast(p: Parsed, stmt: cst.CSTNode) -> bool:
@@ -212,7 +244,8 @@ class Bf16Autocast:
         code = wrap(
             p,
             before[first : last + 1],
-            f'with {torch}.autocast(device_type="cuda", dtype={torch}.bfloat16):',
+            f"with {torch}.autocast(device_type={_device_type(p, before[:first], torch)}, "
+            f"dtype={torch}.bfloat16):",
             "torchdoctor: bf16 tensor cores, fp32 range (no GradScaler needed)",
         )
         if p.torch_name() is None:
@@ -220,6 +253,32 @@ class Bf16Autocast:
         return Rewrite(
             code, f"forward and loss under bf16 autocast ({last - first + 1} statement(s))"
         )
+
+
+def _imports_torch(stmt: cst.CSTNode) -> bool:
+    return isinstance(stmt, cst.SimpleStatementLine) and any(
+        isinstance(s, cst.Import)
+        and any(full_name(a.name).split(".")[0] == "torch" for a in s.names)
+        for s in stmt.body
+    )
+
+
+def _after_torch_import(p: Parsed) -> cst.SimpleStatementLine | None:
+    """The leading imports' last statement or, when torch is imported later (the environment
+    set first: ``os.environ[...] = ...``, then ``import torch``), the last of the imports that
+    follow torch's."""
+    anchor = last_import(p)
+    body = list(p.module.body)
+    rest = body[body.index(anchor) + 1 :] if anchor is not None else []
+    start = next((k for k, stmt in enumerate(rest) if _imports_torch(stmt)), None)
+    for stmt in rest[start:] if start is not None else ():
+        if not (
+            isinstance(stmt, cst.SimpleStatementLine)
+            and all(isinstance(s, cst.Import | cst.ImportFrom) for s in stmt.body)
+        ):
+            break
+        anchor = stmt
+    return anchor
 
 
 class Tf32Matmul:
@@ -244,7 +303,7 @@ class Tf32Matmul:
         if p.torch_name() is None:
             text = ensure_import(text, "torch")
             p = Parsed(text)
-        anchor = last_import(p)
+        anchor = _after_torch_import(p)
         if anchor is None:
             return Refusal("the script has no module-level import to place it after")
         torch = p.torch_name() or "torch"
