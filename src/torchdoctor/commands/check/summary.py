@@ -128,12 +128,11 @@ def build_report(
     merged, account = _account(primary, run.script, merged, measured)
     # the account places findings on the user's lines: two that now share one are one cause
     merged = rank_findings(fold_same_cause(merged, primary))
-    merged, effect = _probe_effect(primary, merged, analysis, measured)
+    merged, effect, effect_notes = _probe_effect(primary, merged, analysis, measured)
     verdict = _verdict(analysis, merged, measured, account, effect)
     analysis_doc = report_dict(analysis) if analysis is not None else None
     if isinstance(analysis_doc, dict) and verdict is not None:
         analysis_doc["verdict"] = verdict  # the analyser saw only the trace's findings
-    run = RunRecord.from_dict(primary)  # after the probe effect added its note, if any
     doc = {
         "schema": REPORT_SCHEMA,
         "schema_version": REPORT_SCHEMA_VERSION,
@@ -151,7 +150,7 @@ def build_report(
         "account": account,
         "lines": run.recorded("lines"),
         "roofline": run.recorded("roofline"),
-        "notes": list(run.notes),
+        "notes": [*run.notes, *effect_notes],
     }
     return doc, analysis, merged
 
@@ -181,26 +180,25 @@ def _account(
 
 def _probe_effect(
     record: dict[str, Any], merged: list[Finding], analysis: Any, measured: Measurement
-) -> tuple[list[Finding], ProbeEffect | None]:
-    """The findings scaled to the clean step, and the probe effect (``rules/probe_effect.py``);
-    the findings as they are when the run had no clean window."""
+) -> tuple[list[Finding], ProbeEffect | None, tuple[str, ...]]:
+    """The findings scaled to the clean step, the probe effect (``rules/probe_effect.py``) and
+    the report's note when it could not be measured; the findings as they are when the run had
+    no clean window."""
     if measured.failure is not None:
-        return merged, None
+        return merged, None, ()
     from torchdoctor.rules import probe_effect
 
     try:
         effect = probe_effect.measure(record, _gpu_busy_ms(analysis))
         if effect is None:
-            return merged, None
+            return merged, None, ()
         scaled, effect = probe_effect.apply(merged, effect, record)
         # ranked again by the scaled savings: the unexplained time still follows its causes
         extra = next((f for f in scaled if f.id == "unexplained-step-time"), None)
-        return (_after_its_causes(scaled, extra) if extra is not None else scaled), effect
+        return (_after_its_causes(scaled, extra) if extra is not None else scaled), effect, ()
     except Exception as exc:  # the findings stand as measured; the report says why
-        notes = record.setdefault("notes", [])
-        if isinstance(notes, list):
-            notes.append(f"the probe effect could not be measured: {type(exc).__name__}: {exc}")
-        return merged, None
+        why = f"the probe effect could not be measured: {type(exc).__name__}: {exc}"
+        return merged, None, (why,)
 
 
 def _gpu_busy_ms(analysis: Any) -> float | None:
