@@ -190,6 +190,35 @@ def test_steps_that_waited_for_a_core_nearly_all_their_time_are_not_judged() -> 
     assert g is None or g.evidence["busy_machine"] is None
 
 
+def test_a_median_of_only_waiting_for_a_core_is_said_in_wall_clock() -> None:
+    """Every ordinary step waited for a core all its 40 ms (wall clock), so less its wait the
+    median step is 0 ms, and 'against a 0.0 ms median' alone read as if the loop did nothing:
+    the title gives the median step's wall clock and its wait. Steps 9 and 15 waited 20 ms of
+    their 40: 20 ms of their own. With half of each step waited the median is 20 ms: a ratio."""
+    wall = [40.0] * 20
+    waits = [40.0] * 20
+    waits[8] = waits[14] = 20.0
+    rec = _steps(wall)
+    rec["monitor"] = {"step_core_wait_ms": waits}
+    f = fire(RULE, rec)
+    assert f is not None and f.severity == "info" and f.evidence["median_step_ms"] == 0.0
+    assert "step 9 took 20.0 ms against a 0.0 ms median (the median step: 40.0 ms wall clock, " \
+        "40.0 ms of it waiting for a CPU core), " in f.title  # fmt: skip
+    rec["steps"]["data_wait_ms"] = [5.0] * 20  # its batch's wait is said too, not read as work
+    waits = [35.0] * 20
+    waits[8] = waits[14] = 15.0
+    rec["monitor"] = {"step_core_wait_ms": waits}
+    f = fire(RULE, rec)
+    assert f is not None
+    assert "(the median step: 40.0 ms wall clock, 35.0 ms of it waiting for a CPU core and " \
+        "5.0 ms for its batch)" in f.title  # fmt: skip
+    rec = _steps([40.0] * 20)
+    rec["monitor"] = {"step_core_wait_ms": [20.0] * 20}
+    rec["steps"]["step_ms"][8] = 200.0
+    f = fire(RULE, rec)
+    assert f is not None and "step 9 took 180.0 ms against a 20.0 ms median (9.0x)" in f.title
+
+
 def test_long_steps_that_do_not_stand_apart_on_a_loaded_machine_are_the_loads() -> None:
     """conv_lstm_step.py at load 1.8 of 2 cores (a recorded run, 2 intra-op threads): every
     step waited for a core about 87% of its time; less those waits steps 2, 7 and 16 read

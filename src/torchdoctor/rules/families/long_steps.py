@@ -36,9 +36,26 @@ def long_steps_fix(how_often: str, ratio: float, where: str) -> str:
     )
 
 
-def _times(ratio: float) -> str:
-    """' (11.0x)' after the median; nothing where the median is 0 ms (a step of only waits)."""
-    return f" ({ratio:.1f}x)" if isfinite(ratio) else ""
+def _times(run: RunRecord, judged_by: list[tuple[int, float]], typical: float, ms: float) -> str:
+    """After the median: ' (11.0x)'. Where that median reads 0.0 ms (a step of only waits) a
+    ratio says nothing: where its steps waited for a core, the median step's wall clock and
+    its waits (the steps ``judged_by``: those the median was taken over); else nothing."""
+    from statistics import median
+
+    if typical >= 0.05:
+        return f" ({ms / typical:.1f}x)"
+    steps = [i for i, _ in judged_by]
+    core = _core_waits(run)
+    wait = median(core.get(i, 0.0) for i in steps)
+    if wait <= 0.0:
+        return ""
+    data = list(run.steps.data_wait_ms) + [0.0] * len(run.steps.step_ms)
+    batch = median(data[i] for i in steps)
+    return (
+        f" (the median step: {median(run.steps.step_ms[i] for i in steps):.1f} ms wall clock, "
+        f"{wait:.1f} ms of it waiting for a CPU core"
+        + (f" and {batch:.1f} ms for its batch)" if batch >= 0.05 else ")")
+    )
 
 
 def once_fix(unit: Per, where: str) -> str:
@@ -135,7 +152,7 @@ def measure(run: RunRecord) -> Measured | None:
                 "step": worst_i + 1,
                 "ms": worst,
                 "median": typical,
-                "times": _times(ratio),
+                "times": _times(run, _judged_by(groups, candidates, worst_i), typical, worst),
                 "per_step": per_step,
             },
             evidence=evidence,
@@ -172,7 +189,7 @@ def measure(run: RunRecord) -> Measured | None:
             "step": worst_i + 1,
             "ms": worst,
             "median": typical,
-            "times": _times(worst / typical if typical else float("inf")),
+            "times": _times(run, _judged_by(groups, candidates, worst_i), typical, worst),
         },
         evidence={**evidence, "once_per": unit},
         fix={"unit": unit, "where": where[0] if where else ""},
@@ -322,6 +339,14 @@ def _groups(run: RunRecord, candidates: list[tuple[int, float]]) -> list[list[tu
     if run.steps.timed.get("clean") and len(outside) >= 3:
         return [outside]
     return [g for g in (outside, inside) if g]
+
+
+def _judged_by(
+    groups: list[list[tuple[int, float]]], candidates: list[tuple[int, float]], step: int
+) -> list[tuple[int, float]]:
+    """The steps whose median ``step`` (0-based) is judged by (:func:`_long_in`)."""
+    group = next((g for g in groups if any(i == step for i, _ in g)), candidates)
+    return group if len(group) >= 3 else candidates
 
 
 def _long_in(
