@@ -8,6 +8,12 @@ dynamo's frame hook on, so our wrapper's own frame was handed to dynamo to compi
 So: (1) dynamo's compile callbacks, which run around each frame it traces, take the patches
 off for exactly that time (dynamo then sees torch's own methods); (2) our wrappers' code
 objects are marked for dynamo's frame hook to skip (their callees are still processed).
+A third way was a cache: dynamo learns which callables are tensor methods from
+``dir(torch.Tensor)`` once (``trace_rules.get_tensor_method``), the first time it asks, and
+``torch.compile(module)`` asks at once, with our wrappers on. The set then lacked
+``TensorBase.item`` & co., so the unbound ``torch.Tensor.item(t)`` was a break of ours even under
+``capture_scalar_outputs=True``, where plain torch keeps it in the graph. Each compilation
+starts with that cache emptied, so dynamo rebuilds it with the patches off.
 ``torch._dynamo.reset()`` clears the callbacks, so every ``torch.compile`` call and every
 profiled window registers them again.
 """
@@ -38,6 +44,12 @@ class DynamoAside:
             guest.note("holding the stack while dynamo compiles", exc)
         for p in self.patchers:
             p.suspend()
+        try:
+            from torch._dynamo import trace_rules
+
+            trace_rules.get_tensor_method.cache_clear()
+        except Exception as exc:  # an older or newer dynamo without that cache
+            guest.note("rebuilding dynamo's tensor methods without our wrappers", exc)
 
     def _end(self, args: Any) -> None:
         for p in self.patchers:
