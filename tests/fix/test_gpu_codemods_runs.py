@@ -243,3 +243,42 @@ def test_nothing_is_planned_from_a_cpu_run() -> None:
     name = "classifier_device_var.py"
     p = plan(SCRIPTS / name, loader_finding(name, "pageable-h2d-copies"), {})
     assert not p.patched
+
+
+NON_BLOCKING_LOOP = """import torch
+from tqdm import tqdm
+
+loader = torch.utils.data.DataLoader(ds)
+
+
+def evaluate(model, device, host):
+    for i, (x, y) in enumerate(tqdm(loader)):
+        x, y = x.to(device), y.to(device)
+        y = model(x).argmax(1).to(host) == y.to(host)
+        mask = i.cuda(0, True)
+"""
+
+
+def test_non_blocking_reaches_through_tqdm_and_only_the_batch_copies(tmp_path: Path) -> None:
+    """A loop over ``enumerate(tqdm(loader))`` is the loader's loop (it used to find no copy);
+    only each variable's first copy, from the host, becomes non-blocking: ``y.to(host)`` after
+    ``y`` was moved may copy to the host, where a non-blocking copy is read before it lands; a
+    ``non_blocking`` given by position is not passed again (a TypeError)."""
+    from torchdoctor.fix.codemods.non_blocking import CODEMOD
+    from torchdoctor.fix.model import Rewrite, Target
+
+    (tmp_path / "train.py").write_text(NON_BLOCKING_LOOP)
+    lines = NON_BLOCKING_LOOP.splitlines()
+    raw = {"num_workers": 0, "pin_memory": False, "call": {"site": "train.py:4"}}
+    finding = FindingRef("pageable-h2d-copies", evidence={"mean_step_ms": 20.0, "dataloader": raw})
+    ctx = FixContext(RunRecord.from_dict(H200), str(tmp_path), str(tmp_path / "train.py"))
+    (target,) = CODEMOD.plan(finding, ctx)
+    assert isinstance(target, Target), target
+    assert lines[target.line - 1].lstrip().startswith("for i, (x, y) in enumerate(tqdm(loader))")
+    out = CODEMOD.rewrite(NON_BLOCKING_LOOP, target)
+    assert isinstance(out, Rewrite), out
+    changed = [ln for ln in out.source.splitlines() if ln not in lines]
+    assert changed == [
+        "        x, y = x.to(device, non_blocking=True), y.to(device, non_blocking=True)"
+    ]
+    compile(out.source, "train.py", "exec")

@@ -3,7 +3,10 @@ pinned loader, so the copy overlaps the previous step's kernels.
 
 Only on a CUDA run, and only for a loader that is (or the same patch makes it) pinned: from
 pageable memory a non-blocking copy is synchronous anyway. The copies are the ``.to(...)`` /
-``.cuda()`` calls on the loop variables of a ``for`` over the loader.
+``.cuda()`` calls on the loop variables of a ``for`` over the loader (``enumerate(loader)``,
+``tqdm(loader)``): the first of each variable only, the batch's copy from the host; a later
+``.to(...)`` of the same name may copy a device result back, and a non-blocking copy to the
+host is read before it lands.
 """
 
 from __future__ import annotations
@@ -28,27 +31,30 @@ if TYPE_CHECKING:
     from torchdoctor.fix.context import FixContext
 
 
+_WRAPPERS = ("enumerate", "tqdm", "tqdm.tqdm", "iter")
+"""Calls whose items are their first argument's: ``for i, b in enumerate(tqdm(loader))``."""
+
+
 def _iterated_name(node: cst.BaseExpression) -> str:
     """``loader`` for ``for b in loader`` and ``for i, b in enumerate(loader)``."""
-    if isinstance(node, cst.Call) and full_name(node.func) == "enumerate" and node.args:
+    while isinstance(node, cst.Call) and full_name(node.func) in _WRAPPERS and node.args:
         node = node.args[0].value
     return full_name(node)
 
 
-def _target_names(target: cst.BaseAssignTargetExpression) -> set[str]:
-    if isinstance(target, cst.Name):
-        return {target.value}
-    if isinstance(target, cst.Tuple | cst.List):
-        out: set[str] = set()
-        for el in target.elements:
-            out |= _target_names(el.value)  # type: ignore[arg-type]
-        return out
+def target_names(t: cst.CSTNode) -> set[str]:
+    """The names an assignment or ``for`` target binds: ``{"x", "y"}`` for ``i, (x, y)``."""
+    if isinstance(t, cst.Name):
+        return {t.value}
+    if isinstance(t, cst.Tuple | cst.List):
+        return set().union(*(target_names(e.value) for e in t.elements))
     return set()
 
 
 def batch_copies(loop: cst.For) -> list[cst.Call]:
-    """``x.to(device)`` / ``x.cuda()`` calls on the loop's variables inside its body."""
-    names = _target_names(loop.target)
+    """The first ``x.to(device)`` / ``x.cuda()`` call on each of the loop's variables inside its
+    body (not one to the CPU, nor one that passes ``non_blocking`` by position)."""
+    names = target_names(loop.target)
     found: list[cst.Call] = []
 
     class _V(cst.CSTVisitor):
@@ -58,9 +64,12 @@ def batch_copies(loop: cst.For) -> list[cst.Call]:
                 return
             if full_name(f.value) not in names:
                 return
+            names.discard(full_name(f.value))  # a later copy of the name is no batch copy
             first = literal(n.args[0].value) if n.args else None
             if isinstance(first, str) and first.startswith("cpu"):
                 return
+            if any(a.keyword is None and isinstance(literal(a.value), bool) for a in n.args):
+                return  # x.cuda(0, True): non_blocking given by position
             found.append(n)
 
     loop.body.visit(_V())

@@ -24,6 +24,7 @@ import libcst as cst
 
 from torchdoctor.fix import switches
 from torchdoctor.fix.codemods.base import one_call, parse_or_refuse, setting_or_parsed
+from torchdoctor.fix.codemods.non_blocking import target_names
 from torchdoctor.fix.cst_tools import (
     Parsed,
     contains_call,
@@ -64,19 +65,11 @@ def _assigns(stmt: cst.CSTNode, name: str) -> bool:
     if not isinstance(stmt, cst.SimpleStatementLine):
         return False
     for s in stmt.body:
-        if isinstance(s, cst.Assign) and any(name in _target_names(t.target) for t in s.targets):
+        if isinstance(s, cst.Assign) and any(name in target_names(t.target) for t in s.targets):
             return True
         if isinstance(s, cst.AnnAssign | cst.AugAssign) and full_name(s.target) == name:
             return True
     return False
-
-
-def _target_names(t: cst.CSTNode) -> set[str]:
-    if isinstance(t, cst.Name):
-        return {t.value}
-    if isinstance(t, cst.Tuple | cst.List):
-        return set().union(*(_target_names(e.value) for e in t.elements))
-    return set()
 
 
 def _move_calls(stmt: cst.SimpleStatementLine) -> list[Any]:
