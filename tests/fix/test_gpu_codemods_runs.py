@@ -282,3 +282,26 @@ def test_non_blocking_reaches_through_tqdm_and_only_the_batch_copies(tmp_path: P
         "        x, y = x.to(device, non_blocking=True), y.to(device, non_blocking=True)"
     ]
     compile(out.source, "train.py", "exec")
+
+
+@pytest.mark.parametrize(
+    ("own", "already"),
+    [
+        ("torch.backends.cuda.matmul.allow_tf32 = False", False),
+        ('torch.set_float32_matmul_precision("highest")', False),
+        ('torch.backends.cuda.matmul.fp32_precision = "ieee"', False),
+        ('torch.backends.cuda.matmul.fp32_precision = "tf32"', True),
+        ("torch.backends.cuda.matmul.allow_tf32=True", True),
+    ],
+)
+def test_tf32_defers_to_the_scripts_own_setting(own: str, already: bool) -> None:
+    """A script that sets the fp32 matmul precision itself, after the imports: the line the
+    codemod adds there would be undone by the script's (it used to be added anyway when the
+    script turned TF32 off); the refusal names the script's line."""
+    from torchdoctor.fix.model import Refusal, Target
+    from torchdoctor.fix.registry import CODEMODS
+
+    src = f"import torch\n\nmodel = torch.nn.Linear(4, 4)\n{own}\n"
+    out = CODEMODS["tf32-matmul"].rewrite(src, Target("tf32-matmul", "/nowhere.py", 1))
+    assert isinstance(out, Refusal) and out.already is already, out
+    assert already or f"(line 4: `{own}`)" in out.reason

@@ -17,6 +17,7 @@ from 1.12 on accepts, which 2.9+ maps onto the ``fp32_precision`` settings.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -274,6 +275,11 @@ def _after_torch_import(p: Parsed) -> cst.SimpleStatementLine | None:
     return anchor
 
 
+_OWN = re.compile(r"set_float32_matmul_precision\(|matmul\.(allow_tf32|fp32_precision)\s*=")
+_TF32_ON = re.compile(r"""(["'](high|medium|tf32)["']|=\s*True)""")
+"""The script's own fp32 matmul setting (torch's three spellings), and one that allows TF32."""
+
+
 class Tf32Matmul:
     id = "tf32-matmul"
     title = "TF32 for fp32 matmuls"
@@ -291,8 +297,14 @@ class Tf32Matmul:
         if isinstance(p, Refusal):
             return p
         text = source
-        if "set_float32_matmul_precision(" in text or "matmul.allow_tf32 = True" in text:
+        own = [(i, ln.strip()) for i, ln in enumerate(text.splitlines(), 1) if _OWN.search(ln)]
+        if own and _TF32_ON.search(own[-1][1]):
             return Refusal("the script already sets the fp32 matmul precision", already=True)
+        if own:  # a line of its own after ours would turn TF32 off again
+            return Refusal(
+                f"the script sets the fp32 matmul precision itself (line {own[-1][0]}: "
+                f"`{own[-1][1]}`): allow TF32 there"
+            )
         if p.torch_name() is None:
             text = ensure_import(text, "torch")
             p = Parsed(text)
