@@ -443,3 +443,63 @@ def test_files_named_by_sites_are_searched_too(tmp_path: Path) -> None:
     rows = [{"class": "Adam", "impl": "for-loop", "param_devices": ["cpu"]}]
     change = planner.plan([finding("host-bound", for_loop_optimizers=rows)], c).changes[0]
     assert change.status == "patched" and change.file == str(lib)
+
+
+DECORATED = """
+import torch
+
+
+@torch.compile(dynamic=False)
+def step(x, scale):
+    return x * scale
+
+
+for i in range(3):
+    batch = torch.ones(2, i + 2)
+    step(batch, 2.0)
+    step(batch.float(), 2.0)
+    step(*[batch, 2.0])
+"""
+
+
+def test_the_patch_and_the_printed_fix_name_the_same_calls_of_a_decorated_function(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """dynamo records a decorated function's site at its first decorator (the code object's
+    first line), not at ``def``. The codemod and the report's printed line take the calls from
+    one search (``rules/call_sites.py``): both put ``mark_dynamic`` before line 11's call, on
+    the caller's ``batch``; the computed ``batch.float()`` is refused by the one and left out
+    by the other; a starred call names no argument."""
+    from torchdoctor.rules.call_sites import guarded_calls
+
+    p = script(tmp_path, DECORATED)
+    dims = [{"tensor": "x", "dim": 1, "expected": 2, "actual": 3}]
+    record = {"script": str(p), "compile": {"recompile_events": [
+        {"function": "step", "site": "train.py:4", "changed_dims": dims}]}}  # fmt: skip
+    changes = planner.plan([finding("recompiles")], ctx(tmp_path, p, record)).changes
+    assert [(c.status, c.line) for c in changes] == [("patched", 11), ("refused", 12)]
+    assert "+    torch._dynamo.mark_dynamic(batch, 1)  # torchdoctor: dim 1" in changes[0].diff
+    assert "`batch.float()` is computed inside the call" in changes[1].reason
+    monkeypatch.chdir(tmp_path)
+    printed = guarded_calls(RunRecord.from_dict(record))
+    assert printed == [{"name": "x", "dim": 1, "site": "train.py:11", "expr": "batch"}]
+
+
+@pytest.mark.parametrize("source", ["events", "reasons"])
+def test_mark_dynamic_marks_a_chain_from_the_argument_the_guard_names(
+    tmp_path: Path, source: str
+) -> None:
+    """The guard names a key of a dict argument (``L['x']['ids']``, kept whole in the recorded
+    event): the caller's ``batch['ids']`` is marked before the call, from the run's recompile
+    events or, in a folder with the finding alone, from its guard reasons and where."""
+    p = script(tmp_path, DECORATED.replace("x * scale", "x['ids'] * scale").replace(
+        "batch = torch.ones(2, i + 2)", "batch = {'ids': torch.ones(2, i + 2)}"))  # fmt: skip
+    reason = "0/0: tensor 'L['x']['ids']' size mismatch at index 1. expected 2, actual 3"
+    dims = [{"tensor": "L['x']['ids']", "dim": 1, "expected": 2, "actual": 3}]
+    events = [{"function": "step", "site": "train.py:4", "changed_dims": dims}]
+    record = {"compile": {"recompile_events": events}} if source == "events" else None
+    f = FindingRef("recompiles", evidence={"reasons": [reason]}, where=("train.py:4 (step)",))
+    changes = planner.plan([f], ctx(tmp_path, p, record)).changes
+    assert [(c.status, c.line) for c in changes] == [("patched", 11), ("refused", 12)]
+    assert "+    torch._dynamo.mark_dynamic(batch['ids'], 1)  # torchdoctor: dim 1 takes " \
+        "sizes 2, 3" in changes[0].diff  # fmt: skip

@@ -7,13 +7,15 @@ name (``tokens``) is a parameter of that function; its position in the signature
 dropped for a method) picks the argument at each call of a name bound to compiled code
 (``c = torch.compile(...)``, ``m.compile()``, ``@torch.compile``). An argument computed inside
 the call (not a name, attribute or subscript chain) is not named. ``fix``'s mark-dynamic codemod
-finds the same calls in its own tree to edit them."""
+takes its places from :func:`signature` and :func:`calls_passing` and edits the line each names."""
 
 from __future__ import annotations
 
 import ast
 import os
 import re
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -44,9 +46,25 @@ def _path(site: str, bases: tuple[str, ...]) -> tuple[str, int] | None:
     return None
 
 
-def _tree(
-    path: str, cache: dict[str, tuple[ast.Module, str] | None]
-) -> tuple[ast.Module, str] | None:
+Trees = dict[str, tuple[ast.Module, str] | None]
+"""Files read and parsed once per search: path -> (tree, text), None when unreadable."""
+
+
+@dataclass(frozen=True)
+class Call:
+    """A call of compiled code that passes a guarded parameter."""
+
+    path: str
+    line: int
+    """The call's first line."""
+    expr: str
+    """The user's expression passed there, with the guard's chain after it (``batch.input_ids``);
+    for a computed argument, the argument as written."""
+    computed: bool = False
+    """The argument is computed inside the call (``tokens.long()``): nothing to mark before it."""
+
+
+def _tree(path: str, cache: Trees) -> tuple[ast.Module, str] | None:
     if path not in cache:
         try:
             text = Path(path).read_text(encoding="utf-8")
@@ -98,27 +116,31 @@ def _compiled_names(tree: ast.Module) -> set[str]:
     return {n for n in names if n}
 
 
-def _params_at(tree: ast.Module, function: str, line: int) -> list[str] | None:
-    """The parameters callers pass of the function ``def``'d around ``line`` (``self`` dropped
-    for a method); None when no such function is there."""
+def _defs(
+    node: ast.AST, in_class: bool = False
+) -> Iterator[tuple[ast.FunctionDef | ast.AsyncFunctionDef, bool]]:
+    """Every ``def`` under ``node``, outermost first, and whether a class body holds it."""
+    for child in ast.iter_child_nodes(node):
+        if isinstance(child, ast.FunctionDef | ast.AsyncFunctionDef):
+            yield child, in_class
+            yield from _defs(child, False)
+        else:
+            yield from _defs(child, isinstance(child, ast.ClassDef) or in_class)
 
-    def visit(body: list[ast.stmt], in_class: bool) -> list[str] | None:
-        for node in body:
-            if isinstance(node, ast.ClassDef):
-                found = visit(node.body, True)
-            elif isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
-                end = node.end_lineno or node.lineno
-                if node.name == (function or node.name) and node.lineno <= line <= end:
-                    names = [a.arg for a in (*node.args.posonlyargs, *node.args.args)]
-                    return names[1:] if in_class and names else names
-                found = visit(node.body, False)
-            else:
-                continue
-            if found is not None:
-                return found
-        return None
 
-    return visit(tree.body, False)
+def signature(
+    path: str, function: str, line: int, cache: Trees | None = None
+) -> tuple[str, list[str]] | None:
+    """(name, the parameters callers pass) of the function ``function`` (any name when empty)
+    whose ``def``, decorators included, spans ``line`` of ``path`` (``self`` dropped for a
+    method); None when the file does not parse or holds no such function."""
+    parsed = _tree(path, {} if cache is None else cache)
+    for node, in_class in _defs(parsed[0]) if parsed else ():
+        first = min([node.lineno, *(d.lineno for d in node.decorator_list)])
+        if node.name == (function or node.name) and first <= line <= (node.end_lineno or line):
+            names = [a.arg for a in (*node.args.posonlyargs, *node.args.args)]
+            return node.name, names[1:] if in_class and names else names
+    return None
 
 
 def _simple(e: ast.expr) -> bool:
@@ -135,14 +157,16 @@ def _argument(call: ast.Call, index: int, name: str) -> ast.expr | None:
     return next((k.value for k in call.keywords if k.arg == name), None)
 
 
-def _calls(
-    files: list[str], cache: dict[str, Any], params: list[str], name: str
-) -> list[tuple[str, int, str]]:
-    """(file, line of the call, the user's expression there) for each call of compiled code
-    passing the parameter ``name`` is a chain from."""
+def calls_passing(
+    files: Iterable[str], params: list[str], name: str, cache: Trees | None = None
+) -> list[Call] | None:
+    """Each call of compiled code in ``files`` (in file order, then line) that passes the
+    parameter ``name`` is a chain from (``batch.input_ids``, ``xs[0]``); None when ``name`` is
+    no chain from one of ``params``."""
     m = TENSOR_CHAIN.match(name)
     if m is None or m.group("base") not in params:
-        return []
+        return None
+    cache = {} if cache is None else cache
     index, out = params.index(m.group("base")), []
     for f in files:
         parsed = _tree(f, cache)
@@ -150,17 +174,20 @@ def _calls(
             continue
         tree, text = parsed
         compiled = _compiled_names(tree)
-        for call in ast.walk(tree):
-            if not (
-                isinstance(call, ast.Call)
-                and isinstance(call.func, ast.Name)
-                and call.func.id in compiled
-            ):
-                continue
+        calls = [
+            c
+            for c in ast.walk(tree)
+            if isinstance(c, ast.Call) and isinstance(c.func, ast.Name) and c.func.id in compiled
+        ]
+        for call in sorted(calls, key=lambda c: (c.lineno, c.col_offset)):
             arg = _argument(call, index, m.group("base"))
-            if arg is not None and _simple(arg):
-                expr = ast.get_source_segment(text, arg) or ""
-                out.append((f, call.lineno, expr + m.group("rest")))
+            if arg is None:
+                continue
+            expr = ast.get_source_segment(text, arg) or ""
+            if _simple(arg):
+                out.append(Call(f, call.lineno, expr + m.group("rest")))
+            else:
+                out.append(Call(f, call.lineno, expr, computed=True))
     return out
 
 
@@ -189,18 +216,18 @@ def guarded_calls(run: RunRecord) -> list[dict[str, Any]]:
             keys[(fn, site, tensor, int(d["dim"]))] = None
         for v in e.changed_values:
             keys[(e.function, e.site, str(v["name"]), None)] = None
-    cache: dict[str, Any] = {}
+    cache: Trees = {}
     script_path = _path(f"{script}:1", bases) if script else None
     out = []
     for fn, site, name, dim in keys:
         where = _path(site, bases)
-        parsed = _tree(where[0], cache) if where else None
-        params = _params_at(parsed[0], fn, where[1]) if parsed and where else None
-        if where is None or params is None:
+        found = signature(where[0], fn, where[1], cache) if where else None
+        if where is None or found is None:
             continue
         files = list(dict.fromkeys([*([script_path[0]] if script_path else []), where[0]]))
-        for path, line, expr in _calls(files, cache, params, local_name(name)):
-            rel = os.path.relpath(path, cwd)
-            shown = path if rel.startswith("..") else rel
-            out.append({"name": name, "dim": dim, "site": f"{shown}:{line}", "expr": expr})
+        for c in calls_passing(files, found[1], local_name(name), cache) or ():
+            rel = os.path.relpath(c.path, cwd)
+            shown = c.path if rel.startswith("..") else rel
+            if not c.computed:
+                out.append({"name": name, "dim": dim, "site": f"{shown}:{c.line}", "expr": c.expr})
     return out
