@@ -70,29 +70,54 @@ def _pairs(e: Experiment, net: bool = True) -> tuple[list[float], bool]:
 
 
 def measured_gain(acc: Account, fid: str, step: float) -> bool | None:
-    """Whether the toggle for ``fid`` measured a gain: the typical pair at least
-    ``TOGGLE_GAIN`` of the step faster, and, with the pairs net of each step's wait for a
-    core, their interval (``PAIR_CONFIDENCE``; four pairs: their lowest and highest ratio)
-    wholly below 1: no pair says "no change" once the scheduler's stalls are taken out (fewer
-    than four give no interval: no gain). Without that reading, more pairs faster than not: a
-    pair stalled by the scheduler is to be expected on a busy machine. None when it was not
-    measured. Never decided on how busy the machine was: both steps of a pair ran under the
-    same load."""
+    """Whether the toggle for ``fid`` measured a gain (``gain_verdict``); None when it was not
+    measured."""
+    return gain_verdict(acc, fid, step)[0]
+
+
+def gain_verdict(acc: Account, fid: str, step: float) -> tuple[bool | None, str]:
+    """(whether the toggle for ``fid`` measured a gain, the title's words for a toggle that
+    did not): a gain is the typical pair at least ``TOGGLE_GAIN`` of the step faster, and, with
+    the pairs net of each step's wait for a core, their interval (``PAIR_CONFIDENCE``; four
+    pairs: their lowest and highest ratio) wholly below 1: no pair says "no change" once the
+    scheduler's stalls are taken out (fewer than four give no interval: no gain). Without that
+    reading, more pairs faster than not: a pair stalled by the scheduler is to be expected on a
+    busy machine. Never decided on how busy the machine was: both steps of a pair ran under the
+    same load. (None, why) when it was not measured: the record's reason where a toggle was
+    skipped or failed, else that no extra steps ran."""
     from torchdoctor.rules import thresholds as th
 
     saving, _, _ = toggled(acc, fid, step)
     e = acc.experiment(fid)
     if saving is None or e is None:
-        return None
+        return None, f" (cost not measured: {_why_not_measured(acc, fid)})"
     pairs, net = _pairs(e)
+    if saving <= 0:
+        return False, "; the typical pair no faster: within this run's noise (info)"
     if saving < th.TOGGLE_GAIN * step:
-        return False
+        return False, (
+            f"; {saving / step:.0%} of the step, under the {th.TOGGLE_GAIN:.0%} that "
+            "counts as a gain: within this run's noise (info)"
+        )
     if not net:
-        return not pairs or 2 * sum(r < 1 for r in pairs) > len(pairs)
+        gain = not pairs or 2 * sum(r < 1 for r in pairs) > len(pairs)
+        return gain, "" if gain else "; no more pairs faster than not: within noise (info)"
     from torchdoctor.stats import paired_ratio_interval
 
     iv = paired_ratio_interval(pairs, [1.0] * len(pairs), confidence=PAIR_CONFIDENCE)
-    return iv.high < 1.0
+    if iv.high < 1.0:
+        return True, ""
+    return False, "; not every pair faster net of the waits for a core: within noise (info)"
+
+
+def _why_not_measured(acc: Account, fid: str) -> str:
+    """The record's reason the toggle for ``fid`` measured nothing, in words."""
+    e = next((e for e in acc.experiments if e.id == fid), None)
+    if e is None:
+        return "no extra steps ran: --full, torchrun, or the script ended first"
+    if e.skipped:
+        return e.skipped
+    return f"switching it failed: {e.error}" if e.error else "no clean pair of steps"
 
 
 def contended(run: RunRecord) -> str | None:

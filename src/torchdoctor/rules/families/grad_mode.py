@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 
 from torchdoctor.rules import fixes as fx
 from torchdoctor.rules import thresholds as th
-from torchdoctor.rules.families._run import account, code_at, measured_gain, toggled
+from torchdoctor.rules.families._run import account, code_at, gain_verdict, toggled
 from torchdoctor.rules.sites import short_site
 from torchdoctor.rules.spec import FindingSpec, Measured, RunRule
 
@@ -61,12 +61,17 @@ def measure(run: RunRecord) -> Measured | None:
     # Measured without a clear gain (a forward of large operators gains little on a CPU; the
     # modes' rule, ``_run.measured_gain``): for the record; the graph still holds the
     # activations in memory until it is freed.
-    little = measured_gain(acc, SPEC.id, step) is False
+    gain, verdict = gain_verdict(acc, SPEC.id, step)
+    little = gain is False
     calls = sum(r.graphs for r in unreached)
     return Measured(
         value=float(calls),
         saving_ms=saving,
-        title={"n": calls, "sites": ", ".join(short_site(x) for x in sites[:2]), "measured": text},
+        title={
+            "n": calls,
+            "sites": ", ".join(short_site(x) for x in sites[:2]),
+            "measured": text + verdict if little else text,
+        },
         evidence={
             "forwards": [r.raw for r in unreached],
             "sites": sites,

@@ -16,7 +16,13 @@ from typing import TYPE_CHECKING
 
 from torchdoctor.rules import fixes as fx
 from torchdoctor.rules import thresholds as th
-from torchdoctor.rules.families._run import account, contended, measured_gain, toggled
+from torchdoctor.rules.families._run import (
+    account,
+    contended,
+    gain_verdict,
+    measured_gain,
+    toggled,
+)
 from torchdoctor.rules.spec import FindingSpec, Gate, Measured, RunRule, SeverityPolicy, Variant
 
 if TYPE_CHECKING:
@@ -148,12 +154,12 @@ def measure_deterministic(run: RunRecord) -> Measured | None:
         return None
     share = acc.mode_share("deterministic_algorithms")
     saving, text, ev = toggled(acc, DETERMINISTIC_SPEC.id, step)
-    gain = measured_gain(acc, DETERMINISTIC_SPEC.id, step)
+    gain, verdict = gain_verdict(acc, DETERMINISTIC_SPEC.id, step)
     sites = acc.setter_sites("use_deterministic_algorithms", value=True)
     return Measured(
         value=share,
         saving_ms=saving or 0.0,
-        title={"measured": text or " (cost not measured: --full or torchrun)"},
+        title={"measured": text + verdict},
         evidence={"sampled_share_on": share, "sites": sites, **ev},
         fix={"sites": sites, "cuda": run.gpu is not None},
         where=tuple(sites),
@@ -252,13 +258,13 @@ def measure_backend(run: RunRecord) -> Measured | None:
     if name == "mkldnn" and acc.modes.mkldnn_available is False:
         return None
     saving, text, ev = toggled(acc, BACKEND_SPEC.id, step)
-    gain = measured_gain(acc, BACKEND_SPEC.id, step)
+    gain, verdict = gain_verdict(acc, BACKEND_SPEC.id, step)
     sites = acc.setter_sites(f"{name}.enabled", f"{name}.flags", value=False)
     context = bool(acc.setter_sites(f"{name}.flags", value=False))
     return Measured(
         value=1.0,
         saving_ms=saving or 0.0,
-        title={"name": name, "measured": text or " (cost not measured)"},
+        title={"name": name, "measured": text + verdict},
         evidence={"backend": name, "sites": sites, **ev},
         fix={"name": name, "sites": sites, "context": context},
         where=tuple(sites),
