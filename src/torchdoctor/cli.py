@@ -40,6 +40,14 @@ class LazyGroup(OneLineErrors, click.Group):
         "fix": "torchdoctor.fix.cli:fix_command",
     }
 
+    invoked: ClassVar[bool] = False
+    """Whether a subcommand started. Until one does, only click's own output (``--help``,
+    ``--version``) was made, and the console script may skip the interpreter's teardown."""
+
+    def invoke(self, ctx: click.Context) -> object:
+        LazyGroup.invoked = True
+        return super().invoke(ctx)
+
     def list_commands(self, ctx: click.Context) -> list[str]:
         return sorted([*super().list_commands(ctx), *self.lazy])
 
@@ -135,6 +143,12 @@ def analyze(
 _done_early = False
 
 
+def _skip_teardown() -> bool:
+    """Nothing is left for the interpreter's teardown: ``analyze`` finished (``_done_early``), or
+    no subcommand started (a command's open files and threads need the teardown)."""
+    return _done_early or not LazyGroup.invoked
+
+
 class NoInputJsonCommand(JsonPathCommand):
     """``demo``: no input arguments, so the word after ``--json`` is its PATH."""
 
@@ -202,14 +216,15 @@ def memory(
 
 def main() -> None:
     """The console script. Only here (never under click's test runner, which calls ``cli``)
-    does a finished ``analyze`` leave through ``os._exit`` once its output is flushed."""
+    does a finished ``analyze``, ``--help`` or ``--version`` leave through ``os._exit`` once its
+    output is flushed: the interpreter's teardown was a tenth of ``--help``'s instructions."""
     exits.console_script = True  # `check` runs the script in a child watched by this process
     try:
         cli(prog_name="torchdoctor")
     except SystemExit as exc:
-        if not (_done_early and exc.code in (None, 0)):
+        if not (_skip_teardown() and exc.code in (None, 0)):
             raise
-    if _done_early:
+    if _skip_teardown():
         import atexit
 
         atexit._run_exitfuncs()  # what was registered still runs; only the teardown is skipped

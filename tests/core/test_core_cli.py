@@ -56,3 +56,37 @@ def test_missing_file_is_one_line_and_exit_2() -> None:
     p = _run("analyze", "/nonexistent/trace.json.gz")
     assert p.returncode == 2
     assert p.stderr.count("\n") == 1 and "no such file" in p.stderr
+
+
+# An object whose finaliser runs only in the interpreter's teardown (module globals cleared).
+TEARDOWN_PROBE = """
+import sys
+class Probe:
+    def __del__(self):
+        sys.stderr.write("teardown ran\\n")
+probe = Probe()
+sys.argv = ["torchdoctor"] + sys.argv[1:]
+from torchdoctor.cli import main
+main()
+"""
+
+
+@pytest.mark.parametrize(
+    ("args", "last_words", "teardown"),
+    [
+        (["--help"], "analyse it", False),  # the last command's line: the output is complete
+        (["--version"], "torchdoctor, version", False),
+        (["memory", "--help"], "Show this message and exit.", True),
+    ],
+)
+def test_click_only_output_skips_the_interpreter_teardown(
+    args: list[str], last_words: str, teardown: bool
+) -> None:
+    """``--help`` and ``--version`` leave through ``os._exit`` once their output is flushed (the
+    teardown was a tenth of their instructions); once a subcommand starts, the teardown runs."""
+    p = subprocess.run(
+        [sys.executable, "-c", TEARDOWN_PROBE, *args], capture_output=True, text=True, timeout=60
+    )
+    assert p.returncode == 0, p.stderr
+    assert last_words in p.stdout.splitlines()[-1], p.stdout
+    assert ("teardown ran" in p.stderr) is teardown, p.stderr
