@@ -11,6 +11,7 @@ import os
 import types
 import warnings
 import weakref
+from dataclasses import replace
 from time import perf_counter
 from typing import Any
 
@@ -18,6 +19,7 @@ from torchdoctor.capture import guest
 from torchdoctor.capture.clock import StepClock
 from torchdoctor.capture.patches import Patcher
 from torchdoctor.code_paths import code_paths
+from torchdoctor.record.run import LoaderConfig
 
 _MAX_LOADERS = 16
 _USAGE_KEYS = (
@@ -41,8 +43,9 @@ def _short(value: Any) -> str:
 
 
 def construction(loader_init: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> dict[str, Any]:
-    """What the user's ``DataLoader(...)`` call passed: ``explicit`` (name -> short label,
-    from the call's values) and ``call`` (the call's source text and site, when readable).
+    """What the user's ``DataLoader(...)`` call passed, as ``LoaderConfig`` fields: ``explicit``
+    (name -> short label, from the call's values) and ``call`` (the call's source text and
+    site, when readable).
 
     The site is the innermost frame outside every library (torch, torchdoctor, site-packages):
     a loader that Lightning or accelerate rebuilds in its own code is marked ``built_in``
@@ -50,6 +53,7 @@ def construction(loader_init: Any, args: tuple[Any, ...], kwargs: dict[str, Any]
     import inspect
 
     from torchdoctor.capture import callsource
+    from torchdoctor.capture.config_probe import construction_call
 
     bound = inspect.signature(loader_init).bind_partial(None, *args, **kwargs)
     explicit = {k: _short(v) for k, v in list(bound.arguments.items())[1:] if k != "kwargs"}
@@ -57,15 +61,15 @@ def construction(loader_init: Any, args: tuple[Any, ...], kwargs: dict[str, Any]
     inner = callsource.user_frame_site(frozenset({"torch", "torchdoctor"}))
     if inner is not None and not code_paths().is_user(inner[0]):
         out["built_in"] = f"{inner[0]}:{inner[1]}"
-    site = callsource.user_frame_site()
-    if site is not None:
-        call = callsource.call_arguments(site[0], site[1], ("DataLoader",))
-        out["call"] = {"site": f"{site[0]}:{site[1]}", **(call or {})}
+    call = construction_call("DataLoader")
+    if call is not None:
+        out["call"] = call
     return out
 
 
-def loader_settings(loader: Any) -> dict[str, Any]:
-    """The DataLoader settings that decide input throughput, as plain data."""
+def loader_settings(loader: Any, built: dict[str, Any] | None = None) -> LoaderConfig:
+    """The DataLoader settings that decide input throughput, with ``built``: how the script
+    built it (``construction``'s fields, or ``error``), when that was seen."""
     from torchdoctor.capture.cpu_usage import usable_cores
 
     try:
@@ -73,21 +77,22 @@ def loader_settings(loader: Any) -> dict[str, Any]:
     except Exception:  # iterable datasets have no length
         dataset_len = None
     context = loader.multiprocessing_context
-    return {
-        "num_workers": int(loader.num_workers),
-        "pin_memory": bool(loader.pin_memory),
-        "persistent_workers": bool(loader.persistent_workers),
-        "prefetch_factor": loader.prefetch_factor,
-        "batch_size": loader.batch_size,
-        "drop_last": bool(loader.drop_last),
-        "dataset": type(loader.dataset).__name__,
-        "dataset_len": dataset_len,
-        "multiprocessing_context": None if context is None else str(context.get_start_method()),
-        "cpu_count": usable_cores(),
+    return LoaderConfig(
+        num_workers=int(loader.num_workers),
+        pin_memory=bool(loader.pin_memory),
+        persistent_workers=bool(loader.persistent_workers),
+        prefetch_factor=loader.prefetch_factor,
+        batch_size=loader.batch_size,
+        drop_last=bool(loader.drop_last),
+        dataset=type(loader.dataset).__name__,
+        dataset_len=dataset_len,
+        multiprocessing_context=None if context is None else str(context.get_start_method()),
+        cpu_count=usable_cores(),
         # torchrun's processes on one node share its CPUs between their workers (the CPUs
         # this process may use: a cpuset or taskset counts, not the machine's total).
-        "cpus_per_rank": max(1, usable_cores() // int(os.environ.get("LOCAL_WORLD_SIZE", 1))),
-    }
+        cpus_per_rank=max(1, usable_cores() // int(os.environ.get("LOCAL_WORLD_SIZE", 1))),
+        **(built or {}),
+    )
 
 
 class StepHooks:
@@ -95,7 +100,7 @@ class StepHooks:
 
     def __init__(self, clock: StepClock) -> None:
         self.clock = clock
-        self.loaders: dict[int, dict[str, Any]] = {}
+        self.loaders: dict[int, LoaderConfig] = {}
         self.constructions: weakref.WeakKeyDictionary[Any, dict[str, Any]] = (
             weakref.WeakKeyDictionary()
         )
@@ -167,12 +172,10 @@ class StepHooks:
             key = id(loader)
             if key not in hooks.loaders and len(hooks.loaders) < _MAX_LOADERS:
                 try:
-                    hooks.loaders[key] = {
-                        **loader_settings(loader),
-                        **hooks.constructions.get(loader, {}),
-                    }
+                    built = hooks.constructions.get(loader)
+                    hooks.loaders[key] = loader_settings(loader, built)
                 except Exception as exc:  # an unusual loader subclass: note it, keep going
-                    hooks.loaders[key] = {"error": f"{type(exc).__name__}: {exc}"}
+                    hooks.loaders[key] = LoaderConfig(error=f"{type(exc).__name__}: {exc}")
             t0 = perf_counter()
             with warnings.catch_warnings(record=True) as caught:
                 warnings.simplefilter("always")
@@ -225,10 +228,11 @@ class StepHooks:
                 self.worker_iters[key] = weakref.ref(it)
             settings = self.loaders.get(key)
             if caught and settings is not None:
-                seen = settings.setdefault("torch_warnings", [])
+                seen = list(settings.torch_warnings)
                 for w in caught:
                     if len(seen) < 4 and str(w.message) not in seen:
                         seen.append(str(w.message))
+                self.loaders[key] = replace(settings, torch_warnings=tuple(seen))
         except Exception:  # bookkeeping only
             pass
         for w in caught:  # as if we had not looked: the script's filters decide
@@ -261,7 +265,8 @@ class StepHooks:
         """A loader a library rebuilt (Lightning adds its sampler, accelerate shards it) gets
         the user's own construction of a loader over the same dataset: that is the call to fix."""
         key = id(getattr(loader, "dataset", None))
-        if "built_in" not in built and "kwargs" in (built.get("call") or {}):
+        call = built.get("call")
+        if "built_in" not in built and call is not None and call.kwargs is not None:
             self._user_calls[key] = built
             return built
         user = self._user_calls.get(key)
@@ -298,11 +303,12 @@ class StepHooks:
         self._patcher.restore()
 
     def snapshot(self) -> dict[str, Any]:
-        """DataLoader settings seen (one entry per loader) and raw signal counts."""
-        loaders = []
-        for key, settings in self.loaders.items():
-            use = self.usage.get(key)
-            loaders.append({**settings, "usage": dict(use)} if use else settings)
+        """DataLoader settings seen (one row per loader, with what it did) and the signals'
+        counts: ``RunConfig`` fields."""
+        loaders = [
+            replace(settings, usage=dict(use)) if (use := self.usage.get(key)) else settings
+            for key, settings in self.loaders.items()
+        ]
         return {
             "dataloaders": loaders,
             "batches": self.batches,

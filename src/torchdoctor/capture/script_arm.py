@@ -175,7 +175,7 @@ def run_main(script: str, args: Sequence[str], source: str) -> Any:
 
 def _loaders(snapshot: dict[str, Any]) -> list[dict[str, Any]]:
     keys = ("batch_size", "dataset_len", "num_workers", "persistent_workers")
-    return [{k: d.get(k) for k in keys} for d in snapshot.get("dataloaders", [])]
+    return [{k: getattr(d, k) for k in keys} for d in snapshot.get("dataloaders", [])]
 
 
 def measure(spec: dict[str, Any]) -> dict[str, Any]:

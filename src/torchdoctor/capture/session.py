@@ -28,7 +28,7 @@ from torchdoctor.capture.switchboard import KERNEL_STEPS, Instrument, Switchboar
 from torchdoctor.capture.syncs import SyncRecorder
 from torchdoctor.capture.timed_window import TimedWindow, WindowTiming, compiled_steps, script_cuda
 from torchdoctor.capture.watcher import Watchers
-from torchdoctor.record.run import StepStats
+from torchdoctor.record.run import RunConfig, StepStats
 from torchdoctor.record.write import RankPlace, RunHeader, run_document
 
 
@@ -576,13 +576,13 @@ class Session:
             "ops": self._op_summary(),
             "job": self.job,
             "compile": self.compile.snapshot(self.measure_start_unix_s, self.aside.compilations),
-            "config": {
+            "config": RunConfig(
                 **self.config.snapshot(),
                 **self.hooks.snapshot(),
-                "forward_steps": self.forward.snapshot(),
-                "checkpointing": self.checkpoints.snapshot(),
-                "housekeeping": self.housekeeping.snapshot(),
-            },
+                forward_steps=self.forward.snapshot(),
+                checkpointing=self.checkpoints.snapshot(),
+                housekeeping=self.housekeeping.snapshot(),
+            ),
             "syncs": self.syncs.snapshot(),
             "cpu": self.cpu,
             "monitor": self.monitor.record(),

@@ -22,6 +22,7 @@ from torchdoctor.record.rows import (
     AutocastUse,
     Checkpointing,
     CompileCall,
+    ConstructionCall,
     DataParallelWrapper,
     DdpWrapper,
     ForwardCalls,
@@ -242,23 +243,38 @@ class CompileStats(Row):
 
 @dataclass(frozen=True)
 class LoaderConfig(Row):
-    """One DataLoader's settings as the script built it."""
+    """One DataLoader's settings as the script built it (``capture/hooks.py`` builds the row,
+    its fields in the record's order)."""
 
     num_workers: int = 0
     pin_memory: bool = False
+    persistent_workers: bool = False
+    prefetch_factor: int | None = None
     batch_size: int | None = None
-    cpus_per_rank: int | None = None
-    cpu_count: int | None = None
+    drop_last: bool = False
+    dataset: str = ""
+    """The dataset's class name."""
     dataset_len: int | None = field(default=None, metadata=reads(lambda v, _: _count(v) or None))
     """``len()`` of the loader's dataset; None when it has none (an iterable dataset)."""
-    persistent_workers: bool = False
     multiprocessing_context: str | None = None
     """The workers' start method when the script set one (``spawn``...), else None."""
-    usage: dict[str, Any] = field(default_factory=dict)
+    cpu_count: int | None = None
+    cpus_per_rank: int | None = None
+    explicit: dict[str, str] | None = field(default=None, metadata=omitted_at_default())
+    """The arguments the construction passed, each as a short label (a function's name, a
+    literal); None when the construction was not seen (a loader built before the hooks)."""
+    built_in: str = field(default="", metadata=omitted_at_default())
+    """``file:line`` of the library frame that built the loader (Lightning and accelerate
+    rebuild the user's); empty when the user's code did."""
+    call: ConstructionCall | None = field(default=None, metadata=omitted_at_default())
+    """The user's ``DataLoader(...)`` call (for a rebuilt loader, the one over its dataset)."""
+    error: str = field(default="", metadata=omitted_at_default())
+    """Why the loader's settings or construction could not be read."""
+    torch_warnings: tuple[str, ...] = field(default=(), metadata=omitted_at_default())
+    """torch's own warnings about this loader (too many workers for the CPUs...)."""
+    usage: dict[str, Any] = field(default_factory=dict, metadata=omitted_at_default())
     """What the loader did in the run: batches, waits and worker CPU time, in the measured
     steps (``measured_*``) and the profiled window (``window_*``)."""
-    torch_warnings: tuple[str, ...] = ()
-    """torch's own warnings about this loader (too many workers for the CPUs...)."""
     raw: dict[str, Any] = field(default_factory=dict)
     """Everything recorded about the loader (more arguments than the fields above)."""
 
@@ -270,21 +286,26 @@ class LoaderConfig(Row):
 
 @dataclass(frozen=True)
 class RunConfig(Row):
-    """Settings the run used: loaders, precision, optimizers, parallel wrappers, backend flags."""
+    """Settings the run used: precision, parallel wrappers, optimizers, backend flags, loaders,
+    the step signals' counts. Built once at the end (``capture/session.py``) from the watchers'
+    parts, its fields in the record's order."""
 
-    dataloaders: list[LoaderConfig] = field(default_factory=list)
     autocast: tuple[AutocastUse, ...] = ()
     grad_scalers: tuple[GradScaler, ...] = ()
-    optimizers: tuple[Optimizer, ...] = ()
-    optimizer_steps: int = 0
-    measured_optimizer_steps: int = 0
-    measured_backward_calls: int = 0
-    """backward() calls in the measured steps (more than the optimizer steps: accumulation)."""
-    ddp: list[DdpWrapper] = field(default_factory=list)
-    """DistributedDataParallel constructions."""
-    backend_flags: dict[str, Any] = field(default_factory=dict)
     data_parallel: list[DataParallelWrapper] | None = None
     """nn.DataParallel constructions; None when the run did not watch for them."""
+    ddp: list[DdpWrapper] = field(default_factory=list)
+    """DistributedDataParallel constructions."""
+    optimizers: tuple[Optimizer, ...] = ()
+    backend_flags: dict[str, Any] = field(default_factory=dict)
+    dataloaders: list[LoaderConfig] = field(default_factory=list)
+    batches: int = 0
+    """DataLoader batches the script took, in the whole run."""
+    optimizer_steps: int = 0
+    backward_calls: int = 0
+    measured_backward_calls: int = 0
+    """backward() calls in the measured steps (more than the optimizer steps: accumulation)."""
+    measured_optimizer_steps: int = 0
     forward_steps: ForwardCalls = field(default_factory=ForwardCalls)
     """The top-level model calls that marked an inference loop's steps."""
     checkpointing: Checkpointing = field(default_factory=Checkpointing)
