@@ -115,18 +115,12 @@ def _device_type(p: Parsed, moves: Sequence[cst.CSTNode], torch: str) -> str:
     return f"{torch}.device({found.pop()}).type" if len(found) == 1 else '"cuda"'
 
 
-def _is_autocast(p: Parsed, stmt: cst.CSTNode) -> bool:
-    if not isinstance(stmt, cst.With):
-        return False
-    return any(
-        full_name(i.item.func if isinstance(i.item, cst.Call) else i.item).rsplit(".", 1)[-1]
-        in ("autocast",)
-        for i in stmt.items
-    )
-
-
-def _is_autocast_call(p: Parsed, node: cst.CSTNode) -> bool:
-    return isinstance(node, cst.Call) and full_name(node.func).rsplit(".", 1)[-1] == "autocast"
+def _is_autocast(p: Parsed, node: cst.CSTNode) -> bool:
+    """An ``autocast(...)`` call (any module's), or a ``with`` statement that enters one."""
+    if isinstance(node, cst.With):
+        return any(_is_autocast(p, i.item) for i in node.items)
+    name = full_name(node) if isinstance(node, cst.Call | cst.Name | cst.Attribute) else ""
+    return name.rsplit(".", 1)[-1] == "autocast"  # a call's name is its function's
 
 
 def _dtype_setting(
@@ -162,7 +156,7 @@ def _own_dtype_switch(ctx: FixContext) -> Switch | Target | Refusal | None:
     for f in ctx.files():
         p = ctx.parsed(f)
         for call in p.all(cst.Call) if p is not None else ():
-            if _is_autocast_call(p, call):  # type: ignore[arg-type]
+            if _is_autocast(p, call):  # type: ignore[arg-type]
                 dtype = next(
                     (a.value for a in call.args if a.keyword and a.keyword.value == "dtype"), None
                 )
