@@ -44,11 +44,12 @@ class DynamoAside:
             guest.note("holding the stack while dynamo compiles", exc)
         for p in self.patchers:
             p.suspend()
-        try:
+        try:  # a dynamo without that cache has nothing to rebuild
             from torch._dynamo import trace_rules
 
-            trace_rules.get_tensor_method.cache_clear()
-        except Exception as exc:  # an older or newer dynamo without that cache
+            cached = getattr(trace_rules, "get_tensor_method", None)
+            getattr(cached, "cache_clear", lambda: None)()
+        except Exception as exc:
             guest.note("rebuilding dynamo's tensor methods without our wrappers", exc)
 
     def _end(self, args: Any) -> None:
