@@ -188,6 +188,8 @@ CASES: tuple[Case, ...] = (
     # compute inside fused operators: the encoder fast path, and a held-out LSTM
     Case("control_encoder_inference.py", "", (), ""),
     Case("control_lstm_inference.py", "", (), ""),
+    # intra-op threads waiting for one another on a busy machine: batched conv inference
+    Case("control_conv_scoring.py", "", (), ""),
 )
 
 

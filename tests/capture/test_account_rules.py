@@ -446,3 +446,78 @@ def test_operator_time_lost_to_threads_on_busy_cores_is_the_machines() -> None:
     assert a is not None
     text = roofline_line(RunRecord.from_dict(rec), a.to_dict())
     assert "60.0 ms of operators whose intra-op threads waited for one another" in text
+
+
+def _stepped(threads_wait_ms: list[float | None], probe: dict[str, Any] | None) -> dict[str, Any]:
+    """A 100 ms median step (90 ms of torch operators against a 30 ms allowance) whose five
+    measured steps (after two warm-up steps) recorded the intra-op threads' wait for a core
+    beyond the step's own (``cpu.step_threads_wait_ms``), and the thread probe's record."""
+    rec = record(lines=lines([row("t.py:32", **{"torch ops": 90.0})]), roofline=roof(10.0))
+    rec["steps"] |= {
+        "warmup_steps": 2,
+        "step_ms": [300.0, 200.0, 90.0, 95.0, 100.0, 105.0, 110.0],
+        "count": 7,
+    }
+    cpu = {k: v for k, v in _threads(1.0).items() if k != "thread_probe"}
+    rec["cpu"] = {**cpu, "step_threads_wait_ms": threads_wait_ms}
+    if probe is not None:
+        rec["cpu"]["thread_probe"] = probe
+    return rec
+
+
+def test_a_failed_thread_probe_leaves_the_threads_own_wait_in_the_median_step() -> None:
+    """The probe failed (207x, labelled) or never ran: the operators' time lost to threads
+    waiting for one another is the helpers' own wait for a core in the median measured step
+    (100 ms, the fifth step: 42 ms), not the probe's ratio (which would claim all 60 ms)."""
+    waits = [0.0, 0.0, 5.0, 7.0, 42.0, 50.0, 51.0]
+    failed = _threads(207.2, failed=True)["thread_probe"]
+    for probe, why in ((failed, "its 207.2x slow-down is labelled failed"), (None, "did not run")):
+        rec = _stepped(waits, probe)
+        a = step_account(rec, [])
+        assert a is not None and a.threads_wait_ms == pytest.approx(42.0)
+        assert a.unexplained_ms == pytest.approx(28.0)  # 100 - 30 allowance - 42
+        assert a.threads_wait_from is not None and why in a.threads_wait_from
+        assert "own wait for a core in the median step" in a.threads_wait_from
+    # a probe that errored: the same
+    rec = _stepped(waits, {"error": "RuntimeError: boom"})
+    a = step_account(rec, [])
+    assert a is not None and a.threads_wait_ms == pytest.approx(42.0)
+    assert "not the thread probe: it failed (RuntimeError: boom)" in (a.threads_wait_from or "")
+    # never more than the operators' time beyond the allowance (60 ms)
+    a = step_account(_stepped([0.0, 0.0, 80.0, 80.0, 80.0, 80.0, 80.0], None), [])
+    assert a is not None and a.threads_wait_ms == pytest.approx(60.0)
+    # a measured step whose wait is unknown: the steps' figure is not taken
+    a = step_account(_stepped([0.0, 0.0, 5.0, None, 42.0, 50.0, 51.0], None), [])
+    assert a is not None and a.threads_wait_ms == 0.0 and a.threads_wait_from is None
+
+
+def test_threads_that_did_not_wait_leave_a_real_gap_unexplained() -> None:
+    """On free cores the helpers never wait: a failed probe explains nothing then, and the 70 ms
+    of operator time beyond the allowance is still a finding."""
+    failed = _threads(207.2, failed=True)["thread_probe"]
+    rec = _stepped([0.0] * 7, failed)
+    a = step_account(rec, [])
+    assert a is not None and a.threads_wait_ms == 0.0 and a.unexplained_ms == pytest.approx(70.0)
+    found = unexplained(rec, [])
+    assert found is not None and found.severity in ("warning", "critical")
+
+
+def test_a_probe_that_measured_is_capped_by_the_threads_own_wait() -> None:
+    """A plausible probe (3x: 90 * (1 - 1/3) = 60 ms) says more than the script's threads waited
+    in its median step (20 ms): the steps' own wait is the measured bound, and the report says
+    the probe's figure was capped."""
+    probe = _threads(3.0)["thread_probe"]
+    rec = _stepped([0.0, 0.0, 1.0, 2.0, 20.0, 30.0, 30.0], probe)
+    a = step_account(rec, [])
+    assert a is not None and a.threads_wait_ms == pytest.approx(20.0)
+    assert "capped at the 20.0 ms" in (a.threads_wait_from or "")
+    # one that says less than the threads waited stands as measured: 90 * (1 - 1/1.5) = 30 ms
+    rec = _stepped([0.0, 0.0, 1.0, 2.0, 55.0, 60.0, 60.0], _threads(1.5)["thread_probe"])
+    a = step_account(rec, [])
+    assert a is not None and a.threads_wait_ms == pytest.approx(30.0)
+    assert (a.threads_wait_from or "").startswith("the thread probe: 1.5x")
+    from torchdoctor.record.run import RunRecord
+    from torchdoctor.report.account_text import roofline_line
+
+    text = roofline_line(RunRecord.from_dict(rec), a.to_dict())
+    assert "waited for one another on the busy cores: the thread probe: 1.5x" in text

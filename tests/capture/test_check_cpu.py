@@ -114,6 +114,11 @@ def test_check_four_threads_on_one_core(tmp_path: Path) -> None:
     cpu = r.run["cpu"]
     assert cpu["cores"] == 1 and cpu["intra_op_threads"] == 4
     assert cpu["thread_probe"]["ratio_median"] > 1.0
+    # every step's wait of the intra-op threads beyond the step's own, as the step clock read it
+    waits, steps = cpu["step_threads_wait_ms"], r.run["steps"]
+    assert len(waits) == len(steps["step_ms"])
+    measured = waits[steps["warmup_steps"] : steps["warmup_steps"] + steps["measured_steps"]]
+    assert measured and all(isinstance(w, float) and w >= 0.0 for w in measured), waits
     found = {f["id"]: f for f in r.report["findings"]}
     f = found["cpu-oversubscribed"]
     assert f["fix"].startswith("torch.set_num_threads(1)  # in place of the line at "), f

@@ -21,7 +21,7 @@ import pytest
 from torchdoctor.capture import clock as clock_mod
 from torchdoctor.capture import cpu_usage
 from torchdoctor.capture.clock import StepClock
-from torchdoctor.capture.cpu_usage import StepWait, step_lost_s
+from torchdoctor.capture.cpu_usage import StepWait, step_lost_s, step_threads_wait_s
 from torchdoctor.capture.monitor import Monitor
 from torchdoctor.capture.options import CheckOptions
 from torchdoctor.record.typed import recorded
@@ -160,21 +160,27 @@ def test_a_descriptor_the_script_reused_is_never_read_as_ours_nor_closed(tmp_pat
 
 
 @pytest.mark.parametrize(
-    ("run_ms", "wait_ms", "helpers_ms", "lost_ms"),
+    ("run_ms", "wait_ms", "helpers_ms", "lost_ms", "spun_ms"),
     [
-        (90, 10, 80, 10),  # the thread ran (a collection) while idle helpers spun: its own wait
-        (20, 10, 120, 80),  # blocked 70 ms on helpers that waited 120: 70 of it is theirs
-        (20, 10, 30, 40),  # blocked 70 ms, helpers waited 30: those 30
-        (100, 0, 50, 0),  # never blocked: helpers cost nothing
+        (90, 10, 80, 10, 80),  # the thread ran (a collection) while idle helpers spun: its own wait
+        # blocked 70 ms on helpers that waited 120: 70 of it is theirs; of the other 50 only
+        # the 20 ms the thread ran can have held it at a barrier
+        (20, 10, 120, 80, 20),
+        (20, 10, 30, 40, 0),  # blocked 70 ms, helpers waited 30: those 30
+        (100, 0, 50, 0, 50),  # never blocked (spinning at the barrier): all 50 left to the threads
     ],
 )
 def test_a_step_loses_its_own_wait_and_its_helpers_up_to_its_blocked_time(
-    run_ms: int, wait_ms: int, helpers_ms: int, lost_ms: int
+    run_ms: int, wait_ms: int, helpers_ms: int, lost_ms: int, spun_ms: int
 ) -> None:
+    """``step_lost_s`` is the step's wait for other processes' cores; the helpers' wait it leaves
+    out (``step_threads_wait_s``) is the most the threads' waiting for one another cost."""
     start = (1000 * MS, 500 * MS, 700 * MS)
     end = (start[0] + run_ms * MS, start[1] + wait_ms * MS, start[2] + helpers_ms * MS)
     assert step_lost_s(0.100, start, end) == pytest.approx(lost_ms / 1e3)
+    assert step_threads_wait_s(0.100, start, end) == pytest.approx(spun_ms / 1e3)
     assert math.isnan(step_lost_s(0.100, None, end))
+    assert math.isnan(step_threads_wait_s(0.100, start, None))
 
 
 def _monitor(step_ms: float, core_ms: float, so_far_ms: float = 0.0) -> tuple[Monitor, Any]:

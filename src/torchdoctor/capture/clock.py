@@ -25,7 +25,7 @@ from array import array
 from time import perf_counter
 from typing import Any, Literal
 
-from torchdoctor.capture.cpu_usage import StepWait, step_lost_s
+from torchdoctor.capture.cpu_usage import StepWait, step_lost_s, step_threads_wait_s
 from torchdoctor.capture.options import CheckOptions
 from torchdoctor.capture.switchboard import KERNEL_STEPS, SYNC_STEPS
 
@@ -109,6 +109,9 @@ class StepClock:
         """Seconds of each step lost to waiting for a core (the scheduler's run-queue wait:
         other processes held the cores), the counted thread's and its helpers'
         (``cpu_usage.step_lost_s``); NaN where unknown."""
+        self.threads_wait_s = array("d")
+        """Seconds of each step its helpers waited for a core beyond ``core_wait_s``
+        (``cpu_usage.step_threads_wait_s``); NaN where unknown."""
         self.window_opened = False
         self.window_closed = False
         self._pending_wait = 0.0
@@ -211,6 +214,9 @@ class StepClock:
         self.step_s.append(now - self._step_start)
         self.data_wait_s.append(self._pending_wait)
         self.core_wait_s.append(step_lost_s(now - self._step_start, self._core_start, core))
+        self.threads_wait_s.append(
+            step_threads_wait_s(now - self._step_start, self._core_start, core)
+        )
         if self.log is not None:
             self.log.step(now - self._step_start, self._pending_wait)
         self._pending_wait = 0.0

@@ -119,8 +119,33 @@ def step_lost_s(
     wait too, and never cost a thread that runs); NaN when unknown."""
     if start is None or end is None:
         return math.nan
+    _, wait, helpers, blocked = _step_waits(wall_s, start, end)
+    return wait + min(helpers, blocked)
+
+
+def step_threads_wait_s(
+    wall_s: float, start: tuple[int, int, int] | None, end: tuple[int, int, int] | None
+) -> float:
+    """Seconds of a step (as ``step_lost_s``) its helpers waited for a core beyond what
+    ``step_lost_s`` counts, up to the time the counting thread ran: a thread that spins at a
+    parallel region's barrier for a helper without a core runs meanwhile. At most what intra-op
+    threads waiting for one another cost the step (a helper preempted while it spins idle
+    between regions counts too, and costs nothing; of several helpers waiting at once only the
+    last holds a region up; a helper that waited while the thread waited too cost the step
+    nothing more, and on a busy machine that is most of it); NaN when unknown."""
+    if start is None or end is None:
+        return math.nan
+    run, _, helpers, blocked = _step_waits(wall_s, start, end)
+    return min(run, helpers - min(helpers, blocked))
+
+
+def _step_waits(
+    wall_s: float, start: tuple[int, int, int], end: tuple[int, int, int]
+) -> tuple[float, float, float, float]:
+    """(the counting thread's time running, its wait, its helpers' wait, the time it was
+    neither running nor waiting) over a step, in seconds."""
     run, wait = (end[0] - start[0]) / 1e9, (end[1] - start[1]) / 1e9
-    return wait + min(max(0.0, (end[2] - start[2]) / 1e9), max(0.0, wall_s - run - wait))
+    return run, wait, max(0.0, (end[2] - start[2]) / 1e9), max(0.0, wall_s - run - wait)
 
 
 def _native_id() -> int:

@@ -9,6 +9,7 @@ its exit status is returned.
 from __future__ import annotations
 
 import contextlib
+import math
 import os
 import re
 import runpy
@@ -368,13 +369,18 @@ def _memory_steps(
 
 
 def _probe_threads(session: Any) -> None:
-    """When the window's counters say more threads ran than there were free cores, measure
-    what that costs now: the same small work with the script's thread count and with fewer,
-    interleaved (``cpu_usage.thread_probe``). The script's steps are over by now."""
+    """Each step's wait of the intra-op threads for a core that its own thread did not block
+    on (``clock.threads_wait_s``, ms, as ``steps.step_ms``); and when the window's counters say
+    more threads ran than there were free cores, measure what that costs now: the same small
+    work with the script's thread count and with fewer, interleaved
+    (``cpu_usage.thread_probe``). The script's steps are over by now."""
     from torchdoctor.capture.cpu_usage import thread_probe
     from torchdoctor.rules.cpu_rules import cpu_demand
 
     cpu: Any = getattr(session, "cpu", None)
+    waits = getattr(getattr(session, "clock", None), "threads_wait_s", None)
+    if isinstance(cpu, dict) and waits is not None:
+        cpu["step_threads_wait_ms"] = [None if math.isnan(w) else round(w * 1e3, 3) for w in waits]
     d = cpu_demand(cpu) if isinstance(cpu, dict) else None
     if d is None or not d.oversubscribed or "thread_probe" in cpu:  # probed once per run
         return

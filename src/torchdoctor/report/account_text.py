@@ -94,7 +94,8 @@ def roofline_line(run: RunRecord, account: dict[str, Any] | None) -> str:
         if account.get("threads_wait_ms"):
             text += (
                 f" (and {account['threads_wait_ms']:.1f} ms of operators whose intra-op "
-                "threads waited for one another on the busy cores: the thread probe's slow-down)"
+                "threads waited for one another on the busy cores: "
+                f"{account.get('threads_wait_from') or 'the thread probe'})"
             )
         assumed = account.get("assumed_compute") or {}
         if assumed.get("op"):

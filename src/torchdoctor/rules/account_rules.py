@@ -99,7 +99,10 @@ class StepAccount:
     (``rules/assumed_compute.py``); None when there is none."""
     threads_wait_ms: float = 0.0
     """Operator time lost to intra-op threads waiting for one another on cores other processes
-    held (:func:`threads_wait_ms`): explained, by the machine and the thread count."""
+    held (:func:`threads_wait`): explained, by the machine and the thread count."""
+    threads_wait_from: str | None = None
+    """Where ``threads_wait_ms`` was taken from, in words (the thread probe, or the threads'
+    own wait for a core and why not the probe); None when there was no such wait to take."""
 
     @property
     def unexplained_share(self) -> float:
@@ -149,7 +152,7 @@ def step_account(record: dict[str, Any], findings: list[Finding]) -> StepAccount
         ),
     )
     ops_ms = categories.get("torch ops", 0.0) * scale
-    threads = threads_wait_ms(run, findings, ops_ms, ops_ms - allowance)
+    threads, threads_from = threads_wait(run, findings, ops_ms, ops_ms - allowance)
     unexplained = max(0.0, step - allowance - named - contention - threads)
     excess = max(0.0, 1.0 - allowance / ops_ms) if ops_ms > 0 else 0.0
     fusion = floors.fusion if floors is not None else None
@@ -164,6 +167,7 @@ def step_account(record: dict[str, Any], findings: list[Finding]) -> StepAccount
         named_ms=round(named, 4),
         contention_ms=round(contention, 4),
         threads_wait_ms=round(threads, 4),
+        threads_wait_from=threads_from,
         unexplained_ms=round(unexplained, 4),
         explained=roof is not None and unexplained < th.UNEXPLAINED_SHARE * step,
         categories=categories,
@@ -176,32 +180,71 @@ def step_account(record: dict[str, Any], findings: list[Finding]) -> StepAccount
     )
 
 
-def threads_wait_ms(
+def threads_wait(
     run: RunRecord, findings: list[Finding], ops_ms: float, beyond_ms: float
-) -> float:
+) -> tuple[float, str | None]:
     """ms per step of the operators' time (``ops_ms``) lost to intra-op threads waiting for one
-    another: each parallel operator waits for its last thread, and a thread without a core
-    holds it for a time slice, not for its share of the work (the thread that waits spins at
-    the barrier, so its own wait for a core does not show it). The thread probe's median
-    slow-down of the script's thread count over fewer (``cpu.thread_probe``, interleaved, the
-    same work) says how much: ``ops_ms * (1 - 1 / ratio)``, at most ``beyond_ms`` (the
-    operators' time beyond the roofline's allowance). 0 on a GPU run, below
-    ``OVERSUBSCRIBED_RATIO``, or where ``cpu-oversubscribed`` claims that time as a warning or
-    critical (its saving is named).
+    another, and where that figure comes from (None: nothing taken). Each parallel operator
+    waits for its last thread, and a thread without a core holds it for a time slice, not for
+    its share of the work (the thread that waits spins at the barrier, so its own wait for a
+    core does not show it). At most ``beyond_ms`` (the operators' time beyond the roofline's
+    allowance); 0 on a GPU run (the operators' host time is launches, not parallel regions) or
+    where ``cpu-oversubscribed`` claims that time as a warning or critical (its saving is
+    named). Two measurements say how much:
 
-    The probe's failed label (a ratio above ``PROBE_RATIO_PER_THREAD``) is not taken as no
-    slow-down here: conv_lstm_step.py's step, 1 and 2 threads interleaved in one process on a
-    2-core machine at load 22, ran 9.4x slower with 2 (rounds 5.9-12.3x; the main thread's
-    CPU time 76 ms against 12 ms), where its probe read 10.6x and was called failed."""
-    probe = run.cpu.get("thread_probe") or {}
-    ratio = probe.get("ratio_median")
-    if run.gpu is not None or not isinstance(ratio, (int, float)):
-        return 0.0  # on a GPU run the operators' host time is launches, not parallel regions
-    if ratio < th.OVERSUBSCRIBED_RATIO:
-        return 0.0
+    - the thread probe's median slow-down of the script's thread count over fewer
+      (``cpu.thread_probe``, interleaved, the same small work): ``ops_ms * (1 - 1 / ratio)``,
+      nothing below ``OVERSUBSCRIBED_RATIO``;
+    - the script's own median step: its helpers' wait for a core while its thread ran or
+      waited itself (``cpu.step_threads_wait_ms``, from the per-step schedstat the step clock
+      reads; ``cpu_usage.step_threads_wait_s``): an upper bound of the same wait, measured on
+      the script's operators rather than the probe's.
+
+    The probe is taken where it measured (no error, no failed label), capped by the steps' own
+    wait where that is known. A failed, refused or missing probe leaves the steps' own wait.
+    Its ratio is not bounded by the thread count on a busy machine: the probe's work is a
+    few 100 us regions, each held up by a time slice, and conv_lstm_step.py's own step, 1 and
+    2 threads interleaved in one process on a 2-core machine at load 22, ran 9.4x slower with 2
+    (control_conv_scoring.py at load 11: 13-17x, its probe 309x): so a failed probe's ratio is
+    still the record's best figure when the steps' wait was not recorded (an older record)."""
+    if run.gpu is not None:
+        return 0.0, None
     if any(f.id == "cpu-oversubscribed" and f.severity != "info" for f in findings):
-        return 0.0
-    return max(0.0, min(beyond_ms, ops_ms * (1.0 - 1.0 / float(ratio))))
+        return 0.0, None
+    probe = run.cpu.get("thread_probe") or {}
+    probe = probe if isinstance(probe, dict) else {}
+    ratio = probe.get("ratio_median")
+    ratio = float(ratio) if isinstance(ratio, (int, float)) else None
+    from torchdoctor.rules.cpu_rules import implausible_probe
+
+    failed = probe.get("error") or probe.get("failed") or implausible_probe(probe)
+    own = _median_of(run, run.cpu.get("step_threads_wait_ms"))
+    if ratio is not None and not failed:
+        ms = ops_ms * (1.0 - 1.0 / ratio) if ratio >= th.OVERSUBSCRIBED_RATIO else 0.0
+        said = f"the thread probe: {ratio:.1f}x slower with {probe.get('threads_a')} threads"
+        if own is not None and own < ms:
+            ms, said = own, f"{said}, capped at the {own:.1f} ms its threads waited in the step"
+    elif own is not None:
+        if probe.get("error"):
+            why = f"it failed ({probe['error']})"
+        elif ratio is not None:
+            why = f"its {ratio:.1f}x slow-down is labelled failed"
+        else:
+            why = "it did not run"
+        ms = own
+        said = f"the threads' own wait for a core in the median step, not the thread probe: {why}"
+    elif ratio is not None and ratio >= th.OVERSUBSCRIBED_RATIO:
+        ms, said = (
+            ops_ms * (1.0 - 1.0 / ratio),
+            (
+                f"the thread probe: {ratio:.1f}x (labelled failed; the record has no per-step wait "
+                "of its threads)"
+            ),
+        )
+    else:
+        return 0.0, None
+    ms = max(0.0, min(beyond_ms, ms))
+    return (ms, said) if ms > 0 else (0.0, None)
 
 
 def _own_step(run: RunRecord) -> float | None:
@@ -210,13 +253,29 @@ def _own_step(run: RunRecord) -> float | None:
     wait is unknown."""
     from torchdoctor.rules.families.long_steps import step_core_waits
 
-    waits, steps = step_core_waits(run), run.steps
-    lo, hi = steps.warmup_steps, steps.warmup_steps + steps.measured_steps
-    if waits is None or hi <= lo or any(w is None for w in waits[lo:hi]):
+    waits = step_core_waits(run)
+    if waits is None:
         return None
-    ranked = sorted(zip(steps.step_ms[lo:hi], waits[lo:hi], strict=True))
+    steps = run.steps.step_ms
+    return _median_of(
+        run, [None if w is None else t - min(t, w) for t, w in zip(steps, waits, strict=True)]
+    )
+
+
+def _median_of(run: RunRecord, per_step: Any) -> float | None:
+    """The mean of ``per_step``'s values (one per step, as ``steps.step_ms``) at the measured
+    steps of median wall time (the middle one, or the two middle ones); None where one of the
+    measured steps' values is unknown."""
+    steps = run.steps
+    lo, hi = steps.warmup_steps, steps.warmup_steps + steps.measured_steps
+    if not isinstance(per_step, list) or hi <= lo or len(per_step) < hi:
+        return None
+    values = per_step[lo:hi]
+    if not all(isinstance(v, (int, float)) for v in values) or len(steps.step_ms) < hi:
+        return None
+    ranked = sorted(zip(steps.step_ms[lo:hi], values, strict=True))
     middle = {(len(ranked) - 1) // 2, len(ranked) // 2}
-    return sum(t - min(t, w or 0.0) for t, w in (ranked[i] for i in middle)) / len(middle)
+    return sum(float(ranked[i][1]) for i in middle) / len(middle)
 
 
 def _top_lines(acc: Account, ops_excess: float, n: int = 5) -> list[TopLine]:
