@@ -59,7 +59,7 @@ def test_a_probe_without_a_slow_down_or_a_failed_probe_is_quiet() -> None:
     failed = _cpu(2.0)
     failed["thread_probe"]["failed"] = "timed out"
     assert fire(RULE, record(cpu=failed)) is None
-    assert fire(RULE, record(cpu=_cpu(100.0))) is None  # no thread count does 100x
+    assert fire(RULE, record(cpu=_cpu(100.0))) is None  # above 4x per thread: not taken
 
 
 def test_a_starved_main_thread_is_said_with_no_saving() -> None:

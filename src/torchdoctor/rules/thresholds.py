@@ -196,11 +196,15 @@ OVERSUBSCRIBED_RATIO = Threshold(
 )
 PROBE_RATIO_PER_THREAD = Threshold(
     4.0,
-    "a thread probe that ran the same work more than 4x slower per thread above the suggested "
-    "count measured something else (a preempted thread pool, a spinning barrier on a 100 us "
-    "workload): one thread too many on a core roughly doubles a parallel region, no more; "
-    "such a ratio is a failed measurement, not a finding (H200 runs printed 281x for 16 "
-    "threads against 15)",
+    "a thread probe more than 4x slower per thread above the suggested count is not taken as "
+    "the script's slow-down: the probe's work is a few 100 us regions, each held up by a time "
+    "slice of whatever else runs. Measured interleaved in one process on 2 busy cores "
+    "(benchmarks/bench_thread_probe_contended.py, 9 rounds, 2 threads against 1): the probe's "
+    "work 0.8x [0.4-549x] at load 20 and 1131x [0-1458x] beside two busy processes, a whole "
+    "batched-conv step 5.9x [1.4-15.5x] and 7.2x [2.9-10.6x], the threads' wait for a core "
+    "covering the extra time each time; H200 runs printed 281x for 16 threads against 15. "
+    "Real step slow-downs pass this bound too, so the step account takes the threads' wait "
+    "from the steps' own counters where the probe is not taken (rules/account_rules.threads_wait)",
 )
 THREADS_CPU_OP_SHARE = Threshold(
     0.05,
