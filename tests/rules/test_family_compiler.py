@@ -165,3 +165,26 @@ def test_a_stopped_run_of_unknown_length_is_told_the_break_even() -> None:
     )
     # 5 s is 50 steps: under COMPILE_BREAK_EVEN_STEPS, not worth saying
     assert fire(NOT_REPAID, record(compile=compiled(compile_s=5.0))) is None
+
+
+def test_a_guard_in_a_frame_dynamo_did_not_name_joins_its_tensors_named_function() -> None:
+    """One merge for the printed fix and the codemod (``call_sites.guarded_dims``): a recompile
+    whose frame dynamo left unnamed (``?:0``) adds its sizes to the function that another
+    event names for the same tensor, whichever dimension changed; dynamo's ``L['tokens']`` is
+    the function's ``tokens``. A tensor no placed event names keeps its own site."""
+    from torchdoctor.rules.call_sites import guarded_dims
+
+    def dim(tensor: str, d: int, expected: int, actual: int) -> dict[str, Any]:
+        return {"tensor": tensor, "dim": d, "expected": expected, "actual": actual}
+
+    rows = [
+        ("forward", "train.py:6", dim("L['tokens']", 1, 58, 28)),
+        ("", "?:0", dim("tokens", 1, 28, 91)),
+        ("", "?:0", dim("tokens", 0, 8, 4)),
+        ("", "?:0", dim("mask", 1, 3, 5)),
+    ]
+    assert guarded_dims(rows, lambda site: site == "train.py:6") == {
+        ("forward", "train.py:6", "tokens", 1): [58, 28, 91],
+        ("forward", "train.py:6", "tokens", 0): [8, 4],
+        ("", "?:0", "mask", 1): [3, 5],
+    }

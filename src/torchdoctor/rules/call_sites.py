@@ -7,14 +7,15 @@ name (``tokens``) is a parameter of that function; its position in the signature
 dropped for a method) picks the argument at each call of a name bound to compiled code
 (``c = torch.compile(...)``, ``m.compile()``, ``@torch.compile``). An argument computed inside
 the call (not a name, attribute or subscript chain) is not named. ``fix``'s mark-dynamic codemod
-takes its places from :func:`signature` and :func:`calls_passing` and edits the line each names."""
+takes its dimensions from :func:`guarded_dims` and its places from :func:`signature` and
+:func:`calls_passing`, and edits the line each names."""
 
 from __future__ import annotations
 
 import ast
 import os
 import re
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -191,6 +192,29 @@ def calls_passing(
     return out
 
 
+GuardRow = tuple[str, str, Mapping[str, Any]]
+"""(compiled function, its ``def`` site, one changed dimension: ``tensor``, ``dim``,
+``expected``, ``actual``) of a recompile event or a guard reason."""
+
+
+def guarded_dims(
+    rows: Iterable[GuardRow], placed: Callable[[str], object]
+) -> dict[tuple[str, str, str, int], list[int]]:
+    """(function, def site, tensor, dim) -> the sizes seen, for each tensor dimension a guard
+    says changed (``tensor`` in the function's own spelling: ``L['x']`` read as ``x``). A row
+    whose site is not ``placed`` (dynamo's ``?:0``, a file not here) takes the function and
+    site of a row that names the same tensor."""
+    rows = list(rows)
+    named = {local_name(str(d["tensor"])): (fn, site) for fn, site, d in rows if placed(site)}
+    out: dict[tuple[str, str, str, int], list[int]] = {}
+    for fn, site, d in rows:
+        tensor = local_name(str(d["tensor"]))
+        where = (fn, site) if placed(site) else named.get(tensor, (fn, site))
+        sizes = out.setdefault((*where, tensor, int(d["dim"])), [])
+        sizes += [int(s) for s in (d["expected"], d["actual"]) if int(s) not in sizes]
+    return out
+
+
 def guarded_calls(run: RunRecord) -> list[dict[str, Any]]:
     """Each call of the compiled model with an argument a recompile guard named: ``{"name"`` (as
     the guard names it), ``"dim"`` (None for a Python value), ``"site"`` (the call's
@@ -202,18 +226,11 @@ def guarded_calls(run: RunRecord) -> list[dict[str, Any]]:
     cwd = os.getcwd()
     script = run.script
     bases = tuple(dict.fromkeys([cwd, os.path.dirname(os.path.abspath(script)) if script else cwd]))
-    named = {
-        local_name(str(d["tensor"])): (e.function, e.site)
-        for e in events
-        if _path(e.site, bases)
-        for d in e.changed_dims
-    }
-    keys: dict[tuple[str, str, str, int | None], None] = {}
+    rows = [(e.function, e.site, d) for e in events for d in e.changed_dims]
+    keys: dict[tuple[str, str, str, int | None], None] = dict.fromkeys(
+        guarded_dims(rows, lambda site: _path(site, bases))
+    )
     for e in events:
-        for d in e.changed_dims:
-            tensor = local_name(str(d["tensor"]))
-            fn, site = (e.function, e.site) if _path(e.site, bases) else named.get(tensor, ("", ""))
-            keys[(fn, site, tensor, int(d["dim"]))] = None
         for v in e.changed_values:
             keys[(e.function, e.site, str(v["name"]), None)] = None
     cache: Trees = {}

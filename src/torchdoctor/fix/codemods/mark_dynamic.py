@@ -21,9 +21,7 @@ import libcst as cst
 from torchdoctor.fix.codemods.base import located, parse_or_refuse
 from torchdoctor.fix.cst_tools import ensure_import, insert_before, statement, with_comment
 from torchdoctor.fix.model import FindingRef, Refusal, Rewrite, Target
-from torchdoctor.fix.sources import parse_site
 from torchdoctor.rules import call_sites
-from torchdoctor.rules.call_sites import local_name
 
 if TYPE_CHECKING:
     from torchdoctor.fix.context import FixContext
@@ -33,9 +31,8 @@ def changed_dims(
     finding: FindingRef, ctx: FixContext
 ) -> dict[tuple[str, str, str, int], list[int]]:
     """(function, def site, tensor, dim) -> sizes seen, from the run's recompile events (or
-    the finding's guard reasons when only those are known). Events whose frame dynamo did not
-    name (``?:0``) add their sizes to the same tensor's named function."""
-    rows = [
+    the finding's guard reasons when only those are known): ``call_sites.guarded_dims``."""
+    rows: list[call_sites.GuardRow] = [
         (e.function, e.site, d) for e in ctx.record.compile.recompile_events for d in e.changed_dims
     ]
     if not rows:  # the finding's own evidence: its guard reasons and where they were
@@ -45,17 +42,7 @@ def changed_dims(
         fn = next((w.split(" (")[1].rstrip(")") for w in finding.where if " (" in w), "")
         reasons = finding.evidence.get("reasons") or []
         rows = [(fn, site, d) for r in reasons for d in guard_dims(str(r))]
-    named = {
-        (local_name(str(d["tensor"])), int(d["dim"])): (fn, site)
-        for fn, site, d in rows
-        if parse_site(site)
-    }
-    out: dict[tuple[str, str, str, int], list[int]] = {}
-    for fn, site, d in rows:
-        key = (local_name(str(d["tensor"])), int(d["dim"]))
-        sizes = out.setdefault((*named.get(key, (fn, site)), *key), [])
-        sizes += [int(s) for s in (d["expected"], d["actual"]) if int(s) not in sizes]
-    return out
+    return call_sites.guarded_dims(rows, ctx.site)
 
 
 def argument_at_calls(
