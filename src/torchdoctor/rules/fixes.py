@@ -137,7 +137,7 @@ INPUT_PIPELINE = (
 # -- run-level findings ------------------------------------------------------------------------
 def pin_memory_fix(loader: LoaderConfig) -> str:
     """Only pin_memory is missing: the user's call with it added."""
-    call = rebuilt_loader_call(loader.raw, {"pin_memory": "True"})
+    call = rebuilt_loader_call(loader, {"pin_memory": "True"})
     return f"{call}\n# then batch.to(device, non_blocking=True)"
 
 
@@ -149,10 +149,10 @@ def torch_warning_fix(loader: LoaderConfig, text: str) -> str | None:
     if "worker processes in total" in text:
         m = re.search(r"suggested max number of worker in current system is (\d+)", text)
         workers = m.group(1) if m else str(max(1, loader.cpus))
-        call = rebuilt_loader_call(loader.raw, {"num_workers": workers})
+        call = rebuilt_loader_call(loader, {"num_workers": workers})
         return f"{call}\n# more worker processes than cores compete with the training process"
     if "'pin_memory' argument is set as true but no accelerator" in text:
-        call = rebuilt_loader_call(loader.raw, {"pin_memory": None})
+        call = rebuilt_loader_call(loader, {"pin_memory": None})
         return f"{call}\n# without pin_memory: nothing to pin for without an accelerator"
     return None
 

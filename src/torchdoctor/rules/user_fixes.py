@@ -16,6 +16,7 @@ from torchdoctor.rules.sites import relative_site
 
 if TYPE_CHECKING:
     from torchdoctor.record.rows import CompileCall, Optimizer
+    from torchdoctor.record.run import LoaderConfig
 
 # DataLoader's positional parameters, in order (torch.utils.data.DataLoader.__init__).
 _DL_POSITIONAL = (
@@ -31,36 +32,36 @@ _DL_POSITIONAL = (
 )
 
 
-def loader_changes(raw: dict[str, Any], workers: int, cuda: bool) -> dict[str, str]:
+def loader_changes(loader: LoaderConfig, workers: int, cuda: bool) -> dict[str, str]:
     """Arguments to set (name -> source text); never one the loader already has."""
     out: dict[str, str] = {}
-    current = int(raw.get("num_workers") or 0)
+    current = loader.num_workers
     if workers > current:
         out["num_workers"] = str(workers)
     if max(workers, current) > 0:
-        if not raw.get("persistent_workers"):
+        if not loader.persistent_workers:
             out["persistent_workers"] = "True"
-        explicit = raw.get("explicit") or {}
-        if "prefetch_factor" not in explicit and (raw.get("prefetch_factor") or 2) < 4:
+        explicit = loader.explicit or {}
+        if "prefetch_factor" not in explicit and (loader.prefetch_factor or 2) < 4:
             out["prefetch_factor"] = "4"
-    if cuda and not raw.get("pin_memory"):
+    if cuda and not loader.pin_memory:
         out["pin_memory"] = "True"
     return out
 
 
-def _user_arguments(raw: dict[str, Any]) -> tuple[str, list[str], dict[str, str]]:
+def _user_arguments(loader: LoaderConfig) -> tuple[str, list[str], dict[str, str]]:
     """The call as the user wrote it (function, positionals, keywords), from source when read,
     else from the recorded argument labels."""
-    call = raw.get("call") or {}
-    if "kwargs" in call:
-        args, kwargs = list(call.get("args") or []), dict(call["kwargs"])
-        func = str(call.get("func") or "DataLoader")
-    elif "explicit" in raw:
-        explicit = dict(raw["explicit"])
+    call = loader.call
+    if call is not None and call.kwargs is not None:
+        args, kwargs = list(call.args), dict(call.kwargs)
+        func = call.func or "DataLoader"
+    elif loader.explicit is not None:
+        explicit = dict(loader.explicit)
         explicit.pop("dataset", None)
         args, kwargs, func = ["dataset"], explicit, "DataLoader"
     else:  # an older record: only the settings are known
-        batch = raw.get("batch_size")
+        batch = loader.batch_size
         args, func = ["dataset"], "DataLoader"
         kwargs = {"batch_size": str(batch)} if batch is not None else {}
     # Positionals after the dataset become keywords, so that a change can name them.
@@ -68,40 +69,39 @@ def _user_arguments(raw: dict[str, Any]) -> tuple[str, list[str], dict[str, str]
     return func, args[:1], {**named, **kwargs}
 
 
-def rebuilt_loader_call(raw: dict[str, Any], changes: Mapping[str, str | None]) -> str:
+def rebuilt_loader_call(loader: LoaderConfig, changes: Mapping[str, str | None]) -> str:
     """The user's DataLoader call with ``changes`` applied: every other argument kept as
     written (collate_fn, shuffle, sampler, drop_last...), changed values replaced in place,
     an argument changed to None removed (its default is the fix)."""
-    func, args, kwargs = _user_arguments(raw)
+    func, args, kwargs = _user_arguments(loader)
     if (
         {"persistent_workers", "prefetch_factor"} & {k for k, v in changes.items() if v}
         and "num_workers" not in changes
         and "num_workers" not in kwargs
-        and int(raw.get("num_workers") or 0) > 0
+        and loader.num_workers > 0
     ):
         # the call passed its workers some other way: state them, the options need them
-        changes = {**changes, "num_workers": str(int(raw["num_workers"]))}
+        changes = {**changes, "num_workers": str(loader.num_workers)}
     merged = {**kwargs, **{k: v for k, v in changes.items() if k in kwargs}}
     merged.update({k: v for k, v in changes.items() if k not in kwargs})
     merged = {k: v for k, v in merged.items() if v is not None}
     parts = [*args, *(f"{k}={v}" for k, v in merged.items())]
     text = f"{func}({', '.join(parts)})"
-    site = (raw.get("call") or {}).get("site")
+    site = loader.call.site if loader.call is not None else ""
     return text + (f"  # at {relative_site(site)}" if site else "")
 
 
-def item_cost_ms(raw: dict[str, Any], step_ms: float, wait_ms: float) -> float | None:
+def item_cost_ms(loader: LoaderConfig, step_ms: float, wait_ms: float) -> float | None:
     """Estimated cost of one dataset item (ms): with W busy workers a batch arrives every
     step, so an item costs step x W / batch size; with none, the wait is the batch's cost."""
-    batch = raw.get("batch_size")
+    batch, workers = loader.batch_size, loader.num_workers
     if not batch:
         return None
-    workers = int(raw.get("num_workers") or 0)
-    return (step_ms * workers if workers else wait_ms) / int(batch)
+    return (step_ms * workers if workers else wait_ms) / batch
 
 
 def dataloader_user_fix(
-    raw: dict[str, Any],
+    loader: LoaderConfig,
     workers: int,
     cuda: bool,
     step_ms: float,
@@ -112,15 +112,15 @@ def dataloader_user_fix(
     """The fix for a loader that keeps the step waiting, built from the user's call;
     ``item_ms`` is the measured cost of an item (the estimate from the step time otherwise);
     ``at_cpus``: why more workers than the CPUs will not help (what was measured, if known)."""
-    changes = loader_changes(raw, workers, cuda)
-    current = int(raw.get("num_workers") or 0)
+    changes = loader_changes(loader, workers, cuda)
+    current = loader.num_workers
+    cpus = loader.cpus_per_rank or loader.cpu_count
     lines = []
     if current >= workers:
-        cpus = raw.get("cpus_per_rank") or raw.get("cpu_count")
         if item_ms is not None:
             per_item = f" ({item_ms:.3f} ms per item, measured)"
         else:
-            cost = item_cost_ms(raw, step_ms, wait_ms)
+            cost = item_cost_ms(loader, step_ms, wait_ms)
             per_item = f" (about {cost:.2f} ms per item, if every worker is busy)" if cost else ""
         lines.append(
             f"# num_workers={current} already uses this rank's {cpus} CPUs: {at_cpus}. "
@@ -129,13 +129,12 @@ def dataloader_user_fix(
             "work in collate_fn."
         )
     if changes:
-        lines.append(rebuilt_loader_call(raw, changes))
+        lines.append(rebuilt_loader_call(loader, changes))
     if "num_workers" in changes:
         if item_ms is None:
-            item_ms = item_cost_ms(raw, step_ms, wait_ms)
-        left = wait_left(raw, workers, step_ms, wait_ms, item_ms)
+            item_ms = item_cost_ms(loader, step_ms, wait_ms)
+        left = wait_left(loader, workers, step_ms, wait_ms, item_ms)
         if left is not None:
-            cpus = raw.get("cpus_per_rank") or raw.get("cpu_count")
             lines.append(
                 f"# the training process keeps one of the {cpus} CPUs: {workers} worker(s) make "
                 f"a batch about every {left[0]:.1f} ms against {max(step_ms - wait_ms, 0.0):.1f} "
@@ -147,7 +146,7 @@ def dataloader_user_fix(
 
 
 def wait_left(
-    raw: dict[str, Any], workers: int, step_ms: float, wait_ms: float, item_ms: float | None
+    loader: LoaderConfig, workers: int, step_ms: float, wait_ms: float, item_ms: float | None
 ) -> tuple[float, float] | None:
     """(ms between batches from ``workers`` workers, ms the step still waits for each) when
     they share the CPUs the training process leaves (it keeps one busy computing): a batch
@@ -156,12 +155,12 @@ def wait_left(
     cost, the batch size or the CPU count is unknown."""
     from torchdoctor.rules.thresholds import DATA_WAIT_MIN_MS
 
-    batch, cpus = raw.get("batch_size"), raw.get("cpus_per_rank") or raw.get("cpu_count")
+    batch, cpus = loader.batch_size, loader.cpus_per_rank or loader.cpu_count
     if not batch or not cpus or item_ms is None or workers < 1:
         return None
-    parallel = min(workers, int(cpus) - 1)
+    parallel = min(workers, cpus - 1)
     compute = max(step_ms - wait_ms, 0.0)
-    per_batch = item_ms * int(batch) / parallel if parallel >= 1 else item_ms * int(batch)
+    per_batch = item_ms * batch / parallel if parallel >= 1 else item_ms * batch
     still = per_batch if parallel < 1 else max(0.0, per_batch - compute)
     return (per_batch, still) if still >= DATA_WAIT_MIN_MS else None
 

@@ -11,7 +11,7 @@ edited (``fix/switches.py``); any other expression is the user's to change, and 
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import libcst as cst
 
@@ -32,6 +32,7 @@ from torchdoctor.fix.cst_tools import (
     set_args,
 )
 from torchdoctor.fix.model import FindingRef, Refusal, Rewrite, Switch, Target
+from torchdoctor.record.run import LoaderConfig
 from torchdoctor.rules.families.loader import WORKER_ONLY
 from torchdoctor.rules.thresholds import ITEMS_WAIT_SHARE
 from torchdoctor.rules.user_fixes import _DL_POSITIONAL as DL_POSITIONAL
@@ -49,13 +50,13 @@ def is_loader_call(p: Parsed, node: cst.CSTNode) -> bool:
     return isinstance(node, cst.Call) and p.is_call_to(node, QUALIFIED, "DataLoader")
 
 
-def loader_record(finding: FindingRef, ctx: FixContext) -> dict[str, Any]:
+def loader_record(finding: FindingRef, ctx: FixContext) -> LoaderConfig:
     """What check recorded about the loader: the finding's evidence, else the run's first."""
-    raw = finding.evidence.get("dataloader")
-    if isinstance(raw, dict):
-        return raw
+    shown = finding.evidence.get("dataloader")
+    if isinstance(shown, dict):
+        return LoaderConfig.from_dict(shown)
     loaders = ctx.record.config.dataloaders
-    return loaders[0].raw if loaders else {}
+    return loaders[0] if loaders else LoaderConfig()
 
 
 # What the loader's call loses when the finding asks for no workers: the same arguments the
@@ -63,33 +64,33 @@ def loader_record(finding: FindingRef, ctx: FixContext) -> dict[str, Any]:
 WORKER_ARGS = WORKER_ONLY
 
 
-def no_workers(finding: FindingRef, raw: dict[str, Any]) -> bool:
+def no_workers(finding: FindingRef, loader: LoaderConfig) -> bool:
     """The finding measured a batch made in the training process cheaper than the hand-off
     from workers (``suggested_num_workers`` 0) for a loader that has workers."""
     return (
         finding.id == "dataloader-config"
         and finding.evidence.get("suggested_num_workers") == 0
-        and int(raw.get("num_workers") or 0) > 0
+        and loader.num_workers > 0
     )
 
 
-def wanted(finding: FindingRef, raw: dict[str, Any], ctx: FixContext) -> dict[str, str]:
+def wanted(finding: FindingRef, loader: LoaderConfig, ctx: FixContext) -> dict[str, str]:
     """The arguments to set (name -> source text), from the finding and the machine."""
-    if no_workers(finding, raw):
+    if no_workers(finding, loader):
         return {}
     if finding.id in _PIN_ONLY or (
         finding.id == "dataloader-config" and "suggested_num_workers" not in finding.evidence
     ):
-        return {"pin_memory": "True"} if ctx.cuda and not raw.get("pin_memory") else {}
+        return {"pin_memory": "True"} if ctx.cuda and not loader.pin_memory else {}
     workers = finding.evidence.get("suggested_num_workers")
     if not isinstance(workers, int):
-        workers = max(2, min(8, cpus(raw, ctx)))
-    return loader_changes(raw, workers, ctx.cuda)
+        workers = max(2, min(8, cpus(loader, ctx)))
+    return loader_changes(loader, workers, ctx.cuda)
 
 
-def cpus(raw: dict[str, Any], ctx: FixContext) -> int:
+def cpus(loader: LoaderConfig, ctx: FixContext) -> int:
     """CPUs of the rank that built the loader (as check recorded them)."""
-    return int(raw.get("cpus_per_rank") or raw.get("cpu_count") or ctx.cpus)
+    return loader.cpus_per_rank or loader.cpu_count or ctx.cpus
 
 
 class DataLoaderArgs:
@@ -98,14 +99,14 @@ class DataLoaderArgs:
     precision = "fp32"
 
     def plan(self, finding: FindingRef, ctx: FixContext) -> list[Target | Refusal | Switch]:
-        raw = loader_record(finding, ctx)
-        changes = wanted(finding, raw, ctx)
-        if no_workers(finding, raw):
-            return [self._drop_workers(raw, ctx)]
+        loader = loader_record(finding, ctx)
+        changes = wanted(finding, loader, ctx)
+        if no_workers(finding, loader):
+            return [self._drop_workers(loader, ctx)]
         if not changes:
-            cur = int(raw.get("num_workers") or 0)
+            cur = loader.num_workers
             why = (
-                f"num_workers={cur} already uses this rank's {cpus(raw, ctx)} CPUs: more workers "
+                f"num_workers={cur} already uses this rank's {cpus(loader, ctx)} CPUs: more workers "
                 "will not help; make each item cheaper (pre-process once, decode on the GPU)"
                 if cur
                 else "the loader already has the settings this finding asks for"
@@ -116,8 +117,8 @@ class DataLoaderArgs:
                     f"num_workers={cur} already, for items that wait: read each batch's items "
                     "concurrently inside the dataset (a thread pool) or in one batched read"
                 )
-            return [Refusal(why, already=bool(cur) or bool(raw))]
-        site = (raw.get("call") or {}).get("site")
+            return [Refusal(why, already=bool(cur) or bool(loader.raw))]
+        site = loader.call.site if loader.call is not None else ""
         if site:
             where = located(ctx, str(site))
             if isinstance(where, Refusal):
@@ -135,11 +136,11 @@ class DataLoaderArgs:
             return by_setting
         return [Target(self.id, file, line, {"changes": changes})]
 
-    def _drop_workers(self, raw: dict[str, Any], ctx: FixContext) -> Target | Refusal:
+    def _drop_workers(self, loader: LoaderConfig, ctx: FixContext) -> Target | Refusal:
         """The loader's call without its workers (and the options that need them), as the
         report's remedy reads: never more workers or a longer prefetch, which the finding
         measured to cost more than making each batch in the training process."""
-        site = (raw.get("call") or {}).get("site")
+        site = loader.call.site if loader.call is not None else ""
         if not site:
             return Refusal("check did not record where the DataLoader is built")
         where = located(ctx, str(site))

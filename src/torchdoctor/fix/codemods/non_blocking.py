@@ -95,11 +95,11 @@ class NonBlockingCopies:
     precision = "fp32"
 
     def plan(self, finding: FindingRef, ctx: FixContext) -> list[Target | Refusal]:
-        raw = loader_record(finding, ctx)
-        pinned = bool(raw.get("pin_memory")) or "pin_memory" in wanted(finding, raw, ctx)
+        loader = loader_record(finding, ctx)
+        pinned = loader.pin_memory or "pin_memory" in wanted(finding, loader, ctx)
         if not ctx.cuda or not pinned:
             return []  # nothing to overlap with: no GPU, or the batches stay pageable
-        site = (raw.get("call") or {}).get("site")
+        site = loader.call.site if loader.call is not None else ""
         if not site:
             return [
                 Refusal("no DataLoader call recorded: cannot tell which loop copies its batches")

@@ -60,7 +60,7 @@ def restart_fix(loader: LoaderConfig, batch_ms: float | None = None) -> str:
     the training process (``batch_ms``) costs less than a hand-off from one."""
     if batch_ms is not None:
         return f"{fewer_workers_fix(loader, batch_ms)}\n# and no worker to start again each epoch"
-    call = rebuilt_loader_call(loader.raw, {"persistent_workers": "True"})
+    call = rebuilt_loader_call(loader, {"persistent_workers": "True"})
     return f"{call}\n# workers started once, kept across epochs"
 
 
@@ -70,7 +70,7 @@ WORKER_ONLY = ("num_workers", "prefetch_factor", "persistent_workers", "multipro
 
 def fewer_workers_fix(loader: LoaderConfig, batch_ms: float) -> str:
     """The user's call without workers (and the arguments only workers take)."""
-    call = rebuilt_loader_call(loader.raw, dict.fromkeys(WORKER_ONLY))
+    call = rebuilt_loader_call(loader, dict.fromkeys(WORKER_ONLY))
     return (
         f"{call}\n# no workers: a batch costs {batch_ms:.2f} ms to make in the training process; "
         "handing it over\n# from a worker costs more, and idle workers compete for the cores"
@@ -90,17 +90,17 @@ def config_fix(
     """The user's call with the workers the batch's cost needs (``user_fixes.dataloader_user_fix``);
     for items that wait (``on_cpu`` under ``ITEMS_WAIT_SHARE`` of a batch's ``batch_ms``),
     workers beyond the CPUs, and what is left once they reach ``WAITING_WORKERS_MAX``."""
-    raw, current = loader.raw, loader.num_workers
+    current = loader.num_workers
     compute = max(step_ms - wait_ms, 0.1)
     if on_cpu is None or on_cpu >= th.ITEMS_WAIT_SHARE or not batch_ms:
         if on_cpu is None or not batch_ms:
-            return dataloader_user_fix(raw, workers, cuda, step_ms, wait_ms, item_ms)
+            return dataloader_user_fix(loader, workers, cuda, step_ms, wait_ms, item_ms)
         # measured: the items compute, so the I/O escape of the generic wording is not theirs
         why = (
             f"its items compute ({on_cpu:.0%} of a batch's {batch_ms:.1f} ms on a CPU, against "
             f"{compute:.1f} ms of compute a step), so more workers will not help"
         )
-        return dataloader_user_fix(raw, workers, cuda, step_ms, wait_ms, item_ms, why)
+        return dataloader_user_fix(loader, workers, cuda, step_ms, wait_ms, item_ms, why)
     every = batch_ms / max(workers, current, 1)
     waits = (
         f"a batch costs {batch_ms:.1f} ms to make, {1 - on_cpu:.0%} of it waiting (I/O, a sleep), "
@@ -114,9 +114,9 @@ def config_fix(
             "of the dataset): read each batch's items concurrently inside the dataset (a thread "
             "pool over the indices) or in one batched read"
         )
-    changes = loader_changes(raw, workers, cuda)
+    changes = loader_changes(loader, workers, cuda)
     if changes:
-        lines.append(rebuilt_loader_call(raw, changes))
+        lines.append(rebuilt_loader_call(loader, changes))
     if "num_workers" in changes:
         left = every - compute
         lines.append(
@@ -451,7 +451,7 @@ def _measure_config(run: RunRecord) -> Measured | None:
         "item_ms_measured": item_ms,
         "item_cost_measured_by": how,
         "workers_busy_share": busy,
-        "item_ms_estimate": item_cost_ms(dl.raw, step, wait),
+        "item_ms_estimate": item_cost_ms(dl, step, wait),
     }
     batch_ms = main.get("batch_ms")
     if (
