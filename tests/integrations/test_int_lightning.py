@@ -42,6 +42,9 @@ def test_callback_reports_the_slow_loader_in_lightning_terms(tmp_path: Path) -> 
     assert (steps["count"], steps["source"], steps["profiled_steps"]) == (10, "optimizer", 3)
     fw = result.record["framework"]
     assert fw["namespace"] == "lightning.pytorch" and fw["datamodule"] == "Data"
+    # the callback's parts close the record, after check's findings (as they always have)
+    assert list(result.record)[-3:] == ["findings", "framework", "frameworks"]
+    assert result.record["frameworks"] == []
     assert (fw["precision"], fw["strategy"]) == ("32-true", "SingleDeviceStrategy")
     first = result.report["findings"][0]
     assert first["id"] == "dataloader-config"

@@ -156,9 +156,11 @@ class RunWatch:
             return WatchResult(session.folder, {}, None, line)
         session.uninstall()
         outcome = Outcome(status, 0 if status == "completed" else 1)
-        record = finish_record(session, outcome, self.name, [])
-        record["framework"] = {"name": self.framework, **framework_info}
-        record["frameworks"] = []  # the callback is in use: no hint to add it
+        record = {
+            **finish_record(session, outcome, self.name, []),
+            "framework": {"name": self.framework, **framework_info},
+            "frameworks": [],  # the callback is in use: no hint to add it
+        }
         write_json(rank_result_path(session.folder, session.rank), record)
         report = None
         if session.rank.rank == 0:
