@@ -5,8 +5,10 @@
 into small frozen dataclasses, so a rule asks for ``run.steps.mean_step_ms`` instead of digging in
 nested dicts, and a missing section reads as its empty default. Every object keeps the ``raw`` dict
 it came from: evidence shows what was recorded, including keys a newer capture adds before a
-field exists for them. To read a new recorded value, add a field here (with a default) and read
-it in ``from_dict``; the fix builders in ``rules/fixes.py`` take these objects.
+field exists for them. To read a new recorded value, add a field here with a default
+(``record/typed.py`` reads it by its annotation); in a row a watcher builds, put it where the
+record has it: ``typed.recorded`` writes the fields in declaration order. The fix builders in
+``rules/fixes.py`` take these objects.
 """
 
 from __future__ import annotations
