@@ -475,7 +475,7 @@ def test_a_failed_thread_probe_leaves_the_threads_own_wait_in_the_median_step() 
     for probe, why in (
         (failed, "its 207.2x is labelled failed"),
         (None, "did not run"),
-        (unslowed, "its 0.7x found none"),
+        (unslowed, "it read 0.7x, no slow-down"),
     ):
         rec = _stepped(waits, probe)
         a = step_account(rec, [])

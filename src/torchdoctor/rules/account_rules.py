@@ -241,7 +241,7 @@ def threads_wait(
             elif failed:
                 why = f"its {ratio:.1f}x is labelled failed"
             else:
-                why = f"its {ratio:.1f}x found none (its short work fits between time slices)"
+                why = f"it read {ratio:.1f}x, no slow-down, its short work fitting between time slices"
             ms = own
             said = (
                 f"the threads' own wait for a core in the median step, not the thread probe: {why}"
