@@ -116,3 +116,39 @@ def test_analyze_pauses_the_collector_only_while_it_imports(
         assert not gc.isenabled()
     finally:
         gc.enable()
+
+
+@pytest.mark.parametrize("console_script", [True, False])
+def test_the_console_script_freezes_what_analyze_imported(
+    console_script: bool, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """In the console script the objects alive when the analyses are imported are frozen
+    before the analysis runs (its first collections would walk them all); in a caller's
+    process (the console script flag off) nothing is frozen."""
+    import gc
+    import types
+
+    from torchdoctor import exits
+    from torchdoctor.commands.analyze import command
+
+    frozen: list[int] = []
+
+    def analyze_path(*_: object) -> None:
+        frozen.append(gc.get_freeze_count())
+        raise RuntimeError("stop")
+
+    fake = types.ModuleType("torchdoctor.commands.analyze.trace")
+    fake.analyze_path = analyze_path  # type: ignore[attr-defined]
+    monkeypatch.setitem(sys.modules, fake.__name__, fake)
+    monkeypatch.setattr("torchdoctor.trace.prefetch.prefetch", lambda _p: None)
+    monkeypatch.setattr(exits, "console_script", console_script)
+    trace = tmp_path / "t.json"
+    trace.write_text(json.dumps({"traceEvents": []}))
+    before = gc.get_freeze_count()
+    try:
+        with pytest.raises(RuntimeError, match="stop"):
+            command.run(command.AnalyzeOptions(path=str(trace)))
+    finally:
+        gc.unfreeze()
+    assert before == 0
+    assert (frozen[0] > 1000) is console_script, frozen
