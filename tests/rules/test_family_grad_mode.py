@@ -24,6 +24,10 @@ def test_an_evaluation_forward_with_grad_on_is_named_with_its_line() -> None:
     assert f.saving_ms_per_step == pytest.approx(6.0) and f.evidence["estimated"] is True
     assert f.title.startswith("2 forward(s) per step record an autograd graph no backward uses")
     assert "(eval.py:40)" in f.title and f.where == ["/w/eval.py:40"]
+    assert f.title.endswith(
+        " (estimated at 15% of their time; not measured: no extra steps ran: --full, torchrun, "
+        "or the script ended first)"
+    )
     assert f.fix.startswith("with torch.inference_mode():  # at /w/eval.py:40\n    out = net(x)")
 
 

@@ -90,7 +90,7 @@ def gain_verdict(acc: Account, fid: str, step: float) -> tuple[bool | None, str]
     saving, _, _ = toggled(acc, fid, step)
     e = acc.experiment(fid)
     if saving is None or e is None:
-        return None, f" (cost not measured: {_why_not_measured(acc, fid)})"
+        return None, f" (cost not measured: {why_not_measured(acc, fid)})"
     pairs, net = _pairs(e)
     if saving <= 0:
         return False, "; the typical pair no faster: within this run's noise (info)"
@@ -110,7 +110,7 @@ def gain_verdict(acc: Account, fid: str, step: float) -> tuple[bool | None, str]
     return False, "; not every pair faster net of the waits for a core: within noise (info)"
 
 
-def _why_not_measured(acc: Account, fid: str) -> str:
+def why_not_measured(acc: Account, fid: str) -> str:
     """The record's reason the toggle for ``fid`` measured nothing, in words."""
     e = next((e for e in acc.experiments if e.id == fid), None)
     if e is None:

@@ -12,7 +12,13 @@ from typing import TYPE_CHECKING
 
 from torchdoctor.rules import fixes as fx
 from torchdoctor.rules import thresholds as th
-from torchdoctor.rules.families._run import account, code_at, gain_verdict, toggled
+from torchdoctor.rules.families._run import (
+    account,
+    code_at,
+    gain_verdict,
+    toggled,
+    why_not_measured,
+)
 from torchdoctor.rules.sites import short_site
 from torchdoctor.rules.spec import FindingSpec, Measured, RunRule
 
@@ -56,8 +62,12 @@ def measure(run: RunRecord) -> Measured | None:
     sites = [r.site for r in unreached]
     saving, text, ev = toggled(acc, SPEC.id, step)
     estimated = saving is None
-    if saving is None:  # not measured (--full, torchrun): the estimate
+    if saving is None:  # not measured (--full, torchrun, skipped): the estimate
         saving = th.NO_GRAD_SAVING * sum(acc.inclusive_ms(site) for site in sites)
+        text = (
+            f" (estimated at {th.NO_GRAD_SAVING:.0%} of their time; not measured: "
+            f"{why_not_measured(acc, SPEC.id)})"
+        )
     # Measured without a clear gain (a forward of large operators gains little on a CPU; the
     # modes' rule, ``_run.measured_gain``): for the record; the graph still holds the
     # activations in memory until it is freed.
