@@ -32,6 +32,17 @@ def traces_dir() -> Path:
     return TRACES
 
 
+def selected(session: pytest.Session, module: str, test: str) -> bool:
+    """Whether this run runs the test function ``test`` of the module named ``module`` (after
+    ``-k`` and ``-m``): a fixture that starts a test's slow process ahead of it, so that the
+    process runs beside other tests, starts it only then."""
+    return any(
+        getattr(item, "originalname", "") == test
+        and getattr(getattr(item, "module", None), "__name__", "") == module
+        for item in session.items
+    )
+
+
 def corpus_file(name: str) -> Path:
     """Path of one corpus trace by its stem; skips the test when the corpus is absent."""
     path = TRACES / f"{name}.json.gz"

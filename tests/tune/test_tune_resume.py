@@ -10,9 +10,12 @@ import sqlite3
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
+from tests.conftest import selected
 
 TINY = str(Path(__file__).parent / "workloads" / "tiny.py")
 
@@ -117,8 +120,11 @@ def test_kill_9_then_resume(tmp_path: Path) -> None:
     assert (tmp_path / "best.toml").exists() and exported["trials"] == len(after)
 
 
-@pytest.mark.slow
-def test_ctrl_c_prints_the_resume_command_and_exits_130(tmp_path: Path) -> None:
+CTRL_C_TEST = "test_ctrl_c_prints_the_resume_command_and_exits_130"
+
+
+def _interrupt_after_two_trials(tmp_path: Path) -> tuple[int | None, str]:
+    """A search stopped by SIGINT once two trials are stored: its exit status and stderr."""
     db = tmp_path / "t.sqlite"
     proc = subprocess.Popen(
         cmd(tmp_path), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True
@@ -127,11 +133,42 @@ def test_ctrl_c_prints_the_resume_command_and_exits_130(tmp_path: Path) -> None:
     while len(rows(db)) < 2 and proc.poll() is None and time.monotonic() < deadline:
         time.sleep(0.2)
     proc.send_signal(signal.SIGINT)
-    _, err = proc.communicate(timeout=60)
-    assert proc.returncode == 130, err[-2000:]
+    try:
+        _, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    return proc.returncode, err
+
+
+@pytest.fixture(scope="module", autouse=True)
+def interrupted(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[tuple[Path, Future[tuple[int | None, str]]] | None]:
+    """The Ctrl-C test's search, started in a thread when this module's first test runs: it
+    runs beside the kill -9 test's (one tuner each, its trials one at a time), and the Ctrl-C
+    test reads how it ended."""
+    if not selected(request.session, __name__, CTRL_C_TEST):
+        yield None
+        return
+    tmp = tmp_path_factory.mktemp("ctrl-c")
+    pool = ThreadPoolExecutor(max_workers=1)
+    yield tmp, pool.submit(_interrupt_after_two_trials, tmp)
+    pool.shutdown(wait=True)
+
+
+@pytest.mark.slow
+def test_ctrl_c_prints_the_resume_command_and_exits_130(
+    interrupted: tuple[Path, Future[tuple[int | None, str]]] | None,
+) -> None:
+    assert interrupted is not None
+    tmp_path, ended = interrupted
+    code, err = ended.result(timeout=300)
+    assert code == 130, err[-2000:]
     assert "Traceback" not in err
     hint = err.strip().splitlines()[-1]
     assert "interrupted after" in hint and hint.endswith("--resume")
     again = hint.split("continue with: torchdoctor ", 1)[1].split()
-    assert again[0] == "tune" and again[again.index("--db") + 1] == str(db)
+    assert again[0] == "tune" and again[again.index("--db") + 1] == str(tmp_path / "t.sqlite")
     assert again[again.index("--steps") + 1] == "6"  # the settings a resume must repeat
