@@ -14,11 +14,13 @@ import subprocess
 import sys
 import textwrap
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 
+from tests.conftest import selected
 from tests.hostile.limits import env
 
 pytestmark = pytest.mark.slow
@@ -63,8 +65,8 @@ CASES = {
         "interrupted",
     ),
     # Long enough for torch to import and four steps to run on a busy machine. After its four
-    # steps each timed script leaves a file (READY) and sleeps: the test starts the other cases
-    # then, so they run while the timed scripts wait out their timeouts.
+    # steps each timed script leaves a file (READY) and sleeps: the other cases start then, and
+    # the module's other tests run while the timed scripts wait out their timeouts.
     "timeout": (
         "for i in range(4): step()\nopen(READY, 'w').close()\ntime.sleep(600)\n",
         ["--timeout", "25"],
@@ -116,23 +118,34 @@ def _run_folder(out: Path) -> Path:
     return folders[0]
 
 
-def test_every_ending_reports_the_steps_measured(tmp_path: Path) -> None:
-    """Before: os._exit, a segfault, SIGKILL and SIGTERM left an empty run folder, and a script
-    that never finished its window made check wait forever. Then check exited 128 + N after a
-    signal N: a supervisor (torchrun's agent, Slurm, a CI runner) saw an exit status where the
-    script had died by a signal; now check's process ends by the same signal."""
-    # The timed cases start first and alone, so their four steps come in the script's own time
-    # (as when they ran after the others); the others run while the timed scripts sleep out
-    # their timeouts (15 s and its 15 s grace: most of this test's time).
+ENDINGS_TEST = "test_every_ending_reports_the_steps_measured"
+
+
+@pytest.fixture(scope="module", autouse=True)
+def endings(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[dict[str, Case] | None]:
+    """The endings test's cases, started before this module's first test: the timed ones first
+    and alone, so their four steps come in the script's own time; then the others. They sleep
+    out their timeouts (15 s and its 15 s grace: most of that test's time) while the module's
+    other tests run, and the endings test, last in the module, collects them."""
+    if not selected(request.session, __name__, ENDINGS_TEST):
+        yield None
+        return
+    tmp = tmp_path_factory.mktemp("endings")
     timed = {n: c for n, c in CASES.items() if "--timeout" in c[1]}
-    cases = _start_all(tmp_path, timed)
+    cases = _start_all(tmp, timed)
     deadline = time.monotonic() + 150
     while time.monotonic() < deadline and any(
-        not _ready(tmp_path, n).exists() and c.proc.poll() is None for n, c in cases.items()
+        not _ready(tmp, n).exists() and c.proc.poll() is None for n, c in cases.items()
     ):
         time.sleep(0.2)
-    cases |= _start_all(tmp_path, {n: c for n, c in CASES.items() if n not in timed})
-    _check_all(cases)
+    cases |= _start_all(tmp, {n: c for n, c in CASES.items() if n not in timed})
+    yield cases
+    for case in cases.values():
+        if case.proc.poll() is None:
+            case.proc.kill()
+            case.proc.communicate()
 
 
 def _start_all(
@@ -304,3 +317,13 @@ def test_evidence_is_written_as_gathered(tmp_path: Path) -> None:
     evidence = read_evidence(log)
     assert len(evidence["step_s"]) >= 5 and evidence["header"]["script"] == str(script)
     assert not evidence["record_written"]
+
+
+def test_every_ending_reports_the_steps_measured(endings: dict[str, Case] | None) -> None:
+    """Before: os._exit, a segfault, SIGKILL and SIGTERM left an empty run folder, and a script
+    that never finished its window made check wait forever. Then check exited 128 + N after a
+    signal N: a supervisor (torchrun's agent, Slurm, a CI runner) saw an exit status where the
+    script had died by a signal; now check's process ends by the same signal. The cases
+    started before the module's first test (``endings``)."""
+    assert endings is not None
+    _check_all(endings)
