@@ -152,3 +152,38 @@ def test_the_console_script_freezes_what_analyze_imported(
         gc.unfreeze()
     assert before == 0
     assert (frozen[0] > 1000) is console_script, frozen
+
+
+NUMPY_IMPORTER = """
+import sys
+class Probe:
+    def find_spec(self, name, path=None, target=None):
+        if name == "numpy":
+            frame = sys._getframe(1)
+            while "torchdoctor" not in frame.f_code.co_filename:
+                frame = frame.f_back
+            sys.stderr.write(f"numpy from {frame.f_code.co_filename}:{frame.f_code.co_name}\\n")
+        return None
+sys.meta_path.insert(0, Probe())
+sys.argv = ["torchdoctor"] + sys.argv[1:]
+from torchdoctor.cli import main
+main()
+"""
+
+
+def test_analyze_imports_numpy_from_its_command_not_from_deep_in_the_analyses() -> None:
+    """The first import of numpy is the command's own, a few frames deep, so its deep call
+    chains stay inside CPython's first frame-stack block (see ``commands.analyze.command.run``)."""
+    trace = TRACES / "a100_event_sync_micro.json.gz"
+    if not trace.is_file():
+        pytest.skip(f"corpus trace {trace} not found (set TORCHDOCTOR_TRACES)")
+    proc = subprocess.run(
+        [sys.executable, "-c", NUMPY_IMPORTER, "analyze", "--json", str(trace)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert proc.returncode == 0, proc.stderr
+    importers = [line for line in proc.stderr.splitlines() if line.startswith("numpy from ")]
+    assert len(importers) == 1, proc.stderr
+    assert importers[0].endswith("commands/analyze/command.py:run"), importers

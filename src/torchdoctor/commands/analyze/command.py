@@ -65,6 +65,12 @@ def run(o: AnalyzeOptions) -> "Report":
         # A helper process starts decoding the trace now, while the analyses are imported.
         prefetch(o.path)
     with _no_gc():
+        # numpy from here, not from deep in the analyses' imports: CPython frees a 16 KB block
+        # of its frame stack each time the stack drops back across the block's start, and
+        # numpy's import sat across the first block's end there (500-3,400 mmap/munmap pairs
+        # an analyze with 0-30 frames added above ``main``, strace; from here 2 up to 15).
+        import numpy  # noqa: F401
+
         from torchdoctor.commands.analyze.trace import analyze_path
 
     return analyze_path(o.path, o.jobs, o.scheduler, o.dask)
