@@ -258,3 +258,58 @@ def test_pairs_net_of_their_wait_for_a_core_decide_where_recorded() -> None:
               "net_pair_ratios": [0.5, 0.5, 0.5, 0.5]}  # fmt: skip
     t = fire(THREADS, record(modes=modes, experiments=[slower], cpu=BUSY))
     assert t is not None and t.severity == "info" and "net of the waits" not in t.title
+
+
+# tests/capture/cases/onednn_off_by_config.py under check at load 18-20 (2 cores): oneDNN off
+# there costs about 10% of the step (CPU time per step, 8 interleaved fresh-process rounds,
+# median 1.10x, 8 of 8 slower with it off; benchmarks/RESULTS.md), while check's own four
+# pairs said 1.08x (info) in one run and 0.74x (critical) in the next.
+ONEDNN_OFF = {"mkldnn_enabled": False, "mkldnn_available": True,
+              "setter_calls": [{"call": "mkldnn.enabled", "value": False, "site": "cfg.py:15"}]}  # fmt: skip
+CONV_OPS = {"time_by_class_ms_per_step": {"convolution": 107.088887, "other": 2.374496}}
+
+
+def test_onednn_off_that_the_pairs_cannot_resolve_is_estimated_from_the_convolutions() -> None:
+    unresolved = {
+        **experiment("backend-disabled", 96.5755, 109.7872, pairs=[0.6305, 1.5095, 1.2387, 1.108]),
+        "net_pair_ratios": [1.0215, 0.9329, 1.2492, 1.164],
+    }
+    rec = record(step_ms=133.2549, modes=ONEDNN_OFF, experiments=[unresolved], ops=CONV_OPS)
+    f = fire(BACKEND, rec)
+    assert f is not None and f.severity == "warning"  # 10.7 of 133 ms: 8% of the step
+    assert f.saving_ms_per_step == pytest.approx(10.71, abs=0.01)
+    assert f.title.endswith(
+        "; the pairs could not tell a gain from none: estimated at 10% of the convolutions' "
+        "107.1 ms"
+    )
+    assert f.evidence["estimated"] is True and f.where == ["cfg.py:15"]
+    assert f.fix.startswith("torch.backends.mkldnn.enabled = True  # at cfg.py:15")
+    # not measured at all (--full): the same estimate, and why it is one
+    g = fire(BACKEND, record(step_ms=133.2549, modes=ONEDNN_OFF, ops=CONV_OPS))
+    assert g is not None and g.severity == "warning"
+    assert g.saving_ms_per_step == pytest.approx(10.71, abs=0.01)
+    assert g.title.endswith(
+        "(estimated at 10% of the convolutions' 107.1 ms; not measured: no extra steps ran: "
+        "--full, torchrun, or the script ended first)"
+    )
+    # the next run's pairs measured a gain (net 0.74x [0.65-0.95]): the measurement stands
+    gained = {**unresolved, "net_pair_ratios": [0.65, 0.72, 0.76, 0.95]}
+    h = fire(
+        BACKEND, record(step_ms=133.2549, modes=ONEDNN_OFF, experiments=[gained], ops=CONV_OPS)
+    )
+    assert h is not None and h.severity != "info" and "estimated" not in h.title
+    assert h.saving_ms_per_step > 25.0
+
+
+def test_onednn_off_stays_info_where_the_pairs_rule_a_gain_out_or_nothing_convolves() -> None:
+    # every net pair within 3% of 1: the interval excludes a 5% gain, the estimate is not used
+    flat = {
+        **experiment("backend-disabled", 100.0, 100.0, pairs=[0.9, 1.1, 1.0, 1.0]),
+        "net_pair_ratios": [0.97, 1.0, 1.02, 1.03],
+    }
+    f = fire(BACKEND, record(modes=ONEDNN_OFF, experiments=[flat], ops=CONV_OPS))
+    assert f is not None and f.severity == "info" and "noise (info)" in f.title
+    # no convolution in the step (an MLP: fp32 matmuls run on BLAS, not oneDNN): no estimate
+    mlp = {"time_by_class_ms_per_step": {"matmul": 80.0, "other": 5.0}}
+    g = fire(BACKEND, record(modes=ONEDNN_OFF, ops=mlp))
+    assert g is not None and g.severity == "info" and g.saving_ms_per_step == 0.0

@@ -363,6 +363,13 @@ ANOMALY_SAVING = Threshold(
     "anomaly detection roughly doubles a training step (measured 2.1x on an 8-layer MLP on CPU, "
     "interleaved); the estimate when check could not switch it off and measure",
 )
+ONEDNN_OFF_SAVING = Threshold(
+    0.10,
+    "oneDNN off made a convolution-bound CPU step about 1.10x slower (tests/capture/cases/"
+    "onednn_off_by_config.py, convolutions 88-98% of its operator time: CPU time per step "
+    "1.01-1.21x in 8 of 8 interleaved fresh-process rounds, median 1.10x, on 2 loaded cores): "
+    "10% of the step's convolution time, when check's own pairs could not tell",
+)
 NO_GRAD_SAVING = Threshold(
     0.15,
     "a forward without autograd recording runs about 1.2x faster on CPU (measured, 8-layer MLP, "
