@@ -217,7 +217,7 @@ def test_no_cuda_probe_on_a_cpu_run(tmp_path: Path, monkeypatch: pytest.MonkeyPa
     finally:
         session.uninstall()
     assert calls == [] and session.gpu == {}
-    assert SimpleNamespace(**session.steps_record()).count == 2
+    assert session.step_times().count == 2
 
 
 def test_a_rank_on_cuda_local_rank_without_set_device_reports_its_own_gpu(

@@ -528,10 +528,6 @@ class Session:
             self.gpu["device"] = gpu_probe.device_record(torch.cuda, device)
 
     # -- the record ---------------------------------------------------------------------------
-    def steps_record(self) -> dict[str, Any]:
-        """Per-step wall and data-wait times (ms) and the statistics rules use."""
-        return self.step_times().to_dict()
-
     def step_times(self) -> StepStats:
         """The clock's steps so far, and which of them are measured."""
         clock, opts = self.clock, self.options
@@ -572,6 +568,7 @@ class Session:
             started_unix_s=self.started_unix_s,
             torch_version=torch.__version__,
         )
+        steps = self.step_times()
         sections = {
             "ops": self._op_summary(),
             "job": self.job,
@@ -589,11 +586,11 @@ class Session:
             "profiler": self._profiler_record(),
             "gpu": self.gpu or None,
             "cuda_available": bool(torch.cuda.is_available()),
-            **self._accounting_record(self.steps_record()),
+            **self._accounting_record(steps),
             **({"framework": self.framework} if self.framework else {}),
             "notes": guest.notes(),
         }
-        return run_document(header, self.step_times(), sections)
+        return run_document(header, steps, sections)
 
     def _profiler_record(self) -> dict[str, Any]:
         budget = getattr(self.profiler, "budget_record", None)  # a test's fake may lack it
@@ -602,7 +599,7 @@ class Session:
             "peak_growth_mib": round(self.monitor.peak_window_growth / 2**20, 1),
         }
 
-    def _accounting_record(self, steps: dict[str, Any]) -> dict[str, Any]:
+    def _accounting_record(self, steps: StepStats) -> dict[str, Any]:
         gpu = None
         if self.gpu:
             gpu = {**self.gpu, "backend_flags": self.config.flags_at_window or {}}
@@ -614,9 +611,7 @@ class Session:
             guest.note("reading the profiler's events", exc)
         # The median step: one step slowed by a neighbour on a shared machine should not
         # move the efficiency of every other.
-        return self.accounting.snapshot(
-            events, int(steps.get("profiled_steps") or 0), steps.get("median_step_ms"), gpu
-        )
+        return self.accounting.snapshot(events, steps.profiled_steps, steps.median_step_ms, gpu)
 
     def _op_summary(self) -> dict[str, Any] | None:
         try:
