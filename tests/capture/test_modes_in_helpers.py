@@ -57,5 +57,7 @@ def test_a_mode_set_in_a_helper_is_named_at_the_helpers_line(
     assert f"# at {site}" in f["fix"]
     if f["severity"] == "info":
         assert "noise (info)" in f["title"] or "not measured: " in f["title"], f["title"]
+        # the convolutions give oneDNN off an estimate: info only where the pairs rule it out
+        assert fid != "backend-disabled" or "noise (info)" in f["title"], f["title"]
     else:
         assert "noise" not in f["title"] and f["saving_ms_per_step"] > 0
