@@ -434,14 +434,34 @@ def test_nanogpt_compile_patch_trains(tmp_path: Path) -> None:
     path, args = nanogpt(tmp_path)
     _without_own_compile(path)
     argv = [*args, *TINY_ITERS]
-    eager = run_py(tmp_path, ["train.py", *argv])
-    assert eager.returncode == 0, eager.stderr[-3000:]
     c = one(changes(tmp_path, path, argv))
     files, _ = planner.compose(planner.plan([HOST_BOUND], _ctx(tmp_path, path)), [c])
-    path.write_text(files[str(path)])
-    out = run_py(tmp_path, ["train.py", *argv])
-    assert out.returncode == 0, out.stderr[-3000:]
-    got, want = losses(out.stdout), losses(eager.stdout)
+    patched = tmp_path / "train_patched.py"  # beside the original: the same data and config
+    patched.write_text(files[str(path)])
+    # the eager run beside the compiled one (one intra-op thread each: two cores, one each);
+    # neither writes a checkpoint in 3 iterations
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    runs = [
+        subprocess.Popen(
+            [sys.executable, name, *argv],
+            cwd=tmp_path,
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for name in ("train.py", patched.name)
+    ]
+    try:
+        (eager, eager_err), (compiled, err) = [p.communicate(timeout=600) for p in runs]
+    finally:
+        for p in runs:
+            if p.poll() is None:
+                p.kill()
+                p.wait()
+    assert runs[0].returncode == 0, eager_err[-3000:]
+    assert runs[1].returncode == 0, err[-3000:]
+    got, want = losses(compiled), losses(eager)
     assert len(got) == 4 and got == pytest.approx(want, rel=1e-3), (got, want)
 
 
