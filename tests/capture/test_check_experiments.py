@@ -4,12 +4,18 @@ skipped with the reason when they cannot be clean, and never the report's end.""
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from tests.capture.check_helpers import FAST, check_inprocess, check_subprocess
+from tests.capture.check_helpers import FAST, REPO, CheckRun, check_inprocess
+from tests.conftest import selected
 from torchdoctor.capture import experiments
 
 CASES = Path(__file__).parent / "cases"
@@ -75,21 +81,84 @@ def test_very_long_steps_skip_the_experiments_and_the_run_ends_with_its_report(
     assert "not measuring anomaly detection off" in r.stderr
 
 
+EXTRA_STEPS = "measuring a few more steps with anomaly detection off"
+KILL_TEST = "test_an_experiment_killed_from_outside_leaves_the_report_written_before_it"
+
+
+@dataclass
+class Started:
+    """A ``check`` of anomaly_steps.py in its own process, its output in files."""
+
+    tmp: Path
+    proc: subprocess.Popen[str]
+
+    def stderr(self) -> str:
+        return (self.tmp / "stderr").read_text()
+
+    def result(self) -> CheckRun:
+        self.proc.wait(timeout=120)
+        folders = [p for p in (self.tmp / "out").iterdir() if p.is_dir()]
+        stdout = (self.tmp / "stdout").read_text()
+        folder = folders[0] if len(folders) == 1 else None
+        return CheckRun(self.proc.returncode, stdout, self.stderr(), folder)
+
+
+@pytest.fixture(scope="module")
+def ends(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[Callable[[str], CheckRun]]:
+    """``ends(after)``: the check of anomaly_steps.py ending its first extra step by ``after``
+    (``hang``, ``kill``). The hang runs alone until its extra steps begin; then the SIGKILL
+    case, if its test runs, starts while the hang waits out its timeout (most of that test's
+    time), and its test reads it."""
+    started: dict[str, Started] = {}
+
+    def start(after: str, *opts: str) -> Started:
+        tmp = tmp_path_factory.mktemp(after)
+        cmd = [sys.executable, "-m", "torchdoctor", "check", *FAST, *opts]
+        cmd += ["--out", str(tmp / "out"), str(CASES / "anomaly_steps.py"), "0.005", after]
+        with open(tmp / "stdout", "w") as out, open(tmp / "stderr", "w") as err:
+            proc = subprocess.Popen(
+                cmd,
+                stdout=out,
+                stderr=err,
+                text=True,
+                env={**os.environ, "PYTHONUNBUFFERED": "1"},
+                cwd=REPO,
+            )
+        started[after] = Started(tmp, proc)
+        return started[after]
+
+    def run(after: str) -> CheckRun:
+        if after in started:
+            return started[after].result()
+        if after == "kill":
+            return start("kill").result()
+        # The check reaches its extra steps in ~7 s on a 2-core machine (the SIGKILL case); 20
+        # s leaves room for a loaded one, and the hang itself waits out the rest.
+        hang = start("hang", "--timeout", "20")
+        deadline = time.monotonic() + 120
+        while EXTRA_STEPS not in hang.stderr() and hang.proc.poll() is None:
+            if time.monotonic() > deadline:
+                break
+            time.sleep(0.2)
+        if selected(request.session, __name__, KILL_TEST):
+            start("kill")
+        return hang.result()
+
+    yield run
+    for s in started.values():
+        if s.proc.poll() is None:
+            s.proc.kill()
+            s.proc.wait()
+
+
 @pytest.mark.slow
-def test_a_timeout_during_the_experiments_still_reports(tmp_path: Path) -> None:
-    r = check_subprocess(
-        tmp_path / "out",
-        CASES / "anomaly_steps.py",
-        "0.005",
-        "hang",
-        # The check reaches its extra steps in ~7 s on this 2-core machine (the SIGKILL case
-        # below); 20 s leaves room for a loaded one, and the hang itself waits out the rest.
-        opts=[*FAST, "--timeout", "20"],
-        timeout=120,
-    )
+def test_a_timeout_during_the_experiments_still_reports(ends: Callable[[str], CheckRun]) -> None:
+    r = ends("hang")
     assert r.code == 124, r.stderr
     # the timeout came inside the extra steps, not before them
-    assert "measuring a few more steps with anomaly detection off" in r.stderr, r.stderr
+    assert EXTRA_STEPS in r.stderr, r.stderr
     run = r.run
     assert run["exit"]["status"] == "timeout"
     assert run["steps"]["experiment_steps"] == 0  # the first extra step never ended
@@ -101,9 +170,9 @@ def test_a_timeout_during_the_experiments_still_reports(tmp_path: Path) -> None:
 
 @pytest.mark.slow
 def test_an_experiment_killed_from_outside_leaves_the_report_written_before_it(
-    tmp_path: Path,
+    ends: Callable[[str], CheckRun],
 ) -> None:
-    r = check_subprocess(tmp_path / "out", CASES / "anomaly_steps.py", "0.005", "kill")
+    r = ends("kill")
     assert r.code in (-9, 137), r.stderr  # check ends by the same signal (137 in a shell)
     run = r.run
     # the record written before the first extra step, not one rebuilt from the step log
