@@ -268,18 +268,19 @@ def _breaks_and_steps(*scripts: Path) -> list[tuple[int, int]]:
         )
         for script in scripts
     ]
-    counts = []
-    for proc in procs:
-        try:
+    try:
+        counts = []
+        for proc in procs:
             out, err = proc.communicate(timeout=300)
-        finally:
-            for p in procs:
-                if p.poll() is None and proc.returncode is None:
-                    p.kill()
-        assert proc.returncode == 0, err[-2000:]
-        breaks, steps = out.split()[-2:]
-        counts.append((int(breaks), int(steps)))
-    return counts
+            assert proc.returncode == 0, err[-2000:]
+            breaks, steps = out.split()[-2:]
+            counts.append((int(breaks), int(steps)))
+        return counts
+    finally:  # none left running when one failed
+        for proc in procs:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
 
 
 @pytest.mark.slow
