@@ -82,34 +82,6 @@ def check_here(tmp: Path, monkeypatch: pytest.MonkeyPatch, script: Path) -> Path
     return folder
 
 
-@pytest.mark.slow
-def test_slow_loader_gets_workers_written(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """The patch keeps the user's own arguments and runs. Its proof (interleaved rounds, an
-    interval above 1.1x) is the README's `fix --prove` block on this same script, which the docs
-    test reruns; proving it twice cost the suite ~50 s. The check runs in this process, as in
-    the anomaly-mode test (fix running its own check is the well-tuned test's and the README
-    block's); the patched run is a fresh process."""
-    script = copy(tmp_path, "slow_loader.py")
-    folder = check_here(tmp_path, monkeypatch, script)
-    r = td(tmp_path, "fix", "--from", str(folder), "--write", "--json", "fix.json")
-    assert r.returncode == 0, r.stderr[-3000:]
-    doc = json.loads((tmp_path / "fix.json").read_text())
-    c = next(c for c in doc["changes"] if c["codemod"] == "dataloader-args")
-    assert c["status"] == "patched" and c["finding"] == "dataloader-config", c
-    assert (tmp_path / "slow_loader.py.orig").is_file()
-    text = script.read_text()
-    # the patch writes the workers the report's remedy prints: the items sleep (a file read),
-    # so as many as the batch's cost needs beyond the CPUs, up to WAITING_WORKERS_MAX
-    report = json.loads((folder / "report.json").read_text())
-    (f,) = [f for f in report["findings"] if f["id"] == "dataloader-config"]
-    workers = f["evidence"]["suggested_num_workers"]
-    assert f"num_workers={workers}," in f["fix"].splitlines()[0]
-    assert f["evidence"]["on_cpu_share"] < 0.5 and workers == 16
-    assert "collate_fn=collate,  # labels as a LongTensor" in text
-    assert f"num_workers={workers}," in text
-    runs(tmp_path, script)
-
-
 PROOFS = {
     "anomaly_mode.py": (
         "test_anomaly_mode_is_turned_off_proven",
@@ -208,6 +180,35 @@ def test_anomaly_mode_is_turned_off_proven(
     proven(p.fix_json(), "anomaly-off")
     assert "torch.autograd.set_detect_anomaly(False)" in p.script.read_text()
     runs(p.tmp, p.script)
+
+
+@pytest.mark.slow
+def test_slow_loader_gets_workers_written(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The patch keeps the user's own arguments and runs. Its proof (interleaved rounds, an
+    interval above 1.1x) is the README's `fix --prove` block on this same script, which the docs
+    test reruns; proving it twice cost the suite ~50 s. The check runs in this process, as in
+    the anomaly-mode test (fix running its own check is the well-tuned test's and the README
+    block's); the patched run is a fresh process. It runs while the item-log proof does (the
+    workers it asserts are the cap, for items that mostly wait)."""
+    script = copy(tmp_path, "slow_loader.py")
+    folder = check_here(tmp_path, monkeypatch, script)
+    r = td(tmp_path, "fix", "--from", str(folder), "--write", "--json", "fix.json")
+    assert r.returncode == 0, r.stderr[-3000:]
+    doc = json.loads((tmp_path / "fix.json").read_text())
+    c = next(c for c in doc["changes"] if c["codemod"] == "dataloader-args")
+    assert c["status"] == "patched" and c["finding"] == "dataloader-config", c
+    assert (tmp_path / "slow_loader.py.orig").is_file()
+    text = script.read_text()
+    # the patch writes the workers the report's remedy prints: the items sleep (a file read),
+    # so as many as the batch's cost needs beyond the CPUs, up to WAITING_WORKERS_MAX
+    report = json.loads((folder / "report.json").read_text())
+    (f,) = [f for f in report["findings"] if f["id"] == "dataloader-config"]
+    workers = f["evidence"]["suggested_num_workers"]
+    assert f"num_workers={workers}," in f["fix"].splitlines()[0]
+    assert f["evidence"]["on_cpu_share"] < 0.5 and workers == 16
+    assert "collate_fn=collate,  # labels as a LongTensor" in text
+    assert f"num_workers={workers}," in text
+    runs(tmp_path, script)
 
 
 @pytest.mark.slow
