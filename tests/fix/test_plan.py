@@ -233,6 +233,35 @@ def test_an_already_compiled_model_gets_the_next_mode_on_a_gpu_only(tmp_path: Pa
     assert "fix the graph breaks first" in only(gb).reason
 
 
+def test_no_compile_while_a_hook_is_registered_every_step(tmp_path: Path) -> None:
+    """Held-out ``activation_stats_hooks.py`` registers forward hooks every step: patched with
+    ``model.compile()`` it recompiled 10 times (26.8 s), hit the recompile limit and broke
+    the graph at the hooks' ``float()``, the hooks still piling up."""
+    import shutil
+
+    src = Path(__file__).resolve().parents[2] / "examples" / "heldout" / "activation_stats_hooks.py"
+    p = tmp_path / src.name
+    shutil.copy(src, p)
+    hook_line = next(
+        i for i, ln in enumerate(p.read_text().splitlines(), 1) if "register_forward_hook(" in ln
+    )
+    hook = {"kind": "hook", "site": f"{p}:{hook_line}", "what": "Linear.register_forward_hook"}
+    hooks_rows = {"steps": {"measured_steps": 3}, "repeats": [{**hook, "calls": 21}]}
+
+    def compile_change(record: dict[str, Any]) -> Any:
+        changes = planner.plan([finding("host-bound")], ctx(tmp_path, p, record)).changes
+        return only([c for c in changes if c.codemod == "compile-model"])
+
+    refused = compile_change(hooks_rows)
+    assert refused.status == "refused", refused
+    assert f"Linear.register_forward_hook is built every step at {src.name}:{hook_line}" in (
+        refused.reason
+    )
+    # a hook registered once (fewer calls than steps) leaves the compile to the usual checks
+    once = compile_change({**hooks_rows, "repeats": [{**hook, "calls": 2}]})
+    assert "built every step" not in (once.reason or ""), once
+
+
 MODEL = """
 import torch
 from torch import nn

@@ -154,12 +154,32 @@ def _anchor(p: Parsed, opt_call: cst.Call, name: str) -> cst.BaseStatement | Non
     return found
 
 
+def _built_every_step(ctx: FixContext) -> Refusal | None:
+    """A hook or module the run built every step: compiled, the model would meet a new one at
+    each call, recompile (dynamo guards on the module's hooks) and run eager once the
+    recompile limit is hit (a held-out case: 10 recompiles, 26.8 s, graph breaks, the
+    hooks still piling up)."""
+    measured = ctx.record.steps.measured_steps
+    for r in ctx.record.repeats:
+        if r.kind in ("hook", "module") and measured and r.calls >= measured:
+            file, _, line = r.site.rpartition(":")
+            return Refusal(
+                f"{r.what or r.kind} is built every step at {ctx.rel(file)}:{line}: compiled, "
+                "the model would recompile at each new one; build it once first (see "
+                "repeated-construction)"
+            )
+    return None
+
+
 class CompileModel:
     id = "compile-model"
     title = "torch.compile (or the next mode) for a launch-bound step"
     precision = "fp32"
 
     def plan(self, finding: FindingRef, ctx: FixContext) -> list[Target | Refusal | Switch]:
+        piling = _built_every_step(ctx)
+        if piling is not None:
+            return [piling]
         rec = ctx.record.compile
         calls = rec.compile_calls
         if calls or rec.compiles:
