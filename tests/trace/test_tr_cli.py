@@ -150,8 +150,8 @@ def test_the_console_script_freezes_what_analyze_imported(
             command.run(command.AnalyzeOptions(path=str(trace)))
     finally:
         gc.unfreeze()
-    assert before == 0
-    assert (frozen[0] > 1000) is console_script, frozen
+    # an in-process `check` earlier in the same pytest process may have frozen objects already
+    assert (frozen[0] > before) is console_script, (before, frozen)
 
 
 NUMPY_IMPORTER = """
