@@ -12,8 +12,6 @@ import os
 import shutil
 import subprocess
 import sys
-from collections.abc import Callable, Iterator
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -82,114 +80,13 @@ def check_here(tmp: Path, monkeypatch: pytest.MonkeyPatch, script: Path) -> Path
     return folder
 
 
-PROOFS = {
-    "anomaly_mode.py": (
-        "test_anomaly_mode_is_turned_off_proven",
-        # 6 rounds: the fewest with an interval; every round's ratio is ~2x or more here
-        ["--only", "anomaly-detection", "--rounds", "6", "--prove-steps", "15"],
-    ),
-    "item_logging.py": (
-        "test_per_step_item_log_moves_to_every_n_steps_proven",
-        ["--only", "host-syncs-in-step", "--rounds", "8", "--prove-steps", "100"],
-    ),
-}
-"""Each proven script: its test, and fix's options for its one codemod."""
-
-
-@dataclass
-class Proving:
-    """A script checked in this process and its ``fix --prove --write`` running in its own."""
-
-    tmp: Path
-    script: Path
-    folder: Path
-    """The check's run folder (``fix --from``)."""
-    proc: subprocess.Popen[str]
-
-    def fix_json(self) -> dict[str, Any]:
-        """The proof's ``--json``, once the process has ended well."""
-        try:
-            self.proc.wait(timeout=900)
-        finally:
-            if self.proc.poll() is None:
-                self.proc.kill()
-        err = (self.tmp / "fix.err").read_text()
-        assert self.proc.returncode == 0, err[-3000:]
-        return json.loads((self.tmp / "fix.json").read_text())
-
-
-@pytest.fixture(scope="module")
-def proving(
-    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[Callable[[pytest.MonkeyPatch, str], Proving]]:
-    """The proofs of this run's selected tests, started together when the first of them asks:
-    each script is checked in this process, then its proof (interleaved rounds of fresh
-    processes, one intra-op thread each) starts in the background, so the second check and both
-    proofs overlap (one core each on a 2-core machine, where the suite otherwise waits on one
-    process at a time: ~25 s of the two tests' ~75 s). Each proof decides on its own
-    interleaved rounds, so a process beside it moves both arms alike."""
-    selected = {
-        getattr(item, "originalname", "")
-        for item in request.session.items
-        if getattr(item, "module", None) is request.module
-    }
-    started: dict[str, Proving] = {}
-
-    def get(monkeypatch: pytest.MonkeyPatch, name: str) -> Proving:
-        if not started:
-            for n, (test, opts) in PROOFS.items():
-                if test in selected or n == name:
-                    started[n] = _start(tmp_path_factory.mktemp(n[:-3]), monkeypatch, n, opts)
-        return started[name]
-
-    yield get
-    for p in started.values():
-        if p.proc.poll() is None:
-            p.proc.kill()
-            p.proc.wait()
-
-
-def _start(tmp: Path, monkeypatch: pytest.MonkeyPatch, name: str, opts: list[str]) -> Proving:
-    import torch
-
-    script = copy(tmp, name)
-    anomaly = torch.is_anomaly_enabled()
-    try:
-        folder = check_here(tmp, monkeypatch, script)
-    finally:  # anomaly_mode.py turns it on for the process: not for the next script's check
-        torch.autograd.set_detect_anomaly(anomaly)
-    cmd = [sys.executable, "-m", "torchdoctor", "fix", "--from", str(folder), "--prove", *opts]
-    cmd += ["--warmup", "3", "--write", "--json", "fix.json"]
-    with open(tmp / "fix.out", "w") as out, open(tmp / "fix.err", "w") as err:
-        proc = subprocess.Popen(cmd, cwd=tmp, env=env(), stdout=out, stderr=err, text=True)
-    return Proving(tmp, script, folder, proc)
-
-
-@pytest.mark.slow
-def test_anomaly_mode_is_turned_off_proven(
-    proving: Callable[[pytest.MonkeyPatch, str], Proving], monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """check names anomaly mode itself (its site recorded), and fix turns it off there. The
-    check runs in this process (one intra-op thread, in the script's folder, as the fix's own
-    processes run); the proof and the patched run are fresh processes."""
-    p = proving(monkeypatch, "anomaly_mode.py")
-    report = json.loads((p.folder / "report.json").read_text())
-    named = [f for f in report["findings"] if f["id"] == "anomaly-detection"]
-    assert named, [f["id"] for f in report["findings"]]
-    assert any("anomaly_mode.py" in str(s) for s in named[0]["evidence"].get("sites") or [])
-    proven(p.fix_json(), "anomaly-off")
-    assert "torch.autograd.set_detect_anomaly(False)" in p.script.read_text()
-    runs(p.tmp, p.script)
-
-
 @pytest.mark.slow
 def test_slow_loader_gets_workers_written(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """The patch keeps the user's own arguments and runs. Its proof (interleaved rounds, an
     interval above 1.1x) is the README's `fix --prove` block on this same script, which the docs
     test reruns; proving it twice cost the suite ~50 s. The check runs in this process, as in
     the anomaly-mode test (fix running its own check is the well-tuned test's and the README
-    block's); the patched run is a fresh process. It runs while the item-log proof does (the
-    workers it asserts are the cap, for items that mostly wait)."""
+    block's); the patched run is a fresh process."""
     script = copy(tmp_path, "slow_loader.py")
     folder = check_here(tmp_path, monkeypatch, script)
     r = td(tmp_path, "fix", "--from", str(folder), "--write", "--json", "fix.json")
@@ -212,16 +109,77 @@ def test_slow_loader_gets_workers_written(tmp_path: Path, monkeypatch: pytest.Mo
 
 
 @pytest.mark.slow
+def test_anomaly_mode_is_turned_off_proven(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """check names anomaly mode itself (its site recorded), and fix turns it off there. The
+    check runs in this process (one intra-op thread, in the script's folder, as the fix's own
+    processes run); the proof and the patched run are fresh processes."""
+    import torch
+
+    script = copy(tmp_path, "anomaly_mode.py")
+    anomaly = torch.is_anomaly_enabled()
+    try:
+        folder = check_here(tmp_path, monkeypatch, script)
+    finally:  # the script turns it on for this process: not for the tests after this one
+        torch.autograd.set_detect_anomaly(anomaly)
+    report = json.loads((folder / "report.json").read_text())
+    named = [f for f in report["findings"] if f["id"] == "anomaly-detection"]
+    assert named, [f["id"] for f in report["findings"]]
+    assert any("anomaly_mode.py" in str(s) for s in named[0]["evidence"].get("sites") or [])
+    r = td(
+        tmp_path,
+        "fix",
+        "--from",
+        str(folder),
+        "--only",
+        "anomaly-detection",
+        "--prove",
+        "--rounds",
+        "6",  # the fewest with an interval; every round's ratio is ~2x or more here
+        "--prove-steps",
+        "15",
+        "--warmup",
+        "3",
+        "--write",
+        "--json",
+        "fix.json",
+    )
+    assert r.returncode == 0, r.stderr[-3000:]
+    proven(json.loads((tmp_path / "fix.json").read_text()), "anomaly-off")
+    assert "torch.autograd.set_detect_anomaly(False)" in script.read_text()
+    runs(tmp_path, script)
+
+
+@pytest.mark.slow
 def test_per_step_item_log_moves_to_every_n_steps_proven(
-    proving: Callable[[pytest.MonkeyPatch, str], Proving], monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """check names the per-step log line, and fix moves it under ``if step % N == 0``. The check
     runs in this process, as in the anomaly-mode test; the proof and the patched run are fresh
     processes."""
-    p = proving(monkeypatch, "item_logging.py")
-    c = proven(p.fix_json(), "sync-every-n")
+    script = copy(tmp_path, "item_logging.py")
+    folder = check_here(tmp_path, monkeypatch, script)
+    r = td(
+        tmp_path,
+        "fix",
+        "--from",
+        str(folder),
+        "--only",
+        "host-syncs-in-step",
+        "--prove",
+        "--rounds",
+        "8",
+        "--prove-steps",
+        "100",
+        "--warmup",
+        "3",
+        "--write",
+        "--json",
+        "fix.json",
+    )
+    assert r.returncode == 0, r.stderr[-3000:]
+    c = proven(json.loads((tmp_path / "fix.json").read_text()), "sync-every-n")
     assert c["summary"].startswith("log line under `if step % ")
-    runs(p.tmp, p.script)
+    runs(tmp_path, script)
 
 
 @pytest.mark.slow
