@@ -75,6 +75,26 @@ def test_a_step_near_its_roofline_is_explained() -> None:
     assert unexplained(rec, []) is None
 
 
+def test_never_more_unexplained_than_the_step_above_its_floor() -> None:
+    """A step at 90% of its floor leaves at most 10% to save, however much of it the sampler
+    put under Python (a healthy conv inference step read 87% of its fusion floor, with 4.5 ms
+    of 22.9 under Python: the account called 18% unexplained, more than could be saved)."""
+    rec = record(
+        lines=lines([row("t.py:5", **{"torch ops": 70.0, "Python": 30.0})]), roofline=roof(90.0)
+    )
+    a = step_account(rec, [])
+    # the operators' 70 ms are the allowance; 30 ms left, capped at the 100 - 90 above the floor
+    assert a is not None and a.allowance_ms == pytest.approx(70.0)
+    assert a.unexplained_ms == pytest.approx(10.0) and a.explained
+    assert unexplained(rec, []) is None
+    # far from its floor the same Python stays unexplained
+    far = record(
+        lines=lines([row("t.py:5", **{"torch ops": 70.0, "Python": 30.0})]), roofline=roof(20.0)
+    )
+    f = unexplained(far, [])
+    assert f is not None and f.saving_ms_per_step == pytest.approx(40.0)
+
+
 def test_the_roofline_never_explains_io_and_info_findings_explain_nothing() -> None:
     rec = record(
         lines=lines([row("t.py:9", **{"I/O": 60.0}), row("t.py:5", **{"torch ops": 40.0})]),
