@@ -35,6 +35,8 @@ from torchdoctor.rules import thresholds as th
 from torchdoctor.rules.cpu_rules import contention
 from torchdoctor.rules.spec import (
     FindingSpec,
+    Framework,
+    FrameworkFix,
     Gate,
     Measured,
     RunRule,
@@ -162,6 +164,28 @@ def _workers(f: Finding) -> int:
     return int(value) if isinstance(value, int | float) else 4
 
 
+LOADER_FRAMEWORKS: tuple[tuple[Framework, FrameworkFix], ...] = (
+    (
+        "lightning",
+        lambda f: (
+            "# in your LightningDataModule (or LightningModule).train_dataloader():\n"
+            f"return DataLoader(self.train_set, batch_size=..., num_workers={_workers(f)},\n"
+            "                  persistent_workers=True,\n"
+            "                  pin_memory=True)  # pinned batches: for GPU runs"
+        ),
+    ),
+    (
+        "transformers",
+        lambda f: (
+            f"TrainingArguments(..., dataloader_num_workers={_workers(f)},\n"
+            "                  dataloader_persistent_workers=True)  # pinned by default"
+        ),
+    ),
+)
+"""The DataLoader settings phrased for the frameworks that build the loader (``dataloader-config``
+and the trace's ``data-loading-bound``)."""
+
+
 CONFIG_SPEC = FindingSpec(
     id="dataloader-config",
     label="data loading (DataLoader settings)",
@@ -239,24 +263,7 @@ CONFIG_SPEC = FindingSpec(
             ),
         ),
     ),
-    frameworks=(
-        (
-            "lightning",
-            lambda f: (
-                "# in your LightningDataModule (or LightningModule).train_dataloader():\n"
-                f"return DataLoader(self.train_set, batch_size=..., num_workers={_workers(f)},\n"
-                "                  persistent_workers=True,\n"
-                "                  pin_memory=True)  # pinned batches: for GPU runs"
-            ),
-        ),
-        (
-            "transformers",
-            lambda f: (
-                f"TrainingArguments(..., dataloader_num_workers={_workers(f)},\n"
-                "                  dataloader_persistent_workers=True)  # pinned by default"
-            ),
-        ),
-    ),
+    frameworks=LOADER_FRAMEWORKS,
 )
 
 WARNING_SPEC = FindingSpec(

@@ -9,6 +9,7 @@ import numpy as np
 
 from torchdoctor.rules import fixes as fx
 from torchdoctor.rules import thresholds as th
+from torchdoctor.rules.families.loader import LOADER_FRAMEWORKS
 from torchdoctor.rules.spec import FindingSpec, Measured, SeverityPolicy, TraceRule, static
 
 if TYPE_CHECKING:
@@ -21,29 +22,13 @@ DATA_SPEC = FindingSpec(
     probe="data",
     severity=SeverityPolicy(th.DATA_WARN, th.DATA_CRITICAL),
     threshold=th.DATA_WARN,
-    fix=static(fx.DATA_LOADER),
+    fix=fx.data_loader_fix,
     explanation="Batches are produced in the training process, so the device waits for every "
     "one; worker processes prepare them ahead while the GPU computes.",
     doc_url=f"{fx.DOCS}/data.html#multi-process-data-loading",
     knobs=("num_workers", "device_prefetch", "pin_memory"),
     codemods=("dataloader-args", "non-blocking-copies"),
-    frameworks=(
-        (
-            "lightning",
-            lambda f: (
-                "# in your LightningDataModule.train_dataloader():\n"
-                "return DataLoader(self.train_set, batch_size=..., num_workers=4,\n"
-                "                  persistent_workers=True, pin_memory=True)"
-            ),
-        ),
-        (
-            "transformers",
-            lambda f: (
-                "TrainingArguments(..., dataloader_num_workers=4,\n"
-                "                  dataloader_persistent_workers=True)  # pinned by default"
-            ),
-        ),
-    ),
+    frameworks=LOADER_FRAMEWORKS,
 )
 
 
@@ -59,6 +44,7 @@ def data_loading(a: TraceAnalysis) -> Measured | None:
         saving_ms=ms,
         title={"when": what.format(f"{ms:.1f} ms per step ({share:.0%})")},
         evidence={"data_wait_ms_per_step": round(ms, 3), "share_of_step": round(share, 4)},
+        fix={"gpu": a.has_gpu},
     )
 
 
