@@ -14,8 +14,8 @@ import pytest
 from tests.trace.tr_reference import assert_matches
 from torchdoctor.trace import load, parallel, prefetch, reader
 from torchdoctor.trace.columns import chunk_columns
-from torchdoctor.trace.events import BadChunk, Event, Instant
-from torchdoctor.trace.load import iter_event_chunks, load_trace
+from torchdoctor.trace.events import BadChunk
+from torchdoctor.trace.load import load_trace
 
 
 def event(i: int, name: str = "aten::add", **extra: Any) -> dict[str, Any]:
@@ -178,26 +178,13 @@ def test_prefetch_starts_the_helper_that_load_trace_then_uses(
     monkeypatch.setenv(parallel.ENV_PARALLEL, "1")
     path = _write(tmp_path / "t.json.gz", json.dumps({"traceEvents": EVENTS}), gz=True)
     prefetch.prefetch(path)
-    started = prefetch._STARTED[str(path)][1]
+    started = prefetch._STARTED[str(path)]
     assert started.alive
     assert_matches(load_trace(path), EVENTS)
     assert str(path) not in prefetch._STARTED and not started.alive  # used, then stopped
     prefetch.prefetch(tmp_path)  # a folder: nothing to start
     prefetch.prefetch(tmp_path / "missing.json")
     assert not prefetch._STARTED
-
-
-def test_event_chunks_api_yields_every_event_once(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    monkeypatch.setattr(reader, "CHUNK_BYTES", 50)
-    doc = {"traceEvents": [*EVENTS, {"ph": "i", "name": "[memory]", "ts": 3}, 5], "traceName": "t"}
-    path = _write(tmp_path / "t.json", json.dumps(doc))
-    stats = reader.ReadStats()
-    events = [e for chunk in iter_event_chunks(path, stats) for e in chunk]
-    assert [e.name for e in events if type(e) is Event] == [e["name"] for e in EVENTS]
-    assert [e.ts for e in events if type(e) is Instant] == [3]
-    assert stats.malformed_events == 1 and stats.top_level["traceName"] == "t"
 
 
 def test_chunks_the_helper_decoded_are_not_copied_and_are_read_again_if_needed(
@@ -227,7 +214,7 @@ def test_chunks_the_helper_decoded_are_not_copied_and_are_read_again_if_needed(
     monkeypatch.setattr(load, "load_trace", spy)
     monkeypatch.setattr(reader, "_split_array", count)
     prefetch.prefetch(path)
-    _wait_for_exit(prefetch._STARTED[str(path)][1])  # it claims every chunk before we start
+    _wait_for_exit(prefetch._STARTED[str(path)])  # it claims every chunk before we start
     assert_matches(load.load_trace(path), EVENTS)
     assert any(skipped)  # chunks were skipped, not copied
     assert calls == [True, False]  # and one of them was needed: read again, in one process

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import re
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -12,7 +12,7 @@ import numpy as np
 
 from torchdoctor.errors import TraceError
 from torchdoctor.trace.columns import INT_COLS, ChunkColumns, Codes, Interned, chunk_columns
-from torchdoctor.trace.events import TOO_DEEP, BadChunk, decode_events
+from torchdoctor.trace.events import TOO_DEEP, BadChunk
 from torchdoctor.trace.kinds import CATEGORY_KIND
 from torchdoctor.trace.parallel import ordered_map
 from torchdoctor.trace.prefetch import helper_for
@@ -113,57 +113,39 @@ def load_trace(path: str | Path, parallel: bool = True) -> TraceTable:
     stats = ReadStats()
     builder = _Builder()
     try:
-        for columns in _chunk_columns(p, stats, parallel):
+        for columns in decoded_chunks(p, stats, parallel):
             builder.add(columns)
     except NeedBytes:  # a chunk the helper had was needed here after all: read it all again
         return load_trace(p, parallel=False)
     return _finish(p, builder, stats)
 
 
-def _chunk_columns(p: Path, stats: ReadStats, parallel: bool) -> Iterator[ChunkColumns]:
-    """Columns of each chunk in file order (see ``decoded_chunks``)."""
-    return decoded_chunks(p, stats, chunk_columns, parallel)
+def decoded_chunks(p: Path, stats: ReadStats, parallel: bool) -> Iterator[ChunkColumns]:
+    """The columns of each chunk in file order, re-joining chunks cut at a false boundary.
 
-
-def iter_event_chunks(path: str | Path, stats: ReadStats) -> Iterator[list[Any]]:
-    """Yield the trace's decoded events a chunk at a time (``Event`` for complete events,
-    ``Instant`` for instants, empty structs for other phases); malformed items are counted in
-    ``stats``. ``load_trace`` is the fast way to a table; this is for callers that want events.
-    """
-    for events, malformed in decoded_chunks(Path(path), stats, decode_events, parallel=False):
-        stats.malformed_events += malformed
-        yield events
-
-
-def decoded_chunks(
-    p: Path, stats: ReadStats, decode: Callable[[bytearray], Any], parallel: bool
-) -> Iterator[Any]:
-    """``decode`` of each chunk in file order, re-joining chunks cut at a false boundary.
-
-    ``decode`` returns a ``BadChunk`` for a chunk that is not valid JSON, anything else on
-    success.
+    ``chunk_columns`` returns a ``BadChunk`` for a chunk that is not valid JSON.
 
     Each chunk starts at a true event boundary (induction: the first does, and a chunk that
     decodes ends at one). So a chunk that fails as truncated was cut inside an event; one with
     trailing characters holds the array's true end; any other syntax error is in the file.
     """
     carry: bytearray | None = None  # a chunk that ended inside an event, waiting for the next
-    helper = helper_for(p, decode) if parallel else None
+    helper = helper_for(p) if parallel else None
     # The chunks the helper has claimed are cut but not copied out (see ``Skipped``).
     chunks = iter_json_chunks(p, stats, helper.taken if helper is not None else None)
     # closing(): on an error the helper is stopped now, not when the traceback is collected
-    with contextlib.closing(ordered_map(decode, chunks, helper)) as rs:
+    with contextlib.closing(ordered_map(chunk_columns, chunks, helper)) as rs:
         for raw, result in rs:
             chunk = raw
             if carry is not None:
                 chunk, carry = join_chunks(carry, chunk_bytes(raw)), None
-                result = decode(chunk)
+                result = chunk_columns(chunk)
             if not isinstance(result, BadChunk):
                 yield result
             elif result.trailing_at >= 0:
                 chunk = chunk_bytes(chunk)
                 end = chunk.rfind(b"]", 0, result.trailing_at) + 1  # the array's true end
-                yield _decoded(p, chunk[:end], decode)
+                yield _decoded(p, chunk[:end])
                 rest = bytes(chunk[end:-1]) + _text_after(raw, rs, stats)
                 stats.tail_keys = footer_keys(rest, stats.is_array, p)
                 break
@@ -182,8 +164,8 @@ def decoded_chunks(
     stats.top_level.update(stats.tail_keys)
 
 
-def _decoded(p: Path, data: bytearray, decode: Callable[[bytearray], Any]) -> Any:
-    result = decode(data)
+def _decoded(p: Path, data: bytearray) -> ChunkColumns:
+    result = chunk_columns(data)
     if isinstance(result, BadChunk):  # pragma: no cover - msgspec parsed this prefix already
         raise TraceError(f"{p}: invalid JSON in traceEvents: {_reason(result)}")
     return result
@@ -226,7 +208,7 @@ def _finish(p: Path, b: _Builder, stats: ReadStats) -> TraceTable:
         memory=_memory(b.mem, base),
         input_types=b.input_types,
         shapes=b.shapes,
-        notes=_notes(b, stats),
+        notes=_notes(b),
         **cols,
     )
 
@@ -250,10 +232,10 @@ def _memory(blocks: list[np.ndarray], base: float) -> MemoryEvents:
     )
 
 
-def _notes(b: _Builder, stats: ReadStats) -> list[str]:
+def _notes(b: _Builder) -> list[str]:
     notes = []
-    if stats.malformed_events or b.malformed:
-        notes.append(f"skipped {stats.malformed_events + b.malformed} malformed events")
+    if b.malformed:
+        notes.append(f"skipped {b.malformed} malformed events")
     if b.negative_durations:
         notes.append(f"clamped {b.negative_durations} negative durations to 0")
     unknown = sorted(str(c) for c in b.cats if c and c not in CATEGORY_KIND)

@@ -9,16 +9,14 @@ first chunks while the main process imports the rest. ``load_trace`` then takes 
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 from torchdoctor.trace import reader
 from torchdoctor.trace.parallel import Helper, start_helper
 
 CHUNK_COLUMNS = "torchdoctor.trace.columns:chunk_columns"
 """The loader's per-chunk decoder, named so the helper imports it (and numpy) itself."""
-_STARTED: dict[str, tuple[str, Helper]] = {}
+_STARTED: dict[str, Helper] = {}
 
 
 def prefetch(path: str | Path) -> None:
@@ -30,31 +28,31 @@ def prefetch(path: str | Path) -> None:
     p = Path(path)
     key = str(p)
     if key not in _STARTED:
-        helper = _start(p, CHUNK_COLUMNS)
+        helper = _start(p)
         if helper is not None:
             import atexit
 
-            _STARTED[key] = (CHUNK_COLUMNS, helper)
+            _STARTED[key] = helper
             atexit.register(_stop_started)
 
 
 def _stop_started() -> None:
-    for _, helper in _STARTED.values():
+    for helper in _STARTED.values():
         helper.close()
     _STARTED.clear()
 
 
-def helper_for(p: Path, decode: Callable[[bytearray], Any]) -> Helper | None:
-    """The helper ``prefetch`` started for ``p`` with this decoder, else a new one (or None)."""
+def helper_for(p: Path) -> Helper | None:
+    """The helper ``prefetch`` started for ``p``, else a new one (or None)."""
     started = _STARTED.pop(str(p), None)
     if started is not None:
-        if started[0] == f"{decode.__module__}:{decode.__qualname__}" and started[1].alive:
-            return started[1]
-        started[1].close()
-    return _start(p, decode)
+        if started.alive:
+            return started
+        started.close()
+    return _start(p)
 
 
-def _start(p: Path, decode: Callable[[bytearray], Any] | str) -> Helper | None:
+def _start(p: Path) -> Helper | None:
     """A helper for a regular file of more than one chunk (a pipe cannot be read twice)."""
     size = reader.json_bytes_hint(p)
     if size is None or size <= reader.CHUNK_BYTES:
@@ -62,4 +60,6 @@ def _start(p: Path, decode: Callable[[bytearray], Any] | str) -> Helper | None:
     # The helper's results (about a quarter of the JSON's bytes) go to an arena of shared memory,
     # freed page by page as they are read; past its end the main process does the rest.
     arena = min(max(size // 2, 64 << 20), 4 << 30)
-    return start_helper(decode, lambda: reader.iter_json_chunks(p, reader.ReadStats()), arena)
+    return start_helper(
+        CHUNK_COLUMNS, lambda: reader.iter_json_chunks(p, reader.ReadStats()), arena
+    )

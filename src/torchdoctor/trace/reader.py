@@ -60,8 +60,6 @@ class ReadStats:
 
     top_level: dict[str, Any] = field(default_factory=dict)
     """Every top-level key except traceEvents (deviceProperties, distributedInfo, ...)."""
-    malformed_events: int = 0
-    """Array items that were not event objects or had unusable field types (skipped)."""
     bytes_read: int = 0
     """Decompressed JSON bytes read."""
     tail_chunk: bytearray | None = None
