@@ -50,7 +50,7 @@ def warn_on_item(monkeypatch: pytest.MonkeyPatch) -> Iterator[tuple[SyncRecorder
     rec.install()
     # item() as on a GPU in "warn" mode: the C++ call warns, blaming the innermost Python frame.
     # (over the installed wrapper: uninstall() puts torch's own method back)
-    torch.Tensor.item = rec._wrap_scalar("item", _cuda_item())  # type: ignore[method-assign]
+    torch.Tensor.item = rec._wrap_timed("item", _cuda_item())  # type: ignore[method-assign]
     rec.measuring = True
     rec.start_sync_debug()
     try:

@@ -150,51 +150,37 @@ class SyncRecorder:
 
         base = torch._C.TensorBase
         for name in ("item", "tolist"):
-            self._patcher.patch(torch.Tensor, name, self._wrap_scalar(name, getattr(base, name)))
-        self._patcher.patch(torch.Tensor, "cpu", self._wrap_cpu(base.cpu))
+            self._patcher.patch(torch.Tensor, name, self._wrap_timed(name, getattr(base, name)))
+        self._patcher.patch(
+            torch.Tensor, "cpu", self._wrap_timed("cpu", base.cpu, device_only=True)
+        )
         self._patcher.patch(torch.Tensor, "to", self._wrap_to(base.to))
         self._patcher.patch(torch.Tensor, "cuda", self._wrap_cuda(base.cuda))
 
-    def _wrap_scalar(self, name: str, orig: Callable[..., Any]) -> Callable[..., Any]:
+    def _wrap_timed(
+        self, name: str, orig: Callable[..., Any], *, device_only: bool = False
+    ) -> Callable[..., Any]:
+        """``Tensor.<name>`` timed at the user's site. Scalars (``device_only`` off) are
+        recorded from any device: on an accelerator each one waits for all queued work, and
+        the same script runs on one; ``cpu()`` of a CPU tensor copies nothing."""
         import torch
 
         is_compiling = torch.compiler.is_compiling
         rec = self
 
-        # Scalars read from any device are recorded: on an accelerator each one waits for all
-        # queued work, and the same script runs on one.
-        def wrapper(t: Any) -> Any:
-            if is_compiling() or not rec.measuring:
-                return orig(t)
-            site = rec._site()
-            if site is None:
-                return orig(t)
-            t0 = perf_counter()
-            out = orig(t)
-            rec._safe_record(name, t, site, perf_counter() - t0)
-            return out
-
-        wrapper.__name__ = name
-        return wrapper
-
-    def _wrap_cpu(self, orig: Callable[..., Any]) -> Callable[..., Any]:
-        import torch
-
-        is_compiling = torch.compiler.is_compiling
-        rec = self
-
-        def cpu(t: Any, *args: Any, **kwargs: Any) -> Any:
-            if is_compiling() or not rec.measuring or t.is_cpu:
+        def wrapper(t: Any, *args: Any, **kwargs: Any) -> Any:
+            if is_compiling() or not rec.measuring or (device_only and t.is_cpu):
                 return orig(t, *args, **kwargs)
             site = rec._site()
             if site is None:
                 return orig(t, *args, **kwargs)
             t0 = perf_counter()
             out = orig(t, *args, **kwargs)
-            rec._safe_record("cpu", t, site, perf_counter() - t0)
+            rec._safe_record(name, t, site, perf_counter() - t0)
             return out
 
-        return cpu
+        wrapper.__name__ = name
+        return wrapper
 
     def _wrap_to(self, orig: Callable[..., Any]) -> Callable[..., Any]:
         import torch
