@@ -17,6 +17,8 @@ from __future__ import annotations
 import dataclasses
 from typing import TYPE_CHECKING
 
+from torchdoctor.rules.sites import relative_site
+
 if TYPE_CHECKING:
     from torchdoctor.record.rows import Optimizer
     from torchdoctor.record.run import RunRecord
@@ -86,12 +88,6 @@ def optimizer_line(record: Optimizer) -> str:
         kwargs = {k: v for k, v in call.kwargs.items() if k not in ("fused", "foreach")}
         parts = [*call.args, *(f"{k}={v}" for k, v in kwargs.items()), f"{impl}=True"]
         text = f"{call.func or record.class_name}({', '.join(parts)})"
-        where = f"at {_short(call.site)}: " if call.site else ""
+        where = f"at {relative_site(call.site)}: " if call.site else ""
         return f"{text}  # {where}{why}, not a loop per tensor"
     return f"{record.class_name}(params, ..., {impl}=True)  # {why}, not a loop per tensor"
-
-
-def _short(site: str) -> str:
-    from torchdoctor.rules.sites import relative_site
-
-    return relative_site(site)
