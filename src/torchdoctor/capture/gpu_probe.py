@@ -272,10 +272,6 @@ def largest_blocks(snapshot: dict[str, Any], top: int = 5) -> list[dict[str, Any
     return blocks[:top]
 
 
-SNAPSHOT_FILE = layout.SNAPSHOT
-"""The snapshot's name in the run folder (``memory_snapshot_rank<R>.pickle`` under torchrun)."""
-
-
 def snapshot_name(rank: int | None = None) -> str:
     """The snapshot file for this process: ranks of one job share the run folder."""
     return layout.snapshot_name(rank)
@@ -300,7 +296,7 @@ def oom_record(
     exc: BaseException,
     folder: Path,
     device: int | None = None,
-    snapshot_file: str = SNAPSHOT_FILE,
+    snapshot_file: str = layout.SNAPSHOT,
     observed: OomWatch | None = None,
 ) -> dict[str, Any]:
     """What filled the memory: the message's numbers, allocator stats, the largest live blocks;
@@ -342,7 +338,7 @@ class OomWatch:
     """cuDNN and others catch OOMs and retry with less memory: keep the latest of the first
     few snapshots, without paying for one at every retry."""
 
-    def __init__(self, cuda: Any, folder: Path, snapshot_file: str = SNAPSHOT_FILE) -> None:
+    def __init__(self, cuda: Any, folder: Path, snapshot_file: str = layout.SNAPSHOT) -> None:
         self.cuda = cuda
         self.path = folder / snapshot_file
         self.events: list[dict[str, int]] = []
