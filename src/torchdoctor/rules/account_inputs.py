@@ -8,7 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from torchdoctor.record.account import Experiment, Forwards, Modes, Repeat, Roofline
-from torchdoctor.record.lines import LineRow, LineTable
+from torchdoctor.record.lines import LineTable
 from torchdoctor.record.run import RunRecord
 
 USER_WORK_IN_TORCH = frozenset(
@@ -89,11 +89,3 @@ class Account:
             if wanted and c.site not in out:
                 out.append(c.site)
         return out
-
-    def row(self, site: str) -> LineRow | None:
-        """The line table's row of ``site``."""
-        return self.lines.row(site)
-
-    def inclusive_ms(self, site: str) -> float:
-        """Inclusive ms per step of a user line (0 when it is not in the table)."""
-        return self.lines.inclusive_ms(site)

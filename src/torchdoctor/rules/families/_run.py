@@ -130,5 +130,5 @@ def contended(run: RunRecord) -> str | None:
 
 def code_at(acc: Account, site: str) -> str | None:
     """The source text of the line table's row at ``site`` (None when it was not sampled)."""
-    row = acc.row(site)
+    row = acc.lines.row(site)
     return row.code if row else None

@@ -63,7 +63,7 @@ def measure(run: RunRecord) -> Measured | None:
     saving, text, ev = toggled(acc, SPEC.id, step)
     estimated = saving is None
     if saving is None:  # not measured (--full, torchrun, skipped): the estimate
-        saving = th.NO_GRAD_SAVING * sum(acc.inclusive_ms(site) for site in sites)
+        saving = th.NO_GRAD_SAVING * sum(acc.lines.inclusive_ms(site) for site in sites)
         text = (
             f" (estimated at {th.NO_GRAD_SAVING:.0%} of their time; not measured: "
             f"{why_not_measured(acc, SPEC.id)})"

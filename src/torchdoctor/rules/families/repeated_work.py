@@ -167,7 +167,9 @@ def measure_construction(run: RunRecord) -> Measured | None:
     saving, state_ms = 0.0, 0.0
     for r in rows:
         timed = r.seconds * 1e3 / measured
-        saving += max(timed, acc.inclusive_ms(r.site) if r.kind in ("module", "copy") else 0.0)
+        saving += max(
+            timed, acc.lines.inclusive_ms(r.site) if r.kind in ("module", "copy") else 0.0
+        )
         if r.kind == "optimizer":
             # the cost lands in step(): a new optimizer creates its state (Adam's moments,
             # SGD's momentum buffers) on its first step, every step when rebuilt every step
@@ -260,7 +262,7 @@ def measure_loop(run: RunRecord) -> Measured | None:
         return None
     top = loops[0]
     site = top.site
-    forward_ms = acc.inclusive_ms(site)
+    forward_ms = acc.lines.inclusive_ms(site)
     training = top.grad_calls * 2 > top.calls
     factor = float(th.LOOP_SAVING) if training else float(th.LOOP_SAVING) / 3
     saving = min(step, factor * forward_ms)
