@@ -1,7 +1,8 @@
 """What ``analyze`` imports of the families: the modules that declare trace rules (``LISTED``)
 and nothing of the run-only ones, neither their modules nor what only their measure and fix
 functions need (``torchdoctor.ab`` with statistics and fractions,
-``analysis/memory_growth.py``); everything that lists every finding still sees all of them."""
+``analysis/memory_growth.py``, the recompile fixes' ``rules/call_sites.py``); everything that
+lists every finding still sees all of them."""
 
 from __future__ import annotations
 
@@ -26,7 +27,12 @@ export_trace(report.analysis, report.findings, sys.argv[2])  # the Perfetto expo
 print(json.dumps([sorted(sys.modules), [f.id for f in report.findings]]))
 """
 
-_RUN_ONLY = {"torchdoctor.ab", "torchdoctor.stats", "torchdoctor.analysis.memory_growth"}
+_RUN_ONLY = {
+    "torchdoctor.ab",
+    "torchdoctor.stats",
+    "torchdoctor.analysis.memory_growth",
+    "torchdoctor.rules.call_sites",  # rules/user_fixes.py imports it where a run's fix needs it
+}
 _PREFIX = "torchdoctor.rules.families."
 
 

@@ -182,9 +182,26 @@ def test_a_guard_in_a_frame_dynamo_did_not_name_joins_its_tensors_named_function
         ("", "?:0", dim("tokens", 1, 28, 91)),
         ("", "?:0", dim("tokens", 0, 8, 4)),
         ("", "?:0", dim("mask", 1, 3, 5)),
+        ("", "?:0", dim("ids", 0, 7, 7)),
     ]
     assert guarded_dims(rows, lambda site: site == "train.py:6") == {
         ("forward", "train.py:6", "tokens", 1): [58, 28, 91],
         ("forward", "train.py:6", "tokens", 0): [8, 4],
         ("", "?:0", "mask", 1): [3, 5],
+        ("", "?:0", "ids", 0): [7],  # a size seen twice in one row is one size
     }
+    # the printed fix takes the same merge: one line per (tensor, dim), the sizes in order
+    from torchdoctor.rules.user_fixes import recompile_user_fix
+
+    events = [{"function": fn, "site": site, "changed_dims": [d]} for fn, site, d in rows]
+    assert recompile_user_fix(events, "").splitlines()[:5] == [
+        "torch._dynamo.mark_dynamic(tokens, 1)  # before calling forward(): dim 1 of the tensor "
+        "passed as 'tokens' took sizes 58, 28, 91",
+        "torch._dynamo.mark_dynamic(tokens, 0)  # before calling forward(): dim 0 of the tensor "
+        "passed as 'tokens' took sizes 8, 4",
+        "torch._dynamo.mark_dynamic(mask, 1)  # before calling it(): dim 1 of the tensor "
+        "passed as 'mask' took sizes 3, 5",
+        "torch._dynamo.mark_dynamic(ids, 0)  # before calling it(): dim 0 of the tensor "
+        "passed as 'ids' took sizes 7",
+        "# or pad/bucket that dimension to a few fixed sizes",
+    ]

@@ -211,7 +211,9 @@ def guarded_dims(
         tensor = local_name(str(d["tensor"]))
         where = (fn, site) if placed(site) else named.get(tensor, (fn, site))
         sizes = out.setdefault((*where, tensor, int(d["dim"])), [])
-        sizes += [int(s) for s in (d["expected"], d["actual"]) if int(s) not in sizes]
+        for size in (int(d["expected"]), int(d["actual"])):
+            if size not in sizes:  # each size once, also when a row's two are equal
+                sizes.append(size)
     return out
 
 

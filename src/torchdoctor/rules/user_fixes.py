@@ -11,12 +11,14 @@ import re
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-from torchdoctor.rules.call_sites import local_name
 from torchdoctor.rules.sites import relative_site
 
 if TYPE_CHECKING:
     from torchdoctor.record.rows import CompileCall, Optimizer
     from torchdoctor.record.run import LoaderConfig
+
+# rules/call_sites.py is imported by the recompile fixes that use it: analyze imports this
+# module (through rules/fixes.py) and never builds them.
 
 # DataLoader's positional parameters, in order (torch.utils.data.DataLoader.__init__).
 _DL_POSITIONAL = (
@@ -178,6 +180,8 @@ def _before_calls(
 ) -> list[str]:
     """``line`` (code on the argument ``name``) once per call of the compiled model that passes
     it: in the user's own expression there and placed before that call; [] when none does."""
+    from torchdoctor.rules.call_sites import local_name
+
     out = []
     for c in calls:
         if local_name(str(c["name"])) != name or c.get("dim") != dim:
@@ -192,6 +196,8 @@ def value_guard_fix(events: list[dict[str, Any]], calls: Sequence[Mapping[str, A
     """For guards on Python values (``scale == 0.5``): what stops the recompiles. A float or
     int passed as a tensor is an input, not a constant; mark_dynamic applies to tensors only.
     ``calls``: where the compiled model is called with each value (its tensor form goes there)."""
+    from torchdoctor.rules.call_sites import local_name
+
     values: dict[str, list[str]] = {}
     kinds: dict[str, str] = {}
     for e in events:
@@ -227,18 +233,18 @@ def recompile_user_fix(
     with each guarded argument; each line is placed before that call, in the user's name for
     the argument (inside the compiled function dynamo rejects mark_dynamic, and a value made a
     tensor there is still compiled in)."""
-    seen: dict[tuple[str, int], list[int]] = {}
-    functions: dict[str, str] = {}
-    for e in events:
-        for d in e.get("changed_dims") or []:
-            sizes = seen.setdefault((local_name(d["tensor"]), int(d["dim"])), [])
-            sizes.extend(x for x in (d["expected"], d["actual"]) if x not in sizes)
-            functions.setdefault(local_name(d["tensor"]), str(e.get("function") or ""))
+    from torchdoctor.rules.call_sites import guarded_dims, local_name
+
+    rows = [(str(e.get("function") or ""), d) for e in events for d in e.get("changed_dims") or []]
+    # one line per (tensor, dim), whichever function guarded it (each line goes before every
+    # call passing that name); it names the first function seen
+    seen = guarded_dims((("", "", d) for _, d in rows), placed=bool)
+    functions = {local_name(str(d["tensor"])): fn for fn, d in reversed(rows)}
     values = value_guard_fix(events, calls)
     if not seen:
         return values or fallback
     lines = [values] if values else []
-    for (tensor, dim), sizes in seen.items():
+    for (_, _, tensor, dim), sizes in seen.items():
         shown = ", ".join(str(s) for s in sizes[:4]) + (", ..." if len(sizes) > 4 else "")
         why = f"dim {dim} of the tensor passed as '{tensor}' took sizes {shown}"
         line = f"torch._dynamo.mark_dynamic({tensor}, {dim})"
