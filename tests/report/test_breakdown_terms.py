@@ -18,8 +18,15 @@ from typing import Any
 import pytest
 
 from tests.conftest import TRACES
-from torchdoctor.analysis.breakdown_terms import ALL_KEYS, TERMS, label
+from torchdoctor.analysis.breakdown import BUSY_PARTS, CPU_PARTS, IDLE_PARTS, NOT_RECORDED
+from torchdoctor.analysis.breakdown_terms import TERMS, label
 
+ALL_KEYS = (
+    *(f"busy:{p}" for p in BUSY_PARTS),
+    *(f"idle:{p}" for p in (*IDLE_PARTS, NOT_RECORDED)),
+    *(f"cpu:{p}" for p in CPU_PARTS),
+)
+"""Every part's key, in the breakdown's order."""
 LABEL_TO_KEY = {t.label: k for k, t in TERMS.items()}
 PAIR = ("v100_resnet50_train_workers0", "v100_resnet50_train_workers4")
 WIDE = 200  # no label wraps

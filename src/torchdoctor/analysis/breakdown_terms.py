@@ -15,7 +15,7 @@ device idled, split by cause) or ``cpu:`` (a CPU-only trace's parts, no device i
 from collections.abc import Mapping
 from typing import NamedTuple
 
-from torchdoctor.analysis.breakdown import BUSY_PARTS, CPU_PARTS, IDLE_PARTS, NOT_RECORDED
+from torchdoctor.analysis.breakdown import NOT_RECORDED
 
 
 # A named tuple: analyze imports it before any trace (rules/spec.py says what a dataclass costs).
@@ -92,15 +92,3 @@ def labels(keys: list[str] | tuple[str, ...] | Mapping[str, object]) -> dict[str
     """Key -> label for ``keys``, in their order (the JSON documents carry this beside the
     numbers, so a reader prints what the text prints)."""
     return {k: label(k) for k in keys}
-
-
-def _all_keys() -> tuple[str, ...]:
-    return (
-        *(f"busy:{p}" for p in BUSY_PARTS),
-        *(f"idle:{p}" for p in (*IDLE_PARTS, NOT_RECORDED)),
-        *(f"cpu:{p}" for p in CPU_PARTS),
-    )
-
-
-ALL_KEYS = _all_keys()
-"""Every part's key, in the breakdown's order."""

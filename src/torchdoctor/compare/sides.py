@@ -185,14 +185,6 @@ def _is_number(v: Any) -> TypeGuard[float]:
     return isinstance(v, int | float) and not isinstance(v, bool) and abs(v) < 1e300
 
 
-def _count(value: Any, where: str) -> int:
-    if value is None:
-        return 0
-    if not isinstance(value, int) or isinstance(value, bool) or value < 0:
-        raise UserError(f"{where} is not a count")
-    return value
-
-
 def _check_run(folder: Path) -> Side:
     """A ``check`` run folder: the run's own step clock (many steps), the trace's details."""
     record = read_run(folder)  # rank 0's record under torchrun; its steps' shape checked

@@ -17,13 +17,6 @@ from typing import Any, Literal
 from torchdoctor.code_paths import code_paths
 
 Category = Literal["activations", "parameters", "optimizer state", "gradients", "other"]
-CATEGORIES: tuple[Category, ...] = (
-    "activations",
-    "parameters",
-    "optimizer state",
-    "gradients",
-    "other",
-)
 
 NO_STACK = "<no stack recorded>"
 CPP_ONLY = "<C++ frames only>"
