@@ -13,7 +13,7 @@ from typing import Any
 
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
-from torch.utils.flop_counter import FlopCounterMode
+from torch.utils.flop_counter import FlopCounterMode, sdpa_backward_flop_count, sdpa_flop_count
 
 _ATTENTION_MARKERS = ("scaled_dot_product", "flash_attention", "efficient_attention")
 
@@ -52,10 +52,6 @@ def _shape(x: Any) -> tuple[int, ...] | None:
 
 def attention_flops(op_name: str, args: tuple[Any, ...]) -> int:
     """FLOPs of one SDPA kernel call from its (grad_out,) query, key, value shapes; 0 if unknown."""
-    try:
-        from torch.utils.flop_counter import sdpa_backward_flop_count, sdpa_flop_count
-    except ImportError:  # pragma: no cover - older torch
-        return 0
     shapes = [_shape(a) for a in args[:4]]
     try:
         if "backward" in op_name:
