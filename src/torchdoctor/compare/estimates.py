@@ -108,11 +108,6 @@ class Estimate:
         return LABELS[self.quantity]
 
 
-def _point(ratio: float, n: int) -> stats.RatioInterval:
-    """A ratio with no interval (one value a side)."""
-    return stats.RatioInterval(ratio, 0.0, math.inf, 0.0, n, "rank")
-
-
 def run_to_run_log_sd(pct: float) -> float:
     """The allowance ``pct`` (95% of two runs' ratios within 1 +/- pct/100) as a log-scale SD."""
     z = NormalDist().inv_cdf(1.0 - ALPHA / 2.0)
@@ -221,7 +216,8 @@ def _single(
     bv = float(_values([base], q, job_steps)[0])
     nv = float(_values([new], q, job_steps)[0])
     test = "none: one value a side"
-    return Estimate(q, bv, nv, UNITS[q], _point(bv / nv, 1), "one run a side", test, 1, 1)
+    point = stats.RatioInterval(bv / nv, 0.0, math.inf, 0.0, 1, "rank")  # no interval
+    return Estimate(q, bv, nv, UNITS[q], point, "one run a side", test, 1, 1)
 
 
 def _runs(b: np.ndarray, n: np.ndarray, q: Quantity) -> Estimate:
