@@ -10,10 +10,11 @@ from torch import nn
 
 from torchdoctor.capture.forward_watch import LOOP_CALLS, ForwardWatch
 from torchdoctor.code_paths import CodePaths
+from torchdoctor.record.account import ModuleLoop
 from torchdoctor.rules.run_rules import run_findings
 
 
-def watched(fn) -> list[dict]:  # type: ignore[no-untyped-def, type-arg]
+def watched(fn) -> tuple[ModuleLoop, ...]:  # type: ignore[no-untyped-def]
     w = ForwardWatch(CodePaths())
     w.begin()
     try:
@@ -34,9 +35,9 @@ def test_per_sample_calls_over_two_tensors_are_a_slice_loop() -> None:
 
     loops = watched(pair)
     top = loops[0]
-    assert top["module"] == "Sequential" and top["calls"] == 32 and top["sliced"]
-    assert not top["cell"] and top["grad_calls"] == 0
-    assert top["site"].endswith(f"{__file__.rsplit('/', 1)[-1]}:{pair.__code__.co_firstlineno + 2}")
+    assert top.module == "Sequential" and top.calls == 32 and top.sliced
+    assert not top.cell and top.grad_calls == 0
+    assert top.site.endswith(f"{__file__.rsplit('/', 1)[-1]}:{pair.__code__.co_firstlineno + 2}")
 
 
 def test_cell_loop_and_fresh_tensors() -> None:
@@ -52,10 +53,10 @@ def test_cell_loop_and_fresh_tensors() -> None:
         for _ in range(LOOP_CALLS + 2):
             y = dec(y)  # each input is the last output: no slice of one tensor
 
-    by_module = {r["module"]: r for r in watched(steps)}
-    assert by_module["LSTMCell"]["cell"] and by_module["LSTMCell"]["calls"] == 12
-    assert by_module["LSTMCell"]["sliced"]
-    assert not by_module["Linear"]["sliced"]
+    by_module = {r.module: r for r in watched(steps)}
+    assert by_module["LSTMCell"].cell and by_module["LSTMCell"].calls == 12
+    assert by_module["LSTMCell"].sliced
+    assert not by_module["Linear"].sliced
 
 
 def record(loops: list[dict], forward_ms: float) -> dict:  # type: ignore[type-arg]

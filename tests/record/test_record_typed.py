@@ -231,7 +231,7 @@ def test_sections_that_keep_a_rule_of_their_own() -> None:
     assert (lines.samples, [r.site for r in lines.rows], lines.unavailable) == (9, ["a.py:1"], "x")
     assert lines.rows[0].self_ms == 2.0 and lines.rows[0].ops == ()
     modes = Modes.from_dict({"setter_calls": [{"call": "c", "site": "s.py:2"}, {"call": "d"}]})
-    assert modes.setter_calls == (SetterCall("c", "s.py:2"),)
+    assert modes.setter_calls == (SetterCall("c", site="s.py:2"),)
     report = CheckReport.from_dict(
         {"world_size": 0, "findings": ["junk"], "account": {"step_ms": 4.0, "error": "no"}}
     )

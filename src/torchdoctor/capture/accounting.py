@@ -238,8 +238,7 @@ class Accounting:
         shares = self._mode_shares()
         if torch.is_anomaly_enabled() or shares.get("anomaly_detection", 0.0) >= MODE_ON_SHARE:
             out.append(toggles.anomaly_off())
-        unreached = self.forwards.snapshot()["unreached"]
-        sites = {r["site"] for r in unreached if r.get("site")}
+        sites = {r.site for r in self.forwards.snapshot().unreached if r.site}
         if sites and compiled:
             what = "no grad for the forwards at " + ", ".join(sorted(sites))
             out.append(Toggle.skip("grad-without-backward", what, guard.format(what="grad mode")))
@@ -304,7 +303,9 @@ class Accounting:
     def snapshot(
         self, events: Any, steps: int, step_ms: float | None, gpu: dict[str, Any] | None
     ) -> dict[str, Any]:
-        """The accounting sections of ``run.json`` (see docs/check.md)."""
+        """The accounting sections of ``run.json`` (see docs/check.md): ``modes``, ``repeats``,
+        ``forwards`` and ``experiments`` as the record's rows (``record/account.py``), which
+        ``record/write.py`` writes; a section whose watcher failed is ``{"error": ...}``."""
         out: dict[str, Any] = {}
         for key, build in (
             ("lines", lambda: self._lines(events, steps, step_ms)),

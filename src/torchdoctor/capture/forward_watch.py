@@ -24,6 +24,7 @@ from typing import Any
 from torchdoctor.capture import guest
 from torchdoctor.capture.callsites import user_site
 from torchdoctor.code_paths import CodePaths
+from torchdoctor.record.account import Forwards, ForwardSite, ModuleLoop
 
 _MAX_CALLS = 256
 _MAX_LOOP_KEYS = 4096
@@ -128,10 +129,11 @@ class ForwardWatch:
         if base is not None:
             row["bases"][base] = row["bases"].get(base, 0) + 1
 
-    def loops(self) -> list[dict[str, Any]]:
+    def loops(self) -> tuple[ModuleLoop, ...]:
         """Module instances called ``LOOP_CALLS`` times or more from one user line in the
-        watched step: ``sliced`` when three quarters of the calls took a slice of a tensor that
-        was sliced more than once (one tensor, or a few: the two sides of a pair)."""
+        watched step, the most called first (16 at most): ``sliced`` when three quarters of the
+        calls took a slice of a tensor that was sliced more than once (one tensor, or a few:
+        the two sides of a pair)."""
         out = []
         for row in self._loops.values():
             if row["calls"] < LOOP_CALLS:
@@ -139,13 +141,17 @@ class ForwardWatch:
             # slices of a tensor sliced more than once (the two sides of a pair are two bases)
             sliced = sum(n for n in row["bases"].values() if n >= 2)
             out.append(
-                {
-                    **{k: v for k, v in row.items() if k != "bases"},
-                    "sliced": sliced * 4 >= row["calls"] * 3,
-                }
+                ModuleLoop(
+                    site=row["site"],
+                    module=row["module"],
+                    cell=row["cell"],
+                    calls=row["calls"],
+                    grad_calls=row["grad_calls"],
+                    sliced=sliced * 4 >= row["calls"] * 3,
+                )
             )
-        out.sort(key=lambda r: -r["calls"])
-        return out[:16]
+        out.sort(key=lambda r: -r.calls)
+        return tuple(out[:16])
 
     def _reach(self, index: int) -> Any:
         def prehook(grad_outputs: Any) -> None:
@@ -154,15 +160,16 @@ class ForwardWatch:
 
         return prehook
 
-    def snapshot(self) -> dict[str, Any]:
+    def snapshot(self) -> Forwards:
         """Outermost forwards by site: calls, how many recorded a graph, how many reached a
-        backward; ``unreached`` lists the sites whose recorded graphs never did."""
+        backward; ``unreached`` lists the sites whose recorded graphs never did (the record's
+        ``forwards``)."""
         by_site: dict[str, dict[str, Any]] = {}
         for call, reached in zip(self.calls, self.reached, strict=True):
             row = by_site.setdefault(
                 str(call["site"]),
                 {
-                    "site": call["site"],
+                    "site": call["site"] or "",
                     "module": call["module"],
                     "calls": 0,
                     "graphs": 0,
@@ -172,14 +179,14 @@ class ForwardWatch:
             row["calls"] += 1
             row["graphs"] += int(call["graph"])
             row["reached"] += int(reached)
-        rows = list(by_site.values())
-        return {
-            "watched_calls": len(self.calls),
-            "forwards": rows,
-            "unreached": [r for r in rows if r["graphs"] and not r["reached"]],
-            "any_backward": any(self.reached),
-            "loops": self.loops(),
-        }
+        rows = tuple(ForwardSite(**r) for r in by_site.values())
+        return Forwards(
+            watched_calls=len(self.calls),
+            forwards=rows,
+            unreached=tuple(r for r in rows if r.graphs and not r.reached),
+            any_backward=any(self.reached),
+            loops=self.loops(),
+        )
 
 
 def _slice_base(args: Any) -> int | None:

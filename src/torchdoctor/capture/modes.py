@@ -24,6 +24,7 @@ from torchdoctor.capture import guest
 from torchdoctor.capture.guest import read_or_none as _read
 from torchdoctor.capture.patches import Patcher
 from torchdoctor.code_paths import CodePaths
+from torchdoctor.record.account import Modes, SetterCall
 
 THREAD_ENV = ("OMP_NUM_THREADS", "MKL_NUM_THREADS")
 
@@ -161,9 +162,26 @@ class ModeWatch:
         """Restore the setters (idempotent)."""
         self._patcher.restore()
 
-    def snapshot(self) -> dict[str, Any]:
-        """The modes at the window (or now) and the setter calls, as plain data."""
-        return {**(self.at_window or _read(read_modes) or {}), "setter_calls": self.calls}
+    def snapshot(self) -> Modes:
+        """The modes at the window (or now) and the setter calls: the record's ``modes``."""
+        now = self.at_window or _read(read_modes) or {}
+        calls = tuple(SetterCall(c["call"], c["value"], c["site"] or "") for c in self.calls)
+        return Modes(
+            anomaly_detection=bool(now.get("anomaly_detection")),
+            anomaly_check_nan=now.get("anomaly_check_nan"),
+            deterministic_algorithms=bool(now.get("deterministic_algorithms")),
+            deterministic_warn_only=now.get("deterministic_warn_only"),
+            intra_op_threads=now.get("intra_op_threads"),
+            interop_threads=now.get("interop_threads"),
+            cores_per_rank=now.get("cores_per_rank"),
+            thread_env=dict(now.get("thread_env") or {}),
+            mkldnn_enabled=now.get("mkldnn_enabled"),
+            mkldnn_available=now.get("mkldnn_available"),
+            cudnn_enabled=now.get("cudnn_enabled"),
+            cudnn_deterministic=now.get("cudnn_deterministic"),
+            cudnn_benchmark=now.get("cudnn_benchmark"),
+            setter_calls=calls,
+        )
 
 
 def _recording_init(watch: ModeWatch, name: str, orig: type) -> Callable[..., None]:

@@ -25,6 +25,7 @@ from typing import Any
 from torchdoctor.capture import guest
 from torchdoctor.capture.patches import Patcher
 from torchdoctor.code_paths import CodePaths
+from torchdoctor.record.account import Repeat
 
 _MODULE_CASTS = ("to", "cuda", "cpu", "float", "half", "double", "bfloat16")
 _HOOKS = (
@@ -219,17 +220,18 @@ class RepeatWatch:
         """Restore everything (idempotent)."""
         self._patcher.restore()
 
-    def snapshot(self) -> list[dict[str, Any]]:
-        """One row per (kind, site): calls and seconds in the measured steps."""
+    def snapshot(self) -> tuple[Repeat, ...]:
+        """One row per (kind, site): calls and seconds in the measured steps, the most
+        called first (the record's ``repeats``)."""
         rows = [
-            {
-                "kind": k,
-                "site": s,
-                "what": self.labels.get((k, s), ""),
-                "calls": int(n),
-                "seconds": sec,
-                "hook_functions": sorted([list(x) for x in self.hook_functions.get((k, s), ())]),
-            }
+            Repeat(
+                kind=k,
+                site=s,
+                what=self.labels.get((k, s), ""),
+                calls=int(n),
+                seconds=sec,
+                hook_functions=tuple(sorted(self.hook_functions.get((k, s), ()))),
+            )
             for (k, s), (n, sec) in self.sites.items()
         ]
-        return sorted(rows, key=lambda r: (-r["calls"], r["site"]))
+        return tuple(sorted(rows, key=lambda r: (-r.calls, r.site)))

@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from torchdoctor.record.typed import Coerce, Row, key, reads
+from torchdoctor.record.typed import Coerce, Row, key, null_at_default, reads
 from torchdoctor.record.values import as_dict, as_rows
 
 _d, _rows = as_dict, as_rows
@@ -55,8 +55,9 @@ class SetterCall(Row):
     """A user line that called a global mode's setter (``set_detect_anomaly(True)``...)."""
 
     call: str
-    site: str
     value: object = None
+    site: str = field(default="", metadata=null_at_default())
+    """The user's line; empty (recorded as null) when no user frame made the call."""
 
 
 def _sited(cls: type[Row]) -> Coerce:
@@ -66,19 +67,26 @@ def _sited(cls: type[Row]) -> Coerce:
 
 @dataclass(frozen=True)
 class Modes(Row):
-    """Global modes and thread settings seen during the measured steps (``modes``)."""
+    """Global modes and thread settings seen during the measured steps (``modes``); the
+    capture side builds it (``capture/modes.py``), its fields in the record's order. A value
+    torch would not tell is None."""
 
     anomaly_detection: bool = False
+    anomaly_check_nan: bool | None = None
     deterministic_algorithms: bool = False
+    deterministic_warn_only: bool | None = None
     intra_op_threads: int | None = None
+    interop_threads: int | None = None
     cores_per_rank: int | None = None
     thread_env: dict[str, Any] = field(default_factory=dict)
     """The thread variables of the environment (``OMP_NUM_THREADS``...), as recorded."""
-    cudnn_enabled: bool | None = None
     mkldnn_enabled: bool | None = None
     mkldnn_available: bool | None = None
+    cudnn_enabled: bool | None = None
+    cudnn_deterministic: bool | None = None
+    cudnn_benchmark: bool | None = None
     setter_calls: tuple[SetterCall, ...] = field(default=(), metadata=reads(_sited(SetterCall)))
-    """The calls that name their ``site``."""
+    """The setter calls (at most 32); read back, those that name their ``site``."""
 
     def enabled(self, backend: str) -> bool | None:
         """``cudnn`` or ``mkldnn`` switched on (None: not recorded)."""
@@ -101,11 +109,18 @@ class Repeat(Row):
 
 
 @dataclass(frozen=True)
-class UnreachedForward(Row):
-    """An outermost forward whose recorded autograd graphs no backward reached."""
+class ForwardSite(Row):
+    """The outermost forwards made from one user line in the watched step."""
 
-    site: str
+    site: str = field(default="", metadata=null_at_default())
+    """The user's line; empty (recorded as null) when no user frame made the call."""
+    module: str = ""
+    """The module's class name (of the first call)."""
+    calls: int = 0
     graphs: int = 0
+    """Calls whose output carried an autograd graph."""
+    reached: int = 0
+    """Of those, the ones a backward reached."""
     raw: dict[str, Any] = field(default_factory=dict)
 
 
@@ -115,22 +130,27 @@ class ModuleLoop(Row):
 
     site: str
     module: str = ""
+    cell: bool = False
+    """An RNN cell (``nn.RNNCellBase``)."""
     calls: int = 0
     grad_calls: int = 0
     sliced: bool = False
     """Called on slices of one tensor (samples, time steps)."""
-    cell: bool = False
-    """An RNN cell (``nn.RNNCellBase``)."""
     raw: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
 class Forwards(Row):
-    """What the forward watch saw (``forwards``)."""
+    """What the forward watch saw (``forwards``); the capture side builds it
+    (``capture/forward_watch.py``), its fields in the record's order."""
 
-    unreached: tuple[UnreachedForward, ...] = field(
-        default=(), metadata=reads(_sited(UnreachedForward))
-    )
+    watched_calls: int = 0
+    """Outermost forwards watched (at most 256)."""
+    forwards: tuple[ForwardSite, ...] = ()
+    """Every user line's outermost forwards."""
+    unreached: tuple[ForwardSite, ...] = field(default=(), metadata=reads(_sited(ForwardSite)))
+    """The lines whose recorded graphs no backward reached; read back, those with a site."""
+    any_backward: bool = False
     loops: tuple[ModuleLoop, ...] = field(default=(), metadata=reads(_sited(ModuleLoop)))
 
 

@@ -21,7 +21,9 @@ these rows in code and ``record/write.py`` writes them into ``run.json`` as reco
 field under its key in declaration order, default or not, except a field marked
 ``omitted_at_default()`` (a key the record leaves out when it holds nothing: an optimizer's
 ``call`` when library code built it; or, ``omitted_at_default("kwargs")``, while another field
-does: a call's ``args`` when its source could not be read).
+does: a call's ``args`` when its source could not be read), and a field marked
+``null_at_default()``, written as null while it holds its default (a call whose user line was
+not found: ``"site": null``, which a reader reads back as the default).
 """
 
 from __future__ import annotations
@@ -54,6 +56,12 @@ def omitted_at_default(following: str = "") -> dict[str, Any]:
     """Field metadata: ``recorded`` leaves the key out while the field (or the field named
     ``following``: keys written together or not at all) holds its default."""
     return {"omit": following or True}
+
+
+def null_at_default() -> dict[str, Any]:
+    """Field metadata: ``recorded`` writes null (JSON's ``null``) while the field holds its
+    default; a read of null gives the default back."""
+    return {"null": True}
 
 
 class Row:
@@ -110,8 +118,12 @@ def _recorded_row(obj: Any) -> dict[str, Any]:
     for f, path in _written(type(obj)):
         omit = f.metadata.get("omit")
         by = named[omit] if isinstance(omit, str) else f
-        if not (omit and recorded(getattr(obj, by.name)) == recorded(_default(by))):
-            _place(out, path, recorded(getattr(obj, f.name)))
+        value = recorded(getattr(obj, f.name))
+        if omit and recorded(getattr(obj, by.name)) == recorded(_default(by)):
+            continue
+        if f.metadata.get("null") and value == recorded(_default(f)):
+            value = None
+        _place(out, path, value)
     for k, v in (getattr(obj, "raw", None) or {}).items():
         out.setdefault(k, v)
     return out

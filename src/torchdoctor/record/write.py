@@ -9,10 +9,10 @@ here, so the two cannot drift apart: the same keys, in the same order, with the 
 ``run.json`` is an index of the ranks' records (``rank_index``). ``record/run.py`` and
 ``record/folder.py`` read what is written here.
 
-The sections the watchers fill (``compile``, ``config``, ``syncs``, ``gpu``, ...) are handed
-over as they are, the typed ones (``record/run.py``, ``record/rows.py``) built in code, and
-written here once by ``record/typed.py``'s ``recorded``; each watcher owns its section's
-contents. What the end of a check run adds after
+The sections the watchers fill (``compile``, ``config``, ``syncs``, ``gpu``, ``modes``, ...) are
+handed over as they are, the typed ones (``record/run.py``, ``record/rows.py``,
+``record/account.py``) built in code, and written here once by ``record/typed.py``'s
+``recorded``; each watcher owns its section's contents. What the end of a check run adds after
 the script (``capture/runner.py``: the trace, the OOM, the memory per step, the findings) comes
 as parts too (``RunEnd``, ``ended_document``), and the sites torchdoctor's own frames left in
 the sections come out of a copy (``without_sites``): the record is built, never changed in place.
