@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
+from torchdoctor.rules.sites import relative_site
 from torchdoctor.rules.user_fixes import (
     rebuilt_loader_call,
     recompile_user_fix,
@@ -22,10 +23,6 @@ DOCS = "https://pytorch.org/docs/stable"
 
 
 # -- trace findings ----------------------------------------------------------------------------
-DATA_LOADER = (
-    "loader = DataLoader(dataset, batch_size=bs, num_workers=min(8, os.cpu_count()),\n"
-    "                    pin_memory=True, persistent_workers=True, prefetch_factor=4)"
-)
 HOST_BOUND = (
     'model = torch.compile(model, mode="reduce-overhead")  # fuses ops, replays CUDA graphs\n'
     "# or capture the step with torch.cuda.graphs; a larger batch also amortises launches"
@@ -60,20 +57,43 @@ STRAGGLER = (
 )
 
 
-def fp32_gemm_fix(bf16: bool = True) -> str:
+def autocast_fix(
+    dtype: str, device: str | None = None, site: str | None = None, code: str | None = None
+) -> str:
+    """``with torch.autocast(...)`` over the step's forward and loss: the user's own statements
+    (``code``, at ``site``) when read from the script (``rules/step_forward.py``), else the usual
+    names. ``device`` is the expression the step copies its batch to: the autocast takes its type
+    (``torch.device(device).type``), so the pasted line runs in ``dtype`` wherever the script
+    runs (an autocast for a device the tensors are not on does nothing); ``"cuda"`` when none is
+    known, the device of the runs these findings come from."""
+    kind = f"torch.device({device}).type" if device else '"cuda"'
+    body = code if code else "loss = criterion(model(x), y)"
+    at = f"  # at {relative_site(site)}" if site and code else ""
+    return f"with torch.autocast(device_type={kind}, dtype=torch.{dtype}):{at}\n" + "\n".join(
+        f"    {ln}" if ln.strip() else "" for ln in body.splitlines()
+    )
+
+
+def fp32_gemm_fix(bf16: bool = True, device: str | None = None) -> str:
     """bf16 autocast or TF32 from Ampere on; fp16 with GradScaler on Volta/Turing."""
     if bf16:
         return (
-            'with torch.autocast(device_type="cuda", dtype=torch.bfloat16):  # fp16 + GradScaler '
-            "before Ampere\n    loss = criterion(model(x), y)\n"
+            "# bf16 tensor cores (fp16 + GradScaler before Ampere)\n"
+            f"{autocast_fix('bfloat16', device)}\n"
             "torch.backends.cuda.matmul.allow_tf32 = True; torch.backends.cudnn.allow_tf32 = True"
         )
     return (
         'scaler = torch.amp.GradScaler("cuda")\n'
-        'with torch.autocast(device_type="cuda", dtype=torch.float16):\n'
-        "    loss = criterion(model(x), y)\n"
+        f"{autocast_fix('float16', device)}\n"
         "scaler.scale(loss).backward(); scaler.step(optimizer); scaler.update()"
     )
+
+
+def fp32_bf16_gpu_fix(
+    device: str | None = None, site: str | None = None, code: str | None = None
+) -> str:
+    """fp32 training on a GPU with bf16 tensor cores: the step's forward under bf16 autocast."""
+    return f"{autocast_fix('bfloat16', device, site, code)}\n# bf16 has fp32's range: no GradScaler"
 
 
 def exposed_comm_fix(cpu: bool = False) -> str:
@@ -101,6 +121,19 @@ def no_sync_fix(micro_batches: float) -> str:
         "    with contextlib.nullcontext() if last else model.no_sync():\n"
         "        criterion(model(x), y).backward()\n"
         "optimizer.step()"
+    )
+
+
+def data_loader_fix(gpu: bool = True) -> str:
+    """Workers, kept across epochs, prefetching; pinned batches only where a GPU copies them.
+    Without one, ``pin_memory=True`` pins nothing and torch warns that no accelerator is found;
+    it is left out rather than written ``pin_memory=torch.cuda.is_available()``: the trace does
+    not say how the script imports torch, and a non-literal argument is one ``fix`` would no
+    longer edit on a later GPU run (it refuses an argument set from an expression)."""
+    pin = "pin_memory=True, " if gpu else ""
+    return (
+        "loader = DataLoader(dataset, batch_size=bs, num_workers=min(8, os.cpu_count()),\n"
+        f"                    {pin}persistent_workers=True, prefetch_factor=4)"
     )
 
 
@@ -198,9 +231,6 @@ FP16_SCALER = (
     "# or use dtype=torch.bfloat16 (no scaler needed) on sm80+"
 )
 BF16_SCALER = "loss.backward(); optimizer.step()  # drop the GradScaler with bfloat16"
-FP32_BF16_GPU = (
-    "with torch.autocast('cuda', dtype=torch.bfloat16):\n    loss = criterion(model(x), y)"
-)
 TF32 = "torch.backends.cuda.matmul.allow_tf32 = True\ntorch.backends.cudnn.allow_tf32 = True"
 FRAGMENTATION = "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True python train.py"
 OOM = (

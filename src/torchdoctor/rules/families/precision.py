@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 from torchdoctor.rules import fixes as fx
 from torchdoctor.rules import thresholds as th
 from torchdoctor.rules.spec import FindingSpec, Measured, RunRule, SeverityPolicy, static
+from torchdoctor.rules.step_forward import step_forward
 
 if TYPE_CHECKING:
     from torchdoctor.record.run import RunRecord
@@ -98,7 +99,7 @@ FP32_SPEC = _fp32_matmuls(
     id="fp32-on-bf16-gpu",
     label="fp32 on a bf16-capable GPU",
     title="fp32 training on {gpu} (bf16 tensor cores): GEMMs are {gemm:.0%} of GPU time",
-    fix=static(fx.FP32_BF16_GPU),
+    fix=fx.fp32_bf16_gpu_fix,
     explanation="bf16 matmuls run on tensor cores at several times the fp32 rate, with fp32 range.",
     doc_url=f"{D}/amp.html",
     aliases=("fp32-gemm-no-tensor-cores",),
@@ -138,7 +139,15 @@ def measure_fp32(run: RunRecord) -> Measured | None:
         saving_ms=saving,
         title={"gpu": gpu.device.get("name"), "gemm": gemm},
         evidence={"gemm_share_of_gpu_time": gemm, "device": gpu.device, "backend_flags": flags},
+        fix=_forward(run.script),
     )
+
+
+def _forward(script: str | None) -> dict[str, Any]:
+    """The autocast fix's inputs: the step's own forward and batch device, where the script
+    reads (``rules/step_forward.py``)."""
+    step = step_forward(script)
+    return {} if step is None else {"device": step.device, "site": step.site, "code": step.code}
 
 
 def measure_tf32(run: RunRecord) -> Measured | None:
