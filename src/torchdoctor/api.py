@@ -67,7 +67,7 @@ class Report:
     @property
     def kernels(self) -> KernelStats | None:
         """GPU kernel statistics (None for a trace with no GPU activity)."""
-        return self._report.analysis.kernels  # type: ignore[no-any-return]
+        return self._report.analysis.kernels
 
     @property
     def ranks(self) -> list[RankRow]:

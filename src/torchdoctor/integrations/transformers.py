@@ -48,7 +48,7 @@ def trainer_info(args: Any) -> dict[str, Any]:
     return info
 
 
-class DoctorCallback(WatchingCallback, TrainerCallback):  # type: ignore[misc]
+class DoctorCallback(WatchingCallback, TrainerCallback):
     """Profiles a window of training steps and writes ``check``'s run folder and report.
 
     Keyword arguments beyond the three named are ``CheckOptions`` fields (``record_shapes``,

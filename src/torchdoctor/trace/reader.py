@@ -97,7 +97,7 @@ def open_trace(path: Path) -> IO[bytes]:
     magic = fh.read(2)
     fh.seek(0)
     if magic == b"\x1f\x8b":
-        return _gzip_impl.GzipFile(fileobj=fh, mode="rb")  # type: ignore[return-value]
+        return _gzip_impl.GzipFile(fileobj=fh, mode="rb")
     return fh
 
 
