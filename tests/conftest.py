@@ -93,24 +93,32 @@ def shared_check(tmp_path_factory: pytest.TempPathFactory) -> Callable[..., Any]
     """``check`` in this process, made once per test run for each script, arguments and options,
     and read by every test that asks for the same run (``shared_check(script, *args, opts=...,
     html=True)``; the page is ``check.html`` beside the run folder). Such tests only read the
-    folder. One intra-op thread, as the ``check`` tests run their scripts."""
+    folder. One intra-op thread, as the ``check`` tests run their scripts; ``threads=None``
+    runs it with the test process's own count (part of what makes two runs the same)."""
+    import torch
+
     from tests.capture.check_helpers import FAST, CheckRun, check_inprocess
 
-    runs: dict[tuple[str, tuple[str, ...], tuple[str, ...], bool], CheckRun] = {}
+    runs: dict[tuple[str, tuple[str, ...], tuple[str, ...], bool, int], CheckRun] = {}
 
-    def run(script: Path, *args: str, opts: list[str] = FAST, html: bool = False) -> CheckRun:
-        key = (str(script), args, tuple(opts), html)
+    def run(
+        script: Path,
+        *args: str,
+        opts: list[str] = FAST,
+        html: bool = False,
+        threads: int | None = 1,
+    ) -> CheckRun:
+        own = torch.get_num_threads()
+        n = own if threads is None else threads
+        key = (str(script), args, tuple(opts), html, n)
         if key not in runs:
-            import torch
-
             out = tmp_path_factory.mktemp("shared-check")
             page = ["--html", str(out / "check.html")] if html else []
-            threads = torch.get_num_threads()
-            torch.set_num_threads(1)
+            torch.set_num_threads(n)
             try:
                 runs[key] = check_inprocess(out, script, *args, opts=[*opts, *page])
             finally:
-                torch.set_num_threads(threads)
+                torch.set_num_threads(own)
         return runs[key]
 
     return run

@@ -6,6 +6,7 @@ import json
 import os
 import subprocess
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -114,6 +115,27 @@ def _restore_global_module_hooks(saved: dict[str, dict[Any, Any]]) -> None:
         for key in keys:
             del live[key]
     torch._dynamo.reset()
+
+
+UNLISTED_OPTS = ["--warmup", "3", "--steps", "4"]
+
+
+def unlisted_check(shared_check: Callable[..., CheckRun], script: Path) -> CheckRun:
+    """``check`` of an ``examples/unlisted`` script (``--steps 40``, ``UNLISTED_OPTS``) in this
+    process at its own intra-op thread count, made once per test run: the naming, control,
+    loop-line and fused-compute tests read the same run. The test process's own objects are
+    frozen meanwhile: late in a test run they are millions (modules, cached traces), and every
+    ``gc.collect()`` of gc_every_step.py walked them all; frozen, a collection walks what the
+    script made (its 60,000 samples), less than in its own process (torch's objects too)."""
+    import gc
+
+    sys.path.insert(0, str(script.parent))  # the scripts import their step timer
+    gc.freeze()
+    try:
+        return shared_check(script, "--steps", "40", opts=UNLISTED_OPTS, threads=None)
+    finally:
+        gc.unfreeze()
+        sys.path.remove(str(script.parent))
 
 
 def check_subprocess(

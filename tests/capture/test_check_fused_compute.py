@@ -6,25 +6,22 @@ still gets one."""
 
 from __future__ import annotations
 
-import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from tests.capture.check_helpers import EXAMPLES, REPO, CheckRun, check_inprocess
+from tests.capture.check_helpers import EXAMPLES, REPO, CheckRun, check_inprocess, unlisted_check
 
 UNLISTED = REPO / "examples" / "unlisted"
 OPTS = ["--warmup", "3", "--steps", "4"]
 
 
-def run(tmp_path: Path, script: Path) -> CheckRun:
-    sys.path.insert(0, str(script.parent))  # the controls import their step timer
-    try:
-        r = check_inprocess(tmp_path, script, "--steps", "30", opts=OPTS)
-    finally:
-        sys.path.remove(str(script.parent))
+def run(shared_check: Callable[..., CheckRun], script: Path) -> CheckRun:
+    """The control's run that tests/capture/test_check_unlisted.py keeps quiet (its 40 steps
+    or 30: check stops the script after its 21st either way)."""
+    r = unlisted_check(shared_check, script)
     assert r.code == 0, r.stdout + r.stderr
     return r
 
@@ -48,8 +45,10 @@ def fused_flops(r: CheckRun, op: str) -> float:
         ("control_lstm_inference.py", "aten::lstm.input", 2 * 1536 * (131072 + 3 * 262144)),
     ],
 )
-def test_fused_inference_is_explained(tmp_path: Path, script: str, op: str, flops: int) -> None:
-    r = run(tmp_path, UNLISTED / script)
+def test_fused_inference_is_explained(
+    shared_check: Callable[..., CheckRun], script: str, op: str, flops: int
+) -> None:
+    r = run(shared_check, UNLISTED / script)
     assert fused_flops(r, op) == flops
     assert "unexplained-step-time" not in ids(r), r.stdout
     assert r.run["roofline"]["work"]["uncounted_compute_ops"] == {}

@@ -5,16 +5,14 @@ is the case the rule was written against; running_sum_loop.py was held out."""
 from __future__ import annotations
 
 import re
-import sys
-from pathlib import Path
+from collections.abc import Callable
 from typing import Any
 
 import pytest
 
-from tests.capture.check_helpers import REPO, check_inprocess
+from tests.capture.check_helpers import REPO, unlisted_check
 
 FOLDER = REPO / "examples" / "unlisted"
-OPTS = ["--warmup", "3", "--steps", "4"]
 
 
 def _site(script: str, marker: str) -> str:
@@ -22,12 +20,9 @@ def _site(script: str, marker: str) -> str:
     return f"{FOLDER / script}:{next(i for i, ln in enumerate(lines, 1) if marker in ln)}"
 
 
-def _run(tmp_path: Path, script: str) -> Any:
-    sys.path.insert(0, str(FOLDER))  # the scripts import their step timer
-    try:
-        return check_inprocess(tmp_path, FOLDER / script, "--steps", "40", opts=OPTS)
-    finally:
-        sys.path.remove(str(FOLDER))
+def _run(shared_check: Callable[..., Any], script: str) -> Any:
+    """The script's run that tests/capture/test_check_unlisted.py names the mistake of."""
+    return unlisted_check(shared_check, FOLDER / script)
 
 
 def _paragraph(fix: str, line: str) -> str:
@@ -47,8 +42,10 @@ def _paragraph(fix: str, line: str) -> str:
     ("script", "advice"),
     [("mask_loop.py", "torch.arange"), ("running_sum_loop.py", "cumsum")],
 )
-def test_loop_line_is_the_place_and_the_fix(tmp_path: Path, script: str, advice: str) -> None:
-    r = _run(tmp_path, script)
+def test_loop_line_is_the_place_and_the_fix(
+    shared_check: Callable[..., Any], script: str, advice: str
+) -> None:
+    r = _run(shared_check, script)
     assert r.code == 0, r.stderr
     site = _site(script, "# planted")
     at_line = [f for f in r.report["findings"] if f["where"] and f["where"][0] == site]

@@ -7,19 +7,17 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
 import pytest
 
-from tests.capture.check_helpers import REPO, check_inprocess
+from tests.capture.check_helpers import REPO, UNLISTED_OPTS, unlisted_check
 
 sys.path.insert(0, str(REPO / "benchmarks"))
 from unlisted_cases import CASES, Case
 
 BY_NAME = {c.script: c for c in CASES}
 FAST = {"anomaly_left_on.py", "eval_with_grad.py", "python_metric_loop.py"}
-OPTS = ["--warmup", "3", "--steps", "4"]
 
 
 @pytest.fixture(autouse=True)
@@ -47,28 +45,18 @@ def planted_site(case: Case) -> str:
     return f"{case.path}:{next(i for i, ln in enumerate(lines, 1) if case.line in ln)}"
 
 
-def run_case(tmp_path: Path, case: Case) -> Any:
-    """``check`` of one case in this process. The test process's own objects are frozen
-    meanwhile: late in a test run they are millions (modules, cached traces), and every
-    ``gc.collect()`` of gc_every_step.py walked them all; frozen, a collection walks what the
-    script made (its 60,000 samples), less than in its own process (torch's objects too)."""
-    import gc
-
-    sys.path.insert(0, str(case.path.parent))  # the scripts import their step timer
-    gc.freeze()
-    try:
-        return check_inprocess(tmp_path, case.path, "--steps", "40", opts=OPTS)
-    finally:
-        gc.unfreeze()
-        sys.path.remove(str(case.path.parent))
+def run_case(shared_check: Callable[..., Any], case: Case) -> Any:
+    """``check`` of one case in this process (``unlisted_check``): made once per test run, and
+    read by the loop-line and fused-compute tests too where they check the same script."""
+    return unlisted_check(shared_check, case.path)
 
 
 def shared_case(shared_check: Callable[..., Any], case: Case) -> Any:
-    """``run_case``'s run, made once per test run (the naming test and the measured-cost test
-    read the same anomaly_left_on run)."""
+    """A case's run with one intra-op thread (``shared_check``'s), made once per test run (the
+    naming test and the measured-cost test read the same anomaly_left_on run)."""
     sys.path.insert(0, str(case.path.parent))
     try:
-        return shared_check(case.path, "--steps", "40", opts=OPTS)
+        return shared_check(case.path, "--steps", "40", opts=UNLISTED_OPTS)
     finally:
         sys.path.remove(str(case.path.parent))
 
@@ -152,8 +140,8 @@ def test_fast_cases_are_named(shared_check: Callable[..., Any], script: str) -> 
         for s in sorted(c.script for c in CASES if not c.control and c.script not in FAST and c.env)
     ],
 )
-def test_slow_cases_are_named(tmp_path: Path, script: str) -> None:
-    check_named(run_case(tmp_path, BY_NAME[script]), BY_NAME[script])
+def test_slow_cases_are_named(shared_check: Callable[..., Any], script: str) -> None:
+    check_named(run_case(shared_check, BY_NAME[script]), BY_NAME[script])
 
 
 @pytest.mark.slow
@@ -170,7 +158,7 @@ def test_anomaly_cost_is_measured_inside_the_run(shared_check: Callable[..., Any
 
 @pytest.mark.slow
 @pytest.mark.parametrize("script", sorted(c.script for c in CASES if c.control))
-def test_controls_stay_quiet(tmp_path: Path, script: str) -> None:
-    r = run_case(tmp_path, BY_NAME[script])
+def test_controls_stay_quiet(shared_check: Callable[..., Any], script: str) -> None:
+    r = run_case(shared_check, BY_NAME[script])
     assert r.code == 0, r.stderr
     assert actionable(r.report) == [], r.stdout
