@@ -9,6 +9,7 @@ from __future__ import annotations
 import html
 
 from torchdoctor.report.html_model import Bars, Series
+from torchdoctor.units import fmt_bytes
 
 COLORS = {
     # device busy parts and kernel categories (timeline)
@@ -102,13 +103,6 @@ def stacked_bars(bars: Bars, width: int = 900) -> str:
     return "".join(out) + legend(used)
 
 
-def _nice_bytes(b: float) -> str:
-    for unit, size in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
-        if abs(b) >= size:
-            return f"{b / size:.1f} {unit}"
-    return f"{b:.0f} B"
-
-
 def line_chart(series: Series, width: int = 900, height: int = 260) -> str:
     """Memory over time: one step-line path per series, axes with min/max labels."""
     left, bottom, top = 80, 30, 10
@@ -122,7 +116,7 @@ def line_chart(series: Series, width: int = 900, height: int = 260) -> str:
         f'<svg class="memory" viewBox="0 0 {width} {height}" width="100%" role="img" '
         f'aria-label="memory over time">',
         f'<path class="axis" d="M{left} {top}V{height - bottom}H{width - 10}" fill="none"/>',
-        f'<text x="{left - 6}" y="{top + 10}" text-anchor="end">{_nice_bytes(ymax)}</text>',
+        f'<text x="{left - 6}" y="{top + 10}" text-anchor="end">{fmt_bytes(int(ymax))}</text>',
         f'<text x="{left - 6}" y="{height - bottom}" text-anchor="end">0</text>',
         f'<text x="{width - 10}" y="{height - 8}" text-anchor="end">{xmax:.1f} ms</text>',
         f'<text x="{left}" y="{height - 8}">0 ms</text>',
