@@ -26,14 +26,12 @@ _RESERVE = {"segment_alloc": 1, "segment_map": 1, "segment_free": -1, "segment_u
 class OomMoment:
     """The allocator's state when an ``oom`` entry was recorded (bytes relative to the window)."""
 
-    index: int
     time_us: int
     requested_bytes: int
     device_free_bytes: int
     allocated_rel_bytes: int
     reserved_rel_bytes: int
     live_by_holder: dict[int, int]
-    unknown_freed_bytes: int
 
 
 @dataclass
@@ -196,14 +194,12 @@ class DeviceReplay:
         self.oom_entries += 1
         last = len(self.ooms) >= OOMS_LISTED - 1
         moment = OomMoment(
-            self.entries,
             time_us,
             requested,
             device_free,
             self.allocated,
             self.reserved,
             {} if last else _by_holder(self.live),
-            self.unknown_freed,
         )
         if not last:
             self.ooms.append(moment)
