@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable, Iterator
+from functools import cache
 from pathlib import Path
 from typing import Any
 
@@ -49,6 +50,17 @@ def corpus_file(name: str) -> Path:
     if not path.is_file():
         pytest.skip(f"corpus trace {path} not found (set TORCHDOCTOR_TRACES)")
     return path
+
+
+@cache
+def corpus_report(stem: str) -> Any:
+    """``analyze``'s report of one corpus trace by its stem (``h200/...`` for the H200 folder;
+    ``api.Report`` wraps it), made once per test run: the width, verdict, Perfetto and HTML
+    tests render the same reports, each only reading them. Skips the test when the corpus is
+    absent."""
+    from torchdoctor.commands.analyze.trace import analyze_path
+
+    return analyze_path(corpus_file(stem))
 
 
 CPU_RATES_REUSE_S = 60.0

@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from tests.conftest import corpus_file
+from tests.conftest import corpus_report
 from tests.core.synth import CPU_PID, CPU_TID, annotation, cpu_op, kernel, launched, runtime
 from tests.core.synth import write_trace as _write
 from torchdoctor.commands.analyze.trace import analyze_path
@@ -116,7 +116,7 @@ def test_blocking_copy_behind_queued_work_is_a_dependency_wait(tmp_path: Path) -
 
 
 def test_first_launch_kind_on_the_rocm_trace() -> None:
-    r = analyze_path(corpus_file("mi250_toy_train_rocm"))
+    r = corpus_report("mi250_toy_train_rocm")
     top = r.findings[0]
     # before: low-gpu-utilization (72%) called the 6.5 ms module load "short gaps"
     assert top.id == "dependency-waits"
@@ -158,7 +158,7 @@ GPU_CORPUS = [
 
 @pytest.mark.parametrize("name", GPU_CORPUS)
 def test_no_generic_top_finding_and_no_noise_warnings(name: str) -> None:
-    r = analyze_path(corpus_file(name))
+    r = corpus_report(name)
     actionable = [f for f in r.findings if f.severity != "info"]
     if actionable:
         assert actionable[0].id != "low-gpu-utilization", r.verdict

@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from tests.conftest import corpus_file
+from tests.conftest import corpus_file, corpus_report
 from tests.report.browser import (
     Loaded,
     assert_clean,
@@ -35,8 +35,11 @@ CORPUS = [
 ]
 
 
-def _report_html(trace: Path, out: Path) -> Path:
-    return write_html(page_from_report(analyze_path(trace)), out)
+def _report_html(trace: Path | str, out: Path) -> Path:
+    """The analyze page of a trace file, or of a corpus trace by its stem (its report made once
+    per test run)."""
+    report = corpus_report(trace) if isinstance(trace, str) else analyze_path(trace)
+    return write_html(page_from_report(report), out)
 
 
 def _svg_paths(loaded: Loaded, selector: str) -> int:
@@ -50,7 +53,7 @@ def _svg_paths(loaded: Loaded, selector: str) -> int:
 def test_corpus_report_loads_clean_and_draws(
     browser_context: Any, tmp_path: Path, name: str
 ) -> None:
-    html = _report_html(corpus_file(name), tmp_path / f"{name}.html")
+    html = _report_html(name, tmp_path / f"{name}.html")
     loaded = load(browser_context, html)
     assert_clean(loaded, html)
     assert _svg_paths(loaded, "svg.bars") > 0
@@ -61,7 +64,7 @@ def test_corpus_report_loads_clean_and_draws(
 
 @pytest.mark.slow
 def test_timeline_zooms_and_pans(browser_context: Any, tmp_path: Path) -> None:
-    html = _report_html(corpus_file("v100_resnet50_train_workers0"), tmp_path / "z.html")
+    html = _report_html("v100_resnet50_train_workers0", tmp_path / "z.html")
     loaded = load(browser_context, html)
     page = loaded.page
 
@@ -111,7 +114,7 @@ def test_hostile_names_stay_text(browser_context: Any, tmp_path: Path) -> None:
 
 @pytest.mark.slow
 def test_tables_sort_numerically(browser_context: Any, tmp_path: Path) -> None:
-    html = _report_html(corpus_file("h100_qwen_0p5b_infer"), tmp_path / "s.html")
+    html = _report_html("h100_qwen_0p5b_infer", tmp_path / "s.html")
     page = load(browser_context, html).page
     col = "#table-kernels"
     before = column_values(page, col, "calls")
@@ -125,7 +128,7 @@ def test_tables_sort_numerically(browser_context: Any, tmp_path: Path) -> None:
 
 @pytest.mark.slow
 def test_fits_a_laptop_and_prints(browser_context: Any, tmp_path: Path) -> None:
-    html = _report_html(corpus_file("v100_ddp_compiled_rank1"), tmp_path / "p.html")
+    html = _report_html("v100_ddp_compiled_rank1", tmp_path / "p.html")
     page = load(browser_context, html).page
     page.set_viewport_size({"width": 1280, "height": 800})
     assert page.evaluate("() => document.documentElement.scrollWidth") <= 1280
@@ -213,7 +216,7 @@ def test_copy_button_never_covers_a_fix_line(browser_context: Any, tmp_path: Pat
     (before, the button sat on the end of such lines)."""
     from torchdoctor.report.html_sources import page_from_check
 
-    report = analyze_path(corpus_file("v100_resnet50_train_workers0"))
+    report = corpus_report("v100_resnet50_train_workers0")
     long_fix = "/" + "a" * 400  # one long token from the first column: breaks only at the edge
     finding = {**report.findings[0].to_dict(), "fix": long_fix + "\n# second line"}
     doc = {"script": "train.py", "world_size": 1, "findings": [finding], "ranks": []}

@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from tests.conftest import corpus_file
+from tests.conftest import corpus_file, corpus_report
 from tests.report.hostile import write_hostile_trace
 from torchdoctor.analysis.breakdown_terms import TERMS
 from torchdoctor.commands.analyze.trace import analyze_path
@@ -40,8 +40,12 @@ def _without_source(d: dict[str, Any]) -> dict[str, Any]:
     return d
 
 
-def _export(src: Path, tmp: Path) -> tuple[Any, Path]:
-    report = analyze_path(src)
+def _export(src: Path | str, tmp: Path) -> tuple[Any, Path]:
+    """``src``: a trace file, or a corpus trace's stem (its report made once per test run)."""
+    if isinstance(src, str):
+        report, src = corpus_report(src), corpus_file(src)
+    else:
+        report = analyze_path(src)
     # keep the source's name: a rank number in the file name is part of what the analyser reads
     out = tmp / src.name.replace(".json", ".td.json")
     return report, export_trace(report.analysis, report.findings, out)
@@ -50,7 +54,7 @@ def _export(src: Path, tmp: Path) -> tuple[Any, Path]:
 @pytest.mark.slow
 @pytest.mark.parametrize("name", CORPUS)
 def test_reads_back_with_identical_results(tmp_path: Path, name: str) -> None:
-    report, out = _export(corpus_file(name), tmp_path)
+    report, out = _export(name, tmp_path)
     again = analyze_path(out)
     assert _without_source(report_dict(again)) == _without_source(report_dict(report))
 
@@ -59,7 +63,7 @@ def test_reads_back_with_identical_results(tmp_path: Path, name: str) -> None:
 @pytest.mark.parametrize("name", CORPUS)
 def test_original_events_unchanged(tmp_path: Path, name: str) -> None:
     src = corpus_file(name)
-    _, out = _export(src, tmp_path)
+    _, out = _export(name, tmp_path)
     before, after = _doc(src), _doc(out)
     n = len(before["traceEvents"])
     assert after["traceEvents"][:n] == before["traceEvents"]
@@ -92,7 +96,7 @@ def _slices(events: list[dict[str, Any]], tid: int) -> list[tuple[str, float, fl
 
 @pytest.mark.slow
 def test_idle_track_and_counters_match_the_breakdown(tmp_path: Path) -> None:
-    report, out = _export(corpus_file("v100_resnet50_train_workers0"), tmp_path)
+    report, out = _export("v100_resnet50_train_workers0", tmp_path)
     pid, added = _added(_doc(out))
     assert all(e["pid"] == pid for e in added if e["ph"] != "f")
     idle: dict[str, float] = defaultdict(float)
@@ -119,7 +123,7 @@ def _event_starts(doc: dict[str, Any]) -> set[tuple[Any, Any, float]]:
 
 @pytest.mark.slow
 def test_findings_have_slices_and_arrows_to_their_causes(tmp_path: Path) -> None:
-    report, out = _export(corpus_file("v100_resnet50_train_workers0"), tmp_path)
+    report, out = _export("v100_resnet50_train_workers0", tmp_path)
     doc = _doc(out)
     _, added = _added(doc)
     ids = [f.id for f in report.findings]

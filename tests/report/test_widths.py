@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from tests.conftest import TRACES
+from tests.conftest import TRACES, corpus_report
 
 # Imported here, at collection: a test that patches the memory reader while this module is first
 # imported would leave the patch bound in it.
@@ -39,14 +39,10 @@ def _corpus() -> list[str]:
     return [str(p.relative_to(TRACES)).removesuffix(".json.gz") for p in found]
 
 
-@cache
 def _report(stem: str) -> Any:
     from torchdoctor import api
 
-    path = TRACES / f"{stem}.json.gz"
-    if not path.is_file():
-        pytest.skip(f"corpus trace {path} not found (set TORCHDOCTOR_TRACES)")
-    return api.analyze(path)
+    return api.Report(corpus_report(stem))  # what api.analyze returns, made once per test run
 
 
 def _token(value: str) -> str:
