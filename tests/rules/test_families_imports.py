@@ -1,8 +1,8 @@
 """What ``analyze`` imports of the families: the modules that declare trace rules (``LISTED``)
 and nothing of the run-only ones, neither their modules nor what only their measure and fix
 functions need (``torchdoctor.ab`` with statistics and fractions,
-``analysis/memory_growth.py``, the recompile fixes' ``rules/call_sites.py``); everything that
-lists every finding still sees all of them."""
+``analysis/memory_growth.py``, the run fixes' ``rules/user_fixes.py``, ``rules/call_sites.py``
+and ``rules/optimizer_fixes.py``); everything that lists every finding still sees all of them."""
 
 from __future__ import annotations
 
@@ -31,7 +31,10 @@ _RUN_ONLY = {
     "torchdoctor.ab",
     "torchdoctor.stats",
     "torchdoctor.analysis.memory_growth",
-    "torchdoctor.rules.call_sites",  # rules/user_fixes.py imports it where a run's fix needs it
+    # the run fixes' builders: rules/fixes.py imports them where a run's fix uses them
+    "torchdoctor.rules.user_fixes",
+    "torchdoctor.rules.call_sites",
+    "torchdoctor.rules.optimizer_fixes",
 }
 _PREFIX = "torchdoctor.rules.families."
 

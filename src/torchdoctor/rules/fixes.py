@@ -10,11 +10,9 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from torchdoctor.rules.sites import relative_site
-from torchdoctor.rules.user_fixes import (
-    rebuilt_loader_call,
-    recompile_user_fix,
-)
 
+# The run fixes import rules/user_fixes.py and rules/optimizer_fixes.py where they use them:
+# analyze imports this module for its trace fixes only.
 if TYPE_CHECKING:  # a trace analysis never builds run inputs: not imported by analyze
     from torchdoctor.record.rows import Optimizer
     from torchdoctor.record.run import LoaderConfig
@@ -170,6 +168,8 @@ INPUT_PIPELINE = (
 # -- run-level findings ------------------------------------------------------------------------
 def pin_memory_fix(loader: LoaderConfig) -> str:
     """Only pin_memory is missing: the user's call with it added."""
+    from torchdoctor.rules.user_fixes import rebuilt_loader_call
+
     call = rebuilt_loader_call(loader, {"pin_memory": "True"})
     return f"{call}\n# then batch.to(device, non_blocking=True)"
 
@@ -178,6 +178,8 @@ def torch_warning_fix(loader: LoaderConfig, text: str) -> str | None:
     """The user's DataLoader call changed as torch's warning asks; None for a warning we do not
     know how to fix."""
     import re
+
+    from torchdoctor.rules.user_fixes import rebuilt_loader_call
 
     if "worker processes in total" in text:
         m = re.search(r"suggested max number of worker in current system is (\d+)", text)
@@ -194,6 +196,8 @@ def recompile_fix(reasons: list[str], events: list[dict[str, Any]] | None = None
     """mark_dynamic on the tensor and dimension the guards name; otherwise keep the guarded
     values constant."""
     if events:
+        from torchdoctor.rules.user_fixes import recompile_user_fix
+
         return recompile_user_fix(events, recompile_fix(reasons))
     if any("size mismatch" in r or "stride mismatch" in r for r in reasons):
         return (
@@ -244,10 +248,10 @@ def host_bound_fix(for_loop_optimizers: Sequence[Optimizer] | None = None) -> st
     """Without optimizers: the GPU fix (compile + CUDA graphs). With the run's for-loop
     optimizers (a CPU run): compile, plus the faster implementation each optimizer really has
     (``fused`` or ``foreach``, see ``rules/optimizer_fixes.py``)."""
-    from torchdoctor.rules.optimizer_fixes import optimizer_line
-
     if for_loop_optimizers is None:
         return HOST_BOUND
+    from torchdoctor.rules.optimizer_fixes import optimizer_line
+
     lines = ["model = torch.compile(model)  # fuses chains of small ops into a few kernels"]
     lines += [line for line in map(optimizer_line, for_loop_optimizers[:2]) if line]
     return "\n".join(lines)

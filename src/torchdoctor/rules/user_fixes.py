@@ -11,14 +11,12 @@ import re
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
+from torchdoctor.rules.call_sites import guarded_dims, local_name
 from torchdoctor.rules.sites import relative_site
 
 if TYPE_CHECKING:
     from torchdoctor.record.rows import CompileCall, Optimizer
     from torchdoctor.record.run import LoaderConfig
-
-# rules/call_sites.py is imported by the recompile fixes that use it: analyze imports this
-# module (through rules/fixes.py) and never builds them.
 
 # DataLoader's positional parameters, in order (torch.utils.data.DataLoader.__init__).
 _DL_POSITIONAL = (
@@ -180,8 +178,6 @@ def _before_calls(
 ) -> list[str]:
     """``line`` (code on the argument ``name``) once per call of the compiled model that passes
     it: in the user's own expression there and placed before that call; [] when none does."""
-    from torchdoctor.rules.call_sites import local_name
-
     out = []
     for c in calls:
         if local_name(str(c["name"])) != name or c.get("dim") != dim:
@@ -196,8 +192,6 @@ def value_guard_fix(events: list[dict[str, Any]], calls: Sequence[Mapping[str, A
     """For guards on Python values (``scale == 0.5``): what stops the recompiles. A float or
     int passed as a tensor is an input, not a constant; mark_dynamic applies to tensors only.
     ``calls``: where the compiled model is called with each value (its tensor form goes there)."""
-    from torchdoctor.rules.call_sites import local_name
-
     values: dict[str, list[str]] = {}
     kinds: dict[str, str] = {}
     for e in events:
@@ -233,8 +227,6 @@ def recompile_user_fix(
     with each guarded argument; each line is placed before that call, in the user's name for
     the argument (inside the compiled function dynamo rejects mark_dynamic, and a value made a
     tensor there is still compiled in)."""
-    from torchdoctor.rules.call_sites import guarded_dims, local_name
-
     rows = [(str(e.get("function") or ""), d) for e in events for d in e.get("changed_dims") or []]
     # one line per (tensor, dim), whichever function guarded it (each line goes before every
     # call passing that name); it names the first function seen

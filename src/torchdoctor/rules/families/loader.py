@@ -33,10 +33,9 @@ from typing import TYPE_CHECKING, Any
 from torchdoctor.rules import fixes as fx
 from torchdoctor.rules import thresholds as th
 from torchdoctor.rules.cpu_rules import contention
+from torchdoctor.rules.families._common import LOADER_FRAMEWORKS
 from torchdoctor.rules.spec import (
     FindingSpec,
-    Framework,
-    FrameworkFix,
     Gate,
     Measured,
     RunRule,
@@ -52,7 +51,6 @@ from torchdoctor.rules.user_fixes import (
 
 if TYPE_CHECKING:
     from torchdoctor.record.run import LoaderConfig, RunRecord
-    from torchdoctor.rules.finding import Finding
 
 DOCS = f"{fx.DOCS}/data.html#multi-process-data-loading"
 
@@ -156,34 +154,6 @@ HANDOFF = "the hand-off between processes"
 def warning_fix(loader: LoaderConfig, text: str) -> str:
     """The user's call changed as torch's warning asks (``fixes.torch_warning_fix``)."""
     return fx.torch_warning_fix(loader, text) or ""
-
-
-def _workers(f: Finding) -> int:
-    """The worker count the finding measured (4 when it did not)."""
-    value = f.evidence.get("suggested_num_workers")
-    return int(value) if isinstance(value, int | float) else 4
-
-
-LOADER_FRAMEWORKS: tuple[tuple[Framework, FrameworkFix], ...] = (
-    (
-        "lightning",
-        lambda f: (
-            "# in your LightningDataModule (or LightningModule).train_dataloader():\n"
-            f"return DataLoader(self.train_set, batch_size=..., num_workers={_workers(f)},\n"
-            "                  persistent_workers=True,\n"
-            "                  pin_memory=True)  # pinned batches: for GPU runs"
-        ),
-    ),
-    (
-        "transformers",
-        lambda f: (
-            f"TrainingArguments(..., dataloader_num_workers={_workers(f)},\n"
-            "                  dataloader_persistent_workers=True)  # pinned by default"
-        ),
-    ),
-)
-"""The DataLoader settings phrased for the frameworks that build the loader (``dataloader-config``
-and the trace's ``data-loading-bound``)."""
 
 
 CONFIG_SPEC = FindingSpec(

@@ -9,7 +9,7 @@ import numpy as np
 
 from torchdoctor.rules import fixes as fx
 from torchdoctor.rules import thresholds as th
-from torchdoctor.rules.families.loader import LOADER_FRAMEWORKS
+from torchdoctor.rules.families._common import LOADER_FRAMEWORKS
 from torchdoctor.rules.spec import FindingSpec, Measured, SeverityPolicy, TraceRule, static
 
 if TYPE_CHECKING:
