@@ -32,7 +32,7 @@ An out-of-memory trial is retried with half the micro-batch and twice the gradie
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from torchdoctor import ab
 from torchdoctor.stats import RatioInterval, Spread, describe
@@ -125,7 +125,6 @@ class Summary:
     stopped_by: str = "done"
     """done, budget or max-trials."""
     grid_size: int = 0
-    winners: dict[str, Record] = field(default_factory=dict)
     candidate: Record | None = None
     """The search's pick before the confirmation (``best`` when confirmed)."""
     min_gain: float = ab.MIN_GAIN
@@ -392,7 +391,6 @@ class Search:
             confirmed=confirmed,
             stopped_by=stopped_by,
             grid_size=len(self.space.grid()),
-            winners=winners,
             min_gain=self.settings.min_gain,
         )
 
