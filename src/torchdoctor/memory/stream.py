@@ -308,13 +308,13 @@ class StreamingReader:
                 pos += 2
             else:
                 try:
-                    pos = self._rare(op, buf, pos, start)
+                    pos = self._rare(op, buf, pos)
                 except _Truncated:
                     raise _Truncated(start) from None
                 stack = self.stack
         return pos
 
-    def _rare(self, op: int, buf: bytes, pos: int, start: int) -> int:
+    def _rare(self, op: int, buf: bytes, pos: int) -> int:
         stack, end = self.stack, len(buf)
         if op == 0x95:  # FRAME: a hint for buffered readers; the bytes follow inline
             return pos + 8
