@@ -229,8 +229,7 @@ def _sizes(label: str, execute: str) -> dict[str, Any]:
 
 
 def _execute_ranges(table: TraceTable) -> np.ndarray:
-    rows = table.rows_named(lambda n: bool(re.match(EXECUTE_STEP, n)), Kind.USER_ANNOTATION)
-    return rows
+    return table.rows_named(lambda n: bool(re.match(EXECUTE_STEP, n)), Kind.USER_ANNOTATION)
 
 
 def _execute_at(table: TraceTable, rows: np.ndarray, lo: float, hi: float) -> str:

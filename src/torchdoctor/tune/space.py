@@ -216,7 +216,7 @@ def build_space(probe: Probe, only: Sequence[str] | None = None) -> Space:
             pruned[k.name] = f"needs {k.parent}"
             continue
         kept.append(k)
-    return Space(tuple(kept), {k: v for k, v in pruned.items()})
+    return Space(tuple(kept), pruned)
 
 
 def knob_order(space: Space, finding_ids: Iterable[str]) -> list[str]:
