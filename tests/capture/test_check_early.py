@@ -10,12 +10,12 @@ import subprocess
 import sys
 import textwrap
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
 
-from tests.capture.check_helpers import EXAMPLES, FAST_STEPS, REPO, check_inprocess
+from tests.capture.check_helpers import EXAMPLES, FAST_STEPS, REPO, CheckRun, check_inprocess
 from tests.conftest import selected
 from torchdoctor.rules.run_rules import run_findings
 
@@ -99,12 +99,13 @@ def test_manual_sgd_is_counted_by_backward(tmp_path: Path) -> None:
     )
 
 
-def test_backward_never_restarts_a_loop_with_an_optimizer(tmp_path: Path) -> None:
+def test_backward_never_restarts_a_loop_with_an_optimizer(
+    shared_check: Callable[..., CheckRun],
+) -> None:
     """With an optimizer the steps are its steps from the first one (no switch, no window
-    thrown away), as before backward() was a signal."""
-    r = check_inprocess(
-        tmp_path, EXAMPLES / "item_per_step.py", opts=["--warmup", "2", "--steps", "2"]
-    )
+    thrown away), as before backward() was a signal. The run test_check_examples reads too."""
+    r = shared_check(EXAMPLES / "item_per_step.py")
+    assert r.code == 0, r.stderr
     assert r.run["steps"]["source"] == "optimizer" and not r.run["steps"]["signal_switches"]
 
 

@@ -8,6 +8,7 @@ import json
 import subprocess
 import sys
 from collections import defaultdict
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -51,19 +52,36 @@ def _export(src: Path | str, tmp: Path) -> tuple[Any, Path]:
     return report, export_trace(report.analysis, report.findings, out)
 
 
+@pytest.fixture(scope="module")
+def exported(tmp_path_factory: pytest.TempPathFactory) -> Callable[[str], tuple[Any, Path]]:
+    """A corpus trace's report and its export, made once per module run for every test that
+    reads them (none writes the file)."""
+    folder = tmp_path_factory.mktemp("exported")
+    made: dict[str, tuple[Any, Path]] = {}
+
+    def get(name: str) -> tuple[Any, Path]:
+        if name not in made:
+            made[name] = _export(name, folder)
+        return made[name]
+
+    return get
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("name", CORPUS)
-def test_reads_back_with_identical_results(tmp_path: Path, name: str) -> None:
-    report, out = _export(name, tmp_path)
+def test_reads_back_with_identical_results(
+    exported: Callable[[str], tuple[Any, Path]], name: str
+) -> None:
+    report, out = exported(name)
     again = analyze_path(out)
     assert _without_source(report_dict(again)) == _without_source(report_dict(report))
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("name", CORPUS)
-def test_original_events_unchanged(tmp_path: Path, name: str) -> None:
+def test_original_events_unchanged(exported: Callable[[str], tuple[Any, Path]], name: str) -> None:
     src = corpus_file(name)
-    _, out = _export(name, tmp_path)
+    _, out = exported(name)
     before, after = _doc(src), _doc(out)
     n = len(before["traceEvents"])
     assert after["traceEvents"][:n] == before["traceEvents"]
@@ -95,8 +113,10 @@ def _slices(events: list[dict[str, Any]], tid: int) -> list[tuple[str, float, fl
 
 
 @pytest.mark.slow
-def test_idle_track_and_counters_match_the_breakdown(tmp_path: Path) -> None:
-    report, out = _export("v100_resnet50_train_workers0", tmp_path)
+def test_idle_track_and_counters_match_the_breakdown(
+    exported: Callable[[str], tuple[Any, Path]],
+) -> None:
+    report, out = exported("v100_resnet50_train_workers0")
     pid, added = _added(_doc(out))
     assert all(e["pid"] == pid for e in added if e["ph"] != "f")
     idle: dict[str, float] = defaultdict(float)
@@ -122,8 +142,10 @@ def _event_starts(doc: dict[str, Any]) -> set[tuple[Any, Any, float]]:
 
 
 @pytest.mark.slow
-def test_findings_have_slices_and_arrows_to_their_causes(tmp_path: Path) -> None:
-    report, out = _export("v100_resnet50_train_workers0", tmp_path)
+def test_findings_have_slices_and_arrows_to_their_causes(
+    exported: Callable[[str], tuple[Any, Path]],
+) -> None:
+    report, out = exported("v100_resnet50_train_workers0")
     doc = _doc(out)
     _, added = _added(doc)
     ids = [f.id for f in report.findings]
