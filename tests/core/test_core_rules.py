@@ -7,18 +7,18 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import corpus_file
+from tests.conftest import corpus_report
 from tests.core.synth import launched, runtime, write_trace
 from torchdoctor.commands.analyze.trace import analyze_path
 from torchdoctor.report.render import render_json
 
 
 def _ids(name: str) -> list[str]:
-    return [f.id for f in analyze_path(corpus_file(name)).findings]
+    return [f.id for f in corpus_report(name).findings]
 
 
 def test_workers0_is_data_loading_bound_first() -> None:
-    report = analyze_path(corpus_file("v100_resnet50_train_workers0"))
+    report = corpus_report("v100_resnet50_train_workers0")
     top = report.findings[0]
     assert top.id == "data-loading-bound"
     assert top.severity == "critical"
@@ -31,7 +31,7 @@ def test_workers4_does_not_blame_data_loading() -> None:
 
 
 def test_ddp_compiled_reports_exposed_communication() -> None:
-    report = analyze_path(corpus_file("v100_ddp_compiled_rank1"))
+    report = corpus_report("v100_ddp_compiled_rank1")
     f = next(f for f in report.findings if f.id == "exposed-communication")
     assert f.evidence["overlap_share"] == 0.0  # nothing overlapped, as HTA also says
     assert f.severity == "critical"
@@ -45,13 +45,13 @@ def test_alexnet_reports_sync_and_pageable_copies() -> None:
 
 @pytest.mark.parametrize("name", ["h100_bert_small_infer", "h100_vit_classifier_infer"])
 def test_h100_inference_is_host_bound(name: str) -> None:
-    report = analyze_path(corpus_file(name))
+    report = corpus_report(name)
     assert report.findings[0].id == "host-bound"
     assert report.findings[0].share_of_step > 0.5  # the GPU mostly waits on the host
 
 
 def test_v100_fp32_convnet_is_told_to_use_fp16_autocast() -> None:
-    report = analyze_path(corpus_file("v100_resnet50_train_workers4"))
+    report = corpus_report("v100_resnet50_train_workers4")
     f = next(f for f in report.findings if f.id == "fp32-gemm-no-tensor-cores")
     assert "GradScaler" in f.fix  # V100: no bf16, so fp16 with loss scaling
 
@@ -66,7 +66,7 @@ def test_v100_fp32_convnet_is_told_to_use_fp16_autocast() -> None:
     ],
 )
 def test_findings_are_well_formed_and_ranked(name: str) -> None:
-    report = analyze_path(corpus_file(name))
+    report = corpus_report(name)
     step = report.analysis.mean_step_ms
     savings = [f.saving_ms_per_step for f in report.findings]
     assert savings == sorted(savings, reverse=True)

@@ -22,20 +22,16 @@ Every expected number below was worked out from the raw JSON with the json modul
 
 from __future__ import annotations
 
-from functools import cache
-
 import pytest
 
-from tests.conftest import corpus_file
-from torchdoctor.commands.analyze.trace import analyze_path
+from tests.conftest import corpus_report
 from torchdoctor.report.model import Report
 
 GRAPH_ADVICE = ("torch.compile", "reduce-overhead", "torch.cuda.graphs", "CUDA graphs (mode")
 
 
-@cache
 def report(name: str) -> Report:
-    return analyze_path(corpus_file(name))
+    return corpus_report(name)  # made once per test run, read by every corpus test
 
 
 def _ids(r: Report) -> list[str]:

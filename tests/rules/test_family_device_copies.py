@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from tests.conftest import corpus_file
+from tests.conftest import corpus_file, corpus_report
 from tests.core.synth import annotation, cpu_op, kernel, launched, runtime, write_trace
 from torchdoctor.commands.analyze.trace import analyze_path
 from torchdoctor.rules.families import FAMILY_RULES
@@ -99,7 +99,7 @@ def test_the_real_recsys_trace_copies_a_tenth_of_its_step() -> None:
 
 
 def test_a_corpus_trace_under_the_threshold_stays_quiet() -> None:
-    r = analyze_path(corpus_file("v100_ddp_compiled_rank1"))
+    r = corpus_report("v100_ddp_compiled_rank1")
     assert "device-copies" not in [f.id for f in r.findings]
 
 
