@@ -6,25 +6,23 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from tests.conftest import corpus_file
-from torchdoctor.analysis.bundle import TraceAnalysis, analyze_table
+from tests.conftest import corpus_report
+from torchdoctor.analysis.bundle import TraceAnalysis
 from torchdoctor.rules.families import FAMILY_RULES
 from torchdoctor.rules.finding import Finding
 from torchdoctor.rules.registry import REGISTRY
 from torchdoctor.rules.spec import TraceRule
 from torchdoctor.rules.trace_rules import family_finding
 from torchdoctor.threshold import Threshold
-from torchdoctor.trace.load import load_trace
 
 RULES = {r.spec.id: r for r in FAMILY_RULES}
-_CACHE: dict[str, TraceAnalysis] = {}
 
 
 def analysis(stem: str) -> TraceAnalysis:
-    """The analysis of corpus trace ``stem`` (once per test run; skips without the corpus)."""
-    if stem not in _CACHE:
-        _CACHE[stem] = analyze_table(load_trace(corpus_file(stem)))
-    return _CACHE[stem]
+    """The analysis of corpus trace ``stem``: that of its analyze report, made once per test run
+    and read by the other corpus tests too (skips without the corpus)."""
+    analysed: TraceAnalysis = corpus_report(stem).analysis
+    return analysed
 
 
 def with_threshold(rule: TraceRule, value: float) -> TraceRule:
