@@ -28,7 +28,7 @@ from torchdoctor.capture.switchboard import KERNEL_STEPS, Instrument, Switchboar
 from torchdoctor.capture.syncs import SyncRecorder
 from torchdoctor.capture.timed_window import TimedWindow, WindowTiming, compiled_steps, script_cuda
 from torchdoctor.capture.watcher import Watchers
-from torchdoctor.record.run import RunConfig, StepStats
+from torchdoctor.record.run import GpuInfo, RunConfig, StepStats
 from torchdoctor.record.write import RankPlace, RunHeader, run_document
 
 
@@ -584,13 +584,25 @@ class Session:
             "cpu": self.cpu,
             "monitor": self.monitor.record(),
             "profiler": self._profiler_record(),
-            "gpu": self.gpu or None,
+            "gpu": self._gpu_record(),
             "cuda_available": bool(torch.cuda.is_available()),
             **self._accounting_record(steps),
             **({"framework": self.framework} if self.framework else {}),
             "notes": guest.notes(),
         }
         return run_document(header, steps, sections)
+
+    def _gpu_record(self) -> GpuInfo | None:
+        """The ``gpu`` section: what the GPU probes read (None on a run that never used CUDA)."""
+        got = self.gpu
+        if not got:
+            return None
+        return GpuInfo(
+            gpm=got.get("gpm"),
+            nvml=got.get("nvml"),
+            memory=got.get("memory") or {},
+            device=got.get("device") or {},
+        )
 
     def _profiler_record(self) -> dict[str, Any]:
         budget = getattr(self.profiler, "budget_record", None)  # a test's fake may lack it

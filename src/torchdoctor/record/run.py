@@ -345,12 +345,15 @@ class SyncStats(Row):
 
 @dataclass(frozen=True)
 class GpuInfo(Row):
-    """The GPU (name, tensor-core support) and its memory statistics."""
+    """The GPU (name, tensor-core support) and its memory statistics; the capture side builds
+    it (``capture/session.py``), its fields in the record's order, each written when taken."""
 
-    device: dict[str, Any] = field(default_factory=dict)
-    memory: dict[str, Any] = field(default_factory=dict)
-    gpm: dict[str, Any] | None = None
+    gpm: dict[str, Any] | None = field(default=None, metadata=omitted_at_default())
     """GPU performance-monitor samples of the window (``capture/gpm.py``), when taken."""
+    nvml: dict[str, Any] | None = field(default=None, metadata=omitted_at_default())
+    """NVML's samples of the profiled window (``gpu_probe.nvml_sampler``), when taken."""
+    memory: dict[str, Any] = field(default_factory=dict, metadata=omitted_at_default())
+    device: dict[str, Any] = field(default_factory=dict, metadata=omitted_at_default())
     raw: dict[str, Any] = field(default_factory=dict)
     """The section as recorded (``to_dict`` writes it back, with the typed values)."""
 
@@ -423,6 +426,10 @@ class MonitorRecord(Row):
     step_core_wait_ms: list[Any] | None = field(default=None, metadata=omitted_at_default())
     """Every step's wait for a core (ms, None where unknown), as ``steps.step_ms``; None when
     not recorded (an older record)."""
+    step_run_ms: list[Any] | None = field(default=None, metadata=omitted_at_default())
+    """Every step's CPU time run (ms, None where unknown), its thread's and its intra-op
+    helpers' (``clock.run_s``: the work a step did, and their spinning), as ``steps.step_ms``;
+    None when not recorded (an older record)."""
     no_step_notice: bool = False
     """It said on standard error that no step had ended for a while."""
     long_step_core_wait: dict[str, Any] | None = field(default=None, metadata=omitted_at_default())
