@@ -21,7 +21,7 @@ import pytest
 from torchdoctor.capture import clock as clock_mod
 from torchdoctor.capture import cpu_usage
 from torchdoctor.capture.clock import StepClock
-from torchdoctor.capture.cpu_usage import StepWait, step_lost_s, step_threads_wait_s
+from torchdoctor.capture.cpu_usage import StepWait, step_lost_s, step_run_s, step_threads_wait_s
 from torchdoctor.capture.monitor import Monitor
 from torchdoctor.capture.options import CheckOptions
 from torchdoctor.record.typed import recorded
@@ -34,10 +34,13 @@ class FakeWait:
 
     def __init__(self) -> None:
         self.waited_ns = 0
+        self.ran_ns = self.helpers_ran_ns = 0
         self.refreshed = 0
 
-    def read(self) -> tuple[int, int, int] | None:
-        return (0, self.waited_ns, 0) if self.waited_ns >= 0 else None
+    def read(self) -> tuple[int, int, int, int] | None:
+        if self.waited_ns < 0:
+            return None
+        return (self.ran_ns, self.waited_ns, 0, self.helpers_ran_ns)
 
     def main(self) -> tuple[int, int] | None:
         return (0, self.waited_ns) if self.waited_ns >= 0 else None
@@ -88,6 +91,42 @@ def test_each_step_gets_the_wait_between_its_own_boundaries(
     assert wait.refreshed == 1  # after the second step: the intra-op threads it started
 
 
+def test_each_step_gets_the_cpu_its_thread_and_helpers_ran(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The thread ran 3, 12 and 1 ms, its helpers 5, 40 and 0: each step's CPU run is the sum
+    (``monitor.step_run_ms``); a step whose end was never read is unknown."""
+    clock, made = _clock(monkeypatch)
+    clock.tick("optimizer")
+    (wait,) = made
+    for ran, helpers in ((3, 5), (12, 40), (1, 0)):
+        wait.ran_ns += ran * MS
+        wait.helpers_ran_ns += helpers * MS
+        clock.tick("optimizer")
+    wait.waited_ns = -1  # the reading failed
+    clock.tick("optimizer")
+    got = [round(r * 1e3, 6) for r in clock.run_s]
+    assert math.isnan(got[0]) and got[1:4] == [8.0, 52.0, 1.0] and math.isnan(got[4])
+    assert len(clock.run_s) == len(clock.step_s) == 5
+
+
+@pytest.mark.parametrize(
+    ("start", "end", "ms"),
+    [
+        ((10, 0, 0, 5), (30, 7, 9, 25), 40.0),  # 20 ms the thread, 20 its helpers: waits aside
+        ((10, 0, 0), (30, 7, 9), math.nan),  # a reading without the helpers' run: unknown
+        (None, (30, 7, 9, 25), math.nan),
+    ],
+)
+def test_a_steps_cpu_run_is_its_threads_and_its_helpers(
+    start: tuple[int, ...] | None, end: tuple[int, ...], ms: float
+) -> None:
+    got = step_run_s(
+        None if start is None else tuple(x * MS for x in start), tuple(x * MS for x in end)
+    )
+    assert got * 1e3 == pytest.approx(ms, nan_ok=True)
+
+
 def test_a_forked_child_stops_reading_the_parents_thread(monkeypatch: pytest.MonkeyPatch) -> None:
     clock, made = _clock(monkeypatch)
     clock.tick("optimizer")
@@ -130,12 +169,12 @@ def test_an_ended_helper_keeps_its_wait_and_an_unreadable_thread_is_unknown(
     readings = {3: (50, 10), 4: (1, 5)}  # fd -> (ns running, ns waiting)
     monkeypatch.setattr(cpu_usage, "_read_fd", lambda fd: readings.get(fd))
     w = StepWait.__new__(StepWait)
-    w._main, w._helpers, w._last, w._gone_ns, w._files = 3, {77: 4}, {}, 0, {}
-    assert w.read() == (50, 10, 5)
+    w._main, w._helpers, w._last, w._gone_ns, w._files = 3, {77: 4}, {}, (0, 0), {}
+    assert w.read() == (50, 10, 5, 1)  # the thread's run and wait, the helpers' wait and run
     del readings[4]  # the helper ended
     readings[3] = (60, 12)
-    assert w.read() == (60, 12, 5) and w._helpers == {}
-    assert w.read() == (60, 12, 5)
+    assert w.read() == (60, 12, 5, 1) and w._helpers == {}
+    assert w.read() == (60, 12, 5, 1)
     del readings[3]  # the counting thread's own counter is gone: nothing is known
     assert w.read() is None and w._main == -1
 
@@ -192,6 +231,7 @@ def _monitor(step_ms: float, core_ms: float, so_far_ms: float = 0.0) -> tuple[Mo
         step_s=array("d", [step_ms / 1e3] * 5),
         data_wait_s=array("d", [0.0] * 5),
         core_wait_s=array("d", [core_ms / 1e3] * 5),
+        run_s=array("d", [step_ms / 2e3] * 5),
         _pending_wait=0.0,
         _step_start=perf_counter(),
         core_wait_so_far_s=lambda: so_far_ms / 1e3,
@@ -228,15 +268,20 @@ def test_the_typical_step_is_judged_less_its_wait() -> None:
 def test_the_record_has_every_steps_wait_unknown_as_none() -> None:
     mon, clock = _monitor(10.0, 2.5)
     clock.core_wait_s[0] = math.nan
+    clock.run_s[1] = math.nan
     assert mon.record().step_core_wait_ms == [None, 2.5, 2.5, 2.5, 2.5]
+    assert mon.record().step_run_ms == [5.0, None, 5.0, 5.0, 5.0]
     # run.json's monitor section: its keys in the order they have always been written
     assert list(recorded(mon.record())) == [
         "interval_s",
         "source",
         "long_step_samples",
         "step_core_wait_ms",
+        "step_run_ms",
         "no_step_notice",
     ]
+    del clock.run_s  # a clock without the reading: the key is left out, as in an older record
+    assert mon.record().step_run_ms is None and "step_run_ms" not in recorded(mon.record())
 
 
 def _schedstat_fds() -> set[str]:
@@ -268,3 +313,18 @@ def test_a_check_in_this_process_leaves_no_schedstat_open(tmp_path: Path) -> Non
     waits = json.loads((r.folder / "run.json").read_text())["monitor"]["step_core_wait_ms"]
     assert any(w is not None for w in waits)  # the reader did read
     assert _schedstat_fds() - before == set()
+
+
+def test_an_older_record_without_the_cpu_run_reads_as_before() -> None:
+    """``monitor.step_run_ms`` is absent from records written before it: None, and the section
+    is written back without it; a record with it keeps it."""
+    from torchdoctor.record.run import RunRecord
+
+    old = {"monitor": {"interval_s": 0.01, "step_core_wait_ms": [None, 2.5]}}
+    run = RunRecord.from_dict(old)
+    assert run.monitor.step_run_ms is None
+    assert "step_run_ms" not in run.to_dict()["monitor"]
+    new = {"monitor": {**old["monitor"], "step_run_ms": [None, 7.25]}}
+    run = RunRecord.from_dict(new)
+    assert run.monitor.step_run_ms == [None, 7.25]
+    assert run.to_dict()["monitor"]["step_run_ms"] == [None, 7.25]

@@ -25,7 +25,13 @@ from array import array
 from time import perf_counter
 from typing import Any, Literal
 
-from torchdoctor.capture.cpu_usage import StepWait, step_lost_s, step_threads_wait_s
+from torchdoctor.capture.cpu_usage import (
+    Reading,
+    StepWait,
+    step_lost_s,
+    step_run_s,
+    step_threads_wait_s,
+)
 from torchdoctor.capture.options import CheckOptions
 from torchdoctor.capture.switchboard import KERNEL_STEPS, SYNC_STEPS
 
@@ -112,6 +118,9 @@ class StepClock:
         self.threads_wait_s = array("d")
         """Seconds of each step its helpers waited for a core beyond ``core_wait_s``
         (``cpu_usage.step_threads_wait_s``); NaN where unknown."""
+        self.run_s = array("d")
+        """CPU seconds each step's thread and its helpers ran (``cpu_usage.step_run_s``: the
+        work it did, and their spinning); NaN where unknown."""
         self.window_opened = False
         self.window_closed = False
         self._pending_wait = 0.0
@@ -147,7 +156,7 @@ class StepClock:
         self._step_start = perf_counter()
         self._core_start = self._core_read()
 
-    def _core_read(self) -> tuple[int, int, int] | None:
+    def _core_read(self) -> Reading | None:
         return self._core.read() if self._core is not None else None
 
     def begin(self) -> None:
@@ -217,6 +226,7 @@ class StepClock:
         self.threads_wait_s.append(
             step_threads_wait_s(now - self._step_start, self._core_start, core)
         )
+        self.run_s.append(step_run_s(self._core_start, core))
         if self.log is not None:
             self.log.step(now - self._step_start, self._pending_wait)
         self._pending_wait = 0.0

@@ -23,6 +23,10 @@ from typing import Any
 
 _PROC = "/proc"
 
+Reading = tuple[int, ...]
+"""A ``StepWait.read``: the counting thread's ns running and waiting, its helpers' ns waiting
+and ns running."""
+
 
 class StepWait:
     """Run-queue wait of the thread that built it and of the process's other threads (torch's
@@ -41,8 +45,10 @@ class StepWait:
         """fd -> (device, inode) of each schedstat opened, to close only our own."""
         self._main = self._open(_native_id())
         self._helpers: dict[int, int] = {}
-        self._last: dict[int, int] = {}
-        self._gone_ns = 0
+        self._last: dict[int, tuple[int, int]] = {}
+        """tid -> (ns waiting, ns running) of each helper at its last reading."""
+        self._gone_ns = (0, 0)
+        """(ns waiting, ns running) of the helpers that ended."""
         self.refresh()
 
     def refresh(self) -> None:
@@ -80,27 +86,27 @@ class StepWait:
         """(ns running, ns waiting for a core) of the counting thread since it started."""
         return _read_fd(self._main)
 
-    def read(self) -> tuple[int, int, int] | None:
-        """The counting thread's ns running and waiting, and its helpers' ns waiting (a helper
-        spinning for work waits too: ``step_lost_s`` bounds what they cost a step)."""
+    def read(self) -> tuple[int, int, int, int] | None:
+        """The counting thread's ns running and waiting, and its helpers' ns waiting and ns
+        running (a helper spinning for work waits too: ``step_lost_s`` bounds what they cost a
+        step; it runs too: ``step_run_s``)."""
         main = _read_fd(self._main)
         if main is None:
             self.close()
             return None
-        helpers = self._gone_ns
-        if not self._helpers:
-            return main[0], main[1], helpers
+        wait, run = self._gone_ns
         for tid, fd in list(self._helpers.items()):
             stat = _read_fd(fd)
-            if stat is None:  # the thread ended: its wait so far stays counted
+            if stat is None:  # the thread ended: what it waited and ran so far stays counted
                 del self._helpers[tid]
-                gone = self._last.pop(tid, 0)
-                self._gone_ns, helpers = self._gone_ns + gone, helpers + gone
+                gone = self._last.pop(tid, (0, 0))
+                self._gone_ns = (self._gone_ns[0] + gone[0], self._gone_ns[1] + gone[1])
+                wait, run = wait + gone[0], run + gone[1]
                 self._release(fd)
                 continue
-            self._last[tid] = stat[1]
-            helpers += stat[1]
-        return (*main, helpers)
+            self._last[tid] = (stat[1], stat[0])
+            wait, run = wait + stat[1], run + stat[0]
+        return main[0], main[1], wait, run
 
     def close(self) -> None:
         """Stop reading (idempotent); later readings are None."""
@@ -110,9 +116,7 @@ class StepWait:
             self._release(fd)
 
 
-def step_lost_s(
-    wall_s: float, start: tuple[int, int, int] | None, end: tuple[int, int, int] | None
-) -> float:
+def step_lost_s(wall_s: float, start: Reading | None, end: Reading | None) -> float:
     """Seconds of a step (``wall_s`` long, between two ``StepWait.read``s) lost to waiting for
     a core: its thread's own wait, and its helpers' wait up to the time the thread was neither
     running nor waiting (blocked, as on a helper that had no core; idle helpers that spin
@@ -123,9 +127,7 @@ def step_lost_s(
     return wait + min(helpers, blocked)
 
 
-def step_threads_wait_s(
-    wall_s: float, start: tuple[int, int, int] | None, end: tuple[int, int, int] | None
-) -> float:
+def step_threads_wait_s(wall_s: float, start: Reading | None, end: Reading | None) -> float:
     """Seconds of a step (as ``step_lost_s``) its helpers waited for a core beyond what
     ``step_lost_s`` counts, up to the time the counting thread ran: a thread that spins at a
     parallel region's barrier for a helper without a core runs meanwhile. At most what intra-op
@@ -139,9 +141,20 @@ def step_threads_wait_s(
     return min(run, helpers - min(helpers, blocked))
 
 
-def _step_waits(
-    wall_s: float, start: tuple[int, int, int], end: tuple[int, int, int]
-) -> tuple[float, float, float, float]:
+def step_run_s(start: Reading | None, end: Reading | None) -> float:
+    """CPU seconds a step (between two ``StepWait.read``s) ran: its thread's and its helpers'
+    time on a core; NaN when unknown. Unlike the helpers' wait it is not capped by the step's
+    own running time, so a step that did more work (an evaluation) reads more; but spinning is
+    running too: the thread spins at a parallel region's barrier while a helper has no core,
+    idle helpers spin between regions (libgomp spins before it sleeps), so under load every
+    step reads more (control_batched_scoring.py at load 13-20: 0-310 ms for the same work).
+    ``rules/families/long_steps`` takes the thread's spin off (``step_threads_wait_s``)."""
+    if start is None or end is None or len(start) < 4 or len(end) < 4:
+        return math.nan
+    return max(0, end[0] - start[0] + end[3] - start[3]) / 1e9
+
+
+def _step_waits(wall_s: float, start: Reading, end: Reading) -> tuple[float, float, float, float]:
     """(the counting thread's time running, its wait, its helpers' wait, the time it was
     neither running nor waiting) over a step, in seconds."""
     run, wait = (end[0] - start[0]) / 1e9, (end[1] - start[1]) / 1e9

@@ -18,7 +18,7 @@ import os
 import sys
 import threading
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from statistics import median
 from time import perf_counter
 from typing import Any
@@ -194,8 +194,9 @@ class Monitor:
 
     def record(self) -> MonitorRecord:
         """Sampled long steps for ``run.json``: step -> the user stacks seen, most frequent first;
-        and every step's wait for a core (ms, None where unknown), as ``steps.step_ms``."""
-        waits = self.session.clock.core_wait_s
+        and every step's wait for a core and CPU time run (ms, None where unknown), as
+        ``steps.step_ms``."""
+        clock = self.session.clock
         return MonitorRecord(
             interval_s=self.interval_s,
             source=self.sampled_source,
@@ -205,6 +206,12 @@ class Monitor:
                 ]
                 for step, counts in sorted(self.samples.items())
             },
-            step_core_wait_ms=[None if math.isnan(w) else round(w * 1e3, 3) for w in waits],
+            step_core_wait_ms=_ms(clock.core_wait_s),
+            step_run_ms=None if (runs := getattr(clock, "run_s", None)) is None else _ms(runs),
             no_step_notice=self.noticed,
         )
+
+
+def _ms(seconds: Iterable[float]) -> list[float | None]:
+    """Seconds as ms for ``run.json`` (None where unknown: NaN)."""
+    return [None if math.isnan(x) else round(x * 1e3, 3) for x in seconds]
