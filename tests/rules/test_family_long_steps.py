@@ -253,3 +253,55 @@ def test_long_steps_that_do_not_stand_apart_on_a_loaded_machine_are_the_loads() 
     f = fire(RULE, rec)
     assert f is not None and f.severity == "critical" and f.evidence["busy_machine"] is None
     assert [s["step"] for s in f.evidence["long_steps"]] == [5, 9, 17]
+
+
+def _contended(run_ms: float, spun_ms: float = 68.2) -> dict[str, Any]:
+    """control_batched_scoring.py beside other load (a held-out run): step 9 of 17 took
+    126.3 ms, 57.3 ms of it its thread's wait for a core, and of the rest its intra-op helpers
+    waited ``spun_ms`` (the thread spun at the barrier meanwhile, running), against 12.4 ms
+    steps judged; each ordinary step ran 16 ms of CPU (14 ms less its 2 ms of spin). Step 9
+    ran ``run_ms`` of CPU, thread and helpers together (``monitor.step_run_ms``)."""
+    wall, core, spun, run = [20.0] * 17, [7.6] * 17, [2.0] * 17, [16.0] * 17
+    wall[8], core[8], spun[8], run[8] = 126.3, 57.3, spun_ms, run_ms
+    rec = _steps(wall)
+    rec["monitor"] = {"step_core_wait_ms": core, "step_run_ms": run}
+    rec["cpu"] = {"step_threads_wait_ms": spun}
+    return rec
+
+
+def test_a_long_step_that_ran_the_usual_cpu_work_waited_for_cores() -> None:
+    """Less its spin step 9 ran 11.8 ms of CPU work against the median step's 14: it waited
+    (info, with the reason). Run 4x the median's work (the spin aside), it did more work:
+    a warning, as is the same step in a record without the reading (an older one)."""
+    f = fire(RULE, _contended(run_ms=80.0))
+    assert f is not None and f.severity == "info"
+    assert f.evidence["long_steps"] == [
+        {
+            "step": 9,
+            "ms": 69.0,
+            "core_wait_ms": 57.3,
+            "cpu_work_ms": 11.8,
+            "median_cpu_work_ms": 14.0,
+        }
+    ]
+    assert f.evidence["busy_machine"] == (
+        "the long steps ran no more CPU work than the median step (step 9: 11.8 ms run of its "
+        "69.0 ms, against 14.0 ms): they waited for CPU cores (other processes held them), not "
+        "periodic work"
+    )
+    f = fire(RULE, _contended(run_ms=68.2 + 4 * 14.0))
+    assert f is not None and f.severity == "warning" and f.evidence["busy_machine"] is None
+    assert f.evidence["long_steps"][0]["cpu_work_ms"] == 56.0
+    rec = _contended(run_ms=80.0)
+    del rec["monitor"]["step_run_ms"]
+    f = fire(RULE, rec)
+    assert f is not None and f.severity == "warning"
+    assert "cpu_work_ms" not in f.evidence["long_steps"][0]
+
+
+def test_a_long_step_that_blocked_stays_long_whatever_cpu_it_ran() -> None:
+    """A step long by blocking (a sleep, I/O, a device sync) ran little CPU but its helpers did
+    not wait for a core: its time less that wait is long, the loop's own (a warning)."""
+    f = fire(RULE, _contended(run_ms=16.0, spun_ms=0.0))
+    assert f is not None and f.severity == "warning"
+    assert f.evidence["long_steps"][0]["cpu_work_ms"] == 16.0

@@ -266,6 +266,15 @@ RARE_LONG_APART = Threshold(
     "periodic work stands apart however loaded (eval_in_loop.py: 8x, gc.collect every 7 steps "
     "in a small loop: 6x, at loads of 1.8-1.9 of 2 cores)",
 )
+RARE_LONG_WORK_RATIO = Threshold(
+    4.0,
+    "a long step that ran under four times the median step's CPU work (its thread's and "
+    "helpers' time run less the thread's spin at barriers) waited for cores: "
+    "control_batched_scoring.py beside two CPU hogs at load 13-20 ran 0-3.1x the median's work "
+    "in every step (5 runs); eval_in_loop.py there ran 6.6-33x in its evaluation steps (6 runs). "
+    "Not a clean cut: beside hogs that come and go the control read up to 11.7x in a step of "
+    "4.4x the median (its helpers' spin is not taken off), so such a step stays judged as before",
+)
 RARE_LONG_MAX_SHARE = Threshold(
     0.49, "long steps are rare while they are fewer than half: the median is still a normal step"
 )

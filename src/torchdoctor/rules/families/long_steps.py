@@ -11,6 +11,7 @@ of them (``monitor.long_step_samples``).
 from __future__ import annotations
 
 import itertools
+import math
 from math import isfinite
 from typing import TYPE_CHECKING
 
@@ -106,6 +107,10 @@ def measure(run: RunRecord) -> Measured | None:
     ]
     if not judged:
         return None
+    busy, waited = _by_work(run, candidates, groups, judged)
+    # long steps that ran an ordinary step's CPU work waited for cores: dropped beside the
+    # ones that did more work; alone, said for the record (the machine's, not the loop's)
+    judged = [(typical, i, t) for typical, i, t, _, _ in busy] or judged
     load = _by_load(run, candidates, groups, judged)
     long = [(i, t) for _, i, t in judged]
     # the longest against its median; where medians are 0 ms, the longest step
@@ -124,13 +129,19 @@ def measure(run: RunRecord) -> Measured | None:
     unseen = contended(run) if not stacks else None
     # a step that waited for a core most of its own time leaves too little to judge: less its
     # wait it is near 0 ms, so any step the load spared reads many times the median
-    unseen = _starved(run, candidates) or load or unseen
+    unseen = _starved(run, candidates) or load or (None if busy else _idle(waited)) or unseen
     every = _period([i for i, _ in long])
     core = _core_waits(run)
+    work = {i: (w, usual) for _, i, _, w, usual in busy + waited if isfinite(w + usual)}
     evidence = {
         "long_steps": [
             {"step": i + 1, "ms": round(t, 3)}
             | ({"core_wait_ms": round(core[i], 3)} if i in core else {})
+            | (
+                {"cpu_work_ms": round(work[i][0], 3), "median_cpu_work_ms": round(work[i][1], 3)}
+                if i in work
+                else {}
+            )
             for i, t in long
         ],
         "median_step_ms": typical,
@@ -279,6 +290,94 @@ def _by_load(
         f"(from {shortest:.0f} ms less their waits) do not stand apart from the rest (up to "
         f"{max(rest):.0f} ms): the tail of the load's spread, not periodic work"
     )
+
+
+Worked = tuple[float, int, float, float, float]
+"""(the median judged by, 0-based step, ms, its CPU work in ms, the median step's)."""
+
+
+def _by_work(
+    run: RunRecord,
+    candidates: list[tuple[int, float]],
+    groups: list[list[tuple[int, float]]],
+    judged: list[tuple[float, int, float]],
+) -> tuple[list[Worked], list[Worked]]:
+    """The long steps split by the CPU work they ran (:func:`_cpu_work`): (those that did
+    more work than the median step, or whose work is unknown; those that waited). A step
+    waited when it ran under ``RARE_LONG_WORK_RATIO`` times the median step's work (of the steps
+    it is judged by) and its time less its helpers' wait for a core (``cpu.step_threads_wait_ms``)
+    is not long: other processes held the cores. The helpers' wait saturates at the thread's
+    running time on a loaded machine (eval_in_loop.py's evaluation every 4 steps reads all of
+    its time as that wait), the work does not: 6.6-33x the median step's there. The helpers'
+    spin stays in the work: beside load that comes and goes a step that waited read up to
+    11.7x, and stays judged as before. A step long by blocking (a sleep, I/O, a device sync)
+    has no such wait and stays long. The work of each step of an older record is unknown:
+    every long step stays (``busy``)."""
+    from statistics import median
+
+    work = _cpu_work(run)
+    spun = _threads_waits(run)
+    busy: list[Worked] = []
+    waited: list[Worked] = []
+    for typical, i, t in judged:
+        base = [work[j] for j, _ in _judged_by(groups, candidates, i) if j in work and j != i]
+        if i not in work or len(base) < 3:
+            busy.append((typical, i, t, work.get(i, math.nan), math.nan))
+            continue
+        usual = median(base)
+        own = t - spun.get(i, 0.0)
+        row = (typical, i, t, work[i], usual)
+        if work[i] < th.RARE_LONG_WORK_RATIO * usual and not _long(own, typical):
+            waited.append(row)
+        else:
+            busy.append(row)
+    return busy, waited
+
+
+def _long(ms: float, typical: float) -> bool:
+    """A step of ``ms`` is long against a median of ``typical`` (:func:`_long_in`'s test)."""
+    return ms >= th.RARE_LONG_RATIO * typical and ms - typical >= th.RARE_LONG_MIN_MS
+
+
+def _idle(waited: list[Worked]) -> str | None:
+    """Why the long steps are the machine's: each ran about the CPU work of the median step."""
+    if not waited:
+        return None
+    _, i, t, w, usual = max(waited, key=lambda x: x[2])
+    return (
+        f"the long steps ran no more CPU work than the median step (step {i + 1}: {w:.1f} ms "
+        f"run of its {t:.1f} ms, against {usual:.1f} ms): they waited for CPU cores "
+        "(other processes held them), not periodic work"
+    )
+
+
+def _cpu_work(run: RunRecord) -> dict[int, float]:
+    """0-based step -> ms of CPU work it ran: its thread's and its intra-op helpers' time on a
+    core (``monitor.step_run_ms``) less the time its thread can have spun at a parallel
+    region's barrier for a helper without a core (``cpu.step_threads_wait_ms``: an OpenMP
+    thread spins there, running, before it sleeps). Empty for an older record."""
+    runs = run.monitor.step_run_ms
+    if runs is None or len(runs) != len(run.steps.step_ms):
+        return {}
+    spun = _threads_waits(run)
+    return {
+        i: max(0.0, float(r) - spun.get(i, 0.0))
+        for i, r in enumerate(runs)
+        if isinstance(r, (int, float)) and isfinite(r)
+    }
+
+
+def _threads_waits(run: RunRecord) -> dict[int, float]:
+    """0-based step -> ms its helpers waited for a core beyond its own wait, up to its thread's
+    running time (``cpu.step_threads_wait_ms``); empty where not recorded."""
+    waits = run.cpu.get("step_threads_wait_ms")
+    if not isinstance(waits, list) or len(waits) != len(run.steps.step_ms):
+        return {}
+    return {
+        i: max(0.0, float(w))
+        for i, w in enumerate(waits)
+        if isinstance(w, (int, float)) and isfinite(w)
+    }
 
 
 def _starved(run: RunRecord, candidates: list[tuple[int, float]]) -> str | None:
