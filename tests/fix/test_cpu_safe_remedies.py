@@ -35,7 +35,7 @@ from torchdoctor.fix import planner
 from torchdoctor.fix.context import FixContext
 from torchdoctor.fix.model import FindingRef
 from torchdoctor.record.run import RunRecord
-from torchdoctor.rules.families import loading
+from torchdoctor.rules.families import loading, waits
 from torchdoctor.rules.run_rules import run_findings
 
 FIXTURES = Path(__file__).parent / "fixtures"
@@ -178,6 +178,29 @@ def test_data_loading_text_pins_only_with_a_gpu() -> None:
     assert "pin_memory=True" in data_loading_fix(gpu=True)
 
 
+def input_pipeline_fix(gpu: bool) -> str:
+    """The fix of ``input-pipeline`` for a trace with or without a GPU (each of 4 steps opens
+    with 6 of 20 ms outside torch operators)."""
+    part = SimpleNamespace(idle_ms={"input_pipeline": 6.0}, share=lambda ms: ms / 20.0)
+    a = SimpleNamespace(
+        mean_step_ms=20.0,
+        has_gpu=gpu,
+        n_steps=4,
+        per_step=[part] * 4,
+        total=SimpleNamespace(idle_ms={"input_pipeline": 24.0}),
+        per_step_ms=lambda ms: ms / 4,
+        activity=SimpleNamespace(dataloader=([],)),
+    )
+    m = waits.input_pipeline(a)  # type: ignore[arg-type]
+    assert m is not None
+    return waits.INPUT_SPEC.fix(**m.fix)  # type: ignore[misc]
+
+
+def test_input_pipeline_text_pins_only_with_a_gpu() -> None:
+    assert "pin_memory" not in input_pipeline_fix(gpu=False)
+    assert "pin_memory=True" in input_pipeline_fix(gpu=True)
+
+
 def loader_finding(script: Path, fid: str) -> FindingRef:
     """``fid`` about the one DataLoader of ``script``: no workers, unpinned, 2 suggested."""
     lines = script.read_text().splitlines()
@@ -228,7 +251,8 @@ def test_loader_remedies_on_a_cpu_run_warn_nothing_and_train(tmp_path: Path) -> 
     assert "LOADER" in shape
     pasted = shape.replace("LOADER", data_loading_fix(gpu=False))
     (tmp_path / "pasted.py").write_text(pasted)
-    for got in harnessed(tmp_path, [*names, "pasted.py"]):
+    (tmp_path / "pasted_input.py").write_text(shape.replace("LOADER", input_pipeline_fix(False)))
+    for got in harnessed(tmp_path, [*names, "pasted.py", "pasted_input.py"]):
         trains(got)
     old = shape.replace("LOADER", data_loading_fix(gpu=True))
     (tmp_path / "old.py").write_text(old)

@@ -158,11 +158,15 @@ def dependency_fix(kind: str = "unknown") -> str:
     )
 
 
-INPUT_PIPELINE = (
-    "# produce batches ahead of the step: a DataLoader with workers over your dataset,\n"
-    "loader = DataLoader(dataset, batch_size=bs, num_workers=4, pin_memory=True)\n"
-    "# or a background thread filling a queue.Queue(maxsize=2) from your generator"
-)
+def input_pipeline_fix(gpu: bool = True) -> str:
+    """Batches made ahead of the step; pinned only where a GPU copies them (as
+    ``data_loader_fix``: without one ``pin_memory=True`` pins nothing and torch warns)."""
+    pin = ", pin_memory=True" if gpu else ""
+    return (
+        "# produce batches ahead of the step: a DataLoader with workers over your dataset,\n"
+        f"loader = DataLoader(dataset, batch_size=bs, num_workers=4{pin})\n"
+        "# or a background thread filling a queue.Queue(maxsize=2) from your generator"
+    )
 
 
 # -- run-level findings ------------------------------------------------------------------------

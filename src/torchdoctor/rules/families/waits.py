@@ -96,7 +96,7 @@ INPUT_SPEC = FindingSpec(
     probe="data",
     severity=SeverityPolicy(th.INPUT_WARN, th.DATA_CRITICAL),
     threshold=th.INPUT_WARN,
-    fix=static(fx.INPUT_PIPELINE),
+    fix=fx.input_pipeline_fix,
     explanation="The step begins while the CPU is outside torch operators, typically in a "
     "generator, a prefetch thread's queue or another loader building the next batch; the "
     "device waits for it. Produce batches ahead, in workers or a background thread.",
@@ -144,6 +144,7 @@ def input_pipeline(a: TraceAnalysis) -> Measured | None:
             "lower_quartile_step_share": round(low, 4),
             "dataloader_in_trace": bool(len(a.activity.dataloader[0])),
         },
+        fix={"gpu": a.has_gpu},
         details=details,
         most=None if a.n_steps > 1 else "info",
         gates={"ms": ms},
