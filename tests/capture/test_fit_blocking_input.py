@@ -4,7 +4,7 @@ to build a DataLoader; Python making the batch keeps the input fix."""
 
 from __future__ import annotations
 
-from torchdoctor.capture.fit import _input_pipeline
+from torchdoctor.capture.fit import _input_pipeline, fit_to_run
 from torchdoctor.record.lines import LineTable
 from torchdoctor.rules.finding import Finding
 from torchdoctor.rules.registry import spec
@@ -64,3 +64,14 @@ def test_python_making_the_batch_is_titled_as_python_at_its_line() -> None:
         _finding(), _record({"Python": 7.0, "I/O": 2.0}, "/w/train.py:8", "<module>")
     )
     assert f is not None and f.title.endswith("; at train.py:8 the loop runs Python")
+
+
+def test_a_step_timed_by_the_models_calls_has_no_input_pipeline() -> None:
+    # steps by forward open inside the model call (ticked when the next call begins): the
+    # gap before its first operator is the module's Python, as in a TransformerEncoder's checks
+    # before its fused layer; the same finding on optimizer steps stays
+    lines = {"rows": [{"site": "score.py:15", "function": "score", "under": {"Python": 7.0}}]}
+    for source, kept in (("forward", False), ("optimizer", True)):
+        record = {"steps": {"source": source, "step_ms": [10.0] * 6}, "lines": lines}
+        ids = [f.id for f in fit_to_run([_finding()], record)]
+        assert ("input-pipeline" in ids) is kept, (source, ids)

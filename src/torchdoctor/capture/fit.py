@@ -132,6 +132,11 @@ def fit_to_run(findings: list[Finding], record: dict[str, Any]) -> list[Finding]
         if f.id in ("dataloader-config", "data-loading-bound"):
             f = _preempted_wait(f, run)
         if f.id == "input-pipeline":
+            if run.steps.source == "forward":
+                # a step timed by the model's calls opens inside the call: the time before its
+                # first operator is the model's own Python (host-bound's), and the next input
+                # is made at the step's end, not its start
+                continue
             fitted = _input_pipeline(f, run.lines)
             if fitted is None:
                 continue
