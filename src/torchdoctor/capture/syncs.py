@@ -23,10 +23,6 @@ from torchdoctor.record.run import SyncStats
 _SYNC_WARNING = "called a synchronizing CUDA operation"
 _TORCH_OR_OURS = frozenset({"torch", "torchdoctor"})
 
-SiteOf = Callable[[Any, tuple[Any, ...], dict[str, Any]], str | None]
-"""The user's ``file:line`` of a wrapped tensor method's call from its tensor and arguments
-(None: nothing to time there)."""
-
 
 def first_user_site(frame: Any) -> str | None:
     """ "file:line" of the first frame of the user's own code (``code_paths``), walking out from
@@ -123,17 +119,6 @@ class SyncRecorder:
         except Exception as exc:  # our bookkeeping never breaks the user's call
             guest.note(f"Tensor.{kind} watch", exc)
 
-    def _scalar_site(self, t: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> str | None:
-        """The user's site of ``item``/``tolist``. Scalars read from any device are recorded:
-        on an accelerator each one waits for all queued work, and the same script runs on
-        one. Called from the wrapper, so the caller is three frames up."""
-        return self._site(1)
-
-    def _cpu_site(self, t: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> str | None:
-        """The user's site of ``cpu()`` of a device tensor (of a CPU tensor it copies
-        nothing: None). Called from the wrapper, so the caller is three frames up."""
-        return None if t.is_cpu else self._site(1)
-
     def _to_site(self, t: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> str | None:
         """The user's site of a ``Tensor.to`` that reads a device tensor back (a sync); records
         a ``non_blocking`` copy from unpinned memory on the way; None when there is nothing to
@@ -165,42 +150,60 @@ class SyncRecorder:
 
         base = torch._C.TensorBase
         for name in ("item", "tolist"):
-            scalar = self._wrap_timed(name, getattr(base, name), self._scalar_site)
-            self._patcher.patch(torch.Tensor, name, scalar)
-        self._patcher.patch(torch.Tensor, "cpu", self._wrap_timed("cpu", base.cpu, self._cpu_site))
+            self._patcher.patch(torch.Tensor, name, self._wrap_timed(name, getattr(base, name)))
         self._patcher.patch(
-            torch.Tensor, "to", self._wrap_timed("to", base.to, self._to_site, "to(cpu)")
+            torch.Tensor, "cpu", self._wrap_timed("cpu", base.cpu, device_only=True)
         )
+        self._patcher.patch(torch.Tensor, "to", self._wrap_to(base.to))
         self._patcher.patch(torch.Tensor, "cuda", self._wrap_cuda(base.cuda))
 
     def _wrap_timed(
-        self, name: str, orig: Callable[..., Any], site_of: SiteOf, kind: str = ""
+        self, name: str, orig: Callable[..., Any], *, device_only: bool = False
     ) -> Callable[..., Any]:
-        """``Tensor.<name>`` timed where ``site_of(t, args, kwargs)`` names the user's line
-        (recorded as ``kind``, by default ``name``); passed straight through where it names
-        none."""
+        """``Tensor.<name>`` timed at the user's site. Scalars (``device_only`` off) are
+        recorded from any device: on an accelerator each one waits for all queued work, and
+        the same script runs on one; ``cpu()`` of a CPU tensor copies nothing."""
         import torch
 
         is_compiling = torch.compiler.is_compiling
-        rec, kind = self, kind or name
+        rec = self
 
         def wrapper(t: Any, *args: Any, **kwargs: Any) -> Any:
+            if is_compiling() or not rec.measuring or (device_only and t.is_cpu):
+                return orig(t, *args, **kwargs)
+            site = rec._site()
+            if site is None:
+                return orig(t, *args, **kwargs)
+            t0 = perf_counter()
+            out = orig(t, *args, **kwargs)
+            rec._safe_record(name, t, site, perf_counter() - t0)
+            return out
+
+        wrapper.__name__ = name
+        return wrapper
+
+    def _wrap_to(self, orig: Callable[..., Any]) -> Callable[..., Any]:
+        import torch
+
+        is_compiling = torch.compiler.is_compiling
+        rec = self
+
+        def to(t: Any, *args: Any, **kwargs: Any) -> Any:
             if is_compiling() or not rec.measuring:
                 return orig(t, *args, **kwargs)
             try:
-                site = site_of(t, args, kwargs)
-            except Exception as exc:  # an odd tensor subclass: the call still happens
-                guest.note(f"Tensor.{name} watch", exc)
+                site = rec._to_site(t, args, kwargs)
+            except Exception as exc:  # an odd tensor subclass: the copy still happens
+                guest.note("Tensor.to watch", exc)
                 site = None
             if site is None:
                 return orig(t, *args, **kwargs)
             t0 = perf_counter()
             out = orig(t, *args, **kwargs)
-            rec._safe_record(kind, t, site, perf_counter() - t0)
+            rec._safe_record("to(cpu)", t, site, perf_counter() - t0)
             return out
 
-        wrapper.__name__ = name
-        return wrapper
+        return to
 
     def _wrap_cuda(self, orig: Callable[..., Any]) -> Callable[..., Any]:
         import torch
