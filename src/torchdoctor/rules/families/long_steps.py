@@ -335,7 +335,8 @@ def _by_work(
 
 
 def _long(ms: float, typical: float) -> bool:
-    """A step of ``ms`` is long against a median of ``typical`` (:func:`_long_in`'s test)."""
+    """A step of ``ms`` is long against a median of ``typical``: ``RARE_LONG_RATIO`` times it
+    and ``RARE_LONG_MIN_MS`` above it."""
     return ms >= th.RARE_LONG_RATIO * typical and ms - typical >= th.RARE_LONG_MIN_MS
 
 
@@ -459,11 +460,7 @@ def _long_in(
 
     times = [t for _, t in group]
     typical = median(times) if len(times) >= 3 else median(everyone)
-    long = [
-        (i, t)
-        for i, t in group
-        if t >= th.RARE_LONG_RATIO * typical and t - typical >= th.RARE_LONG_MIN_MS
-    ]
+    long = [(i, t) for i, t in group if _long(t, typical)]
     rare = len(long) <= th.RARE_LONG_MAX_SHARE * max(len(times), 3)
     return typical, long if rare else []
 
