@@ -305,3 +305,48 @@ def test_a_long_step_that_blocked_stays_long_whatever_cpu_it_ran() -> None:
     f = fire(RULE, _contended(run_ms=16.0, spun_ms=0.0))
     assert f is not None and f.severity == "warning"
     assert f.evidence["long_steps"][0]["cpu_work_ms"] == 16.0
+
+
+def _sampled(rec: dict[str, Any], chain: str, ordinary: dict[str, int], steps: int) -> dict:
+    """The watcher's samples of step 9 (40, all on ``chain``) and of the steps that did not
+    run long (``ordinary``: chain key -> samples, over ``steps`` steps)."""
+    stack = ["/w/score.py:15 in score", "/w/score.py:30 in main", "/w/score.py:34 in <module>"]
+    rec["monitor"] |= {
+        "long_step_samples": {"9": [{"stack": stack, "samples": 40, "chain": chain}]},
+        "ordinary_chains": ordinary,
+        "ordinary_steps": steps,
+    }
+    return rec
+
+
+def test_a_long_step_that_ran_the_ordinary_chains_while_waiting_is_the_machines() -> None:
+    """control_batched_scoring.py under bursts of load: step 9 ran its usual call chain in all
+    40 samples and waited for cores 99% of its wall time, yet its threads' spinning counts as
+    4x the median step's work: the loop's own work slowed by the machine (info, said why).
+    The same step sampled in a chain no ordinary step ran (an evaluation), or with too few
+    ordinary steps seen, or in an older record without chains, stays a warning."""
+    busy = 68.2 + 4 * 14.0  # more than the median's work: judged busy by its CPU time alone
+    f = fire(RULE, _sampled(_contended(run_ms=busy), "a1", {"a1": 9, "b2": 3}, 6))
+    assert f is not None and f.severity == "info"
+    assert f.evidence["busy_machine"] == (
+        "the long steps ran the call chains every step runs (at /w/score.py:15 in score) and "
+        "waited for CPU cores (step 9: 99% of its 126.3 ms; other processes held them): the "
+        "loop's own work slowed by the machine, not periodic work"
+    )
+    for chain, ordinary, steps in (("e9", {"a1": 9}, 6), ("a1", {"a1": 1}, 1)):
+        f = fire(RULE, _sampled(_contended(run_ms=busy), chain, ordinary, steps))
+        assert f is not None and f.severity == "warning", (chain, steps)
+    rec = _sampled(_contended(run_ms=busy), "a1", {"a1": 9}, 6)
+    del rec["monitor"]["long_step_samples"]["9"][0]["chain"]
+    f = fire(RULE, rec)
+    assert f is not None and f.severity == "warning"
+
+
+def test_a_long_step_of_ordinary_chains_on_a_free_machine_stays_long() -> None:
+    """A library call on the loop's usual line that now and then flushes or saves: the same
+    chain, but the step waited for no core (2% of it): the loop's own cost, a warning."""
+    rec = _sampled(_contended(run_ms=68.2 + 4 * 14.0, spun_ms=0.0), "a1", {"a1": 9}, 6)
+    rec["monitor"]["step_core_wait_ms"][8] = 2.0
+    f = fire(RULE, rec)
+    assert f is not None and f.severity in ("warning", "critical")
+    assert f.evidence["busy_machine"] is None

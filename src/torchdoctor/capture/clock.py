@@ -98,6 +98,9 @@ class StepClock:
         self.owner: int | None = None
         """The thread whose steps are counted (the first that ticks)."""
         self.other_thread_ticks = 0
+        self.bookkeeping = False
+        """True while our own work runs at a step boundary (``_advance``: a probe, the profiler's
+        start or end): the watcher thread samples no step then."""
         self.profiles = True
         """False when the counted thread is not the main one (no window, no StopScript)."""
         self._prio = -1
@@ -232,7 +235,11 @@ class StepClock:
         self._pending_wait = 0.0
         n = len(self.step_s)
         if n >= self._next_event:
-            self._advance(n)
+            self.bookkeeping = True
+            try:
+                self._advance(n)
+            finally:
+                self.bookkeeping = False
             # our bookkeeping (a profiler starting) may wait for a core too: not the next step's
             core = self._core_read()
         if n % 64 == 2 and self._core is not None:  # intra-op threads started since

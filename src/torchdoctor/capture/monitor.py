@@ -13,6 +13,7 @@ machine's, not the loop's.
 
 from __future__ import annotations
 
+import hashlib
 import math
 import os
 import sys
@@ -31,6 +32,13 @@ from torchdoctor.rules import thresholds as th
 _MAX_LONG_STEPS = 32
 _MAX_SAMPLES_PER_STEP = 40
 _STACK_DEPTH = 3
+_ORDINARY_PER_STEP = 2
+"""Samples kept of a step that did not run long (the lines the loop runs every step)."""
+_MAX_ORDINARY = 400
+"""Samples of ordinary steps kept in all: enough to see each line that holds a tenth of a step."""
+_ORDINARY_MAX_RATIO = 2.0
+"""A step's samples count as ordinary only when it ended under this many times the median step
+(less its waits): a step that ran long between two looks is never the baseline."""
 
 
 def rss_bytes() -> int | None:
@@ -69,6 +77,19 @@ def thread_user_stack(ident: int | None, depth: int = _STACK_DEPTH) -> tuple[str
     return _user_lines(raw, depth) if raw else ()
 
 
+def _thread_chain(ident: int | None) -> tuple[str, ...]:
+    """Every user frame of another thread (up to 64), innermost first: the whole path by which
+    the script reached its line (an evaluation's call of the model is told from the training
+    step's by the frames between them, which :func:`user_stack` leaves out)."""
+    raw = raw_stack(ident)
+    return _user_lines(raw, 64) if raw else ()
+
+
+def chain_key(chain: Sequence[str]) -> str:
+    """A short stable name for a user call chain in ``run.json`` (12 hex digits)."""
+    return hashlib.blake2b("\n".join(chain).encode(), digest_size=6).hexdigest()
+
+
 def _user_lines(raw: RawStack, depth: int) -> tuple[str, ...]:
     is_user = code_paths().is_user
     out: list[str] = []
@@ -80,9 +101,14 @@ def _user_lines(raw: RawStack, depth: int) -> tuple[str, ...]:
             break  # what called the script (pytest, an API caller) is not the script's loop
         if not name.startswith("<") and is_user(name):
             out.append(f"{name}:{line} in {code.co_name}")
-    if len(out) <= depth:
-        return tuple(out)
-    return (*out[: depth - 1], out[-1])
+    return _trim(out, depth)
+
+
+def _trim(lines: Sequence[str], depth: int) -> tuple[str, ...]:
+    """The innermost ``depth - 1`` lines and the outermost one."""
+    if len(lines) <= depth:
+        return tuple(lines)
+    return (*lines[: depth - 1], lines[-1])
 
 
 def _net(steps: Sequence[float], *waits: Sequence[float], last: int) -> list[float]:
@@ -101,8 +127,15 @@ class Monitor:
         self.session = session
         self.interval_s = interval_s
         self.main_ident = threading.main_thread().ident
-        self.samples: dict[int, Counter[tuple[str, ...]]] = {}
-        """Step number (1-based, as the clock counts) -> sampled user stacks while it ran long."""
+        self.samples: dict[int, Counter[tuple[tuple[str, ...], tuple[str, ...]]]] = {}
+        """Step number (1-based, as the clock counts) -> (sampled user stack, its whole user
+        chain) while it ran long."""
+        self.ordinary: Counter[tuple[str, ...]] = Counter()
+        """User chains sampled in steps that did not run long."""
+        self.ordinary_steps = 0
+        """Steps whose samples are in ``ordinary``."""
+        self._pending: tuple[int, list[tuple[str, ...]]] = (0, [])
+        """(step, its chains so far) of the step under way, kept if it ends ordinary."""
         self.sampled_source: str | None = None
         self.noticed = False
         self.peak_window_growth = 0
@@ -140,25 +173,58 @@ class Monitor:
         if n == 0 and clock.source is None:
             self._notice_no_step()
             return
-        if n < 3:
-            return
+        if n < 3 or getattr(clock, "bookkeeping", False):
+            return  # our own work between two steps is no step's
+        if clock.source != self.sampled_source:  # counting restarted on a stronger signal
+            self.samples.clear()
+            self.ordinary.clear()
+            self.ordinary_steps = 0
+            self._pending = (0, [])
+            self.sampled_source = clock.source
         # What the rule judges: each step less its wait for a batch (a data-bound loop's long
         # compute part would never reach 5x a step made mostly of waiting) and for a core.
         typical = median(_net(clock.step_s, clock.data_wait_s, clock.core_wait_s, last=50))
         long = max(th.RARE_LONG_RATIO * typical, th.RARE_LONG_MIN_MS / 1e3)
+        step = n + 1
+        self._settle(step, typical)
         elapsed = perf_counter() - clock._step_start - clock._pending_wait
         # the wait so far is read only for a step already long by its wall time
         if elapsed < long or elapsed - clock.core_wait_so_far_s() < long:
+            self._sample_ordinary(step)
             return
-        step = n + 1
-        if clock.source != self.sampled_source:  # counting restarted on a stronger signal
-            self.samples.clear()
-            self.sampled_source = clock.source
         if step not in self.samples and len(self.samples) >= _MAX_LONG_STEPS:
             return
         counts = self.samples.setdefault(step, Counter())
         if sum(counts.values()) < _MAX_SAMPLES_PER_STEP:
-            counts[thread_user_stack(self.main_ident)] += 1
+            chain = _thread_chain(self.main_ident)
+            counts[_trim(chain, _STACK_DEPTH), chain] += 1
+
+    def _sample_ordinary(self, step: int) -> None:
+        """Where a step that is not (yet) long is: kept once it ends ordinary (``_settle``)."""
+        at, chains = self._pending
+        if at != step:
+            at, chains = step, []
+            self._pending = (at, chains)
+        if len(chains) < _ORDINARY_PER_STEP and sum(self.ordinary.values()) < _MAX_ORDINARY:
+            chain = _thread_chain(self.main_ident)
+            if chain:
+                chains.append(chain)
+
+    def _settle(self, step: int, typical: float) -> None:
+        """The pending step's samples join ``ordinary`` once it has ended (``step`` is under
+        way) without being sampled long, and under ``_ORDINARY_MAX_RATIO`` times ``typical``."""
+        at, chains = self._pending
+        if at == step or not chains:
+            return
+        self._pending = (0, [])
+        clock = self.session.clock
+        i = at - 1
+        if at in self.samples or i >= len(clock.step_s):
+            return
+        net = _net(clock.step_s[: i + 1], clock.data_wait_s, clock.core_wait_s, last=1)
+        if net and net[-1] <= _ORDINARY_MAX_RATIO * typical:
+            self.ordinary.update(chains)
+            self.ordinary_steps += 1
 
     def _notice_no_step(self) -> None:
         after = self.session.options.no_step_notice_s
@@ -202,10 +268,13 @@ class Monitor:
             source=self.sampled_source,
             long_step_samples={
                 str(step): [
-                    {"stack": list(stack), "samples": k} for stack, k in counts.most_common(5)
+                    {"stack": list(stack), "samples": k, "chain": chain_key(chain)}
+                    for (stack, chain), k in counts.most_common(5)
                 ]
                 for step, counts in sorted(self.samples.items())
             },
+            ordinary_chains={chain_key(c): k for c, k in self.ordinary.most_common(50)},
+            ordinary_steps=self.ordinary_steps,
             step_core_wait_ms=_ms(clock.core_wait_s),
             step_run_ms=None if (runs := getattr(clock, "run_s", None)) is None else _ms(runs),
             no_step_notice=self.noticed,

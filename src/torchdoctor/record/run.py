@@ -421,8 +421,9 @@ class MonitorRecord(Row):
     source: str | None = None
     """What marked the steps it watched; its steps are not the record's if that changed."""
     long_step_samples: dict[str, Any] = field(default_factory=dict)
-    """1-based step -> ``[{"stack": [user lines, innermost first], "samples": n}]``, the five
-    stacks seen most often, most frequent first."""
+    """1-based step -> ``[{"stack": [user lines, innermost first], "samples": n, "chain": key}]``,
+    the five stacks seen most often, most frequent first; ``chain``: the key of the sample's
+    whole user call chain (``capture.monitor.chain_key``; absent in an older record)."""
     step_core_wait_ms: list[Any] | None = field(default=None, metadata=omitted_at_default())
     """Every step's wait for a core (ms, None where unknown), as ``steps.step_ms``; None when
     not recorded (an older record)."""
@@ -432,6 +433,11 @@ class MonitorRecord(Row):
     None when not recorded (an older record)."""
     no_step_notice: bool = False
     """It said on standard error that no step had ended for a while."""
+    ordinary_chains: dict[str, int] = field(default_factory=dict, metadata=omitted_at_default())
+    """Chain key -> samples, of the steps that did not run long (up to two samples a step): the
+    lines the loop runs every step; empty in an older record."""
+    ordinary_steps: int = field(default=0, metadata=omitted_at_default())
+    """Steps whose samples are in ``ordinary_chains``."""
     long_step_core_wait: dict[str, Any] | None = field(default=None, metadata=omitted_at_default())
     """An older record's reading: step -> ``{"watched_ms", "core_wait_ms"}`` of the long steps
     it sampled."""

@@ -275,6 +275,25 @@ RARE_LONG_WORK_RATIO = Threshold(
     "Not a clean cut: beside hogs that come and go the control read up to 11.7x in a step of "
     "4.4x the median (its helpers' spin is not taken off), so such a step stays judged as before",
 )
+RARE_LONG_ORDINARY_SHARE = Threshold(
+    0.9,
+    "a long step whose samples fall on the call chains the watcher saw in ordinary steps 90% "
+    "of the time or more ran the loop's own code, not periodic work: control_batched_scoring.py "
+    "under bursts of load sampled its model call in every sample of each long step; "
+    "eval_in_loop.py's evaluation steps sample estimate_loss, a chain no ordinary step runs",
+)
+RARE_LONG_ORDINARY_WAIT_SHARE = Threshold(
+    0.25,
+    "and it waited for CPU cores (its thread's wait and its helpers') a quarter of its time or "
+    "more: other processes slowed it. A step as long on an idle machine at an ordinary line (a "
+    "library call that now and then flushes or saves) stays a finding",
+)
+RARE_LONG_ORDINARY_MIN_STEPS = Threshold(
+    2,
+    "ordinary steps sampled before their chains count as the loop's own: a short check of "
+    "3-8 ms steps gets a look in only a few of them (the watcher wakes every 10 ms), and a "
+    "step sampled there ended under twice the median, so its chain is no periodic work's",
+)
 RARE_LONG_MAX_SHARE = Threshold(
     0.49, "long steps are rare while they are fewer than half: the median is still a normal step"
 )

@@ -108,8 +108,10 @@ def measure(run: RunRecord) -> Measured | None:
     if not judged:
         return None
     busy, waited = _by_work(run, candidates, groups, judged)
-    # long steps that ran an ordinary step's CPU work waited for cores: dropped beside the
-    # ones that did more work; alone, said for the record (the machine's, not the loop's)
+    busy, same = _by_lines(run, busy)
+    # long steps that ran an ordinary step's CPU work, or its very lines while other processes
+    # held the cores, waited for cores: dropped beside the ones that did more work; alone,
+    # said for the record (the machine's, not the loop's)
     judged = [(typical, i, t) for typical, i, t, _, _ in busy] or judged
     load = _by_load(run, candidates, groups, judged)
     long = [(i, t) for _, i, t in judged]
@@ -129,10 +131,11 @@ def measure(run: RunRecord) -> Measured | None:
     unseen = contended(run) if not stacks else None
     # a step that waited for a core most of its own time leaves too little to judge: less its
     # wait it is near 0 ms, so any step the load spared reads many times the median
-    unseen = _starved(run, candidates) or load or (None if busy else _idle(waited)) or unseen
+    idle = None if busy else _same_lines(run, same) or _idle(waited)
+    unseen = _starved(run, candidates) or load or idle or unseen
     every = _period([i for i, _ in long])
     core = _core_waits(run)
-    work = {i: (w, usual) for _, i, _, w, usual in busy + waited if isfinite(w + usual)}
+    work = {i: (w, usual) for _, i, _, w, usual in busy + same + waited if isfinite(w + usual)}
     evidence = {
         "long_steps": [
             {"step": i + 1, "ms": round(t, 3)}
@@ -332,6 +335,67 @@ def _by_work(
         else:
             busy.append(row)
     return busy, waited
+
+
+def _by_lines(run: RunRecord, busy: list[Worked]) -> tuple[list[Worked], list[Worked]]:
+    """``busy`` split by what the watcher saw run in each step: (the rest; those that ran the
+    ordinary steps' own call chains, :func:`_ordinary_share` at least
+    ``RARE_LONG_ORDINARY_SHARE``, and waited for cores at least
+    ``RARE_LONG_ORDINARY_WAIT_SHARE`` of their time: the loop's own work slowed by other
+    processes, however much CPU time the spinning of its threads added)."""
+    rest: list[Worked] = []
+    same: list[Worked] = []
+    for row in busy:
+        i = row[1]
+        share = _ordinary_share(run, i + 1)
+        if share >= th.RARE_LONG_ORDINARY_SHARE and _waited_share(run, i) >= (
+            th.RARE_LONG_ORDINARY_WAIT_SHARE
+        ):
+            same.append(row)
+        else:
+            rest.append(row)
+    return rest, same
+
+
+def _ordinary_share(run: RunRecord, step: int) -> float:
+    """The share of the (1-based) step's samples whose user call chain the watcher also saw in
+    steps that did not run long; 0.0 where unknown (an older record, too few ordinary steps)."""
+    mon = run.monitor
+    if mon.source not in (None, run.steps.source):
+        return 0.0
+    if mon.ordinary_steps < th.RARE_LONG_ORDINARY_MIN_STEPS or not mon.ordinary_chains:
+        return 0.0
+    rows = [r for r in mon.long_step_samples.get(str(step)) or [] if isinstance(r, dict)]
+    total = sum(int(r.get("samples") or 0) for r in rows)
+    seen = sum(int(r.get("samples") or 0) for r in rows if r.get("chain") in mon.ordinary_chains)
+    return seen / total if total else 0.0
+
+
+def _waited_share(run: RunRecord, i: int) -> float:
+    """The part of (0-based) step ``i``'s wall time its thread and its helpers waited for a
+    core (``monitor.step_core_wait_ms`` and ``cpu.step_threads_wait_ms``)."""
+    ms = run.steps.step_ms[i]
+    wait = _core_waits(run).get(i, 0.0) + _threads_waits(run).get(i, 0.0)
+    return min(1.0, wait / ms) if ms > 0 else 0.0
+
+
+def _same_lines(run: RunRecord, same: list[Worked]) -> str | None:
+    """Why the long steps are the machine's: each ran the lines every step runs, waiting."""
+    if not same:
+        return None
+    from torchdoctor.rules.sites import relative_site
+
+    i = max(same, key=lambda x: x[2])[1]
+    rows = run.monitor.long_step_samples.get(str(i + 1)) or [{}]
+    line = (rows[0].get("stack") or [""])[0] if isinstance(rows[0], dict) else ""
+    site, _, fn = line.partition(" in ")
+    at = f" (at {relative_site(site)}" + (f" in {fn})" if fn else ")") if site else ""
+    return (
+        f"the long steps ran the call chains every step runs{at} and waited for CPU cores "
+        f"(step {i + 1}: {_waited_share(run, i):.0%} of its {run.steps.step_ms[i]:.1f} ms; "
+        "other processes held them): the loop's own work slowed by the machine, not periodic "
+        "work"
+    )
 
 
 def _long(ms: float, typical: float) -> bool:
