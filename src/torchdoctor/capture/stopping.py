@@ -24,8 +24,7 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
-EXIT_TIMEOUT = 124
-EXIT_TERMINATED = 143
+from torchdoctor.exits import EXIT_TERMINATED, EXIT_TIMEOUT
 
 
 class Terminated(KeyboardInterrupt):

@@ -72,9 +72,9 @@ class SyncRecorder:
         self.unpinned: dict[str, list[float]] = {}
         """"file:line" -> [non_blocking copies from pageable memory, bytes copied]."""
         self.sync_debug: dict[str, int] = {}
+        """"file:line" -> synchronising operations reported by the CUDA sync debug mode."""
         self.sync_debug_steps = 0
         """Steps sync-debug mode watched (its own window after the profiled one)."""
-        """"file:line" -> synchronising operations reported by the CUDA sync debug mode."""
         self._patcher = Patcher()
         self._label = code_paths().label
         self._saved_filters: list[Any] | None = None
