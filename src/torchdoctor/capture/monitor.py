@@ -216,10 +216,12 @@ class Monitor:
         at, chains = self._pending
         if at == step or not chains:
             return
-        self._pending = (0, [])
         clock = self.session.clock
         i = at - 1
-        if at in self.samples or i >= len(clock.step_s):
+        if min(len(clock.step_s), len(clock.data_wait_s), len(clock.core_wait_s)) <= i:
+            return  # the script's thread is still writing that step's readings
+        self._pending = (0, [])
+        if at in self.samples:
             return
         net = _net(clock.step_s[: i + 1], clock.data_wait_s, clock.core_wait_s, last=1)
         if net and net[-1] <= _ORDINARY_MAX_RATIO * typical:
