@@ -7,10 +7,10 @@ memory); it never calls into torch and never blocks the script. Sampling the mai
 ``sys._current_frames()`` read in one tight walk (``thread_stack.py``): cheap (about 13 us for
 a thread 30 user frames deep), done while a step is already long, and at most twice in each step
 that is not (400 looks in all): the call chains the loop runs every step, against which a long
-step's samples tell the loop's own work slowed down from other work. A step is long by its time less its data wait and its wait for
-a core (the step clock reads that wait at every step boundary, ``clock.core_wait_s``; a running
-step's, its thread's alone): a step made long by other processes holding the cores is the
-machine's, not the loop's.
+step's samples tell the loop's own work slowed down from other work. A step is long by its
+time less its data wait and its wait for a core (the step clock reads that wait at every step
+boundary, ``clock.core_wait_s``; a running step's, its thread's alone): a step made long by
+other processes holding the cores is the machine's, not the loop's.
 """
 
 from __future__ import annotations
