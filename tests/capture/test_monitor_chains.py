@@ -197,3 +197,18 @@ def test_the_clock_says_when_its_own_work_runs(monkeypatch: pytest.MonkeyPatch) 
     assert clock.bookkeeping is False
     assert ("window_start", True) in listener.seen and ("window_end", True) in listener.seen
     assert all(flag for _, flag in listener.seen)
+
+
+def test_no_ordinary_step_is_looked_at_while_the_profiler_records(parked: Any) -> None:
+    """The profiled window, where the findings come from, sees the watcher as before: a look
+    only in a step already long."""
+    mon, clock = _monitor(parked(_train_step))
+    mon.session.profiler.recording = True
+    mon._tick()
+    assert mon._pending == (0, [])
+    _run_long(mon, clock)
+    assert list(mon.samples) == [6]
+    mon.session.profiler.recording = False
+    _end_step(clock, 10.0)
+    mon._tick()
+    assert mon._pending[0] == 7 and len(mon._pending[1]) == 1

@@ -6,8 +6,9 @@ It wakes every ``interval_s`` and reads state (the clock's step times, the proce
 memory); it never calls into torch and never blocks the script. Sampling the main thread is
 ``sys._current_frames()`` read in one tight walk (``thread_stack.py``): cheap (about 13 us for
 a thread 30 user frames deep), done while a step is already long, and at most twice in each step
-that is not (400 looks in all): the call chains the loop runs every step, against which a long
-step's samples tell the loop's own work slowed down from other work. A step is long by its
+that is not (400 looks in all, none while the profiler records): the call chains the loop runs
+every step, against which a long step's samples tell the loop's own work slowed down from other
+work. A step is long by its
 time less its data wait and its wait for a core (the step clock reads that wait at every step
 boundary, ``clock.core_wait_s``; a running step's, its thread's alone): a step made long by
 other processes holding the cores is the machine's, not the loop's.
@@ -192,7 +193,10 @@ class Monitor:
         elapsed = perf_counter() - clock._step_start - clock._pending_wait
         # the wait so far is read only for a step already long by its wall time
         if elapsed < long or elapsed - clock.core_wait_so_far_s() < long:
-            self._sample_ordinary(step)
+            # never beside the profiler and its line sampler: the window the findings come from
+            # sees the watcher as it always did (a look only in a step already long)
+            if not getattr(self.session.profiler, "recording", False):
+                self._sample_ordinary(step)
             return
         if step not in self.samples and len(self.samples) >= _MAX_LONG_STEPS:
             return
