@@ -258,3 +258,13 @@ def test_even_step_count_draws_the_upper_median(tmp_path: Path) -> None:
     assert a.steps.durations_ms[1] < 1.0  # the trace's last step is a stub
     tl = build_timeline(a)
     assert tl is not None and tl.step == 0
+
+
+def test_an_operator_name_in_a_table_cell_may_wrap() -> None:
+    """The line table's operators cell held one 24-character name and pushed a 13-column table
+    past a 1280 px page (tests/report/test_html_readable.py::test_check_page): a text cell of
+    an operator's name may wrap; a short one stays on one line."""
+    from torchdoctor.report.html import _cell
+
+    assert _cell("aten::threshold_backward") == '<td class="wrap">aten::threshold_backward</td>'
+    assert _cell("aten::addmm") == "<td>aten::addmm</td>"

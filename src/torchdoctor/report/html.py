@@ -192,9 +192,12 @@ def _num_cls(t: Table, j: int) -> str:
     return ' class="num"' if numeric else ""
 
 
-WRAP_AT = 24
-"""Text cells longer than this wrap at their spaces (an error message, a long configuration),
-so a table keeps to the page's width; shorter ones stay on one line."""
+WRAP_AT = 16
+"""Text cells longer than this may wrap (at their spaces, else anywhere) when the table would be
+wider than the page: an error message, a long configuration, an operator's name. A cell wraps only
+then; on a wide page it stays on one line. At 24 the line table's last column, one operator
+``aten::threshold_backward`` (24 characters), stayed on one line and pushed its 13 columns past
+a 1280 px page."""
 
 
 def _cell(v: Any) -> str:
